@@ -1,0 +1,71 @@
+"""Running async work from sync code, including inside Jupyter where a loop already runs.
+
+All sync entry points run their coroutines on one long-lived event loop in a daemon thread.
+That works whether or not the calling thread has a running loop (never ``asyncio.run`` in a
+kernel), and lets providers keep HTTP connection pools alive across calls, since every
+coroutine they serve from sync code runs on the same loop.
+
+Ctrl-C while waiting cancels the coroutine on the loop and waits for it to unwind, so work it
+finished has been handed over before ``KeyboardInterrupt`` reaches the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["run_sync"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="flownb-event-loop", daemon=True
+            )
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on flownb's background loop and return its result.
+
+    Raises:
+        Whatever ``coro`` raises. ``KeyboardInterrupt`` while waiting cancels ``coro`` first.
+        RuntimeError: called from a coroutine already running on the background loop (that
+            would deadlock; await the async API instead).
+    """
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coro.close()
+        raise RuntimeError("flownb's sync API was called from its own event loop; use the async API")
+    finished = threading.Event()
+
+    async def tracked() -> T:
+        try:
+            return await coro
+        finally:
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(tracked(), loop)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.cancel()
+        # Let the coroutine unwind (its finally blocks hand over finished work) before raising.
+        finished.wait(timeout=10)
+        raise

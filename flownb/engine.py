@@ -1,0 +1,277 @@
+"""Planning and executing a flow.
+
+:class:`Plan` is computed once per flow: the variables and outputs in node order, and the
+generation nodes that feed an output (only those run), grouped into levels so that independent
+nodes of one run execute concurrently.
+
+:class:`Engine` executes a plan over a batch. Inside it is async: one concurrency limit shared by
+batch elements and nodes, a bounded pool of workers pulling elements (so a 100,000-row batch
+does not become 100,000 coroutines at once). Providers that can answer without I/O (offline)
+take a synchronous fast path that skips the event loop entirely.
+
+Beyond the contract: a generation node may feed another; the upstream node's output is then
+available to the downstream prompt as ``{<upstream node name>}`` (a variable of the same label
+wins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
+from .providers.base import Call, Generation, Kind, Provider
+from .result import RunResult
+from .template import Template
+from .validate import VariableSpec
+
+__all__ = ["Engine", "OnResult", "Plan", "Step"]
+
+# Called as each element finishes: (index, result, None) or (index, None, exception).
+OnResult = Callable[[int, RunResult | None, BaseException | None], None]
+MediaUrl = Callable[[str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One generation node that runs: where its prompt's values come from and what it calls."""
+
+    index: int
+    node_id: str
+    name: str
+    kind: Kind
+    template: Template
+    params: Mapping[str, Any]
+    upstream: tuple[int, ...]  # indices of steps whose outputs this prompt may use
+
+
+class Plan:
+    """What running a flow means: which nodes run, in which order, and what each output joins."""
+
+    def __init__(self, graph: FlowGraph) -> None:
+        nodes = {n.id: n for n in graph.nodes}
+        var_nodes = [n for n in graph.nodes if isinstance(n, VariableNode)]
+        self.variables: tuple[str, ...] = tuple(
+            dict.fromkeys(n.data.variable.label for n in var_nodes)
+        )
+        defaults: dict[str, str] = {}
+        for n in var_nodes:
+            defaults.setdefault(n.data.variable.label, n.data.variable.value)
+        self.defaults = defaults
+        out_nodes = [n for n in graph.nodes if isinstance(n, OutputNode)]
+        self.outputs: tuple[str, ...] = tuple(n.data.name for n in out_nodes)
+
+        incoming: dict[str, list[str]] = {n: [] for n in nodes}
+        for edge in graph.edges:
+            incoming[edge.target].append(edge.source)
+
+        # Only generation nodes an output depends on (directly or through other nodes) run.
+        needed: set[str] = set()
+        stack = [src for o in out_nodes for src in incoming[o.id]]
+        while stack:
+            node_id = stack.pop()
+            if node_id not in needed and isinstance(nodes[node_id], ActionNode | ImageNode):
+                needed.add(node_id)
+                stack.extend(incoming[node_id])
+
+        # Node order within a level keeps the export's order, so runs are reproducible.
+        order = [n.id for n in graph.nodes if n.id in needed]
+        depth: dict[str, int] = {}
+
+        def level_of(node_id: str) -> int:
+            if node_id not in depth:
+                ups = [u for u in incoming[node_id] if u in needed]
+                depth[node_id] = 1 + max(map(level_of, ups), default=-1)
+            return depth[node_id]
+
+        order.sort(key=level_of)  # stable: export order kept within a level
+        index = {node_id: i for i, node_id in enumerate(order)}
+        steps = []
+        for i, node_id in enumerate(order):
+            node = nodes[node_id]
+            assert isinstance(node, ActionNode | ImageNode)
+            upstream = tuple(index[u] for u in incoming[node_id] if u in needed)
+            labels = [*self.variables, *(nodes[order[u]].data.name for u in upstream)]
+            steps.append(
+                Step(
+                    index=i,
+                    node_id=node_id,
+                    name=node.data.name,
+                    kind="image" if isinstance(node, ImageNode) else "text",
+                    template=Template(node.data.prompt, labels),
+                    params=node.data.modelParams.as_dict(),
+                    upstream=upstream,
+                )
+            )
+        self.steps: tuple[Step, ...] = tuple(steps)
+        levels: dict[int, list[Step]] = {}
+        for step in steps:
+            levels.setdefault(depth[step.node_id], []).append(step)
+        self.levels: tuple[tuple[Step, ...], ...] = tuple(
+            tuple(levels[d]) for d in sorted(levels)
+        )
+        self.chained = any(step.upstream for step in steps)
+
+        # Each output joins its sources in edge order: ("var", label) or ("step", index).
+        sources: list[tuple[str, tuple[tuple[str, Any], ...]]] = []
+        kinds: dict[str, str] = {}
+        for o in out_nodes:
+            srcs: list[tuple[str, Any]] = []
+            for src_id in incoming[o.id]:
+                src = nodes[src_id]
+                if isinstance(src, VariableNode):
+                    srcs.append(("var", src.data.variable.label))
+                else:
+                    srcs.append(("step", index[src_id]))
+            sources.append((o.data.name, tuple(srcs)))
+            is_image = bool(srcs) and all(
+                kind == "step" and steps[ref].kind == "image" for kind, ref in srcs
+            )
+            kinds.setdefault(o.data.name, "image" if is_image else "text")
+        self.output_sources = tuple(sources)
+        self.output_kinds: Mapping[str, str] = kinds
+        self.spec = VariableSpec(self.variables)
+
+    def describe(self) -> list[dict[str, str]]:
+        """Return the contract's describe response: variables, then outputs, in node order."""
+        return [{"name": v, "type": "variable"} for v in self.variables] + [
+            {"name": o, "type": "output"} for o in self.outputs
+        ]
+
+
+class Engine:
+    """Runs a :class:`Plan` with a provider.
+
+    ``media_url`` turns a media file name into the URL put in outputs (``file://`` by default;
+    the server passes its ``/media/`` URLs).
+    """
+
+    def __init__(self, plan: Plan, provider: Provider, media_url: MediaUrl) -> None:
+        self.plan = plan
+        self.provider = provider
+        self.media_url = media_url
+
+    # -- assembling a result ------------------------------------------------------------------
+
+    def _result(self, values: Mapping[str, str], gens: list[Generation], started: float) -> RunResult:
+        outputs: dict[str, str] = {}
+        items: list[tuple[str, str]] = []
+        media_url = self.media_url
+        step_outputs = [g.output if g.media is None else media_url(g.media) for g in gens]
+        for name, srcs in self.plan.output_sources:
+            if len(srcs) == 1:
+                kind, ref = srcs[0]
+                value = step_outputs[ref] if kind == "step" else values[ref]
+            else:
+                value = "\n\n".join(
+                    step_outputs[ref] if kind == "step" else values[ref] for kind, ref in srcs
+                )
+            items.append((name, value))
+            outputs.setdefault(name, value)
+        cached: frozenset[str] = frozenset()
+        if any(g.cached for g in gens):
+            cached = frozenset(
+                name
+                for name, srcs in self.plan.output_sources
+                if srcs
+                and all(kind == "step" and gens[ref].cached for kind, ref in srcs)
+            )
+        return RunResult(
+            outputs,
+            items=items,
+            kinds=self.plan.output_kinds,
+            provider=self.provider.name,
+            cached=cached,
+            latency=time.perf_counter() - started,
+            generations=gens,
+        )
+
+    def _context(self, values: Mapping[str, str], gens: list[Generation | None], step: Step) -> Mapping[str, str]:
+        if not step.upstream:
+            return values
+        ctx = {self.plan.steps[u].name: gens[u].output for u in step.upstream}  # type: ignore[union-attr]
+        ctx.update(values)
+        return ctx
+
+    # -- synchronous fast path (inline providers) ---------------------------------------------
+
+    def run_inline(self, batch: Sequence[Mapping[str, str]], on_result: OnResult) -> None:
+        """Run a validated batch synchronously; only for providers with ``inline = True``."""
+        generate = self.provider.generate_inline
+        steps = self.plan.steps
+        chained = self.plan.chained
+        for i, values in enumerate(batch):
+            started = time.perf_counter()
+            try:
+                if chained:
+                    gens: list[Any] = [None] * len(steps)
+                    for step in steps:
+                        ctx = self._context(values, gens, step)
+                        gens[step.index] = generate(
+                            Call(step.kind, step.template.render(ctx), step.params, step.node_id)
+                        )
+                else:
+                    gens = [
+                        generate(Call(s.kind, s.template.render(values), s.params, s.node_id))
+                        for s in steps
+                    ]
+                result = self._result(values, gens, started)
+            except Exception as exc:
+                on_result(i, None, exc)
+            else:
+                on_result(i, result, None)
+
+    # -- async path -----------------------------------------------------------------------------
+
+    async def _call(self, step: Step, ctx: Mapping[str, str], limit: asyncio.Semaphore) -> Generation:
+        call = Call(step.kind, step.template.render(ctx), step.params, step.node_id)
+        async with limit:
+            return await self.provider.generate(call)
+
+    async def _run_element(self, values: Mapping[str, str], limit: asyncio.Semaphore) -> RunResult:
+        started = time.perf_counter()
+        gens: list[Any] = [None] * len(self.plan.steps)
+        for level in self.plan.levels:
+            if len(level) == 1:
+                step = level[0]
+                gens[step.index] = await self._call(step, self._context(values, gens, step), limit)
+                continue
+            done = await asyncio.gather(
+                *(self._call(s, self._context(values, gens, s), limit) for s in level),
+                return_exceptions=True,
+            )
+            # Siblings were allowed to finish (their paid results reach the cache) before failing.
+            for step, gen in zip(level, done, strict=True):
+                if isinstance(gen, BaseException):
+                    raise gen
+                gens[step.index] = gen
+        return self._result(values, gens, started)
+
+    async def run_async(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int
+    ) -> None:
+        """Run a validated batch; at most ``concurrency`` provider calls are in flight at once.
+
+        Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
+        when the run is cancelled part-way.
+        """
+        if not batch:
+            return
+        limit = asyncio.Semaphore(concurrency)
+        pending = iter(range(len(batch)))
+
+        async def worker() -> None:
+            for i in pending:  # one shared iterator: each index is taken exactly once
+                try:
+                    result = await self._run_element(batch[i], limit)
+                except Exception as exc:
+                    on_result(i, None, exc)
+                else:
+                    on_result(i, result, None)
+
+        # Enough workers to keep every slot busy even when each element has one node at a time.
+        n_workers = min(len(batch), concurrency)
+        await asyncio.gather(*(worker() for _ in range(n_workers)))

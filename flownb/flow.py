@@ -1,0 +1,302 @@
+"""The flow objects users hold: one interface for a local flow and a remote one.
+
+:class:`BaseFlow` implements everything users call (``run``, ``run_batch``, ``run_dataframe``,
+``form``, display) on top of two things a concrete flow supplies: its variable spec and a way to
+execute a validated batch. :class:`LocalFlow` runs in-process with a provider; the client's
+remote flow runs over HTTP.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .aio import run_sync
+from .engine import Engine, OnResult, Plan
+from .errors import BatchError, ConfigError
+from .media import MediaStore
+from .model import FlowGraph, load_flow_file, parse_flow
+from .providers.base import Provider
+from .providers.registry import make_provider
+from .result import RunResult
+from .settings import get_settings
+from .validate import VariableSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["BaseFlow", "LocalFlow", "load_flow"]
+
+
+class BaseFlow(ABC):
+    """What every flow offers, local or remote."""
+
+    name: str
+
+    @property
+    @abstractmethod
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation."""
+
+    @property
+    def variables(self) -> list[str]:
+        """The names of the variables a run must supply, in node order."""
+        return list(self.spec.names)
+
+    @property
+    @abstractmethod
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+
+    @property
+    def defaults(self) -> dict[str, str]:
+        """Each variable's default (editor) value; ``""`` where the flow gives none."""
+        return dict.fromkeys(self.spec.names, "")
+
+    @abstractmethod
+    def _execute(self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None) -> None:
+        """Run an already-validated batch, reporting each element to ``on_result`` as it ends."""
+
+    def describe(self) -> list[dict[str, str]]:
+        """Return the contract's describe response: ``{"name", "type"}`` items, variables first."""
+        return [{"name": v, "type": "variable"} for v in self.variables] + [
+            {"name": o, "type": "output"} for o in self.outputs
+        ]
+
+    def run(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
+        """Run the flow once. Variables come as a mapping, keyword arguments, or both.
+
+        Returns:
+            A :class:`RunResult`: output name -> text or image URL, with a rich display.
+
+        Raises:
+            InputError: variables missing, unknown or not strings (every problem listed).
+            ProviderError: the provider failed.
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+        try:
+            return self._run_validated([values], progress=False, concurrency=None)[0]
+        except BatchError as exc:
+            raise exc.errors[0] from None
+
+    def run_batch(
+        self,
+        batch: Sequence[Mapping[str, Any]],
+        *,
+        progress: bool = False,
+        concurrency: int | None = None,
+    ) -> list[RunResult]:
+        """Run the flow once per element; the whole batch is validated before anything runs.
+
+        Returns:
+            One :class:`RunResult` per element, in input order.
+
+        Raises:
+            InputError: some element's variables are wrong (every problem, with its index).
+            BatchError: some elements failed at run time; ``.results`` keeps the others.
+        """
+        if isinstance(batch, Mapping) or not isinstance(batch, Sequence):
+            raise TypeError("run_batch takes a list of variable mappings; use run() for one run")
+        batch = list(batch)
+        self.spec.check_batch(batch)
+        return self._run_validated(batch, progress=progress, concurrency=concurrency)
+
+    def _run_validated(
+        self,
+        batch: list[Mapping[str, str]],
+        *,
+        progress: bool,
+        concurrency: int | None,
+        on_result: OnResult | None = None,
+    ) -> list[RunResult]:
+        results: list[RunResult | None] = [None] * len(batch)
+        errors: dict[int, BaseException] = {}
+        bar = _progress_bar(len(batch), self.name) if progress else None
+
+        def collect(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+            if exc is None:
+                results[i] = result
+            else:
+                errors[i] = exc
+            if bar is not None:
+                bar.update(1)
+            if on_result is not None:
+                on_result(i, result, exc)
+
+        try:
+            self._execute(batch, collect, concurrency)
+        finally:
+            if bar is not None:
+                bar.close()
+        if errors:
+            raise BatchError(results, errors)
+        return results  # type: ignore[return-value]
+
+    def run_dataframe(
+        self,
+        df: pd.DataFrame,
+        columns: Mapping[str, str] | None = None,
+        *,
+        fill: str | None = None,
+        progress: bool = True,
+        concurrency: int | None = None,
+        error_column: str = "error",
+    ) -> pd.DataFrame:
+        """Run the flow once per row of ``df``; see :func:`flownb.frame.run_dataframe`.
+
+        Returns:
+            A copy of ``df`` (index and columns kept) with one column per output, and an
+            ``error_column`` when some rows failed.
+        """
+        from .frame import run_dataframe
+
+        return run_dataframe(
+            self,
+            df,
+            columns,
+            fill=fill,
+            progress=progress,
+            concurrency=concurrency,
+            error_column=error_column,
+        )
+
+    def form(self) -> Any:
+        """Return an ipywidgets form: an input per variable, a Run button, outputs below."""
+        from .notebook.widgets import FlowForm
+
+        return FlowForm(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} variables={self.variables!r} "
+            f"outputs={self.outputs!r}>"
+        )
+
+    def _repr_markdown_(self) -> str:
+        def names(items: list[str]) -> str:
+            return ", ".join(f"`{n}`" for n in items) or "*(none)*"
+
+        return (
+            f"**Flow `{self.name}`**\n\n- variables: {names(self.variables)}\n"
+            f"- outputs: {names(self.outputs)}"
+        )
+
+
+def _progress_bar(total: int, name: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=name, unit="row", leave=True)
+
+
+class LocalFlow(BaseFlow):
+    """A flow executed in-process by the engine."""
+
+    def __init__(
+        self,
+        graph: FlowGraph,
+        *,
+        name: str = "flow",
+        provider: Provider | str | None = None,
+        concurrency: int | None = None,
+        media_url: Callable[[str], str] | None = None,
+    ) -> None:
+        settings = get_settings()
+        media = MediaStore(settings.media_dir)
+        if provider is None or isinstance(provider, str):
+            provider = make_provider(provider, media=media)
+        if concurrency is not None and concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
+        self.name = name
+        self.graph = graph
+        self.plan = Plan(graph)
+        self.provider = provider
+        self.concurrency = concurrency or settings.concurrency
+        self.engine = Engine(self.plan, provider, media_url or media.file_url)
+        if not provider.supports_images and any(s.kind == "image" for s in self.plan.steps):
+            raise ConfigError(f"provider {provider.name!r} cannot run this flow's image nodes")
+
+    @property
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation."""
+        return self.plan.spec
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+        return list(self.plan.outputs)
+
+    @property
+    def defaults(self) -> dict[str, str]:
+        """Each variable's default value as the web tool exported it."""
+        return dict(self.plan.defaults)
+
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        if self.provider.inline:
+            self.engine.run_inline(batch, on_result)
+        else:
+            run_sync(self.engine.run_async(batch, on_result, concurrency or self.concurrency))
+
+    async def arun_batch(
+        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
+    ) -> list[RunResult]:
+        """Async :meth:`run_batch` on the caller's event loop (for async applications).
+
+        Raises:
+            InputError, BatchError: as :meth:`run_batch`.
+        """
+        batch = list(batch)
+        self.spec.check_batch(batch)
+        results: list[RunResult | None] = [None] * len(batch)
+        errors: dict[int, BaseException] = {}
+
+        def collect(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+            if exc is None:
+                results[i] = result
+            else:
+                errors[i] = exc
+
+        await self.engine.run_async(batch, collect, concurrency or self.concurrency)
+        if errors:
+            raise BatchError(results, errors)
+        return results  # type: ignore[return-value]
+
+    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
+        """Async :meth:`run` on the caller's event loop.
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        try:
+            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
+        except BatchError as exc:
+            raise exc.errors[0] from None
+
+
+def load_flow(
+    source: str | Path | Mapping[str, Any],
+    *,
+    provider: Provider | str | None = None,
+    concurrency: int | None = None,
+) -> LocalFlow:
+    """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
+
+    ``provider`` is a provider name (``"offline"``, ``"openai"``) or instance; by default
+    ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight.
+
+    Returns:
+        A :class:`LocalFlow`.
+
+    Raises:
+        FlowFileError: the file is missing, not JSON, or not a valid graph.
+        ConfigError: the provider cannot be set up.
+    """
+    if isinstance(source, Mapping):
+        graph, name = parse_flow(source, "flow"), "flow"
+    else:
+        graph, name = load_flow_file(source), Path(source).stem
+    return LocalFlow(graph, name=name, provider=provider, concurrency=concurrency)

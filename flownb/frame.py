@@ -1,0 +1,203 @@
+"""DataFrame in, DataFrame out: each row one batch element.
+
+Numbers become strings (``3`` -> ``"3"``; a float that holds a whole number in a column pandas
+made float only because of gaps, such as ``3.0``, becomes ``"3"``); NaN/None is refused with an
+error naming the rows unless ``fill`` says what to use. Outputs are appended as columns to a copy
+of the frame (index and input columns kept). Rows that fail at run time get a message in the
+error column and the rest still run. Ctrl-C stops the batch and returns what finished, with the
+unfinished rows marked, so nothing paid for is lost (and with the cache, re-running is free).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .errors import BatchError, FlownbError, InputError, Problem
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .flow import BaseFlow
+
+__all__ = ["INTERRUPTED", "run_dataframe", "rows_to_variables"]
+
+INTERRUPTED = "interrupted before this row finished; run again to complete it"
+
+
+def _to_text(value: Any, fill: str | None) -> str | None:
+    """Return the string a cell passes as a variable, or None when it is missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return fill
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        return str(int(f)) if f.is_integer() and abs(f) < 2**53 else repr(f)
+    try:
+        import pandas as pd
+
+        if pd.isna(value):
+            return fill
+    except (TypeError, ValueError):
+        pass
+    return str(value)
+
+
+def rows_to_variables(
+    df: pd.DataFrame,
+    variables: list[str],
+    columns: Mapping[str, str] | None = None,
+    fill: str | None = None,
+) -> list[dict[str, str]]:
+    """Return one variables mapping per row of ``df``.
+
+    ``columns`` maps a variable to the column that holds it, where the names differ.
+
+    Raises:
+        InputError: a variable has no column, a mapping names an unknown variable or column, or
+            cells are missing (NaN/None) and no ``fill`` is given; the message names the rows.
+    """
+    mapping = dict(columns or {})
+    problems: list[Problem] = []
+    for var, col in mapping.items():
+        if var not in variables:
+            problems.append(
+                Problem("unknown_variable", f"columns maps unknown variable {var!r}", variable=var)
+            )
+        elif col not in df.columns:
+            problems.append(
+                Problem(
+                    "missing_variable",
+                    f"columns maps variable {var!r} to column {col!r}, which the DataFrame lacks",
+                    variable=var,
+                )
+            )
+    for var in variables:
+        if var not in mapping and var not in df.columns:
+            problems.append(
+                Problem(
+                    "missing_variable",
+                    f"no column for variable {var!r}; the DataFrame has "
+                    f"{', '.join(map(repr, map(str, df.columns))) or 'no columns'} "
+                    f"(map one with columns={{{var!r}: 'column'}})",
+                    variable=var,
+                )
+            )
+    if problems:
+        raise InputError(problems)
+
+    source = {var: mapping.get(var, var) for var in variables}
+    converted = {
+        var: [_to_text(v, fill) for v in df[col].tolist()] for var, col in source.items()
+    }
+    for var, cells in converted.items():
+        missing = [df.index[i] for i, v in enumerate(cells) if v is None]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            problems.append(
+                Problem(
+                    "missing_variable",
+                    f"column {source[var]!r} (variable {var!r}) is empty (NaN/None) in "
+                    f"{len(missing)} row{'s' * (len(missing) > 1)}, index {shown}; "
+                    f"pass fill='' (or another value) to run them anyway",
+                    variable=var,
+                )
+            )
+    if problems:
+        raise InputError(problems)
+    return [dict(zip(converted, row, strict=True)) for row in zip(*converted.values(), strict=True)] if variables else [{} for _ in range(len(df))]
+
+
+def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:
+    """Map each output to its column name; an output named like an input column gets a suffix."""
+    names: dict[str, str] = {}
+    for out in dict.fromkeys(outputs):
+        col = out
+        while col in df.columns:
+            col = f"{col}_output"
+        if col != out:
+            warnings.warn(
+                f"output {out!r} is also an input column; writing it to {col!r}",
+                stacklevel=4,
+            )
+        names[out] = col
+    return names
+
+
+def run_dataframe(
+    flow: BaseFlow,
+    df: pd.DataFrame,
+    columns: Mapping[str, str] | None = None,
+    *,
+    fill: str | None = None,
+    progress: bool = True,
+    concurrency: int | None = None,
+    error_column: str = "error",
+) -> pd.DataFrame:
+    """Run ``flow`` once per row of ``df``.
+
+    Returns:
+        A copy of ``df`` with a column per output (``None`` where the row failed) and, when some
+        rows failed or were interrupted, ``error_column`` holding each such row's message.
+
+    Raises:
+        TypeError: ``df`` is not a DataFrame.
+        InputError: columns missing or cells empty without ``fill`` (see
+            :func:`rows_to_variables`).
+    """
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"run_dataframe takes a pandas DataFrame, got {type(df).__name__}")
+    batch = rows_to_variables(df, flow.variables, columns, fill)
+    out_cols = _output_columns(df, flow.outputs)
+    n = len(batch)
+    values: dict[str, list[str | None]] = {out: [None] * n for out in out_cols}
+    errors: list[str | None] = [None] * n
+    done = [False] * n
+
+    def record(i: int, result: Any, exc: BaseException | None) -> None:
+        done[i] = True
+        if exc is not None:
+            errors[i] = _describe(exc)
+            return
+        for out in out_cols:
+            values[out][i] = result.get(out)
+
+    interrupted = False
+    try:
+        flow._run_validated(batch, progress=progress, concurrency=concurrency, on_result=record)
+    except BatchError:
+        pass  # each failed row already has its message in the error column
+    except KeyboardInterrupt:
+        interrupted = True
+    result = df.copy()
+    for out, col in out_cols.items():
+        result[col] = pd.Series(values[out], index=df.index, dtype=object)
+    if interrupted:
+        for i in range(n):
+            if not done[i]:
+                errors[i] = INTERRUPTED
+        finished = sum(done)
+        warnings.warn(
+            f"interrupted: {finished} of {n} rows finished and are kept; the other rows are "
+            f"marked in column {error_column!r}. Run again to complete them.",
+            stacklevel=3,
+        )
+    if any(e is not None for e in errors):
+        result[error_column] = pd.Series(errors, index=df.index, dtype=object)
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FlownbError):
+        return f"{exc.code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"

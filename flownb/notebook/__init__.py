@@ -1,0 +1,1 @@
+"""Jupyter integration: ``%load_ext flownb`` magics, widget forms and display helpers."""

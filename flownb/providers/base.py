@@ -1,0 +1,81 @@
+"""The seam every model provider plugs into: one async call per node execution.
+
+A provider turns a :class:`Call` (node kind, rendered prompt, the node's modelParams) into a
+:class:`Generation`. Capability attributes tell the engine what it may do:
+
+- ``inline``: :meth:`Provider.generate_inline` is cheap and synchronous (no I/O), so the engine
+  may run a whole batch without an event loop. Only the offline provider sets it.
+- ``cacheable``: results are worth caching (they cost money or time). The offline provider's
+  are not: recomputing them is cheaper than a cache lookup.
+- ``supports_images``: the provider can serve imageNodes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+__all__ = ["Call", "Generation", "Kind", "Provider"]
+
+Kind = Literal["text", "image"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One node execution: what to generate (``kind``), from which ``prompt``, with which params."""
+
+    kind: Kind
+    prompt: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    node_id: str = ""
+
+
+@dataclass(slots=True)
+class Generation:
+    """What a provider produced for a :class:`Call`.
+
+    ``output`` is the text, or an image URL the provider returned. ``media`` is the file name of
+    an image the provider wrote to the media store instead; the engine turns it into a URL fit
+    for where the result goes (``file://`` locally, ``http://.../media/...`` from the server).
+    """
+
+    output: str
+    media: str | None = None
+    model: str | None = None
+    usage: dict[str, int] | None = None
+    cached: bool = False
+    latency: float = 0.0
+
+
+class Provider(ABC):
+    """Base class of model providers."""
+
+    name: ClassVar[str] = "provider"
+    inline: ClassVar[bool] = False
+    cacheable: ClassVar[bool] = True
+    supports_images: ClassVar[bool] = True
+
+    @abstractmethod
+    async def generate(self, call: Call) -> Generation:
+        """Return the generation for ``call``.
+
+        Raises:
+            ProviderError: the provider failed (or a subclass: timeout, rate limited).
+        """
+
+    def generate_inline(self, call: Call) -> Generation:
+        """Return the generation synchronously; only for providers with ``inline = True``."""
+        raise NotImplementedError(f"{self.name} cannot generate inline")
+
+    def identity(self) -> Mapping[str, Any]:
+        """Return what, besides the call, decides the output (endpoint, ...): part of cache keys."""
+        return {"provider": self.name}
+
+    def banner(self) -> str:
+        """Return one line saying which provider runs and what that means for the user."""
+        return f"provider: {self.name}"
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release network resources. Safe to call more than once."""

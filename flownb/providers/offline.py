@@ -1,0 +1,83 @@
+"""The offline provider: no key, no network, deterministic.
+
+Text output is the rendered prompt, verbatim. Image output is a PNG drawn with Pillow from the
+prompt (same prompt, same bytes), written to the media store under a name derived from the
+prompt, so a repeated prompt costs a file-existence check, not a drawing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import textwrap
+from typing import ClassVar
+
+from PIL import Image, ImageDraw, ImageFont
+
+from ..media import MediaStore
+from .base import Call, Generation, Provider
+
+__all__ = ["OfflineProvider", "draw_image"]
+
+SIZE = 256
+_VERSION = b"flownb-offline-image-v1\0"
+
+
+def draw_image(prompt: str) -> bytes:
+    """Return PNG bytes drawn deterministically from ``prompt``: a gradient in colours taken from
+    the prompt's digest, with the prompt's words written on it."""
+    digest = hashlib.sha256(prompt.encode("utf-8")).digest()
+    top = tuple(digest[0:3])
+    bottom = tuple(digest[3:6])
+    img = Image.new("RGB", (SIZE, SIZE))
+    draw = ImageDraw.Draw(img)
+    for y in range(SIZE):
+        t = y / (SIZE - 1)
+        colour = tuple(round(a + (b - a) * t) for a, b in zip(top, bottom, strict=True))
+        draw.line([(0, y), (SIZE, y)], fill=colour)
+    # A few discs placed by the digest, so different prompts look different at a glance.
+    for i in range(4):
+        x, y, r = digest[6 + 3 * i], digest[7 + 3 * i], 12 + digest[8 + 3 * i] % 40
+        fill = tuple(digest[18 + i : 21 + i])
+        draw.ellipse([x - r, y - r, x + r, y + r], fill=fill, outline=(255, 255, 255))
+    font = ImageFont.load_default()
+    lines = textwrap.wrap(prompt, width=38)[:12] or [""]
+    box_h = 14 * len(lines) + 10
+    draw.rectangle([6, SIZE - box_h - 6, SIZE - 6, SIZE - 6], fill=(0, 0, 0))
+    for i, line in enumerate(lines):
+        draw.text((12, SIZE - box_h + 14 * i - 1), line, fill=(255, 255, 255), font=font)
+    out = io.BytesIO()
+    img.save(out, format="PNG", optimize=False)
+    return out.getvalue()
+
+
+class OfflineProvider(Provider):
+    """Text = the rendered prompt; image = a deterministic PNG in the media store."""
+
+    name: ClassVar[str] = "offline"
+    inline: ClassVar[bool] = True
+    cacheable: ClassVar[bool] = False
+    supports_images: ClassVar[bool] = True
+
+    def __init__(self, media: MediaStore) -> None:
+        self.media = media
+
+    def generate_inline(self, call: Call) -> Generation:
+        """Return the generation at once: the prompt itself, or the image drawn from it."""
+        if call.kind == "text":
+            return Generation(call.prompt, model="offline")
+        name = hashlib.sha256(_VERSION + call.prompt.encode("utf-8")).hexdigest()[:40] + ".png"
+        if not self.media.exists(name):
+            self.media.save(name, draw_image(call.prompt))
+        return Generation("", media=name, model="offline")
+
+    async def generate(self, call: Call) -> Generation:
+        """Return the same as :meth:`generate_inline` (the async seam the engine also uses)."""
+        return self.generate_inline(call)
+
+    def banner(self) -> str:
+        """Return the line that says outputs are offline stand-ins, not model generations."""
+        return (
+            "provider: offline (no key, no network): text outputs are the rendered prompts, "
+            "images are placeholders drawn from the prompt. Use --provider openai for real models."
+        )

@@ -1,0 +1,89 @@
+"""The result of one run: a ``dict`` of output name -> output string, with run metadata and a
+rich notebook display.
+
+It is a real ``dict`` (JSON-serialisable, compares equal to a plain dict) so users can treat it
+as one; the metadata lives in attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["RunResult"]
+
+
+class RunResult(dict[str, str]):
+    """Output name -> output (text, or the URL of an image).
+
+    Attributes:
+        items: every output node's ``(name, output)`` in node order (the contract's run items;
+            differs from the dict only when two output nodes share a name).
+        kinds: output name -> ``"text"`` or ``"image"``.
+        provider: the provider that ran ("offline", "openai", or "remote").
+        cached: names of the outputs served from the cache without a provider call.
+        latency: seconds the run took.
+    """
+
+    # Instance attributes on a dict subclass: declared, so typos fail loudly.
+    __slots__ = ("cached", "generations", "items", "kinds", "latency", "provider")
+
+    def __init__(
+        self,
+        outputs: Mapping[str, str],
+        *,
+        items: Sequence[tuple[str, str]] | None = None,
+        kinds: Mapping[str, str] | None = None,
+        provider: str = "",
+        cached: frozenset[str] = frozenset(),
+        latency: float = 0.0,
+        generations: Sequence[Any] = (),
+    ) -> None:
+        super().__init__(outputs)
+        self.items = list(items) if items is not None else list(outputs.items())
+        self.kinds = kinds if kinds is not None else {}
+        self.provider = provider
+        self.cached = cached
+        self.latency = latency
+        self.generations = generations
+
+    def to_items(self) -> list[dict[str, str]]:
+        """Return the contract's run response for this run: one item per output node."""
+        return [{"name": n, "output": o, "type": "output"} for n, o in self.items]
+
+    def is_image(self, name: str) -> bool:
+        """Return whether output ``name`` is an image URL."""
+        return self.kinds.get(name) == "image"
+
+    def __repr__(self) -> str:
+        return f"RunResult({dict.__repr__(self)})"
+
+    def __str__(self) -> str:
+        from .display import result_text
+
+        return result_text(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from .display import result_bundle
+
+        return result_bundle(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle as a plain dict plus attributes; the default dict-subclass path drops slots.
+        return (
+            _rebuild,
+            (dict(self), self.items, dict(self.kinds), self.provider, self.cached, self.latency),
+        )
+
+
+def _rebuild(
+    outputs: dict[str, str],
+    items: list[tuple[str, str]],
+    kinds: dict[str, str],
+    provider: str,
+    cached: frozenset[str],
+    latency: float,
+) -> RunResult:
+    return RunResult(
+        outputs, items=items, kinds=kinds, provider=provider, cached=cached, latency=latency
+    )

@@ -1,0 +1,79 @@
+"""The one module that reads environment variables.
+
+Precedence everywhere is: explicit argument > environment > default. Other modules call
+:func:`get_settings` (cheap; reads the environment each time, so tests and notebooks that change
+``os.environ`` see the change) and never touch ``os.environ`` themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+
+__all__ = ["PROVIDERS", "Settings", "get_settings"]
+
+PROVIDERS = ("offline", "openai")
+
+DEFAULT_CONCURRENCY = 16
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A snapshot of flownb's environment. Secrets are kept out of the repr."""
+
+    home: Path
+    provider: str
+    concurrency: int
+    base_url: str | None
+    api_key: str | None = field(repr=False)
+    openai_api_key: str | None = field(repr=False)
+    openai_base_url: str | None
+    openai_timeout: float | None
+    requests_per_minute: float | None
+
+    @property
+    def media_dir(self) -> Path:
+        """Where generated images are written (``FLOWNB_HOME/media``)."""
+        return self.home / "media"
+
+
+def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float | int | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def get_settings() -> Settings:
+    """Return the current settings read from the environment.
+
+    Raises:
+        ConfigError: a variable is set to something unusable (unknown provider, non-number).
+    """
+    env = os.environ
+    home = Path(env.get("FLOWNB_HOME") or Path.home() / ".flownb").expanduser()
+    provider = (env.get("FLOWNB_PROVIDER") or "offline").strip().lower()
+    if provider not in PROVIDERS:
+        raise ConfigError(
+            f"FLOWNB_PROVIDER={provider!r} is not a provider; choose one of {', '.join(PROVIDERS)}"
+        )
+    concurrency = _number("FLOWNB_CONCURRENCY", env.get("FLOWNB_CONCURRENCY"), int)
+    return Settings(
+        home=home,
+        provider=provider,
+        concurrency=int(concurrency or DEFAULT_CONCURRENCY),
+        base_url=env.get("FLOWNB_BASE_URL") or None,
+        api_key=env.get("FLOWNB_API_KEY") or None,
+        openai_api_key=env.get("OPENAI_API_KEY") or None,
+        openai_base_url=env.get("OPENAI_BASE_URL") or None,
+        openai_timeout=_number("FLOWNB_TIMEOUT", env.get("FLOWNB_TIMEOUT"), float),
+        requests_per_minute=_number("FLOWNB_RPM", env.get("FLOWNB_RPM"), float),
+    )

@@ -1,0 +1,69 @@
+"""Single-pass ``{label}`` substitution (DESIGN.md section 1).
+
+Every ``{label}`` of a known label is replaced by the supplied value exactly as written. The scan
+happens once over the template, so text inside a value is never substituted again; ``{unknown}``,
+JSON braces and ``{ label }`` with spaces stay literal; values are copied verbatim (no regex
+replacement-string rules apply to them). Labels may hold spaces and punctuation; matching is
+case-sensitive.
+
+A template is compiled once per flow into literal pieces and slots, so rendering a row costs one
+``str.join``: this is the engine's hot path for large batches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+__all__ = ["Template", "render"]
+
+
+class Template:
+    """A prompt compiled against a set of known labels.
+
+    ``names`` lists the labels the text uses, in order of first use.
+    """
+
+    __slots__ = ("_parts", "_slots", "names", "text")
+
+    def __init__(self, text: str, labels: Iterable[str]) -> None:
+        self.text = text
+        known = sorted({label for label in labels}, key=len, reverse=True)
+        parts: list[str] = []
+        slots: list[tuple[int, str]] = []
+        if known:
+            # Longest label first so that, of two labels matching at one place, the longer wins.
+            pattern = re.compile(r"\{(" + "|".join(map(re.escape, known)) + r")\}")
+            pos = 0
+            for match in pattern.finditer(text):
+                parts.append(text[pos : match.start()])
+                slots.append((len(parts), match.group(1)))
+                parts.append("")
+                pos = match.end()
+            parts.append(text[pos:])
+        else:
+            parts.append(text)
+        self._parts = parts
+        self._slots = tuple(slots)
+        self.names = tuple(dict.fromkeys(name for _, name in slots))
+
+    def render(self, values: Mapping[str, str]) -> str:
+        """Return the text with every known ``{label}`` replaced by ``values[label]``.
+
+        Raises:
+            KeyError: ``values`` lacks a label the template uses.
+        """
+        if not self._slots:
+            return self.text
+        parts = self._parts.copy()
+        for i, name in self._slots:
+            parts[i] = values[name]
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        return f"Template({self.text!r}, names={self.names!r})"
+
+
+def render(text: str, values: Mapping[str, str]) -> str:
+    """Return ``text`` with every ``{label}`` of a key of ``values`` replaced, in one pass."""
+    return Template(text, values).render(values)

@@ -1,0 +1,91 @@
+"""Checking run variables against a flow's variables (DESIGN.md section 1).
+
+Every variable must be supplied, only known variables, and strings only; every problem is
+reported at once (each with its element index and variable name), and a batch is checked whole
+before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import InputError, Problem
+
+__all__ = ["VariableSpec"]
+
+
+class VariableSpec:
+    """The variables a flow takes, in order."""
+
+    __slots__ = ("known", "names")
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(dict.fromkeys(names))
+        self.known = frozenset(self.names)
+
+    def problems(self, values: Any, index: int | None = None) -> list[Problem]:
+        """Return every problem with one element's variables (empty when it can run)."""
+        # Fast path: the shape every well-formed row has.
+        if type(values) is dict and values.keys() == self.known:
+            if all(type(v) is str for v in values.values()):
+                return []
+        if not isinstance(values, Mapping):
+            where = "" if index is None else f"element {index}: "
+            return [
+                Problem(
+                    "invalid_request",
+                    f"{where}variables must be an object mapping names to strings, "
+                    f"got {type(values).__name__}",
+                    index=index,
+                )
+            ]
+        where = "" if index is None else f"element {index}: "
+        problems = [
+            Problem("missing_variable", f"{where}missing variable {name!r}", index, name)
+            for name in self.names
+            if name not in values
+        ]
+        for name, value in values.items():
+            if name not in self.known:
+                known = ", ".join(map(repr, self.names)) or "none"
+                problems.append(
+                    Problem(
+                        "unknown_variable",
+                        f"{where}unknown variable {name!r} (the flow's variables: {known})",
+                        index,
+                        str(name),
+                    )
+                )
+            elif not isinstance(value, str):
+                problems.append(
+                    Problem(
+                        "invalid_variable_type",
+                        f"{where}variable {name!r} must be a string, got {type(value).__name__}",
+                        index,
+                        name,
+                    )
+                )
+        return problems
+
+    def check_one(self, values: Any) -> None:
+        """Validate one run's variables.
+
+        Raises:
+            InputError: listing every problem.
+        """
+        problems = self.problems(values)
+        if problems:
+            raise InputError(problems)
+
+    def check_batch(self, batch: Sequence[Any]) -> None:
+        """Validate a whole batch before anything runs.
+
+        Raises:
+            InputError: listing every problem of every element, each with its index.
+        """
+        problems: list[Problem] = []
+        for i, values in enumerate(batch):
+            problems.extend(self.problems(values, i))
+        if problems:
+            raise InputError(problems)

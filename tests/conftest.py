@@ -1,0 +1,124 @@
+"""Shared fixtures: every test gets a temporary FLOWNB_HOME and an environment without flownb,
+OpenAI or proxy variables, so no test sees the developer's keys, cache or network settings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOWS = ROOT / "notebooks" / "flows"
+DATA = ROOT / "notebooks" / "data"
+
+_CLEARED_PREFIXES = ("FLOWNB_", "OPENAI_")
+_CLEARED = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture(autouse=True)
+def flownb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean environment with FLOWNB_HOME in a temporary folder; returns that folder."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(_CLEARED_PREFIXES) or name in _CLEARED:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    home = tmp_path / "flownb-home"
+    monkeypatch.setenv("FLOWNB_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def blog_flow_path() -> Path:
+    """Path of the sample blog-intro flow (two variables, a text and an image node)."""
+    return FLOWS / "blog-intro.json"
+
+
+@pytest.fixture
+def flow_dir(tmp_path: Path) -> Path:
+    """A folder holding copies of the sample flows, named ``<flow_id>.json``."""
+    d = tmp_path / "flows"
+    d.mkdir()
+    for f in FLOWS.glob("*.json"):
+        shutil.copy(f, d / f.name)
+    return d
+
+
+def make_flow(
+    prompts: dict[str, str],
+    variables: list[str] | tuple[str, ...] = (),
+    *,
+    images: tuple[str, ...] = (),
+    outputs: dict[str, list[str]] | None = None,
+    defaults: dict[str, str] | None = None,
+) -> dict:
+    """Build an exported-flow dict: one variableNode per variable, one actionNode (imageNode for
+    names in ``images``) per prompt, and outputs mapping output name -> feeding node names
+    (default: one output per node, named like it)."""
+    nodes: list[dict] = []
+    edges: list[dict] = []
+    for v in variables:
+        nodes.append(
+            {
+                "id": f"var-{v}",
+                "type": "variableNode",
+                "position": {"x": 0, "y": 0},
+                "data": {"variable": {"label": v, "value": (defaults or {}).get(v, "")}},
+            }
+        )
+    for name, prompt in prompts.items():
+        nodes.append(
+            {
+                "id": f"node-{name}",
+                "type": "imageNode" if name in images else "actionNode",
+                "position": {"x": 1, "y": 1},
+                "data": {
+                    "name": name,
+                    "prompt": prompt,
+                    "modelParams": {"model": "dall-e-3" if name in images else "gpt-4o-mini"},
+                    "variables": [],
+                    "output": "",
+                },
+            }
+        )
+        for v in variables:
+            edges.append(
+                {
+                    "id": f"e-{v}-{name}",
+                    "source": f"var-{v}",
+                    "sourceHandle": "output",
+                    "target": f"node-{name}",
+                    "targetHandle": "variables",
+                }
+            )
+    outputs = outputs if outputs is not None else {name: [name] for name in prompts}
+    for out, feeders in outputs.items():
+        nodes.append(
+            {
+                "id": f"out-{out}",
+                "type": "outputNode",
+                "position": {"x": 2, "y": 2},
+                "data": {"name": out, "output": {}},
+            }
+        )
+        for feeder in feeders:
+            src = f"var-{feeder}" if feeder in variables and feeder not in prompts else f"node-{feeder}"
+            edges.append(
+                {
+                    "id": f"e-{feeder}-{out}",
+                    "source": src,
+                    "sourceHandle": "output",
+                    "target": f"out-{out}",
+                    "targetHandle": "input",
+                }
+            )
+    return {"nodes": nodes, "edges": edges}
+
+
+def write_flow(path: Path, flow: dict) -> Path:
+    """Write an exported-flow dict as JSON to ``path`` and return the path."""
+    path.write_text(json.dumps(flow, indent=2), encoding="utf-8")
+    return path
