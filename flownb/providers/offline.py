@@ -40,7 +40,7 @@ def draw_image(prompt: str) -> bytes:
         x, y, r = digest[6 + 3 * i], digest[7 + 3 * i], 12 + digest[8 + 3 * i] % 40
         fill = tuple(digest[18 + i : 21 + i])
         draw.ellipse([x - r, y - r, x + r, y + r], fill=fill, outline=(255, 255, 255))
-    font = ImageFont.load_default()
+    font = ImageFont.load_default(size=12)
     lines = textwrap.wrap(prompt, width=38)[:12] or [""]
     box_h = 14 * len(lines) + 10
     draw.rectangle([6, SIZE - box_h - 6, SIZE - 6, SIZE - 6], fill=(0, 0, 0))
