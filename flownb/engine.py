@@ -77,17 +77,25 @@ class Plan:
                 needed.add(node_id)
                 stack.extend(incoming[node_id])
 
-        # Node order within a level keeps the export's order, so runs are reproducible.
+        # Depth = longest chain of needed generation nodes above a node (iterative: flows can
+        # be deep). The graph is acyclic: parse_flow refused cycles.
         order = [n.id for n in graph.nodes if n.id in needed]
+        ups = {n: [u for u in incoming[n] if u in needed] for n in order}
         depth: dict[str, int] = {}
-
-        def level_of(node_id: str) -> int:
-            if node_id not in depth:
-                ups = [u for u in incoming[node_id] if u in needed]
-                depth[node_id] = 1 + max(map(level_of, ups), default=-1)
-            return depth[node_id]
-
-        order.sort(key=level_of)  # stable: export order kept within a level
+        for root in order:
+            stack = [root]
+            while stack:
+                node_id = stack[-1]
+                if node_id in depth:
+                    stack.pop()
+                    continue
+                todo = [u for u in ups[node_id] if u not in depth]
+                if todo:
+                    stack.extend(todo)
+                else:
+                    depth[node_id] = 1 + max((depth[u] for u in ups[node_id]), default=-1)
+                    stack.pop()
+        order.sort(key=depth.__getitem__)  # stable: export order kept within a level
         index = {node_id: i for i, node_id in enumerate(order)}
         steps = []
         for i, node_id in enumerate(order):
