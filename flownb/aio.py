@@ -52,7 +52,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         running = None
     if running is loop:
         coro.close()
-        raise RuntimeError("flownb's sync API was called from its own event loop; use the async API")
+        raise RuntimeError(
+            "flownb's sync API was called from its own event loop; use the async API"
+        )
     finished = threading.Event()
 
     async def tracked() -> T:

@@ -84,7 +84,9 @@ def _read_json_batch(path: str) -> Any:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint="--json") from None
+        raise click.BadParameter(
+            f"cannot read {path}: {exc.strerror}", param_hint="--json"
+        ) from None
     except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"{path} is not JSON (line {exc.lineno} column {exc.colno}: {exc.msg})",
@@ -104,7 +106,7 @@ def _read_json_batch(path: str) -> Any:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flownb")
 def cli() -> None:
-    """Run LLM flows exported from the web tool: locally, over CSV/JSON batches, or served over HTTP."""
+    """Run LLM flows exported from the web tool: once, over CSV/JSON batches, or over HTTP."""
 
 
 @cli.command()
@@ -125,14 +127,48 @@ def info(flow: str) -> None:
 
 @cli.command()
 @click.argument("flow")
-@click.option("--var", "var_pairs", multiple=True, metavar="NAME=VALUE", help="A variable value (repeat for each).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Run once per row of this CSV file.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Run once per object of this JSON array.")
-@click.option("--map", "map_pairs", multiple=True, metavar="VAR=COLUMN", help="Take a variable from a differently named CSV column.")
+@click.option(
+    "--var",
+    "var_pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A variable value (repeat for each).",
+)
+@click.option(
+    "--csv", "csv_path", type=click.Path(dir_okay=False), help="Run once per row of this CSV file."
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    help="Run once per object of this JSON array.",
+)
+@click.option(
+    "--map",
+    "map_pairs",
+    multiple=True,
+    metavar="VAR=COLUMN",
+    help="Take a variable from a differently named CSV column.",
+)
 @click.option("--fill", default=None, help="Use this for empty CSV cells instead of refusing them.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write results to a .csv or .json file.")
-@click.option("--provider", type=click.Choice(["offline", "openai"]), default=None, help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Provider calls in flight at once.")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False),
+    help="Write results to a .csv or .json file.",
+)
+@click.option(
+    "--provider",
+    type=click.Choice(["offline", "openai"]),
+    default=None,
+    help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Provider calls in flight at once.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def run(
     flow: str,
@@ -175,16 +211,16 @@ def run(
         except FileNotFoundError:
             raise click.BadParameter(f"no such file: {csv_path}", param_hint="--csv") from None
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-            raise click.BadParameter(f"{csv_path} is not a readable CSV: {exc}", param_hint="--csv") from None
+            raise click.BadParameter(
+                f"{csv_path} is not a readable CSV: {exc}", param_hint="--csv"
+            ) from None
     else:
         batch = _read_json_batch(json_path)  # type: ignore[arg-type]
         f.spec.check_batch(batch)
         df = pd.DataFrame(batch, columns=f.variables)
     from .frame import INTERRUPTED
 
-    out = f.run_dataframe(
-        df, _parse_map(map_pairs) or None, fill=fill, progress=not no_progress
-    )
+    out = f.run_dataframe(df, _parse_map(map_pairs) or None, fill=fill, progress=not no_progress)
     if out_path:
         _write(out, out_path)
         click.echo(f"flownb: wrote {len(out)} rows to {out_path}", err=True)
@@ -202,7 +238,9 @@ def run(
 
 def _write(df: Any, path: str) -> None:
     if path.lower().endswith(".json"):
-        Path(path).write_text(df.to_json(orient="records", indent=2, force_ascii=False) + "\n", encoding="utf-8")
+        Path(path).write_text(
+            df.to_json(orient="records", indent=2, force_ascii=False) + "\n", encoding="utf-8"
+        )
     else:
         df.to_csv(path, index=False)
 

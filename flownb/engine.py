@@ -118,9 +118,7 @@ class Plan:
         levels: dict[int, list[Step]] = {}
         for step in steps:
             levels.setdefault(depth[step.node_id], []).append(step)
-        self.levels: tuple[tuple[Step, ...], ...] = tuple(
-            tuple(levels[d]) for d in sorted(levels)
-        )
+        self.levels: tuple[tuple[Step, ...], ...] = tuple(tuple(levels[d]) for d in sorted(levels))
         self.chained = any(step.upstream for step in steps)
 
         # Each output joins its sources in edge order: ("var", label) or ("step", index).
@@ -164,7 +162,9 @@ class Engine:
 
     # -- assembling a result ------------------------------------------------------------------
 
-    def _result(self, values: Mapping[str, str], gens: list[Generation], started: float) -> RunResult:
+    def _result(
+        self, values: Mapping[str, str], gens: list[Generation], started: float
+    ) -> RunResult:
         outputs: dict[str, str] = {}
         items: list[tuple[str, str]] = []
         media_url = self.media_url
@@ -184,8 +184,7 @@ class Engine:
             cached = frozenset(
                 name
                 for name, srcs in self.plan.output_sources
-                if srcs
-                and all(kind == "step" and gens[ref].cached for kind, ref in srcs)
+                if srcs and all(kind == "step" and gens[ref].cached for kind, ref in srcs)
             )
         return RunResult(
             outputs,
@@ -197,7 +196,9 @@ class Engine:
             generations=gens,
         )
 
-    def _context(self, values: Mapping[str, str], gens: list[Generation | None], step: Step) -> Mapping[str, str]:
+    def _context(
+        self, values: Mapping[str, str], gens: list[Generation | None], step: Step
+    ) -> Mapping[str, str]:
         if not step.upstream:
             return values
         ctx = {self.plan.steps[u].name: gens[u].output for u in step.upstream}  # type: ignore[union-attr]
@@ -234,7 +235,9 @@ class Engine:
 
     # -- async path -----------------------------------------------------------------------------
 
-    async def _call(self, step: Step, ctx: Mapping[str, str], limit: asyncio.Semaphore) -> Generation:
+    async def _call(
+        self, step: Step, ctx: Mapping[str, str], limit: asyncio.Semaphore
+    ) -> Generation:
         call = Call(step.kind, step.template.render(ctx), step.params, step.node_id)
         async with limit:
             return await self.provider.generate(call)

@@ -2,13 +2,13 @@
 
     FlownbError                      anything flownb raises on purpose
     ├── ConfigError                  a setting or argument that cannot work (bad provider name, ...)
-    ├── FlowFileError                a flow file that is not a valid graph (names the file and node/edge)
+    ├── FlowFileError                not a valid flow graph (names the file and the node or edge)
     ├── FlowNotFound                 no flow with that id (server store or remote service)
     ├── InputError                   run variables that do not fit the flow; ``.problems`` lists all
     ├── ProviderError                a model provider failed; keeps its message, status, request id
     │   ├── ProviderTimeout          ... did not answer in time
     │   └── RateLimited              ... kept refusing us for rate; ``.retry_after`` in seconds
-    ├── BatchError                   some batch elements failed at run time; ``.results`` keeps the rest
+    ├── BatchError                   batch elements failed at run time; ``.results`` keeps the rest
     └── ApiError                     the flow service answered with an error (client side)
         └── AuthError                401: missing, invalid or revoked API key
 

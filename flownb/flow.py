@@ -56,7 +56,9 @@ class BaseFlow(ABC):
         return dict.fromkeys(self.spec.names, "")
 
     @abstractmethod
-    def _execute(self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None) -> None:
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
         """Run an already-validated batch, reporting each element to ``on_result`` as it ends."""
 
     def describe(self) -> list[dict[str, str]]:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from .flow import BaseFlow
 
-__all__ = ["INTERRUPTED", "run_dataframe", "rows_to_variables"]
+__all__ = ["INTERRUPTED", "rows_to_variables", "run_dataframe"]
 
 INTERRUPTED = "interrupted before this row finished; run again to complete it"
 
@@ -95,9 +95,7 @@ def rows_to_variables(
         raise InputError(problems)
 
     source = {var: mapping.get(var, var) for var in variables}
-    converted = {
-        var: [_to_text(v, fill) for v in df[col].tolist()] for var, col in source.items()
-    }
+    converted = {var: [_to_text(v, fill) for v in df[col].tolist()] for var, col in source.items()}
     for var, cells in converted.items():
         missing = [df.index[i] for i, v in enumerate(cells) if v is None]
         if missing:
@@ -113,7 +111,11 @@ def rows_to_variables(
             )
     if problems:
         raise InputError(problems)
-    return [dict(zip(converted, row, strict=True)) for row in zip(*converted.values(), strict=True)] if variables else [{} for _ in range(len(df))]
+    return (
+        [dict(zip(converted, row, strict=True)) for row in zip(*converted.values(), strict=True)]
+        if variables
+        else [{} for _ in range(len(df))]
+    )
 
 
 def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:

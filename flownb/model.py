@@ -121,9 +121,7 @@ class OutputNode(_NodeBase):
     data: OutputData
 
 
-Node = Annotated[
-    VariableNode | ActionNode | ImageNode | OutputNode, Field(discriminator="type")
-]
+Node = Annotated[VariableNode | ActionNode | ImageNode | OutputNode, Field(discriminator="type")]
 
 
 class Edge(_Model):

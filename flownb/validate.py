@@ -27,9 +27,12 @@ class VariableSpec:
     def problems(self, values: Any, index: int | None = None) -> list[Problem]:
         """Return every problem with one element's variables (empty when it can run)."""
         # Fast path: the shape every well-formed row has.
-        if type(values) is dict and values.keys() == self.known:
-            if all(type(v) is str for v in values.values()):
-                return []
+        if (
+            type(values) is dict
+            and values.keys() == self.known
+            and all(type(v) is str for v in values.values())
+        ):
+            return []
         if not isinstance(values, Mapping):
             where = "" if index is None else f"element {index}: "
             return [

@@ -105,7 +105,11 @@ def make_flow(
             }
         )
         for feeder in feeders:
-            src = f"var-{feeder}" if feeder in variables and feeder not in prompts else f"node-{feeder}"
+            src = (
+                f"var-{feeder}"
+                if feeder in variables and feeder not in prompts
+                else f"node-{feeder}"
+            )
             edges.append(
                 {
                     "id": f"e-{feeder}-{out}",

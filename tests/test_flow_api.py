@@ -35,7 +35,9 @@ def test_describe_lists_variables_then_outputs_each_in_node_order() -> None:
     data = make_flow({"b": "{z}{y}", "a": "{y}"}, ["z", "y"])
     # Put the output nodes first and a duplicate variable label at the end.
     data["nodes"] = data["nodes"][-2:] + data["nodes"][:-2]
-    data["nodes"].append({"id": "dup", "type": "variableNode", "data": {"variable": {"label": "z"}}})
+    data["nodes"].append(
+        {"id": "dup", "type": "variableNode", "data": {"variable": {"label": "z"}}}
+    )
     flow = flownb.load_flow(data)
     assert flow.variables == ["z", "y"]
     assert flow.outputs == ["b", "a"]
@@ -112,7 +114,9 @@ def test_run_batch_refuses_a_single_mapping() -> None:
 
 def test_independent_nodes_of_one_run_execute_concurrently() -> None:
     provider = EchoProvider(delay=0.05)
-    flow = flownb.load_flow(make_flow({"a": "{x}", "b": "{x}", "c": "{x}"}, ["x"]), provider=provider)
+    flow = flownb.load_flow(
+        make_flow({"a": "{x}", "b": "{x}", "c": "{x}"}, ["x"]), provider=provider
+    )
     flow.run(x="1")
     assert provider.peak == 3
 
@@ -126,7 +130,9 @@ def test_concurrency_limit_is_shared_by_elements_and_nodes_and_never_exceeded() 
 
 
 def test_chained_nodes_run_in_order_with_upstream_output_substituted() -> None:
-    data = make_flow({"draft": "draft about {x}", "edit": "edit: {draft}"}, ["x"], outputs={"final": ["edit"]})
+    data = make_flow(
+        {"draft": "draft about {x}", "edit": "edit: {draft}"}, ["x"], outputs={"final": ["edit"]}
+    )
     data["edges"].append({"id": "chain", "source": "node-draft", "target": "node-edit"})
     flow = flownb.load_flow(data, provider=EchoProvider())
     assert flow.run(x="owls") == {"final": "text:edit: text:draft about owls"}

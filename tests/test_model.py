@@ -14,7 +14,9 @@ from tests.conftest import make_flow, write_flow
 
 
 def blog() -> dict:
-    return json.loads((Path(__file__).parent.parent / "notebooks/flows/blog-intro.json").read_text())
+    return json.loads(
+        (Path(__file__).parent.parent / "notebooks/flows/blog-intro.json").read_text()
+    )
 
 
 def test_export_with_editor_fields_loads(blog_flow_path: Path) -> None:
@@ -137,7 +139,9 @@ def test_deep_chain_does_not_hit_the_recursion_limit() -> None:
     edges = []
     prev = "v"
     for i in range(n):
-        nodes.append({"id": f"a{i}", "type": "actionNode", "data": {"name": f"s{i}", "prompt": "{x}"}})
+        nodes.append(
+            {"id": f"a{i}", "type": "actionNode", "data": {"name": f"s{i}", "prompt": "{x}"}}
+        )
         edges.append({"id": f"e{i}", "source": prev, "target": f"a{i}"})
         prev = f"a{i}"
     nodes.append({"id": "o", "type": "outputNode", "data": {"name": "out"}})
@@ -153,7 +157,9 @@ def test_deep_acyclic_chain_plans_and_runs() -> None:
     edges = []
     prev = "v"
     for i in range(n):
-        nodes.append({"id": f"a{i}", "type": "actionNode", "data": {"name": f"s{i}", "prompt": "{x}"}})
+        nodes.append(
+            {"id": f"a{i}", "type": "actionNode", "data": {"name": f"s{i}", "prompt": "{x}"}}
+        )
         edges.append({"id": f"e{i}", "source": prev, "target": f"a{i}"})
         prev = f"a{i}"
     nodes.append({"id": "o", "type": "outputNode", "data": {"name": "out"}})
