@@ -1,0 +1,5 @@
+"""``python -m flownb``: the same as the ``flownb`` command."""
+
+from .cli import main
+
+main()
