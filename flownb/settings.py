@@ -18,6 +18,7 @@ __all__ = ["PROVIDERS", "Settings", "get_settings"]
 PROVIDERS = ("offline", "openai")
 
 DEFAULT_CONCURRENCY = 16
+DEFAULT_RETRIES = 8  # retries of a 429/5xx/timeout/dropped call, after the first attempt
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class Settings:
     openai_base_url: str | None
     openai_timeout: float | None
     requests_per_minute: float | None
+    # Issue 5: transport, retries, call cache and run log.
+    openai_transport: str = "aiohttp"
+    retries: int = 8
+    cache: bool = True
+    server_cache: bool = False
+    runlog: bool = True
 
     @property
     def media_dir(self) -> Path:
@@ -76,4 +83,32 @@ def get_settings() -> Settings:
         openai_base_url=env.get("OPENAI_BASE_URL") or None,
         openai_timeout=_number("FLOWNB_TIMEOUT", env.get("FLOWNB_TIMEOUT"), float),
         requests_per_minute=_number("FLOWNB_RPM", env.get("FLOWNB_RPM"), float),
+        openai_transport=(env.get("FLOWNB_OPENAI_TRANSPORT") or "aiohttp").strip().lower(),
+        retries=_retries(env.get("FLOWNB_RETRIES")),
+        cache=_flag("FLOWNB_CACHE", env.get("FLOWNB_CACHE"), True),
+        server_cache=_flag("FLOWNB_SERVER_CACHE", env.get("FLOWNB_SERVER_CACHE"), False),
+        runlog=_flag("FLOWNB_RUNLOG", env.get("FLOWNB_RUNLOG"), True),
     )
+
+
+def _flag(name: str, raw: str | None, default: bool) -> bool:
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1/0 (true/false, on/off), got {raw!r}")
+
+
+def _retries(raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return DEFAULT_RETRIES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"FLOWNB_RETRIES must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"FLOWNB_RETRIES must be 0 or more, got {raw!r}")
+    return value

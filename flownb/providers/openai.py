@@ -1,0 +1,436 @@
+"""The OpenAI provider: OpenAI itself or any OpenAI-compatible server (Ollama, vLLM, LM Studio,
+llama.cpp) through ``OPENAI_BASE_URL``.
+
+What a node's modelParams become (decided once per node, at flow load, in :meth:`prepare`):
+
+- text nodes go to ``/chat/completions`` (prompt = one user message), or to ``/completions``
+  for completion models (``*-instruct``, ``davinci-002``, ``babbage-002``) or when the node sets
+  ``endpoint: "completions"``;
+- ``max_tokens`` is sent as ``max_completion_tokens`` to reasoning models (o1/o3/o4/gpt-5
+  families), which also refuse sampling knobs: temperature, top_p and the penalties are left
+  out for them, with a warning;
+- ``n`` > 1 is sent and the **first** choice (index 0) becomes the output;
+- ``best_of`` exists only on ``/completions``: 1 is a no-op and dropped; more on a chat model is
+  refused at load time (:class:`ConfigError`), never sent to fail;
+- a handful of known extra parameters pass through (``seed``, ``stop``, ...); anything else is
+  dropped with a warning naming it;
+- image nodes go to ``/images/generations``; a URL answer is passed through, a ``b64_json``
+  answer is written to the media store and returned as ``Generation(media=name)``.
+
+Transport: requests go out over a lean aiohttp path by default (about a tenth of the SDK's CPU
+per call, which is what bounds throughput against fast local servers at high concurrency), or
+through the official ``openai`` SDK's ``AsyncOpenAI`` (``transport="sdk"`` /
+``FLOWNB_OPENAI_TRANSPORT=sdk``). Either way one call is one attempt: retries, backoff and the
+concurrency limit belong to the engine, so they work the same for every provider.
+
+Errors of both transports are translated into flownb errors at one boundary
+(:func:`_translate_status`, :meth:`OpenAIProvider._send`), keeping the provider's message, HTTP
+status and request id, with any API key masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import json
+import re
+import warnings
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
+from ..media import MediaStore
+from ..settings import get_settings
+from .base import Call, Generation, Kind, Provider
+
+__all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared"]
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TEXT_MODEL = "gpt-4o-mini"
+DEFAULT_IMAGE_MODEL = "dall-e-3"
+TRANSPORTS = ("aiohttp", "sdk")
+
+_REASONING = re.compile(r"^(o1|o3|o4|gpt-5)(\b|[-.])")
+_COMPLETION_MODELS = re.compile(r"(-instruct\b|^davinci-002$|^babbage-002$|^text-)")
+_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+# Extra parameters passed through as written; anything else is dropped with a warning.
+_CHAT_EXTRAS = frozenset(
+    {"seed", "stop", "user", "logit_bias", "response_format", "reasoning_effort",
+     "service_tier", "logprobs", "top_logprobs", "verbosity"}
+)
+_COMPLETION_EXTRAS = frozenset({"seed", "stop", "user", "logit_bias", "logprobs", "suffix", "echo"})
+_IMAGE_EXTRAS = frozenset(
+    {"size", "quality", "style", "response_format", "background", "output_format",
+     "output_compression", "moderation", "user"}
+)
+_KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_*\-]{3,}")
+_IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp"}
+
+
+class Prepared:
+    """A node's request, fixed at load time: the endpoint path and every body field but the
+    prompt."""
+
+    __slots__ = ("body", "endpoint", "image_ext", "notes")
+
+    def __init__(self, endpoint: str, body: dict[str, Any], notes: list[str], image_ext: str = "png"):
+        self.endpoint = endpoint
+        self.body = body
+        self.notes = notes
+        self.image_ext = image_ext
+
+
+def _prepare_text(params: Mapping[str, Any], node: str) -> Prepared:
+    p = dict(params)
+    notes: list[str] = []
+    model = p.pop("model", None) or DEFAULT_TEXT_MODEL
+    endpoint_choice = p.pop("endpoint", None)
+    if endpoint_choice not in (None, "chat", "completions"):
+        raise ConfigError(f"node {node!r}: endpoint must be 'chat' or 'completions', got {endpoint_choice!r}")
+    completions = endpoint_choice == "completions" or (
+        endpoint_choice is None and bool(_COMPLETION_MODELS.search(model))
+    )
+    reasoning = bool(_REASONING.match(model)) and not completions
+    body: dict[str, Any] = {"model": model}
+
+    best_of = p.pop("best_of", None)
+    if best_of is not None and best_of != 1:
+        if not completions:
+            raise ConfigError(
+                f"node {node!r}: best_of={best_of} only works on the completions endpoint, and "
+                f"{model!r} is a chat model; remove best_of, or set endpoint: 'completions' with a "
+                "completion model (e.g. gpt-3.5-turbo-instruct)"
+            )
+        body["best_of"] = best_of
+    n = p.pop("n", None)
+    if n is not None and n != 1:
+        if best_of is not None and best_of != 1 and best_of < n:
+            raise ConfigError(f"node {node!r}: best_of ({best_of}) must be at least n ({n})")
+        body["n"] = n  # the first choice becomes the output
+    max_tokens = p.pop("max_tokens", None)
+    if max_tokens is not None:
+        body["max_completion_tokens" if reasoning else "max_tokens"] = max_tokens
+    for name in _SAMPLING:
+        value = p.pop(name, None)
+        if value is None:
+            continue
+        if reasoning:
+            notes.append(f"{name} dropped: reasoning model {model!r} only takes its default")
+        else:
+            body[name] = value
+    allowed = _COMPLETION_EXTRAS if completions else _CHAT_EXTRAS
+    for name, value in p.items():
+        if name in allowed:
+            body[name] = value
+        else:
+            where = "completions" if completions else "chat completions"
+            notes.append(f"{name} dropped: not a {where} parameter flownb passes through")
+    return Prepared("/completions" if completions else "/chat/completions", body, notes)
+
+
+def _prepare_image(params: Mapping[str, Any], node: str) -> Prepared:
+    p = dict(params)
+    notes: list[str] = []
+    model = p.pop("model", None) or DEFAULT_IMAGE_MODEL
+    body: dict[str, Any] = {"model": model}
+    n = p.pop("n", None)
+    if n is not None and n != 1:
+        if model == "dall-e-3":
+            raise ConfigError(f"node {node!r}: dall-e-3 makes one image per request; n must be 1")
+        body["n"] = n  # the first image becomes the output
+    for name, value in p.items():
+        if name in _IMAGE_EXTRAS:
+            body[name] = value
+        else:
+            notes.append(f"{name} dropped: not an images parameter")
+    fmt = str(body.get("output_format", "png")).lower()
+    return Prepared("/images/generations", body, notes, _IMAGE_EXT.get(fmt, "png"))
+
+
+def _redact(text: str, key: str | None) -> str:
+    if key:
+        text = text.replace(key, "***")
+    return _KEY_LIKE.sub("sk-***", text)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # an HTTP date; rare from model servers, treated as absent
+    return max(0.0, seconds)
+
+
+def _translate_status(
+    status: int, body: Any, headers: Mapping[str, str], key: str | None
+) -> ProviderError:
+    """Return the flownb error for an HTTP error answer (the one place statuses are mapped)."""
+    message = ""
+    code = None
+    if isinstance(body, Mapping):
+        err = body.get("error", body)
+        if isinstance(err, Mapping):
+            message = str(err.get("message") or "")
+            code = err.get("code") or err.get("type")
+        elif isinstance(err, str):
+            message = err
+    elif isinstance(body, str):
+        message = body[:500]
+    message = _redact(message or "no message", key)
+    request_id = headers.get("x-request-id")
+    text = f"OpenAI API error {status}: {message}"
+    if request_id:
+        text += f" (request id {request_id})"
+    retry_after = _retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+    if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
+        return RateLimited(text, retry_after=retry_after, status=status, request_id=request_id,
+                           provider="openai")
+    if status in (408, 504):
+        return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
+    exc = ProviderError(text, status=status, request_id=request_id, provider="openai")
+    exc.retry_after = retry_after  # type: ignore[attr-defined]  # honoured on 5xx too
+    return exc
+
+
+class _AiohttpTransport:
+    """POSTs JSON with one aiohttp session per event loop (sessions are bound to their loop)."""
+
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.key = api_key
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self._sessions: dict[asyncio.AbstractEventLoop, Any] = {}
+
+    def _session(self) -> Any:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+            session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+                trust_env=True,
+            )
+            self._sessions[loop] = session
+        return session
+
+    async def post(self, endpoint: str, body: Mapping[str, Any]) -> tuple[Any, str | None]:
+        import aiohttp
+
+        try:
+            async with self._session().post(self.base_url + endpoint, data=json.dumps(body)) as resp:
+                raw = await resp.read()
+                status = resp.status
+                headers = resp.headers
+        except aiohttp.ServerTimeoutError as exc:
+            raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
+        except aiohttp.ClientError as exc:
+            raise ProviderError(
+                f"could not reach the OpenAI API at {self.base_url}: {type(exc).__name__}: "
+                f"{_redact(str(exc), self.key)}",
+                provider="openai",
+            ) from exc
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = raw.decode("utf-8", "replace")
+        if status >= 400:
+            raise _translate_status(status, data, headers, self.key)
+        if not isinstance(data, dict):
+            raise ProviderError(
+                f"OpenAI API answered {status} with a body that is not a JSON object",
+                status=status, request_id=headers.get("x-request-id"), provider="openai",
+            )
+        return data, headers.get("x-request-id")
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        session = self._sessions.pop(loop, None)
+        if session is not None:
+            await session.close()
+
+
+class _SdkTransport:
+    """The same calls through the official SDK's ``AsyncOpenAI`` (its own retries off)."""
+
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        self.base_url = base_url
+        self.key = api_key
+        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+
+    def _client(self) -> Any:
+        from openai import AsyncOpenAI
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            # A placeholder key for local servers that need none (the SDK insists on one).
+            client = AsyncOpenAI(api_key=self.key or "unused", base_url=self.base_url,
+                                 max_retries=0, timeout=None)
+            self._clients[loop] = client
+        return client
+
+    async def post(self, endpoint: str, body: Mapping[str, Any]) -> tuple[Any, str | None]:
+        import openai
+
+        client = self._client()
+        rest = dict(body)
+        model = rest.pop("model")
+        try:
+            if endpoint == "/chat/completions":
+                messages = rest.pop("messages")
+                resp = await client.chat.completions.create(model=model, messages=messages, extra_body=rest)
+            elif endpoint == "/completions":
+                prompt = rest.pop("prompt")
+                resp = await client.completions.create(model=model, prompt=prompt, extra_body=rest)
+            else:
+                prompt = rest.pop("prompt")
+                resp = await client.images.generate(model=model, prompt=prompt, extra_body=rest)
+        except openai.APIStatusError as exc:
+            raise _translate_status(exc.status_code, exc.body if exc.body is not None else exc.message,
+                                    exc.response.headers, self.key) from exc
+        except openai.APITimeoutError as exc:
+            raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
+        except openai.APIConnectionError as exc:
+            raise ProviderError(
+                f"could not reach the OpenAI API at {self.base_url}: {_redact(str(exc), self.key)}",
+                provider="openai",
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai") from exc
+        return resp.to_dict(), getattr(resp, "_request_id", None)
+
+    async def aclose(self) -> None:
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
+
+
+class OpenAIProvider(Provider):
+    """Text and images from OpenAI or an OpenAI-compatible server.
+
+    Arguments default to the environment: ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
+    ``FLOWNB_OPENAI_TRANSPORT`` (``aiohttp`` or ``sdk``).
+
+    Raises:
+        ConfigError: no API key for api.openai.com, or an unknown transport.
+    """
+
+    name: ClassVar[str] = "openai"
+    inline: ClassVar[bool] = False
+    cacheable: ClassVar[bool] = True
+    supports_images: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        media: MediaStore | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        transport: str | None = None,
+    ) -> None:
+        settings = get_settings()
+        self.media = media or MediaStore(settings.media_dir)
+        self.base_url = (base_url or settings.openai_base_url or OPENAI_BASE_URL).rstrip("/")
+        key = api_key or settings.openai_api_key
+        if not key and self.base_url == OPENAI_BASE_URL:
+            raise ConfigError(
+                "the openai provider needs OPENAI_API_KEY (or OPENAI_BASE_URL pointing at an "
+                "OpenAI-compatible server that needs no key)"
+            )
+        chosen = (transport or settings.openai_transport).strip().lower()
+        if chosen not in TRANSPORTS:
+            raise ConfigError(f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}")
+        self.transport_name = chosen
+        self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(self.base_url, key)
+        self._prepared: dict[int, tuple[Mapping[str, Any], Kind, Prepared]] = {}
+
+    def __repr__(self) -> str:  # never the key
+        return f"<OpenAIProvider base_url={self.base_url!r} transport={self.transport_name!r}>"
+
+    def identity(self) -> Mapping[str, Any]:
+        """Return the provider and endpoint: the key is not part of what decides an output."""
+        return {"provider": self.name, "base_url": self.base_url}
+
+    def banner(self) -> str:
+        """Return the line naming the endpoint calls go to."""
+        return f"provider: openai at {self.base_url} (transport {self.transport_name})"
+
+    def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> Prepared:
+        """Return the request a node's params map to, warning once about each dropped param.
+
+        Raises:
+            ConfigError: params the API would refuse (best_of on a chat model, n>1 on dall-e-3).
+        """
+        entry = self._prepared.get(id(params))
+        if entry is not None and entry[0] is params and entry[1] == kind:
+            return entry[2]
+        prepared = (_prepare_text if kind == "text" else _prepare_image)(params, node)
+        for note in prepared.notes:
+            warnings.warn(f"flownb openai: node {node!r}: {note}", UserWarning, stacklevel=3)
+        # Keyed by identity: a node's params object lives as long as its plan.
+        self._prepared[id(params)] = (params, kind, prepared)
+        return prepared
+
+    check_params = prepare  # the engine's load-time check
+
+    async def generate(self, call: Call) -> Generation:
+        """Return one generation: a single attempt (retries are the engine's).
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: translated from the transport.
+        """
+        prepared = self.prepare(call.kind, call.params, call.node_id)
+        body = dict(prepared.body)
+        if prepared.endpoint == "/chat/completions":
+            body["messages"] = [{"role": "user", "content": call.prompt}]
+        else:
+            body["prompt"] = call.prompt
+        data, request_id = await self._transport.post(prepared.endpoint, body)
+        try:
+            if call.kind == "image":
+                return self._image(data, prepared)
+            choice = data["choices"][0]
+            if prepared.endpoint == "/chat/completions":
+                text = choice["message"].get("content") or ""
+            else:
+                text = choice.get("text") or ""
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ProviderError(
+                f"OpenAI API answered without the expected {exc} field",
+                status=200, request_id=request_id, provider="openai",
+            ) from exc
+        usage = data.get("usage")
+        if isinstance(usage, Mapping):
+            usage = {k: v for k, v in usage.items() if isinstance(v, int)}
+        return Generation(text, model=data.get("model") or body["model"], usage=usage or None)
+
+    def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
+        item = data["data"][0]
+        model = prepared.body["model"]
+        if item.get("b64_json"):
+            try:
+                raw = base64.b64decode(item["b64_json"], validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ProviderError("OpenAI API answered an image that is not base64",
+                                    provider="openai") from exc
+            name = hashlib.sha256(raw).hexdigest()[:40] + "." + prepared.image_ext
+            if not self.media.exists(name):
+                self.media.save(name, raw)
+            return Generation("", media=name, model=model)
+        if item.get("url"):
+            return Generation(item["url"], model=model)
+        raise KeyError("url or b64_json")
+
+    async def aclose(self) -> None:
+        """Close this loop's HTTP session."""
+        await self._transport.aclose()

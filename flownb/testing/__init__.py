@@ -1,0 +1,1 @@
+"""Test helpers users can import too: a loopback OpenAI-compatible server."""

@@ -1,0 +1,375 @@
+"""A loopback OpenAI-compatible server for tests, benches and notebooks (no key, no internet).
+
+It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/generations``
+deterministically from the request (text ``"echo: <prompt>"``, images as a URL or a small PNG in
+``b64_json``), after a configurable latency, and can misbehave on purpose: 429 with a
+``Retry-After``, 500, hangs and dropped connections, each for a share of requests (seeded, so a
+run is reproducible) or for every prompt containing a given marker. It records every request body
+and the peak number of requests in flight.
+
+In a test::
+
+    with FakeOpenAI(latency=0.01, faults={"429": 0.1}) as fake:
+        ...  # point OPENAI_BASE_URL at fake.url
+        assert fake.peak_in_flight <= 8
+
+From a shell (another process, so the server does not share the client's GIL)::
+
+    python -m flownb.testing.fake_openai --port 8123 --latency 0.05
+
+Control routes (for a server in another process): ``GET /_fake/stats`` returns the counters,
+``POST /_fake/reset`` clears them, ``POST /_fake/config`` changes latency/faults/markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import io
+import json
+import random
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["FakeConfig", "FakeOpenAI", "echo", "image_bytes", "main"]
+
+FAULTS = ("429", "500", "hang", "drop")
+
+
+def echo(prompt: str, choice: int = 0) -> str:
+    """Return the text the fake answers for ``prompt`` (choice 0 is the plain echo)."""
+    return f"echo: {prompt}" if choice == 0 else f"echo[{choice}]: {prompt}"
+
+
+def image_bytes(prompt: str) -> bytes:
+    """Return the small PNG the fake answers for ``prompt`` (same prompt, same bytes)."""
+    from PIL import Image
+
+    digest = hashlib.sha256(prompt.encode("utf-8")).digest()
+    img = Image.new("RGB", (8, 8), tuple(digest[:3]))
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+def image_url(prompt: str) -> str:
+    """Return the URL the fake answers for ``prompt`` when asked for ``response_format=url``."""
+    return f"https://images.invalid/{hashlib.sha256(prompt.encode()).hexdigest()[:32]}.png"
+
+
+@dataclass
+class FakeConfig:
+    """How the fake behaves. ``faults`` maps a fault (``"429"``, ``"500"``, ``"hang"``,
+    ``"drop"``) to the share of requests that get it; ``fail_markers`` maps a fault to a substring:
+    every request whose prompt contains it gets that fault."""
+
+    latency: float = 0.0
+    faults: dict[str, float] = field(default_factory=dict)
+    fail_markers: dict[str, str] = field(default_factory=dict)
+    retry_after: str | None = "0"
+    seed: int = 0
+    image_format: str = "url"  # what images answer when the request does not say
+
+    def update(self, data: Mapping[str, Any]) -> None:
+        """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
+        for key, value in data.items():
+            if key not in self.__dataclass_fields__:
+                raise ValueError(f"unknown fake setting {key!r}")
+            setattr(self, key, value)
+        unknown = (set(self.faults) | set(self.fail_markers)) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
+
+
+class _State:
+    def __init__(self, config: FakeConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.requests: list[dict[str, Any]] = []  # every body received, in arrival order
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.answered = 0  # 200s sent
+        self.faults_sent: dict[str, int] = dict.fromkeys(FAULTS, 0)
+
+    def reset(self) -> None:
+        self.rng = random.Random(self.config.seed)
+        self.requests.clear()
+        self.paths.clear()
+        self.headers.clear()
+        self.peak_in_flight = self.in_flight
+        self.answered = 0
+        self.faults_sent = dict.fromkeys(FAULTS, 0)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "requests": len(self.requests),
+            "answered": self.answered,
+            "peak_in_flight": self.peak_in_flight,
+            "in_flight": self.in_flight,
+            "faults": dict(self.faults_sent),
+        }
+
+    def pick_fault(self, prompt: str) -> str | None:
+        for fault, marker in self.config.fail_markers.items():
+            if marker and marker in prompt:
+                return fault
+        roll = self.rng.random()
+        for fault in FAULTS:
+            share = self.config.faults.get(fault, 0.0)
+            if roll < share:
+                return fault
+            roll -= share
+        return None
+
+
+def _prompt_of(path: str, body: Mapping[str, Any]) -> str:
+    if path.endswith("/chat/completions"):
+        messages = body.get("messages") or [{}]
+        content = messages[-1].get("content", "")
+        return content if isinstance(content, str) else json.dumps(content)
+    prompt = body.get("prompt", "")
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+def _error(status: int, message: str, kind: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+    return web.json_response(body, status=status, headers=dict(headers or {}))
+
+
+def _usage(prompt: str, text: str) -> dict[str, int]:
+    p, c = len(prompt.split()), len(text.split())
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _answer(path: str, body: Mapping[str, Any], prompt: str, config: FakeConfig) -> dict[str, Any]:
+    n = int(body.get("n") or 1)
+    model = body.get("model", "")
+    created = int(time.time())
+    if path.endswith("/chat/completions"):
+        text = echo(prompt)
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": echo(prompt, i)},
+                    "finish_reason": "stop",
+                }
+                for i in range(n)
+            ],
+            "usage": _usage(prompt, text),
+        }
+    if path.endswith("/completions"):
+        text = echo(prompt)
+        return {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"index": i, "text": echo(prompt, i), "finish_reason": "stop", "logprobs": None}
+                for i in range(n)
+            ],
+            "usage": _usage(prompt, text),
+        }
+    fmt = body.get("response_format") or config.image_format
+    items: list[dict[str, str]] = []
+    for i in range(n):
+        p = prompt if i == 0 else f"{prompt} #{i}"
+        if fmt == "b64_json":
+            items.append({"b64_json": base64.b64encode(image_bytes(p)).decode("ascii")})
+        else:
+            items.append({"url": image_url(p)})
+    return {"created": created, "data": items}
+
+
+def make_app(state: _State) -> web.Application:
+    """Return the aiohttp application serving the fake API over ``state``."""
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        state.in_flight += 1
+        state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+        try:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return _error(400, "We could not parse the JSON body of your request.", "invalid_request_error")
+            state.requests.append(body)
+            state.paths.append(request.path)
+            state.headers.append(dict(request.headers))
+            if not isinstance(body, dict) or "model" not in body:
+                return _error(400, "you must provide a model parameter", "invalid_request_error")
+            prompt = _prompt_of(request.path, body)
+            config = state.config
+            fault = state.pick_fault(prompt)
+            if config.latency:
+                await asyncio.sleep(config.latency)
+            if fault is not None:
+                state.faults_sent[fault] += 1
+            if fault == "429":
+                headers = {"x-request-id": "req_fake_429"}
+                if config.retry_after is not None:
+                    headers["Retry-After"] = config.retry_after
+                return _error(429, "Rate limit reached for requests", "rate_limit_exceeded", headers)
+            if fault == "500":
+                return _error(500, "The server had an error while processing your request.", "server_error",
+                              {"x-request-id": "req_fake_500"})
+            if fault == "hang":
+                await asyncio.sleep(3600)
+            if fault == "drop":
+                assert request.transport is not None
+                request.transport.abort()
+                raise asyncio.CancelledError
+            state.answered += 1
+            return web.json_response(
+                _answer(request.path, body, prompt, config), headers={"x-request-id": "req_fake_ok"}
+            )
+        finally:
+            state.in_flight -= 1
+
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response(state.stats())
+
+    async def reset(_: web.Request) -> web.Response:
+        state.reset()
+        return web.json_response(state.stats())
+
+    async def configure(request: web.Request) -> web.Response:
+        try:
+            state.config.update(await request.json())
+        except (ValueError, TypeError) as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        return web.json_response({"ok": True})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/images/generations"):
+        app.router.add_post(path, generate)
+    app.router.add_get("/_fake/stats", stats)
+    app.router.add_post("/_fake/reset", reset)
+    app.router.add_post("/_fake/config", configure)
+    return app
+
+
+class FakeOpenAI:
+    """The fake server on 127.0.0.1 in a daemon thread with its own event loop.
+
+    Use as a context manager, or call :meth:`start` / :meth:`stop`. ``url`` is the base URL to
+    give an OpenAI client (``http://127.0.0.1:<port>/v1``).
+    """
+
+    def __init__(self, port: int = 0, **config: Any) -> None:
+        self.config = FakeConfig()
+        self.config.update(config)
+        self.state = _State(self.config)
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL, ending in ``/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request body received, in arrival order."""
+        return self.state.requests
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most requests that were being served at once."""
+        return self.state.peak_in_flight
+
+    def stats(self) -> dict[str, Any]:
+        """Return the counters: requests, answered, peak_in_flight, in_flight, faults."""
+        return self.state.stats()
+
+    def reset(self) -> None:
+        """Forget the recorded requests and counters."""
+        self.state.reset()
+
+    def configure(self, **config: Any) -> None:
+        """Change the latency, faults, markers, ... while running."""
+        self.config.update(config)
+
+    def start(self) -> FakeOpenAI:
+        """Start serving; returns self once the port is bound."""
+        ready = threading.Event()
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        async def serve() -> None:
+            runner = web.AppRunner(make_app(self.state), access_log=None, shutdown_timeout=0.1)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", self.port)
+            await site.start()
+            sockets = site._server.sockets  # type: ignore[union-attr]
+            self.port = sockets[0].getsockname()[1]
+            self._runner = runner
+            ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(serve())
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="fake-openai", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the fake OpenAI server did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (hanging requests are dropped)."""
+        loop, runner = self._loop, self._runner
+        if loop is None or runner is None:
+            return
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._loop = self._runner = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the fake from the command line until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m flownb.testing.fake_openai", description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--faults", default="", help='e.g. "429=0.1,500=0.05"')
+    parser.add_argument("--retry-after", default="0", help="Retry-After header of 429s ('' for none)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    faults = {}
+    for part in filter(None, args.faults.split(",")):
+        name, _, share = part.partition("=")
+        faults[name.strip()] = float(share)
+    config = FakeConfig()
+    config.update(
+        {"latency": args.latency, "faults": faults, "retry_after": args.retry_after or None, "seed": args.seed}
+    )
+    web.run_app(make_app(_State(config)), host="127.0.0.1", port=args.port, access_log=None,
+                print=lambda *_: print(f"fake OpenAI on http://127.0.0.1:{args.port}/v1", flush=True))
+
+
+if __name__ == "__main__":
+    main()
