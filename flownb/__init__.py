@@ -6,13 +6,14 @@ form or a ``%flow`` magic, locally (offline by default) or against a flow servic
 
 from __future__ import annotations
 
+from .display import display_frame
 from .errors import (
     ApiError,
     AuthError,
     BatchError,
     ConfigError,
-    FlownbError,
     FlowFileError,
+    FlownbError,
     FlowNotFound,
     InputError,
     ProviderError,
@@ -40,5 +41,20 @@ __all__ = [
     "RateLimited",
     "RunResult",
     "__version__",
+    "display_frame",
     "load_flow",
 ]
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext flownb``: register the ``%flow`` magics (see :mod:`flownb.notebook`)."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext flownb``: remove what loading registered."""
+    from .notebook import unload_ipython_extension as unload
+
+    unload(ipython)

@@ -1,52 +1,208 @@
-"""How results look: plain text for terminals, Markdown with inline images for notebooks."""
+"""How results look: plain text for terminals; Markdown and embedded images for notebooks.
+
+A run result is shown as one display per output: a Markdown heading with the output's name, then
+the text (rendered as Markdown) or the image. Images are embedded as PNG/JPEG bytes wherever the
+kernel can read them (``file://`` and ``data:`` URLs, and ``http`` URLs on the loopback
+interface, which the browser may not reach, e.g. on Binder); other ``http`` images are left for
+the browser to load. Embedded bytes survive the notebook sanitizer, unlike ``data:`` URLs in HTML.
+
+A results DataFrame gets an HTML view with its image columns shown as thumbnails
+(:func:`display_frame`); ``%load_ext flownb`` makes that the default view of such DataFrames.
+"""
 
 from __future__ import annotations
 
 import base64
+import binascii
 import html
+import io
+import ipaddress
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .result import RunResult
 
-__all__ = ["image_src", "result_bundle", "result_text"]
+__all__ = [
+    "FrameView",
+    "display_frame",
+    "display_result",
+    "entries",
+    "image_bytes",
+    "image_columns",
+    "image_src",
+    "is_image_url",
+    "output_bundles",
+    "result_bundle",
+    "result_text",
+]
+
+Bundle = tuple[dict[str, Any], dict[str, Any]]
+
+_IMAGE_SUFFIXES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+# Bundle keys IPython and Jupyter render natively as images; others go through HTML.
+_NATIVE_IMAGE = ("image/png", "image/jpeg", "image/gif")
+_FETCH_TIMEOUT = 5.0
+
+
+def entries(result: RunResult) -> list[tuple[str, str]]:
+    """Return every output node's ``(name, output)`` of ``result``, in node order."""
+    found = getattr(result, "entries", None)
+    if found is None or callable(found):
+        found = getattr(result, "items", None)  # older RunResult spelling
+    if found is None or callable(found):
+        found = list(dict.items(result))
+    return list(found)
 
 
 def result_text(result: RunResult) -> str:
     """Return a terminal-readable rendering: each output under its name."""
     blocks = []
-    for name, value in result.items:
+    for name, value in entries(result):
         shown = f"[image] {value}" if result.is_image(name) else value
         blocks.append(f"── {name} " + "─" * max(3, 40 - len(name)) + f"\n{shown}")
     return "\n\n".join(blocks) if blocks else "(no outputs)"
 
 
+def is_image_url(value: Any) -> bool:
+    """Return whether ``value`` is a string that looks like an image URL (http(s), file or data)."""
+    if not isinstance(value, str) or len(value) < 8:
+        return False
+    if value.startswith("data:image/"):
+        return True
+    if not value.startswith(("http://", "https://", "file://")):
+        return False
+    return Path(unquote(urlparse(value).path)).suffix.lower() in _IMAGE_SUFFIXES
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def image_bytes(url: str, *, fetch: bool = True) -> tuple[bytes, str] | None:
+    """Return ``(bytes, mime type)`` of the image at ``url``, or None when it cannot be read here.
+
+    ``file://`` and ``data:`` URLs are read directly; ``http(s)`` URLs are fetched (briefly) only
+    when they point at this machine's loopback interface and ``fetch`` is true, since a browser
+    may not reach the kernel's 127.0.0.1. Never raises for an unreadable image.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme == "data":
+        header, sep, payload = url.partition(",")
+        if not sep or ";base64" not in header:
+            return None
+        try:
+            data = base64.b64decode(payload, validate=False)
+        except (binascii.Error, ValueError):
+            return None
+        return data, header[5:].split(";")[0] or "image/png"
+    mime = _IMAGE_SUFFIXES.get(Path(unquote(parsed.path)).suffix.lower(), "image/png")
+    if parsed.scheme == "file":
+        try:
+            return Path(unquote(parsed.path)).read_bytes(), mime
+        except OSError:
+            return None
+    if parsed.scheme in ("http", "https") and fetch and _is_loopback(parsed.hostname):
+        import requests
+
+        try:
+            response = requests.get(url, timeout=_FETCH_TIMEOUT)
+        except requests.RequestException:
+            return None
+        if response.status_code != 200:
+            return None
+        ctype = response.headers.get("content-type", "").split(";")[0].strip()
+        return response.content, ctype if ctype.startswith("image/") else mime
+    return None
+
+
 def image_src(url: str) -> str:
     """Return a ``src`` a browser can load: ``file://`` images are inlined as data URLs (a
     notebook page cannot read the kernel's disk); http and data URLs pass through."""
-    parsed = urlparse(url)
-    if parsed.scheme != "file":
+    if urlparse(url).scheme != "file":
         return url
-    path = Path(unquote(parsed.path))
-    try:
-        data = path.read_bytes()
-    except OSError:
+    found = image_bytes(url, fetch=False)
+    if found is None:
         return url
-    mime = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}.get(
-        path.suffix.lower(), "image/png"
-    )
+    data, mime = found
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+def _image_bundle(name: str, url: str) -> dict[str, Any]:
+    found = image_bytes(url)
+    bundle: dict[str, Any] = {"text/plain": f"[image {name}] {url}"}
+    if found is not None and found[1] in _NATIVE_IMAGE:
+        data, mime = found
+        bundle[mime] = base64.b64encode(data).decode("ascii")
+    else:
+        src = image_src(url)
+        bundle["text/html"] = (
+            f'<img src="{html.escape(src, quote=True)}" alt="{html.escape(name, quote=True)}" '
+            f'style="max-width:480px"/>'
+        )
+    return bundle
+
+
+def output_bundles(result: RunResult) -> list[Bundle]:
+    """Return the display bundles of a result: for each output, a Markdown heading with its name
+    (and the text, as Markdown), then for an image output an image bundle.
+
+    Returns:
+        ``(data, metadata)`` pairs, in output order, ready for ``publish_display_data``.
+    """
+    bundles: list[Bundle] = []
+    for name, value in entries(result):
+        badge = " *(cached)*" if name in result.cached else ""
+        heading = f"#### {name}{badge}"
+        if result.is_image(name):
+            bundles.append(({"text/plain": f"{name}:", "text/markdown": heading}, {}))
+            bundles.append((_image_bundle(name, value), {}))
+        else:
+            body = value if value.strip() else "*(empty)*"
+            bundles.append(
+                ({"text/plain": f"{name}:\n{value}", "text/markdown": f"{heading}\n\n{body}"}, {})
+            )
+    if not bundles:
+        bundles.append(({"text/plain": "(no outputs)", "text/markdown": "*(no outputs)*"}, {}))
+    return bundles
+
+
+def display_result(result: RunResult) -> None:
+    """Publish ``result`` to the notebook, one display per output (see :func:`output_bundles`)."""
+    from IPython.display import publish_display_data
+
+    for data, metadata in output_bundles(result):
+        publish_display_data(data, metadata)
+
+
 def result_bundle(result: RunResult) -> dict[str, str]:
-    """Return the MIME bundle of a result: Markdown (text as Markdown, images inline) and text."""
+    """Return a single MIME bundle of a result: Markdown (text as Markdown, images inlined as
+    data URLs) and plain text. Used where one bundle is needed (e.g. nbconvert, other tools)."""
     parts = []
-    for name, value in result.items:
+    for name, value in entries(result):
         badge = " *(cached)*" if name in result.cached else ""
         if result.is_image(name):
-            body = f'<img src="{html.escape(image_src(value), quote=True)}" alt="{html.escape(name)}" style="max-width:320px"/>'
+            body = (
+                f'<img src="{html.escape(image_src(value), quote=True)}" '
+                f'alt="{html.escape(name, quote=True)}" style="max-width:320px"/>'
+            )
         else:
             body = value if value.strip() else "*(empty)*"
         parts.append(f"#### {name}{badge}\n\n{body}")
@@ -54,3 +210,125 @@ def result_bundle(result: RunResult) -> dict[str, str]:
         "text/plain": result_text(result),
         "text/markdown": "\n\n".join(parts) if parts else "*(no outputs)*",
     }
+
+
+# ---- DataFrames -----------------------------------------------------------------------------
+
+
+def image_columns(df: pd.DataFrame, sample: int = 200) -> list[str]:
+    """Return the columns of ``df`` whose non-empty cells (the first ``sample`` of them) are all
+    image URLs."""
+    found = []
+    for col in df.columns:
+        if df[col].dtype != object and str(df[col].dtype) not in ("string", "str"):
+            continue
+        seen = 0
+        for value in df[col].head(sample * 4).tolist():
+            if value is None or (isinstance(value, float) and value != value):
+                continue
+            if not is_image_url(value):
+                seen = -1
+                break
+            seen += 1
+            if seen >= sample:
+                break
+        if seen > 0:
+            found.append(col)
+    return found
+
+
+def _thumbnail_src(url: str, size: int) -> str:
+    """Return a small data URL of the image (the kernel's files and loopback URLs), or the URL."""
+    found = image_bytes(url)
+    if found is None:
+        return url
+    data, _ = found
+    try:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            img.thumbnail((size, size))
+            out = io.BytesIO()
+            img.save(out, format="PNG", optimize=True)
+        data = out.getvalue()
+    except Exception:  # any image Pillow cannot read: embed the bytes as they are
+        pass
+    return f"data:image/png;base64,{base64.b64encode(data).decode('ascii')}"
+
+
+class FrameView:
+    """A DataFrame shown with its image columns as thumbnails (HTML) and as text elsewhere.
+
+    Attributes:
+        df: the DataFrame shown (not copied, not changed).
+        columns: the image columns rendered as thumbnails.
+    """
+
+    def __init__(
+        self,
+        df: pd.DataFrame,
+        columns: Iterable[str] | None = None,
+        *,
+        size: int = 96,
+        max_rows: int | None = None,
+    ) -> None:
+        self.df = df
+        self.columns = list(columns) if columns is not None else image_columns(df)
+        self.size = size
+        self.max_rows = max_rows
+
+    def _shown(self) -> pd.DataFrame:
+        import pandas as pd
+
+        limit = self.max_rows or pd.get_option("display.max_rows") or 60
+        return self.df.head(limit) if len(self.df) > limit else self.df
+
+    def _cell(self, value: Any, thumbnail: bool) -> str:
+        if value is None or (isinstance(value, float) and value != value):
+            return ""
+        if thumbnail and is_image_url(value):
+            src = html.escape(_thumbnail_src(value, self.size), quote=True)
+            return (
+                f'<img src="{src}" title="{html.escape(value[:200], quote=True)}" '
+                f'style="max-width:{self.size}px;max-height:{self.size}px"/>'
+            )
+        return html.escape(str(value)).replace("\n", "<br/>")
+
+    def _repr_html_(self) -> str:
+        import pandas as pd
+
+        shown = self._shown()
+        thumbs = set(self.columns)
+        # Escape every cell, header and index label ourselves, then let pandas lay out the table
+        # without escaping, so only our <img> tags are markup.
+        view = pd.DataFrame(
+            {
+                j: [self._cell(v, col in thumbs) for v in shown.iloc[:, j].tolist()]
+                for j, col in enumerate(shown.columns)
+            },
+            index=[html.escape(str(i)) for i in shown.index],
+        )
+        view.columns = [html.escape(str(c)) for c in shown.columns]
+        table = view.to_html(escape=False, na_rep="")
+        more = len(self.df) - len(shown)
+        note = f"<p>… {more} more rows</p>" if more > 0 else ""
+        return f'<div class="flownb-frame">{table}{note}</div>'
+
+    def __repr__(self) -> str:
+        return self.df.to_string(max_rows=self.max_rows or 60, max_colwidth=60)
+
+
+def display_frame(
+    df: pd.DataFrame, columns: Iterable[str] | None = None, *, size: int = 96
+) -> FrameView:
+    """Return ``df`` wrapped for display: image columns (found by content, or ``columns``) shown
+    as thumbnails ``size`` pixels wide in the notebook; plain text in a terminal.
+
+    Raises:
+        TypeError: ``df`` is not a DataFrame.
+    """
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"display_frame takes a pandas DataFrame, got {type(df).__name__}")
+    return FrameView(df, columns, size=size)

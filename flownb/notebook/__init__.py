@@ -1,1 +1,57 @@
-"""Jupyter integration: ``%load_ext flownb`` magics, widget forms and display helpers."""
+"""Jupyter integration: ``%load_ext flownb`` magics, widget forms and DataFrame thumbnails.
+
+Loading the extension registers the ``%flow`` / ``%%flow`` magics, the ``df.flownb`` pandas
+accessor, and an HTML view for DataFrames that hold image URLs (thumbnails instead of long
+URLs). Unloading removes the magics and the HTML view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_ipython_extension", "unload_ipython_extension"]
+
+_state: dict[int, Any] = {}
+
+
+def _frame_html(df: Any) -> str | None:
+    """Return the HTML of ``df``: thumbnails when it has image-URL columns, else pandas' own."""
+    from ..display import FrameView, image_columns
+
+    columns = image_columns(df)
+    if columns:
+        return FrameView(df, columns)._repr_html_()
+    return df._repr_html_()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the ``%flow`` magics and the DataFrame thumbnail view (``%load_ext flownb``)."""
+    import pandas as pd
+
+    from . import accessor  # noqa: F401  (registers df.flownb)
+    from .magics import FlowMagics
+
+    magics = FlowMagics(ipython)
+    ipython.register_magics(magics)
+    html = ipython.display_formatter.formatters["text/html"]
+    previous = html.type_printers.get(pd.DataFrame)
+    html.for_type(pd.DataFrame, _frame_html)
+    _state[id(ipython)] = (magics, previous)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Remove what :func:`load_ipython_extension` registered (``%unload_ext flownb``)."""
+    import pandas as pd
+
+    state = _state.pop(id(ipython), None)
+    if state is None:
+        return
+    magics, previous = state
+    for kind in ("line", "cell"):
+        table = ipython.magics_manager.magics[kind]
+        if "flow" in table and getattr(table["flow"], "__self__", None) is magics:
+            del table["flow"]
+    html = ipython.display_formatter.formatters["text/html"]
+    html.type_printers.pop(pd.DataFrame, None)
+    if previous is not None:
+        html.for_type(pd.DataFrame, previous)

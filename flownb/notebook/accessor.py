@@ -1,0 +1,65 @@
+"""The ``df.flownb`` pandas accessor: run a flow over a DataFrame's rows, show thumbnails.
+
+Registered by ``%load_ext flownb`` (or ``import flownb.notebook.accessor``); ``import flownb``
+alone does not import pandas::
+
+    out = df.flownb.run(flow, columns={"topic": "subject"})
+    out.flownb.show()            # image columns as thumbnails
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from ..display import FrameView
+    from ..flow import BaseFlow
+
+__all__ = ["FlownbAccessor"]
+
+
+@pd.api.extensions.register_dataframe_accessor("flownb")
+class FlownbAccessor:
+    """``df.flownb``: flownb operations on a DataFrame."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self._df = df
+
+    def run(
+        self,
+        flow: BaseFlow | str,
+        columns: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> pd.DataFrame:
+        """Run ``flow`` (a flow object, or a path to a flow file) once per row.
+
+        Takes the keyword arguments of :meth:`flownb.BaseFlow.run_dataframe` (``fill``,
+        ``progress``, ``concurrency``, ``error_column``).
+
+        Returns:
+            A copy of the DataFrame with one column per output (and an error column if rows
+            failed).
+
+        Raises:
+            InputError: columns missing, or empty cells without ``fill``.
+        """
+        if isinstance(flow, str):
+            from ..flow import load_flow
+
+            flow = load_flow(flow)
+        return flow.run_dataframe(self._df, columns, **kwargs)
+
+    def show(self, columns: Iterable[str] | None = None, *, size: int = 96) -> FrameView:
+        """Return the DataFrame for display with image columns as thumbnails ``size`` px wide."""
+        from ..display import display_frame
+
+        return display_frame(self._df, columns, size=size)
+
+    def image_columns(self) -> list[str]:
+        """Return the names of the columns that hold image URLs."""
+        from ..display import image_columns
+
+        return image_columns(self._df)

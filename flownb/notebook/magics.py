@@ -1,0 +1,427 @@
+"""The ``%flow`` line magic and ``%%flow`` cell magic.
+
+Arguments are split like a shell line (:mod:`shlex`: quote values with spaces). IPython's own
+``$name`` expansion is turned off for these magics and done here instead, per value, so a
+Python variable arrives as itself: ``topic=$t`` passes the string in ``t`` even when it holds
+spaces or quotes, ``$flow`` may name a flow object, ``--df $df`` a DataFrame. ``$$`` is a
+literal ``$``.
+
+Local flow files are loaded once and kept until the file changes. Flow ids go to the server
+connected with ``%flow connect`` (or ``FLOWNB_BASE_URL``); the API key comes from
+``FLOWNB_API_KEY``, a ``.env`` file or a password prompt, never from the magic line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import keyword
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+
+from ..settings import get_settings
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..flow import BaseFlow, LocalFlow
+
+__all__ = ["FlowInfo", "FlowMagics", "find_api_key"]
+
+_USAGE = """\
+%flow info FLOW                                   variables (with defaults) and outputs
+%flow run FLOW [name=value ...] [-o VAR]          run once; the result is displayed
+%%flow run FLOW [--var NAME] [name=value ...]     run once; the cell body is one variable
+%flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [-o VAR]
+                                                  run once per row of a DataFrame (or CSV file)
+%flow form FLOW                                   an input form with a Run button
+%flow connect [URL]                               use a flow server for flow ids"""
+
+_VAR_REF = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")
+_WHOLE_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser that raises a one-line UsageError instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"%{self.prog}: {message}. Usage: %{self.format_usage().strip()[7:]}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise UsageError(message or f"%{self.prog}: invalid arguments")
+
+
+def _parser(sub: str) -> _Parser:
+    p = _Parser(prog=f"flow {sub}", add_help=False, allow_abbrev=False)
+    if sub == "connect":
+        p.add_argument("url", nargs="?", default=None)
+        p.add_argument("extra", nargs="*")
+        return p
+    p.add_argument("flow", metavar="FLOW")
+    if sub in ("run", "batch"):
+        p.add_argument("-o", "--out", dest="out", metavar="VAR", default=None)
+        p.add_argument("--provider", choices=["offline", "openai"], default=None)
+    if sub == "run":
+        p.add_argument("pairs", nargs="*", metavar="name=value")
+        p.add_argument("--var", dest="var", metavar="NAME", default=None)
+    if sub == "batch":
+        p.add_argument("--df", dest="df", metavar="DF", required=True)
+        p.add_argument("--map", dest="map", metavar="var=col", action="append", default=[])
+        p.add_argument("--fill", dest="fill", metavar="TEXT", default=None)
+        p.add_argument("--concurrency", type=int, default=None)
+        p.add_argument("--no-progress", dest="progress", action="store_false")
+    if sub in ("info", "form"):
+        p.add_argument("--provider", choices=["offline", "openai"], default=None)
+    return p
+
+
+_SUBCOMMANDS = ("info", "run", "batch", "form", "connect")
+
+
+def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
+    """Return ``(key, where it came from)``: ``FLOWNB_API_KEY``, else a ``.env`` file (this
+    folder or a parent), else a hidden prompt (when ``prompt_for`` names the server).
+
+    Raises:
+        UsageError: no key anywhere and no way to prompt (e.g. a notebook run without stdin).
+    """
+    key = get_settings().api_key
+    if key:
+        return key, "FLOWNB_API_KEY"
+    from dotenv import dotenv_values, find_dotenv
+
+    path = find_dotenv(usecwd=True)
+    if path:
+        key = dotenv_values(path).get("FLOWNB_API_KEY")
+        if key:
+            return key, f".env ({Path(path).name})"
+    if prompt_for is not None:
+        import getpass
+
+        try:
+            key = getpass.getpass(f"flownb API key for {prompt_for}: ")
+        except Exception as exc:  # StdinNotImplementedError and friends: no way to ask
+            raise UsageError(
+                "no API key: set FLOWNB_API_KEY or put FLOWNB_API_KEY=... in a .env file "
+                f"({type(exc).__name__}: cannot prompt here)"
+            ) from None
+        if key.strip():
+            return key.strip(), "prompt"
+    raise UsageError("no API key: set FLOWNB_API_KEY, put it in a .env file, or answer the prompt")
+
+
+@dataclass
+class FlowInfo:
+    """What ``%flow info`` shows: a flow's variables (with defaults) and outputs."""
+
+    flow: BaseFlow
+    source: str
+
+    def _repr_markdown_(self) -> str:
+        def cell(text: str) -> str:
+            text = text.replace("|", "\\|").replace("\n", " ")
+            return text if len(text) <= 80 else text[:77] + "..."
+
+        defaults = self.flow.defaults
+        rows = [f"| `{cell(v)}` | {cell(defaults.get(v, ''))} |" for v in self.flow.variables]
+        table = "| variable | default |\n|---|---|\n" + "\n".join(rows) if rows else "*(none)*"
+        outs = ", ".join(f"`{o}`" for o in self.flow.outputs) or "*(none)*"
+        return f"**Flow `{self.flow.name}`** ({self.source})\n\n{table}\n\n**Outputs:** {outs}"
+
+    def __repr__(self) -> str:
+        defaults = self.flow.defaults
+        lines = [f"flow: {self.flow.name} ({self.source})", "variables:"]
+        for v in self.flow.variables:
+            d = defaults.get(v, "")
+            lines.append(f"  - {v}" + (f"  (default: {d!r})" if d else ""))
+        lines.append("outputs:")
+        lines += [f"  - {o}" for o in self.flow.outputs]
+        return "\n".join(lines)
+
+
+def _is_path(flow: str) -> bool:
+    return flow.endswith(".json") or "/" in flow or "\\" in flow or Path(flow).is_file()
+
+
+@magics_class
+class FlowMagics(Magics):
+    """Holds the ``%flow`` magic's state: loaded local flows and the connected server."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        # (resolved path, provider) -> (mtime_ns, size, flow): reloaded when the file changes.
+        self._local: dict[tuple[Path, str | None], tuple[int, int, LocalFlow]] = {}
+        self.client: Any = None
+
+    # ---- the magic --------------------------------------------------------------------------
+
+    @line_cell_magic
+    @no_var_expand
+    def flow(self, line: str, cell: str | None = None) -> Any:
+        """Run LLM flows from notebook cells.
+
+        Usage::
+
+          %flow info FLOW                                 variables (with defaults) and outputs
+          %flow run FLOW [name=value ...] [-o VAR]        run once; the result is displayed
+          %%flow run FLOW [--var NAME] [name=value ...]   run once; the cell body is the value of
+                                                          the flow's only variable (or of NAME)
+          %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--no-progress] [-o VAR]
+                                                          run once per row of DataFrame DF (a
+                                                          Python variable, or a .csv path);
+                                                          returns the results DataFrame
+          %flow form FLOW                                 an input form with a Run button
+          %flow connect [URL]                             send flow ids to this flow server
+                                                          (default FLOWNB_BASE_URL)
+
+        FLOW is a path to an exported flow file (run locally; reloaded when it changes), a flow
+        id on the connected server, or ``$name`` of a flow object. Values with spaces need
+        quotes: ``tone="very dry"``. ``$name`` passes a Python variable (``topic=$t``); ``$$``
+        is a literal ``$``. ``-o VAR`` also stores the result in VAR. ``--provider
+        offline|openai`` picks the model provider for a local flow file.
+
+        The API key for ``%flow connect`` comes from FLOWNB_API_KEY, a ``.env`` file, or a
+        hidden prompt. It is never typed on the magic line.
+        """
+        __tracebackhide__ = True  # IPython: hide this frame, show the flownb error itself
+        try:
+            tokens = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%flow: cannot split the line: {exc}") from None
+        if not tokens or tokens[0] in ("help", "-h", "--help"):
+            print(self.flow.__doc__ or _USAGE)
+            return None
+        sub, rest = tokens[0], tokens[1:]
+        if sub not in _SUBCOMMANDS:
+            raise UsageError(
+                f"%flow: unknown command {sub!r}; use one of {', '.join(_SUBCOMMANDS)} (see %flow?)"
+            )
+        if cell is not None and sub != "run":
+            raise UsageError(f"%%flow {sub}: only %%flow run takes a cell body")
+        if any(t in ("-h", "--help") for t in rest):
+            print(_USAGE)
+            return None
+        parser = _parser(sub)
+        args = parser.parse_intermixed_args(rest) if sub == "run" else parser.parse_args(rest)
+        if getattr(args, "out", None) is not None:
+            _check_identifier(args.out, "-o")
+        if sub == "connect":
+            return self._connect(args)
+        if sub == "run" and cell is None and args.var is not None:
+            raise UsageError("%flow run: --var applies to the %%flow run cell magic")
+        flow, source = self._resolve(args.flow, getattr(args, "provider", None))
+        if sub == "info":
+            return FlowInfo(flow, source)
+        if sub == "form":
+            return flow.form()
+        if sub == "batch":
+            return self._batch(flow, args)
+        return self._run(flow, args, cell)
+
+    # ---- subcommands ------------------------------------------------------------------------
+
+    def _run(self, flow: BaseFlow, args: argparse.Namespace, cell: str | None) -> Any:
+        __tracebackhide__ = True
+        values = self._pairs(args.pairs)
+        if cell is not None:
+            name = args.var
+            if name is None:
+                if len(flow.variables) != 1:
+                    raise UsageError(
+                        f"%%flow run: flow {flow.name!r} has {len(flow.variables)} variables "
+                        f"({', '.join(flow.variables) or 'none'}); name the one the cell fills "
+                        "with --var NAME"
+                    )
+                name = flow.variables[0]
+            elif name not in flow.variables:
+                raise UsageError(
+                    f"%%flow run: --var {name!r} is not a variable of {flow.name!r} "
+                    f"(variables: {', '.join(flow.variables) or 'none'})"
+                )
+            if name in values:
+                raise UsageError(f"%%flow run: {name!r} is set by the cell body and {name}=...")
+            values[name] = _cell_text(cell)
+        result = flow.run(values)
+        if args.out:
+            self.shell.user_ns[args.out] = result
+        return result
+
+    def _batch(self, flow: BaseFlow, args: argparse.Namespace) -> pd.DataFrame:
+        __tracebackhide__ = True
+        df = self._dataframe(args.df)
+        mapping: dict[str, str] = {}
+        for pair in args.map:
+            var, sep, col = pair.partition("=")
+            if not sep or not var or not col:
+                raise UsageError(f"%flow batch: --map takes var=column, got {pair!r}")
+            mapping[var] = col
+        fill = self._expand(args.fill) if args.fill is not None else None
+        if args.concurrency is not None and args.concurrency < 1:
+            raise UsageError("%flow batch: --concurrency must be at least 1")
+        out = flow.run_dataframe(
+            df,
+            mapping or None,
+            fill=fill if fill is None else str(fill),
+            progress=args.progress,
+            concurrency=args.concurrency,
+        )
+        if args.out:
+            self.shell.user_ns[args.out] = out
+        return out
+
+    def _connect(self, args: argparse.Namespace) -> None:
+        if args.extra:
+            raise UsageError(
+                "%flow connect takes only a URL; the API key never goes on the magic line "
+                "(set FLOWNB_API_KEY, use a .env file, or answer the prompt)"
+            )
+        url = args.url or get_settings().base_url
+        if not url:
+            raise UsageError("%flow connect: give the server URL (or set FLOWNB_BASE_URL)")
+        url = str(self._expand(url))
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"%flow connect: {url!r} is not an http(s) URL")
+        key, where = find_api_key(prompt_for=url)
+        from ..client import Client
+
+        self.client = Client(url, key)
+        print(f"flownb: flow ids now run on {url} (API key from {where})")
+
+    # ---- argument helpers -------------------------------------------------------------------
+
+    def _lookup(self, name: str, what: str) -> Any:
+        ns = self.shell.user_ns
+        if name not in ns:
+            raise UsageError(f"%flow: {what}: no Python variable named {name!r}")
+        return ns[name]
+
+    def _expand(self, value: str, what: str = "value") -> Any:
+        """Return the value a token stands for: the object of a whole ``$name``, else the text
+        with each ``$name`` of a defined variable replaced by its string and ``$$`` by ``$``."""
+        whole = _WHOLE_REF.fullmatch(value)
+        if whole:
+            return self._lookup(whole.group(1), what)
+        ns = self.shell.user_ns
+
+        def sub(m: re.Match[str]) -> str:
+            if m.group(0) == "$$":
+                return "$"
+            name = m.group(1)
+            return str(ns[name]) if name in ns else m.group(0)
+
+        return _VAR_REF.sub(sub, value)
+
+    def _pairs(self, pairs: list[str]) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for pair in pairs:
+            name, sep, raw = pair.partition("=")
+            if not sep or not name:
+                raise UsageError(
+                    f"%flow run: expected name=value, got {pair!r} (quote values with spaces)"
+                )
+            if name in values:
+                raise UsageError(f"%flow run: variable {name!r} is given twice")
+            values[name] = _as_text(self._expand(raw, f"{name}="), name)
+        return values
+
+    def _dataframe(self, ref: str) -> pd.DataFrame:
+        import pandas as pd
+
+        name = ref[1:] if _WHOLE_REF.fullmatch(ref) else ref
+        if name.isidentifier() and name in self.shell.user_ns:
+            df = self.shell.user_ns[name]
+        elif ref.lower().endswith(".csv"):
+            try:
+                df = pd.read_csv(ref, dtype=str, keep_default_na=False, na_values=[""])
+            except FileNotFoundError:
+                raise UsageError(f"%flow batch: --df {ref}: no such CSV file") from None
+            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+                raise UsageError(f"%flow batch: --df {ref} is not a readable CSV: {exc}") from None
+        else:
+            raise UsageError(f"%flow batch: --df {ref}: no such Python variable or .csv file")
+        if not isinstance(df, pd.DataFrame):
+            raise UsageError(f"%flow batch: --df {ref} is a {type(df).__name__}, not a DataFrame")
+        return df
+
+    def _resolve(self, ref: str, provider: str | None) -> tuple[BaseFlow, str]:
+        """Return the flow FLOW names and a note of where it came from."""
+        __tracebackhide__ = True
+        from ..flow import BaseFlow
+
+        target = self._expand(ref, "FLOW")
+        if isinstance(target, BaseFlow):
+            return target, "flow object"
+        if isinstance(target, Path):
+            target = str(target)
+        if not isinstance(target, str) or not target:
+            raise UsageError(
+                f"%flow: FLOW {ref} is a {type(target).__name__}; give a path, flow id or flow"
+            )
+        if _is_path(target):
+            return self._local_flow(Path(target), provider), "local engine"
+        if provider is not None:
+            raise UsageError("%flow: --provider applies to local flow files; servers choose")
+        client = self.client
+        if client is None:
+            if not get_settings().base_url:
+                raise UsageError(
+                    f"%flow: {target!r} is not a flow file here; to run a server flow by id, "
+                    "%flow connect URL first (or set FLOWNB_BASE_URL)"
+                )
+            from ..client import Client
+
+            client = self.client = Client()
+        return client.flow(target), f"server {getattr(client, 'base_url', '')}".strip()
+
+    def _local_flow(self, path: Path, provider: str | None) -> LocalFlow:
+        __tracebackhide__ = True
+        from ..flow import load_flow
+
+        resolved = path.expanduser().resolve()
+        try:
+            st = resolved.stat()
+        except OSError:
+            self._local.pop((resolved, provider), None)
+            return load_flow(path, provider=provider)  # raises FlowFileError naming the file
+        key = (resolved, provider)
+        cached = self._local.get(key)
+        if cached is not None and cached[:2] == (st.st_mtime_ns, st.st_size):
+            return cached[2]
+        flow = load_flow(resolved, provider=provider)
+        self._local[key] = (st.st_mtime_ns, st.st_size, flow)
+        return flow
+
+
+def _check_identifier(name: str, option: str) -> None:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise UsageError(f"%flow: {option} needs a Python variable name, got {name!r}")
+
+
+def _as_text(value: Any, name: str) -> str:
+    """Return a variable's value as the string a flow takes: numbers as text, others refused."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int | float) and not (isinstance(value, float) and value != value):
+        return str(value)
+    if isinstance(value, Mapping | list | tuple | set):
+        hint = "a flow variable takes one string"
+    else:
+        hint = "pass a str (or a number)"
+    raise UsageError(f"%flow run: {name}= got a {type(value).__name__}; {hint}")
+
+
+def _cell_text(cell: str) -> str:
+    """Return the variable value a cell body holds: without surrounding blank lines or a
+    trailing newline; inner lines and indentation kept."""
+    lines = cell.splitlines()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines).rstrip()
