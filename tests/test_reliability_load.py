@@ -1,0 +1,338 @@
+"""Load: thousands of mixed requests from concurrent clients against one ``flownb serve``.
+
+One server process on loopback (the offline provider, so every output is predictable: a text
+output is the rendered prompt), eight client threads, a seeded mix of describes, single runs,
+batches, image runs, bad keys, missing keys and malformed bodies. Every response is checked
+against the request that caused it (values are unique per request, so a mixed-up result cannot
+pass), every status must be the one the design table promises, and the server's resident memory
+must stay flat between the first and the last third of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from reliability.exposure import Exposure, record
+from reliability.procs import create_key, rss_bytes, serve
+
+from tests.conftest import FLOWS, make_flow, write_flow
+
+pytestmark = pytest.mark.timeout(150)
+
+CLIENTS = 8
+WARMUP = 300
+REQUESTS = 5000
+SEED = 20261122
+
+# Values chosen to trip a careless implementation: template syntax inside values (must stay
+# literal: substitution is single-pass), regex replacement traps, non-ASCII, JSON-ish text.
+SPICE = ["{b}", "{a}", "\\1 \\g<0>", "$& $1", "ünï 🚀 ñ", '{"json": [1, 2]}', "  ", "", "x" * 300]
+# Blog-intro values come from a small pool: each distinct image prompt is drawn once (Pillow),
+# which is not what this suite measures.
+TOPICS = ["owls", "tide pools", "rust", "tea"]
+TONES = ["dry", "playful"]
+
+
+@dataclass
+class Outcome:
+    """What one request was, what came back, and what was wrong with it (``problem`` empty)."""
+
+    kind: str
+    status: int
+    problem: str = ""
+    body: str = ""
+
+
+def _echo_flow() -> dict[str, Any]:
+    return make_flow({"say": "X<{a}>Y<{b}>"}, ["a", "b"])
+
+
+def _said(a: str, b: str) -> str:
+    return f"X<{a}>Y<{b}>"
+
+
+class Mix:
+    """Builds request ``n`` of the run and checks its response; seeded, so reproducible."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self.base = base
+        self.key = key
+        self.kinds: list[tuple[str, int, Callable[[httpx.Client, random.Random, int], Outcome]]] = [
+            ("describe", 10, self.describe),
+            ("run", 32, self.run),
+            ("batch", 18, self.batch),
+            ("image", 5, self.image),
+            ("bad_key", 7, self.bad_key),
+            ("no_key", 3, self.no_key),
+            ("bad_json", 5, self.bad_json),
+            ("bad_shape", 5, self.bad_shape),
+            ("bad_vars", 8, self.bad_vars),
+            ("no_flow", 4, self.no_flow),
+            ("too_big", 3, self.too_big),
+        ]
+
+    def one(self, client: httpx.Client, n: int) -> Outcome:
+        rng = random.Random(SEED * 100_003 + n)
+        kind = rng.choices(self.kinds, weights=[w for _, w, _ in self.kinds])[0]
+        try:
+            return kind[2](client, rng, n)
+        except httpx.HTTPError as exc:  # a dropped connection or timeout is a failure too
+            return Outcome(kind[0], 0, f"transport error: {exc!r}")
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _headers(self, key: str | None = "") -> dict[str, str]:
+        key = self.key if key == "" else key
+        return {} if key is None else {"x-api-key": key}
+
+    def _values(self, rng: random.Random, n: int, j: int = 0) -> dict[str, str]:
+        return {
+            "a": f"r{n}.{j}:{rng.choice(SPICE)}",
+            "b": f"{rng.choice(SPICE)}:{rng.getrandbits(40):x}",
+        }
+
+    def _post(
+        self, client: httpx.Client, flow: str, body: Any, key: str | None = ""
+    ) -> httpx.Response:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {**self._headers(key), "content-type": "application/json"}
+        return client.post(f"{self.base}/api/flows/run/{flow}", content=content, headers=headers)
+
+    @staticmethod
+    def _error(kind: str, r: httpx.Response, status: int, code: str, **extra: Any) -> Outcome:
+        """Check an error response: its status, code, the error shape, and ``extra`` fields
+        that must appear in some item of ``errors``."""
+        out = Outcome(kind, r.status_code, body=r.text)
+        if r.status_code != status:
+            out.problem = f"expected {status}, got {r.status_code}: {r.text[:300]}"
+            return out
+        try:
+            data = r.json()
+        except ValueError:
+            out.problem = f"error body is not JSON: {r.text[:300]}"
+            return out
+        if not (
+            isinstance(data, dict)
+            and data.get("code") == code
+            and isinstance(data.get("message"), str)
+            and data["message"]
+            and isinstance(data.get("errors"), list)
+            and data["errors"]
+            and isinstance(data.get("request_id"), str)
+        ):
+            out.problem = f"error body not as designed (code {code}): {r.text[:300]}"
+        elif extra and not any(
+            all(item.get(k) == v for k, v in extra.items()) for item in data["errors"]
+        ):
+            out.problem = f"no error item with {extra}: {r.text[:300]}"
+        elif "Traceback" in r.text:
+            out.problem = "traceback in an error body"
+        return out
+
+    # -- the request kinds ---------------------------------------------------------------------
+
+    def describe(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        r = client.get(f"{self.base}/api/flows/getFlowInfo/echo", headers=self._headers())
+        want = [
+            {"name": "a", "type": "variable"},
+            {"name": "b", "type": "variable"},
+            {"name": "say", "type": "output"},
+        ]
+        ok = r.status_code == 200 and r.json() == want
+        return Outcome("describe", r.status_code, "" if ok else f"describe: {r.text[:300]}")
+
+    def run(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        values = self._values(rng, n)
+        r = self._post(client, "echo", {"variables": values})
+        want = [{"name": "say", "output": _said(**values), "type": "output"}]
+        ok = r.status_code == 200 and r.json() == want
+        return Outcome("run", r.status_code, "" if ok else f"run {values}: {r.text[:300]}")
+
+    def batch(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        batch = [self._values(rng, n, j) for j in range(rng.randint(0, 25))]
+        r = self._post(client, "echo", {"variables": batch})
+        want = [[{"name": "say", "output": _said(**v), "type": "output"}] for v in batch]
+        ok = r.status_code == 200 and r.json() == want
+        return Outcome(
+            "batch", r.status_code, "" if ok else f"batch of {len(batch)}: {r.text[:300]}"
+        )
+
+    def image(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        topic, tone = rng.choice(TOPICS), rng.choice(TONES)
+        r = self._post(client, "blog-intro", {"variables": {"topic": topic, "tone": tone}})
+        if r.status_code != 200:
+            return Outcome("image", r.status_code, f"image run: {r.text[:300]}")
+        items = {item["name"]: item for item in r.json()}
+        intro = f"Write a {tone} two-sentence intro for a blog post about {topic}."
+        if items.get("intro", {}).get("output") != intro or set(items) != {"intro", "header_image"}:
+            return Outcome("image", 200, f"image run outputs wrong: {r.text[:300]}")
+        url = items["header_image"]["output"]
+        if rng.random() < 0.3:  # fetch some images: the URL must serve a PNG
+            img = client.get(url)
+            if img.status_code != 200 or not img.content.startswith(b"\x89PNG"):
+                return Outcome("image", img.status_code, f"image URL {url} did not serve a PNG")
+        return Outcome("image", 200)
+
+    def bad_key(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        wrong = rng.choice(
+            ["fnb_" + secrets.token_urlsafe(32), self.key[:-1], "nope", self.key + "x"]
+        )
+        if rng.random() < 0.5:
+            r = client.get(f"{self.base}/api/flows/getFlowInfo/echo", headers={"x-api-key": wrong})
+        else:
+            r = self._post(client, "echo", {"variables": self._values(rng, n)}, key=wrong)
+        return self._error("bad_key", r, 401, "invalid_api_key")
+
+    def no_key(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        r = self._post(client, "echo", {"variables": self._values(rng, n)}, key=None)
+        return self._error("no_key", r, 401, "missing_api_key")
+
+    def bad_json(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        body = rng.choice([b"{not json", b"", b'{"variables": {"a": "x"', b"\xff\xfe\x00", b"NaN"])
+        return self._error("bad_json", self._post(client, "echo", body), 400, "invalid_json")
+
+    def bad_shape(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        body = rng.choice(
+            [{"vars": {"a": "x", "b": "y"}}, {"variables": 5}, {"variables": "a=b"}, [1, 2], {},
+             {"variables": [{"a": "x", "b": "y"}, 3]}]
+        )  # fmt: skip
+        return self._error("bad_shape", self._post(client, "echo", body), 422, "invalid_request")
+
+    def bad_vars(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        values = self._values(rng, n)
+        case = rng.randrange(4)
+        if case == 0:
+            values.pop("b")
+            r = self._post(client, "echo", {"variables": values})
+            return self._error("bad_vars", r, 422, "missing_variable", variable="b")
+        if case == 1:
+            values["c"] = "extra"
+            r = self._post(client, "echo", {"variables": values})
+            return self._error("bad_vars", r, 422, "unknown_variable", variable="c")
+        if case == 2:
+            values["a"] = rng.choice([1, None, ["x"], {"y": 1}, True])  # type: ignore[assignment]
+            r = self._post(client, "echo", {"variables": values})
+            return self._error("bad_vars", r, 422, "invalid_variable_type", variable="a")
+        # A batch with one bad element deep inside: it must be named by index, nothing run.
+        batch = [self._values(rng, n, j) for j in range(6)]
+        batch[4].pop("a")
+        r = self._post(client, "echo", {"variables": batch})
+        return self._error("bad_vars", r, 422, "missing_variable", index=4, variable="a")
+
+    def no_flow(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        flow = rng.choice(["nope", "echo2", "a" * 129, "..%2F..%2Fetc", "echo.json"])
+        r = client.get(f"{self.base}/api/flows/getFlowInfo/{flow}", headers=self._headers())
+        return self._error("no_flow", r, 404, "flow_not_found")
+
+    def too_big(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        batch = [{"a": "x", "b": "y"}] * 1001  # one over the default limit of 1000
+        return self._error("too_big", self._post(client, "echo", {"variables": batch}), 422,
+                           "batch_too_large")  # fmt: skip
+
+
+class Sampler:
+    """Samples a process's RSS every ``every`` seconds in a thread until stopped."""
+
+    def __init__(self, pid: int, every: float = 0.1) -> None:
+        self.pid, self.every = pid, every
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(rss_bytes(self.pid))
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _drive(mix: Mix, numbers: range) -> list[Outcome]:
+    """Send requests ``numbers`` from CLIENTS threads (each with its own connection pool)."""
+    local = threading.local()
+    clients: list[httpx.Client] = []
+    lock = threading.Lock()
+
+    def one(n: int) -> Outcome:
+        client = getattr(local, "client", None)
+        if client is None:
+            client = local.client = httpx.Client(timeout=30)
+            with lock:
+                clients.append(client)
+        return mix.one(client, n)
+
+    try:
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            return list(pool.map(one, numbers))
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_mixed_load_has_no_unexpected_status_no_lost_or_mixed_results_and_flat_memory(
+    tmp_path: Path, flownb_env: Path
+) -> None:
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    write_flow(flows / "echo.json", _echo_flow())
+    (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
+    import os
+
+    env = dict(os.environ)
+    key = create_key(env, "load")
+    logs = tmp_path / "logs"
+    with serve(flows, env, logs) as server:
+        mix = Mix(server.url, key)
+        warm = _drive(mix, range(WARMUP))  # imports, caches and pools settle before measuring
+        started = time.monotonic()
+        with Sampler(server.process.pid) as sampler:
+            outcomes = _drive(mix, range(WARMUP, WARMUP + REQUESTS))
+        elapsed = time.monotonic() - started
+        assert server.process.poll() is None, "the server died under load"
+    record(Exposure("load", {key}, [flownb_env, logs], [o.body for o in warm + outcomes]))
+
+    everything = warm + outcomes
+    by_kind = Counter(o.kind for o in everything)
+    bad = [o for o in everything if o.problem]
+    assert len(everything) == WARMUP + REQUESTS
+    assert not bad, f"{len(bad)} of {len(everything)} responses wrong, e.g.:\n" + "\n".join(
+        f"[{o.kind}] {o.problem}" for o in bad[:15]
+    )
+    # Every kind of request was exercised in volume.
+    assert all(by_kind[k] >= 50 for k, _, _ in mix.kinds), by_kind
+
+    samples = sampler.samples
+    assert len(samples) >= 30, f"too few memory samples ({len(samples)}) in {elapsed:.1f}s"
+    third = len(samples) // 3
+    first, last = statistics.median(samples[:third]), statistics.median(samples[-third:])
+    mib = 1024 * 1024
+    # Flat: the last third may not exceed the first by more than 10 % (+4 MiB for allocator
+    # noise). A per-request leak of even 2 KiB over these requests would exceed that.
+    assert last <= first * 1.10 + 4 * mib, (
+        f"server RSS grew from {first / mib:.1f} MiB to {last / mib:.1f} MiB "
+        f"over {REQUESTS} requests"
+    )
+    print(
+        f"\nload: {len(everything)} requests in {elapsed:.1f}s "
+        f"({REQUESTS / elapsed:.0f} req/s measured), kinds {dict(by_kind)}, "
+        f"RSS {first / mib:.1f} -> {last / mib:.1f} MiB"
+    )
