@@ -20,6 +20,7 @@ from .errors import (
     ProviderTimeout,
     RateLimited,
 )
+from .client import Client, RemoteFlow
 from .flow import BaseFlow, LocalFlow, load_flow
 from .result import RunResult
 
@@ -30,6 +31,7 @@ __all__ = [
     "AuthError",
     "BaseFlow",
     "BatchError",
+    "Client",
     "ConfigError",
     "FlowFileError",
     "FlowNotFound",
@@ -39,6 +41,7 @@ __all__ = [
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "RemoteFlow",
     "RunResult",
     "__version__",
     "display_frame",

@@ -245,6 +245,14 @@ def _write(df: Any, path: str) -> None:
         df.to_csv(path, index=False)
 
 
+# `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
+from .server.commands import keys as _keys_group  # noqa: E402
+from .server.commands import serve as _serve_command  # noqa: E402
+
+cli.add_command(_serve_command, "serve")
+cli.add_command(_keys_group, "keys")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``flownb`` console script; exits with the command's status."""
     try:

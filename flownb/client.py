@@ -1,0 +1,659 @@
+"""A client for the flow execution service (the hosted one, or ``flownb serve``), on ``requests``.
+
+:class:`Client` speaks the contract: :meth:`Client.get_flow_info`, :meth:`Client.run` (raw JSON
+in, raw JSON out) and :meth:`Client.flow`, which returns a :class:`RemoteFlow` with the same
+interface as a local flow (``variables``, ``outputs``, ``run``, ``run_batch``,
+``run_dataframe``, ``form``).
+
+Large batches are split into chunks the server accepts (its advertised limit, else 1,000
+elements; and under its body-size limit) sent in parallel, a bounded number at a time. Answers
+429/502/503/504 and dropped connections are retried with exponential backoff that honours
+``Retry-After`` (``0`` means now); when the server answers a batch with some elements done, those
+are kept and only the failed ones are sent again, so nothing paid for is run twice. Describe
+requests are idempotent and use urllib3's own ``Retry``.
+
+Every failure surfaces as a flownb exception whose message is the server's message. The API key
+is sent only in the ``x-api-key`` header, never follows a redirect, and appears in no repr, log
+line or exception.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.exceptions import MaxRetryError
+from urllib3.util.retry import Retry
+
+from .engine import OnResult
+from .errors import (
+    ApiError,
+    AuthError,
+    BatchError,
+    ConfigError,
+    FlownbError,
+    FlowNotFound,
+    InputError,
+    Problem,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+)
+from .flow import BaseFlow
+from .result import RunResult
+from .settings import get_settings
+from .validate import VariableSpec
+
+__all__ = ["Client", "RemoteFlow"]
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+DEFAULT_MAX_BATCH = 1000
+DEFAULT_PARALLEL = 4
+_VARIABLE_CODES = frozenset({"missing_variable", "unknown_variable", "invalid_variable_type"})
+_IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".gif")
+
+# RunResult's keyword for the ordered (name, output) pairs ("entries"; "items" before).
+_ENTRIES = "entries" if "entries" in inspect.signature(RunResult.__init__).parameters else "items"
+
+Items = list[dict[str, str]]
+# One element's outcome: its run output items, or the exception it failed with.
+Outcome = tuple[Items | None, FlownbError | None]
+
+
+class _Dropped(Exception):
+    """The connection dropped mid-request (worth retrying), wrapping requests' error."""
+
+
+class Client:
+    """A connection to a flow execution service.
+
+    Args:
+        base_url: the service's address (``http://127.0.0.1:8000``); default ``FLOWNB_BASE_URL``.
+        api_key: the API key; default ``FLOWNB_API_KEY``.
+        timeout: seconds to wait for an answer to one request.
+        max_retries: retries of a request answered 429/502/503/504 or cut off.
+        max_parallel: chunk requests in flight at once for one batch.
+        batch_size: most elements per request; default the server's advertised limit.
+        backoff: base of the exponential backoff, in seconds (when no ``Retry-After``).
+
+    Raises:
+        ConfigError: no base URL or API key, or an address that is not http(s).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 120.0,
+        max_retries: int = 5,
+        max_parallel: int = DEFAULT_PARALLEL,
+        batch_size: int | None = None,
+        backoff: float = 0.5,
+    ) -> None:
+        settings = get_settings()
+        base_url = base_url or settings.base_url
+        if not base_url:
+            raise ConfigError(
+                "no service address: pass base_url=... or set FLOWNB_BASE_URL "
+                "(e.g. http://127.0.0.1:8000 for flownb serve)"
+            )
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"base_url must be an http(s) address, got {base_url!r}")
+        key = api_key or settings.api_key
+        if not key:
+            raise ConfigError(
+                "no API key: pass api_key=... or set FLOWNB_API_KEY "
+                "(for flownb serve, create one with: flownb keys create --name NAME)"
+            )
+        if max_retries < 0 or max_parallel < 1 or (batch_size is not None and batch_size < 1):
+            raise ConfigError("max_retries must be >= 0, max_parallel and batch_size >= 1")
+        base = base_url.rstrip("/")
+        # The contract's paths all start with /api; accept an address given with it.
+        self.base_url = base[: -len("/api")] if base.endswith("/api") else base
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_parallel = max_parallel
+        self.batch_size = batch_size
+        self.backoff = backoff
+        self.__key = key
+        self._limits: dict[str, int] = {}
+        self._session = requests.Session()
+        # Describe is idempotent: urllib3 retries it (statuses, connects, reads). Runs are
+        # retried by this class (partial results); urllib3 only retries their failed connects.
+        retry = Retry(
+            total=max_retries,
+            connect=max_retries,
+            read=max_retries,
+            status=max_retries,
+            backoff_factor=backoff,
+            status_forcelist=RETRY_STATUSES,
+            allowed_methods=frozenset({"GET"}),
+            respect_retry_after_header=True,
+            raise_on_status=False,
+            raise_on_redirect=False,
+            redirect=0,
+        )
+        adapter = HTTPAdapter(
+            max_retries=retry, pool_connections=4, pool_maxsize=max(10, max_parallel * 2)
+        )
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Client(base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the contract ----------------------------------------------------------------------------
+
+    def get_flow_info(self, flow_id: str) -> list[dict[str, str]]:
+        """Return the flow's describe response: ``[{"name", "type"}]``, variables then outputs.
+
+        Raises:
+            FlowNotFound, AuthError, ApiError: as the service answered.
+        """
+        return self._describe(flow_id)[0]
+
+    def run(self, flow_id: str, variables: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Any:
+        """Run a flow with the contract's ``variables``: an object runs once and returns its list
+        of output items; an array runs once per element and returns a list of such lists.
+
+        Arrays longer than the server's limit are sent in chunks, in parallel.
+
+        Raises:
+            InputError: the service refused the variables (every problem listed).
+            BatchError: some elements of an array failed; ``.results`` keeps the others' items.
+            ProviderError, RateLimited, ProviderTimeout: a single run failed at the provider.
+            FlowNotFound, AuthError, ApiError: as the service answered.
+        """
+        if isinstance(variables, Mapping):
+            items, exc = self._run_chunk(flow_id, [variables], single=True)[0]
+            if exc is not None:
+                raise exc
+            return items
+        batch = list(variables)
+        results: list[Items | None] = [None] * len(batch)
+        errors: dict[int, BaseException] = {}
+
+        def collect(i: int, items: Items | None, exc: FlownbError | None) -> None:
+            if exc is None:
+                results[i] = items
+            else:
+                errors[i] = exc
+
+        self._run_elements(flow_id, batch, collect, self.max_parallel)
+        if errors:
+            raise BatchError(results, errors)
+        return results
+
+    def flow(self, flow_id: str) -> RemoteFlow:
+        """Return the flow ``flow_id`` with the same interface as a local flow.
+
+        Raises:
+            FlowNotFound, AuthError, ApiError: as the service answered the describe request.
+        """
+        info, headers = self._describe(flow_id)
+        return RemoteFlow(self, flow_id, info, headers.get("x-flownb-image-outputs"))
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def _url(self, route: str, flow_id: str) -> str:
+        # Quoted whole: a flow id cannot reach another path ("../", "?", "#").
+        return f"{self.base_url}/api/flows/{route}/{quote(flow_id, safe='')}"
+
+    def _request(self, method: str, url: str, body: Any = None) -> requests.Response:
+        headers = {"x-api-key": self.__key, "Accept": "application/json"}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        try:
+            resp = self._session.request(
+                method,
+                url,
+                data=data,
+                headers=headers,
+                timeout=self.timeout,
+                allow_redirects=False,
+            )
+        except requests.ConnectionError as exc:  # also ConnectTimeout
+            cause = exc.args[0] if exc.args else None
+            if method == "POST" and not isinstance(cause, MaxRetryError):
+                raise _Dropped(type(cause or exc).__name__) from None  # cut off: caller retries
+            raise _unreachable(method, url, exc) from None
+        except requests.Timeout:
+            raise FlownbError(
+                f"{method} {_path(url)}: no answer within {self.timeout:g} s", code="timeout"
+            ) from None
+        except requests.RequestException as exc:
+            raise FlownbError(f"{method} {_path(url)} failed: {type(exc).__name__}") from None
+        self._learn_limits(resp)
+        if 300 <= resp.status_code < 400:
+            raise ApiError(
+                f"the service redirected {_path(url)} to {resp.headers.get('location')!r}; "
+                "use that address as base_url (the API key is never sent to a redirect)",
+                status=resp.status_code,
+                code="redirect",
+            )
+        return resp
+
+    def _learn_limits(self, resp: requests.Response) -> None:
+        for header, name in (
+            ("x-flownb-max-batch", "batch"),
+            ("x-flownb-max-body-bytes", "body"),
+        ):
+            value = resp.headers.get(header)
+            if value and value.isdigit() and int(value) > 0:
+                self._limits[name] = int(value)
+
+    def _describe(self, flow_id: str) -> tuple[list[dict[str, str]], Mapping[str, str]]:
+        resp = self._request("GET", self._url("getFlowInfo", flow_id))
+        if resp.status_code != 200:
+            raise _error_from(resp)
+        data = _json(resp)
+        if not isinstance(data, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("name"), str) for i in data
+        ):
+            raise ApiError(
+                f"unexpected describe response from {_path(resp.url)}", status=resp.status_code
+            )
+        return data, resp.headers
+
+    # -- running -----------------------------------------------------------------------------
+
+    def _chunks(self, batch: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+        """Split element indices into requests within the server's count and size limits."""
+        size = self.batch_size or self._limits.get("batch", DEFAULT_MAX_BATCH)
+        max_body = self._limits.get("body")
+        chunks: list[list[int]] = []
+        current: list[int] = []
+        used = 16  # '{"variables":[]}'
+        for i, values in enumerate(batch):
+            cost = (
+                len(json.dumps(values, ensure_ascii=False).encode("utf-8")) + 1 if max_body else 0
+            )
+            if current and (len(current) >= size or (max_body and used + cost > max_body)):
+                chunks.append(current)
+                current, used = [], 16
+            current.append(i)
+            used += cost
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _run_elements(
+        self,
+        flow_id: str,
+        batch: Sequence[Mapping[str, Any]],
+        on_element: Callable[[int, Items | None, FlownbError | None], None],
+        parallel: int,
+    ) -> None:
+        """Run ``batch`` in chunks, ``parallel`` requests at a time, reporting every element.
+
+        Raises:
+            FlownbError: a request was refused outright (key, flow id, shape) before any element
+                succeeded; once some have, refusals are reported per element instead.
+        """
+        if not batch:
+            return
+        chunks = self._chunks(batch)
+        succeeded = 0
+        fatal: FlownbError | None = None
+        held: list[tuple[int, Items | None, FlownbError | None]] = []
+        unsent: list[int] = []
+        workers = min(parallel, len(chunks))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flownb-client") as pool:
+            pending: dict[Future[list[Outcome]], list[int]] = {}
+            queue = iter(chunks)
+
+            def submit() -> None:
+                idx = next(queue, None)
+                if idx is not None:
+                    elements = [batch[i] for i in idx]
+                    pending[pool.submit(self._run_chunk, flow_id, elements)] = idx
+
+            for _ in range(workers):
+                submit()
+            try:
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        idx = pending.pop(fut)
+                        try:
+                            outcomes = fut.result()
+                        except FlownbError as exc:
+                            fatal = fatal or exc
+                            outcomes = [(None, exc)] * len(idx)
+                        for i, (items, exc) in zip(idx, outcomes, strict=True):
+                            if exc is None:
+                                succeeded += 1
+                                on_element(i, items, None)
+                            elif fatal is not None:
+                                held.append((i, None, exc))  # decided once all is back
+                            else:
+                                on_element(i, None, exc)
+                        if fatal is None:
+                            submit()
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                raise
+            for idx in queue:  # chunks never sent because of the refusal
+                unsent.extend(idx)
+        if fatal is not None:
+            if succeeded == 0:
+                raise fatal
+            # Some elements succeeded: keep them; everything else fails with its reason.
+            for i, items, exc in held:
+                on_element(i, items, exc)
+            for i in unsent:
+                on_element(i, None, fatal)
+
+    def _run_chunk(
+        self, flow_id: str, elements: list[Mapping[str, Any]], *, single: bool = False
+    ) -> list[Outcome]:
+        """Send one request's elements, retrying what failed for a retryable reason.
+
+        Returns:
+            Each element's outcome, in order.
+
+        Raises:
+            FlownbError: the request was refused outright (401, 404, 400, 413, 422).
+        """
+        url = self._url("run", flow_id)
+        out: list[Outcome | None] = [None] * len(elements)
+        pending = list(range(len(elements)))
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            body = {"variables": elements[0] if single else [elements[i] for i in pending]}
+            try:
+                resp = self._request("POST", url, body)
+            except _Dropped as exc:
+                if last:
+                    error = FlownbError(
+                        f"POST {_path(url)}: the connection dropped {attempt + 1} times ({exc})",
+                        code="connection_error",
+                    )
+                    for i in pending:
+                        out[i] = (None, error)
+                    break
+                time.sleep(self._backoff(attempt))
+                continue
+            if resp.status_code == 200:
+                data = _json(resp)
+                got = [data] if single else data
+                if not isinstance(got, list) or len(got) != len(pending):
+                    raise ApiError(
+                        f"unexpected run response from {_path(url)}: expected "
+                        f"{len(pending)} result(s)",
+                        status=200,
+                    )
+                for j, i in enumerate(pending):
+                    out[i] = (got[j], None)
+                break
+            error = _error_from(resp)
+            body_json = _json_or_none(resp)
+            results = body_json.get("results") if isinstance(body_json, dict) else None
+            element_errors = _element_errors(body_json, error, len(pending))
+            if isinstance(results, list) and len(results) == len(pending):
+                failed = []
+                for j, i in enumerate(pending):
+                    if results[j] is not None:
+                        out[i] = (results[j], None)
+                    else:
+                        failed.append(i)
+                        out[i] = (None, element_errors.get(j, error))
+            else:
+                if resp.status_code not in RETRY_STATUSES and resp.status_code < 500:
+                    raise error
+                failed = list(pending)
+                for j, i in enumerate(pending):
+                    out[i] = (None, element_errors.get(j, error))
+            if last or resp.status_code not in RETRY_STATUSES or not failed:
+                break
+            pending = failed
+            time.sleep(self._delay(resp, attempt))
+        return out  # type: ignore[return-value]
+
+    def _backoff(self, attempt: int) -> float:
+        # Exponential with jitter, so parallel chunks do not retry in lockstep.
+        return min(30.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+
+    def _delay(self, resp: requests.Response, attempt: int) -> float:
+        value = resp.headers.get("Retry-After")
+        if value is not None:
+            try:
+                return min(120.0, max(0.0, Retry().parse_retry_after(value)))
+            except Exception:
+                pass  # an unreadable hint: fall back to backoff
+        return self._backoff(attempt)
+
+
+class RemoteFlow(BaseFlow):
+    """A flow run by a flow execution service; same interface as a local flow."""
+
+    def __init__(
+        self,
+        client: Client,
+        flow_id: str,
+        info: list[dict[str, str]],
+        image_outputs: str | None = None,
+    ) -> None:
+        self.client = client
+        self.flow_id = flow_id
+        self.name = flow_id
+        self._spec = VariableSpec([i["name"] for i in info if i.get("type") == "variable"])
+        self._outputs = [i["name"] for i in info if i.get("type") == "output"]
+        # The server says which outputs are images; another service may not (then: by value).
+        self._image_outputs: set[str] | None = None
+        if image_outputs is not None:
+            positions = {int(p) for p in image_outputs.split(",") if p.strip().isdigit()}
+            self._image_outputs = {n for k, n in enumerate(self._outputs) if k in positions}
+
+    @property
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation (checked locally before anything is sent)."""
+        return self._spec
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+        return list(self._outputs)
+
+    def __repr__(self) -> str:
+        return (
+            f"<RemoteFlow {self.flow_id!r} at {self.client.base_url} "
+            f"variables={self.variables!r} outputs={self.outputs!r}>"
+        )
+
+    def _result(self, items: Items, latency: float) -> RunResult:
+        pairs = [(str(i.get("name", "")), str(i.get("output", ""))) for i in items]
+        outputs: dict[str, str] = {}
+        for name, value in pairs:
+            outputs.setdefault(name, value)
+        if self._image_outputs is not None:
+            kinds = {n: "image" if n in self._image_outputs else "text" for n in outputs}
+        else:
+            kinds = {n: "image" if _looks_like_image(v) else "text" for n, v in outputs.items()}
+        result = RunResult(outputs, kinds=kinds, provider="remote", latency=latency)
+        if len(pairs) != len(outputs):  # two output nodes share a name: keep both, in order
+            result = RunResult(
+                outputs, kinds=kinds, provider="remote", latency=latency, **{_ENTRIES: pairs}
+            )
+        return result
+
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        started = time.perf_counter()
+
+        def on_element(i: int, items: Items | None, exc: FlownbError | None) -> None:
+            if exc is not None:
+                on_result(i, None, exc)
+                return
+            try:
+                result = self._result(items or [], time.perf_counter() - started)
+            except Exception as err:  # a malformed item: this element failed, not the batch
+                on_result(i, None, ApiError(f"unexpected run output: {err}", status=200))
+            else:
+                on_result(i, result, None)
+
+        self.client._run_elements(
+            self.flow_id, batch, on_element, concurrency or self.client.max_parallel
+        )
+
+
+# -- translating answers into flownb exceptions ---------------------------------------------------
+
+
+def _path(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.path or "/"
+
+
+def _unreachable(method: str, url: str, exc: Exception) -> FlownbError:
+    parts = urlsplit(url)
+    return FlownbError(
+        f"cannot reach the flow service at {parts.scheme}://{parts.netloc} "
+        f"({method} {parts.path}): {type(exc).__name__}",
+        code="connection_error",
+    )
+
+
+def _json(resp: requests.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        raise ApiError(
+            f"the service answered {_path(resp.url)} with something that is not JSON "
+            f"(HTTP {resp.status_code})",
+            status=resp.status_code,
+        ) from None
+
+
+def _json_or_none(resp: requests.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def _problems(body: Any) -> list[Problem]:
+    raw = body.get("errors") if isinstance(body, dict) else None
+    problems = []
+    for e in raw if isinstance(raw, list) else []:
+        if isinstance(e, dict) and isinstance(e.get("message"), str):
+            index = e.get("index")
+            variable = e.get("variable")
+            problems.append(
+                Problem(
+                    str(e.get("code") or "error"),
+                    e["message"],
+                    index if isinstance(index, int) else None,
+                    variable if isinstance(variable, str) else None,
+                )
+            )
+    return problems
+
+
+def _by_code(
+    status: int, code: str, message: str, request_id: str | None, retry_after: float | None
+) -> FlownbError:
+    if code == "provider_timeout" or (status == 504 and not code.startswith("upstream")):
+        return ProviderTimeout(message, status=status, request_id=request_id, provider="remote")
+    if code == "upstream_rate_limited" or status == 429:
+        return RateLimited(
+            message,
+            retry_after=retry_after,
+            status=status,
+            request_id=request_id,
+            provider="remote",
+        )
+    if code == "provider_error" or status in (502, 503):
+        return ProviderError(
+            message, status=status, request_id=request_id, provider="remote", code=code or None
+        )
+    return ApiError(message, status=status, code=code or None, request_id=request_id)
+
+
+def _error_from(resp: requests.Response) -> FlownbError:
+    """Return the flownb exception for an error answer; its message is the service's."""
+    body = _json_or_none(resp)
+    status = resp.status_code
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        message = body["message"]
+        code = str(body.get("code") or "")
+        request_id = body.get("request_id") or resp.headers.get("x-request-id")
+    else:
+        text = (resp.text or "").strip().replace("\n", " ")[:200]
+        message = f"HTTP {status} from {_path(resp.url)}" + (f": {text}" if text else "")
+        code = ""
+        request_id = resp.headers.get("x-request-id")
+    problems = _problems(body)
+    if status == 401:
+        return AuthError(
+            message, status=status, code=code or None, problems=problems, request_id=request_id
+        )
+    if status == 404 and code in ("flow_not_found", ""):
+        exc = FlowNotFound(message)
+        exc.status = status  # type: ignore[attr-defined]
+        exc.request_id = request_id  # type: ignore[attr-defined]
+        return exc
+    if status == 422 and problems and all(p.code in _VARIABLE_CODES for p in problems):
+        return InputError(problems)
+    if status in (429, 502, 503, 504):
+        return _by_code(status, code, message, request_id, _retry_after(resp))
+    return ApiError(
+        message, status=status, code=code or None, problems=problems, request_id=request_id
+    )
+
+
+def _retry_after(resp: requests.Response) -> float | None:
+    value = resp.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return float(Retry().parse_retry_after(value))
+    except Exception:
+        return None
+
+
+def _element_errors(body: Any, fallback: FlownbError, n: int) -> dict[int, FlownbError]:
+    """Map each failed element (index within the request) to its own exception."""
+    out: dict[int, FlownbError] = {}
+    status = getattr(fallback, "status", None) or 500
+    request_id = getattr(fallback, "request_id", None)
+    retry_after = getattr(fallback, "retry_after", None)
+    for p in _problems(body):
+        if p.index is not None and 0 <= p.index < n and p.index not in out:
+            out[p.index] = _by_code(status, p.code, p.message, request_id, retry_after)
+    return out
+
+
+def _looks_like_image(value: str) -> bool:
+    if value.startswith("data:image/"):
+        return True
+    if not value.startswith(("http://", "https://")) or any(c.isspace() for c in value):
+        return False
+    path = urlsplit(value).path.lower()
+    return "/media/" in path or path.endswith(_IMAGE_EXTENSIONS)

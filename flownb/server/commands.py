@@ -1,0 +1,141 @@
+"""The ``flownb serve`` and ``flownb keys`` commands (added to the main CLI group).
+
+Heavy imports (FastAPI, uvicorn) happen inside the commands, so ``flownb --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..settings import PROVIDERS, get_settings
+
+__all__ = ["keys", "serve"]
+
+
+@click.command()
+@click.option(
+    "--flows",
+    "flows_dir",
+    required=True,
+    type=click.Path(file_okay=False, dir_okay=True, exists=True),
+    help="Folder of exported flows, served as <flow_id>.json (picked up when added or changed).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--provider",
+    type=click.Choice(PROVIDERS),
+    default=None,
+    help="Model provider (default: FLOWNB_PROVIDER or offline).",
+)
+@click.option(
+    "--max-batch",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most elements a run's variables array may hold.",
+)
+@click.option(
+    "--max-body-bytes",
+    default=10 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Largest request body accepted.",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+def serve(
+    flows_dir: str,
+    host: str,
+    port: int,
+    provider: str | None,
+    max_batch: int,
+    max_body_bytes: int,
+    log_level: str,
+) -> None:
+    """Serve the flows of a folder over HTTP, as the flow execution service does."""
+    import uvicorn
+
+    from .app import ServerConfig, create_app
+
+    config = ServerConfig(
+        flows_dir, provider=provider, max_batch=max_batch, max_body_bytes=max_body_bytes
+    )
+    app = create_app(config)
+    ids = config.store.ids()
+    shown = ", ".join(ids[:20]) + (f", ... ({len(ids) - 20} more)" if len(ids) > 20 else "")
+    where = f"[{host}]" if ":" in host else host
+    url = f"http://{where}:{port}" if port else f"http://{where}:<port chosen by the OS>"
+    say = lambda line: click.echo(f"flownb serve: {line}", err=True)  # noqa: E731
+    say(config.provider.banner())
+    say(f"flows ({len(ids)}) from {flows_dir}: {shown or 'none yet (add <flow_id>.json files)'}")
+    say(f"listening on {url}  (docs: {url}/docs)")
+    n_keys = config.keys.active_count()
+    if n_keys:
+        say(f"API keys: {n_keys} active (send one in the x-api-key header)")
+    else:
+        say("no API keys yet: every request is refused until you run")
+        say("    flownb keys create --name NAME")
+    # The access log prints method, path and status only (never headers), so keys cannot leak.
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_level in ("info", "debug"),
+        server_header=False,
+    )
+
+
+@click.group()
+def keys() -> None:
+    """Create, list and revoke the API keys `flownb serve` accepts (stored in FLOWNB_HOME)."""
+
+
+@keys.command("create")
+@click.option("--name", required=True, help="A name to tell the key apart (e.g. 'laptop', 'ci').")
+def keys_create(name: str) -> None:
+    """Create a key and print it, alone, on stdout. It is shown this once: store it now."""
+    from .keys import KeyStore
+
+    store = KeyStore(get_settings().home)
+    key = store.create(name)
+    click.echo(key)
+    click.echo(
+        f"flownb: created API key {name!r} ({key[:12]}...). It is shown only now; "
+        "send it in the x-api-key header (the client reads FLOWNB_API_KEY).",
+        err=True,
+    )
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """List keys: name, prefix, created, last used, revoked."""
+    from .keys import KeyStore
+
+    records = KeyStore(get_settings().home).load()
+    if not records:
+        click.echo("no API keys; create one with: flownb keys create --name NAME", err=True)
+        return
+    rows = [("NAME", "PREFIX", "CREATED", "LAST USED", "REVOKED")]
+    for r in records:
+        rows.append((r.name, r.prefix, r.created, r.last_used or "never", r.revoked or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@keys.command("revoke")
+@click.argument("name_or_prefix")
+def keys_revoke(name_or_prefix: str) -> None:
+    """Revoke the key with this name (or whose key starts with this prefix)."""
+    from .keys import KeyStore
+
+    revoked = KeyStore(get_settings().home).revoke(name_or_prefix)
+    for r in revoked:
+        click.echo(f"flownb: revoked API key {r.name!r} ({r.prefix}...)", err=True)
+

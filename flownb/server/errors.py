@@ -1,0 +1,171 @@
+"""The server's one error shape, and how flownb's exceptions map onto HTTP statuses.
+
+Every error response is ``{"code", "message", "errors": [{"index"?, "variable"?, "code",
+"message"}], "request_id"}`` (plus ``results`` when a batch partly failed). Bodies never carry a
+traceback or a key; an unexpected exception is logged on one line with the request id and
+answered ``500 internal_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from starlette.responses import Response
+
+from ..errors import (
+    FlownbError,
+    FlowNotFound,
+    InputError,
+    Problem,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+)
+
+__all__ = ["ApiProblem", "error_response", "from_exception", "json_response", "status_of"]
+
+log = logging.getLogger("flownb.server")
+
+
+class ApiProblem(Exception):
+    """An error the server answers with: status, code, message and every problem found."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        problems: Sequence[Problem] = (),
+        *,
+        headers: Mapping[str, str] | None = None,
+        results: list[Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.problems = list(problems)
+        self.headers = dict(headers or {})
+        self.results = results
+
+
+def json_response(
+    data: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    """Return a JSON response, encoded once with the standard library (no re-validation)."""
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def error_response(problem: ApiProblem, request_id: str) -> Response:
+    """Return the JSON response for ``problem``."""
+    body: dict[str, Any] = {
+        "code": problem.code,
+        "message": problem.message,
+        "errors": [p.to_dict() for p in problem.problems]
+        or [{"code": problem.code, "message": problem.message}],
+        "request_id": request_id,
+    }
+    if problem.results is not None:
+        body["results"] = problem.results
+    return json_response(body, problem.status, problem.headers)
+
+
+# Run-time failures; subclasses before ProviderError, their base.
+_RUNTIME = (
+    (ProviderTimeout, 504, "provider_timeout"),
+    (RateLimited, 429, "upstream_rate_limited"),
+    (ProviderError, 502, "provider_error"),
+)
+
+
+def status_of(exc: BaseException) -> tuple[int, str]:
+    """Return the (status, code) a run-time exception is answered with."""
+    for cls, status, code in _RUNTIME:
+        if isinstance(exc, cls):
+            return status, code
+    return 500, "internal_error"
+
+
+def _message(exc: BaseException, request_id: str) -> str:
+    if isinstance(exc, FlownbError):
+        return exc.message
+    # Unexpected: say what to quote, never what happened inside.
+    return f"internal error; the server log has details under request id {request_id}"
+
+
+def _retry_after(excs: Iterable[BaseException]) -> dict[str, str]:
+    hints = [
+        e.retry_after for e in excs if isinstance(e, RateLimited) and e.retry_after is not None
+    ]
+    if not any(isinstance(e, RateLimited) for e in excs):
+        return {}
+    seconds = max(hints, default=1.0)
+    return {"Retry-After": str(max(0, math.ceil(seconds)))}
+
+
+def log_unexpected(exc: BaseException, request_id: str) -> None:
+    """Log an unexpected exception on one line (type and message, no traceback) with the id."""
+    if not isinstance(exc, FlownbError):
+        log.error("request %s: internal error: %s: %s", request_id, type(exc).__name__, exc)
+        log.debug("request %s: traceback", request_id, exc_info=exc)
+
+
+def from_exception(exc: BaseException, request_id: str) -> ApiProblem:
+    """Return the problem a single run's (or a request's) exception is answered with."""
+    if isinstance(exc, ApiProblem):
+        return exc
+    if isinstance(exc, FlowNotFound):
+        return ApiProblem(404, "flow_not_found", exc.message)
+    if isinstance(exc, InputError):
+        return input_problem(exc)
+    log_unexpected(exc, request_id)
+    status, code = status_of(exc)
+    return ApiProblem(status, code, _message(exc, request_id), headers=_retry_after([exc]))
+
+
+def input_problem(exc: InputError) -> ApiProblem:
+    """Return the 422 for invalid variables: every problem listed, with index and variable."""
+    codes = {p.code for p in exc.problems}
+    code = codes.pop() if len(codes) == 1 else "invalid_request"
+    return ApiProblem(422, code, exc.message, exc.problems)
+
+
+def batch_problem(
+    errors: Mapping[int, BaseException], results: list[Any], request_id: str, *, indexed: bool
+) -> ApiProblem:
+    """Return the problem for a run whose elements partly (or wholly) failed.
+
+    ``results`` holds the successful elements' outputs (``None`` where failed), so paid work
+    reaches the caller; ``errors[]`` names each failed index.
+    """
+    ranked = sorted(errors.items())
+    for _, e in ranked:
+        log_unexpected(e, request_id)
+    statuses = [status_of(e) for _, e in ranked]
+    order = {504: 0, 429: 1, 502: 2, 500: 3}
+    status, code = max(statuses, key=lambda sc: order[sc[0]])
+    problems = [
+        Problem(status_of(e)[1], _message(e, request_id), index=i if indexed else None)
+        for i, e in ranked
+    ]
+    n = len(ranked)
+    if indexed:
+        message = (
+            f"{n} of {len(results)} batch element{'s' * (n > 1)} failed; "
+            f"first, element {ranked[0][0]}: {problems[0].message}"
+        )
+    else:
+        message = problems[0].message
+    return ApiProblem(
+        status,
+        code,
+        message,
+        problems,
+        headers=_retry_after(errors.values()),
+        results=results if indexed else None,
+    )

@@ -1,0 +1,280 @@
+"""API keys for ``flownb serve``: created, listed and revoked by the CLI, checked by the server.
+
+Keys live in ``FLOWNB_HOME/keys.json`` as SHA-256 digests only: the key itself is shown once, when
+it is created, and never stored. The server re-reads the file when it changes on disk, so keys
+created or revoked while it runs take effect on the next request. When a key was last used is
+kept in a separate file (``keys-used.json``) that only servers write, so a server never rewrites
+the file the CLI edits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+try:  # POSIX: serialise writers; elsewhere atomic replace alone has to do.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["KEY_PREFIX", "KeyRecord", "KeyStore", "Verdict"]
+
+KEY_PREFIX = "fnb_"
+# How much of the key is stored and shown so a user can tell keys apart: "fnb_" + 8 characters.
+SHOWN = len(KEY_PREFIX) + 8
+# How often a server writes last-used times (seconds): not on every request.
+FLUSH_EVERY = 30.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def digest(key: str) -> str:
+    """Return the hex SHA-256 digest under which ``key`` is stored."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(slots=True)
+class KeyRecord:
+    """One key as stored: never the key itself, only its digest and the first characters."""
+
+    name: str
+    prefix: str
+    digest: str
+    created: str
+    revoked: str | None = None
+    last_used: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the key is accepted (not revoked)."""
+        return self.revoked is None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of checking a presented key: ``ok``, or a machine code and a message."""
+
+    ok: bool
+    code: str = ""
+    message: str = ""
+    name: str | None = None
+
+
+HOW_TO_CREATE = "create one with: flownb keys create --name NAME"
+
+
+class KeyStore:
+    """The key file of one FLOWNB_HOME."""
+
+    def __init__(self, home: str | Path) -> None:
+        self.home = Path(home)
+        self.path = self.home / "keys.json"
+        self.used_path = self.home / "keys-used.json"
+        self._lock_path = self.home / "keys.lock"
+        # Server-side view: digests -> record, refreshed when the file's stat changes.
+        self._stamp: tuple[int, int, int] | None = None
+        self._records: list[KeyRecord] = []
+        self._digests: list[tuple[bytes, KeyRecord]] = []
+        self._used: dict[str, str] = {}
+        self._last_flush = time.monotonic()
+
+    # -- file access -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        if fcntl is None:  # pragma: no cover
+            yield
+            return
+        with open(self._lock_path, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _read_json(self, path: Path) -> Any:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} is not valid JSON ({exc.msg}); fix or delete it") from None
+
+    def _write_json(self, path: Path, data: Any) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.home, prefix=".tmp-keys-")
+        try:
+            os.chmod(tmp, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=2)
+                fh.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def load(self) -> list[KeyRecord]:
+        """Return every key record (active and revoked), with last-used times merged in.
+
+        Raises:
+            ConfigError: the key file is corrupt.
+        """
+        data = self._read_json(self.path) or {"keys": []}
+        try:
+            records = [KeyRecord(**{**r, "last_used": None}) for r in data["keys"]]
+        except (TypeError, KeyError) as exc:
+            raise ConfigError(f"{self.path} is not a flownb key file ({exc})") from None
+        used = self._read_json(self.used_path) or {}
+        for r in records:
+            r.last_used = used.get(r.digest)
+        return records
+
+    def _save(self, records: list[KeyRecord]) -> None:
+        keys = [{k: v for k, v in asdict(r).items() if k != "last_used"} for r in records]
+        self._write_json(self.path, {"version": 1, "keys": keys})
+
+    # -- CLI operations ----------------------------------------------------------------------
+
+    def create(self, name: str) -> str:
+        """Create a key named ``name`` and return it; this is the only time it is available.
+
+        Raises:
+            ConfigError: the name is empty or already names an active key.
+        """
+        name = name.strip()
+        if not name:
+            raise ConfigError("a key needs a name (--name NAME)")
+        with self._locked():
+            records = self.load()
+            if any(r.name == name and r.active for r in records):
+                raise ConfigError(
+                    f"an active key named {name!r} exists; revoke it first or pick another name"
+                )
+            key = KEY_PREFIX + secrets.token_urlsafe(32)
+            records.append(KeyRecord(name, key[:SHOWN], digest(key), _now()))
+            self._save(records)
+        return key
+
+    def revoke(self, name_or_prefix: str) -> list[KeyRecord]:
+        """Revoke the active keys whose name is ``name_or_prefix`` or whose key starts with it.
+
+        Returns:
+            The records revoked.
+
+        Raises:
+            ConfigError: nothing matches, or a prefix matches several keys of different names.
+        """
+        target = name_or_prefix.strip()
+        with self._locked():
+            records = self.load()
+            active = [r for r in records if r.active]
+            hits = [r for r in active if r.name == target]
+            if not hits and len(target) >= len(KEY_PREFIX) + 4:
+                # A prefix of the shown part, or the whole key pasted in.
+                hits = [
+                    r
+                    for r in active
+                    if r.prefix.startswith(target)
+                    or (
+                        target.startswith(r.prefix)
+                        and hmac.compare_digest(digest(target), r.digest)
+                    )
+                ]
+            if not hits:
+                raise ConfigError(f"no active key named or starting with {target!r}")
+            if len({r.name for r in hits}) > 1:
+                names = ", ".join(sorted({r.name for r in hits}))
+                raise ConfigError(f"{target!r} matches several keys ({names}); give the name")
+            stamp = _now()
+            for r in hits:
+                r.revoked = stamp
+            self._save(records)
+        return hits
+
+    # -- server side -------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            stamp = None
+        else:
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp == self._stamp:
+            return
+        records = self.load() if stamp is not None else []
+        self._records = records
+        self._digests = [(bytes.fromhex(r.digest), r) for r in records]
+        self._stamp = stamp
+
+    def active_count(self) -> int:
+        """Return how many keys are accepted right now."""
+        self._refresh()
+        return sum(r.active for r in self._records)
+
+    def check(self, key: str | None) -> Verdict:
+        """Check a presented key (the ``x-api-key`` header) against the stored digests.
+
+        Every stored digest is compared, in constant time, whatever matches: how long the check
+        takes says nothing about which key, or how much of one, was right.
+        """
+        self._refresh()
+        if not key:
+            if not self._records:
+                return Verdict(
+                    False,
+                    "missing_api_key",
+                    f"this server has no API keys yet; {HOW_TO_CREATE}, "
+                    "then send it in the x-api-key header",
+                )
+            return Verdict(False, "missing_api_key", "send your API key in the x-api-key header")
+        presented = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+        found: KeyRecord | None = None
+        for stored, record in self._digests:
+            if hmac.compare_digest(stored, presented):
+                found = record
+        if found is None:
+            if not self._records:
+                return Verdict(
+                    False, "invalid_api_key", f"this server has no API keys yet; {HOW_TO_CREATE}"
+                )
+            return Verdict(False, "invalid_api_key", "invalid API key")
+        if not found.active:
+            return Verdict(False, "invalid_api_key", "this API key was revoked")
+        self._used[found.digest] = _now()
+        if time.monotonic() - self._last_flush > FLUSH_EVERY:
+            self.flush_used()
+        return Verdict(True, name=found.name)
+
+    def flush_used(self) -> None:
+        """Write the last-used times seen by this process (merged with other writers')."""
+        self._last_flush = time.monotonic()
+        if not self._used:
+            return
+        pending, self._used = self._used, {}
+        try:
+            with self._locked():
+                used = self._read_json(self.used_path) or {}
+                for d, when in pending.items():
+                    used[d] = max(when, used.get(d, ""))
+                self._write_json(self.used_path, used)
+        except (OSError, ConfigError):
+            # Last-used times are a convenience; never fail a request over them.
+            pass

@@ -1,0 +1,182 @@
+"""What ``/openapi.json`` documents: the contract's bodies, the error shape, and every status.
+
+These models only describe; the routes encode their JSON directly (no re-validation of output).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["FLOW_ROUTE_RESPONSES", "MEDIA_RESPONSES", "RUN_REQUEST_BODY", "RUN_RESPONSES"]
+
+
+class FlowInfoItem(BaseModel):
+    """A variable the run must supply, or an output the run yields (contract 2.5)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    type: Literal["variable", "output"]
+
+
+class RunOutputItem(BaseModel):
+    """One output of one execution (contract 2.6): text, or the absolute URL of an image."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    output: str
+    type: Literal["output"]
+
+
+class ErrorItem(BaseModel):
+    """One problem; ``index`` is the batch element, ``variable`` the variable it concerns."""
+
+    index: int | None = Field(default=None, ge=0)
+    variable: str | None = None
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error response. ``results`` appears when a batch partly failed at run time."""
+
+    code: str
+    message: str
+    errors: list[ErrorItem]
+    request_id: str
+    results: list[list[RunOutputItem] | None] | None = None
+
+
+class Health(BaseModel):
+    """The health check."""
+
+    status: Literal["ok"]
+    provider: str
+
+
+_STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+
+RUN_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["variables"],
+                "additionalProperties": False,
+                "properties": {
+                    "variables": {
+                        "description": (
+                            "One execution (an object mapping each variable name to a string) "
+                            "or a batch (an array of such objects, at most the server's limit)."
+                        ),
+                        "oneOf": [_STRING_MAP, {"type": "array", "items": _STRING_MAP}],
+                    }
+                },
+            },
+            "examples": {
+                "single": {"value": {"variables": {"topic": "owls", "tone": "dry"}}},
+                "batch": {
+                    "value": {
+                        "variables": [
+                            {"topic": "owls", "tone": "dry"},
+                            {"topic": "tide pools", "tone": "playful"},
+                        ]
+                    }
+                },
+            },
+        }
+    },
+}
+
+_REQUEST_ID = {
+    "x-request-id": {
+        "description": "Identifies this request in the server log.",
+        "schema": {"type": "string"},
+    }
+}
+
+
+def _error(description: str, **headers: Any) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description, "headers": {**_REQUEST_ID, **headers}}
+
+
+_AUTH = {
+    401: _error(
+        "`missing_api_key`: no x-api-key header; `invalid_api_key`: unknown or revoked key."
+    ),
+}
+_NOT_FOUND = {404: _error("`flow_not_found`: no flow with this id (or not a valid flow id).")}
+_INTERNAL = {500: _error("`internal_error`: something failed inside the server (no details).")}
+
+FLOW_ROUTE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": list[FlowInfoItem],
+        "description": "The flow's variables (type `variable`) then outputs (type `output`).",
+        "headers": {
+            **_REQUEST_ID,
+            "x-flownb-max-batch": {
+                "description": "The most elements a run's `variables` array may hold.",
+                "schema": {"type": "integer"},
+            },
+            "x-flownb-image-outputs": {
+                "description": "Comma-separated positions (among outputs) of image outputs.",
+                "schema": {"type": "string"},
+            },
+        },
+    },
+    **_AUTH,
+    **_NOT_FOUND,
+    **_INTERNAL,
+}
+
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying.",
+        "schema": {"type": "integer"},
+    }
+}
+
+RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": list[RunOutputItem] | list[list[RunOutputItem]],
+        "description": (
+            "An object `variables`: one item per output node. An array: one array of items per "
+            "element, in order (`[]` for `[]`)."
+        ),
+        "headers": _REQUEST_ID,
+    },
+    400: _error("`invalid_json`: the body is not JSON."),
+    **_AUTH,
+    **_NOT_FOUND,
+    413: _error("`payload_too_large`: the body is over the server's limit (default 10 MiB)."),
+    422: _error(
+        "`invalid_request`: the JSON has the wrong shape; `missing_variable`, "
+        "`unknown_variable`, `invalid_variable_type`: variables that do not fit the flow (every "
+        "problem listed, with `index` and `variable`); `batch_too_large`: more elements than the "
+        "server's limit. Nothing ran."
+    ),
+    429: _error(
+        "`upstream_rate_limited`: the model provider rate-limited the server; `results` keeps "
+        "the elements that succeeded.",
+        **_RETRY_AFTER,
+    ),
+    **_INTERNAL,
+    502: _error(
+        "`provider_error`: the model provider failed; `results` keeps the elements that "
+        "succeeded (null where failed)."
+    ),
+    504: _error(
+        "`provider_timeout`: the model provider did not answer in time; `results` keeps the "
+        "elements that succeeded."
+    ),
+}
+
+MEDIA_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The image.",
+        "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+    },
+    404: _error("`not_found`: no image with this name."),
+}
