@@ -88,7 +88,15 @@ class VariableSpec:
             InputError: listing every problem of every element, each with its index.
         """
         problems: list[Problem] = []
+        known = self.known
         for i, values in enumerate(batch):
+            # The common well-formed row, checked inline: this loop runs once per batch row.
+            if type(values) is dict and values.keys() == known:
+                for v in values.values():
+                    if type(v) is not str:
+                        break
+                else:
+                    continue
             problems.extend(self.problems(values, i))
         if problems:
             raise InputError(problems)
