@@ -22,7 +22,7 @@ __all__ = ["Call", "Generation", "Kind", "Provider"]
 Kind = Literal["text", "image"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
     """One node execution: what to generate (``kind``), from which ``prompt``, with which params."""
 

@@ -65,7 +65,7 @@ class OfflineProvider(Provider):
     def generate_inline(self, call: Call) -> Generation:
         """Return the generation at once: the prompt itself, or the image drawn from it."""
         if call.kind == "text":
-            return Generation(call.prompt, model="offline")
+            return Generation(call.prompt, None, "offline")  # positional: the per-row hot path
         name = hashlib.sha256(_VERSION + call.prompt.encode("utf-8")).hexdigest()[:40] + ".png"
         if not self.media.exists(name):
             self.media.save(name, draw_image(call.prompt))
