@@ -8,10 +8,12 @@ appear in the page. Screenshots go to ``test-artifacts/`` for a human to look at
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -91,7 +93,12 @@ def _wait_kernel_idle(lab: Lab, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     states: list[str] = []
     while time.monotonic() < deadline:
-        kernels = lab.api("/api/kernels")
+        try:
+            kernels = lab.api("/api/kernels")
+        except urllib.error.URLError as exc:  # HTTPError too: a busy server may answer 500 once
+            states = [f"API error: {exc}"]
+            time.sleep(1)
+            continue
         assert isinstance(kernels, list)
         states = [k.get("execution_state", "") for k in kernels]
         if states and all(s == "idle" for s in states):
@@ -113,6 +120,47 @@ def _page_errors(page) -> str:
     return "\n---\n".join(errs.all_inner_texts())[-3000:]
 
 
+def _drive_form(page, lab: Lab, notebook: str) -> None:
+    """Open ``notebook``, run all cells, fill the first form's first field, click Run, and
+    check the output text and image; screenshots go to ``test-artifacts/``."""
+    page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
+    # The notebook panel is up and its kernel started.
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=60_000)
+    _wait_kernel_idle(lab, timeout=60)
+
+    _run_all_cells(page)
+    form = page.locator(".flownb-form").first
+    try:
+        form.wait_for(state="visible", timeout=60_000)
+    except playwright_sync.TimeoutError:
+        pytest.fail(f"no .flownb-form rendered; errors in page:\n{_page_errors(page)}")
+    _wait_kernel_idle(lab, timeout=60)  # the notebook's other cells have run too
+    form.scroll_into_view_if_needed()
+
+    field = form.locator("input[type=text], textarea").first
+    field.click()
+    field.fill(TYPED)
+    field.press("Tab")  # blur: ipywidgets syncs on change as well as on input
+    form.locator(".flownb-run").first.click()
+
+    output = form.locator(".flownb-output").first
+    playwright_sync.expect(output).to_contain_text(TYPED, timeout=45_000)
+    image = output.locator("img").first
+    image.wait_for(state="visible", timeout=30_000)
+    image.evaluate(
+        "img => img.complete ? null : new Promise((ok, bad) => {"
+        " img.onload = ok; img.onerror = () => bad(new Error('image failed to load')); })"
+    )
+    size = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+    assert size[0] > 0 and size[1] > 0, f"output image did not load: natural size {size}"
+    # The widget really rendered (not the "Loading widget..." placeholder).
+    assert "Loading widget" not in form.inner_text()
+
+    form.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "browser-form.png"))
+    form.screenshot(path=str(ARTIFACTS / "browser-form-widget.png"))
+
+
 def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> None:
     work = _workdir(tmp_path)
     notebook = FORMS_NOTEBOOK
@@ -127,45 +175,15 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
         browser = pw.chromium.launch(
             executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
         )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(45_000)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
-            # The notebook panel is up and its kernel started.
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=90_000)
-            _wait_kernel_idle(lab, timeout=90)
-
-            _run_all_cells(page)
-            form = page.locator(".flownb-form").first
-            try:
-                form.wait_for(state="visible", timeout=90_000)
-            except playwright_sync.TimeoutError:
-                page.screenshot(path=str(ARTIFACTS / "browser-no-form.png"))
-                pytest.fail(f"no .flownb-form rendered; errors in page:\n{_page_errors(page)}")
-            _wait_kernel_idle(lab, timeout=90)
-            form.scroll_into_view_if_needed()
-
-            field = form.locator("input[type=text], textarea").first
-            field.click()
-            field.fill(TYPED)
-            field.press("Tab")  # blur: ipywidgets syncs on change as well as on input
-            form.locator(".flownb-run").first.click()
-
-            output = form.locator(".flownb-output").first
-            playwright_sync.expect(output).to_contain_text(TYPED, timeout=60_000)
-            image = output.locator("img").first
-            image.wait_for(state="visible", timeout=60_000)
-            image.evaluate(
-                "img => img.complete ? null : new Promise((ok, bad) => {"
-                " img.onload = ok; img.onerror = () => bad(new Error('image failed to load')); })"
-            )
-            size = image.evaluate("img => [img.naturalWidth, img.naturalHeight]")
-            assert size[0] > 0 and size[1] > 0, f"output image did not load: natural size {size}"
-            # The widget really rendered (not the "Loading widget..." placeholder).
-            assert "Loading widget" not in form.inner_text()
-
-            form.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / "browser-form.png"))
-            form.screenshot(path=str(ARTIFACTS / "browser-form-widget.png"))
+            _drive_form(page, lab, notebook)
+        except BaseException:
+            # Leave evidence for CI: what the page looked like, and the server's log.
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), timeout=10_000)
+            shutil.copy(lab.log, ARTIFACTS / "browser-failure-jupyterlab.log")
+            raise
         finally:
             browser.close()
