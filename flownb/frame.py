@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import BatchError, FlownbError, InputError, Problem
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from .flow import BaseFlow
 
-__all__ = ["INTERRUPTED", "rows_to_variables", "run_dataframe"]
+__all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]
 
 INTERRUPTED = "interrupted before this row finished; run again to complete it"
 
@@ -56,8 +56,8 @@ def rows_to_variables(
     variables: list[str],
     columns: Mapping[str, str] | None = None,
     fill: str | None = None,
-) -> list[dict[str, str]]:
-    """Return one variables mapping per row of ``df``.
+) -> ColumnRows:
+    """Return the rows of ``df`` as a sequence of variables mappings (made as they are read).
 
     ``columns`` maps a variable to the column that holds it, where the names differ.
 
@@ -111,11 +111,32 @@ def rows_to_variables(
             )
     if problems:
         raise InputError(problems)
-    return (
-        [dict(zip(converted, row, strict=True)) for row in zip(*converted.values(), strict=True)]
-        if variables
-        else [{} for _ in range(len(df))]
-    )
+    return ColumnRows(converted, len(df))
+
+
+class ColumnRows(Sequence[dict[str, str]]):
+    """Rows of string columns, each made into a variables dict only when the engine reaches it,
+    so a 100,000-row batch does not hold 100,000 dicts at once."""
+
+    def __init__(self, columns: dict[str, list[str]], length: int) -> None:
+        self._names = tuple(columns)
+        self._columns = tuple(columns.values())
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, i: int) -> dict[str, str]:  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._length))]  # type: ignore[return-value]
+        if not -self._length <= i < self._length:
+            raise IndexError(i)
+        return {name: col[i] for name, col in zip(self._names, self._columns, strict=True)}
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        names = self._names
+        for row in zip(*self._columns, strict=True) if names else ((),) * self._length:
+            yield dict(zip(names, row, strict=True))
 
 
 def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:
@@ -176,7 +197,9 @@ def run_dataframe(
 
     interrupted = False
     try:
-        flow._run_validated(batch, progress=progress, concurrency=concurrency, on_result=record)
+        flow._run_validated(
+            batch, progress=progress, concurrency=concurrency, on_result=record, keep=False
+        )
     except BatchError:
         pass  # each failed row already has its message in the error column
     except KeyboardInterrupt:

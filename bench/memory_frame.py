@@ -1,0 +1,60 @@
+"""Peak memory of a 100,000-row DataFrame batch, against the DataFrame's own size, in the same
+run (tracemalloc: Python allocations, which is where a batch's memory goes).
+
+    python -m bench.memory_frame [--rows 100000]
+
+Two ratios: peak extra memory during ``run_dataframe`` over the input frame's deep size, and
+over the input plus the output columns it must produce (the part that is overhead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tracemalloc
+
+import pandas as pd
+
+import flownb
+from bench.engine_overhead import two_node_flow
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Run the benchmark, print its figures and return the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    args = parser.parse_args(argv)
+
+    flow = flownb.load_flow(two_node_flow(), provider="offline", log=False)
+    df = pd.DataFrame(
+        {
+            "topic": [f"topic number {i}" for i in range(args.rows)],
+            "tone": [("dry", "playful", "earnest")[i % 3] for i in range(args.rows)],
+        }
+    )
+    input_size = df.memory_usage(deep=True).sum()
+    gc.collect()
+    tracemalloc.start()
+    base, _ = tracemalloc.get_traced_memory()
+    out = flow.run_dataframe(df, progress=False)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(out) == args.rows and out["intro"].notna().all()
+    output_size = out.memory_usage(deep=True).sum() - input_size
+    extra = peak - base
+    ratios = {
+        "peak / input frame": extra / input_size,
+        "peak / (input + output columns)": extra / (input_size + output_size),
+    }
+    mib = 1024 * 1024
+    print(f"memory: run_dataframe over {args.rows} rows x 2 text nodes, offline provider")
+    print(f"  input frame (deep)          {input_size / mib:8.1f} MiB")
+    print(f"  output columns (deep)       {output_size / mib:8.1f} MiB")
+    print(f"  peak allocated during run   {extra / mib:8.1f} MiB")
+    for name, ratio in ratios.items():
+        print(f"  ratio {name:32s} {ratio:5.2f}x")
+    return ratios
+
+
+if __name__ == "__main__":
+    main()
