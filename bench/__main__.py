@@ -1,0 +1,42 @@
+"""``python -m bench``: every benchmark in turn, then a summary of the ratios.
+
+Each benchmark measures its own reference in the same run (a plain loop, the ideal bound, a bare
+FastAPI route, the DataFrame's size), so the ratios are comparable across noisy machines where
+absolute times are not. ``python -m bench NAME ...`` runs only the named ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+BENCHMARKS = {
+    "engine_overhead": "engine vs a plain loop (10,000 rows, offline)",
+    "latency_batch": "latency-bound batch vs the ideal bound (loopback OpenAI server)",
+    "server_throughput": "flownb serve vs a bare FastAPI route (requests/s)",
+    "memory_frame": "peak memory of a 100,000-row DataFrame batch vs the frame",
+}
+
+
+def main(names: list[str]) -> int:
+    """Run the named benchmarks (all by default); print a summary. Returns an exit status."""
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+        return 2
+    summary: list[tuple[str, str, float]] = []
+    for name in names or list(BENCHMARKS):
+        print(f"\n=== {name}: {BENCHMARKS[name]}", flush=True)
+        started = time.perf_counter()
+        ratios = importlib.import_module(f"bench.{name}").main([])
+        print(f"({time.perf_counter() - started:.0f} s)", flush=True)
+        summary += [(name, label, value) for label, value in (ratios or {}).items()]
+    print("\n=== summary (ratios measured in the same run)")
+    for name, label, value in summary:
+        print(f"  {name:18s} {label:48s} {value:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
