@@ -51,7 +51,8 @@ class _Parser(argparse.ArgumentParser):
     """An argparse parser that raises a one-line UsageError instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"%{self.prog}: {message}. Usage: %{self.format_usage().strip()[7:]}")
+        usage = " ".join(self.format_usage().split()[1:])
+        raise UsageError(f"%{self.prog}: {message}. Usage: %{usage} (see %flow?)")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise UsageError(message or f"%{self.prog}: invalid arguments")

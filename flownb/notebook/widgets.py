@@ -124,7 +124,7 @@ class FlowForm(widgets.VBox):
         self._finished.clear()
         self.button.disabled = True
         self.error = None
-        self.output.clear_output()
+        self.output.outputs = ()  # the trait itself, so kernel and page agree
         self._set_status("running", f"Running {self.flow.name}…")
         self._thread = threading.Thread(
             target=self._work, args=(values,), name="flownb-form", daemon=True

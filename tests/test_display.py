@@ -1,0 +1,178 @@
+"""Display bundles: each output under its name, text as Markdown, images embedded as bytes;
+DataFrames with image columns as thumbnails; readable plain text for terminals."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import io
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from IPython.utils.capture import capture_output
+from PIL import Image
+
+import flownb
+from flownb.display import (
+    display_frame,
+    image_bytes,
+    image_columns,
+    is_image_url,
+    output_bundles,
+    result_bundle,
+    result_text,
+)
+from flownb.result import RunResult
+
+
+def _png(size: tuple[int, int] = (200, 120), color: str = "red") -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture
+def png_server(tmp_path: Path) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 serving ``pic.png``; yields its base URL."""
+    (tmp_path / "pic.png").write_bytes(_png(color="blue"))
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(tmp_path), **kw)
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _blog_result(blog_flow_path: Path) -> RunResult:
+    return flownb.load_flow(blog_flow_path).run(topic="owls **at night**", tone="dry")
+
+
+def test_each_output_under_its_name_text_as_markdown_image_as_png(blog_flow_path: Path) -> None:
+    result = _blog_result(blog_flow_path)
+    bundles = [data for data, _ in output_bundles(result)]
+    assert bundles[0]["text/markdown"].startswith("#### intro\n\n")
+    assert "owls **at night**" in bundles[0]["text/markdown"]  # Markdown kept for rendering
+    assert bundles[1]["text/markdown"] == "#### header_image"
+    image = bundles[2]
+    assert "image/png" in image and "text/html" not in image
+    path = Path(result["header_image"].removeprefix("file://"))
+    assert base64.b64decode(image["image/png"]) == path.read_bytes()
+    assert result["header_image"] in image["text/plain"]
+
+
+def test_run_result_displays_one_bundle_per_output_in_ipython(blog_flow_path: Path) -> None:
+    from IPython.display import display
+    from IPython.testing.globalipapp import start_ipython
+
+    start_ipython()  # a real InteractiveShell, so display() goes through its formatters
+
+    result = _blog_result(blog_flow_path)
+    with capture_output() as captured:
+        display(result)
+    kinds = [sorted(o.data) for o in captured.outputs]
+    assert kinds == [
+        ["text/markdown", "text/plain"],
+        ["text/markdown", "text/plain"],
+        ["image/png", "text/plain"],
+    ]
+
+
+def test_single_bundle_inlines_file_images_as_data_urls(blog_flow_path: Path) -> None:
+    result = _blog_result(blog_flow_path)
+    bundle = result_bundle(result)
+    assert set(bundle) == {"text/plain", "text/markdown"}
+    assert '<img src="data:image/png;base64,' in bundle["text/markdown"]
+    assert "file://" not in bundle["text/markdown"]
+
+
+def test_plain_text_is_readable_in_a_terminal(blog_flow_path: Path) -> None:
+    text = result_text(_blog_result(blog_flow_path))
+    assert text.splitlines()[0].startswith("── intro ")
+    assert "Write a dry two-sentence intro for a blog post about owls **at night**." in text
+    assert "[image] file://" in text
+    assert str(RunResult({})) == "(no outputs)"
+
+
+def test_data_and_loopback_http_images_are_embedded(png_server: str) -> None:
+    png = _png()
+    data_url = "data:image/png;base64," + base64.b64encode(png).decode()
+    local = f"{png_server}/pic.png"
+    result = RunResult(
+        {
+            "a": data_url,
+            "b": local,
+            "c": "https://cdn.example.invalid/x.png",
+            "d": f"{png_server}/gone.png",
+        },
+        kinds=dict.fromkeys("abcd", "image"),
+    )
+    bundles = [data for data, _ in output_bundles(result)][1::2]  # the image bundles
+    assert base64.b64decode(bundles[0]["image/png"]) == png
+    assert Image.open(io.BytesIO(base64.b64decode(bundles[1]["image/png"]))).getpixel((0, 0)) == (
+        0,
+        0,
+        255,
+    )
+    # A remote http image is left for the browser to load; a missing local one too.
+    assert bundles[2] == {
+        "text/plain": "[image c] https://cdn.example.invalid/x.png",
+        "text/html": (
+            '<img src="https://cdn.example.invalid/x.png" alt="c" style="max-width:480px"/>'
+        ),
+    }
+    assert "text/html" in bundles[3] and "image/png" not in bundles[3]
+
+
+def test_image_bytes_never_raises_on_unreadable_urls(tmp_path: Path) -> None:
+    assert image_bytes((tmp_path / "missing.png").as_uri()) is None
+    assert image_bytes("data:image/png,notbase64") is None
+    assert image_bytes("http://127.0.0.1:9/x.png") is None  # nothing listens on port 9
+
+
+def test_is_image_url() -> None:
+    assert is_image_url("http://h/media/ab.png")
+    assert is_image_url("file:///tmp/x.JPG")
+    assert is_image_url("data:image/webp;base64,AAAA")
+    assert not is_image_url("http://h/page.html")
+    assert not is_image_url("a png file.png")
+    assert not is_image_url(3)
+
+
+def test_results_frame_shows_image_columns_as_thumbnails(blog_flow_path: Path) -> None:
+    flow = flownb.load_flow(blog_flow_path)
+    df = pd.DataFrame({"topic": ["owls", "<b>bold</b>"], "tone": ["dry", "warm"]})
+    out = flow.run_dataframe(df, progress=False)
+    assert image_columns(out) == ["header_image"]
+    view = display_frame(out, size=48)
+    page = view._repr_html_()
+    assert page.count('<img src="data:image/png;base64,') == 2
+    assert "file://" in page  # only in the title tooltip, not as a src
+    assert 'src="file://' not in page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page
+    src = page.split('<img src="data:image/png;base64,', 1)[1].split('"', 1)[0]
+    thumb = Image.open(io.BytesIO(base64.b64decode(src)))
+    assert max(thumb.size) <= 48
+    text = repr(view)
+    assert "header_image" in text and "owls" in text and "<img" not in text
+
+
+def test_frame_with_missing_cells_and_no_image_columns() -> None:
+    df = pd.DataFrame({"a": ["x", None], "b": [1, 2]})
+    assert image_columns(df) == []
+    page = display_frame(df)._repr_html_()
+    assert "<img" not in page and "<td>x</td>" in page
+    with pytest.raises(TypeError, match="DataFrame"):
+        display_frame([1, 2])  # type: ignore[arg-type]

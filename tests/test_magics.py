@@ -1,0 +1,264 @@
+"""The ``%flow`` magics in a real IPython shell (``InteractiveShell``): parsing, ``$name``
+values, cell bodies, DataFrame batches, flow caching, one-line usage errors, failures raising."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.testing.globalipapp import start_ipython
+from IPython.utils.capture import capture_output
+
+import flownb
+from flownb.errors import FlowFileError, InputError
+from flownb.notebook.magics import find_api_key
+from flownb.notebook.widgets import FlowForm
+from tests.conftest import make_flow, write_flow
+
+
+@pytest.fixture
+def ip(tmp_path: Path, blog_flow_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real IPython shell with ``%load_ext flownb``, working in a folder holding the flows."""
+    start_ipython()  # once per process; later calls return None
+    shell = InteractiveShell.instance()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "blog.json").write_text(blog_flow_path.read_text(encoding="utf-8"))
+    write_flow(tmp_path / "one.json", make_flow({"echo": "said: {text}"}, ["text"]))
+    shell.run_line_magic("load_ext", "flownb")
+    try:
+        yield shell
+    finally:
+        shell.run_line_magic("unload_ext", "flownb")
+        for name in ("res", "out", "t", "df", "f", "n", "lst"):
+            shell.user_ns.pop(name, None)
+
+
+def cell(ip: Any, source: str) -> Any:
+    """Run ``source`` as a cell; return its value, re-raising what the cell raised."""
+    result = ip.run_cell(source, store_history=False)
+    if result.error_before_exec is not None:
+        raise result.error_before_exec
+    if result.error_in_exec is not None:
+        raise result.error_in_exec
+    return result.result
+
+
+def magic(ip: Any, line: str, body: str | None = None) -> Any:
+    """Call the flow magic directly (raises its exceptions, unlike run_cell)."""
+    if body is None:
+        return ip.run_line_magic("flow", line)
+    return ip.run_cell_magic("flow", line, body)
+
+
+def test_load_ext_flownb_registers_both_magics(ip: Any) -> None:
+    assert "flow" in ip.magics_manager.magics["line"]
+    assert "flow" in ip.magics_manager.magics["cell"]
+    ip.run_line_magic("unload_ext", "flownb")
+    assert "flow" not in ip.magics_manager.magics["line"]
+    ip.run_line_magic("load_ext", "flownb")
+
+
+def test_run_with_quoted_values_and_out_variable(ip: Any) -> None:
+    res = magic(ip, "run blog.json topic='tide pools' tone=\"very dry\" -o res")
+    assert res["intro"] == "Write a very dry two-sentence intro for a blog post about tide pools."
+    assert ip.user_ns["res"] is res
+    assert res["header_image"].startswith("file://")
+
+
+def test_dollar_name_passes_the_python_value_verbatim(ip: Any) -> None:
+    ip.user_ns["t"] = 'rock "pools" with spaces & $dollars'
+    ip.user_ns["n"] = 3
+    res = cell(ip, "%flow run blog.json topic=$t tone=$n")
+    assert res["intro"] == (
+        'Write a 3 two-sentence intro for a blog post about rock "pools" with spaces & $dollars.'
+    )
+    res = cell(ip, "%flow run blog.json topic=$$t 'tone=x $n y'")
+    assert res["intro"] == "Write a x 3 y two-sentence intro for a blog post about $t."
+
+
+def test_dollar_name_of_a_flow_object(ip: Any, blog_flow_path: Path) -> None:
+    ip.user_ns["f"] = flownb.load_flow(blog_flow_path)
+    res = cell(ip, "%flow run $f topic=a tone=b")
+    assert res["intro"].endswith("about a.")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("run blog.json topic=a tone", "expected name=value, got 'tone'"),
+        ("run blog.json topic=$nothing tone=b", "no Python variable named 'nothing'"),
+        ("run blog.json topic=$lst tone=b", "got a list"),
+        ("run blog.json topic='unclosed", "cannot split the line"),
+        ("walk blog.json", "unknown command 'walk'"),
+        ("run blog.json topic=a tone=b -o 1x", "Python variable name"),
+        ("run blog.json topic=a topic=b", "given twice"),
+        ("batch blog.json", "the following arguments are required: --df"),
+        ("batch blog.json --df lst", "is a list, not a DataFrame"),
+        ("batch blog.json --df nope.csv", "no such CSV file"),
+        ("batch blog.json --df df --map topic", "--map takes var=column"),
+        ("info abc123", "%flow connect URL first"),
+        ("connect", "give the server URL"),
+        ("connect http://127.0.0.1:1 sk-secret", "never goes on the magic line"),
+        ("run blog.json --var topic topic=a", "--var applies to the %%flow run cell magic"),
+    ],
+)
+def test_bad_arguments_raise_one_line_usage_errors(ip: Any, line: str, message: str) -> None:
+    ip.user_ns["lst"] = [1, 2]
+    ip.user_ns["df"] = pd.DataFrame({"topic": ["a"], "tone": ["b"]})
+    with pytest.raises(UsageError) as info:
+        magic(ip, line)
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text.strip()
+
+
+def test_usage_error_in_a_cell_shows_one_line_without_traceback(ip: Any) -> None:
+    with capture_output() as captured:
+        result = ip.run_cell("%flow run blog.json topic=a tone")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert captured.stderr.strip().startswith("UsageError: %flow run: expected name=value")
+    assert len(captured.stderr.strip().splitlines()) == 1
+
+
+def test_failed_runs_raise_flownb_errors(ip: Any, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="missing variable 'tone'"):
+        magic(ip, "run blog.json topic=a")
+    with pytest.raises(InputError, match="unknown variable 'colour'"):
+        magic(ip, "run blog.json topic=a tone=b colour=c")
+    with pytest.raises(FlowFileError):
+        magic(ip, "run missing.json topic=a")
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(FlowFileError):
+        magic(ip, "info broken.json")
+
+
+def test_cell_magic_body_fills_the_only_variable(ip: Any) -> None:
+    res = magic(ip, "run one.json", "\nfirst line\n  second, indented\n\n")
+    assert res["echo"] == "said: first line\n  second, indented"
+    res = cell(ip, "%%flow run blog.json --var topic tone=wry -o out\nsea glass\n")
+    assert res["intro"] == "Write a wry two-sentence intro for a blog post about sea glass."
+    assert ip.user_ns["out"] is res
+
+
+def test_cell_magic_needs_var_when_the_flow_has_several(ip: Any) -> None:
+    with pytest.raises(UsageError, match=r"has 2 variables .*--var NAME"):
+        magic(ip, "run blog.json tone=a", "body")
+    with pytest.raises(UsageError, match="--var 'colour' is not a variable"):
+        magic(ip, "run blog.json --var colour", "body")
+    with pytest.raises(UsageError, match="only %%flow run takes a cell body"):
+        magic(ip, "info blog.json", "body")
+    with pytest.raises(UsageError, match="set by the cell body and topic="):
+        magic(ip, "run blog.json --var topic topic=x tone=y", "body")
+
+
+def test_info_shows_variables_with_defaults_and_outputs(ip: Any) -> None:
+    info = magic(ip, "info blog.json")
+    md = info._repr_markdown_()
+    assert "| `topic` | tide pools |" in md and "| `tone` | playful |" in md
+    assert "`intro`, `header_image`" in md
+    assert "topic  (default: 'tide pools')" in repr(info)
+
+
+def test_batch_over_a_dataframe_with_map_and_out(ip: Any) -> None:
+    ip.user_ns["df"] = pd.DataFrame({"subject": ["owls", "moss"], "tone": ["dry", 7]})
+    out = cell(ip, "%flow batch blog.json --df df --map topic=subject --no-progress -o out")
+    assert list(out.columns) == ["subject", "tone", "intro", "header_image"]
+    assert out["intro"].tolist() == [
+        "Write a dry two-sentence intro for a blog post about owls.",
+        "Write a 7 two-sentence intro for a blog post about moss.",
+    ]
+    assert ip.user_ns["out"] is out
+
+
+def test_batch_reads_a_csv_path_and_fill(ip: Any, tmp_path: Path) -> None:
+    (tmp_path / "rows.csv").write_text("topic,tone\nowls,\nmoss,warm\n")
+    with pytest.raises(InputError, match="pass fill="):
+        magic(ip, "batch blog.json --df rows.csv --no-progress")
+    out = magic(ip, "batch blog.json --df rows.csv --fill 'quite plain' --no-progress")
+    assert out["intro"][0] == "Write a quite plain two-sentence intro for a blog post about owls."
+
+
+def test_results_dataframe_html_has_thumbnails_after_load_ext(
+    ip: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A terminal shell renders plain text only; a kernel's shell has HTML on, as here.
+    monkeypatch.setattr(ip.display_formatter.formatters["text/html"], "enabled", True)
+    ip.user_ns["df"] = pd.DataFrame({"topic": ["owls"], "tone": ["dry"]})
+    out = magic(ip, "batch blog.json --df df --no-progress")
+    data, _ = ip.display_formatter.format(out)
+    assert '<div class="flownb-frame">' in data["text/html"]
+    assert '<img src="data:image/png;base64,' in data["text/html"]
+    plain, _ = ip.display_formatter.format(pd.DataFrame({"a": [1]}))
+    assert "flownb-frame" not in plain["text/html"] and "<table" in plain["text/html"]
+    ip.run_line_magic("unload_ext", "flownb")
+    data, _ = ip.display_formatter.format(out)
+    assert "flownb-frame" not in data["text/html"]
+    ip.run_line_magic("load_ext", "flownb")
+
+
+def test_accessor_runs_a_flow_over_rows(ip: Any, blog_flow_path: Path) -> None:
+    df = pd.DataFrame({"topic": ["owls"], "tone": ["dry"]})
+    out = df.flownb.run(str(blog_flow_path), progress=False)
+    assert out.flownb.image_columns() == ["header_image"]
+    assert "<img" in out.flownb.show()._repr_html_()
+
+
+def test_local_flows_are_cached_until_the_file_changes(ip: Any, tmp_path: Path) -> None:
+    magics = ip.magics_manager.registry["FlowMagics"]
+    first, _ = magics._resolve("one.json", None)
+    again, _ = magics._resolve("one.json", None)
+    assert first is again
+    flow = make_flow({"echo": "heard: {text}"}, ["text"])
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(flow, indent=4))  # a different size, so a new stat
+    os.utime(path, ns=(path.stat().st_mtime_ns + 10**9,) * 2)
+    res = magic(ip, "run one.json text=hi")
+    assert res["echo"] == "heard: hi"
+    reloaded, _ = magics._resolve("one.json", None)
+    assert reloaded is not first
+
+
+def test_form_magic_returns_a_form(ip: Any) -> None:
+    form = magic(ip, "form blog.json")
+    assert isinstance(form, FlowForm)
+    assert form.values == {"topic": "tide pools", "tone": "playful"}
+
+
+def test_help(ip: Any) -> None:
+    with capture_output() as captured:
+        magic(ip, "")
+    assert "%flow run FLOW" in captured.stdout and "%flow connect" in captured.stdout
+    doc = ip.magics_manager.magics["line"]["flow"].__doc__
+    assert "%%flow run FLOW [--var NAME]" in doc and "FLOWNB_API_KEY" in doc
+
+
+def test_api_key_from_env_then_dotenv_never_prompting_without_stdin(
+    ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(UsageError, match="no API key"):
+        find_api_key()
+    (tmp_path / ".env").write_text("FLOWNB_API_KEY=from-dotenv\n")
+    assert find_api_key() == ("from-dotenv", ".env (.env)")
+    assert "FLOWNB_API_KEY" not in os.environ  # read, not exported
+    monkeypatch.setenv("FLOWNB_API_KEY", "from-env")
+    assert find_api_key() == ("from-env", "FLOWNB_API_KEY")
+
+
+def test_api_key_prompt_uses_getpass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    asked: list[str] = []
+
+    def fake_getpass(prompt: str) -> str:
+        asked.append(prompt)
+        return " typed-key \n"
+
+    monkeypatch.setattr("getpass.getpass", fake_getpass)
+    assert find_api_key(prompt_for="http://127.0.0.1:8000") == ("typed-key", "prompt")
+    assert asked == ["flownb API key for http://127.0.0.1:8000: "]
