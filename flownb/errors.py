@@ -13,7 +13,9 @@
         └── AuthError                401: missing, invalid or revoked API key
 
 Other libraries' exceptions are translated into these at one boundary each (``raise ... from``),
-so callers catch ``FlownbError`` and nothing else.
+so callers catch ``FlownbError`` and nothing else. Errors about bad values (config, flow file,
+input) are also ``ValueError`` and a missing flow is also ``LookupError``, so generic handlers
+keep working.
 """
 
 from __future__ import annotations
@@ -64,25 +66,25 @@ class FlownbError(Exception):
             self.code = code
 
 
-class ConfigError(FlownbError):
+class ConfigError(FlownbError, ValueError):
     """A setting or argument that cannot work."""
 
     code = "config_error"
 
 
-class FlowFileError(FlownbError):
+class FlowFileError(FlownbError, ValueError):
     """A flow file that cannot be loaded: malformed JSON or not a valid graph."""
 
     code = "invalid_flow"
 
 
-class FlowNotFound(FlownbError):
+class FlowNotFound(FlownbError, LookupError):
     """No flow with that id."""
 
     code = "flow_not_found"
 
 
-class InputError(FlownbError):
+class InputError(FlownbError, ValueError):
     """Variables that do not fit the flow. ``problems`` lists every problem found, not just one."""
 
     code = "invalid_variables"
