@@ -20,13 +20,19 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
+from .providers.calls import CallRunner
+from .providers.limits import Pacer
 from .result import RunResult
+from .settings import DEFAULT_RETRIES
 from .template import Template
 from .validate import VariableSpec
+
+if TYPE_CHECKING:
+    from .cache import CallCache
 
 __all__ = ["Engine", "OnResult", "Plan", "Step"]
 
@@ -155,10 +161,30 @@ class Engine:
     the server passes its ``/media/`` URLs).
     """
 
-    def __init__(self, plan: Plan, provider: Provider, media_url: MediaUrl) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        provider: Provider,
+        media_url: MediaUrl,
+        *,
+        cache: CallCache | None = None,
+        rpm: float | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+    ) -> None:
         self.plan = plan
         self.provider = provider
         self.media_url = media_url
+        # The async path's knobs: see flownb.providers.calls.
+        self.cache = cache if provider.cacheable else None
+        self.pacer = Pacer(rpm)  # shared by every run of this engine
+        self.timeout = timeout
+        self.retries = DEFAULT_RETRIES if retries is None else retries
+        self.calls = 0  # provider attempts made by the async path, all runs together
+        check = getattr(provider, "check_params", None)
+        if check is not None:  # refuse params the provider would reject, before anything runs
+            for step in plan.steps:
+                check(step.kind, step.params, step.name)
 
     # -- assembling a result ------------------------------------------------------------------
 
@@ -235,23 +261,19 @@ class Engine:
 
     # -- async path -----------------------------------------------------------------------------
 
-    async def _call(
-        self, step: Step, ctx: Mapping[str, str], limit: asyncio.Semaphore
-    ) -> Generation:
-        call = Call(step.kind, step.template.render(ctx), step.params, step.node_id)
-        async with limit:
-            return await self.provider.generate(call)
+    async def _call(self, step: Step, ctx: Mapping[str, str], runner: CallRunner) -> Generation:
+        return await runner(Call(step.kind, step.template.render(ctx), step.params, step.node_id))
 
-    async def _run_element(self, values: Mapping[str, str], limit: asyncio.Semaphore) -> RunResult:
+    async def _run_element(self, values: Mapping[str, str], runner: CallRunner) -> RunResult:
         started = time.perf_counter()
         gens: list[Any] = [None] * len(self.plan.steps)
         for level in self.plan.levels:
             if len(level) == 1:
                 step = level[0]
-                gens[step.index] = await self._call(step, self._context(values, gens, step), limit)
+                gens[step.index] = await self._call(step, self._context(values, gens, step), runner)
                 continue
             done = await asyncio.gather(
-                *(self._call(s, self._context(values, gens, s), limit) for s in level),
+                *(self._call(s, self._context(values, gens, s), runner) for s in level),
                 return_exceptions=True,
             )
             # Siblings were allowed to finish (their paid results reach the cache) before failing.
@@ -264,25 +286,39 @@ class Engine:
     async def run_async(
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int
     ) -> None:
-        """Run a validated batch; at most ``concurrency`` provider calls are in flight at once.
+        """Run a validated batch; at most ``concurrency`` provider calls are in flight at once
+        (fewer while the provider answers 429), retried, cached and paced as configured.
 
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
-        when the run is cancelled part-way.
+        when the run is cancelled part-way; the cache is committed on the way out either way.
         """
         if not batch:
             return
-        limit = asyncio.Semaphore(concurrency)
+        runner = CallRunner(
+            self.provider,
+            concurrency=concurrency,
+            cache=self.cache,
+            pacer=self.pacer,
+            timeout=self.timeout,
+            retries=self.retries,
+        )
         pending = iter(range(len(batch)))
 
         async def worker() -> None:
             for i in pending:  # one shared iterator: each index is taken exactly once
                 try:
-                    result = await self._run_element(batch[i], limit)
+                    result = await self._run_element(batch[i], runner)
                 except Exception as exc:
                     on_result(i, None, exc)
                 else:
                     on_result(i, result, None)
 
-        # Enough workers to keep every slot busy even when each element has one node at a time.
-        n_workers = min(len(batch), concurrency)
-        await asyncio.gather(*(worker() for _ in range(n_workers)))
+        # More workers than slots: elements waiting out a retry's backoff hold no slot, and
+        # the others keep every slot busy meanwhile.
+        n_workers = min(len(batch), 2 * concurrency)
+        try:
+            await asyncio.gather(*(worker() for _ in range(n_workers)))
+        finally:
+            self.calls += runner.calls
+            if runner.cache is not None:
+                runner.cache.flush()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .aio import run_sync
+from .cache import open_cache
 from .engine import Engine, OnResult, Plan
 from .errors import BatchError, ConfigError
 from .media import MediaStore
@@ -21,6 +22,7 @@ from .model import FlowGraph, load_flow_file, parse_flow
 from .providers.base import Provider
 from .providers.registry import make_provider
 from .result import RunResult
+from .runlog import RunRecorder, open_runlog
 from .settings import get_settings
 from .validate import VariableSpec
 
@@ -204,6 +206,11 @@ class LocalFlow(BaseFlow):
         provider: Provider | str | None = None,
         concurrency: int | None = None,
         media_url: Callable[[str], str] | None = None,
+        cache: bool | None = None,
+        rpm: float | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        log: bool | None = None,
     ) -> None:
         settings = get_settings()
         media = MediaStore(settings.media_dir)
@@ -216,7 +223,19 @@ class LocalFlow(BaseFlow):
         self.plan = Plan(graph)
         self.provider = provider
         self.concurrency = concurrency or settings.concurrency
-        self.engine = Engine(self.plan, provider, media_url or media.file_url)
+        # Call cache (on unless cache=False / FLOWNB_CACHE=0) and run log (FLOWNB_RUNLOG).
+        use_cache = settings.cache if cache is None else cache
+        self.engine = Engine(
+            self.plan,
+            provider,
+            media_url or media.file_url,
+            cache=open_cache(settings.home) if use_cache and provider.cacheable else None,
+            rpm=rpm if rpm is not None else settings.requests_per_minute,
+            timeout=timeout if timeout is not None else settings.openai_timeout,
+            retries=retries,
+        )
+        use_log = settings.runlog if log is None else log
+        self.runlog = open_runlog(settings.home) if use_log else None
         if not provider.supports_images and any(s.kind == "image" for s in self.plan.steps):
             raise ConfigError(f"provider {provider.name!r} cannot run this flow's image nodes")
 
@@ -238,10 +257,24 @@ class LocalFlow(BaseFlow):
     def _execute(
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
-        if self.provider.inline:
-            self.engine.run_inline(batch, on_result)
-        else:
-            run_sync(self.engine.run_async(batch, on_result, concurrency or self.concurrency))
+        recorder = self._recorder(batch)
+        if recorder is not None:
+            on_result = recorder.wrap(on_result)
+        try:
+            if self.provider.inline:
+                self.engine.run_inline(batch, on_result)
+            else:
+                run_sync(self.engine.run_async(batch, on_result, concurrency or self.concurrency))
+        finally:
+            if recorder is not None:
+                recorder.flush()
+
+    def _recorder(self, batch: Sequence[Mapping[str, str]]) -> RunRecorder | None:
+        if self.runlog is None or not batch:
+            return None
+        return self.runlog.recorder(
+            self.name, self.provider.name, batch, detailed=not self.provider.inline
+        )
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
@@ -262,7 +295,13 @@ class LocalFlow(BaseFlow):
             else:
                 errors[i] = exc
 
-        await self.engine.run_async(batch, collect, concurrency or self.concurrency)
+        recorder = self._recorder(batch)
+        try:
+            on_result = recorder.wrap(collect) if recorder is not None else collect
+            await self.engine.run_async(batch, on_result, concurrency or self.concurrency)
+        finally:
+            if recorder is not None:
+                recorder.flush()
         if errors:
             raise BatchError(results, errors)
         return results  # type: ignore[return-value]
@@ -284,11 +323,20 @@ def load_flow(
     *,
     provider: Provider | str | None = None,
     concurrency: int | None = None,
+    cache: bool | None = None,
+    rpm: float | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    log: bool | None = None,
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
 
     ``provider`` is a provider name (``"offline"``, ``"openai"``) or instance; by default
-    ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight.
+    ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight
+    (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
+    ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
+    a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8). ``cache=False`` bypasses the call cache
+    (``FLOWNB_CACHE=0``); ``log=False`` keeps runs out of the run log (``FLOWNB_RUNLOG=0``).
 
     Returns:
         A :class:`LocalFlow`.
@@ -301,4 +349,7 @@ def load_flow(
         graph, name = parse_flow(source, "flow"), "flow"
     else:
         graph, name = load_flow_file(source), Path(source).stem
-    return LocalFlow(graph, name=name, provider=provider, concurrency=concurrency)
+    return LocalFlow(
+        graph, name=name, provider=provider, concurrency=concurrency, cache=cache, rpm=rpm,
+        timeout=timeout, retries=retries, log=log,
+    )

@@ -31,8 +31,10 @@ status and request id, with any API key masked.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import re
@@ -57,13 +59,32 @@ _COMPLETION_MODELS = re.compile(r"(-instruct\b|^davinci-002$|^babbage-002$|^text
 _SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 # Extra parameters passed through as written; anything else is dropped with a warning.
 _CHAT_EXTRAS = frozenset(
-    {"seed", "stop", "user", "logit_bias", "response_format", "reasoning_effort",
-     "service_tier", "logprobs", "top_logprobs", "verbosity"}
+    {
+        "seed",
+        "stop",
+        "user",
+        "logit_bias",
+        "response_format",
+        "reasoning_effort",
+        "service_tier",
+        "logprobs",
+        "top_logprobs",
+        "verbosity",
+    }
 )
 _COMPLETION_EXTRAS = frozenset({"seed", "stop", "user", "logit_bias", "logprobs", "suffix", "echo"})
 _IMAGE_EXTRAS = frozenset(
-    {"size", "quality", "style", "response_format", "background", "output_format",
-     "output_compression", "moderation", "user"}
+    {
+        "size",
+        "quality",
+        "style",
+        "response_format",
+        "background",
+        "output_format",
+        "output_compression",
+        "moderation",
+        "user",
+    }
 )
 _KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_*\-]{3,}")
 _IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp"}
@@ -75,7 +96,9 @@ class Prepared:
 
     __slots__ = ("body", "endpoint", "image_ext", "notes")
 
-    def __init__(self, endpoint: str, body: dict[str, Any], notes: list[str], image_ext: str = "png"):
+    def __init__(
+        self, endpoint: str, body: dict[str, Any], notes: list[str], image_ext: str = "png"
+    ):
         self.endpoint = endpoint
         self.body = body
         self.notes = notes
@@ -88,7 +111,9 @@ def _prepare_text(params: Mapping[str, Any], node: str) -> Prepared:
     model = p.pop("model", None) or DEFAULT_TEXT_MODEL
     endpoint_choice = p.pop("endpoint", None)
     if endpoint_choice not in (None, "chat", "completions"):
-        raise ConfigError(f"node {node!r}: endpoint must be 'chat' or 'completions', got {endpoint_choice!r}")
+        raise ConfigError(
+            f"node {node!r}: endpoint must be 'chat' or 'completions', got {endpoint_choice!r}"
+        )
     completions = endpoint_choice == "completions" or (
         endpoint_choice is None and bool(_COMPLETION_MODELS.search(model))
     )
@@ -187,8 +212,9 @@ def _translate_status(
         text += f" (request id {request_id})"
     retry_after = _retry_after(headers.get("retry-after") or headers.get("Retry-After"))
     if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
-        return RateLimited(text, retry_after=retry_after, status=status, request_id=request_id,
-                           provider="openai")
+        return RateLimited(
+            text, retry_after=retry_after, status=status, request_id=request_id, provider="openai"
+        )
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
     exc = ProviderError(text, status=status, request_id=request_id, provider="openai")
@@ -196,8 +222,25 @@ def _translate_status(
     return exc
 
 
+# aiohttp sessions, shared by every provider with the same endpoint and key on the same event
+# loop (a session is bound to its loop): flows loaded one after another reuse connections, and
+# the sessions are closed at exit instead of being garbage-collected open.
+_SESSIONS: dict[tuple[asyncio.AbstractEventLoop, str, str | None], Any] = {}
+
+
+@atexit.register
+def _close_sessions() -> None:
+    for (loop, _, _), session in list(_SESSIONS.items()):
+        if session.closed or loop.is_closed():
+            continue
+        if loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(session.close(), loop).result(2)
+    _SESSIONS.clear()
+
+
 class _AiohttpTransport:
-    """POSTs JSON with one aiohttp session per event loop (sessions are bound to their loop)."""
+    """POSTs JSON with one aiohttp session per event loop, endpoint and key."""
 
     def __init__(self, base_url: str, api_key: str | None) -> None:
         self.base_url = base_url.rstrip("/")
@@ -205,13 +248,12 @@ class _AiohttpTransport:
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
-        self._sessions: dict[asyncio.AbstractEventLoop, Any] = {}
 
     def _session(self) -> Any:
         import aiohttp
 
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
+        ident = (asyncio.get_running_loop(), self.base_url, self.key)
+        session = _SESSIONS.get(ident)
         if session is None or session.closed:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
             session = aiohttp.ClientSession(
@@ -220,14 +262,16 @@ class _AiohttpTransport:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
                 trust_env=True,
             )
-            self._sessions[loop] = session
+            _SESSIONS[ident] = session
         return session
 
     async def post(self, endpoint: str, body: Mapping[str, Any]) -> tuple[Any, str | None]:
         import aiohttp
 
         try:
-            async with self._session().post(self.base_url + endpoint, data=json.dumps(body)) as resp:
+            async with self._session().post(
+                self.base_url + endpoint, data=json.dumps(body)
+            ) as resp:
                 raw = await resp.read()
                 status = resp.status
                 headers = resp.headers
@@ -248,13 +292,14 @@ class _AiohttpTransport:
         if not isinstance(data, dict):
             raise ProviderError(
                 f"OpenAI API answered {status} with a body that is not a JSON object",
-                status=status, request_id=headers.get("x-request-id"), provider="openai",
+                status=status,
+                request_id=headers.get("x-request-id"),
+                provider="openai",
             )
         return data, headers.get("x-request-id")
 
     async def aclose(self) -> None:
-        loop = asyncio.get_running_loop()
-        session = self._sessions.pop(loop, None)
+        session = _SESSIONS.pop((asyncio.get_running_loop(), self.base_url, self.key), None)
         if session is not None:
             await session.close()
 
@@ -274,8 +319,9 @@ class _SdkTransport:
         client = self._clients.get(loop)
         if client is None:
             # A placeholder key for local servers that need none (the SDK insists on one).
-            client = AsyncOpenAI(api_key=self.key or "unused", base_url=self.base_url,
-                                 max_retries=0, timeout=None)
+            client = AsyncOpenAI(
+                api_key=self.key or "unused", base_url=self.base_url, max_retries=0, timeout=None
+            )
             self._clients[loop] = client
         return client
 
@@ -288,7 +334,9 @@ class _SdkTransport:
         try:
             if endpoint == "/chat/completions":
                 messages = rest.pop("messages")
-                resp = await client.chat.completions.create(model=model, messages=messages, extra_body=rest)
+                resp = await client.chat.completions.create(
+                    model=model, messages=messages, extra_body=rest
+                )
             elif endpoint == "/completions":
                 prompt = rest.pop("prompt")
                 resp = await client.completions.create(model=model, prompt=prompt, extra_body=rest)
@@ -296,8 +344,12 @@ class _SdkTransport:
                 prompt = rest.pop("prompt")
                 resp = await client.images.generate(model=model, prompt=prompt, extra_body=rest)
         except openai.APIStatusError as exc:
-            raise _translate_status(exc.status_code, exc.body if exc.body is not None else exc.message,
-                                    exc.response.headers, self.key) from exc
+            raise _translate_status(
+                exc.status_code,
+                exc.body if exc.body is not None else exc.message,
+                exc.response.headers,
+                self.key,
+            ) from exc
         except openai.APITimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except openai.APIConnectionError as exc:
@@ -306,7 +358,9 @@ class _SdkTransport:
                 provider="openai",
             ) from exc
         except openai.OpenAIError as exc:
-            raise ProviderError(f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai") from exc
+            raise ProviderError(
+                f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
+            ) from exc
         return resp.to_dict(), getattr(resp, "_request_id", None)
 
     async def aclose(self) -> None:
@@ -349,9 +403,13 @@ class OpenAIProvider(Provider):
             )
         chosen = (transport or settings.openai_transport).strip().lower()
         if chosen not in TRANSPORTS:
-            raise ConfigError(f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}")
+            raise ConfigError(
+                f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}"
+            )
         self.transport_name = chosen
-        self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(self.base_url, key)
+        self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(
+            self.base_url, key
+        )
         self._prepared: dict[int, tuple[Mapping[str, Any], Kind, Prepared]] = {}
 
     def __repr__(self) -> str:  # never the key
@@ -407,7 +465,9 @@ class OpenAIProvider(Provider):
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ProviderError(
                 f"OpenAI API answered without the expected {exc} field",
-                status=200, request_id=request_id, provider="openai",
+                status=200,
+                request_id=request_id,
+                provider="openai",
             ) from exc
         usage = data.get("usage")
         if isinstance(usage, Mapping):
@@ -421,8 +481,9 @@ class OpenAIProvider(Provider):
             try:
                 raw = base64.b64decode(item["b64_json"], validate=True)
             except (binascii.Error, ValueError) as exc:
-                raise ProviderError("OpenAI API answered an image that is not base64",
-                                    provider="openai") from exc
+                raise ProviderError(
+                    "OpenAI API answered an image that is not base64", provider="openai"
+                ) from exc
             name = hashlib.sha256(raw).hexdigest()[:40] + "." + prepared.image_ext
             if not self.media.exists(name):
                 self.media.save(name, raw)

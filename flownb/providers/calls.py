@@ -1,0 +1,141 @@
+"""Making provider calls for one run: cache, de-duplication, concurrency limit, pace, timeout
+and retries, in that order.
+
+1. A call whose key is in the cache is answered from it (``cached=True``), no slot taken.
+2. A call identical to one already in flight waits for that one instead of paying twice.
+3. Otherwise each attempt takes a slot of the run's :class:`AdaptiveLimiter` (shared by batch
+   elements and independent nodes), waits for the requests-per-minute pace, and gets
+   ``timeout`` seconds. 429s, 5xx, timeouts and dropped connections are retried by tenacity
+   with the provider's Retry-After or exponential backoff with jitter, holding no slot while
+   waiting; a 429 also halves the run's concurrency for a while.
+4. The success is put in the cache (errors never are).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
+from ..errors import ProviderTimeout, RateLimited
+from .base import Call, Generation, Provider
+from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
+
+__all__ = ["CallRunner"]
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # mark retrieved: waiters may be none
+
+
+class CallRunner:
+    """Calls ``provider`` for one run (create one per run, on the loop that runs it)."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        concurrency: int,
+        cache: Any = None,
+        pacer: Pacer | None = None,
+        timeout: float | None = None,
+        retries: int = 8,
+    ) -> None:
+        self.provider = provider
+        self.cache = cache if provider.cacheable else None
+        self.limiter = AdaptiveLimiter(concurrency, pacer)
+        self.timeout = timeout
+        self.retries = retries
+        self.calls = 0  # attempts sent to the provider
+        self._in_flight: dict[str, asyncio.Future[Generation]] = {}
+        self._prefixes: dict[int, bytes] = {}
+
+    def _prefix(self, call: Call) -> bytes:
+        params = call.params
+        prefix = self._prefixes.get(id(params))
+        if prefix is None:
+            # Keyed by the params object: one per node for the plan's life.
+            prefix = self.cache.prefix(self.provider.identity(), call.kind, params)
+            self._prefixes[id(params)] = prefix
+        return prefix
+
+    async def __call__(self, call: Call) -> Generation:
+        """Return the generation for ``call`` (from the cache, a twin call, or the provider).
+
+        Raises:
+            ProviderError (or a subclass): the provider failed for good.
+        """
+        cache = self.cache
+        if cache is None:
+            return await self._attempts(call)
+        key = cache.key(self._prefix(call), call.prompt)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+        twin = self._in_flight.get(key)
+        if twin is not None:
+            gen = await asyncio.shield(twin)
+            return dataclasses.replace(gen, cached=True)  # no provider call was made for this one
+        fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_consume)
+        self._in_flight[key] = fut
+        try:
+            gen = await self._attempts(call)
+        except Exception as exc:
+            fut.set_exception(exc)
+            raise
+        except BaseException:
+            fut.cancel()
+            raise
+        finally:
+            del self._in_flight[key]
+        cache.put(key, gen)
+        fut.set_result(gen)
+        return gen
+
+    async def _attempt(self, call: Call) -> Generation:
+        limiter = self.limiter
+        async with limiter:
+            self.calls += 1
+            try:
+                if self.timeout is None:
+                    gen = await self.provider.generate(call)
+                else:
+                    async with asyncio.timeout(self.timeout):
+                        gen = await self.provider.generate(call)
+            except TimeoutError as exc:
+                raise ProviderTimeout(
+                    f"{self.provider.name} did not answer within {self.timeout:g} s",
+                    provider=self.provider.name,
+                ) from exc
+            except RateLimited:
+                limiter.rate_limited()
+                raise
+        limiter.succeeded()
+        return gen
+
+    async def _attempts(self, call: Call) -> Generation:
+        try:
+            return await self._attempt(call)  # the common case, without tenacity's bookkeeping
+        except Exception as exc:
+            if not self.retries or not retryable(exc):
+                raise
+            failed: BaseException | None = exc
+        # Tenacity takes over from the failed first attempt: it is replayed as tenacity's
+        # attempt 1 so its wait (Retry-After or backoff) and the attempt count stay exact.
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_for_retry,
+            retry=retry_if_exception(retryable),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                if failed is not None:
+                    replay, failed = failed, None
+                    raise replay
+                return await self._attempt(call)
+        raise AssertionError("unreachable")  # pragma: no cover - reraise=True raises above

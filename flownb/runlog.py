@@ -1,0 +1,320 @@
+"""The run log: one row per run (per batch element) in SQLite under ``FLOWNB_HOME/runs.sqlite``,
+read back as a DataFrame with :func:`runs`.
+
+Each row keeps the flow, the inputs, the outputs, the provider and model(s), the latency, the
+token usage the provider reported (fresh calls only: cached outputs cost nothing), which outputs
+came from the cache, and the error of a failed run. Rows are collected in memory while a batch
+runs and written by a writer thread, one INSERT per chunk of rows (every 500 rows of real calls,
+once at the end of an offline batch, and when interrupted), so logging stays off the run's path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .errors import FlownbError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .engine import OnResult
+    from .result import RunResult
+
+__all__ = ["RUNLOG_FILE", "RunLog", "RunRecorder", "open_runlog", "runs"]
+
+RUNLOG_FILE = "runs.sqlite"
+_FLUSH_EVERY = 500
+
+# A batch's rows are stored as chunks: one JSON array of up to 2,000 rows per table row, so
+# logging costs one json.dumps and one INSERT per chunk, not per run. The ``runs`` view expands
+# them into one SQL row per run for anyone querying the file directly.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    flow TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    rows TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_flow ON chunks (flow);
+"""
+_VIEW = """
+CREATE VIEW IF NOT EXISTS runs AS
+SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
+       json_extract(r.value, '$[0]') AS idx, json_extract(r.value, '$[1]') AS finished,
+       json_extract(r.value, '$[2]') AS model, json_extract(r.value, '$[3]') AS inputs,
+       json_extract(r.value, '$[4]') AS outputs, json_extract(r.value, '$[5]') AS latency,
+       json_extract(r.value, '$[6]') AS prompt_tokens,
+       json_extract(r.value, '$[7]') AS completion_tokens,
+       json_extract(r.value, '$[8]') AS total_tokens, json_extract(r.value, '$[9]') AS cached,
+       json_extract(r.value, '$[10]') AS error
+FROM chunks AS c, json_each(c.rows) AS r;
+"""
+_INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
+
+COLUMNS = [
+    "run_id",
+    "index",
+    "finished",
+    "flow",
+    "provider",
+    "model",
+    "inputs",
+    "outputs",
+    "latency",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "cached",
+    "cached_outputs",
+    "error",
+]
+
+
+class RunLog:
+    """The run-log database. Safe from several threads (one lock); WAL for several processes."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.path, check_same_thread=False, timeout=30, isolation_level=None
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        # An SQLite without JSON functions cannot make the view; it is a convenience only.
+        with contextlib.suppress(sqlite3.OperationalError):
+            self._db.executescript(_VIEW)
+        # Serialising and inserting happen on one writer thread, off the run's path; pending
+        # writes finish before the interpreter exits, and readers wait for them (``sync``).
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flownb-runlog")
+        self.write_errors: list[BaseException] = []
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the writer thread (jobs run one at a time, in order)."""
+
+        def guarded() -> None:
+            try:
+                job()
+            except Exception as exc:  # a full disk must not break the run that was logged
+                self.write_errors.append(exc)
+
+        self._writer.submit(guarded)
+
+    def sync(self) -> None:
+        """Return once every write submitted so far is committed."""
+        self._writer.submit(lambda: None).result()
+
+    def recorder(
+        self, flow: str, provider: str, batch: Sequence[Mapping[str, str]], *, detailed: bool = True
+    ) -> RunRecorder:
+        """Return a recorder for one batch of ``flow`` (wrap its ``on_result``, then ``flush``).
+
+        ``detailed=False`` (inline providers: no tokens, nothing cached, one model) skips the
+        per-generation bookkeeping, keeping a 10,000-row offline batch's log to milliseconds.
+        """
+        return RunRecorder(self, flow, provider, batch, detailed)
+
+    def write(self, run_id: str, flow: str, provider: str, rows: list[list[Any]]) -> None:
+        """Append one chunk of a batch's rows in one transaction."""
+        if not rows:
+            return
+        data = orjson.dumps(rows).decode("utf-8")
+        with self._lock:
+            self._db.execute(_INSERT, (run_id, flow, provider, data))
+
+    def read(self, flow: str | None = None) -> list[tuple[str, str, str, list[Any]]]:
+        """Return every chunk (oldest first) as ``(run_id, flow, provider, rows)``."""
+        self.sync()
+        sql = "SELECT run_id, flow, provider, rows FROM chunks"
+        args: list[Any] = []
+        if flow is not None:
+            sql += " WHERE flow = ?"
+            args.append(flow)
+        with self._lock:
+            chunks = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        return [(r, f, p, orjson.loads(rows)) for r, f, p, rows in chunks]
+
+    def clear(self) -> None:
+        """Delete every row."""
+        self.sync()
+        with self._lock:
+            self._db.execute("DELETE FROM chunks")
+
+
+class RunRecorder:
+    """Collects one batch's outcomes as they arrive; serialises and writes them in bulk."""
+
+    __slots__ = ("_batch", "_detailed", "_flow", "_log", "_pending", "_provider", "run_id")
+
+    def __init__(
+        self,
+        log: RunLog,
+        flow: str,
+        provider: str,
+        batch: Sequence[Mapping[str, str]],
+        detailed: bool = True,
+    ) -> None:
+        self._detailed = detailed
+        self._log = log
+        self._flow = flow
+        self._provider = provider
+        self._batch = batch
+        self._pending: list[tuple[int, float, RunResult | None, BaseException | None]] = []
+        self.run_id = uuid.uuid4().hex[:16]
+
+    def wrap(self, on_result: OnResult) -> OnResult:
+        """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
+        pending = self._pending
+        clock = time.time
+        # Real calls: a chunk every 500 rows, so a crash loses little. Inline (offline) runs:
+        # one chunk at the end, so the writer thread never competes with the run.
+        every = _FLUSH_EVERY if self._detailed else 100_000
+
+        def record(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+            pending.append((i, clock(), result, exc))
+            if len(pending) >= every:
+                self.flush()
+            on_result(i, result, exc)
+
+        return record
+
+    def flush(self) -> None:
+        """Hand what was recorded so far to the writer thread (each outcome is written once)."""
+        if not self._pending:
+            return
+        taken = list(self._pending)
+        self._pending.clear()
+        self._log.submit(lambda: self._write(taken))
+
+    def _write(
+        self, taken: list[tuple[int, float, RunResult | None, BaseException | None]]
+    ) -> None:
+        batch = self._batch
+        rows: list[list[Any]] = []
+        append = rows.append
+        if not self._detailed:
+            # One model for the whole batch, no usage, no cache: a list comprehension per chunk.
+            first = next((r for _, _, r, _ in taken if r is not None), None)
+            gens = first.generations if first is not None else ()
+            model = ",".join(dict.fromkeys(g.model for g in gens if g.model)) or None
+            if all(r is not None for _, _, r, _ in taken):
+                rows = [
+                    [i, f, model, batch[i], r, r.latency, None, None, None, None, None]
+                    for i, f, r, _ in taken
+                ]
+                self._log.write(self.run_id, self._flow, self._provider, rows)
+                return
+        for i, finished, result, exc in taken:
+            if result is None:
+                if isinstance(exc, FlownbError):
+                    error = f"{exc.code}: {exc.message}"
+                else:
+                    error = f"{type(exc).__name__}: {exc}"
+                append([i, finished, None, batch[i], None, None, None, None, None, None, error])
+                continue
+            models: dict[str, None] = {}
+            p = c = t = 0
+            reported = False
+            for g in result.generations:
+                if g.model:
+                    models[g.model] = None
+                usage = g.usage
+                if usage and not g.cached:
+                    reported = True
+                    p += usage.get("prompt_tokens", 0)
+                    c += usage.get("completion_tokens", 0)
+                    t += usage.get("total_tokens", 0)
+            append(
+                [
+                    i,
+                    finished,
+                    ",".join(models) or None,
+                    batch[i],
+                    result,
+                    result.latency,
+                    p if reported else None,
+                    c if reported else None,
+                    t if reported else None,
+                    sorted(result.cached) if result.cached else None,
+                    None,
+                ]
+            )
+        self._log.write(self.run_id, self._flow, self._provider, rows)
+
+
+_logs: dict[Path, RunLog] = {}
+_logs_lock = threading.Lock()
+
+
+def open_runlog(home: str | Path) -> RunLog:
+    """Return this process's run log for the FLOWNB_HOME ``home`` (created on first use)."""
+    path = (Path(home) / RUNLOG_FILE).resolve()
+    with _logs_lock:
+        log = _logs.get(path)
+        if log is None or not path.parent.exists():
+            log = _logs[path] = RunLog(path)
+        return log
+
+
+def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
+    """Return the run log as a DataFrame, oldest first: one row per run (batch element).
+
+    Columns: ``run_id`` (one per batch), ``index`` (position in the batch), ``finished``
+    (timestamp), ``flow``, ``provider``, ``model``, ``inputs`` and ``outputs`` (dicts),
+    ``latency`` (seconds), ``prompt_tokens`` / ``completion_tokens`` / ``total_tokens`` (as the
+    provider reported them for fresh calls; missing otherwise), ``cached`` (every output came
+    from the cache), ``cached_outputs`` (their names) and ``error`` (``code: message``).
+
+    ``flow`` keeps one flow's runs (its file name without ``.json``); ``limit`` the last ones.
+    """
+    import pandas as pd
+
+    from .settings import get_settings
+
+    home = get_settings().home
+    chunks = open_runlog(home).read(flow) if (home / RUNLOG_FILE).exists() else []
+    records = []
+    for run_id, flow_name, provider, rows in chunks:
+        for idx, finished, model, inputs, out, latency, pt, ct, tt, cached, error in rows:
+            cached_names = cached or []
+            records.append(
+                (
+                    run_id,
+                    idx,
+                    finished,
+                    flow_name,
+                    provider,
+                    model,
+                    inputs,
+                    out,
+                    latency,
+                    pt,
+                    ct,
+                    tt,
+                    bool(out) and len(cached_names) >= len(out),
+                    cached_names,
+                    error,
+                )
+            )
+    if limit is not None:
+        records = records[-limit:] if limit > 0 else []
+    df = pd.DataFrame.from_records(records, columns=COLUMNS)
+    df["finished"] = pd.to_datetime(df["finished"], unit="s", utc=True)
+    for col in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        df[col] = df[col].astype("Int64")
+    df["cached"] = df["cached"].astype(bool)
+    df["latency"] = df["latency"].astype(float)
+    return df
