@@ -140,7 +140,9 @@ def _prompt_of(path: str, body: Mapping[str, Any]) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt)
 
 
-def _error(status: int, message: str, kind: str, headers: Mapping[str, str] | None = None) -> web.Response:
+def _error(
+    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
     body = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
     return web.json_response(body, status=status, headers=dict(headers or {}))
 
@@ -205,7 +207,11 @@ def make_app(state: _State) -> web.Application:
             try:
                 body = await request.json()
             except (json.JSONDecodeError, UnicodeDecodeError):
-                return _error(400, "We could not parse the JSON body of your request.", "invalid_request_error")
+                return _error(
+                    400,
+                    "We could not parse the JSON body of your request.",
+                    "invalid_request_error",
+                )
             state.requests.append(body)
             state.paths.append(request.path)
             state.headers.append(dict(request.headers))
@@ -222,10 +228,16 @@ def make_app(state: _State) -> web.Application:
                 headers = {"x-request-id": "req_fake_429"}
                 if config.retry_after is not None:
                     headers["Retry-After"] = config.retry_after
-                return _error(429, "Rate limit reached for requests", "rate_limit_exceeded", headers)
+                return _error(
+                    429, "Rate limit reached for requests", "rate_limit_exceeded", headers
+                )
             if fault == "500":
-                return _error(500, "The server had an error while processing your request.", "server_error",
-                              {"x-request-id": "req_fake_500"})
+                return _error(
+                    500,
+                    "The server had an error while processing your request.",
+                    "server_error",
+                    {"x-request-id": "req_fake_500"},
+                )
             if fault == "hang":
                 await asyncio.sleep(3600)
             if fault == "drop":
@@ -352,11 +364,15 @@ class FakeOpenAI:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the fake from the command line until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m flownb.testing.fake_openai", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m flownb.testing.fake_openai", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
     parser.add_argument("--faults", default="", help='e.g. "429=0.1,500=0.05"')
-    parser.add_argument("--retry-after", default="0", help="Retry-After header of 429s ('' for none)")
+    parser.add_argument(
+        "--retry-after", default="0", help="Retry-After header of 429s ('' for none)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     faults = {}
@@ -365,10 +381,20 @@ def main(argv: list[str] | None = None) -> None:
         faults[name.strip()] = float(share)
     config = FakeConfig()
     config.update(
-        {"latency": args.latency, "faults": faults, "retry_after": args.retry_after or None, "seed": args.seed}
+        {
+            "latency": args.latency,
+            "faults": faults,
+            "retry_after": args.retry_after or None,
+            "seed": args.seed,
+        }
     )
-    web.run_app(make_app(_State(config)), host="127.0.0.1", port=args.port, access_log=None,
-                print=lambda *_: print(f"fake OpenAI on http://127.0.0.1:{args.port}/v1", flush=True))
+    web.run_app(
+        make_app(_State(config)),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"fake OpenAI on http://127.0.0.1:{args.port}/v1", flush=True),
+    )
 
 
 if __name__ == "__main__":
