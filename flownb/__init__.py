@@ -23,6 +23,7 @@ from .errors import (
 from .client import Client, RemoteFlow
 from .flow import BaseFlow, LocalFlow, load_flow
 from .result import RunResult
+from .runlog import runs
 
 __version__ = "0.1.0"
 
@@ -46,6 +47,7 @@ __all__ = [
     "__version__",
     "display_frame",
     "load_flow",
+    "runs",
 ]
 
 

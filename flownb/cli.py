@@ -37,7 +37,12 @@ def _is_path(flow: str) -> bool:
     return flow.endswith(".json") or "/" in flow or Path(flow).is_file()
 
 
-def open_flow(flow: str, provider: str | None = None, concurrency: int | None = None) -> BaseFlow:
+def open_flow(
+    flow: str,
+    provider: str | None = None,
+    concurrency: int | None = None,
+    cache: bool | None = None,
+) -> BaseFlow:
     """Return the flow FLOW names: a local file, or a flow id on the configured server.
 
     Raises:
@@ -46,7 +51,7 @@ def open_flow(flow: str, provider: str | None = None, concurrency: int | None = 
     if _is_path(flow):
         from .flow import load_flow
 
-        return load_flow(flow, provider=provider, concurrency=concurrency)
+        return load_flow(flow, provider=provider, concurrency=concurrency, cache=cache)
     if provider is not None:
         raise click.UsageError("--provider applies to local flow files; the server picks its own")
     from .client import Client
@@ -170,6 +175,7 @@ def info(flow: str) -> None:
     help="Provider calls in flight at once.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--no-cache", is_flag=True, help="Call the provider even for cached calls.")
 def run(
     flow: str,
     var_pairs: tuple[str, ...],
@@ -181,6 +187,7 @@ def run(
     provider: str | None,
     concurrency: int | None,
     no_progress: bool,
+    no_cache: bool,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json)."""
     import pandas as pd
@@ -194,7 +201,8 @@ def run(
     if out_path and Path(out_path).suffix.lower() not in (".csv", ".json"):
         raise click.BadParameter("must end in .csv or .json", param_hint="--out")
     values = _parse_vars(var_pairs)
-    f = open_flow(flow, provider=provider, concurrency=concurrency)
+    cache = False if no_cache else None
+    f = open_flow(flow, provider=provider, concurrency=concurrency, cache=cache)
     _banner(f)
 
     if not csv_path and not json_path:
