@@ -12,6 +12,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from starlette.responses import FileResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..engine import Engine
+from ..engine import Engine, Plan
 from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
 from ..media import MEDIA_NAME, MediaStore
 from ..providers.base import Provider
@@ -92,11 +93,26 @@ class ServerConfig:
             # Built here so a caching wrapper can be put around it later; no cache by default.
             provider = make_provider(provider, media=self.media)
         self.provider: Provider = provider
-        self.store = FlowStore(flows_dir)
+        self.store = FlowStore(flows_dir, self._engine)
         self.keys = KeyStore(self.home)
         self.max_batch = max_batch
         self.max_body_bytes = max_body_bytes
         self.concurrency = concurrency or settings.concurrency
+
+
+    def _engine(self, plan: Plan) -> Engine:
+        # One engine per version of a flow file (its pacing spans requests); media URLs are
+        # made from the current request's address (a context variable set per request).
+        return Engine(plan, self.provider, _media_url)
+
+
+_current_request: ContextVar[Request | None] = ContextVar("flownb_request", default=None)
+
+
+def _media_url(name: str) -> str:
+    request = _current_request.get()
+    base = str(request.base_url) if request is not None else "/"
+    return f"{base}media/{name}"
 
 
 class RequestIdMiddleware:
@@ -282,14 +298,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         if not batch:
             return json_response([])
 
-        base: list[str] = []
-
-        def media_url(name: str) -> str:
-            if not base:
-                base.append(str(request.base_url))
-            return f"{base[0]}media/{name}"
-
-        engine = Engine(flow.plan, provider, media_url)
+        engine = flow.engine
+        _current_request.set(request)  # media URLs use the address this caller used
         results: list[RunResult | None] = [None] * len(batch)
         errors: dict[int, BaseException] = {}
 

@@ -11,11 +11,13 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..engine import Plan
-from ..errors import FlowFileError, FlowNotFound
+from ..errors import FlowFileError, FlownbError, FlowNotFound
 from ..model import parse_flow
 
 __all__ = ["FLOW_ID", "FlowStore", "StoredFlow"]
@@ -26,10 +28,11 @@ FLOW_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 @dataclass(frozen=True, slots=True)
 class StoredFlow:
-    """A loaded flow: its id, its plan, and the file state it was read from."""
+    """A loaded flow: its id, its plan and engine, and the file state it was read from."""
 
     flow_id: str
     plan: Plan
+    engine: Any  # what the store's ``make_engine`` built for the plan (an Engine, or None)
     stamp: tuple[int, int, int]
     image_outputs: str  # positions (among outputs) of image outputs, "1,3"; "" when none
     has_images: bool  # some step draws an image (slow enough to keep off the event loop)
@@ -45,8 +48,12 @@ def not_found(flow_id: str) -> FlowNotFound:
 class FlowStore:
     """Flows served from one folder."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(
+        self, directory: str | Path, make_engine: Callable[[Plan], Any] | None = None
+    ) -> None:
         self.directory = Path(directory)
+        # Built once per version of a flow file: an engine's pacing and counters span requests.
+        self._make_engine = make_engine
         self._flows: dict[str, StoredFlow] = {}
         self._lock = threading.Lock()
 
@@ -109,4 +116,8 @@ class FlowStore:
             str(i) for i, name in enumerate(plan.outputs) if plan.output_kinds.get(name) == "image"
         )
         has_images = any(step.kind == "image" for step in plan.steps)
-        return StoredFlow(flow_id, plan, stamp, images, has_images)
+        try:
+            engine = self._make_engine(plan) if self._make_engine is not None else None
+        except FlownbError as exc:  # e.g. model params the provider refuses
+            raise FlowFileError(f"{where}: {exc.message}") from None
+        return StoredFlow(flow_id, plan, engine, stamp, images, has_images)

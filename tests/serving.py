@@ -1,0 +1,133 @@
+"""Helpers for the server and client tests: a real uvicorn server on 127.0.0.1 in a thread, and a
+scripted provider that stands in for a model service (failing, slowing or succeeding by prompt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import uvicorn
+
+from flownb.errors import ProviderError, ProviderTimeout, RateLimited
+from flownb.providers.base import Call, Generation, Provider
+from flownb.server import KeyStore, ServerConfig, create_app
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Running:
+    """A server running in this process: its URL, config (store, keys, provider) and a key."""
+
+    url: str
+    config: ServerConfig
+    key: str
+
+
+@contextmanager
+def run_server(
+    flows_dir: Path, home: Path, *, create_key: bool = True, **options: Any
+) -> Iterator[Running]:
+    """Serve ``flows_dir`` with uvicorn on a free loopback port until the block ends."""
+    config = ServerConfig(flows_dir, home=home, **options)
+    key = KeyStore(home).create("test") if create_key else ""
+    app = create_app(config)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield Running(f"http://127.0.0.1:{port}", config, key)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+class ScriptedProvider(Provider):
+    """An async provider whose prompt says what happens: ``FAIL502`` (a provider error that is
+    not worth retrying), ``FAIL504`` (timeout), ``FAIL429`` (rate limited, retry after 2 s),
+    ``BOOM`` (an unexpected exception), ``ONCE`` (a provider error the first time that prompt is
+    seen, then success), ``SLOW`` (takes ``delay`` seconds). Otherwise the output is the prompt.
+
+    It records every prompt it was called with and the peak number of calls in flight.
+    """
+
+    name: ClassVar[str] = "scripted"
+    cacheable: ClassVar[bool] = False
+
+    def __init__(self, delay: float = 0.2) -> None:
+        self.delay = delay
+        self.calls: Counter[str] = Counter()
+        self.in_flight = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def _enter(self, prompt: str) -> None:
+        with self._lock:
+            self.calls[prompt] += 1
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _outcome(self, prompt: str) -> Generation:
+        if "FAIL502" in prompt:
+            raise ProviderError("the model refused the request (HTTP 400)", status=400)
+        if "FAIL504" in prompt:
+            raise ProviderTimeout("the model service did not answer within 30 s")
+        if "FAIL429" in prompt:
+            raise RateLimited("the model service is rate-limiting us", retry_after=2)
+        if "BOOM" in prompt:
+            raise RuntimeError("secret internal detail /etc/shadow")
+        if "ONCE" in prompt and self.calls[prompt] == 1:
+            raise ProviderError("the model refused once (HTTP 400)", status=400)
+        return Generation(prompt)
+
+    async def generate(self, call: Call) -> Generation:
+        self._enter(call.prompt)
+        try:
+            if "SLOW" in call.prompt:
+                await asyncio.sleep(self.delay)
+        finally:
+            self._leave()
+        return self._outcome(call.prompt)
+
+
+class InlineScriptedProvider(ScriptedProvider):
+    """The same script, answered synchronously like the offline provider: the engine runs it
+    without its retry layer, so every scripted failure reaches the HTTP answer as it is."""
+
+    name: ClassVar[str] = "scripted-inline"
+    inline: ClassVar[bool] = True
+
+    def generate_inline(self, call: Call) -> Generation:
+        self._enter(call.prompt)
+        try:
+            if "SLOW" in call.prompt:
+                time.sleep(self.delay)
+        finally:
+            self._leave()
+        return self._outcome(call.prompt)
