@@ -6,6 +6,7 @@ form or a ``%flow`` magic, locally (offline by default) or against a flow servic
 
 from __future__ import annotations
 
+from .client import Client, RemoteFlow
 from .display import display_frame
 from .errors import (
     ApiError,
@@ -20,7 +21,6 @@ from .errors import (
     ProviderTimeout,
     RateLimited,
 )
-from .client import Client, RemoteFlow
 from .flow import BaseFlow, LocalFlow, load_flow
 from .result import RunResult
 from .runlog import runs
