@@ -95,6 +95,10 @@ class FlowForm(widgets.VBox):
         self.add_class("flownb-form")
         self.button.on_click(self._on_click)
 
+    def __repr__(self) -> str:
+        names = ", ".join(self.inputs) or "no variables"
+        return f"<FlowForm {self.flow.name!r}: {names} -> {', '.join(self.flow.outputs)}>"
+
     @property
     def running(self) -> bool:
         """Whether a run is in progress."""
