@@ -433,8 +433,9 @@ class OpenAIProvider(Provider):
         if entry is not None and entry[0] is params and entry[1] == kind:
             return entry[2]
         prepared = (_prepare_text if kind == "text" else _prepare_image)(params, node)
-        for note in prepared.notes:
-            warnings.warn(f"flownb openai: node {node!r}: {note}", UserWarning, stacklevel=3)
+        if prepared.notes:
+            notes = "; ".join(prepared.notes)
+            warnings.warn(f"flownb openai: node {node!r}: {notes}", UserWarning, stacklevel=3)
         # Keyed by identity: a node's params object lives as long as its plan.
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared

@@ -1,0 +1,32 @@
+"""Fixtures shared by the OpenAI, cache and run-log tests: one loopback fake OpenAI server per test
+module, reset before each test, with OPENAI_BASE_URL / OPENAI_API_KEY pointing at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from flownb.testing.fake_openai import FakeOpenAI
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[FakeOpenAI]:
+    """The fake server for the whole module."""
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
+    """The module's fake server, reset to good behaviour, with the OpenAI env pointing at it."""
+    fake_server.configure(
+        latency=0.0, faults={}, fail_markers={}, retry_after="0", seed=0, image_format="url"
+    )
+    fake_server.reset()
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("FLOWNB_PROVIDER", "openai")
+    return fake_server

@@ -1,0 +1,294 @@
+# ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
+"""The OpenAI provider at its HTTP boundary, against the loopback fake server: request shapes field
+by field, the modelParams mapping, images (URL and base64), error translation, both transports."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import make_flow
+from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
+
+import flownb
+from flownb.errors import ConfigError, ProviderError, RateLimited
+from flownb.media import MediaStore
+from flownb.providers.base import Call, Generation
+from flownb.providers.openai import OpenAIProvider
+from flownb.testing.fake_openai import FakeOpenAI, image_bytes, image_url
+
+BLOG_PARAMS = {
+    "model": "gpt-4o-mini",
+    "temperature": 0.7,
+    "max_tokens": 200,
+    "top_p": 1,
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "n": 1,
+    "best_of": 1,
+}
+
+
+def one_node(params: dict, *, image: bool = False) -> dict:
+    flow = make_flow({"out": "About {topic}."}, ["topic"], images=("out",) if image else ())
+    for node in flow["nodes"]:
+        if node["type"] in ("actionNode", "imageNode"):
+            node["data"]["modelParams"] = params
+    return flow
+
+
+@pytest.fixture(params=["aiohttp", "sdk"])
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("FLOWNB_OPENAI_TRANSPORT", request.param)
+    return request.param
+
+
+def test_blog_flow_request_shape_field_by_field(
+    fake: FakeOpenAI, transport: str, blog_flow_path: Path
+) -> None:
+    flow = flownb.load_flow(blog_flow_path, cache=False)
+    assert flow.provider.transport_name == transport
+    res = flow.run(topic="owls", tone="dry")
+    assert len(fake.requests) == 2
+    by_path = dict(zip(fake.state.paths, fake.requests, strict=True))
+    chat = by_path["/v1/chat/completions"]
+    assert chat["model"] == "gpt-4o-mini"
+    assert chat["temperature"] == 0.7
+    assert chat["max_tokens"] == 200
+    assert chat["top_p"] == 1
+    assert chat["frequency_penalty"] == 0
+    assert chat["presence_penalty"] == 0
+    assert "n" not in chat and "best_of" not in chat  # 1 is the default: a no-op, not sent
+    assert chat["messages"] == [{"role": "user", "content": chat["messages"][0]["content"]}]
+    prompt = chat["messages"][0]["content"]
+    assert "owls" in prompt and "dry" in prompt
+    image = by_path["/v1/images/generations"]
+    assert image["model"] == "dall-e-3"
+    assert set(image) == {"model", "prompt"}
+    assert "owls" in image["prompt"]
+    # Outputs come from the answers, the image URL passed through untouched.
+    text_out = next(v for k, v in res.items() if not res.is_image(k))
+    image_out = next(v for k, v in res.items() if res.is_image(k))
+    assert text_out == f"echo: {prompt}"
+    assert image_out == image_url(image["prompt"])
+    # The key went in the Authorization header, and nowhere else.
+    for headers in fake.state.headers:
+        assert headers["Authorization"] == f"Bearer {KEY}"
+
+
+def test_reasoning_models_get_max_completion_tokens_and_no_sampling_knobs(
+    fake: FakeOpenAI, transport: str
+) -> None:
+    params = {**BLOG_PARAMS, "model": "o3-mini"}
+    with pytest.warns(UserWarning, match="temperature dropped"):
+        flow = flownb.load_flow(one_node(params), cache=False)
+    flow.run(topic="owls")
+    (body,) = fake.requests
+    assert body["model"] == "o3-mini"
+    assert body["max_completion_tokens"] == 200
+    for name in ("max_tokens", "temperature", "top_p", "frequency_penalty", "presence_penalty"):
+        assert name not in body
+
+
+@pytest.mark.parametrize("model", ["gpt-5", "gpt-5-mini", "o1", "o4-mini"])
+def test_reasoning_model_names(fake: FakeOpenAI, model: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flownb.load_flow(one_node({"model": model, "max_tokens": 5}), cache=False).run(topic="x")
+    assert fake.requests[0]["max_completion_tokens"] == 5
+
+
+def test_n_is_sent_and_the_first_choice_is_the_output(fake: FakeOpenAI, transport: str) -> None:
+    flow = flownb.load_flow(one_node({"model": "gpt-4o-mini", "n": 3}), cache=False)
+    res = flow.run(topic="owls")
+    assert fake.requests[0]["n"] == 3
+    assert res["out"] == "echo: About owls."  # choice 0; the fake answers echo[1]: ... for others
+
+
+def test_best_of_on_a_chat_model_is_refused_before_any_call(fake: FakeOpenAI) -> None:
+    with pytest.raises(ConfigError, match="best_of=3 only works on the completions endpoint"):
+        flownb.load_flow(one_node({"model": "gpt-4o-mini", "best_of": 3}), cache=False)
+    assert fake.requests == []
+
+
+def test_best_of_routes_to_completions_for_completion_models(
+    fake: FakeOpenAI, transport: str
+) -> None:
+    params = {
+        "model": "gpt-3.5-turbo-instruct",
+        "best_of": 3,
+        "n": 2,
+        "max_tokens": 7,
+        "temperature": 0.2,
+    }
+    res = flownb.load_flow(one_node(params), cache=False).run(topic="owls")
+    assert fake.state.paths == ["/v1/completions"]
+    body = fake.requests[0]
+    assert body == {
+        "model": "gpt-3.5-turbo-instruct",
+        "prompt": "About owls.",
+        "best_of": 3,
+        "n": 2,
+        "max_tokens": 7,
+        "temperature": 0.2,
+    }
+    assert res["out"] == "echo: About owls."
+
+
+def test_endpoint_param_forces_completions_for_other_servers(fake: FakeOpenAI) -> None:
+    params = {"model": "llama3", "endpoint": "completions", "best_of": 2}
+    flownb.load_flow(one_node(params), cache=False).run(topic="owls")
+    assert fake.state.paths == ["/v1/completions"]
+    assert fake.requests[0] == {"model": "llama3", "prompt": "About owls.", "best_of": 2}
+
+
+def test_known_extras_pass_through_unknown_ones_are_dropped_with_a_warning(
+    fake: FakeOpenAI,
+) -> None:
+    params = {"model": "gpt-4o-mini", "seed": 7, "stop": ["\n"], "frobnicate": True}
+    with pytest.warns(UserWarning, match="frobnicate dropped"):
+        flow = flownb.load_flow(one_node(params), cache=False)
+    flow.run(topic="owls")
+    body = fake.requests[0]
+    assert body["seed"] == 7 and body["stop"] == ["\n"]
+    assert "frobnicate" not in body
+
+
+def test_b64_images_are_written_to_media_and_returned_as_a_file_url(
+    fake: FakeOpenAI, transport: str, flownb_env: Path
+) -> None:
+    params = {"model": "gpt-image-1", "size": "1024x1024", "quality": "low"}
+    fake.configure(image_format="b64_json")  # gpt-image-1 always answers base64
+    res = flownb.load_flow(one_node(params, image=True), cache=False).run(topic="owls")
+    body = fake.requests[0]
+    assert body == {
+        "model": "gpt-image-1",
+        "prompt": "About owls.",
+        "size": "1024x1024",
+        "quality": "low",
+    }
+    url = res["out"]
+    assert url.startswith("file://") and url.endswith(".png")
+    stored = Path(url.removeprefix("file://"))
+    assert stored.parent == (flownb_env / "media").resolve()
+    assert stored.read_bytes() == image_bytes("About owls.")
+
+
+def test_response_format_is_sent_when_the_flow_asks(fake: FakeOpenAI) -> None:
+    params = {"model": "dall-e-2", "response_format": "b64_json", "n": 2}
+    res = flownb.load_flow(one_node(params, image=True), cache=False).run(topic="owls")
+    assert fake.requests[0]["response_format"] == "b64_json" and fake.requests[0]["n"] == 2
+    assert res["out"].startswith("file://")
+
+
+def test_dalle3_n_above_one_is_refused(fake: FakeOpenAI) -> None:
+    with pytest.raises(ConfigError, match="dall-e-3 makes one image per request"):
+        flownb.load_flow(one_node({"model": "dall-e-3", "n": 2}, image=True), cache=False)
+
+
+def test_provider_errors_keep_status_message_and_request_id_without_the_key(
+    fake: FakeOpenAI, transport: str
+) -> None:
+    fake.configure(fail_markers={"500": "boom"})
+    flow = flownb.load_flow(one_node({"model": "gpt-4o-mini"}), cache=False, retries=1)
+    with pytest.raises(ProviderError) as info:
+        flow.run(topic="boom")
+    exc = info.value
+    assert exc.status == 500
+    assert exc.request_id == "req_fake_500"
+    assert "The server had an error while processing your request." in str(exc)
+    assert len(fake.requests) == 2  # one retry
+    assert KEY not in str(exc) and KEY not in repr(exc.__dict__)
+
+
+def test_a_key_echoed_by_the_server_is_masked(fake: FakeOpenAI, transport: str) -> None:
+    provider = OpenAIProvider(media=MediaStore(Path("unused")))
+    from flownb.providers import openai as mod
+
+    err = mod._translate_status(
+        401,
+        {"error": {"message": f"Incorrect API key provided: {KEY}. sk-proj-abc123xyz"}},
+        {"x-request-id": "req_1"},
+        KEY,
+    )
+    assert KEY not in str(err) and "sk-proj-abc123xyz" not in str(err)
+    assert err.status == 401 and err.request_id == "req_1"
+    assert KEY not in repr(provider)
+
+
+def test_rate_limited_after_retries_is_rate_limited(fake: FakeOpenAI, transport: str) -> None:
+    fake.configure(faults={"429": 1.0}, retry_after="0")
+    flow = flownb.load_flow(one_node({"model": "gpt-4o-mini"}), cache=False, retries=2)
+    with pytest.raises(RateLimited) as info:
+        flow.run(topic="owls")
+    assert info.value.status == 429 and info.value.retry_after == 0.0
+    assert info.value.code == "upstream_rate_limited"
+    assert len(fake.requests) == 3
+
+
+def test_insufficient_quota_is_not_retried() -> None:
+    from flownb.providers import openai as mod
+
+    err = mod._translate_status(
+        429,
+        {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}},
+        {},
+        None,
+    )
+    assert type(err) is ProviderError and err.status == 429
+
+
+def test_no_key_for_api_openai_com_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        flownb.load_flow(one_node({"model": "gpt-4o-mini"}), provider="openai")
+
+
+def test_a_local_server_needs_no_key(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")
+    res = flownb.load_flow(one_node({"model": "llama3"}), cache=False).run(topic="owls")
+    assert res["out"] == "echo: About owls."
+    assert "Authorization" not in fake.state.headers[0]
+
+
+def test_unknown_transport_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeOpenAI
+) -> None:
+    monkeypatch.setenv("FLOWNB_OPENAI_TRANSPORT", "carrier-pigeon")
+    with pytest.raises(ConfigError, match="carrier-pigeon"):
+        flownb.load_flow(one_node({"model": "gpt-4o-mini"}))
+
+
+def test_provider_generate_direct_returns_usage(fake: FakeOpenAI, transport: str) -> None:
+    provider = OpenAIProvider(transport=transport)
+
+    async def go() -> Generation:
+        try:
+            return await provider.generate(Call("text", "one two three", {"model": "m"}))
+        finally:
+            await provider.aclose()
+
+    gen = asyncio.run(go())
+    assert gen.output == "echo: one two three"
+    assert gen.usage == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert gen.model == "m"
+
+
+def test_non_json_answer_is_a_provider_error(fake: FakeOpenAI) -> None:
+    provider = OpenAIProvider()
+    provider.base_url = fake.url.removesuffix("/v1")  # /chat/completions there is a 404 page
+    provider._transport.base_url = provider.base_url
+    from flownb.aio import run_sync
+
+    with pytest.raises(ProviderError) as info:
+        run_sync(provider.generate(Call("text", "x", {"model": "m"})))
+    assert info.value.status == 404
+
+
+def test_b64_is_decoded_exactly() -> None:
+    raw = image_bytes("x")
+    assert base64.b64decode(base64.b64encode(raw)) == raw
