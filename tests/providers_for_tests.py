@@ -42,7 +42,7 @@ class EchoProvider(Provider):
         finally:
             self.in_flight -= 1
         if self.fail_on is not None and self.fail_on in call.prompt:
-            raise ProviderError(f"model refused {call.prompt!r}", status=500)
+            raise ProviderError(f"model refused {call.prompt!r}", status=400)  # not retryable
         return Generation(f"{call.kind}:{call.prompt}")
 
 
