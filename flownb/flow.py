@@ -232,7 +232,7 @@ class LocalFlow(BaseFlow):
             cache=open_cache(settings.home) if use_cache and provider.cacheable else None,
             rpm=rpm if rpm is not None else settings.requests_per_minute,
             timeout=timeout if timeout is not None else settings.openai_timeout,
-            retries=retries,
+            retries=retries if retries is not None else settings.retries,
         )
         use_log = settings.runlog if log is None else log
         self.runlog = open_runlog(settings.home) if use_log else None

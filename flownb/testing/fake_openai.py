@@ -239,7 +239,12 @@ def make_app(state: _State) -> web.Application:
                     {"x-request-id": "req_fake_500"},
                 )
             if fault == "hang":
-                await asyncio.sleep(3600)
+                # Hang until the client gives up (then this request is no longer in flight).
+                for _ in range(36000):
+                    if request.transport is None or request.transport.is_closing():
+                        break
+                    await asyncio.sleep(0.1)
+                raise asyncio.CancelledError
             if fault == "drop":
                 assert request.transport is not None
                 request.transport.abort()
