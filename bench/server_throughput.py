@@ -1,0 +1,205 @@
+"""Requests per second of ``POST /api/flows/run/{id}`` on ``flownb serve`` (offline provider)
+against a bare FastAPI route returning the same JSON, same load tool, same run; prints the ratio.
+
+Both servers are separate processes started the same way (uvicorn, one worker, access log off,
+on 127.0.0.1); the load generator is this process (aiohttp, a fixed number of connections kept
+busy for a fixed time). Rounds alternate between the two servers and the median of each is
+reported, so drift on a shared machine hits both alike. Every response is checked (status 200 and
+the expected output), so a fast wrong answer cannot count.
+
+    python bench/server_throughput.py [--seconds 5] [--connections 32] [--rounds 3]
+
+The bare route does the least a real route must: parse the JSON body and answer the same items
+through FastAPI's default response path. flownb's route additionally checks the key (a stat and
+a constant-time digest comparison), finds the flow (a stat), validates the variables, renders the
+prompt with the engine and adds a request id. Aim: ratio >= 0.6.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from fastapi import FastAPI, Request
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOW = {
+    "nodes": [
+        {"id": "v-a", "type": "variableNode", "position": {"x": 0, "y": 0},
+         "data": {"variable": {"label": "a", "value": ""}}},
+        {"id": "v-b", "type": "variableNode", "position": {"x": 0, "y": 0},
+         "data": {"variable": {"label": "b", "value": ""}}},
+        {"id": "n-say", "type": "actionNode", "position": {"x": 0, "y": 0},
+         "data": {"name": "say", "prompt": "A={a} B={b}", "modelParams": {"model": "m"},
+                  "variables": [], "output": ""}},
+        {"id": "o-say", "type": "outputNode", "position": {"x": 0, "y": 0},
+         "data": {"name": "say", "output": {}}},
+    ],
+    "edges": [
+        {"id": "e1", "source": "v-a", "target": "n-say", "sourceHandle": "output",
+         "targetHandle": "variables"},
+        {"id": "e2", "source": "v-b", "target": "n-say", "sourceHandle": "output",
+         "targetHandle": "variables"},
+        {"id": "e3", "source": "n-say", "target": "o-say", "sourceHandle": "output",
+         "targetHandle": "input"},
+    ],
+}  # fmt: skip
+BODY = {"variables": {"a": "owls", "b": "dry"}}
+EXPECTED = [{"name": "say", "output": "A=owls B=dry", "type": "output"}]
+
+
+def bare_app() -> object:
+    """Return the reference: a FastAPI app whose run route parses the body and answers the
+    same JSON (FastAPI's default response path)."""
+    app = FastAPI()
+
+    @app.post("/api/flows/run/{flow_id}")
+    async def run(flow_id: str, request: Request) -> list[dict[str, str]]:
+        v = (await request.json())["variables"]
+        return [{"name": "say", "output": f"A={v['a']} B={v['b']}", "type": "output"}]
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[:4]} exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    stop(proc)
+    raise RuntimeError(f"{cmd[:4]} did not start")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+async def load(url: str, headers: dict[str, str], seconds: float, connections: int) -> float:
+    """Keep ``connections`` requests in flight for ``seconds``; return checked responses/s."""
+    payload = json.dumps(BODY).encode()
+    hdrs = {**headers, "Content-Type": "application/json"}
+    done = 0
+    bad: list[str] = []
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one() -> None:
+            async with session.post(url, data=payload, headers=hdrs) as resp:
+                body = await resp.read()
+                if resp.status != 200 or json.loads(body) != EXPECTED:
+                    bad.append(f"{resp.status} {body[:200]!r}")
+
+        async def worker(until: float) -> None:
+            nonlocal done
+            while time.perf_counter() < until:
+                await one()
+                done += 1
+
+        warm = time.perf_counter() + 0.5
+        await asyncio.gather(*(worker(warm) for _ in range(connections)))
+        done = 0
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(started + seconds) for _ in range(connections)))
+        elapsed = time.perf_counter() - started
+    if bad:
+        raise SystemExit(f"{len(bad)} wrong answers from {url}, e.g. {bad[0]}")
+    return done / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.bare_server:  # the reference server's own process
+        import uvicorn
+
+        uvicorn.run(bare_app(), host="127.0.0.1", port=args.bare_server, log_level="warning",
+                    access_log=False)  # fmt: skip
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        flows = Path(tmp) / "flows"
+        flows.mkdir()
+        (flows / "echo.json").write_text(json.dumps(FLOW))
+        env = {**os.environ, "FLOWNB_HOME": str(Path(tmp) / "home"), "NO_PROXY": "127.0.0.1"}
+        env.pop("FLOWNB_PROVIDER", None)
+        key = subprocess.run(
+            [sys.executable, "-m", "flownb", "keys", "create", "--name", "bench"],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+
+        flownb_port, bare_port = free_port(), free_port()
+        flownb_cmd = [
+            sys.executable, "-m", "flownb", "serve", "--flows", str(flows), "--port",
+            str(flownb_port), "--provider", "offline", "--log-level", "warning",
+        ]  # fmt: skip
+        bare_cmd = [sys.executable, __file__, "--bare-server", str(bare_port)]
+        servers = [
+            ("flownb serve", start(flownb_cmd, env, flownb_port),
+             f"http://127.0.0.1:{flownb_port}/api/flows/run/echo", {"x-api-key": key}),
+            ("bare FastAPI", start(bare_cmd, env, bare_port),
+             f"http://127.0.0.1:{bare_port}/api/flows/run/echo", {}),
+        ]  # fmt: skip
+        rates: dict[str, list[float]] = {name: [] for name, *_ in servers}
+        try:
+            for r in range(args.rounds):
+                for name, _, url, headers in servers if r % 2 == 0 else servers[::-1]:
+                    rate = asyncio.run(load(url, headers, args.seconds, args.connections))
+                    rates[name].append(rate)
+                    print(f"round {r + 1}: {name:13s} {rate:8.0f} req/s", flush=True)
+        finally:
+            for _, proc, *_ in servers:
+                stop(proc)
+
+    ours = statistics.median(rates["flownb serve"])
+    ref = statistics.median(rates["bare FastAPI"])
+    print(
+        f"\nrun, offline provider, {args.connections} connections, {args.seconds:g} s x "
+        f"{args.rounds} rounds (median):\n"
+        f"  flownb serve  {ours:8.0f} req/s\n"
+        f"  bare FastAPI  {ref:8.0f} req/s\n"
+        f"  ratio         {ours / ref:8.2f}  (aim >= 0.6)"
+    )
+
+
+if __name__ == "__main__":
+    main()
