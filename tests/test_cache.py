@@ -1,0 +1,231 @@
+# ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
+"""The call cache against the loopback fake: a second run makes zero provider calls, results say
+what came from the cache, any change to the call is a miss, errors are never cached, a partly
+failed or interrupted batch resumes with only the missing calls, images survive, bypasses work."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import make_flow, write_flow
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+
+import flownb
+from flownb.cache import CACHE_FILE, CallCache, open_cache
+from flownb.cli import cli
+from flownb.errors import BatchError
+from flownb.providers.base import Generation
+from flownb.testing.fake_openai import FakeOpenAI, echo
+
+PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
+
+
+def two_nodes(**params: object) -> dict:
+    flow = make_flow(PROMPTS, ["topic"])
+    if params:
+        for node in flow["nodes"]:
+            if node["type"] == "actionNode":
+                node["data"]["modelParams"].update(params)
+    return flow
+
+
+def rows(n: int) -> list[dict[str, str]]:
+    return [{"topic": f"t{i}"} for i in range(n)]
+
+
+def test_second_run_makes_zero_provider_calls(fake: FakeOpenAI, flownb_env: Path) -> None:
+    flow = flownb.load_flow(two_nodes())
+    first = flow.run_batch(rows(10))
+    assert len(fake.requests) == 20
+    assert all(r.cached == frozenset() for r in first)
+    fake.reset()
+    again = flownb.load_flow(two_nodes()).run_batch(rows(10))  # a new flow object, same cache
+    assert fake.requests == []
+    assert [dict(r) for r in again] == [dict(r) for r in first]
+    assert all(r.cached == {"intro", "title"} for r in again)
+    assert (flownb_env / CACHE_FILE).is_file()
+
+
+def test_cache_false_bypasses(fake: FakeOpenAI) -> None:
+    flownb.load_flow(two_nodes()).run_batch(rows(3))
+    fake.reset()
+    res = flownb.load_flow(two_nodes(), cache=False).run_batch(rows(3))
+    assert len(fake.requests) == 6
+    assert all(not r.cached for r in res)
+
+
+def test_flownb_cache_0_bypasses(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    flownb.load_flow(two_nodes()).run_batch(rows(2))
+    monkeypatch.setenv("FLOWNB_CACHE", "0")
+    fake.reset()
+    flownb.load_flow(two_nodes()).run_batch(rows(2))
+    assert len(fake.requests) == 4
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"temperature": 0.1},
+        {"model": "gpt-4o"},
+        {"max_tokens": 9},
+        {"seed": 1},
+    ],
+)
+def test_any_param_change_is_a_miss(fake: FakeOpenAI, change: dict) -> None:
+    flownb.load_flow(two_nodes(temperature=0.5)).run_batch(rows(2))
+    fake.reset()
+    flownb.load_flow(two_nodes(**{"temperature": 0.5, **change})).run_batch(rows(2))
+    assert len(fake.requests) == 4
+
+
+def test_prompt_change_and_endpoint_change_are_misses(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flownb.load_flow(two_nodes()).run_batch(rows(2))
+    fake.reset()
+    flownb.load_flow(two_nodes()).run_batch([{"topic": "other"}])
+    assert len(fake.requests) == 2
+    fake.reset()
+    # Same server under another name: another provider identity, so no reuse.
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.url.replace("127.0.0.1", "localhost"))
+    flownb.load_flow(two_nodes()).run_batch(rows(2))
+    assert len(fake.requests) == 4
+
+
+def test_errors_are_never_cached_and_a_rerun_only_calls_what_failed(fake: FakeOpenAI) -> None:
+    fake.configure(fail_markers={"500": "t2."})
+    flow = flownb.load_flow(two_nodes(), retries=0)
+    with pytest.raises(BatchError) as info:
+        flow.run_batch(rows(5))
+    assert set(info.value.errors) == {2}
+    assert sum(r is not None for r in info.value.results) == 4
+    fake.configure(fail_markers={})
+    fake.reset()
+    results = flow.run_batch(rows(5))
+    # Only element 2's two calls were missing.
+    assert sorted(b["messages"][0]["content"] for b in fake.requests) == [
+        "Intro about t2.",
+        "Title about t2.",
+    ]
+    assert results[2].cached == frozenset() and results[0].cached == {"intro", "title"}
+    assert results[2] == {"intro": echo("Intro about t2."), "title": echo("Title about t2.")}
+
+
+def test_resume_after_interruption(fake: FakeOpenAI, flownb_env: Path) -> None:
+    """Cancel a batch part-way (as Ctrl-C does); the re-run pays only for what never finished."""
+    fake.configure(latency=0.03)
+    flow = flownb.load_flow(two_nodes(), concurrency=4)
+    finished: list[int] = []
+    enough = threading.Event()
+
+    async def run_until_cancelled() -> None:
+        def on_result(i: int, result: object, exc: object) -> None:
+            finished.append(i)
+            if len(finished) >= 10:
+                enough.set()
+
+        task = asyncio.ensure_future(flow.engine.run_async(rows(60), on_result, 4))
+        while not enough.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await flow.provider.aclose()  # this loop ends here; its HTTP session with it
+
+    asyncio.run(run_until_cancelled())
+    paid = len(fake.requests)
+    assert 20 <= paid < 120
+    # What was paid for is committed to disk on the way out (another connection sees it).
+    on_disk = CallCache(flownb_env / CACHE_FILE)
+    assert len(on_disk) >= 20
+    on_disk.close()
+    fake.configure(latency=0.0)
+    fake.reset()
+    results = flow.run_batch(rows(60))
+    assert len(fake.requests) + paid >= 120  # nothing is lost...
+    # ...and nothing answered before the interruption is paid for twice: at most the calls that
+    # were in flight when it struck (4) are repeated.
+    assert len(fake.requests) <= 120 - paid + 4
+    assert sum(bool(r.cached) for r in results) >= 10
+
+
+def test_duplicate_rows_in_one_batch_cost_one_call(fake: FakeOpenAI) -> None:
+    fake.configure(latency=0.02)
+    results = flownb.load_flow(two_nodes(), concurrency=8).run_batch([{"topic": "same"}] * 6)
+    assert len(fake.requests) == 2
+    assert all(r == results[0] for r in results)
+    assert sum(not r.cached for r in results) >= 1
+
+
+def test_b64_images_are_cached_and_a_deleted_file_is_paid_again(
+    fake: FakeOpenAI, flownb_env: Path
+) -> None:
+    fake.configure(image_format="b64_json")
+    flow_d = make_flow({"pic": "A picture of {topic}."}, ["topic"], images=("pic",))
+    first = flownb.load_flow(flow_d).run(topic="owls")
+    assert first["pic"].startswith("file://") and len(fake.requests) == 1
+    again = flownb.load_flow(flow_d).run(topic="owls")
+    assert again == first and again.cached == {"pic"} and len(fake.requests) == 1
+    Path(first["pic"].removeprefix("file://")).unlink()
+    third = flownb.load_flow(flow_d).run(topic="owls")
+    assert third == first and len(fake.requests) == 2
+    assert Path(third["pic"].removeprefix("file://")).is_file()
+
+
+def test_offline_provider_is_not_cached(flownb_env: Path) -> None:
+    flow = flownb.load_flow(two_nodes(), provider="offline")
+    assert flow.engine.cache is None
+    flow.run_batch(rows(3))
+    assert not (flownb_env / CACHE_FILE).exists()
+
+
+def test_cli_no_cache(fake: FakeOpenAI, tmp_path: Path) -> None:
+    path = write_flow(tmp_path / "f.json", two_nodes())
+    runner = CliRunner()
+    args = ["run", str(path), "--var", "topic=owls"]
+    assert runner.invoke(cli, args).exit_code == 0
+    assert len(fake.requests) == 2
+    assert runner.invoke(cli, args).exit_code == 0
+    assert len(fake.requests) == 2  # cached by default
+    result = runner.invoke(cli, [*args, "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert len(fake.requests) == 4
+    assert echo("Intro about owls.") in result.output
+
+
+def test_cache_store_round_trip_and_batched_commit(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "c.sqlite", tmp_path / "media")
+    prefix = CallCache.prefix({"provider": "p"}, "text", {"model": "m", "temperature": 0.1})
+    key = CallCache.key(prefix, "hello")
+    assert cache.get(key) is None
+    cache.put(key, Generation("out", model="m", usage={"total_tokens": 3}))
+    got = cache.get(key)  # served from the write buffer before any commit
+    assert got == Generation("out", model="m", usage={"total_tokens": 3}, cached=True)
+    cache.flush()
+    other = CallCache(tmp_path / "c.sqlite", tmp_path / "media")  # another connection
+    assert other.get(key) == got
+    assert len(other) == 1
+    # Key material: params order does not matter, values do.
+    same = CallCache.prefix({"provider": "p"}, "text", {"temperature": 0.1, "model": "m"})
+    assert CallCache.key(same, "hello") == key
+    assert CallCache.key(prefix, "hello ") != key
+    cache.close()
+    other.close()
+
+
+def test_cache_file_holds_no_key(fake: FakeOpenAI, flownb_env: Path) -> None:
+    from openai_fake import KEY
+
+    flownb.load_flow(two_nodes()).run_batch(rows(3))
+    open_cache(flownb_env).flush()
+    data = (flownb_env / CACHE_FILE).read_bytes()
+    wal = flownb_env / (CACHE_FILE + "-wal")
+    if wal.exists():
+        data += wal.read_bytes()
+    assert KEY.encode() not in data
+    assert json.dumps(echo("Intro about t1."))[1:-1].encode() in data
