@@ -1,0 +1,146 @@
+"""What of the Binder setup can be checked here: ``binder/requirements.txt`` and ``postBuild``
+install flownb from a copy of the repository into a fresh virtual environment, and
+``binder/start`` brings ``flownb serve`` up (with a key in the environment) and hands over to its
+command with ``exec``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.serving import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BINDER = ROOT / "binder"
+
+pytestmark = pytest.mark.timeout(600)
+
+_IGNORE = shutil.ignore_patterns(
+    ".git",
+    "__pycache__",
+    "*.egg-info",
+    "build",
+    "dist",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".ipynb_checkpoints",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".hypothesis",
+)
+
+
+@pytest.fixture(scope="module")
+def binder_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A fresh venv where ``binder/requirements.txt`` and ``binder/postBuild`` ran, as on Binder,
+    from a copy of the repository. The venv sees the system's packages, so the dependencies are
+    already there; only flownb's build requirements (setuptools, wheel) come from the package
+    index, as on Binder. Returns (the copy, the venv's bin folder)."""
+    base = tmp_path_factory.mktemp("binder")
+    repo = base / "repo"
+    shutil.copytree(ROOT, repo, ignore=_IGNORE)
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    bin_dir = venv / "bin"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "VIRTUAL_ENV": str(venv),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "-r", str(repo / "binder" / "requirements.txt")], check=True, env=env)
+    subprocess.run([str(repo / "binder" / "postBuild")], cwd=repo, check=True, env=env)
+    return repo, bin_dir
+
+
+def _end_group(pgid: int) -> None:
+    """End the process group the start script ran in (its background server is in it)."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def test_binder_files_are_in_place() -> None:
+    assert os.access(BINDER / "start", os.X_OK) and os.access(BINDER / "postBuild", os.X_OK)
+    assert (BINDER / "start").read_text().rstrip().endswith('exec "$@"')
+    assert (BINDER / "runtime.txt").read_text().strip() == "python-3.11"
+
+
+def test_postbuild_installs_flownb_from_the_repository(binder_env: tuple[Path, Path]) -> None:
+    _, bin_dir = binder_env
+    code = "import flownb, sys; print(flownb.__file__); print(flownb.__version__)"
+    out = subprocess.run(
+        [str(bin_dir / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    ).stdout.split()
+    # Imported from the venv's own site-packages, not from the system's editable install.
+    assert out[0].startswith(str(bin_dir.parent)) and out[0].endswith("flownb/__init__.py")
+    assert (bin_dir / "flownb").exists()  # the console script
+
+
+def test_start_serves_the_flows_and_execs_its_command(
+    binder_env: tuple[Path, Path], tmp_path: Path
+) -> None:
+    repo, bin_dir = binder_env
+    port = free_port()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWNB_", "OPENAI_"))}
+    env.update(
+        {"PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "HOME": str(home), "FLOWNB_PORT": str(port)}
+    )
+    probe = textwrap.dedent(
+        """
+        import os, sys
+        import flownb
+        print("pid", os.getpid())
+        print("args", sys.argv[1:])
+        print("base", os.environ["FLOWNB_BASE_URL"])
+        print("key", bool(os.environ.get("FLOWNB_API_KEY")))
+        remote = flownb.Client().flow("blog-intro")
+        print("intro", remote.run(topic="kelp", tone="calm")["intro"])
+        """
+    )
+    proc = subprocess.Popen(
+        [str(repo / "binder" / "start"), str(bin_dir / "python"), "-c", probe, "two words"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        _end_group(proc.pid)
+    assert proc.returncode == 0, err + (home / ".flownb" / "serve.log").read_text()
+    lines = dict(line.split(" ", 1) for line in out.splitlines())
+    assert lines["pid"] == str(proc.pid)  # exec: the command replaced the script's process
+    assert lines["args"] == "['two words']"
+    assert lines["base"] == f"http://127.0.0.1:{port}"
+    assert lines["key"] == "True"
+    assert lines["intro"] == "Write a calm two-sentence intro for a blog post about kelp."
+    assert (home / ".flownb" / "serve.pid").read_text().strip().isdigit()
+    assert "listening on" in (home / ".flownb" / "serve.log").read_text()
