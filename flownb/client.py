@@ -226,7 +226,12 @@ class Client:
         data = None
         if body is not None:
             headers["Content-Type"] = "application/json"
-            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            try:
+                data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            except (TypeError, ValueError) as exc:
+                raise InputError(
+                    [Problem("invalid_variable_type", f"variables cannot be sent as JSON: {exc}")]
+                ) from None
         try:
             resp = self._session.request(
                 method,
@@ -412,6 +417,18 @@ class Client:
                     out[i] = (got[j], None)
                 break
             error = _error_from(resp)
+            too_big = resp.status_code == 413 or error.code == "batch_too_large"
+            if too_big and not single and len(pending) > 1:
+                # A service with a smaller limit than assumed (it did not advertise one):
+                # halve, remember, and send the halves.
+                half = len(pending) // 2
+                with self._lock:
+                    self._limits["batch"] = min(self._limits.get("batch", half), half)
+                for part in (pending[:half], pending[half:]):
+                    done = self._run_chunk(flow_id, [elements[i] for i in part])
+                    for i, outcome in zip(part, done, strict=True):
+                        out[i] = outcome
+                break
             body_json = _json_or_none(resp)
             results = body_json.get("results") if isinstance(body_json, dict) else None
             element_errors = _element_errors(body_json, error, len(pending))

@@ -114,6 +114,8 @@ def test_errors_are_flownb_exceptions_with_the_servers_message(
         ("missing_variable", "b"),
         ("unknown_variable", "zz"),
     }
+    with pytest.raises(InputError, match="JSON"):
+        client.run("echo", {"a": float("nan"), "b": object()})
     with pytest.raises(InputError):  # checked locally, as a local flow does
         client.flow("echo").run(a="1")
 
@@ -193,9 +195,13 @@ def test_raw_run_chunks_too(tmp_path: Path) -> None:
         client.get_flow_info("echo")
         out = client.run("echo", [{"a": str(i), "b": ""} for i in range(10)])
         assert [o[0]["output"] for o in out] == [f"A={i} B=" for i in range(10)]
-        # A batch size set by the caller wins over the advertised limit (and is refused above it).
+        # A batch size set by the caller wins over the advertised limit.
         small = Client(server.url, server.key, batch_size=2)
         assert len(small.run("echo", [{"a": "1", "b": ""}] * 7)) == 7
+        # A client that never saw the limit is refused (422 batch_too_large) and splits.
+        fresh = Client(server.url, server.key)
+        out = fresh.run("echo", [{"a": str(i), "b": ""} for i in range(11)])
+        assert [o[0]["output"] for o in out] == [f"A={i} B=" for i in range(11)]
 
 
 def test_partial_failures_keep_what_succeeded_and_retry_only_the_rest(tmp_path: Path) -> None:
