@@ -68,6 +68,13 @@ class RunResult(dict[str, str]):
 
         return result_bundle(self)
 
+    def _ipython_display_(self) -> None:
+        # One display per output (a named Markdown block, or an embedded image), which renders
+        # images even where a notebook's sanitizer would strip data URLs from Markdown.
+        from .display import display_result
+
+        display_result(self)
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle as a plain dict plus attributes; the default dict-subclass path drops slots.
         return (
