@@ -311,8 +311,16 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
             )
     if limit is not None:
         records = records[-limit:] if limit > 0 else []
-    df = pd.DataFrame.from_records(records, columns=COLUMNS)
-    df["finished"] = pd.to_datetime(df["finished"], unit="s", utc=True)
+    columns = list(zip(*records, strict=True)) if records else [()] * len(COLUMNS)
+    # Object columns keep None for "not there" (no NaN standing in for a missing dict or error).
+    df = pd.DataFrame(
+        {
+            name: pd.Series(list(values), dtype=object)
+            for name, values in zip(COLUMNS, columns, strict=True)
+        }
+    )
+    df["index"] = df["index"].astype("int64")
+    df["finished"] = pd.to_datetime(df["finished"].astype(float), unit="s", utc=True)
     for col in ("prompt_tokens", "completion_tokens", "total_tokens"):
         df[col] = df[col].astype("Int64")
     df["cached"] = df["cached"].astype(bool)

@@ -1,0 +1,117 @@
+# ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
+"""The run log: every run appended to SQLite under FLOWNB_HOME and read back with flownb.runs()."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import make_flow
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+
+import flownb
+from flownb.errors import BatchError
+from flownb.runlog import COLUMNS, RUNLOG_FILE
+from flownb.testing.fake_openai import FakeOpenAI, echo
+
+PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
+
+
+def rows(n: int) -> list[dict[str, str]]:
+    return [{"topic": f"t{i}"} for i in range(n)]
+
+
+def test_empty_log_is_an_empty_frame_with_the_columns() -> None:
+    df = flownb.runs()
+    assert isinstance(df, pd.DataFrame)
+    assert list(df.columns) == COLUMNS and len(df) == 0
+
+
+def test_openai_runs_are_logged_with_usage_cache_and_errors(fake: FakeOpenAI) -> None:
+    fake.configure(fail_markers={"500": "t3."})
+    flow = flownb.load_flow(make_flow(PROMPTS, ["topic"]), retries=0)
+    with pytest.raises(BatchError):
+        flow.run_batch(rows(4))
+    fake.configure(fail_markers={})
+    flow.run_batch(rows(4))  # t0-t2 from the cache, t3 fresh
+
+    df = flownb.runs()
+    assert len(df) == 8
+    first, second = df.iloc[:4], df.iloc[4:]
+    assert first["run_id"].nunique() == 1 and second["run_id"].nunique() == 1
+    assert first["run_id"].iloc[0] != second["run_id"].iloc[0]
+    assert set(df["flow"]) == {"flow"} and set(df["provider"]) == {"openai"}
+    assert set(df["model"].dropna()) == {"gpt-4o-mini"}
+
+    failed = first[first["index"] == 3].iloc[0]
+    assert failed["error"].startswith("provider_error: OpenAI API error 500")
+    assert failed["outputs"] is None and failed["inputs"] == {"topic": "t3"}
+
+    ok = first[first["index"] == 0].iloc[0]
+    assert ok["outputs"] == {"intro": echo("Intro about t0."), "title": echo("Title about t0.")}
+    assert ok["error"] is None and not ok["cached"]
+    # The fake counts words: "Intro about t0." is 3, "echo: Intro about t0." is 4; two nodes.
+    assert ok["prompt_tokens"] == 6 and ok["completion_tokens"] == 8 and ok["total_tokens"] == 14
+    assert ok["latency"] > 0
+
+    rerun = second.set_index("index")
+    assert bool(rerun.loc[0, "cached"]) and rerun.loc[0, "cached_outputs"] == ["intro", "title"]
+    assert pd.isna(rerun.loc[0, "total_tokens"])  # nothing paid: no usage
+    assert not rerun.loc[3, "cached"] and rerun.loc[3, "total_tokens"] == 14
+    assert df["finished"].dt.tz is not None
+
+
+def test_offline_runs_are_logged_too(flownb_env: Path) -> None:
+    flow = flownb.load_flow(make_flow(PROMPTS, ["topic"]), provider="offline")
+    flow.run_batch(rows(1000))
+    flow.run(topic="single")
+    df = flownb.runs()
+    assert len(df) == 1001
+    assert df.iloc[-1]["inputs"] == {"topic": "single"}
+    assert df.iloc[-1]["outputs"] == {
+        "intro": "Intro about single.",
+        "title": "Title about single.",
+    }
+    assert set(df["provider"]) == {"offline"} and set(df["model"]) == {"offline"}
+    assert df["index"].iloc[:1000].tolist() == list(range(1000))
+    assert (flownb_env / RUNLOG_FILE).is_file()
+
+
+def test_filter_by_flow_and_limit(tmp_path: Path) -> None:
+    a = tmp_path / "alpha.json"
+    b = tmp_path / "beta.json"
+    import json
+
+    a.write_text(json.dumps(make_flow(PROMPTS, ["topic"])))
+    b.write_text(json.dumps(make_flow(PROMPTS, ["topic"])))
+    flownb.load_flow(a).run_batch(rows(3))
+    flownb.load_flow(b).run_batch(rows(2))
+    assert len(flownb.runs("alpha")) == 3
+    assert len(flownb.runs("beta")) == 2
+    last = flownb.runs(limit=2)
+    assert len(last) == 2 and set(last["flow"]) == {"beta"}
+
+
+def test_log_false_and_flownb_runlog_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    flownb.load_flow(make_flow(PROMPTS, ["topic"]), log=False).run_batch(rows(3))
+    monkeypatch.setenv("FLOWNB_RUNLOG", "0")
+    flownb.load_flow(make_flow(PROMPTS, ["topic"])).run_batch(rows(3))
+    assert len(flownb.runs()) == 0
+
+
+def test_sql_view_gives_one_row_per_run(flownb_env: Path) -> None:
+    flownb.load_flow(make_flow(PROMPTS, ["topic"])).run_batch(rows(5))
+    flownb.runs()  # waits for the writer thread
+    with sqlite3.connect(flownb_env / RUNLOG_FILE) as db:
+        got = db.execute(
+            "SELECT idx, json_extract(inputs, '$.topic') FROM runs ORDER BY idx"
+        ).fetchall()
+    assert got == [(i, f"t{i}") for i in range(5)]
+
+
+def test_bad_runlog_setting_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOWNB_RUNLOG", "maybe")
+    with pytest.raises(flownb.ConfigError, match="FLOWNB_RUNLOG"):
+        flownb.load_flow(make_flow(PROMPTS, ["topic"]))
