@@ -95,6 +95,11 @@ def test_serve_end_to_end(tmp_path: Path) -> None:
             f"{base}/api/flows/getFlowInfo/late", headers={"x-api-key": key + "x"}, timeout=10
         )
         assert wrong.status_code == 401
+        # A key pasted into a URL by mistake is refused and kept out of the access log.
+        pasted = requests.get(
+            f"{base}/api/flows/getFlowInfo/late", params={"x-api-key": key}, timeout=10
+        )
+        assert pasted.status_code == 401
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
@@ -102,6 +107,7 @@ def test_serve_end_to_end(tmp_path: Path) -> None:
     assert "POST /api/flows/run/blog-intro" in logs  # the access log is on...
     assert key not in logs and key[12:] not in logs  # ...and never shows a key
     assert "Traceback" not in logs
+    assert "GET /api/flows/getFlowInfo/late?[redacted]" in logs
     listed = subprocess.run(
         [*_flownb(), "keys", "list"], env=env, capture_output=True, text=True, timeout=60
     )

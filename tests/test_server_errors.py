@@ -127,6 +127,18 @@ def test_without_any_key_the_server_says_how_to_create_one(tmp_path: Path) -> No
         assert "flownb keys create --name" in _error(resp, 401, "invalid_api_key")["message"]
 
 
+def test_corrupt_key_file_is_a_500_that_names_no_path(tmp_path: Path) -> None:
+    with run_server(_flows(tmp_path), tmp_path / "home") as server:
+        (tmp_path / "home" / "keys.json").write_text("{corrupt", encoding="utf-8")
+        resp = requests.get(
+            f"{server.url}/api/flows/getFlowInfo/echo",
+            headers={"x-api-key": server.key},
+            timeout=10,
+        )
+        body = _error(resp, 500, "internal_error")
+        assert "key file" in body["message"] and str(tmp_path) not in resp.text
+
+
 # -- 404 --------------------------------------------------------------------------------------
 
 

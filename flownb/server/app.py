@@ -238,7 +238,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     # -- helpers -------------------------------------------------------------------------------
 
     def authenticate(request: Request) -> None:
-        verdict = keys.check(request.headers.get("x-api-key"))
+        try:
+            verdict = keys.check(request.headers.get("x-api-key"))
+        except ConfigError as exc:  # a corrupt key file: say so in the log, not to callers
+            log.error("request %s: %s", _rid(request), exc.message)
+            raise ApiProblem(
+                500, "internal_error", "the server cannot read its key file; see its log"
+            ) from None
         if not verdict.ok:
             raise ApiProblem(401, verdict.code, verdict.message)
 

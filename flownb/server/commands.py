@@ -61,6 +61,7 @@ def serve(
     import uvicorn
 
     from .app import ServerConfig, create_app
+    from .logs import log_config
 
     config = ServerConfig(
         flows_dir, provider=provider, max_batch=max_batch, max_body_bytes=max_body_bytes
@@ -85,6 +86,7 @@ def serve(
         app,
         host=host,
         port=port,
+        log_config=log_config(),
         log_level=log_level,
         access_log=log_level in ("info", "debug"),
         server_header=False,

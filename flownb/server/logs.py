@@ -1,0 +1,36 @@
+"""Logging for ``flownb serve``: uvicorn's own configuration, with query strings kept out of the
+access log (a key pasted into a URL by mistake must not land in a log file). Headers, where keys
+belong, are never logged by uvicorn's access log."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+__all__ = ["RedactQuery", "log_config"]
+
+
+class RedactQuery(logging.Filter):
+    """Replaces the query string of an access-log line's path with ``?[redacted]``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            path, sep, _ = args[2].partition("?")
+            if sep:
+                record.args = (args[0], args[1], f"{path}?[redacted]", args[3], args[4])
+        return True
+
+
+def log_config() -> dict[str, Any]:
+    """Return uvicorn's default logging configuration with :class:`RedactQuery` on the access
+    log."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_query"] = {"()": RedactQuery}
+    config["handlers"]["access"]["filters"] = ["redact_query"]
+    # flownb's own lines (internal errors, broken flow files) go where uvicorn's errors go.
+    config["loggers"]["flownb"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config
