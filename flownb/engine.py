@@ -27,14 +27,16 @@ from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner
 from .providers.limits import Pacer
 from .result import RunResult
-from .settings import DEFAULT_RETRIES
+from .settings import get_settings
 from .template import Template
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
     from .cache import CallCache
 
-__all__ = ["Engine", "OnResult", "Plan", "Step"]
+__all__ = ["DEFAULT_TIMEOUT", "Engine", "OnResult", "Plan", "Step"]
+
+DEFAULT_TIMEOUT = 120.0  # seconds per provider attempt (FLOWNB_TIMEOUT)
 
 # Called as each element finishes: (index, result, None) or (index, None, exception).
 OnResult = Callable[[int, RunResult | None, BaseException | None], None]
@@ -175,11 +177,14 @@ class Engine:
         self.plan = plan
         self.provider = provider
         self.media_url = media_url
-        # The async path's knobs: see flownb.providers.calls.
+        # The async path's knobs (see flownb.providers.calls): argument > environment > default.
+        # No cache unless one is given: the server runs uncached unless it opts in.
+        settings = get_settings()
         self.cache = cache if provider.cacheable else None
-        self.pacer = Pacer(rpm)  # shared by every run of this engine
-        self.timeout = timeout
-        self.retries = DEFAULT_RETRIES if retries is None else retries
+        self.pacer = Pacer(rpm if rpm is not None else settings.requests_per_minute)
+        self.timeout = timeout if timeout is not None else settings.openai_timeout
+        self.timeout = self.timeout or DEFAULT_TIMEOUT
+        self.retries = retries if retries is not None else settings.retries
         self.calls = 0  # provider attempts made by the async path, all runs together
         check = getattr(provider, "check_params", None)
         if check is not None:  # refuse params the provider would reject, before anything runs
