@@ -215,15 +215,16 @@ def result_bundle(result: RunResult) -> dict[str, str]:
 # ---- DataFrames -----------------------------------------------------------------------------
 
 
-def image_columns(df: pd.DataFrame, sample: int = 200) -> list[str]:
+def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:
     """Return the columns of ``df`` whose non-empty cells (the first ``sample`` of them) are all
     image URLs."""
     found = []
-    for col in df.columns:
-        if df[col].dtype != object and str(df[col].dtype) not in ("string", "str"):
+    for j, col in enumerate(df.columns):
+        series = df.iloc[:, j]  # by position: duplicate column names stay distinct
+        if series.dtype != object and str(series.dtype) not in ("string", "str"):
             continue
         seen = 0
-        for value in df[col].head(sample * 4).tolist():
+        for value in series.head(sample * 4).tolist():
             if value is None or (isinstance(value, float) and value != value):
                 continue
             if not is_image_url(value):
@@ -232,7 +233,7 @@ def image_columns(df: pd.DataFrame, sample: int = 200) -> list[str]:
             seen += 1
             if seen >= sample:
                 break
-        if seen > 0:
+        if seen > 0 and col not in found:
             found.append(col)
     return found
 
@@ -287,7 +288,10 @@ class FrameView:
         if value is None or (isinstance(value, float) and value != value):
             return ""
         if thumbnail and is_image_url(value):
-            src = html.escape(_thumbnail_src(value, self.size), quote=True)
+            raw = _thumbnail_src(value, self.size)
+            if raw.startswith("file:"):  # unreadable here, and a page cannot load it: the text
+                return html.escape(value)
+            src = html.escape(raw, quote=True)
             return (
                 f'<img src="{src}" title="{html.escape(value[:200], quote=True)}" '
                 f'style="max-width:{self.size}px;max-height:{self.size}px"/>'

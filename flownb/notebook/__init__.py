@@ -18,9 +18,12 @@ def _frame_html(df: Any) -> str | None:
     """Return the HTML of ``df``: thumbnails when it has image-URL columns, else pandas' own."""
     from ..display import FrameView, image_columns
 
-    columns = image_columns(df)
-    if columns:
-        return FrameView(df, columns)._repr_html_()
+    try:
+        columns = image_columns(df)
+        if columns:
+            return FrameView(df, columns)._repr_html_()
+    except Exception:  # a frame shape we do not handle: pandas' own view, never a broken cell
+        pass
     return df._repr_html_()
 
 
