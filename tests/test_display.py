@@ -176,3 +176,20 @@ def test_frame_with_missing_cells_and_no_image_columns() -> None:
     assert "<img" not in page and "<td>x</td>" in page
     with pytest.raises(TypeError, match="DataFrame"):
         display_frame([1, 2])  # type: ignore[arg-type]
+
+
+def test_frame_with_duplicate_names_and_unreadable_images(tmp_path: Path) -> None:
+    pic = tmp_path / "pic.png"
+    pic.write_bytes(_png())
+    gone = (tmp_path / "gone.png").as_uri()
+    df = pd.DataFrame([[pic.as_uri(), gone, "t"]], columns=["img", "img", "t"])
+    page = display_frame(df)._repr_html_()
+    assert page.count("<img ") == 1  # the readable one; the other stays as its URL text
+    assert f"<td>{gone}</td>" in page
+
+
+def test_extension_entry_points_are_not_public_api() -> None:
+    assert callable(flownb.load_ipython_extension)
+    assert callable(flownb.unload_ipython_extension)
+    assert "load_ipython_extension" not in flownb.__all__
+    assert "display_frame" in flownb.__all__
