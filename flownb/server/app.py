@@ -69,6 +69,14 @@ _MEDIA_TYPES = {
     "gif": "image/gif",
 }
 _SECURITY = {"security": [{"ApiKeyAuth": []}]}
+# Documented by hand: the handlers read it from path_params (no per-request parameter solving).
+_FLOW_ID_PARAM = {
+    "name": "flow_id",
+    "in": "path",
+    "required": True,
+    "description": "The flow's id: the name of its file in the server's flows folder, less .json.",
+    "schema": {"type": "string"},
+}
 
 
 class ServerConfig:
@@ -269,12 +277,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         operation_id="getFlowInfo",
         responses=FLOW_ROUTE_RESPONSES,
         response_model=None,
-        openapi_extra=_SECURITY,
+        openapi_extra={**_SECURITY, "parameters": [_FLOW_ID_PARAM]},
         tags=["flows"],
     )
-    async def get_flow_info(flow_id: str, request: Request) -> Response:
+    async def get_flow_info(request: Request) -> Response:
         authenticate(request)
-        flow = store.get(flow_id)
+        flow = store.get(request.path_params["flow_id"])
         headers = {**limits, "x-flownb-image-outputs": flow.image_outputs}
         return json_response(flow.plan.describe(), headers=headers)
 
@@ -284,12 +292,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         operation_id="runFlow",
         responses=RUN_RESPONSES,
         response_model=None,
-        openapi_extra={**_SECURITY, "requestBody": RUN_REQUEST_BODY},
+        openapi_extra={
+            **_SECURITY,
+            "parameters": [_FLOW_ID_PARAM],
+            "requestBody": RUN_REQUEST_BODY,
+        },
         tags=["flows"],
     )
-    async def run_flow(flow_id: str, request: Request) -> Response:
+    async def run_flow(request: Request) -> Response:
         authenticate(request)
-        flow = store.get(flow_id)
+        flow = store.get(request.path_params["flow_id"])
         variables = parse_run_body(await read_body(request), max_batch)
         spec = flow.plan.spec
         single = isinstance(variables, dict)
@@ -368,7 +380,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             )
             # FastAPI documents a 422 for every route with a parameter; only run can answer it.
             paths = schema["paths"]
-            for path in ("/api/flows/getFlowInfo/{flow_id}", "/media/{name}"):
+            for path in ("/media/{name}",):
                 paths[path]["get"]["responses"].pop("422", None)
             for unused in ("HTTPValidationError", "ValidationError"):
                 schema["components"]["schemas"].pop(unused, None)

@@ -90,7 +90,7 @@ class KeyStore:
         self._stamp: tuple[int, int, int] | None = None
         self._records: list[KeyRecord] = []
         self._digests: list[tuple[bytes, KeyRecord]] = []
-        self._used: dict[str, str] = {}
+        self._used: dict[str, float] = {}
         self._last_flush = time.monotonic()
 
     # -- file access -------------------------------------------------------------------------
@@ -258,7 +258,7 @@ class KeyStore:
             return Verdict(False, "invalid_api_key", "invalid API key")
         if not found.active:
             return Verdict(False, "invalid_api_key", "this API key was revoked")
-        self._used[found.digest] = _now()
+        self._used[found.digest] = time.time()  # formatted when written, not per request
         if time.monotonic() - self._last_flush > FLUSH_EVERY:
             self.flush_used()
         return Verdict(True, name=found.name)
@@ -272,7 +272,8 @@ class KeyStore:
         try:
             with self._locked():
                 used = self._read_json(self.used_path) or {}
-                for d, when in pending.items():
+                for d, seen in pending.items():
+                    when = datetime.fromtimestamp(seen, UTC).isoformat(timespec="seconds")
                     used[d] = max(when, used.get(d, ""))
                 self._write_json(self.used_path, used)
         except (OSError, ConfigError):

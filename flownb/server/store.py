@@ -52,6 +52,7 @@ class FlowStore:
         self, directory: str | Path, make_engine: Callable[[Plan], Any] | None = None
     ) -> None:
         self.directory = Path(directory)
+        self._dir = str(self.directory)
         # Built once per version of a flow file: an engine's pacing and counters span requests.
         self._make_engine = make_engine
         self._flows: dict[str, StoredFlow] = {}
@@ -76,7 +77,7 @@ class FlowStore:
         """
         if not FLOW_ID.fullmatch(flow_id):
             raise not_found(flow_id)
-        path = self.directory / f"{flow_id}.json"
+        path = os.path.join(self._dir, flow_id + ".json")
         try:
             st = os.stat(path)
         except OSError:
@@ -90,7 +91,7 @@ class FlowStore:
             cached = self._flows.get(flow_id)
             if cached is not None and cached.stamp == stamp:
                 return cached
-            loaded = self._load(flow_id, path, stamp)
+            loaded = self._load(flow_id, Path(path), stamp)
             self._flows[flow_id] = loaded
             return loaded
 
