@@ -83,6 +83,15 @@ def test_dollar_name_passes_the_python_value_verbatim(ip: Any) -> None:
     assert res["intro"] == "Write a x 3 y two-sentence intro for a blog post about $t."
 
 
+def test_cli_style_var_pairs_work_too(ip: Any) -> None:
+    res = magic(ip, "run blog.json --var topic=owls --var 'tone=very dry'")
+    assert res["intro"] == "Write a very dry two-sentence intro for a blog post about owls."
+    res = magic(ip, "run blog.json --var topic --var tone=wry", "moss")
+    assert res["intro"] == "Write a wry two-sentence intro for a blog post about moss."
+    with pytest.raises(UsageError, match="give --var once"):
+        magic(ip, "run blog.json --var topic --var tone", "moss")
+
+
 def test_dollar_name_of_a_flow_object(ip: Any, blog_flow_path: Path) -> None:
     ip.user_ns["f"] = flownb.load_flow(blog_flow_path)
     res = cell(ip, "%flow run $f topic=a tone=b")
@@ -106,7 +115,7 @@ def test_dollar_name_of_a_flow_object(ip: Any, blog_flow_path: Path) -> None:
         ("info abc123", "%flow connect URL first"),
         ("connect", "give the server URL"),
         ("connect http://127.0.0.1:1 sk-secret", "never goes on the magic line"),
-        ("run blog.json --var topic topic=a", "--var applies to the %%flow run cell magic"),
+        ("run blog.json --var topic tone=a", "--var NAME names the variable a %%flow run cell"),
     ],
 )
 def test_bad_arguments_raise_one_line_usage_errors(ip: Any, line: str, message: str) -> None:

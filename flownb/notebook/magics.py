@@ -70,7 +70,8 @@ def _parser(sub: str) -> _Parser:
         p.add_argument("--provider", choices=["offline", "openai"], default=None)
     if sub == "run":
         p.add_argument("pairs", nargs="*", metavar="name=value")
-        p.add_argument("--var", dest="var", metavar="NAME", default=None)
+        # --var NAME: the variable a cell body fills; --var name=value: a pair, as in the CLI.
+        p.add_argument("--var", dest="var", metavar="NAME", action="append", default=[])
     if sub == "batch":
         p.add_argument("--df", dest="df", metavar="DF", required=True)
         p.add_argument("--map", dest="map", metavar="var=col", action="append", default=[])
@@ -171,6 +172,7 @@ class FlowMagics(Magics):
 
           %flow info FLOW                                 variables (with defaults) and outputs
           %flow run FLOW [name=value ...] [-o VAR]        run once; the result is displayed
+                                                          (--var name=value works too)
           %%flow run FLOW [--var NAME] [name=value ...]   run once; the cell body is the value of
                                                           the flow's only variable (or of NAME)
           %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--no-progress] [-o VAR]
@@ -214,8 +216,17 @@ class FlowMagics(Magics):
             _check_identifier(args.out, "-o")
         if sub == "connect":
             return self._connect(args)
-        if sub == "run" and cell is None and args.var is not None:
-            raise UsageError("%flow run: --var applies to the %%flow run cell magic")
+        if sub == "run":
+            args.pairs += [v for v in args.var if "=" in v]
+            body_vars = [v for v in args.var if "=" not in v]
+            if cell is None and body_vars:
+                raise UsageError(
+                    "%flow run: --var NAME names the variable a %%flow run cell body fills; "
+                    "on one line, give name=value"
+                )
+            if len(body_vars) > 1:
+                raise UsageError("%%flow run: the cell body fills one variable; give --var once")
+            args.var = body_vars[0] if body_vars else None
         flow, source = self._resolve(args.flow, getattr(args, "provider", None))
         if sub == "info":
             return FlowInfo(flow, source)
