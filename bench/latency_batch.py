@@ -1,0 +1,368 @@
+"""Latency-bound batch: 1,000 rows of a two-node flow against the loopback fake OpenAI server (in
+another process, so it does not share our GIL) answering after 50 ms, at concurrency 32 and 8.
+
+Prints wall time against the ideal N x nodes x latency / concurrency, with the latency measured
+in the same run; the same work through the openai SDK (a sync loop, and AsyncOpenAI + Semaphore)
+and bare aiohttp + Semaphore (the floor) for contrast; the number of provider calls a second run
+of the same batch makes (aim: zero); and a fault run (10% 429 with Retry-After: 0, 5% 500) that
+must lose nothing. Aim: flownb within 1.15x of ideal at C=32.
+
+    python -m bench.latency_batch [--rows 1000] [--latency 0.05] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+PROMPTS = {
+    "intro": "Write a {tone} two-sentence intro for a blog post about {topic}.",
+    "title": "Suggest a {tone} title for a post about {topic}.",
+}
+KEY = "sk-bench-not-a-real-key"
+
+
+def two_node_flow() -> dict:
+    """A flow of two independent text nodes, each feeding an output."""
+    nodes: list[dict] = [
+        {"id": f"v-{v}", "type": "variableNode", "data": {"variable": {"label": v, "value": ""}}}
+        for v in ("topic", "tone")
+    ]
+    edges: list[dict] = []
+    for name, prompt in PROMPTS.items():
+        nodes.append(
+            {
+                "id": f"a-{name}",
+                "type": "actionNode",
+                "data": {
+                    "name": name,
+                    "prompt": prompt,
+                    "modelParams": {"model": "gpt-4o-mini", "temperature": 0.7, "max_tokens": 64},
+                },
+            }
+        )
+        nodes.append({"id": f"o-{name}", "type": "outputNode", "data": {"name": name}})
+        edges += [
+            {"id": f"{v}-{name}", "source": f"v-{v}", "target": f"a-{name}"}
+            for v in ("topic", "tone")
+        ]
+        edges.append({"id": f"{name}-out", "source": f"a-{name}", "target": f"o-{name}"})
+    return {"nodes": nodes, "edges": edges}
+
+
+def prompts_of(row: dict[str, str]) -> list[str]:
+    return [
+        p.replace("{topic}", row["topic"]).replace("{tone}", row["tone"]) for p in PROMPTS.values()
+    ]
+
+
+# -- the fake server in its own process ----------------------------------------------------------
+
+
+class Server:
+    def __init__(self, latency: float) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = self.base + "/v1"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flownb.testing.fake_openai",
+                "--port",
+                str(self.port),
+                "--latency",
+                str(latency),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(200):
+            try:
+                self.stats()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("fake server did not start")
+
+    def _call(self, path: str, body: dict | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method="POST" if data else "GET")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def stats(self) -> dict:
+        return self._call("/_fake/stats")
+
+    def reset(self) -> None:
+        self._call("/_fake/reset", {})
+
+    def configure(self, **config: Any) -> None:
+        self._call("/_fake/config", config)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+# -- runners -------------------------------------------------------------------------------------
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """Return (wall seconds, process CPU seconds, result)."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def measure_latency(url: str, n: int = 20) -> float:
+    """Median round trip of one chat completion, sequential, over a warm connection."""
+    import aiohttp
+
+    async def go() -> float:
+        times = []
+        async with aiohttp.ClientSession() as session:
+            for i in range(n):
+                body = {"model": "m", "messages": [{"role": "user", "content": f"ping {i}"}]}
+                t0 = time.perf_counter()
+                async with session.post(url + "/chat/completions", json=body) as resp:
+                    await resp.read()
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times[2:])
+
+    return asyncio.run(go())
+
+
+def run_flownb(flow: Any, rows: list[dict[str, str]], concurrency: int) -> list[dict[str, str]]:
+    return [dict(r) for r in flow.run_batch(rows, concurrency=concurrency)]
+
+
+def run_sdk_sync(url: str, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    from openai import OpenAI
+
+    client = OpenAI(api_key=KEY, base_url=url)
+    out = []
+    for row in rows:
+        texts = []
+        for prompt in prompts_of(row):
+            resp = client.chat.completions.create(
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": prompt}],
+                temperature=0.7,
+                max_tokens=64,
+            )
+            texts.append(resp.choices[0].message.content)
+        out.append(dict(zip(PROMPTS, texts, strict=True)))
+    client.close()
+    return out
+
+
+def run_sdk_async(url: str, rows: list[dict[str, str]], concurrency: int) -> list[dict[str, Any]]:
+    """AsyncOpenAI + Semaphore + gather, the SDK's default retries; a failed call -> None."""
+    from openai import AsyncOpenAI
+
+    async def go() -> list[dict[str, Any]]:
+        client = AsyncOpenAI(api_key=KEY, base_url=url)
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(prompt: str) -> str | None:
+            async with sem:
+                try:
+                    resp = await client.chat.completions.create(
+                        model="gpt-4o-mini",
+                        messages=[{"role": "user", "content": prompt}],
+                        temperature=0.7,
+                        max_tokens=64,
+                    )
+                except Exception:
+                    return None
+                return resp.choices[0].message.content
+
+        async def row(r: dict[str, str]) -> dict[str, Any]:
+            texts = await asyncio.gather(*(one(p) for p in prompts_of(r)))
+            return dict(zip(PROMPTS, texts, strict=True))
+
+        try:
+            return list(await asyncio.gather(*(row(r) for r in rows)))
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def run_aiohttp(url: str, rows: list[dict[str, str]], concurrency: int) -> list[dict[str, str]]:
+    """Bare aiohttp + Semaphore: the floor (no retries, no cache, nothing)."""
+    import aiohttp
+
+    async def go() -> list[dict[str, str]]:
+        sem = asyncio.Semaphore(concurrency)
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with aiohttp.ClientSession(
+            headers=headers, connector=aiohttp.TCPConnector(limit=0)
+        ) as s:
+
+            async def one(prompt: str) -> str:
+                body = {
+                    "model": "gpt-4o-mini",
+                    "messages": [{"role": "user", "content": prompt}],
+                    "temperature": 0.7,
+                    "max_tokens": 64,
+                }
+                async with sem, s.post(url + "/chat/completions", json=body) as resp:
+                    data = await resp.json()
+                return data["choices"][0]["message"]["content"]
+
+            async def row(r: dict[str, str]) -> dict[str, str]:
+                texts = await asyncio.gather(*(one(p) for p in prompts_of(r)))
+                return dict(zip(PROMPTS, texts, strict=True))
+
+            return list(await asyncio.gather(*(row(r) for r in rows)))
+
+    return asyncio.run(go())
+
+
+def check(out: list[dict[str, Any]], rows: list[dict[str, str]]) -> int:
+    """Return how many rows are missing or wrong (every output must be the fake's echo)."""
+    from flownb.testing.fake_openai import echo
+
+    bad = 0
+    for got, row in zip(out, rows, strict=True):
+        want = dict(zip(PROMPTS, (echo(p) for p in prompts_of(row)), strict=True))
+        bad += got != want
+    return bad
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Run the benchmark, print its figures and return the main ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--sync-rows", type=int, default=40, help="rows for the SDK sync loop")
+    parser.add_argument("--quick", action="store_true", help="skip the C=8 contrast runs")
+    args = parser.parse_args(argv)
+
+    home = tempfile.mkdtemp(prefix="flownb-bench-")
+    server = Server(args.latency)
+    os.environ.update(
+        FLOWNB_HOME=home,
+        OPENAI_BASE_URL=server.url,
+        OPENAI_API_KEY=KEY,
+        NO_PROXY="127.0.0.1,localhost",
+    )
+    for name in ("FLOWNB_CACHE", "FLOWNB_RPM", "FLOWNB_CONCURRENCY", "FLOWNB_OPENAI_TRANSPORT"):
+        os.environ.pop(name, None)
+    import aiohttp  # noqa: F401  (imports and their one-off costs before any timing, for all)
+    import openai  # noqa: F401
+
+    import flownb
+
+    n, nodes = args.rows, len(PROMPTS)
+    rows = [{"topic": f"topic {i}", "tone": ("dry", "playful", "earnest")[i % 3]} for i in range(n)]
+    ratios: dict[str, float] = {}
+    lines: list[str] = []
+
+    def report(label: str, wall: float, cpu: float, calls: int, ideal: float, lost: int) -> None:
+        ratio = wall / ideal
+        per_call = f"{cpu / calls * 1e3:5.2f} ms" if calls else "    -   "
+        lines.append(
+            f"  {label:44s}{wall:7.2f} s  {ratio:6.2f}x ideal  cpu/call {per_call}  lost {lost}"
+        )
+        print(lines[-1], flush=True)
+        ratios[label] = ratio
+
+    try:
+        latency = measure_latency(server.url)
+        print(
+            f"latency batch: {n} rows x {nodes} nodes, fake OpenAI in another process, "
+            f"latency set {args.latency * 1e3:.0f} ms, measured {latency * 1e3:.1f} ms"
+        )
+        for conc in (32,) if args.quick else (32, 8):
+            ideal = n * nodes * latency / conc
+            print(f"C={conc}: ideal {ideal:.2f} s (N x nodes x measured latency / C)")
+            # flownb, cache on (first run pays for every call; cache=False at C=8 to pay again).
+            flow = flownb.load_flow(two_node_flow(), provider="openai", cache=conc == 32)
+            server.reset()
+            wall, cpu, out = timed(lambda f=flow, c=conc: run_flownb(f, rows, c))
+            calls = server.stats()["requests"]
+            report(f"flownb run_batch C={conc}", wall, cpu, calls, ideal, check(out, rows))
+            if conc == 32:
+                server.reset()
+                wall2, _, out2 = timed(lambda f=flow: run_flownb(f, rows, 32))
+                calls2 = server.stats()["requests"]
+                lines.append(
+                    f"  second run of the same batch: {calls2} provider calls, "
+                    f"{wall2:.2f} s, {check(out2, rows)} rows wrong"
+                )
+                print(lines[-1], flush=True)
+                ratios["second run provider calls"] = calls2
+            server.reset()
+            wall, cpu, out = timed(lambda c=conc: run_aiohttp(server.url, rows, c))
+            report(
+                f"bare aiohttp + Semaphore C={conc} (floor)",
+                wall,
+                cpu,
+                n * nodes,
+                ideal,
+                check(out, rows),
+            )
+            server.reset()
+            wall, cpu, out = timed(lambda c=conc: run_sdk_async(server.url, rows, c))
+            report(
+                f"openai AsyncOpenAI + Semaphore C={conc}",
+                wall,
+                cpu,
+                n * nodes,
+                ideal,
+                check(out, rows),
+            )
+            sub = rows[: args.sync_rows]
+            wall, cpu, out = timed(lambda s=sub: run_sdk_sync(server.url, s))
+            scale = n / len(sub)  # one at a time: the full batch takes scale x as long
+            report(
+                f"openai SDK sync loop ({len(sub)} rows, scaled)",
+                wall * scale,
+                cpu * scale,
+                n * nodes,
+                ideal,
+                check(out, sub),
+            )
+
+        # Faults: 10% 429 (Retry-After: 0) and 5% 500. flownb must lose nothing.
+        server.configure(faults={"429": 0.10, "500": 0.05}, retry_after="0", seed=7)
+        ideal = n * nodes * latency / 32
+        print("C=32 with 10% 429 (Retry-After: 0) + 5% 500:")
+        flow = flownb.load_flow(two_node_flow(), provider="openai", cache=False)
+        server.reset()
+        wall, cpu, out = timed(lambda: run_flownb(flow, rows, 32))
+        st = server.stats()
+        report("flownb run_batch C=32, faults", wall, cpu, st["requests"], ideal, check(out, rows))
+        ratios["flownb lost under faults"] = check(out, rows)
+        server.reset()
+        wall, cpu, out = timed(lambda: run_sdk_async(server.url, rows, 32))
+        report(
+            "openai AsyncOpenAI + Semaphore C=32, faults",
+            wall,
+            cpu,
+            server.stats()["requests"],
+            ideal,
+            check(out, rows),
+        )
+    finally:
+        server.stop()
+    return ratios
+
+
+if __name__ == "__main__":
+    main()
