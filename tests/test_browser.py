@@ -66,25 +66,6 @@ def _workdir(tmp_path: Path) -> Path:
     shutil.copytree(NOTEBOOKS, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     for nb in work.glob("*.ipynb"):
         _stripped_copy(nb, nb)
-    if not (work / FORMS_NOTEBOOK).exists():
-        # TEMPORARY until the forms notebook is committed: the smallest notebook with a form.
-        cell = 'import flownb\nflownb.load_flow("flows/blog-intro.json").form()'
-        nb = {
-            "cells": [
-                {
-                    "cell_type": "code",
-                    "metadata": {},
-                    "source": cell,
-                    "outputs": [],
-                    "execution_count": None,
-                }
-            ],
-            "metadata": {},
-            "nbformat": 4,
-            "nbformat_minor": 5,
-        }
-        (work / FORMS_NOTEBOOK).write_text(json.dumps(nb), encoding="utf-8")
-        _stripped_copy(work / FORMS_NOTEBOOK, work / FORMS_NOTEBOOK)
     return work
 
 
