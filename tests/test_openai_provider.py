@@ -292,3 +292,65 @@ def test_non_json_answer_is_a_provider_error(fake: FakeOpenAI) -> None:
 def test_b64_is_decoded_exactly() -> None:
     raw = image_bytes("x")
     assert base64.b64decode(base64.b64encode(raw)) == raw
+
+
+def test_proxy_is_resolved_once_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flownb.providers.openai import _AiohttpTransport
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    assert _AiohttpTransport("https://api.openai.com/v1", KEY).proxy == "http://proxy.invalid:3128"
+    assert _AiohttpTransport("https://internal.example/v1", KEY).proxy is None
+    assert _AiohttpTransport("http://127.0.0.1:9/v1", None).proxy is None
+
+
+def test_fake_server_runs_as_a_module_for_the_plain_sdk() -> None:
+    """``python -m flownb.testing.fake_openai`` serves the real SDK (bench, notebooks)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from openai import OpenAI
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flownb.testing.fake_openai",
+        "--port",
+        str(port),
+        "--faults",
+        "429=1.0",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/_fake/stats", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        client = OpenAI(api_key=KEY, base_url=base + "/v1", max_retries=0)
+        import openai
+
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
+        body = json.dumps({"faults": {}}).encode()
+        urllib.request.urlopen(urllib.request.Request(base + "/_fake/config", data=body)).close()
+        resp = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "a"}]
+        )
+        assert resp.choices[0].message.content == "echo: a"
+        with urllib.request.urlopen(base + "/_fake/stats") as r:
+            stats = json.loads(r.read())
+        assert stats["requests"] == 2 and stats["faults"]["429"] == 1 and stats["answered"] == 1
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
