@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import FileResponse, Response
@@ -189,7 +190,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         keys.flush_used()
         await provider.aclose()
 
-    app = FastAPI(
+    # FastAPIOffline: /docs served from bundled Swagger UI files, so it works without internet.
+    app = FastAPIOffline(
+        redoc_url=None,
         title="flownb flow execution service",
         version=__version__,
         description=(

@@ -1,0 +1,57 @@
+"""``/docs`` renders in a real browser (Debian's chromium via Playwright) with every request to
+anything but the server refused: the Swagger UI files are served by flownb, not a CDN, and the
+page shows the contract's operations and their status codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from serving import run_server
+
+from tests.conftest import FLOWS
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing: run scripts/test"),
+]
+
+
+def test_docs_render_offline_with_every_status(tmp_path: Path) -> None:
+    from playwright.sync_api import Route, sync_playwright
+
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
+    with run_server(flows, tmp_path / "home") as server, sync_playwright() as pw:
+        host = urlsplit(server.url).netloc
+        outside: list[str] = []
+
+        def only_loopback(route: Route) -> None:
+            if urlsplit(route.request.url).netloc == host:
+                route.continue_()
+            else:
+                outside.append(route.request.url)
+                route.abort()
+
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_page()
+            page.route("**/*", only_loopback)
+            page.goto(f"{server.url}/docs")
+            page.get_by_text("Run a flow once (object) or once per element (array)").click()
+            for status in ("200", "400", "401", "404", "413", "422", "429", "500", "502", "504"):
+                page.locator(f"tr.response[data-code='{status}']").first.wait_for(timeout=15000)
+            assert page.get_by_text("Authorize").count() >= 1  # the x-api-key scheme
+        finally:
+            browser.close()
+    assert outside == []
