@@ -81,7 +81,8 @@ class Client:
         api_key: the API key; default ``FLOWNB_API_KEY``.
         timeout: seconds to wait for an answer to one request.
         max_retries: retries of a request answered 429/502/503/504 or cut off.
-        max_parallel: chunk requests in flight at once for one batch.
+        max_parallel: chunk requests in flight at once for one batch (a remote flow's
+            ``concurrency=`` argument overrides it per call).
         batch_size: most elements per request; default the server's advertised limit.
         backoff: base of the exponential backoff, in seconds (when no ``Retry-After``).
 
@@ -238,7 +239,8 @@ class Client:
                 url,
                 data=data,
                 headers=headers,
-                timeout=self.timeout,
+                # A service that cannot be reached fails fast; a slow answer gets the full time.
+                timeout=(min(10.0, self.timeout), self.timeout),
                 allow_redirects=False,
             )
         except requests.ConnectionError as exc:  # also ConnectTimeout
