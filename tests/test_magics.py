@@ -186,6 +186,19 @@ def test_batch_over_a_dataframe_with_map_and_out(ip: Any) -> None:
     assert ip.user_ns["out"] is out
 
 
+def test_batch_keeps_finished_rows_and_reports_failed_ones(ip: Any) -> None:
+    from tests.test_widgets import RefusingProvider
+
+    flow = make_flow({"echo": "said: {text}"}, ["text"])
+    ip.user_ns["f"] = flownb.load_flow(flow, provider=RefusingProvider())
+    ip.user_ns["df"] = pd.DataFrame({"text": ["fine", "boom", "also fine"]})
+    with capture_output() as captured:
+        out = magic(ip, "batch $f --df df --no-progress")
+    assert out["echo"].tolist() == ["text:said: fine", None, "text:said: also fine"]
+    assert out["error"].notna().tolist() == [False, True, False]
+    assert "1 of 3 rows did not finish; see the 'error' column" in captured.stderr
+
+
 def test_batch_reads_a_csv_path_and_fill(ip: Any, tmp_path: Path) -> None:
     (tmp_path / "rows.csv").write_text("topic,tone\nowls,\nmoss,warm\n")
     with pytest.raises(InputError, match="pass fill="):

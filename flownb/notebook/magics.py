@@ -17,6 +17,7 @@ import argparse
 import keyword
 import re
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,6 +286,14 @@ class FlowMagics(Magics):
         )
         if args.out:
             self.shell.user_ns[args.out] = out
+        if "error" in out.columns:
+            failed = int(out["error"].notna().sum())
+            if failed:  # the finished rows are kept; make the failures hard to miss
+                print(
+                    f"flownb: {failed} of {len(out)} rows did not finish; "
+                    "see the 'error' column",
+                    file=sys.stderr,
+                )
         return out
 
     def _connect(self, args: argparse.Namespace) -> None:
