@@ -1,0 +1,84 @@
+"""``flownb serve --provider openai`` against the loopback fake OpenAI server: real generations
+through the contract, and the provider rows of the error table (502, 429 with Retry-After, 504)
+produced by the real provider from real HTTP failures."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from serving import Running, run_server
+
+from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.conftest import FLOWS, make_flow, write_flow
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(
+        fail_markers={"500": "FAIL500", "429": "FAIL429", "hang": "HANG"}, retry_after="7"
+    ) as f:
+        yield f
+
+
+@pytest.fixture
+def server(
+    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Running]:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-only")
+    monkeypatch.setenv("FLOWNB_RETRIES", "0")  # the table's statuses, not the retry layer
+    monkeypatch.setenv("FLOWNB_TIMEOUT", "1")
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    shutil.copy(FLOWS / "blog-intro.json", flows / "blog-intro.json")
+    write_flow(flows / "echo.json", make_flow({"say": "say {a}"}, ["a"]))
+    with run_server(flows, tmp_path / "home", provider="openai") as running:
+        yield running
+
+
+def _run(server: Running, flow_id: str, variables: object) -> requests.Response:
+    return requests.post(
+        f"{server.url}/api/flows/run/{flow_id}",
+        json={"variables": variables},
+        headers={"x-api-key": server.key},
+        timeout=30,
+    )
+
+
+def test_text_and_image_through_the_contract(server: Running) -> None:
+    resp = _run(server, "blog-intro", {"topic": "owls", "tone": "dry"})
+    assert resp.status_code == 200, resp.text
+    items = {i["name"]: i["output"] for i in resp.json()}
+    prompt = "Write a dry two-sentence intro for a blog post about owls."
+    assert items["intro"] == echo(prompt)
+    assert items["header_image"].startswith("http")
+
+
+def test_provider_failures_map_to_the_error_table(server: Running) -> None:
+    failed = _run(server, "echo", {"a": "FAIL500"})
+    assert failed.status_code == 502 and failed.json()["code"] == "provider_error"
+
+    limited = _run(server, "echo", {"a": "FAIL429"})
+    assert limited.status_code == 429 and limited.json()["code"] == "upstream_rate_limited"
+    assert limited.headers["Retry-After"] == "7"
+
+    slow = _run(server, "echo", {"a": "HANG"})
+    assert slow.status_code == 504 and slow.json()["code"] == "provider_timeout"
+
+    assert "sk-loopback-only" not in failed.text + limited.text + slow.text
+
+
+def test_partly_failed_batch_keeps_paid_outputs(server: Running) -> None:
+    resp = _run(server, "echo", [{"a": "one"}, {"a": "FAIL500"}, {"a": "three"}])
+    assert resp.status_code == 502
+    body = resp.json()
+    assert [e["index"] for e in body["errors"]] == [1]
+    assert body["results"][0] == [{"name": "say", "output": echo("say one"), "type": "output"}]
+    assert body["results"][1] is None
+    assert body["results"][2][0]["output"] == echo("say three")
