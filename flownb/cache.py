@@ -6,7 +6,7 @@ kind, every model parameter and the rendered prompt, so a change to any of them 
 Only successes are stored (``put`` is called with generations, errors never reach it); a re-run
 of an interrupted or partly failed batch therefore calls the provider only for what is missing.
 
-Writes are buffered and committed in batches (every 64 entries or second, and when a run ends
+Writes are buffered and committed in batches (every 64 entries or 0.25 s, and when a run ends
 or is interrupted), so the event loop is not held by one transaction per call. Lookups see the
 buffer too. One :class:`CallCache` per database file per process (see :func:`open_cache`); a
 lock makes it safe from several threads, and SQLite's WAL mode lets several processes share it.
@@ -14,6 +14,7 @@ lock makes it safe from several threads, and SQLite's WAL mode lets several proc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -30,7 +31,7 @@ __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 CACHE_FILE = "cache.sqlite"
 _VERSION = 1  # bump when the stored form of a generation changes
 _FLUSH_EVERY = 64
-_FLUSH_AFTER = 1.0  # seconds
+_FLUSH_AFTER = 0.25  # seconds: the most a paid answer waits to be committed
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -57,7 +58,7 @@ class CallCache:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
         self._pending: dict[str, str] = {}
-        self._last_flush = time.monotonic()
+        self._timer: threading.Timer | None = None
         self.hits = 0
         self.misses = 0
 
@@ -105,17 +106,26 @@ class CallCache:
         )
         with self._lock:
             self._pending[key] = value
-            due = (
-                len(self._pending) >= _FLUSH_EVERY
-                or time.monotonic() - self._last_flush >= _FLUSH_AFTER
-            )
+            due = len(self._pending) >= _FLUSH_EVERY
+            if not due and self._timer is None:
+                # A paid answer reaches the disk within _FLUSH_AFTER even if no other call
+                # follows (the process may be killed while the rest of a batch hangs).
+                self._timer = threading.Timer(_FLUSH_AFTER, self._timed_flush)
+                self._timer.daemon = True
+                self._timer.start()
         if due:
+            self.flush()
+
+    def _timed_flush(self) -> None:
+        with contextlib.suppress(sqlite3.Error):  # a closed or deleted store: nothing to keep
             self.flush()
 
     def flush(self) -> None:
         """Commit every buffered entry in one transaction."""
         with self._lock:
-            self._last_flush = time.monotonic()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if not self._pending:
                 return
             rows = [(k, v, time.time()) for k, v in self._pending.items()]

@@ -34,6 +34,7 @@ __all__ = ["RUNLOG_FILE", "RunLog", "RunRecorder", "open_runlog", "runs"]
 
 RUNLOG_FILE = "runs.sqlite"
 _FLUSH_EVERY = 500
+_FLUSH_AFTER = 1.0  # seconds
 
 # A batch's rows are stored as chunks: one JSON array of up to 2,000 rows per table row, so
 # logging costs one json.dumps and one INSERT per chunk, not per run. The ``runs`` view expands
@@ -183,20 +184,30 @@ class RunRecorder:
         # one chunk at the end, so the writer thread never competes with the run.
         every = _FLUSH_EVERY if self._detailed else 100_000
 
+        detailed = self._detailed
+
         def record(i: int, result: RunResult | None, exc: BaseException | None) -> None:
             pending.append((i, clock(), result, exc))
-            if len(pending) >= every:
+            n = len(pending)
+            if n >= every:
                 self.flush()
+            elif n == 1 and detailed:
+                # Real calls: what finished reaches the log within a second even if the rest
+                # of the batch hangs and the process is killed.
+                timer = threading.Timer(_FLUSH_AFTER, self.flush)
+                timer.daemon = True
+                timer.start()
             on_result(i, result, exc)
 
         return record
 
     def flush(self) -> None:
         """Hand what was recorded so far to the writer thread (each outcome is written once)."""
-        if not self._pending:
+        pending = self._pending
+        taken = pending[:]
+        if not taken:
             return
-        taken = list(self._pending)
-        self._pending.clear()
+        del pending[: len(taken)]  # not clear(): the loop thread may append meanwhile
         self._log.submit(lambda: self._write(taken))
 
     def _write(
