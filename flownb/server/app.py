@@ -108,7 +108,6 @@ class ServerConfig:
         self.max_body_bytes = max_body_bytes
         self.concurrency = concurrency or settings.concurrency
 
-
     def _engine(self, plan: Plan) -> Engine:
         # One engine per version of a flow file (its pacing spans requests); media URLs are
         # made from the current request's address (a context variable set per request).
@@ -220,7 +219,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         if exc.status_code == 404 and path.startswith(_FLOW_PATHS):
             problem = ApiProblem(404, "flow_not_found", "no such flow")
         elif exc.status_code == 404:
-            problem = ApiProblem(404, "not_found", f"nothing at {path!r}; see /docs")
+            shown = path if len(path) <= 100 else path[:100] + "..."
+            problem = ApiProblem(404, "not_found", f"nothing at {shown!r}; see /docs")
         elif exc.status_code == 405:
             problem = ApiProblem(
                 405,

@@ -74,6 +74,10 @@ def serve(
     say = lambda line: click.echo(f"flownb serve: {line}", err=True)  # noqa: E731
     say(config.provider.banner())
     say(f"flows ({len(ids)}) from {flows_dir}: {shown or 'none yet (add <flow_id>.json files)'}")
+    skipped = config.store.unservable()
+    if skipped:
+        rule = "a flow id is 1-128 letters, digits, '_' or '-'"
+        say(f"not served ({rule}): {', '.join(skipped[:10])}")
     say(f"listening on {url}  (docs: {url}/docs)")
     n_keys = config.keys.active_count()
     if n_keys:
@@ -140,4 +144,3 @@ def keys_revoke(name_or_prefix: str) -> None:
     revoked = KeyStore(get_settings().home).revoke(name_or_prefix)
     for r in revoked:
         click.echo(f"flownb: revoked API key {r.name!r} ({r.prefix}...)", err=True)
-

@@ -66,6 +66,14 @@ class FlowStore:
             return []
         return sorted(n[:-5] for n in names if n.endswith(".json") and FLOW_ID.fullmatch(n[:-5]))
 
+    def unservable(self) -> list[str]:
+        """Return the names of ``.json`` files in the folder whose names are not flow ids."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        return sorted(n for n in names if n.endswith(".json") and not FLOW_ID.fullmatch(n[:-5]))
+
     def get(self, flow_id: str) -> StoredFlow:
         """Return the flow ``flow_id``, reloading it if its file changed.
 
