@@ -329,44 +329,46 @@ class Client:
         held: list[tuple[int, Items | None, FlownbError | None]] = []
         unsent: list[int] = []
         workers = min(parallel, len(chunks))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flownb-client") as pool:
-            pending: dict[Future[list[Outcome]], list[int]] = {}
-            queue = iter(chunks)
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flownb-client")
+        pending: dict[Future[list[Outcome]], list[int]] = {}
+        queue = iter(chunks)
 
-            def submit() -> None:
-                idx = next(queue, None)
-                if idx is not None:
-                    elements = [batch[i] for i in idx]
-                    pending[pool.submit(self._run_chunk, flow_id, elements)] = idx
+        def submit() -> None:
+            idx = next(queue, None)
+            if idx is not None:
+                elements = [batch[i] for i in idx]
+                pending[pool.submit(self._run_chunk, flow_id, elements)] = idx
 
-            for _ in range(workers):
-                submit()
-            try:
-                while pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        idx = pending.pop(fut)
-                        try:
-                            outcomes = fut.result()
-                        except FlownbError as exc:
-                            fatal = fatal or exc
-                            outcomes = [(None, exc)] * len(idx)
-                        for i, (items, exc) in zip(idx, outcomes, strict=True):
-                            if exc is None:
-                                succeeded += 1
-                                on_element(i, items, None)
-                            elif fatal is not None:
-                                held.append((i, None, exc))  # decided once all is back
-                            else:
-                                on_element(i, None, exc)
-                        if fatal is None:
-                            submit()
-            except BaseException:
-                for fut in pending:
-                    fut.cancel()
-                raise
-            for idx in queue:  # chunks never sent because of the refusal
-                unsent.extend(idx)
+        for _ in range(workers):
+            submit()
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    idx = pending.pop(fut)
+                    try:
+                        outcomes = fut.result()
+                    except FlownbError as exc:
+                        fatal = fatal or exc
+                        outcomes = [(None, exc)] * len(idx)
+                    for i, (items, exc) in zip(idx, outcomes, strict=True):
+                        if exc is None:
+                            succeeded += 1
+                            on_element(i, items, None)
+                        elif fatal is not None:
+                            held.append((i, None, exc))  # decided once all is back
+                        else:
+                            on_element(i, None, exc)
+                    if fatal is None:
+                        submit()
+        except BaseException:
+            # Ctrl-C or a bug: stop at once; requests in flight finish in their threads, and
+            # every element already reported stays reported.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        for idx in queue:  # chunks never sent because of the refusal
+            unsent.extend(idx)
         if fatal is not None:
             if succeeded == 0:
                 raise fatal

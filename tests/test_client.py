@@ -107,6 +107,8 @@ def test_errors_are_flownb_exceptions_with_the_servers_message(
         client.flow("nope")
     with pytest.raises(FlowNotFound):
         client.get_flow_info("../../etc/passwd")
+    with pytest.raises(FlowNotFound):  # a refused batch raises the refusal, not a BatchError
+        client.run("nope", [{"a": "1"}] * 3)
     with pytest.raises(InputError) as info:
         client.run("echo", {"a": 1, "zz": "x"})
     assert {(p.code, p.variable) for p in info.value.problems} == {
