@@ -19,7 +19,6 @@ line or exception.
 
 from __future__ import annotations
 
-import inspect
 import json
 import random
 import threading
@@ -60,9 +59,6 @@ DEFAULT_MAX_BATCH = 1000
 DEFAULT_PARALLEL = 4
 _VARIABLE_CODES = frozenset({"missing_variable", "unknown_variable", "invalid_variable_type"})
 _IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".gif")
-
-# RunResult's keyword for the ordered (name, output) pairs ("entries"; "items" before).
-_ENTRIES = "entries" if "entries" in inspect.signature(RunResult.__init__).parameters else "items"
 
 Items = list[dict[str, str]]
 # One element's outcome: its run output items, or the exception it failed with.
@@ -519,7 +515,7 @@ class RemoteFlow(BaseFlow):
         result = RunResult(outputs, kinds=kinds, provider="remote", latency=latency)
         if len(pairs) != len(outputs):  # two output nodes share a name: keep both, in order
             result = RunResult(
-                outputs, kinds=kinds, provider="remote", latency=latency, **{_ENTRIES: pairs}
+                outputs, kinds=kinds, provider="remote", latency=latency, entries=pairs
             )
         return result
 

@@ -57,12 +57,7 @@ _FETCH_TIMEOUT = 5.0
 
 def entries(result: RunResult) -> list[tuple[str, str]]:
     """Return every output node's ``(name, output)`` of ``result``, in node order."""
-    found = getattr(result, "entries", None)
-    if found is None or callable(found):
-        found = getattr(result, "items", None)  # older RunResult spelling
-    if found is None or callable(found):
-        found = list(dict.items(result))
-    return list(found)
+    return result.entries
 
 
 def result_text(result: RunResult) -> str:

@@ -26,7 +26,7 @@ from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner
 from .providers.limits import Pacer
-from .result import RunResult
+from .result import RunResult, make_result
 from .settings import get_settings
 from .template import Template
 from .validate import VariableSpec
@@ -146,6 +146,14 @@ class Plan:
             )
             kinds.setdefault(o.data.name, "image" if is_image else "text")
         self.output_sources = tuple(sources)
+        # When every output is fed by exactly one node and names are unique (the usual export),
+        # a result is one dict comprehension.
+        names = [name for name, _ in sources]
+        self.direct: tuple[tuple[str, int], ...] | None = None
+        if len(set(names)) == len(names) and all(
+            len(srcs) == 1 and srcs[0][0] == "step" for _, srcs in sources
+        ):
+            self.direct = tuple((name, srcs[0][1]) for name, srcs in sources)
         self.output_kinds: Mapping[str, str] = kinds
         self.spec = VariableSpec(self.variables)
 
@@ -196,35 +204,39 @@ class Engine:
     def _result(
         self, values: Mapping[str, str], gens: list[Generation], started: float
     ) -> RunResult:
-        outputs: dict[str, str] = {}
-        items: list[tuple[str, str]] = []
+        # Hot path for large batches: keep per-row work to list/dict building.
         media_url = self.media_url
-        step_outputs = [g.output if g.media is None else media_url(g.media) for g in gens]
-        for name, srcs in self.plan.output_sources:
-            if len(srcs) == 1:
-                kind, ref = srcs[0]
-                value = step_outputs[ref] if kind == "step" else values[ref]
-            else:
+        outs = [g.output if g.media is None else media_url(g.media) for g in gens]
+        plan = self.plan
+        if plan.direct is not None:
+            outputs = {name: outs[ref] for name, ref in plan.direct}
+            entries = None
+        else:
+            outputs = {}
+            entries = []
+            for name, srcs in plan.output_sources:
                 value = "\n\n".join(
-                    step_outputs[ref] if kind == "step" else values[ref] for kind, ref in srcs
+                    outs[ref] if kind == "step" else values[ref] for kind, ref in srcs
                 )
-            items.append((name, value))
-            outputs.setdefault(name, value)
+                entries.append((name, value))
+                outputs.setdefault(name, value)
         cached: frozenset[str] = frozenset()
-        if any(g.cached for g in gens):
-            cached = frozenset(
-                name
-                for name, srcs in self.plan.output_sources
-                if srcs and all(kind == "step" and gens[ref].cached for kind, ref in srcs)
-            )
-        return RunResult(
+        for g in gens:
+            if g.cached:
+                cached = frozenset(
+                    name
+                    for name, srcs in plan.output_sources
+                    if srcs and all(kind == "step" and gens[ref].cached for kind, ref in srcs)
+                )
+                break
+        return make_result(
             outputs,
-            items=items,
-            kinds=self.plan.output_kinds,
-            provider=self.provider.name,
-            cached=cached,
-            latency=time.perf_counter() - started,
-            generations=gens,
+            entries,
+            plan.output_kinds,
+            self.provider.name,
+            cached,
+            time.perf_counter() - started,
+            gens,
         )
 
     def _context(
@@ -243,8 +255,12 @@ class Engine:
         generate = self.provider.generate_inline
         steps = self.plan.steps
         chained = self.plan.chained
+        # Hoisted out of the loop: this path runs ~10,000 rows in tens of milliseconds.
+        calls = [(s.kind, s.template.render, s.params, s.node_id) for s in steps]
+        result = self._result
+        clock = time.perf_counter
         for i, values in enumerate(batch):
-            started = time.perf_counter()
+            started = clock()
             try:
                 if chained:
                     gens: list[Any] = [None] * len(steps)
@@ -255,14 +271,14 @@ class Engine:
                         )
                 else:
                     gens = [
-                        generate(Call(s.kind, s.template.render(values), s.params, s.node_id))
-                        for s in steps
+                        generate(Call(kind, render(values), params, node_id))
+                        for kind, render, params, node_id in calls
                     ]
-                result = self._result(values, gens, started)
+                outcome = result(values, gens, started)
             except Exception as exc:
                 on_result(i, None, exc)
             else:
-                on_result(i, result, None)
+                on_result(i, outcome, None)
 
     # -- async path -----------------------------------------------------------------------------
 

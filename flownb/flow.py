@@ -110,19 +110,23 @@ class BaseFlow(ABC):
 
     def _run_validated(
         self,
-        batch: list[Mapping[str, str]],
+        batch: Sequence[Mapping[str, str]],
         *,
         progress: bool,
         concurrency: int | None,
         on_result: OnResult | None = None,
+        keep: bool = True,
     ) -> list[RunResult]:
-        results: list[RunResult | None] = [None] * len(batch)
+        # keep=False: the caller takes what it needs in on_result (a 100,000-row DataFrame
+        # batch must not hold every RunResult as well).
+        results: list[RunResult | None] = [None] * len(batch) if keep else []
         errors: dict[int, BaseException] = {}
         bar = _progress_bar(len(batch), self.name) if progress else None
 
         def collect(i: int, result: RunResult | None, exc: BaseException | None) -> None:
             if exc is None:
-                results[i] = result
+                if keep:
+                    results[i] = result
             else:
                 errors[i] = exc
             if bar is not None:
@@ -136,7 +140,7 @@ class BaseFlow(ABC):
             if bar is not None:
                 bar.close()
         if errors:
-            raise BatchError(results, errors)
+            raise BatchError(results if keep else [None] * len(batch), errors)
         return results  # type: ignore[return-value]
 
     def run_dataframe(

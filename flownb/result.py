@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["RunResult"]
+__all__ = ["RunResult", "make_result"]
 
 
 class RunResult(dict[str, str]):
     """Output name -> output (text, or the URL of an image).
 
     Attributes:
-        items: every output node's ``(name, output)`` in node order (the contract's run items;
-            differs from the dict only when two output nodes share a name).
+        entries: every output node's ``(name, output)`` in node order (the contract's run
+            items; differs from the dict only when two output nodes share a name).
         kinds: output name -> ``"text"`` or ``"image"``.
         provider: the provider that ran ("offline", "openai", or "remote").
         cached: names of the outputs served from the cache without a provider call.
@@ -26,13 +26,13 @@ class RunResult(dict[str, str]):
     """
 
     # Instance attributes on a dict subclass: declared, so typos fail loudly.
-    __slots__ = ("cached", "generations", "items", "kinds", "latency", "provider")
+    __slots__ = ("_entries", "cached", "generations", "kinds", "latency", "provider")
 
     def __init__(
         self,
         outputs: Mapping[str, str],
         *,
-        items: Sequence[tuple[str, str]] | None = None,
+        entries: Sequence[tuple[str, str]] | None = None,
         kinds: Mapping[str, str] | None = None,
         provider: str = "",
         cached: frozenset[str] = frozenset(),
@@ -40,16 +40,21 @@ class RunResult(dict[str, str]):
         generations: Sequence[Any] = (),
     ) -> None:
         super().__init__(outputs)
-        self.items = list(items) if items is not None else list(outputs.items())
+        self._entries = list(entries) if entries is not None else None
         self.kinds = kinds if kinds is not None else {}
         self.provider = provider
         self.cached = cached
         self.latency = latency
         self.generations = generations
 
+    @property
+    def entries(self) -> list[tuple[str, str]]:
+        """Every output node's ``(name, output)``, in node order."""
+        return self._entries if self._entries is not None else list(self.items())
+
     def to_items(self) -> list[dict[str, str]]:
         """Return the contract's run response for this run: one item per output node."""
-        return [{"name": n, "output": o, "type": "output"} for n, o in self.items]
+        return [{"name": n, "output": o, "type": "output"} for n, o in self.entries]
 
     def is_image(self, name: str) -> bool:
         """Return whether output ``name`` is an image URL."""
@@ -79,18 +84,45 @@ class RunResult(dict[str, str]):
         # Pickle as a plain dict plus attributes; the default dict-subclass path drops slots.
         return (
             _rebuild,
-            (dict(self), self.items, dict(self.kinds), self.provider, self.cached, self.latency),
+            (dict(self), self.entries, dict(self.kinds), self.provider, self.cached, self.latency),
         )
 
 
 def _rebuild(
     outputs: dict[str, str],
-    items: list[tuple[str, str]],
+    entries: list[tuple[str, str]],
     kinds: dict[str, str],
     provider: str,
     cached: frozenset[str],
     latency: float,
 ) -> RunResult:
     return RunResult(
-        outputs, items=items, kinds=kinds, provider=provider, cached=cached, latency=latency
+        outputs, entries=entries, kinds=kinds, provider=provider, cached=cached, latency=latency
     )
+
+
+_new = dict.__new__
+
+
+def make_result(
+    outputs: Mapping[str, str],
+    entries: list[tuple[str, str]] | None,
+    kinds: Mapping[str, str],
+    provider: str,
+    cached: frozenset[str],
+    latency: float,
+    generations: Sequence[Any],
+) -> RunResult:
+    """Return a :class:`RunResult` without keyword parsing: the engine's per-row constructor.
+
+    ``entries`` is None when it would equal the dict's own items (unique output names).
+    """
+    result = _new(RunResult)
+    result.update(outputs)
+    result._entries = entries
+    result.kinds = kinds
+    result.provider = provider
+    result.cached = cached
+    result.latency = latency
+    result.generations = generations
+    return result
