@@ -20,10 +20,12 @@ import json
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigError
 from .providers.base import Generation, Kind
 
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
@@ -46,17 +48,33 @@ class CallCache:
     """A SQLite table of key -> generation. ``media_dir`` is where image generations' files live:
     an entry whose file is gone is a miss."""
 
+    # Seconds a read or commit waits for another process's write lock: lookups run on the event
+    # loop, so never long; a commit that gives up keeps its entries for the next one.
+    busy_timeout = 5.0
+
     def __init__(self, path: str | Path, media_dir: str | Path | None = None) -> None:
+        """Open (or create) the cache database.
+
+        Raises:
+            ConfigError: the file cannot be used as the cache (not a database, no permission).
+        """
         self.path = Path(path)
         self.media_dir = Path(media_dir) if media_dir is not None else self.path.parent / "media"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, check_same_thread=False, timeout=30, isolation_level=None
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, check_same_thread=False, timeout=self.busy_timeout, isolation_level=None
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError(
+                f"the call cache {self.path} cannot be used ({exc}); delete the file, or run "
+                "with cache=False / --no-cache / FLOWNB_CACHE=0"
+            ) from exc
+        self.errors: list[BaseException] = []  # store failures met while running (not raised)
         self._pending: dict[str, str] = {}
         self._timer: threading.Timer | None = None
         self.hits = 0
@@ -76,11 +94,18 @@ class CallCache:
         return hashlib.sha256(prefix + prompt.encode("utf-8", "surrogatepass")).hexdigest()
 
     def get(self, key: str) -> Generation | None:
-        """Return the stored generation (``cached=True``) or ``None``."""
+        """Return the stored generation (``cached=True``) or ``None``; a store that cannot be
+        read right now (locked past the timeout, disk error) counts as a miss, never an error."""
         with self._lock:
             value = self._pending.get(key)
             if value is None:
-                row = self._db.execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+                try:
+                    row = self._db.execute(
+                        "SELECT value FROM calls WHERE key = ?", (key,)
+                    ).fetchone()
+                except sqlite3.Error as exc:
+                    self._failed(exc)
+                    row = None
                 value = row[0] if row is not None else None
         if value is None:
             self.misses += 1
@@ -117,8 +142,18 @@ class CallCache:
             self.flush()
 
     def _timed_flush(self) -> None:
-        with contextlib.suppress(sqlite3.Error):  # a closed or deleted store: nothing to keep
+        with contextlib.suppress(sqlite3.ProgrammingError):  # closed meanwhile: nothing to keep
             self.flush()
+
+    def _failed(self, exc: BaseException) -> None:
+        if not self.errors:
+            warnings.warn(
+                f"flownb: the call cache {self.path} failed ({exc}); runs go on, results may "
+                "not be cached",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self.errors.append(exc)
 
     def flush(self) -> None:
         """Commit every buffered entry in one transaction."""
@@ -129,13 +164,21 @@ class CallCache:
             if not self._pending:
                 return
             rows = [(k, v, time.time()) for k, v in self._pending.items()]
-            self._db.execute("BEGIN")
             try:
-                self._db.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                self._db.execute("BEGIN")
+                try:
+                    self._db.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", rows)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.ProgrammingError:
+                raise  # closed: a bug of ours, not the disk's
+            except sqlite3.Error as exc:
+                # Locked past the timeout or a disk error: keep the entries (the generations
+                # themselves already reached the caller) and try again at the next flush.
+                self._failed(exc)
+                return
             self._pending.clear()
 
     def __len__(self) -> int:

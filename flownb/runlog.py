@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .errors import FlownbError
+from .errors import ConfigError, FlownbError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,14 +87,20 @@ class RunLog:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, check_same_thread=False, timeout=30, isolation_level=None
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, check_same_thread=False, timeout=30, isolation_level=None
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError(
+                f"the run log {self.path} cannot be used ({exc}); delete the file, or run with "
+                "log=False / FLOWNB_RUNLOG=0"
+            ) from exc
         # An SQLite without JSON functions cannot make the view; it is a convenience only.
         with contextlib.suppress(sqlite3.OperationalError):
             self._db.executescript(_VIEW)

@@ -229,3 +229,40 @@ def test_cache_file_holds_no_key(fake: FakeOpenAI, flownb_env: Path) -> None:
         data += wal.read_bytes()
     assert KEY.encode() not in data
     assert json.dumps(echo("Intro about t1."))[1:-1].encode() in data
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_config_error(
+    fake: FakeOpenAI, flownb_env: Path
+) -> None:
+    flownb_env.mkdir(parents=True, exist_ok=True)
+    (flownb_env / CACHE_FILE).write_bytes(b"this is not SQLite" * 100)
+    with pytest.raises(flownb.ConfigError, match=r"call cache .*cache.sqlite cannot be used"):
+        flownb.load_flow(two_nodes())
+    # ...and the way out the message names works.
+    assert flownb.load_flow(two_nodes(), cache=False).run(topic="x")["intro"] == echo(
+        "Intro about x."
+    )
+
+
+def test_a_locked_cache_never_loses_a_paid_answer(
+    fake: FakeOpenAI, flownb_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    monkeypatch.setattr(CallCache, "busy_timeout", 0.05)
+    flow = flownb.load_flow(two_nodes())
+    cache = flow.engine.cache
+    other = sqlite3.connect(flownb_env / CACHE_FILE, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    try:
+        with pytest.warns(RuntimeWarning, match="call cache"):
+            results = flow.run_batch(rows(3))
+        assert [r["intro"] for r in results] == [echo(f"Intro about t{i}.") for i in range(3)]
+        assert cache.errors
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    cache.flush()  # the lock is gone: the kept entries are committed now
+    fake.reset()
+    flownb.load_flow(two_nodes()).run_batch(rows(3))
+    assert fake.requests == []

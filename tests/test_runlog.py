@@ -115,3 +115,11 @@ def test_bad_runlog_setting_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("FLOWNB_RUNLOG", "maybe")
     with pytest.raises(flownb.ConfigError, match="FLOWNB_RUNLOG"):
         flownb.load_flow(make_flow(PROMPTS, ["topic"]))
+
+
+def test_a_runlog_that_is_not_a_database_is_a_clear_config_error(flownb_env: Path) -> None:
+    flownb_env.mkdir(parents=True, exist_ok=True)
+    (flownb_env / RUNLOG_FILE).write_bytes(b"garbage" * 200)
+    with pytest.raises(flownb.ConfigError, match=r"run log .* cannot be used"):
+        flownb.load_flow(make_flow(PROMPTS, ["topic"]))
+    flownb.load_flow(make_flow(PROMPTS, ["topic"]), log=False).run(topic="x")
