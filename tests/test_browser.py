@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 import urllib.error
@@ -158,8 +159,19 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
         )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(45_000)
+        outside: list[str] = []
+
+        def refuse(route) -> None:
+            # Everything the page needs comes from the Lab server (and data: URLs): refuse and
+            # record anything else, which on a machine without internet would hang or fail.
+            # (Loopback traffic is not intercepted at all: the route matches only other hosts.)
+            outside.append(route.request.url)
+            route.abort()
+
+        page.route(re.compile(r"^(https?|wss?)://(?!(127\.0\.0\.1|localhost)[:/])"), refuse)
         try:
             _drive_form(page, lab, notebook)
+            assert not outside, f"the page requested outside resources: {outside[:5]}"
         except BaseException:
             # Leave evidence for CI: what the page looked like, and the server's log.
             with contextlib.suppress(Exception):
