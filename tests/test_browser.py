@@ -13,12 +13,16 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 import urllib.error
 from pathlib import Path
 
 import pytest
 from browser.lab import Lab, running_lab
+
+import flownb
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -147,8 +151,20 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
     work = _workdir(tmp_path)
     notebook = FORMS_NOTEBOOK
     ARTIFACTS.mkdir(exist_ok=True)
+    for stale in ("browser-failure.png", "browser-failure-jupyterlab.log"):
+        (ARTIFACTS / stale).unlink(missing_ok=True)
     env = dict(os.environ)  # conftest: clean of flownb/OpenAI/proxy vars, FLOWNB_HOME temporary
     env["FLOWNB_HOME"] = str(flownb_env)
+    # The kernel runs the server's interpreter (the python3 spec maps "python" to it) in the
+    # notebooks' folder: that must import the installed flownb, not some copy lying around.
+    found = subprocess.run(
+        [sys.executable, "-c", "import flownb; print(flownb.__file__)"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    kernel_flownb = Path(found.stdout.strip()).resolve()
+    assert kernel_flownb == Path(flownb.__file__).resolve(), (
+        f"the kernel would import {kernel_flownb}, not the flownb under test"
+    )
 
     with (
         running_lab(work, tmp_path / "jupyter", env) as lab,
@@ -180,3 +196,5 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
             raise
         finally:
             browser.close()
+    # The kernel got FLOWNB_HOME from the server's environment: the image it drew is there.
+    assert list((flownb_env / "media").glob("*.png")), "no image in the FLOWNB_HOME given to Lab"
