@@ -120,7 +120,7 @@ def test_ctrl_c_then_rerun_pays_only_for_unfinished_rows(fake: FakeOpenAI) -> No
         if running.is_set():
             os.kill(os.getpid(), signal.SIGINT)
 
-    _when_stalled(fake, 2 * DONE, ctrl_c, quiet=0.3)
+    _when_stalled(fake, 2 * DONE, ctrl_c, quiet=1.0)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         running.set()
@@ -161,8 +161,8 @@ def test_sigkill_of_cli_run_then_rerun_pays_only_for_unfinished_rows(
     logs.mkdir()
     with (logs / "run1.out").open("wb") as o, (logs / "run1.err").open("wb") as e:
         first = subprocess.Popen(cmd, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL)
-    # Killed well after the last answer: a paid call that finished a second ago must be on disk.
-    _when_stalled(fake, 2 * DONE, lambda: first.send_signal(signal.SIGKILL), quiet=1.5)
+    # Killed well after the last answer: a call paid for two seconds ago must be on disk.
+    _when_stalled(fake, 2 * DONE, lambda: first.send_signal(signal.SIGKILL), quiet=2.0)
     try:
         code = first.wait(timeout=90)
     finally:
