@@ -27,9 +27,7 @@ def fake() -> Iterator[FakeOpenAI]:
 
 
 @pytest.fixture
-def server(
-    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Running]:
+def server(fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
     monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-only")
     monkeypatch.setenv("FLOWNB_RETRIES", "0")  # the table's statuses, not the retry layer
@@ -82,3 +80,28 @@ def test_partly_failed_batch_keeps_paid_outputs(server: Running) -> None:
     assert body["results"][0] == [{"name": "say", "output": echo("say one"), "type": "output"}]
     assert body["results"][1] is None
     assert body["results"][2][0]["output"] == echo("say three")
+
+
+@pytest.mark.parametrize("cache_on", [False, True])
+def test_server_cache_is_off_unless_the_operator_turns_it_on(
+    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_on: bool
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-only")
+    if cache_on:
+        monkeypatch.setenv("FLOWNB_SERVER_CACHE", "1")
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    write_flow(flows / "echo.json", make_flow({"say": "say {a}"}, ["a"]))
+    with run_server(flows, tmp_path / "home", provider="openai") as server:
+        first = _run(server, "echo", {"a": "owls"})
+        calls_after_first = fake.stats()["requests"]
+        second = _run(server, "echo", {"a": "owls"})
+    assert first.status_code == second.status_code == 200
+    assert (
+        first.json()
+        == second.json()
+        == [{"name": "say", "output": echo("say owls"), "type": "output"}]
+    )
+    assert calls_after_first == 1
+    assert fake.stats()["requests"] == (1 if cache_on else 2)

@@ -26,6 +26,7 @@ from starlette.responses import FileResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..cache import open_cache
 from ..engine import Engine, Plan
 from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
 from ..media import MEDIA_NAME, MediaStore
@@ -107,11 +108,16 @@ class ServerConfig:
         self.max_batch = max_batch
         self.max_body_bytes = max_body_bytes
         self.concurrency = concurrency or settings.concurrency
+        # Off by default: a server answers many callers, and whether re-runs may be served from
+        # a cache is its operator's decision (FLOWNB_SERVER_CACHE=1).
+        self.cache = (
+            open_cache(self.home) if settings.server_cache and self.provider.cacheable else None
+        )
 
     def _engine(self, plan: Plan) -> Engine:
         # One engine per version of a flow file (its pacing spans requests); media URLs are
         # made from the current request's address (a context variable set per request).
-        return Engine(plan, self.provider, _media_url)
+        return Engine(plan, self.provider, _media_url, cache=self.cache)
 
 
 _current_request: ContextVar[Request | None] = ContextVar("flownb_request", default=None)
