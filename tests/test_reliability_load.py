@@ -2,10 +2,10 @@
 
 One server process on loopback (the offline provider, so every output is predictable: a text
 output is the rendered prompt), eight client threads, a seeded mix of describes, single runs,
-batches, image runs, bad keys, missing keys and malformed bodies. Every response is checked
-against the request that caused it (values are unique per request, so a mixed-up result cannot
-pass), every status must be the one the design table promises, and the server's resident memory
-must stay flat between the first and the last third of the run.
+batches, image runs, bad keys, missing keys, malformed and oversized bodies. Every response is
+checked against the request that caused it (values are unique per request, so a mixed-up result
+cannot pass), every status must be the one the design table promises, and the server's resident
+memory must stay flat between the first and the last third of the run.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ CLIENTS = 8
 WARMUP = 300
 REQUESTS = 5000
 SEED = 20261122
+MAX_BODY = 256 * 1024  # the server's --max-body-bytes in this suite
 
 # Values chosen to trip a careless implementation: template syntax inside values (must stay
 # literal: substitution is single-pass), regex replacement traps, non-ASCII, JSON-ish text.
@@ -82,6 +83,7 @@ class Mix:
             ("bad_vars", 8, self.bad_vars),
             ("no_flow", 4, self.no_flow),
             ("too_big", 3, self.too_big),
+            ("huge_body", 2, self.huge_body),
         ]
 
     def one(self, client: httpx.Client, n: int) -> Outcome:
@@ -242,6 +244,12 @@ class Mix:
         return self._error("too_big", self._post(client, "echo", {"variables": batch}), 422,
                            "batch_too_large")  # fmt: skip
 
+    def huge_body(self, client: httpx.Client, rng: random.Random, n: int) -> Outcome:
+        # Over the server's --max-body-bytes (set to MAX_BODY below), under the batch limit.
+        values = {"a": "y" * (MAX_BODY + rng.randint(1, 50_000)), "b": "z"}
+        r = self._post(client, "echo", {"variables": values})
+        return self._error("huge_body", r, 413, "payload_too_large")
+
 
 class Sampler:
     """Samples a process's RSS every ``every`` seconds in a thread until stopped."""
@@ -300,7 +308,7 @@ def test_mixed_load_has_no_unexpected_status_no_lost_or_mixed_results_and_flat_m
     env = dict(os.environ)
     key = create_key(env, "load")
     logs = tmp_path / "logs"
-    with serve(flows, env, logs) as server:
+    with serve(flows, env, logs, extra=["--max-body-bytes", str(MAX_BODY)]) as server:
         mix = Mix(server.url, key)
         warm = _drive(mix, range(WARMUP))  # imports, caches and pools settle before measuring
         started = time.monotonic()
