@@ -225,3 +225,34 @@ def test_server_batch_names_every_failed_row_and_keeps_the_rest(
         fault = _fault_of(i)
         if fault is not None:
             assert item["code"] == EXPECTED_CODE[fault], (i, item)
+
+
+def test_remote_batch_through_the_client_ends_every_row(
+    fake: FakeOpenAI, tmp_path: Path, flownb_env: Path
+) -> None:
+    """The Python client sends the batch in parallel chunks to a server whose provider fails;
+    it retries what failed for a retryable reason and must still account for every row."""
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
+    env = dict(os.environ)
+    key = create_key(env, "faults-client")
+    rows = _rows()
+    logs = tmp_path / "logs"
+    with serve(flows, env, logs, provider="openai") as server:
+        client = flownb.Client(server.url, api_key=key, batch_size=16, max_retries=1, backoff=0.05)
+        remote = client.flow("blog-intro")
+        with pytest.raises(flownb.BatchError) as info:
+            remote.run_batch(rows)
+        client.close()
+    record(Exposure("faults-client", {key, FAKE_KEY}, [flownb_env, logs], []))
+    err = info.value
+    assert len(err.results) == ROWS
+    outcome: dict[int, Any] = {}
+    for i, res in enumerate(err.results):
+        if res is not None:
+            outcome[i] = dict(res)
+    for i, exc in err.errors.items():
+        assert i not in outcome, f"row {i} has both a result and an error"
+        outcome[i] = exc
+    _check_rows(rows, outcome)
