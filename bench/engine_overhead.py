@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
+import re
 import time
 from collections.abc import Callable
 
@@ -47,7 +47,8 @@ def two_node_flow() -> dict:
 
 
 def plain_loop(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The reference: what a user would write by hand with str.replace."""
+    """The fastest hand-written reference: chained str.replace. (Not single-pass: a value that
+    holds another placeholder would be substituted again; fine for this benchmark's rows.)"""
     out = []
     for row in rows:
         result = {}
@@ -60,15 +61,29 @@ def plain_loop(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return out
 
 
+def single_pass_loop(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The reference with flownb's semantics: one regex pass per prompt, values verbatim."""
+    pattern = re.compile(r"\{(topic|tone)\}")
+    out = []
+    for row in rows:
+
+        def value(m: re.Match[str], row: dict[str, str] = row) -> str:
+            return row[m.group(1)]
+
+        out.append({name: pattern.sub(value, p) for name, p in PROMPTS.items()})
+    return out
+
+
 def best_of(fn: Callable[[], object], repeat: int) -> float:
-    """Return the median wall time of ``repeat`` calls (GC collected between, not during)."""
+    """Return the fastest of ``repeat`` timed calls (GC collected between, not during): on a
+    shared machine the minimum is the figure least disturbed by other work."""
     times = []
     for _ in range(repeat):
         gc.collect()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -82,31 +97,47 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         {"topic": f"topic {i}", "tone": ("dry", "playful", "earnest")[i % 3]}
         for i in range(args.rows)
     ]
-    flow = flownb.load_flow(two_node_flow(), provider="offline")
+    # The engine alone (run log off), and as users get it by default (run log on, its write
+    # waited for inside the timing so its cost is counted).
+    flow = flownb.load_flow(two_node_flow(), provider="offline", log=False)
+    logged = flownb.load_flow(two_node_flow(), provider="offline")
+    assert logged.runlog is not None
     # The engine must agree with the reference before its speed means anything.
     assert [dict(r) for r in flow.run_batch(rows)] == plain_loop(rows)
     df = pd.DataFrame(rows)
 
+    def with_log(run: Callable[[], object]) -> Callable[[], None]:
+        def timed() -> None:
+            run()
+            logged.runlog.sync()  # type: ignore[union-attr]
+
+        return timed
+
+    assert single_pass_loop(rows) == plain_loop(rows)
     t_loop = best_of(lambda: plain_loop(rows), args.repeat)
-    t_batch = best_of(lambda: flow.run_batch(rows), args.repeat)
-    t_frame = best_of(lambda: flow.run_dataframe(df, progress=False), args.repeat)
-    t_frame_bar = best_of(lambda: flow.run_dataframe(df, progress=True), args.repeat)
-    ratios = {
-        "run_batch / plain loop": t_batch / t_loop,
-        "run_dataframe / plain loop": t_frame / t_loop,
-        "run_dataframe with progress bar / plain loop": t_frame_bar / t_loop,
+    t_single = best_of(lambda: single_pass_loop(rows), args.repeat)
+    timings = {
+        "flow.run_batch": best_of(lambda: flow.run_batch(rows), args.repeat),
+        "flow.run_dataframe": best_of(lambda: flow.run_dataframe(df, progress=False), args.repeat),
+        "flow.run_dataframe + tqdm bar": best_of(
+            lambda: flow.run_dataframe(df, progress=True), args.repeat
+        ),
+        "run_batch, run log on (default)": best_of(
+            with_log(lambda: logged.run_batch(rows)), args.repeat
+        ),
+        "run_dataframe, run log on (default)": best_of(
+            with_log(lambda: logged.run_dataframe(df, progress=False)), args.repeat
+        ),
     }
+    ratios = {f"{label} / str.replace loop": t / t_loop for label, t in timings.items()}
+    ratios["flow.run_batch / single-pass re.sub loop"] = timings["flow.run_batch"] / t_single
     n, ms = args.rows, 1e3
-    print(f"engine overhead: {n} rows x 2 text nodes, offline provider (median of {args.repeat})")
-    for label, t in (
-        ("plain loop (str.replace)", t_loop),
-        ("flow.run_batch", t_batch),
-        ("flow.run_dataframe", t_frame),
-        ("flow.run_dataframe + tqdm bar", t_frame_bar),
-    ):
-        print(f"  {label:32s}{t * ms:8.1f} ms  ({t / n * 1e6:.2f} us/row)")
+    print(f"engine overhead: {n} rows x 2 text nodes, offline provider (best of {args.repeat})")
+    references = {"plain loop (str.replace)": t_loop, "plain loop (single-pass re.sub)": t_single}
+    for label, t in {**references, **timings}.items():
+        print(f"  {label:36s}{t * ms:8.1f} ms  ({t / n * 1e6:.2f} us/row)")
     for name, ratio in ratios.items():
-        print(f"  ratio {name:45s} {ratio:5.2f}x  (aim < 3x)")
+        print(f"  ratio {name:55s} {ratio:5.2f}x  (aim < 3x)")
     return ratios
 
 
