@@ -19,6 +19,7 @@ import time
 import urllib.error
 from pathlib import Path
 
+import playwright.sync_api as playwright_sync
 import pytest
 from browser.lab import Lab, running_lab
 
@@ -41,12 +42,7 @@ CHROMIUM_ARGS = [
 ]
 TYPED = "glass octopus 4821"  # unlikely to appear anywhere else in the page
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
-
-pytestmark = [
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing: run scripts/test"),
-]
+pytestmark = pytest.mark.timeout(180)
 
 
 def _stripped_copy(src: Path, dst: Path) -> None:
@@ -151,6 +147,8 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
     work = _workdir(tmp_path)
     notebook = FORMS_NOTEBOOK
     ARTIFACTS.mkdir(exist_ok=True)
+    # A missing browser is a failure, not a skip: CI must not pass without this test running.
+    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
     for stale in ("browser-failure.png", "browser-failure-jupyterlab.log"):
         (ARTIFACTS / stale).unlink(missing_ok=True)
     env = dict(os.environ)  # conftest: clean of flownb/OpenAI/proxy vars, FLOWNB_HOME temporary
