@@ -90,19 +90,19 @@ def _wait_kernel_idle(lab: Lab, timeout: float) -> None:
     raise TimeoutError(f"kernel not idle after {timeout:.0f}s (states {states}):\n{lab.log_tail()}")
 
 
-def _run_all_cells(page) -> None:
+def _run_all_cells(page: playwright_sync.Page) -> None:
     """Run every cell through the Run menu, as a user would."""
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
-def _page_errors(page) -> str:
+def _page_errors(page: playwright_sync.Page) -> str:
     """Return the text of any error outputs in the notebook (for failure messages)."""
     errs = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]')
     return "\n---\n".join(errs.all_inner_texts())[-3000:]
 
 
-def _drive_form(page, lab: Lab, notebook: str) -> None:
+def _drive_form(page: playwright_sync.Page, lab: Lab, notebook: str) -> None:
     """Open ``notebook``, run all cells, fill the first form's first field, click Run, and
     check the output text and image; screenshots go to ``test-artifacts/``."""
     page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
@@ -175,7 +175,7 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
         page.set_default_timeout(45_000)
         outside: list[str] = []
 
-        def refuse(route) -> None:
+        def refuse(route: playwright_sync.Route) -> None:
             # Everything the page needs comes from the Lab server (and data: URLs): refuse and
             # record anything else, which on a machine without internet would hang or fail.
             # (Loopback traffic is not intercepted at all: the route matches only other hosts.)
