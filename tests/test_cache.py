@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import make_flow, write_flow
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
@@ -21,6 +20,7 @@ from flownb.cli import cli
 from flownb.errors import BatchError
 from flownb.providers.base import Generation
 from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.conftest import make_flow, write_flow
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 

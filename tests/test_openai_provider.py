@@ -10,7 +10,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import make_flow
 from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
@@ -19,6 +18,7 @@ from flownb.media import MediaStore
 from flownb.providers.base import Call, Generation
 from flownb.providers.openai import OpenAIProvider
 from flownb.testing.fake_openai import FakeOpenAI, image_bytes, image_url
+from tests.conftest import make_flow
 
 BLOG_PARAMS = {
     "model": "gpt-4o-mini",

@@ -9,13 +9,13 @@ import asyncio
 import time
 
 import pytest
-from conftest import make_flow
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import BatchError, ProviderTimeout
 from flownb.providers.limits import AdaptiveLimiter, Pacer
 from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.conftest import make_flow
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import make_flow
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import BatchError
 from flownb.runlog import COLUMNS, RUNLOG_FILE
 from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.conftest import make_flow
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 
