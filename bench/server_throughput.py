@@ -152,20 +152,21 @@ async def load(url: str, headers: dict[str, str], seconds: float, connections: i
     return done / elapsed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Run the benchmark, print its figures and return the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     if args.bare_server:  # the reference server's own process
         import uvicorn
 
         uvicorn.run(bare_app(), host="127.0.0.1", port=args.bare_server, log_level="warning",
                     access_log=False)  # fmt: skip
-        return
+        return {}
 
     with tempfile.TemporaryDirectory() as tmp:
         flows = Path(tmp) / "flows"
@@ -216,6 +217,7 @@ def main() -> None:
         f"  ratio vs bare FastAPI {ours / ref:6.2f}  (aim >= 0.6)\n"
         f"  ratio vs floor        {ours / floor:6.2f}"
     )
+    return {"flownb serve / bare FastAPI route": ours / ref, "flownb serve / floor": ours / floor}
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ __all__ = ["RUNLOG_FILE", "RunLog", "RunRecorder", "open_runlog", "runs"]
 RUNLOG_FILE = "runs.sqlite"
 _FLUSH_EVERY = 500
 _FLUSH_AFTER = 1.0  # seconds
+# Inline (offline) runs: rarely, so the writer thread seldom competes with the run, but often
+# enough that a 100,000-row batch never holds more than this many results for the log.
+_INLINE_FLUSH_EVERY = 10_000
 
 # A batch's rows are stored as chunks: one JSON array of up to 2,000 rows per table row, so
 # logging costs one json.dumps and one INSERT per chunk, not per run. The ``runs`` view expands
@@ -187,8 +190,8 @@ class RunRecorder:
         pending = self._pending
         clock = time.time
         # Real calls: a chunk every 500 rows, so a crash loses little. Inline (offline) runs:
-        # one chunk at the end, so the writer thread never competes with the run.
-        every = _FLUSH_EVERY if self._detailed else 100_000
+        # a chunk every 10,000 rows (see _INLINE_FLUSH_EVERY).
+        every = _FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY
 
         detailed = self._detailed
 
