@@ -176,6 +176,27 @@ def test_unknown_and_bad_flow_ids_are_404(server: Running, flow_id: str) -> None
         assert len(resp.text) < 1000  # a 5,000-character id is not echoed back
 
 
+def test_a_key_pasted_as_flow_id_is_not_echoed_or_logged(
+    server: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    from flownb.server.logs import RedactQuery
+
+    key = server.key
+    resp = requests.get(
+        f"{server.url}/api/flows/getFlowInfo/{key}", headers={"x-api-key": key}, timeout=10
+    )
+    _error(resp, 404, "flow_not_found")
+    assert key not in resp.text and "x-api-key header" in resp.json()["message"]
+    # The access log line uvicorn would write for that request.
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 0, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:1", "GET", f"/api/flows/getFlowInfo/{key}?k={key}", "1.1", 404), None,
+    )  # fmt: skip
+    RedactQuery().filter(record)
+    line = record.getMessage()
+    assert key not in line and "/api/flows/getFlowInfo/fnb_[redacted]?[redacted]" in line
+
+
 # -- 400 / 422 / 413 -------------------------------------------------------------------------
 
 

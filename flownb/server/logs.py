@@ -6,20 +6,29 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from typing import Any
+
+from .keys import KEY_PREFIX
 
 __all__ = ["RedactQuery", "log_config"]
 
+_KEY_SHAPED = re.compile(re.escape(KEY_PREFIX) + r"[^/?#]*")
+
 
 class RedactQuery(logging.Filter):
-    """Replaces the query string of an access-log line's path with ``?[redacted]``."""
+    """Replaces the query string of an access-log line's path with ``?[redacted]``, and any
+    key-shaped path segment (``fnb_...``) with ``fnb_[redacted]``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
             path, sep, _ = args[2].partition("?")
-            if sep:
-                record.args = (args[0], args[1], f"{path}?[redacted]", args[3], args[4])
+            redacted = _KEY_SHAPED.sub(KEY_PREFIX + "[redacted]", path) + (
+                "?[redacted]" if sep else ""
+            )
+            if redacted != args[2]:
+                record.args = (args[0], args[1], redacted, args[3], args[4])
         return True
 
 

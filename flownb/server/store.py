@@ -19,6 +19,7 @@ from typing import Any
 from ..engine import Plan
 from ..errors import FlowFileError, FlownbError, FlowNotFound
 from ..model import parse_flow
+from .keys import KEY_PREFIX
 
 __all__ = ["FLOW_ID", "FlowStore", "StoredFlow"]
 
@@ -39,7 +40,12 @@ class StoredFlow:
 
 
 def not_found(flow_id: str) -> FlowNotFound:
-    """Return the error for an unknown flow; the id is echoed only when it is a valid id."""
+    """Return the error for an unknown flow; the id is echoed only when it is a valid id that
+    does not look like an API key (a key pasted into the URL must not come back in a body)."""
+    if flow_id.startswith(KEY_PREFIX):
+        return FlowNotFound(
+            "no such flow; the flow id looks like an API key: keys go in the x-api-key header"
+        )
     if FLOW_ID.fullmatch(flow_id):
         return FlowNotFound(f"no flow with id {flow_id!r}")
     return FlowNotFound("no such flow: flow ids are 1-128 letters, digits, '_' or '-'")
