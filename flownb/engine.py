@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import BatchError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner
@@ -164,6 +165,39 @@ class Plan:
         ]
 
 
+class Outcomes:
+    """An :data:`OnResult` that keeps a batch's outcomes in input order.
+
+    ``keep=False`` keeps only the failures (for callers that take each result as it comes, so a
+    100,000-row batch does not hold every result twice).
+    """
+
+    __slots__ = ("errors", "keep", "results", "size")
+
+    def __init__(self, size: int, *, keep: bool = True) -> None:
+        self.size = size
+        self.keep = keep
+        self.results: list[RunResult | None] = [None] * size if keep else []
+        self.errors: dict[int, BaseException] = {}
+
+    def __call__(self, i: int, result: RunResult | None, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.errors[i] = exc
+        elif self.keep:
+            self.results[i] = result
+
+    def value(self) -> list[RunResult]:
+        """Return every element's result, in input order.
+
+        Raises:
+            BatchError: some elements failed; it keeps the others' results.
+        """
+        if self.errors:
+            results = self.results if self.keep else [None] * self.size
+            raise BatchError(results, self.errors)
+        return self.results  # type: ignore[return-value]
+
+
 class Engine:
     """Runs a :class:`Plan` with a provider.
 
@@ -206,12 +240,15 @@ class Engine:
     ) -> RunResult:
         # Hot path for large batches: keep per-row work to list/dict building.
         media_url = self.media_url
-        outs = [g.output if g.media is None else media_url(g.media) for g in gens]
         plan = self.plan
         if plan.direct is not None:
-            outputs = {name: outs[ref] for name, ref in plan.direct}
+            outputs = {}
+            for name, ref in plan.direct:
+                g = gens[ref]
+                outputs[name] = g.output if g.media is None else media_url(g.media)
             entries = None
         else:
+            outs = [g.output if g.media is None else media_url(g.media) for g in gens]
             outputs = {}
             entries = []
             for name, srcs in plan.output_sources:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .aio import run_sync
 from .cache import open_cache
-from .engine import Engine, OnResult, Plan
+from .engine import Engine, OnResult, Outcomes, Plan
 from .errors import BatchError, ConfigError
 from .media import MediaStore
 from .model import FlowGraph, load_flow_file, parse_flow
@@ -119,29 +119,24 @@ class BaseFlow(ABC):
     ) -> list[RunResult]:
         # keep=False: the caller takes what it needs in on_result (a 100,000-row DataFrame
         # batch must not hold every RunResult as well).
-        results: list[RunResult | None] = [None] * len(batch) if keep else []
-        errors: dict[int, BaseException] = {}
+        outcomes = Outcomes(len(batch), keep=keep)
         bar = _progress_bar(len(batch), self.name) if progress else None
 
         def collect(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-            if exc is None:
-                if keep:
-                    results[i] = result
-            else:
-                errors[i] = exc
+            outcomes(i, result, exc)
             if bar is not None:
                 bar.update(1)
             if on_result is not None:
                 on_result(i, result, exc)
 
+        if bar is None and on_result is None:
+            collect = outcomes  # type: ignore[assignment]  # one call less per row
         try:
             self._execute(batch, collect, concurrency)
         finally:
             if bar is not None:
                 bar.close()
-        if errors:
-            raise BatchError(results if keep else [None] * len(batch), errors)
-        return results  # type: ignore[return-value]
+        return outcomes.value()
 
     def run_dataframe(
         self,
@@ -290,15 +285,7 @@ class LocalFlow(BaseFlow):
         """
         batch = list(batch)
         self.spec.check_batch(batch)
-        results: list[RunResult | None] = [None] * len(batch)
-        errors: dict[int, BaseException] = {}
-
-        def collect(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-            if exc is None:
-                results[i] = result
-            else:
-                errors[i] = exc
-
+        collect = Outcomes(len(batch))
         recorder = self._recorder(batch)
         try:
             on_result = recorder.wrap(collect) if recorder is not None else collect
@@ -306,9 +293,7 @@ class LocalFlow(BaseFlow):
         finally:
             if recorder is not None:
                 recorder.flush()
-        if errors:
-            raise BatchError(results, errors)
-        return results  # type: ignore[return-value]
+        return collect.value()
 
     async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
         """Async :meth:`run` on the caller's event loop.
@@ -354,6 +339,13 @@ def load_flow(
     else:
         graph, name = load_flow_file(source), Path(source).stem
     return LocalFlow(
-        graph, name=name, provider=provider, concurrency=concurrency, cache=cache, rpm=rpm,
-        timeout=timeout, retries=retries, log=log,
+        graph,
+        name=name,
+        provider=provider,
+        concurrency=concurrency,
+        cache=cache,
+        rpm=rpm,
+        timeout=timeout,
+        retries=retries,
+        log=log,
     )

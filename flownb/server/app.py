@@ -27,12 +27,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from ..cache import open_cache
-from ..engine import Engine, Plan
+from ..engine import Engine, Outcomes, Plan
 from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
 from ..media import MEDIA_NAME, MediaStore
 from ..providers.base import Provider
 from ..providers.registry import make_provider
-from ..result import RunResult
 from ..settings import get_settings
 from .errors import (
     ApiProblem,
@@ -327,15 +326,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         engine = flow.engine
         _current_request.set(request)  # media URLs use the address this caller used
-        results: list[RunResult | None] = [None] * len(batch)
-        errors: dict[int, BaseException] = {}
-
-        def collect(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-            if exc is None:
-                results[i] = result
-            else:
-                errors[i] = exc
-
+        collect = Outcomes(len(batch))
         if not provider.inline:
             await engine.run_async(batch, collect, config.concurrency)
         elif len(batch) <= INLINE_ON_LOOP and not flow.has_images:
@@ -343,9 +334,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         else:
             await run_in_threadpool(engine.run_inline, batch, collect)
 
-        if errors:
+        results = collect.results
+        if collect.errors:
             items = [r.to_items() if r is not None else None for r in results]
-            raise batch_problem(errors, items, _rid(request), indexed=not single)
+            raise batch_problem(collect.errors, items, _rid(request), indexed=not single)
         if single:
             return json_response(results[0].to_items())  # type: ignore[union-attr]
         return json_response([r.to_items() for r in results])  # type: ignore[union-attr]
