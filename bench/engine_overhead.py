@@ -15,35 +15,7 @@ from collections.abc import Callable
 import pandas as pd
 
 import flownb
-
-PROMPTS = {
-    "intro": "Write a {tone} two-sentence intro for a blog post about {topic}.",
-    "title": "Suggest a {tone} title for a post about {topic}.",
-}
-
-
-def two_node_flow() -> dict:
-    """A flow of two text nodes, each using both variables, each feeding an output."""
-    nodes: list[dict] = [
-        {"id": f"v-{v}", "type": "variableNode", "data": {"variable": {"label": v, "value": ""}}}
-        for v in ("topic", "tone")
-    ]
-    edges: list[dict] = []
-    for name, prompt in PROMPTS.items():
-        nodes.append(
-            {
-                "id": f"a-{name}",
-                "type": "actionNode",
-                "data": {"name": name, "prompt": prompt, "modelParams": {"model": "m"}},
-            }
-        )
-        nodes.append({"id": f"o-{name}", "type": "outputNode", "data": {"name": name}})
-        edges += [
-            {"id": f"{v}-{name}", "source": f"v-{v}", "target": f"a-{name}"}
-            for v in ("topic", "tone")
-        ]
-        edges.append({"id": f"{name}-out", "source": f"a-{name}", "target": f"o-{name}"})
-    return {"nodes": nodes, "edges": edges}
+from bench.flows import PROMPTS, two_node_flow
 
 
 def plain_loop(rows: list[dict[str, str]]) -> list[dict[str, str]]:

@@ -26,39 +26,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-PROMPTS = {
-    "intro": "Write a {tone} two-sentence intro for a blog post about {topic}.",
-    "title": "Suggest a {tone} title for a post about {topic}.",
-}
-KEY = "sk-bench-not-a-real-key"
+from bench.flows import PROMPTS, two_node_flow
 
-
-def two_node_flow() -> dict:
-    """A flow of two independent text nodes, each feeding an output."""
-    nodes: list[dict] = [
-        {"id": f"v-{v}", "type": "variableNode", "data": {"variable": {"label": v, "value": ""}}}
-        for v in ("topic", "tone")
-    ]
-    edges: list[dict] = []
-    for name, prompt in PROMPTS.items():
-        nodes.append(
-            {
-                "id": f"a-{name}",
-                "type": "actionNode",
-                "data": {
-                    "name": name,
-                    "prompt": prompt,
-                    "modelParams": {"model": "gpt-4o-mini", "temperature": 0.7, "max_tokens": 64},
-                },
-            }
-        )
-        nodes.append({"id": f"o-{name}", "type": "outputNode", "data": {"name": name}})
-        edges += [
-            {"id": f"{v}-{name}", "source": f"v-{v}", "target": f"a-{name}"}
-            for v in ("topic", "tone")
-        ]
-        edges.append({"id": f"{name}-out", "source": f"a-{name}", "target": f"o-{name}"})
-    return {"nodes": nodes, "edges": edges}
+KEY = "sk-fake-bench-key"
+MODEL_PARAMS = {"model": "gpt-4o-mini", "temperature": 0.7, "max_tokens": 64}
 
 
 def prompts_of(row: dict[str, str]) -> list[str]:
@@ -304,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             flownb_runs, floor_runs = [], []
             for _ in range(reps):
                 os.environ["FLOWNB_HOME"] = tempfile.mkdtemp(prefix="flownb-bench-")
-                flow = flownb.load_flow(two_node_flow(), provider="openai")
+                flow = flownb.load_flow(two_node_flow(MODEL_PARAMS), provider="openai")
                 server.reset()
                 wall, cpu, out = timed(lambda f=flow, c=conc: run_flownb(f, rows, c))
                 flownb_runs.append((wall, cpu, server.stats()["requests"], check(out, rows)))
@@ -351,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         server.configure(faults={"429": 0.10, "500": 0.05}, retry_after="0", seed=7)
         ideal = n * nodes * latency / 32
         print("C=32 with 10% 429 (Retry-After: 0) + 5% 500:")
-        flow = flownb.load_flow(two_node_flow(), provider="openai", cache=False)
+        flow = flownb.load_flow(two_node_flow(MODEL_PARAMS), provider="openai", cache=False)
         server.reset()
         wall, cpu, out = timed(lambda f=flow: run_flownb(f, rows, 32))
         st = server.stats()

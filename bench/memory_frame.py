@@ -16,7 +16,7 @@ import tracemalloc
 import pandas as pd
 
 import flownb
-from bench.engine_overhead import two_node_flow
+from bench.flows import two_node_flow
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

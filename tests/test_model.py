@@ -133,37 +133,29 @@ def test_flow_errors_are_flownb_errors() -> None:
     assert issubclass(FlowFileError, flownb.FlownbError)
 
 
-def test_deep_chain_does_not_hit_the_recursion_limit() -> None:
-    n = 3000
+def chain(n: int) -> dict:
+    """Return a flow of ``n`` text nodes in a line, from variable x to one output."""
     nodes = [{"id": "v", "type": "variableNode", "data": {"variable": {"label": "x"}}}]
     edges = []
     prev = "v"
     for i in range(n):
-        nodes.append(
-            {"id": f"a{i}", "type": "actionNode", "data": {"name": f"s{i}", "prompt": "{x}"}}
-        )
+        data = {"name": f"s{i}", "prompt": "{x}"}
+        nodes.append({"id": f"a{i}", "type": "actionNode", "data": data})
         edges.append({"id": f"e{i}", "source": prev, "target": f"a{i}"})
         prev = f"a{i}"
     nodes.append({"id": "o", "type": "outputNode", "data": {"name": "out"}})
     edges.append({"id": "eo", "source": prev, "target": "o"})
-    edges.append({"id": "back", "source": f"a{n - 1}", "target": "a0"})
+    return {"nodes": nodes, "edges": edges}
+
+
+def test_deep_chain_does_not_hit_the_recursion_limit() -> None:
+    flow = chain(3000)
+    flow["edges"].append({"id": "back", "source": "a2999", "target": "a0"})
     with pytest.raises(FlowFileError, match="cycle"):
-        flownb.load_flow({"nodes": nodes, "edges": edges})
+        flownb.load_flow(flow)
 
 
 def test_deep_acyclic_chain_plans_and_runs() -> None:
-    n = 3000
-    nodes = [{"id": "v", "type": "variableNode", "data": {"variable": {"label": "x"}}}]
-    edges = []
-    prev = "v"
-    for i in range(n):
-        nodes.append(
-            {"id": f"a{i}", "type": "actionNode", "data": {"name": f"s{i}", "prompt": "{x}"}}
-        )
-        edges.append({"id": f"e{i}", "source": prev, "target": f"a{i}"})
-        prev = f"a{i}"
-    nodes.append({"id": "o", "type": "outputNode", "data": {"name": "out"}})
-    edges.append({"id": "eo", "source": prev, "target": "o"})
-    flow = flownb.load_flow({"nodes": nodes, "edges": edges})
-    assert len(flow.plan.levels) == n
+    flow = flownb.load_flow(chain(3000))
+    assert len(flow.plan.levels) == 3000
     assert flow.run(x="deep") == {"out": "deep"}
