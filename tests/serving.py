@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import requests
 import uvicorn
 
 from flownb.errors import ProviderError, ProviderTimeout, RateLimited
@@ -131,3 +132,25 @@ class InlineScriptedProvider(ScriptedProvider):
         finally:
             self._leave()
         return self._outcome(call.prompt)
+
+
+def sample_flows(root: Path) -> Path:
+    """Return ``root/flows`` holding the sample blog-intro flow and ``echo`` (variables a, b;
+    one output ``say`` = "A={a} B={b}")."""
+    from tests.conftest import FLOWS, make_flow, write_flow
+
+    flows = root / "flows"
+    flows.mkdir()
+    (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
+    write_flow(flows / "echo.json", make_flow({"say": "A={a} B={b}"}, ["a", "b"]))
+    return flows
+
+
+def post_run(server: Running, flow_id: str, variables: object) -> requests.Response:
+    """POST ``{"variables": variables}`` to the run route with the server's key."""
+    return requests.post(
+        f"{server.url}/api/flows/run/{flow_id}",
+        json={"variables": variables},
+        headers={"x-api-key": server.key},
+        timeout=30,
+    )

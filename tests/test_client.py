@@ -5,7 +5,6 @@ failures that keep what succeeded."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from serving import InlineScriptedProvider, Running, ScriptedProvider, run_server
+from serving import InlineScriptedProvider, Running, ScriptedProvider, run_server, sample_flows
 
 import flownb
 from flownb import (
@@ -27,23 +26,14 @@ from flownb import (
     ProviderError,
     RunResult,
 )
-from tests.conftest import FLOWS, make_flow, write_flow
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _flows(root: Path) -> Path:
-    flows = root / "flows"
-    flows.mkdir()
-    shutil.copy(FLOWS / "blog-intro.json", flows / "blog-intro.json")
-    write_flow(flows / "echo.json", make_flow({"say": "A={a} B={b}"}, ["a", "b"]))
-    return flows
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     root = tmp_path_factory.mktemp("client")
-    with run_server(_flows(root), root / "home") as running:
+    with run_server(sample_flows(root), root / "home") as running:
         yield running
 
 
@@ -177,7 +167,7 @@ def test_large_batches_are_chunked_to_the_servers_limit_and_sent_in_parallel(
     provider = ScriptedProvider(delay=0.3)
     # One provider call at a time per request: any overlap comes from parallel requests.
     with run_server(
-        _flows(tmp_path), tmp_path / "home", provider=provider, max_batch=5, concurrency=1
+        sample_flows(tmp_path), tmp_path / "home", provider=provider, max_batch=5, concurrency=1
     ) as server:
         client = Client(server.url, server.key, max_parallel=4)
         flow = client.flow("echo")  # learns the limit (5) from the describe answer
@@ -192,7 +182,7 @@ def test_large_batches_are_chunked_to_the_servers_limit_and_sent_in_parallel(
 
 
 def test_raw_run_chunks_too(tmp_path: Path) -> None:
-    with run_server(_flows(tmp_path), tmp_path / "home", max_batch=3) as server:
+    with run_server(sample_flows(tmp_path), tmp_path / "home", max_batch=3) as server:
         client = Client(server.url, server.key)
         client.get_flow_info("echo")
         out = client.run("echo", [{"a": str(i), "b": ""} for i in range(10)])
@@ -208,7 +198,7 @@ def test_raw_run_chunks_too(tmp_path: Path) -> None:
 
 def test_partial_failures_keep_what_succeeded_and_retry_only_the_rest(tmp_path: Path) -> None:
     provider = InlineScriptedProvider()
-    with run_server(_flows(tmp_path), tmp_path / "home", provider=provider) as server:
+    with run_server(sample_flows(tmp_path), tmp_path / "home", provider=provider) as server:
         client = Client(server.url, server.key, max_retries=2, backoff=0.01)
         flow = client.flow("echo")
         batch = [
@@ -238,7 +228,7 @@ def test_partial_failures_keep_what_succeeded_and_retry_only_the_rest(tmp_path: 
 
 def test_single_run_failure_raises_the_provider_error(tmp_path: Path) -> None:
     with run_server(
-        _flows(tmp_path), tmp_path / "home", provider=InlineScriptedProvider()
+        sample_flows(tmp_path), tmp_path / "home", provider=InlineScriptedProvider()
     ) as server:
         flow = Client(server.url, server.key, max_retries=1, backoff=0.01).flow("echo")
         with pytest.raises(ProviderError, match="refused the request"):

@@ -15,9 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serving import Running, run_server
-
-from tests.conftest import FLOWS, make_flow, write_flow
+from serving import Running, run_server, sample_flows
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -25,10 +23,7 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     root = tmp_path_factory.mktemp("schemathesis")
-    flows = root / "flows"
-    flows.mkdir()
-    (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
-    write_flow(flows / "echo.json", make_flow({"say": "A={a} B={b}"}, ["a", "b"]))
+    flows = sample_flows(root)
     with run_server(flows, root / "home", max_batch=20) as running:
         yield running
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from serving import Running, run_server
+from serving import Running, post_run, run_server
 
 from tests.conftest import FLOWS, make_flow, write_flow
 
@@ -45,15 +45,6 @@ def _get(server: Running, flow_id: str, **kw: object) -> requests.Response:
     )  # type: ignore[arg-type]
 
 
-def _run(server: Running, flow_id: str, variables: object) -> requests.Response:
-    return requests.post(
-        f"{server.url}/api/flows/run/{flow_id}",
-        json={"variables": variables},
-        headers={"x-api-key": server.key},
-        timeout=30,
-    )
-
-
 def test_describe_lists_variables_then_outputs_in_node_order(server: Running) -> None:
     resp = _get(server, "blog-intro")
     assert resp.status_code == 200
@@ -70,14 +61,14 @@ def test_describe_lists_variables_then_outputs_in_node_order(server: Running) ->
 
 
 def test_run_with_an_object_returns_one_item_per_output(server: Running) -> None:
-    resp = _run(server, "echo", {"a": "owls", "b": "dry"})
+    resp = post_run(server, "echo", {"a": "owls", "b": "dry"})
     assert resp.status_code == 200
     assert resp.json() == [{"name": "say", "output": "A=owls B=dry", "type": "output"}]
 
 
 def test_run_with_an_array_returns_an_array_of_arrays_in_order(server: Running) -> None:
     batch = [{"a": f"a{i}", "b": f"b{i}"} for i in range(50)]
-    resp = _run(server, "echo", batch)
+    resp = post_run(server, "echo", batch)
     assert resp.status_code == 200
     body = resp.json()
     assert body == [
@@ -86,19 +77,19 @@ def test_run_with_an_array_returns_an_array_of_arrays_in_order(server: Running) 
 
 
 def test_empty_batch_returns_an_empty_array(server: Running) -> None:
-    resp = _run(server, "echo", [])
+    resp = post_run(server, "echo", [])
     assert resp.status_code == 200
     assert resp.json() == []
 
 
 def test_substitution_is_single_pass_and_literal(server: Running) -> None:
     tricky = {"a": "{b} \\1 $& {", "b": "ünï 🚀 {a}"}
-    resp = _run(server, "echo", tricky)
+    resp = post_run(server, "echo", tricky)
     assert resp.json()[0]["output"] == "A={b} \\1 $& { B=ünï 🚀 {a}"
 
 
 def test_outputs_join_several_sources_and_empty_ones(server: Running) -> None:
-    resp = _run(server, "shapes", {"x": "v"})
+    resp = post_run(server, "shapes", {"x": "v"})
     assert resp.json() == [
         {"name": "both", "output": "1:v\n\n2:v", "type": "output"},
         {"name": "nothing", "output": "", "type": "output"},
@@ -107,7 +98,7 @@ def test_outputs_join_several_sources_and_empty_ones(server: Running) -> None:
 
 
 def test_images_are_absolute_urls_served_without_a_key(server: Running) -> None:
-    resp = _run(server, "blog-intro", {"topic": "owls", "tone": "dry"})
+    resp = post_run(server, "blog-intro", {"topic": "owls", "tone": "dry"})
     items = {i["name"]: i["output"] for i in resp.json()}
     assert items["intro"] == "Write a dry two-sentence intro for a blog post about owls."
     url = items["header_image"]
@@ -117,7 +108,7 @@ def test_images_are_absolute_urls_served_without_a_key(server: Running) -> None:
     assert image.headers["content-type"] == "image/png"
     assert image.content.startswith(b"\x89PNG\r\n\x1a\n")
     # The same prompt draws the same image: same URL.
-    again = _run(server, "blog-intro", {"topic": "owls", "tone": "dry"}).json()
+    again = post_run(server, "blog-intro", {"topic": "owls", "tone": "dry"}).json()
     assert again[1]["output"] == url
 
 
@@ -143,8 +134,8 @@ def test_every_response_carries_a_request_id(server: Running) -> None:
     seen = set()
     for resp in [
         _get(server, "echo"),
-        _run(server, "echo", {"a": "1", "b": "2"}),
-        _run(server, "echo", {"a": "1"}),
+        post_run(server, "echo", {"a": "1", "b": "2"}),
+        post_run(server, "echo", {"a": "1"}),
         _get(server, "missing"),
         requests.get(f"{server.url}/healthz", timeout=10),
     ]:
@@ -184,7 +175,7 @@ def test_flow_files_are_picked_up_changed_and_dropped_without_restart(server: Ru
     assert _get(server, "late").status_code == 404
     write_flow(path, make_flow({"out": "v1 {p}"}, ["p"]))
     assert [i["name"] for i in _get(server, "late").json()] == ["p", "out"]
-    assert _run(server, "late", {"p": "x"}).json()[0]["output"] == "v1 x"
+    assert post_run(server, "late", {"p": "x"}).json()[0]["output"] == "v1 x"
 
     # An edit (same size even) is seen: the file's modification time changed.
     time.sleep(0.01)
@@ -192,7 +183,7 @@ def test_flow_files_are_picked_up_changed_and_dropped_without_restart(server: Ru
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     assert [i["name"] for i in _get(server, "late").json()] == ["q", "out"]
-    assert _run(server, "late", {"q": "y"}).json()[0]["output"] == "v2 y"
+    assert post_run(server, "late", {"q": "y"}).json()[0]["output"] == "v2 y"
 
     path.unlink()
     assert _get(server, "late").json()["code"] == "flow_not_found"
@@ -214,7 +205,7 @@ def test_a_broken_flow_file_names_the_problem_not_the_path(server: Running) -> N
         assert body["code"] == "internal_error"
         assert "nowhere" in body["message"] and "broken" in body["message"]
         assert str(flows) not in body["message"]
-        resp = _run(server, "notjson", {})
+        resp = post_run(server, "notjson", {})
         assert resp.status_code == 500 and "not JSON" in resp.json()["message"]
     finally:
         (flows / "broken.json").unlink()
@@ -230,7 +221,7 @@ def test_unicode_names_round_trip(server: Running) -> None:
             {"name": "c++ (lang)", "type": "variable"},
             {"name": "résumé ✓", "type": "output"},
         ]
-        out = _run(server, "uni", {"c++ (lang)": "ok"}).json()
+        out = post_run(server, "uni", {"c++ (lang)": "ok"}).json()
         assert out == [{"name": "résumé ✓", "output": "ok!", "type": "output"}]
     finally:
         (flows / "uni.json").unlink()
@@ -238,7 +229,7 @@ def test_unicode_names_round_trip(server: Running) -> None:
 
 def test_large_offline_batch_runs_whole(server: Running) -> None:
     batch = [{"a": str(i), "b": "x" * 50} for i in range(1000)]
-    resp = _run(server, "echo", batch)
+    resp = post_run(server, "echo", batch)
     assert resp.status_code == 200
     body = resp.json()
     assert len(body) == 1000 and body[999][0]["output"] == "A=999 B=" + "x" * 50

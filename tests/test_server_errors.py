@@ -8,26 +8,22 @@ server answers, not mocks.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from serving import InlineScriptedProvider, Running, ScriptedProvider, run_server
+from serving import InlineScriptedProvider, Running, ScriptedProvider, run_server, sample_flows
 
 from flownb.server import KeyStore
-from tests.conftest import FLOWS, make_flow, write_flow
+from tests.conftest import make_flow, write_flow
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def _flows(root: Path) -> Path:
-    flows = root / "flows"
-    flows.mkdir()
-    shutil.copy(FLOWS / "blog-intro.json", flows / "blog-intro.json")
-    write_flow(flows / "echo.json", make_flow({"say": "A={a} B={b}"}, ["a", "b"]))
+    flows = sample_flows(root)
     # Reachable only by path traversal from the flows folder: must never be served.
     write_flow(root / "secret.json", make_flow({"s": "secret"}, []))
     return flows

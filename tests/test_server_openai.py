@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
-from serving import Running, run_server
+from serving import Running, post_run, run_server
 
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import FLOWS, make_flow, write_flow
@@ -40,17 +39,8 @@ def server(fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         yield running
 
 
-def _run(server: Running, flow_id: str, variables: object) -> requests.Response:
-    return requests.post(
-        f"{server.url}/api/flows/run/{flow_id}",
-        json={"variables": variables},
-        headers={"x-api-key": server.key},
-        timeout=30,
-    )
-
-
 def test_text_and_image_through_the_contract(server: Running) -> None:
-    resp = _run(server, "blog-intro", {"topic": "owls", "tone": "dry"})
+    resp = post_run(server, "blog-intro", {"topic": "owls", "tone": "dry"})
     assert resp.status_code == 200, resp.text
     items = {i["name"]: i["output"] for i in resp.json()}
     prompt = "Write a dry two-sentence intro for a blog post about owls."
@@ -59,21 +49,21 @@ def test_text_and_image_through_the_contract(server: Running) -> None:
 
 
 def test_provider_failures_map_to_the_error_table(server: Running) -> None:
-    failed = _run(server, "echo", {"a": "FAIL500"})
+    failed = post_run(server, "echo", {"a": "FAIL500"})
     assert failed.status_code == 502 and failed.json()["code"] == "provider_error"
 
-    limited = _run(server, "echo", {"a": "FAIL429"})
+    limited = post_run(server, "echo", {"a": "FAIL429"})
     assert limited.status_code == 429 and limited.json()["code"] == "upstream_rate_limited"
     assert limited.headers["Retry-After"] == "7"
 
-    slow = _run(server, "echo", {"a": "HANG"})
+    slow = post_run(server, "echo", {"a": "HANG"})
     assert slow.status_code == 504 and slow.json()["code"] == "provider_timeout"
 
     assert "sk-loopback-only" not in failed.text + limited.text + slow.text
 
 
 def test_partly_failed_batch_keeps_paid_outputs(server: Running) -> None:
-    resp = _run(server, "echo", [{"a": "one"}, {"a": "FAIL500"}, {"a": "three"}])
+    resp = post_run(server, "echo", [{"a": "one"}, {"a": "FAIL500"}, {"a": "three"}])
     assert resp.status_code == 502
     body = resp.json()
     assert [e["index"] for e in body["errors"]] == [1]
@@ -94,9 +84,9 @@ def test_server_cache_is_off_unless_the_operator_turns_it_on(
     flows.mkdir()
     write_flow(flows / "echo.json", make_flow({"say": "say {a}"}, ["a"]))
     with run_server(flows, tmp_path / "home", provider="openai") as server:
-        first = _run(server, "echo", {"a": "owls"})
+        first = post_run(server, "echo", {"a": "owls"})
         calls_after_first = fake.stats()["requests"]
-        second = _run(server, "echo", {"a": "owls"})
+        second = post_run(server, "echo", {"a": "owls"})
     assert first.status_code == second.status_code == 200
     assert (
         first.json()
