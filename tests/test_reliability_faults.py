@@ -111,12 +111,8 @@ def _check_rows(
     assert succeeded >= 0.9 * unmarked, f"only {succeeded} of {unmarked} unmarked rows succeeded"
 
 
-def test_python_batch_rows_end_correct_or_with_their_error(fake: FakeOpenAI) -> None:
-    flow = flownb.load_flow(FLOWS / "blog-intro.json", provider="openai", concurrency=8)
-    rows = _rows()
-    with pytest.raises(flownb.BatchError) as info:
-        flow.run_batch(rows)
-    err = info.value
+def _check_batch_error(rows: list[dict[str, str]], err: flownb.BatchError) -> None:
+    """Every row of a failed batch is in exactly one of ``results`` and ``errors``, and checks."""
     assert len(err.results) == ROWS
     outcome: dict[int, Any] = {}
     for i, res in enumerate(err.results):
@@ -126,10 +122,18 @@ def test_python_batch_rows_end_correct_or_with_their_error(fake: FakeOpenAI) -> 
         assert i not in outcome, f"row {i} has both a result and an error"
         outcome[i] = exc
     _check_rows(rows, outcome)
+
+
+def test_python_batch_rows_end_correct_or_with_their_error(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(FLOWS / "blog-intro.json", provider="openai", concurrency=8)
+    rows = _rows()
+    with pytest.raises(flownb.BatchError) as info:
+        flow.run_batch(rows)
+    _check_batch_error(rows, info.value)
     stats = fake.stats()
     assert all(stats["faults"][f] > 0 for f in RANDOM_FAULTS), stats  # every fault was served
     # The marked error messages say what happened, and never carry the key.
-    for exc in err.errors.values():
+    for exc in info.value.errors.values():
         assert FAKE_KEY not in str(exc) and FAKE_KEY not in repr(exc)
 
 
@@ -246,13 +250,4 @@ def test_remote_batch_through_the_client_ends_every_row(
             remote.run_batch(rows)
         client.close()
     record(Exposure("faults-client", {key, FAKE_KEY}, [flownb_env, logs], []))
-    err = info.value
-    assert len(err.results) == ROWS
-    outcome: dict[int, Any] = {}
-    for i, res in enumerate(err.results):
-        if res is not None:
-            outcome[i] = dict(res)
-    for i, exc in err.errors.items():
-        assert i not in outcome, f"row {i} has both a result and an error"
-        outcome[i] = exc
-    _check_rows(rows, outcome)
+    _check_batch_error(rows, info.value)
