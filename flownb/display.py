@@ -31,7 +31,6 @@ __all__ = [
     "FrameView",
     "display_frame",
     "display_result",
-    "entries",
     "image_bytes",
     "image_columns",
     "image_src",
@@ -55,15 +54,10 @@ _NATIVE_IMAGE = ("image/png", "image/jpeg", "image/gif")
 _FETCH_TIMEOUT = 5.0
 
 
-def entries(result: RunResult) -> list[tuple[str, str]]:
-    """Return every output node's ``(name, output)`` of ``result``, in node order."""
-    return result.entries
-
-
 def result_text(result: RunResult) -> str:
     """Return a terminal-readable rendering: each output under its name."""
     blocks = []
-    for name, value in entries(result):
+    for name, value in result.entries:
         shown = f"[image] {value}" if result.is_image(name) else value
         blocks.append(f"── {name} " + "─" * max(3, 40 - len(name)) + f"\n{shown}")
     return "\n\n".join(blocks) if blocks else "(no outputs)"
@@ -163,7 +157,7 @@ def output_bundles(result: RunResult) -> list[Bundle]:
         ``(data, metadata)`` pairs, in output order, ready for ``publish_display_data``.
     """
     bundles: list[Bundle] = []
-    for name, value in entries(result):
+    for name, value in result.entries:
         badge = " *(cached)*" if name in result.cached else ""
         heading = f"#### {name}{badge}"
         if result.is_image(name):
@@ -191,7 +185,7 @@ def result_bundle(result: RunResult) -> dict[str, str]:
     """Return a single MIME bundle of a result: Markdown (text as Markdown, images inlined as
     data URLs) and plain text. Used where one bundle is needed (e.g. nbconvert, other tools)."""
     parts = []
-    for name, value in entries(result):
+    for name, value in result.entries:
         badge = " *(cached)*" if name in result.cached else ""
         if result.is_image(name):
             body = (

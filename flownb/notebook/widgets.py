@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..display import entries, output_bundles
+from ..display import output_bundles
 from ..errors import FlownbError, InputError
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ class FlowForm(widgets.VBox):
                 self.output.append_display_data(_Bundle(data))
             seconds = time.perf_counter() - started
             cached = " (cached)" if result.cached and result.cached >= set(result) else ""
-            count = _plural(len(entries(result)), "output")
+            count = _plural(len(result.entries), "output")
             self._set_status("done", f"Done in {seconds:.2f} s: {count}{cached}")
         finally:
             self.button.disabled = False
