@@ -22,6 +22,7 @@ from .errors import (
     RateLimited,
 )
 from .flow import BaseFlow, LocalFlow, load_flow
+from .pipeline import Outcomes
 from .result import RunResult
 from .runlog import runs
 
@@ -39,6 +40,7 @@ __all__ = [
     "FlownbError",
     "InputError",
     "LocalFlow",
+    "Outcomes",
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",

@@ -27,6 +27,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .providers.base import Generation, Kind
+from .settings import media_dir as media_dir_of
 
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
@@ -59,7 +60,7 @@ class CallCache:
             ConfigError: the file cannot be used as the cache (not a database, no permission).
         """
         self.path = Path(path)
-        self.media_dir = Path(media_dir) if media_dir is not None else self.path.parent / "media"
+        self.media_dir = Path(media_dir or media_dir_of(self.path.parent))
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,8 +78,6 @@ class CallCache:
         self.errors: list[BaseException] = []  # store failures met while running (not raised)
         self._pending: dict[str, str] = {}
         self._timer: threading.Timer | None = None
-        self.hits = 0
-        self.misses = 0
 
     @staticmethod
     def prefix(identity: Mapping[str, Any], kind: Kind, params: Mapping[str, Any]) -> bytes:
@@ -108,14 +107,11 @@ class CallCache:
                     row = None
                 value = row[0] if row is not None else None
         if value is None:
-            self.misses += 1
             return None
         data = json.loads(value)
         media = data.get("media")
         if media is not None and not (self.media_dir / media).is_file():
-            self.misses += 1  # the image file was deleted: pay for it again
-            return None
-        self.hits += 1
+            return None  # the image file was deleted: pay for it again
         return Generation(
             data.get("output", ""),
             media=media,
@@ -209,5 +205,5 @@ def open_cache(home: str | Path) -> CallCache:
     with _caches_lock:
         cache = _caches.get(path)
         if cache is None or not cache.path.parent.exists():
-            cache = _caches[path] = CallCache(path, Path(home) / "media")
+            cache = _caches[path] = CallCache(path, media_dir_of(Path(home)))
         return cache

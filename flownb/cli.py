@@ -18,6 +18,7 @@ import click
 
 from .errors import FlownbError, InputError
 from .flow import BaseFlow
+from .providers.registry import provider_names
 
 __all__ = ["main"]
 
@@ -164,7 +165,7 @@ def info(flow: str) -> None:
 )
 @click.option(
     "--provider",
-    type=click.Choice(["offline", "openai"]),
+    type=click.Choice(provider_names(), case_sensitive=False),
     default=None,
     help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
 )

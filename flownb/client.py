@@ -33,7 +33,6 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
-from .engine import OnResult
 from .errors import (
     ApiError,
     AuthError,
@@ -48,14 +47,13 @@ from .errors import (
     RateLimited,
 )
 from .flow import BaseFlow
-from .result import RunResult
-from .settings import get_settings
+from .result import OnResult, RunResult
+from .settings import DEFAULT_MAX_BATCH, get_settings
 from .validate import VariableSpec
 
 __all__ = ["Client", "RemoteFlow"]
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-DEFAULT_MAX_BATCH = 1000
 DEFAULT_PARALLEL = 4
 _VARIABLE_CODES = frozenset({"missing_variable", "unknown_variable", "invalid_variable_type"})
 _IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".gif")
@@ -198,7 +196,7 @@ class Client:
             else:
                 errors[i] = exc
 
-        self._run_elements(flow_id, batch, collect, self.max_parallel)
+        self.run_elements(flow_id, batch, collect, self.max_parallel)
         if errors:
             raise BatchError(results, errors)
         return results
@@ -304,14 +302,16 @@ class Client:
             chunks.append(current)
         return chunks
 
-    def _run_elements(
+    def run_elements(
         self,
         flow_id: str,
         batch: Sequence[Mapping[str, Any]],
         on_element: Callable[[int, Items | None, FlownbError | None], None],
         parallel: int,
     ) -> None:
-        """Run ``batch`` in chunks, ``parallel`` requests at a time, reporting every element.
+        """Run ``batch`` in chunks, ``parallel`` requests at a time, reporting every element to
+        ``on_element(index, items, None)`` or ``on_element(index, None, error)`` as its request
+        ends. The remote flow's batches and :meth:`run` both come here.
 
         Raises:
             FlownbError: a request was refused outright (key, flow id, shape) before any element
@@ -535,7 +535,7 @@ class RemoteFlow(BaseFlow):
             else:
                 on_result(i, result, None)
 
-        self.client._run_elements(
+        self.client.run_elements(
             self.flow_id, batch, on_element, concurrency or self.client.max_parallel
         )
 

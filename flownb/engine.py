@@ -22,25 +22,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import BatchError
+from .errors import ConfigError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner
 from .providers.limits import Pacer
-from .result import RunResult, make_result
-from .settings import get_settings
+from .result import OnResult, RunResult, make_result
 from .template import Template
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
     from .cache import CallCache
 
-__all__ = ["DEFAULT_TIMEOUT", "Engine", "OnResult", "Plan", "Step"]
+__all__ = ["Engine", "Plan", "Step"]
 
-DEFAULT_TIMEOUT = 120.0  # seconds per provider attempt (FLOWNB_TIMEOUT)
-
-# Called as each element finishes: (index, result, None) or (index, None, exception).
-OnResult = Callable[[int, RunResult | None, BaseException | None], None]
 MediaUrl = Callable[[str], str]
 
 
@@ -106,12 +101,14 @@ class Plan:
                     stack.pop()
         order.sort(key=depth.__getitem__)  # stable: export order kept within a level
         index = {node_id: i for i, node_id in enumerate(order)}
+        generators = {
+            n.id: n for n in graph.nodes if n.id in needed and isinstance(n, ActionNode | ImageNode)
+        }
         steps = []
         for i, node_id in enumerate(order):
-            node = nodes[node_id]
-            assert isinstance(node, ActionNode | ImageNode)
+            node = generators[node_id]
             upstream = tuple(index[u] for u in incoming[node_id] if u in needed)
-            labels = [*self.variables, *(nodes[order[u]].data.name for u in upstream)]
+            labels = [*self.variables, *(generators[order[u]].data.name for u in upstream)]
             steps.append(
                 Step(
                     index=i,
@@ -158,51 +155,18 @@ class Plan:
         self.output_kinds: Mapping[str, str] = kinds
         self.spec = VariableSpec(self.variables)
 
-    def describe(self) -> list[dict[str, str]]:
-        """Return the contract's describe response: variables, then outputs, in node order."""
-        return [{"name": v, "type": "variable"} for v in self.variables] + [
-            {"name": o, "type": "output"} for o in self.outputs
-        ]
-
-
-class Outcomes:
-    """An :data:`OnResult` that keeps a batch's outcomes in input order.
-
-    ``keep=False`` keeps only the failures (for callers that take each result as it comes, so a
-    100,000-row batch does not hold every result twice).
-    """
-
-    __slots__ = ("errors", "keep", "results", "size")
-
-    def __init__(self, size: int, *, keep: bool = True) -> None:
-        self.size = size
-        self.keep = keep
-        self.results: list[RunResult | None] = [None] * size if keep else []
-        self.errors: dict[int, BaseException] = {}
-
-    def __call__(self, i: int, result: RunResult | None, exc: BaseException | None) -> None:
-        if exc is not None:
-            self.errors[i] = exc
-        elif self.keep:
-            self.results[i] = result
-
-    def value(self) -> list[RunResult]:
-        """Return every element's result, in input order.
-
-        Raises:
-            BatchError: some elements failed; it keeps the others' results.
-        """
-        if self.errors:
-            results = self.results if self.keep else [None] * self.size
-            raise BatchError(results, self.errors)
-        return self.results  # type: ignore[return-value]
-
 
 class Engine:
     """Runs a :class:`Plan` with a provider.
 
-    ``media_url`` turns a media file name into the URL put in outputs (``file://`` by default;
-    the server passes its ``/media/`` URLs).
+    ``media_url`` turns a media file name into the URL put in outputs (``file://`` locally; the
+    server passes its ``/media/`` URLs). The async path's knobs (see
+    :mod:`flownb.providers.calls`) come resolved from the caller's run configuration: a call
+    cache (``None``: uncached), requests per minute, seconds per attempt and retries.
+
+    Raises:
+        ConfigError: the provider cannot run this plan: it draws no images and the flow has an
+            image node, or it refuses a node's model parameters.
     """
 
     def __init__(
@@ -211,27 +175,28 @@ class Engine:
         provider: Provider,
         media_url: MediaUrl,
         *,
-        cache: CallCache | None = None,
-        rpm: float | None = None,
-        timeout: float | None = None,
-        retries: int | None = None,
+        cache: CallCache | None,
+        rpm: float | None,
+        timeout: float,
+        retries: int,
     ) -> None:
+        if not provider.supports_images:
+            images = [s.name or s.node_id for s in plan.steps if s.kind == "image"]
+            if images:
+                raise ConfigError(
+                    f"provider {provider.name!r} cannot generate images, and this flow's image "
+                    f"node{'s' * (len(images) > 1)} {', '.join(map(repr, images))} would need it; "
+                    "choose a provider that does (offline or openai)"
+                )
+        for step in plan.steps:  # refuse params the provider would reject, before anything runs
+            provider.check_params(step.kind, step.params, step.name)
         self.plan = plan
         self.provider = provider
         self.media_url = media_url
-        # The async path's knobs (see flownb.providers.calls): argument > environment > default.
-        # No cache unless one is given: the server runs uncached unless it opts in.
-        settings = get_settings()
         self.cache = cache if provider.cacheable else None
-        self.pacer = Pacer(rpm if rpm is not None else settings.requests_per_minute)
-        self.timeout = timeout if timeout is not None else settings.openai_timeout
-        self.timeout = self.timeout or DEFAULT_TIMEOUT
-        self.retries = retries if retries is not None else settings.retries
-        self.calls = 0  # provider attempts made by the async path, all runs together
-        check = getattr(provider, "check_params", None)
-        if check is not None:  # refuse params the provider would reject, before anything runs
-            for step in plan.steps:
-                check(step.kind, step.params, step.name)
+        self.pacer = Pacer(rpm)
+        self.timeout = timeout
+        self.retries = retries
 
     # -- assembling a result ------------------------------------------------------------------
 
@@ -377,6 +342,5 @@ class Engine:
         try:
             await asyncio.gather(*(worker() for _ in range(n_workers)))
         finally:
-            self.calls += runner.calls
             if runner.cache is not None:
                 runner.cache.flush()

@@ -13,17 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .aio import run_sync
 from .cache import open_cache
-from .engine import Engine, OnResult, Outcomes, Plan
-from .errors import BatchError, ConfigError
+from .engine import Engine, Plan
+from .errors import BatchError
+from .frame import run_dataframe
 from .media import MediaStore
-from .model import FlowGraph, load_flow_file, parse_flow
+from .model import FlowGraph, describe, parse_flow, read_flow_file
+from .pipeline import Outcomes, Runner
 from .providers.base import Provider
 from .providers.registry import make_provider
-from .result import RunResult
-from .runlog import RunRecorder, open_runlog
-from .settings import get_settings
+from .result import OnResult, RunResult
+from .runlog import open_runlog
+from .settings import RunConfig, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
@@ -65,9 +66,7 @@ class BaseFlow(ABC):
 
     def describe(self) -> list[dict[str, str]]:
         """Return the contract's describe response: ``{"name", "type"}`` items, variables first."""
-        return [{"name": v, "type": "variable"} for v in self.variables] + [
-            {"name": o, "type": "output"} for o in self.outputs
-        ]
+        return describe(self.variables, self.outputs)
 
     def run(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
         """Run the flow once. Variables come as a mapping, keyword arguments, or both.
@@ -81,8 +80,10 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
+        outcome = Outcomes(1)
+        self.run_each([values], outcome, check=False)
         try:
-            return self._run_validated([values], progress=False, concurrency=None)[0]
+            return outcome.value()[0]
         except BatchError as exc:
             raise exc.errors[0] from None
 
@@ -105,38 +106,47 @@ class BaseFlow(ABC):
         if isinstance(batch, Mapping) or not isinstance(batch, Sequence):
             raise TypeError("run_batch takes a list of variable mappings; use run() for one run")
         batch = list(batch)
-        self.spec.check_batch(batch)
-        return self._run_validated(batch, progress=progress, concurrency=concurrency)
+        outcomes = Outcomes(len(batch))
+        self.run_each(batch, outcomes, progress=progress, concurrency=concurrency)
+        return outcomes.value()
 
-    def _run_validated(
+    def run_each(
         self,
-        batch: Sequence[Mapping[str, str]],
+        batch: Sequence[Mapping[str, Any]],
+        on_result: OnResult,
         *,
-        progress: bool,
-        concurrency: int | None,
-        on_result: OnResult | None = None,
-        keep: bool = True,
-    ) -> list[RunResult]:
-        # keep=False: the caller takes what it needs in on_result (a 100,000-row DataFrame
-        # batch must not hold every RunResult as well).
-        outcomes = Outcomes(len(batch), keep=keep)
+        progress: bool = False,
+        concurrency: int | None = None,
+        check: bool = True,
+    ) -> None:
+        """Run the flow once per element, calling ``on_result(index, result, None)`` or
+        ``on_result(index, None, exception)`` as each element finishes, in completion order.
+
+        This is the hook batch consumers build on (the DataFrame path, evaluations, streaming
+        into a file): nothing is kept here, and an element's failure does not stop the others.
+        :class:`~flownb.pipeline.Outcomes` is the collector :meth:`run_batch` uses.
+        ``check=False`` skips validation, for callers that built every element as a mapping of
+        exactly the flow's variables to strings themselves.
+
+        Raises:
+            InputError: (``check=True``) some element's variables are wrong, before any runs.
+            KeyboardInterrupt: Ctrl-C; every element that finished before it was reported.
+        """
+        if check:
+            self.spec.check_batch(batch)
         bar = _progress_bar(len(batch), self.name) if progress else None
+        report = on_result
+        if bar is not None:
 
-        def collect(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-            outcomes(i, result, exc)
-            if bar is not None:
-                bar.update(1)
-            if on_result is not None:
+            def report(i: int, result: RunResult | None, exc: BaseException | None) -> None:
                 on_result(i, result, exc)
+                bar.update(1)
 
-        if bar is None and on_result is None:
-            collect = outcomes  # type: ignore[assignment]  # one call less per row
         try:
-            self._execute(batch, collect, concurrency)
+            self._execute(batch, report, concurrency)
         finally:
             if bar is not None:
                 bar.close()
-        return outcomes.value()
 
     def run_dataframe(
         self,
@@ -154,8 +164,6 @@ class BaseFlow(ABC):
             A copy of ``df`` (index and columns kept) with one column per output, and an
             ``error_column`` when some rows failed.
         """
-        from .frame import run_dataframe
-
         return run_dataframe(
             self,
             df,
@@ -195,48 +203,51 @@ def _progress_bar(total: int, name: str) -> Any:
 
 
 class LocalFlow(BaseFlow):
-    """A flow executed in-process by the engine."""
+    """A flow executed in-process by the engine.
+
+    ``config`` holds every setting its runs depend on (see
+    :func:`~flownb.settings.resolve_run_config`; :func:`load_flow` builds it); ``provider`` is
+    a provider instance, else the one ``config`` names. ``source`` is the exported JSON the
+    graph came from, when known.
+
+    Raises:
+        ConfigError: the provider cannot be set up, or cannot run this flow (image nodes on a
+            provider without images, model parameters it refuses).
+    """
 
     def __init__(
         self,
         graph: FlowGraph,
         *,
         name: str = "flow",
-        provider: Provider | str | None = None,
-        concurrency: int | None = None,
+        config: RunConfig | None = None,
+        provider: Provider | None = None,
         media_url: Callable[[str], str] | None = None,
-        cache: bool | None = None,
-        rpm: float | None = None,
-        timeout: float | None = None,
-        retries: int | None = None,
-        log: bool | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> None:
-        settings = get_settings()
-        media = MediaStore(settings.media_dir)
-        if provider is None or isinstance(provider, str):
-            provider = make_provider(provider, media=media)
-        if concurrency is not None and concurrency < 1:
-            raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
+        config = config if config is not None else resolve_run_config()
+        if provider is None:
+            provider = make_provider(config)
         self.name = name
         self.graph = graph
+        self.source = source
+        self.config = config
         self.plan = Plan(graph)
         self.provider = provider
-        self.concurrency = concurrency or settings.concurrency
-        # Call cache (on unless cache=False / FLOWNB_CACHE=0) and run log (FLOWNB_RUNLOG).
-        use_cache = settings.cache if cache is None else cache
+        self.concurrency = config.concurrency
         self.engine = Engine(
             self.plan,
             provider,
-            media_url or media.file_url,
-            cache=open_cache(settings.home) if use_cache and provider.cacheable else None,
-            rpm=rpm if rpm is not None else settings.requests_per_minute,
-            timeout=timeout if timeout is not None else settings.openai_timeout,
-            retries=retries if retries is not None else settings.retries,
+            media_url or MediaStore(config.media_dir).file_url,
+            cache=open_cache(config.home) if config.cache and provider.cacheable else None,
+            rpm=config.rpm,
+            timeout=config.timeout,
+            retries=config.retries,
         )
-        use_log = settings.runlog if log is None else log
-        self.runlog = open_runlog(settings.home) if use_log else None
-        if not provider.supports_images and any(s.kind == "image" for s in self.plan.steps):
-            raise ConfigError(f"provider {provider.name!r} cannot run this flow's image nodes")
+        self.runlog = open_runlog(config.home) if config.runlog else None
+        self.runner = Runner(
+            self.engine, name=name, concurrency=config.concurrency, runlog=self.runlog
+        )
 
     @property
     def spec(self) -> VariableSpec:
@@ -256,24 +267,7 @@ class LocalFlow(BaseFlow):
     def _execute(
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
-        recorder = self._recorder(batch)
-        if recorder is not None:
-            on_result = recorder.wrap(on_result)
-        try:
-            if self.provider.inline:
-                self.engine.run_inline(batch, on_result)
-            else:
-                run_sync(self.engine.run_async(batch, on_result, concurrency or self.concurrency))
-        finally:
-            if recorder is not None:
-                recorder.flush()
-
-    def _recorder(self, batch: Sequence[Mapping[str, str]]) -> RunRecorder | None:
-        if self.runlog is None or not batch:
-            return None
-        return self.runlog.recorder(
-            self.name, self.provider.name, batch, detailed=not self.provider.inline
-        )
+        self.runner.run(batch, on_result, concurrency=concurrency)
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
@@ -285,15 +279,9 @@ class LocalFlow(BaseFlow):
         """
         batch = list(batch)
         self.spec.check_batch(batch)
-        collect = Outcomes(len(batch))
-        recorder = self._recorder(batch)
-        try:
-            on_result = recorder.wrap(collect) if recorder is not None else collect
-            await self.engine.run_async(batch, on_result, concurrency or self.concurrency)
-        finally:
-            if recorder is not None:
-                recorder.flush()
-        return collect.value()
+        outcomes = Outcomes(len(batch))
+        await self.runner.arun(batch, outcomes, concurrency=concurrency)
+        return outcomes.value()
 
     async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
         """Async :meth:`run` on the caller's event loop.
@@ -334,18 +322,24 @@ def load_flow(
         FlowFileError: the file is missing, not JSON, or not a valid graph.
         ConfigError: the provider cannot be set up.
     """
-    if isinstance(source, Mapping):
-        graph, name = parse_flow(source, "flow"), "flow"
-    else:
-        graph, name = load_flow_file(source), Path(source).stem
-    return LocalFlow(
-        graph,
-        name=name,
-        provider=provider,
+    config = resolve_run_config(
+        provider=provider if isinstance(provider, str) else None,
         concurrency=concurrency,
         cache=cache,
+        log=log,
         rpm=rpm,
         timeout=timeout,
         retries=retries,
-        log=log,
+    )
+    if isinstance(source, Mapping):
+        graph, name, data = parse_flow(source, "flow"), "flow", source
+    else:
+        data = read_flow_file(source)
+        graph, name = parse_flow(data, str(source)), Path(source).stem
+    return LocalFlow(
+        graph,
+        name=name,
+        config=config,
+        provider=provider if isinstance(provider, Provider) else None,
+        source=data,
     )

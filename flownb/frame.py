@@ -14,9 +14,9 @@ import math
 import numbers
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
-from .errors import BatchError, FlownbError, InputError, Problem
+from .errors import FlownbError, InputError, Problem
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,7 +111,7 @@ def rows_to_variables(
             )
     if problems:
         raise InputError(problems)
-    return ColumnRows(converted, len(df))
+    return ColumnRows(cast("dict[str, list[str]]", converted), len(df))  # no None left
 
 
 class ColumnRows(Sequence[dict[str, str]]):
@@ -126,9 +126,15 @@ class ColumnRows(Sequence[dict[str, str]]):
     def __len__(self) -> int:
         return self._length
 
-    def __getitem__(self, i: int) -> dict[str, str]:  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> dict[str, str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, str]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, str] | list[dict[str, str]]:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._length))]  # type: ignore[return-value]
+            return [self[j] for j in range(*i.indices(self._length))]
         if not -self._length <= i < self._length:
             raise IndexError(i)
         return {name: col[i] for name, col in zip(self._names, self._columns, strict=True)}
@@ -197,11 +203,8 @@ def run_dataframe(
 
     interrupted = False
     try:
-        flow._run_validated(
-            batch, progress=progress, concurrency=concurrency, on_result=record, keep=False
-        )
-    except BatchError:
-        pass  # each failed row already has its message in the error column
+        # The rows were made from the frame's columns as strings: no second validation pass.
+        flow.run_each(batch, record, progress=progress, concurrency=concurrency, check=False)
     except KeyboardInterrupt:
         interrupted = True
     result = df.copy()

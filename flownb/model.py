@@ -8,7 +8,7 @@ place a flow is checked as a graph; every problem it finds names the file and th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,15 +20,15 @@ __all__ = [
     "ActionNode",
     "Edge",
     "FlowGraph",
-    "FlowInfoItem",
     "ImageNode",
     "ModelParams",
     "Node",
     "OutputNode",
-    "RunOutputItem",
     "VariableNode",
+    "describe",
     "load_flow_file",
     "parse_flow",
+    "read_flow_file",
 ]
 
 NODE_TYPES = ("variableNode", "actionNode", "imageNode", "outputNode")
@@ -141,23 +141,16 @@ class FlowGraph(_Model):
     edges: list[Edge] = Field(default_factory=list)
 
 
-class FlowInfoItem(_Model):
-    """An item of the describe response (contract 2.5)."""
-
-    name: str
-    type: Literal["variable", "output"]
-
-
-class RunOutputItem(_Model):
-    """An item of the run response (contract 2.6)."""
-
-    name: str
-    output: str
-    type: Literal["output"] = "output"
+def describe(variables: Sequence[str], outputs: Sequence[str]) -> list[dict[str, str]]:
+    """Return the contract's describe response: ``{"name", "type"}`` items, the variables, then
+    the outputs, each in node order."""
+    return [{"name": v, "type": "variable"} for v in variables] + [
+        {"name": o, "type": "output"} for o in outputs
+    ]
 
 
-_NODES = TypeAdapter(Node)
-_EDGES = TypeAdapter(list[Edge])
+_NODES: TypeAdapter[Node] = TypeAdapter(Node)
+_EDGES: TypeAdapter[list[Edge]] = TypeAdapter(list[Edge])
 
 
 def _where(source: str) -> str:
@@ -264,6 +257,36 @@ def _find_cycle(successors: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
+def read_flow_file(path: str | Path, label: str | None = None) -> Any:
+    """Read and decode an exported flow JSON file; the one reader of flow files (the CLI, the
+    notebook and the server all come here). ``label`` is how messages name the file (default:
+    its path; the server names the flow id instead of its own paths).
+
+    Returns:
+        The decoded JSON, not yet checked as a graph (see :func:`parse_flow`).
+
+    Raises:
+        FlowFileError: the file is missing, unreadable, or not JSON (with line and column).
+    """
+    p = Path(path)
+    where = label or str(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FlowFileError(f"{where}: no such flow file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise FlowFileError(f"{where}: the flow file cannot be read ({reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FlowFileError(
+            f"{where}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise FlowFileError(f"{where}: the flow file is nested too deeply") from None
+
+
 def load_flow_file(path: str | Path) -> FlowGraph:
     """Read and validate an exported flow JSON file.
 
@@ -274,17 +297,4 @@ def load_flow_file(path: str | Path) -> FlowGraph:
         FlowFileError: the file cannot be read, is not JSON, or is not a valid graph; the message
             names the file (and the line and column of a JSON syntax error).
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FlowFileError(f"{p}: no such flow file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FlowFileError(f"{p}: cannot read flow file: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FlowFileError(
-            f"{p}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    return parse_flow(data, str(p))
+    return parse_flow(read_flow_file(path), str(path))

@@ -7,10 +7,12 @@ as one; the metadata lives in attributes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["RunResult", "make_result"]
+from .display import display_result, result_bundle, result_text
+
+__all__ = ["OnResult", "RunResult", "make_result"]
 
 
 class RunResult(dict[str, str]):
@@ -64,20 +66,14 @@ class RunResult(dict[str, str]):
         return f"RunResult({dict.__repr__(self)})"
 
     def __str__(self) -> str:
-        from .display import result_text
-
         return result_text(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        from .display import result_bundle
-
         return result_bundle(self)
 
     def _ipython_display_(self) -> None:
         # One display per output (a named Markdown block, or an embedded image), which renders
         # images even where a notebook's sanitizer would strip data URLs from Markdown.
-        from .display import display_result
-
         display_result(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -100,6 +96,9 @@ def _rebuild(
         outputs, entries=entries, kinds=kinds, provider=provider, cached=cached, latency=latency
     )
 
+
+# Called as each element of a batch finishes: (index, result, None) or (index, None, exception).
+OnResult = Callable[[int, RunResult | None, BaseException | None], None]
 
 _new = dict.__new__
 

@@ -27,8 +27,7 @@ from .errors import ConfigError, FlownbError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .engine import OnResult
-    from .result import RunResult
+    from .result import OnResult, RunResult
 
 __all__ = ["RUNLOG_FILE", "RunLog", "RunRecorder", "open_runlog", "runs"]
 
@@ -234,6 +233,7 @@ class RunRecorder:
                 rows = [
                     [i, f, model, batch[i], r, r.latency, None, None, None, None, None]
                     for i, f, r, _ in taken
+                    if r is not None  # all are; says so to the type checker
                 ]
                 self._log.write(self.run_id, self._flow, self._provider, rows)
                 return

@@ -1,24 +1,46 @@
-"""The one module that reads environment variables.
+"""The one module that reads environment variables, and the home of every default.
 
-Precedence everywhere is: explicit argument > environment > default. Other modules call
-:func:`get_settings` (cheap; reads the environment each time, so tests and notebooks that change
-``os.environ`` see the change) and never touch ``os.environ`` themselves.
+Precedence everywhere is: explicit argument > environment > default. Only the entry points
+(``load_flow``, ``ServerConfig``, ``Client``, the CLI and the magics) read the environment, through
+:func:`get_settings` or :func:`resolve_run_config`; they build a frozen :class:`RunConfig` once
+and pass it down, so nothing below them looks at ``os.environ`` or re-reads a setting.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["PROVIDERS", "Settings", "get_settings"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_PROVIDER",
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT",
+    "RunConfig",
+    "Settings",
+    "get_settings",
+    "media_dir",
+    "resolve_run_config",
+]
 
-PROVIDERS = ("offline", "openai")
-
-DEFAULT_CONCURRENCY = 16
+DEFAULT_PROVIDER = "offline"
+DEFAULT_CONCURRENCY = 16  # provider calls in flight at once
 DEFAULT_RETRIES = 8  # retries of a 429/5xx/timeout/dropped call, after the first attempt
+DEFAULT_TIMEOUT = 120.0  # seconds per provider attempt
+DEFAULT_MAX_BATCH = 1000  # elements per run request (server limit; client chunk size)
+DEFAULT_MAX_BODY = 10 * 1024 * 1024  # bytes per run request body
+DEFAULT_OPENAI_TRANSPORT = "aiohttp"
+
+
+def media_dir(home: Path) -> Path:
+    """Return where generated images live under a FLOWNB_HOME: ``home/media``."""
+    return home / "media"
 
 
 @dataclass(frozen=True)
@@ -34,17 +56,17 @@ class Settings:
     openai_base_url: str | None
     openai_timeout: float | None
     requests_per_minute: float | None
-    # Issue 5: transport, retries, call cache and run log.
-    openai_transport: str = "aiohttp"
-    retries: int = 8
+    openai_transport: str = DEFAULT_OPENAI_TRANSPORT
+    retries: int = DEFAULT_RETRIES
     cache: bool = True
     server_cache: bool = False
     runlog: bool = True
+    server_runlog: bool = False
 
     @property
     def media_dir(self) -> Path:
         """Where generated images are written (``FLOWNB_HOME/media``)."""
-        return self.home / "media"
+        return media_dir(self.home)
 
 
 def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float | int | None:
@@ -62,16 +84,14 @@ def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float 
 def get_settings() -> Settings:
     """Return the current settings read from the environment.
 
+    The provider name is checked where providers are known (:mod:`flownb.providers.registry`).
+
     Raises:
-        ConfigError: a variable is set to something unusable (unknown provider, non-number).
+        ConfigError: a variable is set to something unusable (non-number, bad flag).
     """
     env = os.environ
     home = Path(env.get("FLOWNB_HOME") or Path.home() / ".flownb").expanduser()
-    provider = (env.get("FLOWNB_PROVIDER") or "offline").strip().lower()
-    if provider not in PROVIDERS:
-        raise ConfigError(
-            f"FLOWNB_PROVIDER={provider!r} is not a provider; choose one of {', '.join(PROVIDERS)}"
-        )
+    provider = (env.get("FLOWNB_PROVIDER") or DEFAULT_PROVIDER).strip().lower()
     concurrency = _number("FLOWNB_CONCURRENCY", env.get("FLOWNB_CONCURRENCY"), int)
     return Settings(
         home=home,
@@ -83,11 +103,91 @@ def get_settings() -> Settings:
         openai_base_url=env.get("OPENAI_BASE_URL") or None,
         openai_timeout=_number("FLOWNB_TIMEOUT", env.get("FLOWNB_TIMEOUT"), float),
         requests_per_minute=_number("FLOWNB_RPM", env.get("FLOWNB_RPM"), float),
-        openai_transport=(env.get("FLOWNB_OPENAI_TRANSPORT") or "aiohttp").strip().lower(),
+        openai_transport=(env.get("FLOWNB_OPENAI_TRANSPORT") or DEFAULT_OPENAI_TRANSPORT)
+        .strip()
+        .lower(),
         retries=_retries(env.get("FLOWNB_RETRIES")),
         cache=_flag("FLOWNB_CACHE", env.get("FLOWNB_CACHE"), True),
         server_cache=_flag("FLOWNB_SERVER_CACHE", env.get("FLOWNB_SERVER_CACHE"), False),
         runlog=_flag("FLOWNB_RUNLOG", env.get("FLOWNB_RUNLOG"), True),
+        server_runlog=_flag("FLOWNB_SERVER_RUNLOG", env.get("FLOWNB_SERVER_RUNLOG"), False),
+    )
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a flow's runs depend on besides the flow itself, resolved once.
+
+    Built by :func:`resolve_run_config` at an entry point and passed down unchanged: the engine,
+    providers, cache and run log take their values from it and never read the environment.
+    Secrets are kept out of the repr.
+    """
+
+    home: Path
+    provider: str = DEFAULT_PROVIDER
+    concurrency: int = DEFAULT_CONCURRENCY
+    cache: bool = True
+    runlog: bool = True
+    rpm: float | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+    openai_base_url: str | None = None
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_transport: str = DEFAULT_OPENAI_TRANSPORT
+
+    @property
+    def media_dir(self) -> Path:
+        """Where generated images are written (``home/media``)."""
+        return media_dir(self.home)
+
+    def replace(self, **changes: object) -> RunConfig:
+        """Return a copy with ``changes`` applied (the config itself is frozen)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def resolve_run_config(
+    *,
+    provider: str | None = None,
+    concurrency: int | None = None,
+    cache: bool | None = None,
+    log: bool | None = None,
+    rpm: float | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    home: str | Path | None = None,
+    server: bool = False,
+) -> RunConfig:
+    """Return the run configuration: each explicit argument, else the environment, else the
+    default. ``server=True`` takes the server's defaults for the cache and the run log
+    (``FLOWNB_SERVER_CACHE`` / ``FLOWNB_SERVER_RUNLOG``, both off unless set).
+
+    Raises:
+        ConfigError: an argument or variable that cannot work (concurrency below 1, ...).
+    """
+    s = get_settings()
+    if concurrency is not None and concurrency < 1:
+        raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
+    if retries is not None and retries < 0:
+        raise ConfigError(f"retries must be 0 or more, got {retries}")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"timeout must be positive, got {timeout}")
+    if rpm is not None and rpm <= 0:
+        raise ConfigError(f"rpm must be positive, got {rpm}")
+    default_cache, default_log = (
+        (s.server_cache, s.server_runlog) if server else (s.cache, s.runlog)
+    )
+    return RunConfig(
+        home=Path(home).expanduser() if home is not None else s.home,
+        provider=(provider or s.provider).strip().lower(),
+        concurrency=concurrency or s.concurrency,
+        cache=default_cache if cache is None else cache,
+        runlog=default_log if log is None else log,
+        rpm=rpm if rpm is not None else s.requests_per_minute,
+        timeout=timeout or s.openai_timeout or DEFAULT_TIMEOUT,
+        retries=retries if retries is not None else s.retries,
+        openai_base_url=s.openai_base_url,
+        openai_api_key=s.openai_api_key,
+        openai_transport=s.openai_transport,
     )
 
 

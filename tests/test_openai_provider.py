@@ -205,7 +205,7 @@ def test_provider_errors_keep_status_message_and_request_id_without_the_key(
 
 
 def test_a_key_echoed_by_the_server_is_masked(fake: FakeOpenAI, transport: str) -> None:
-    provider = OpenAIProvider(media=MediaStore(Path("unused")))
+    provider = OpenAIProvider(media=MediaStore(Path("unused")), api_key=KEY)
     from flownb.providers import openai as mod
 
     err = mod._translate_status(
@@ -264,7 +264,9 @@ def test_unknown_transport_is_a_config_error(
 
 
 def test_provider_generate_direct_returns_usage(fake: FakeOpenAI, transport: str) -> None:
-    provider = OpenAIProvider(transport=transport)
+    provider = OpenAIProvider(
+        media=MediaStore(Path("unused")), base_url=fake.url, transport=transport
+    )
 
     async def go() -> Generation:
         try:
@@ -279,9 +281,10 @@ def test_provider_generate_direct_returns_usage(fake: FakeOpenAI, transport: str
 
 
 def test_non_json_answer_is_a_provider_error(fake: FakeOpenAI) -> None:
-    provider = OpenAIProvider()
-    provider.base_url = fake.url.removesuffix("/v1")  # /chat/completions there is a 404 page
-    provider._transport.base_url = provider.base_url
+    # /chat/completions there is a 404 page
+    provider = OpenAIProvider(
+        media=MediaStore(Path("unused")), base_url=fake.url.removesuffix("/v1")
+    )
     from flownb.aio import run_sync
 
     with pytest.raises(ProviderError) as info:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
+from ..providers.registry import provider_names
 from ..settings import get_settings
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def _parser(sub: str) -> _Parser:
     p.add_argument("flow", metavar="FLOW")
     if sub in ("run", "batch"):
         p.add_argument("-o", "--out", dest="out", metavar="VAR", default=None)
-        p.add_argument("--provider", choices=["offline", "openai"], default=None)
+        p.add_argument("--provider", choices=provider_names(), default=None)
     if sub == "run":
         p.add_argument("pairs", nargs="*", metavar="name=value")
         # --var NAME: the variable a cell body fills; --var name=value: a pair, as in the CLI.
@@ -80,7 +81,7 @@ def _parser(sub: str) -> _Parser:
         p.add_argument("--concurrency", type=int, default=None)
         p.add_argument("--no-progress", dest="progress", action="store_false")
     if sub in ("info", "form"):
-        p.add_argument("--provider", choices=["offline", "openai"], default=None)
+        p.add_argument("--provider", choices=provider_names(), default=None)
     return p
 
 

@@ -1,13 +1,16 @@
 """The seam every model provider plugs into: one async call per node execution.
 
 A provider turns a :class:`Call` (node kind, rendered prompt, the node's modelParams) into a
-:class:`Generation`. Capability attributes tell the engine what it may do:
+:class:`Generation`. It is built by :meth:`Provider.create` from the run configuration, and
+found by name through :mod:`flownb.providers.registry` (built-ins, and third-party packages that
+declare a ``flownb.providers`` entry point). What it can do is declared here, on the class:
 
 - ``inline``: :meth:`Provider.generate_inline` is cheap and synchronous (no I/O), so the engine
   may run a whole batch without an event loop. Only the offline provider sets it.
 - ``cacheable``: results are worth caching (they cost money or time). The offline provider's
   are not: recomputing them is cheaper than a cache lookup.
 - ``supports_images``: the provider can serve imageNodes.
+- :meth:`Provider.check_params`: refuses, at flow load, model parameters it would reject.
 """
 
 from __future__ import annotations
@@ -15,7 +18,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from ..media import MediaStore
+    from ..settings import RunConfig
 
 __all__ = ["Call", "Generation", "Kind", "Provider"]
 
@@ -56,6 +65,24 @@ class Provider(ABC):
     inline: ClassVar[bool] = False
     cacheable: ClassVar[bool] = True
     supports_images: ClassVar[bool] = True
+
+    @classmethod
+    def create(cls, config: RunConfig, media: MediaStore) -> Self:
+        """Return a provider set up from the run configuration; ``media`` is where it may write
+        images. The default takes no settings: override it to read the ones you need.
+
+        Raises:
+            ConfigError: the configuration cannot work for this provider (a missing key, ...).
+        """
+        return cls()
+
+    def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:  # noqa: B027
+        """Refuse, before anything runs, a node's model parameters the provider would reject.
+        The default accepts everything.
+
+        Raises:
+            ConfigError: naming the node and the parameter.
+        """
 
     @abstractmethod
     async def generate(self, call: Call) -> Generation:

@@ -42,23 +42,22 @@ class CallRunner:
         cache: Any = None,
         pacer: Pacer | None = None,
         timeout: float | None = None,
-        retries: int = 8,
+        retries: int,
     ) -> None:
         self.provider = provider
         self.cache = cache if provider.cacheable else None
         self.limiter = AdaptiveLimiter(concurrency, pacer)
         self.timeout = timeout
         self.retries = retries
-        self.calls = 0  # attempts sent to the provider
         self._in_flight: dict[str, asyncio.Future[Generation]] = {}
         self._prefixes: dict[int, bytes] = {}
 
-    def _prefix(self, call: Call) -> bytes:
+    def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
         prefix = self._prefixes.get(id(params))
         if prefix is None:
             # Keyed by the params object: one per node for the plan's life.
-            prefix = self.cache.prefix(self.provider.identity(), call.kind, params)
+            prefix = cache.prefix(self.provider.identity(), call.kind, params)
             self._prefixes[id(params)] = prefix
         return prefix
 
@@ -71,7 +70,7 @@ class CallRunner:
         cache = self.cache
         if cache is None:
             return await self._attempts(call)
-        key = cache.key(self._prefix(call), call.prompt)
+        key = cache.key(self._prefix(cache, call), call.prompt)
         hit = cache.get(key)
         if hit is not None:
             return hit
@@ -99,7 +98,6 @@ class CallRunner:
     async def _attempt(self, call: Call) -> Generation:
         limiter = self.limiter
         async with limiter:
-            self.calls += 1
             try:
                 if self.timeout is None:
                     gen = await self.provider.generate(call)

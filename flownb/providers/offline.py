@@ -15,6 +15,7 @@ from typing import ClassVar
 from PIL import Image, ImageDraw, ImageFont
 
 from ..media import MediaStore
+from ..settings import RunConfig
 from .base import Call, Generation, Provider
 
 __all__ = ["OfflineProvider", "draw_image"]
@@ -61,6 +62,11 @@ class OfflineProvider(Provider):
 
     def __init__(self, media: MediaStore) -> None:
         self.media = media
+
+    @classmethod
+    def create(cls, config: RunConfig, media: MediaStore) -> OfflineProvider:
+        """Return the offline provider writing its images to ``media``."""
+        return cls(media)
 
     def generate_inline(self, call: Call) -> Generation:
         """Return the generation at once: the prompt itself, or the image drawn from it."""

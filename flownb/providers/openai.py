@@ -24,7 +24,7 @@ through the official ``openai`` SDK's ``AsyncOpenAI`` (``transport="sdk"`` /
 concurrency limit belong to the engine, so they work the same for every provider.
 
 Errors of both transports are translated into flownb errors at one boundary
-(:func:`_translate_status`, :meth:`OpenAIProvider._send`), keeping the provider's message, HTTP
+(:func:`_translate_status`, and each transport's ``post``), keeping the provider's message, HTTP
 status and request id, with any API key masked.
 """
 
@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ..media import MediaStore
-from ..settings import get_settings
+from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import Call, Generation, Kind, Provider
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared"]
@@ -379,8 +379,9 @@ class _SdkTransport:
 class OpenAIProvider(Provider):
     """Text and images from OpenAI or an OpenAI-compatible server.
 
-    Arguments default to the environment: ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
-    ``FLOWNB_OPENAI_TRANSPORT`` (``aiohttp`` or ``sdk``).
+    :meth:`create` takes the key, endpoint and transport from the run configuration
+    (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``FLOWNB_OPENAI_TRANSPORT``: ``aiohttp`` or ``sdk``);
+    built directly, it talks to api.openai.com over aiohttp unless told otherwise.
 
     Raises:
         ConfigError: no API key for api.openai.com, or an unknown transport.
@@ -394,21 +395,20 @@ class OpenAIProvider(Provider):
     def __init__(
         self,
         *,
-        media: MediaStore | None = None,
+        media: MediaStore,
         api_key: str | None = None,
         base_url: str | None = None,
         transport: str | None = None,
     ) -> None:
-        settings = get_settings()
-        self.media = media or MediaStore(settings.media_dir)
-        self.base_url = (base_url or settings.openai_base_url or OPENAI_BASE_URL).rstrip("/")
-        key = api_key or settings.openai_api_key
+        self.media = media
+        self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
+        key = api_key
         if not key and self.base_url == OPENAI_BASE_URL:
             raise ConfigError(
                 "the openai provider needs OPENAI_API_KEY (or OPENAI_BASE_URL pointing at an "
                 "OpenAI-compatible server that needs no key)"
             )
-        chosen = (transport or settings.openai_transport).strip().lower()
+        chosen = (transport or DEFAULT_OPENAI_TRANSPORT).strip().lower()
         if chosen not in TRANSPORTS:
             raise ConfigError(
                 f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}"
@@ -418,6 +418,20 @@ class OpenAIProvider(Provider):
             self.base_url, key
         )
         self._prepared: dict[int, tuple[Mapping[str, Any], Kind, Prepared]] = {}
+
+    @classmethod
+    def create(cls, config: RunConfig, media: MediaStore) -> OpenAIProvider:
+        """Return the provider for ``config``'s key, endpoint and transport.
+
+        Raises:
+            ConfigError: no API key for api.openai.com, or an unknown transport.
+        """
+        return cls(
+            media=media,
+            api_key=config.openai_api_key,
+            base_url=config.openai_base_url,
+            transport=config.openai_transport,
+        )
 
     def __repr__(self) -> str:  # never the key
         return f"<OpenAIProvider base_url={self.base_url!r} transport={self.transport_name!r}>"
@@ -447,7 +461,13 @@ class OpenAIProvider(Provider):
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared
 
-    check_params = prepare  # the engine's load-time check
+    def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
+        """Refuse params the API would reject, at flow load (see :meth:`prepare`).
+
+        Raises:
+            ConfigError: naming the node and the parameter.
+        """
+        self.prepare(kind, params, node)
 
     async def generate(self, call: Call) -> Generation:
         """Return one generation: a single attempt (retries are the engine's).

@@ -1,32 +1,96 @@
-"""Building a provider by name (``--provider`` / ``FLOWNB_PROVIDER``)."""
+"""Finding providers by name: the built-ins, and any installed package's ``flownb.providers``
+entry points.
+
+A third-party package adds a provider without editing flownb by declaring, in its
+``pyproject.toml``::
+
+    [project.entry-points."flownb.providers"]
+    mymodel = "mypackage.provider:MyProvider"   # a flownb.providers.base.Provider subclass
+
+Its name then works everywhere a provider is chosen: ``load_flow(provider="mymodel")``,
+``flownb run --provider mymodel``, ``%flow run ... --provider mymodel``, ``FLOWNB_PROVIDER``.
+Entry points are read once per process (the first time a name is looked up) and loaded only
+when that provider is used. A built-in name cannot be taken over by a plugin.
+"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Mapping
+from importlib import import_module
+from importlib.metadata import entry_points
+
 from ..errors import ConfigError
 from ..media import MediaStore
-from ..settings import PROVIDERS, get_settings
+from ..settings import RunConfig
 from .base import Provider
 
-__all__ = ["make_provider"]
+__all__ = ["ENTRY_POINT_GROUP", "make_provider", "provider_class", "provider_names"]
+
+ENTRY_POINT_GROUP = "flownb.providers"
+
+# name -> "module:Class"; imported only when chosen (the openai provider pulls in aiohttp).
+_BUILTIN: Mapping[str, str] = {
+    "offline": "flownb.providers.offline:OfflineProvider",
+    "openai": "flownb.providers.openai:OpenAIProvider",
+}
 
 
-def make_provider(name: str | None = None, *, media: MediaStore | None = None) -> Provider:
-    """Return a new provider: ``name``, else ``FLOWNB_PROVIDER``, else offline.
+def _import(target: str) -> object:
+    module, _, attr = target.partition(":")
+    return getattr(import_module(module), attr)
+
+
+@functools.cache
+def _plugins() -> Mapping[str, Callable[[], object]]:
+    found: dict[str, Callable[[], object]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        name = ep.name.strip().lower()
+        if name not in _BUILTIN:
+            found.setdefault(name, ep.load)
+    return found
+
+
+def provider_names() -> list[str]:
+    """Return every provider name that can be chosen: the built-ins first, then plugins, sorted."""
+    return [*_BUILTIN, *sorted(_plugins())]
+
+
+def provider_class(name: str) -> type[Provider]:
+    """Return the provider class registered as ``name`` (case-insensitive).
+
+    Raises:
+        ConfigError: no provider has that name (the message lists the names that exist), or the
+            plugin cannot be imported or is not a :class:`Provider` subclass.
+    """
+    chosen = name.strip().lower()
+    try:
+        if chosen in _BUILTIN:
+            cls = _import(_BUILTIN[chosen])
+        elif chosen in _plugins():
+            cls = _plugins()[chosen]()
+        else:
+            raise ConfigError(
+                f"unknown provider {chosen!r}; choose one of {', '.join(provider_names())}"
+            )
+    except ConfigError:
+        raise
+    except Exception as exc:  # a broken plugin: say which, and why, in one line
+        raise ConfigError(
+            f"provider {chosen!r} cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, Provider)):
+        raise ConfigError(
+            f"provider {chosen!r} ({ENTRY_POINT_GROUP} entry point) is not a "
+            "flownb.providers.base.Provider subclass"
+        )
+    return cls
+
+
+def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
+    """Return a new provider: ``name``, else ``config.provider``, set up from ``config``.
 
     Raises:
         ConfigError: the name is not a provider, or the provider cannot be configured.
     """
-    settings = get_settings()
-    chosen = (name or settings.provider).strip().lower()
-    media = media or MediaStore(settings.media_dir)
-    if chosen == "offline":
-        from .offline import OfflineProvider
-
-        return OfflineProvider(media)
-    if chosen == "openai":
-        try:
-            from .openai import OpenAIProvider
-        except ImportError as exc:  # pragma: no cover - until the OpenAI provider lands
-            raise ConfigError(f"the openai provider is not available: {exc}") from exc
-        return OpenAIProvider(media=media)
-    raise ConfigError(f"unknown provider {chosen!r}; choose one of {', '.join(PROVIDERS)}")
+    return provider_class(name or config.provider).create(config, MediaStore(config.media_dir))

@@ -2,8 +2,9 @@
 
 Per request the hot path is: one stat of the key file and a constant-time digest comparison,
 one stat of the flow file (the parsed plan is kept until the file changes), the body read with a
-size cap and decoded once, the whole batch validated, the engine run (inline providers
-synchronously, in a thread pool for larger batches), and the JSON encoded once.
+size cap and decoded once, the whole batch validated, the batch handed to the flow's
+:class:`~flownb.pipeline.Runner` (the same pipeline local runs take: small offline batches on the
+loop, larger ones in a thread, provider calls on the loop), and the JSON encoded once.
 """
 
 from __future__ import annotations
@@ -20,19 +21,21 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import FileResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from ..cache import open_cache
-from ..engine import Engine, Outcomes, Plan
+from ..engine import Engine, Plan
 from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
 from ..media import MEDIA_NAME, MediaStore
+from ..model import describe
+from ..pipeline import Outcomes, Runner
 from ..providers.base import Provider
 from ..providers.registry import make_provider
-from ..settings import get_settings
+from ..runlog import open_runlog
+from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, resolve_run_config
 from .errors import (
     ApiProblem,
     batch_problem,
@@ -52,13 +55,8 @@ from .schemas import (
 )
 from .store import FlowStore
 
-__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_BODY", "ServerConfig", "create_app", "parse_run_body"]
+__all__ = ["ServerConfig", "create_app", "parse_run_body"]
 
-DEFAULT_MAX_BATCH = 1000
-DEFAULT_MAX_BODY = 10 * 1024 * 1024
-# Inline (offline) batches up to this size run on the event loop; larger ones in a thread, so
-# one big batch does not stall every other request.
-INLINE_ON_LOOP = 32
 REQUEST_ID = "flownb.request_id"
 _SAFE_REQUEST_ID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _FLOW_PATHS = ("/api/flows/getFlowInfo/", "/api/flows/run/")
@@ -81,7 +79,16 @@ _FLOW_ID_PARAM = {
 
 
 class ServerConfig:
-    """What one server serves and with what: flows folder, provider, keys, media, limits."""
+    """What one server serves and with what: flows folder, provider, keys, media, limits.
+
+    Settings are resolved once, here (explicit argument > environment > default): the server's
+    call cache and run log are off unless ``FLOWNB_SERVER_CACHE=1`` / ``FLOWNB_SERVER_RUNLOG=1``
+    (or ``cache=`` / ``log=``), since a server answers many callers and keeping their inputs
+    and outputs is its operator's decision.
+
+    Raises:
+        ConfigError: a limit below 1, or a provider that cannot be set up.
+    """
 
     def __init__(
         self,
@@ -92,31 +99,47 @@ class ServerConfig:
         max_batch: int = DEFAULT_MAX_BATCH,
         max_body_bytes: int = DEFAULT_MAX_BODY,
         concurrency: int | None = None,
+        cache: bool | None = None,
+        log: bool | None = None,
     ) -> None:
         if max_batch < 1 or max_body_bytes < 1:
             raise ConfigError("--max-batch and --max-body-bytes must be at least 1")
-        settings = get_settings()
-        self.home = Path(home) if home is not None else settings.home
-        self.media = MediaStore(self.home / "media")
-        if provider is None or isinstance(provider, str):
-            # Built here so a caching wrapper can be put around it later; no cache by default.
-            provider = make_provider(provider, media=self.media)
-        self.provider: Provider = provider
-        self.store = FlowStore(flows_dir, self._engine)
+        self.run_config = resolve_run_config(
+            provider=provider if isinstance(provider, str) else None,
+            concurrency=concurrency,
+            cache=cache,
+            log=log,
+            home=home,
+            server=True,
+        )
+        self.home = self.run_config.home
+        self.media = MediaStore(self.run_config.media_dir)
+        self.provider: Provider = (
+            provider if isinstance(provider, Provider) else make_provider(self.run_config)
+        )
+        self.store = FlowStore(flows_dir, self._runner)
         self.keys = KeyStore(self.home)
         self.max_batch = max_batch
         self.max_body_bytes = max_body_bytes
-        self.concurrency = concurrency or settings.concurrency
-        # Off by default: a server answers many callers, and whether re-runs may be served from
-        # a cache is its operator's decision (FLOWNB_SERVER_CACHE=1).
-        self.cache = (
-            open_cache(self.home) if settings.server_cache and self.provider.cacheable else None
-        )
+        self.concurrency = self.run_config.concurrency
+        use_cache = self.run_config.cache and self.provider.cacheable
+        self.cache = open_cache(self.home) if use_cache else None
+        self.runlog = open_runlog(self.home) if self.run_config.runlog else None
 
-    def _engine(self, plan: Plan) -> Engine:
+    def _runner(self, flow_id: str, plan: Plan) -> Runner:
         # One engine per version of a flow file (its pacing spans requests); media URLs are
         # made from the current request's address (a context variable set per request).
-        return Engine(plan, self.provider, _media_url, cache=self.cache)
+        cfg = self.run_config
+        engine = Engine(
+            plan,
+            self.provider,
+            _media_url,
+            cache=self.cache,
+            rpm=cfg.rpm,
+            timeout=cfg.timeout,
+            retries=cfg.retries,
+        )
+        return Runner(engine, name=flow_id, concurrency=cfg.concurrency, runlog=self.runlog)
 
 
 _current_request: ContextVar[Request | None] = ContextVar("flownb_request", default=None)
@@ -292,7 +315,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         authenticate(request)
         flow = store.get(request.path_params["flow_id"])
         headers = {**limits, "x-flownb-image-outputs": flow.image_outputs}
-        return json_response(flow.plan.describe(), headers=headers)
+        return json_response(describe(flow.plan.variables, flow.plan.outputs), headers=headers)
 
     @app.post(
         "/api/flows/run/{flow_id:path}",
@@ -324,15 +347,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         if not batch:
             return json_response([])
 
-        engine = flow.engine
         _current_request.set(request)  # media URLs use the address this caller used
         collect = Outcomes(len(batch))
-        if not provider.inline:
-            await engine.run_async(batch, collect, config.concurrency)
-        elif len(batch) <= INLINE_ON_LOOP and not flow.has_images:
-            engine.run_inline(batch, collect)
-        else:
-            await run_in_threadpool(engine.run_inline, batch, collect)
+        await flow.runner.arun(batch, collect)
 
         results = collect.results
         if collect.errors:

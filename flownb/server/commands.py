@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import click
 
-from ..settings import PROVIDERS, get_settings
+from ..providers.registry import provider_names
+from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, get_settings
 
 __all__ = ["keys", "serve"]
 
@@ -24,20 +25,20 @@ __all__ = ["keys", "serve"]
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--provider",
-    type=click.Choice(PROVIDERS),
+    type=click.Choice(provider_names(), case_sensitive=False),
     default=None,
     help="Model provider (default: FLOWNB_PROVIDER or offline).",
 )
 @click.option(
     "--max-batch",
-    default=1000,
+    default=DEFAULT_MAX_BATCH,
     show_default=True,
     type=click.IntRange(min=1),
     help="Most elements a run's variables array may hold.",
 )
 @click.option(
     "--max-body-bytes",
-    default=10 * 1024 * 1024,
+    default=DEFAULT_MAX_BODY,
     show_default=True,
     type=click.IntRange(min=1),
     help="Largest request body accepted.",

@@ -7,7 +7,6 @@ edited while the server runs is served on the next request, with no restart.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -17,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import Plan
-from ..errors import FlowFileError, FlownbError, FlowNotFound
-from ..model import parse_flow
+from ..errors import FlowFileError, FlowNotFound
+from ..model import parse_flow, read_flow_file
 from .keys import KEY_PREFIX
 
 __all__ = ["FLOW_ID", "FlowStore", "StoredFlow"]
@@ -29,14 +28,13 @@ FLOW_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 @dataclass(frozen=True, slots=True)
 class StoredFlow:
-    """A loaded flow: its id, its plan and engine, and the file state it was read from."""
+    """A loaded flow: its id, its plan and runner, and the file state it was read from."""
 
     flow_id: str
     plan: Plan
-    engine: Any  # what the store's ``make_engine`` built for the plan (an Engine, or None)
+    runner: Any  # what the store's ``make_runner`` built for the plan (a Runner, or None)
     stamp: tuple[int, int, int]
     image_outputs: str  # positions (among outputs) of image outputs, "1,3"; "" when none
-    has_images: bool  # some step draws an image (slow enough to keep off the event loop)
 
 
 def not_found(flow_id: str) -> FlowNotFound:
@@ -55,12 +53,13 @@ class FlowStore:
     """Flows served from one folder."""
 
     def __init__(
-        self, directory: str | Path, make_engine: Callable[[Plan], Any] | None = None
+        self, directory: str | Path, make_runner: Callable[[str, Plan], Any] | None = None
     ) -> None:
         self.directory = Path(directory)
         self._dir = str(self.directory)
-        # Built once per version of a flow file: an engine's pacing and counters span requests.
-        self._make_engine = make_engine
+        # Built once per version of a flow file: an engine's pacing spans requests. A provider
+        # that cannot run the flow (images, params) raises ConfigError here, as a local load does.
+        self._make_runner = make_runner
         self._flows: dict[str, StoredFlow] = {}
         self._lock = threading.Lock()
 
@@ -112,27 +111,14 @@ class FlowStore:
     def _load(self, flow_id: str, path: Path, stamp: tuple[int, int, int]) -> StoredFlow:
         where = f"flow {flow_id!r}"
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise not_found(flow_id) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise FlowFileError(
-                f"{where}: the flow file cannot be read ({type(exc).__name__})"
-            ) from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FlowFileError(
-                f"{where}: the flow file is not JSON "
-                f"(line {exc.lineno} column {exc.colno}: {exc.msg})"
-            ) from None
+            data = read_flow_file(path, label=where)
+        except FlowFileError:
+            if not path.exists():  # deleted since the stat
+                raise not_found(flow_id) from None
+            raise
         plan = Plan(parse_flow(data, where))
         images = ",".join(
             str(i) for i, name in enumerate(plan.outputs) if plan.output_kinds.get(name) == "image"
         )
-        has_images = any(step.kind == "image" for step in plan.steps)
-        try:
-            engine = self._make_engine(plan) if self._make_engine is not None else None
-        except FlownbError as exc:  # e.g. model params the provider refuses
-            raise FlowFileError(f"{where}: {exc.message}") from None
-        return StoredFlow(flow_id, plan, engine, stamp, images, has_images)
+        runner = self._make_runner(flow_id, plan) if self._make_runner is not None else None
+        return StoredFlow(flow_id, plan, runner, stamp, images)

@@ -333,8 +333,7 @@ class FakeOpenAI:
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", self.port)
             await site.start()
-            sockets = site._server.sockets  # type: ignore[union-attr]
-            self.port = sockets[0].getsockname()[1]
+            self.port = runner.addresses[0][1]
             self._runner = runner
             ready.set()
 

@@ -1,0 +1,141 @@
+"""The one path every validated batch takes to the engine, wherever it comes from.
+
+``LocalFlow.run``/``run_batch``/``run_dataframe``, their async twins, evaluations and the server's
+run route all hand a batch to a :class:`Runner`, which
+
+1. records each element in the run log as it finishes (when the run log is on),
+2. picks how the engine runs: providers that answer without I/O (offline) run synchronously;
+   from a running event loop, a small such batch runs on the loop and a larger one (or one that
+   draws images) in a worker thread, so the loop stays responsive; every other provider runs
+   on the event loop, flownb's background loop for synchronous callers,
+3. reports each element's outcome to the caller's ``on_result`` as it ends, so nothing finished
+   is lost when the run is interrupted.
+
+:class:`Outcomes` is the usual ``on_result``: it keeps a batch's results in input order and
+raises :class:`~flownb.errors.BatchError`, which keeps the successes, if some element failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+from .aio import run_sync
+from .engine import Engine
+from .errors import BatchError
+from .result import OnResult, RunResult
+from .runlog import RunLog, RunRecorder
+
+__all__ = ["INLINE_ON_LOOP", "Outcomes", "Runner"]
+
+# Inline (offline) batches up to this size run on a caller's event loop; larger ones in a
+# thread, so one big batch does not stall everything else the loop serves.
+INLINE_ON_LOOP = 32
+
+
+class Outcomes:
+    """An ``on_result`` callback that keeps a batch's outcomes in input order.
+
+    Call it as ``outcomes(i, result, exc)`` for each element (the runner does), then
+    :meth:`value` for the list of results. ``results`` holds each element's result (``None``
+    where it failed or has not finished) and ``errors`` maps each failed index to its exception.
+    ``keep=False`` keeps only the failures, for callers that take each result as it comes (a
+    100,000-row batch then does not hold every result twice).
+    """
+
+    __slots__ = ("errors", "keep", "results", "size")
+
+    def __init__(self, size: int, *, keep: bool = True) -> None:
+        self.size = size
+        self.keep = keep
+        self.results: list[RunResult | None] = [None] * size if keep else []
+        self.errors: dict[int, BaseException] = {}
+
+    def __call__(self, i: int, result: RunResult | None, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.errors[i] = exc
+        elif self.keep:
+            self.results[i] = result
+
+    def value(self) -> list[RunResult]:
+        """Return every element's result, in input order.
+
+        Raises:
+            BatchError: some elements failed; it keeps the others' results.
+        """
+        if self.errors:
+            results = self.results if self.keep else [None] * self.size
+            raise BatchError(results, self.errors)
+        return self.results  # type: ignore[return-value]  # no error: every slot is filled
+
+
+class Runner:
+    """Runs validated batches of one flow on its engine (see the module docstring).
+
+    ``runlog`` is where runs are recorded under the flow's ``name`` (``None``: not recorded);
+    ``concurrency`` bounds provider calls in flight unless a run asks for another bound.
+    """
+
+    def __init__(
+        self, engine: Engine, *, name: str, concurrency: int, runlog: RunLog | None = None
+    ) -> None:
+        self.engine = engine
+        self.name = name
+        self.concurrency = concurrency
+        self.runlog = runlog
+        self._images = any(step.kind == "image" for step in engine.plan.steps)
+
+    def _recorder(self, batch: Sequence[Mapping[str, str]]) -> RunRecorder | None:
+        if self.runlog is None or not batch:
+            return None
+        provider = self.engine.provider
+        return self.runlog.recorder(self.name, provider.name, batch, detailed=not provider.inline)
+
+    def run(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        *,
+        concurrency: int | None = None,
+    ) -> None:
+        """Run ``batch`` from synchronous code (a Jupyter kernel's thread included), reporting
+        each element to ``on_result`` as it ends.
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C; every element finished before it was reported.
+        """
+        recorder = self._recorder(batch)
+        if recorder is not None:
+            on_result = recorder.wrap(on_result)
+        engine = self.engine
+        try:
+            if engine.provider.inline:
+                engine.run_inline(batch, on_result)
+            else:
+                run_sync(engine.run_async(batch, on_result, concurrency or self.concurrency))
+        finally:
+            if recorder is not None:
+                recorder.flush()
+
+    async def arun(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        *,
+        concurrency: int | None = None,
+    ) -> None:
+        """Run ``batch`` on the caller's event loop, reporting each element to ``on_result``."""
+        recorder = self._recorder(batch)
+        if recorder is not None:
+            on_result = recorder.wrap(on_result)
+        engine = self.engine
+        try:
+            if not engine.provider.inline:
+                await engine.run_async(batch, on_result, concurrency or self.concurrency)
+            elif len(batch) <= INLINE_ON_LOOP and not self._images:
+                engine.run_inline(batch, on_result)
+            else:
+                await asyncio.to_thread(engine.run_inline, batch, on_result)
+        finally:
+            if recorder is not None:
+                recorder.flush()

@@ -1,0 +1,232 @@
+"""The package's shape, read from its source: no import circles, the core never imports
+notebook code, settings read only at the entry points, no private member used across modules,
+providers found through the registry.
+
+These read the code as text (``ast``), so they fail the moment someone adds an import or a call
+that breaks a rule, whether or not a test happens to exercise that path.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import flownb
+
+PACKAGE = Path(flownb.__file__).parent
+
+# Modules users enter through: only these may read the environment (settings.py itself aside).
+ENTRY_POINTS = {
+    "flownb.cli",
+    "flownb.client",
+    "flownb.notebook.magics",
+    "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
+    "flownb.server.commands",
+}
+# What may resolve a RunConfig from the environment: the flow loader and the server's config.
+CONFIG_BUILDERS = {"flownb.flow", "flownb.server.app"}
+# The engine and everything under it: never notebook code, not even lazily.
+NOT_CORE = {"flownb", "flownb.flow", "flownb.cli"}
+
+
+def modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements that run at import time (not under ``if TYPE_CHECKING``, not in functions)."""
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            if not _is_type_checking(stmt.test):
+                yield from _top_level(stmt.body)
+            yield from _top_level(stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            for block in (stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)):
+                yield from _top_level(block)
+        else:
+            yield stmt
+
+
+def _targets(name: str, node: ast.Import | ast.ImportFrom, known: set[str]) -> set[str]:
+    """The flownb modules an import statement in module ``name`` loads."""
+    out: set[str] = set()
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in known}
+    package = name if name in known and _is_package(name) else name.rpartition(".")[0]
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        module = ".".join([*base, node.module] if node.module else base)
+    else:
+        module = node.module or ""
+    if module in known:
+        out.add(module)
+    for alias in node.names:  # `from . import x` / `from .pkg import submodule`
+        sub = f"{module}.{alias.name}"
+        if sub in known:
+            out.add(sub)
+    return out
+
+
+def _is_package(name: str) -> bool:
+    return (PACKAGE.parent / Path(*name.split(".")) / "__init__.py").exists()
+
+
+def import_graph(*, module_level: bool) -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    graph: dict[str, set[str]] = {name: set() for name in mods}
+    for name, tree in mods.items():
+        stmts = list(_top_level(tree.body)) if module_level else list(ast.walk(tree))
+        for node in stmts:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                graph[name] |= _targets(name, node, known) - {name}
+    if not module_level:  # lazy imports, minus those only for type checkers
+        for name, tree in mods.items():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.If) and _is_type_checking(node.test):
+                    for sub in node.body:
+                        if isinstance(sub, ast.Import | ast.ImportFrom):
+                            graph[name] -= _targets(name, sub, known)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_level_import_circle() -> None:
+    assert cycles(import_graph(module_level=True)) == []
+
+
+def test_result_display_flow_frame_and_widgets_do_not_import_each_other_both_ways() -> None:
+    graph = import_graph(module_level=False)
+    for a, b in [
+        ("flownb.result", "flownb.display"),
+        ("flownb.flow", "flownb.frame"),
+        ("flownb.flow", "flownb.notebook.widgets"),
+    ]:
+        assert not (b in graph[a] and a in graph[b]), f"{a} and {b} import each other"
+
+
+def test_the_core_never_imports_notebook_code() -> None:
+    graph = import_graph(module_level=False)
+    offenders = {
+        name: sorted(t for t in targets if t.startswith("flownb.notebook"))
+        for name, targets in graph.items()
+        if not name.startswith("flownb.notebook") and name not in NOT_CORE
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def _calls(tree: ast.Module, func: str) -> bool:
+    return any(
+        isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Name) and n.func.id == func)
+            or (isinstance(n.func, ast.Attribute) and n.func.attr == func)
+        )
+        for n in ast.walk(tree)
+    )
+
+
+def test_settings_are_read_only_at_the_entry_points() -> None:
+    mods = modules()
+    readers = {name for name, tree in mods.items() if _calls(tree, "get_settings")}
+    assert readers <= ENTRY_POINTS | {"flownb.settings"}, readers - ENTRY_POINTS
+    builders = {name for name, tree in mods.items() if _calls(tree, "resolve_run_config")}
+    assert builders <= CONFIG_BUILDERS, builders - CONFIG_BUILDERS
+    text = {p: p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
+    assert [p.name for p, t in text.items() if "os.environ" in t] == ["settings.py"]
+
+
+# Private attributes touched on something other than self/cls, each with its reason.
+PRIVATE_ALLOWED = {
+    # make_result fills a RunResult it made with dict.__new__ (the engine's per-row fast path).
+    ("flownb.result", "_entries"),
+}
+
+
+def test_no_private_member_is_used_across_objects() -> None:
+    offenders = []
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            attr = node.attr
+            if not attr.startswith("_") or attr.startswith("__") or attr.endswith("_"):
+                continue  # public, dunder, or a protocol name such as _repr_html_
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if (name, attr) not in PRIVATE_ALLOWED:
+                offenders.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    assert offenders == []
+
+
+def test_providers_are_chosen_from_the_registry_everywhere() -> None:
+    # The CLI's and the magics' choices derive from the registry, not from a literal list.
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.List | ast.Tuple) and {
+                c.value for c in node.elts if isinstance(c, ast.Constant)
+            } >= {"offline", "openai"}:
+                raise AssertionError(f"{name}:{node.lineno} lists providers by hand")
