@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..media import MediaStore
     from ..settings import RunConfig
 
-__all__ = ["Call", "Generation", "Kind", "Provider"]
+__all__ = ["Call", "Generation", "Kind", "Provider", "RateLimits"]
 
 Kind = Literal["text", "image"]
 
@@ -41,6 +41,20 @@ class Call:
     node_id: str = ""
 
 
+@dataclass(slots=True, frozen=True)
+class RateLimits:
+    """What a provider's answer said about its rate limits (OpenAI's ``x-ratelimit-*`` headers):
+    requests and tokens left in the current window, seconds until each is replenished, and the
+    window's size. ``None`` where the answer did not say."""
+
+    remaining_requests: int | None = None
+    reset_requests: float | None = None
+    limit_requests: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens: float | None = None
+    limit_tokens: int | None = None
+
+
 @dataclass(slots=True)
 class Generation:
     """What a provider produced for a :class:`Call`.
@@ -48,6 +62,8 @@ class Generation:
     ``output`` is the text, or an image URL the provider returned. ``media`` is the file name of
     an image the provider wrote to the media store instead; the engine turns it into a URL fit
     for where the result goes (``file://`` locally, ``http://.../media/...`` from the server).
+    ``limits`` is what the answer said about the provider's rate limits, for the run's limiter
+    (never cached).
     """
 
     output: str
@@ -56,6 +72,7 @@ class Generation:
     usage: dict[str, int] | None = None
     cached: bool = False
     latency: float = 0.0
+    limits: RateLimits | None = None
 
 
 class Provider(ABC):

@@ -7,7 +7,9 @@ and retries, in that order.
    elements and independent nodes), waits for the requests-per-minute pace, and gets
    ``timeout`` seconds. 429s, 5xx, timeouts and dropped connections are retried by tenacity
    with the provider's Retry-After or exponential backoff with jitter, holding no slot while
-   waiting; a 429 also halves the run's concurrency for a while.
+   waiting. Each answer tells the limiter the in-flight level its call started at and the
+   provider's rate-limit headers: a 429 at a level that did not work lowers the concurrency to
+   just under it, headers pace starts before the provider refuses (see AdaptiveLimiter).
 4. The success is put in the cache (errors never are).
 """
 
@@ -98,6 +100,7 @@ class CallRunner:
     async def _attempt(self, call: Call) -> Generation:
         limiter = self.limiter
         async with limiter:
+            level, seq = limiter.in_flight, limiter.started  # what this call's answer speaks to
             try:
                 if self.timeout is None:
                     gen = await self.provider.generate(call)
@@ -109,10 +112,13 @@ class CallRunner:
                     f"{self.provider.name} did not answer within {self.timeout:g} s",
                     provider=self.provider.name,
                 ) from exc
-            except RateLimited:
-                limiter.rate_limited()
+            except RateLimited as exc:
+                limiter.rejected(level, seq, getattr(exc, "rate_limits", None))
                 raise
-        limiter.succeeded()
+        usage = gen.usage
+        limiter.succeeded(
+            level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
+        )
         return gen
 
     async def _attempts(self, call: Call) -> Generation:

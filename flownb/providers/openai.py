@@ -23,6 +23,11 @@ through the official ``openai`` SDK's ``AsyncOpenAI`` (``transport="sdk"`` /
 ``FLOWNB_OPENAI_TRANSPORT=sdk``). Either way one call is one attempt: retries, backoff and the
 concurrency limit belong to the engine, so they work the same for every provider.
 
+Both transports read OpenAI's rate-limit headers (``x-ratelimit-remaining-requests`` /
+``-tokens``, ``x-ratelimit-reset-*`` in its duration format such as ``"6m0s"``) into
+:class:`RateLimits` on the generation (and on a 429's :class:`RateLimited` as ``rate_limits``),
+so the run's limiter can pace before the provider refuses rather than after.
+
 Errors of both transports are translated into flownb errors at one boundary
 (:func:`_translate_status`, and each transport's ``post``), keeping the provider's message, HTTP
 status and request id, with any API key masked.
@@ -47,9 +52,9 @@ from typing import Any, ClassVar
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ..media import MediaStore
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
-from .base import Call, Generation, Kind, Provider
+from .base import Call, Generation, Kind, Provider, RateLimits
 
-__all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared"]
+__all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared", "parse_duration", "rate_limits"]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TEXT_MODEL = "gpt-4o-mini"
@@ -88,6 +93,7 @@ _IMAGE_EXTRAS = frozenset(
         "user",
     }
 )
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")
 _KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_*\-]{3,}")
 _IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp"}
 
@@ -192,6 +198,54 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, seconds)
 
 
+def parse_duration(text: str | None) -> float | None:
+    """Return seconds for OpenAI's rate-limit durations ("1s", "6m0s", "20ms", "1h2m3.5s", or a
+    bare number of seconds); ``None`` for anything else."""
+    if not text:
+        return None
+    text = text.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    seconds = 0.0
+    end = 0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != end:
+            return None
+        end = match.end()
+        value, unit = float(match.group(1)), match.group(2)
+        seconds += value * {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}[unit]
+    return seconds if end == len(text) and end else None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def rate_limits(headers: Mapping[str, str]) -> RateLimits | None:
+    """Return what OpenAI's ``x-ratelimit-*`` headers say, or ``None`` when there are none
+    (the usual case for local servers, checked first and cheaply)."""
+    get = headers.get
+    remaining_requests = get("x-ratelimit-remaining-requests")
+    remaining_tokens = get("x-ratelimit-remaining-tokens")
+    if remaining_requests is None and remaining_tokens is None:
+        return None
+    return RateLimits(
+        remaining_requests=_int(remaining_requests),
+        reset_requests=parse_duration(get("x-ratelimit-reset-requests")),
+        limit_requests=_int(get("x-ratelimit-limit-requests")),
+        remaining_tokens=_int(remaining_tokens),
+        reset_tokens=parse_duration(get("x-ratelimit-reset-tokens")),
+        limit_tokens=_int(get("x-ratelimit-limit-tokens")),
+    )
+
+
 def _translate_status(
     status: int, body: Any, headers: Mapping[str, str], key: str | None
 ) -> ProviderError:
@@ -214,9 +268,11 @@ def _translate_status(
         text += f" (request id {request_id})"
     retry_after = _retry_after(headers.get("retry-after") or headers.get("Retry-After"))
     if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
-        return RateLimited(
+        limited = RateLimited(
             text, retry_after=retry_after, status=status, request_id=request_id, provider="openai"
         )
+        limited.rate_limits = rate_limits(headers)  # type: ignore[attr-defined]  # for the limiter
+        return limited
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
     exc = ProviderError(text, status=status, request_id=request_id, provider="openai")
@@ -272,7 +328,9 @@ class _AiohttpTransport:
             _SESSIONS[ident] = session
         return session
 
-    async def post(self, endpoint: str, body: Mapping[str, Any]) -> tuple[Any, str | None]:
+    async def post(
+        self, endpoint: str, body: Mapping[str, Any]
+    ) -> tuple[Any, str | None, RateLimits | None]:
         import aiohttp
 
         try:
@@ -303,7 +361,7 @@ class _AiohttpTransport:
                 request_id=headers.get("x-request-id"),
                 provider="openai",
             )
-        return data, headers.get("x-request-id")
+        return data, headers.get("x-request-id"), rate_limits(headers)
 
     async def aclose(self) -> None:
         session = _SESSIONS.pop((asyncio.get_running_loop(), self.base_url, self.key), None)
@@ -332,24 +390,32 @@ class _SdkTransport:
             self._clients[loop] = client
         return client
 
-    async def post(self, endpoint: str, body: Mapping[str, Any]) -> tuple[Any, str | None]:
+    async def post(
+        self, endpoint: str, body: Mapping[str, Any]
+    ) -> tuple[Any, str | None, RateLimits | None]:
         import openai
 
         client = self._client()
         rest = dict(body)
         model = rest.pop("model")
         try:
+            # with_raw_response: the same call, with the answer's headers (rate limits) kept.
             if endpoint == "/chat/completions":
                 messages = rest.pop("messages")
-                resp = await client.chat.completions.create(
+                raw = await client.chat.completions.with_raw_response.create(
                     model=model, messages=messages, extra_body=rest
                 )
             elif endpoint == "/completions":
                 prompt = rest.pop("prompt")
-                resp = await client.completions.create(model=model, prompt=prompt, extra_body=rest)
+                raw = await client.completions.with_raw_response.create(
+                    model=model, prompt=prompt, extra_body=rest
+                )
             else:
                 prompt = rest.pop("prompt")
-                resp = await client.images.generate(model=model, prompt=prompt, extra_body=rest)
+                raw = await client.images.with_raw_response.generate(
+                    model=model, prompt=prompt, extra_body=rest
+                )
+            resp = raw.parse()
         except openai.APIStatusError as exc:
             raise _translate_status(
                 exc.status_code,
@@ -368,7 +434,7 @@ class _SdkTransport:
             raise ProviderError(
                 f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
             ) from exc
-        return resp.to_dict(), getattr(resp, "_request_id", None)
+        return resp.to_dict(), getattr(resp, "_request_id", None), rate_limits(raw.headers)
 
     async def aclose(self) -> None:
         client = self._clients.pop(asyncio.get_running_loop(), None)
@@ -481,10 +547,12 @@ class OpenAIProvider(Provider):
             body["messages"] = [{"role": "user", "content": call.prompt}]
         else:
             body["prompt"] = call.prompt
-        data, request_id = await self._transport.post(prepared.endpoint, body)
+        data, request_id, limits = await self._transport.post(prepared.endpoint, body)
         try:
             if call.kind == "image":
-                return self._image(data, prepared)
+                gen = self._image(data, prepared)
+                gen.limits = limits
+                return gen
             choice = data["choices"][0]
             if prepared.endpoint == "/chat/completions":
                 text = choice["message"].get("content") or ""
@@ -500,7 +568,9 @@ class OpenAIProvider(Provider):
         usage = data.get("usage")
         if isinstance(usage, Mapping):
             usage = {k: v for k, v in usage.items() if isinstance(v, int)}
-        return Generation(text, model=data.get("model") or body["model"], usage=usage or None)
+        return Generation(
+            text, model=data.get("model") or body["model"], usage=usage or None, limits=limits
+        )
 
     def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
         item = data["data"][0]

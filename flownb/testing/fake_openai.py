@@ -4,8 +4,15 @@ It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/g
 deterministically from the request (text ``"echo: <prompt>"``, images as a URL or a small PNG in
 ``b64_json``), after a configurable latency, and can misbehave on purpose: 429 with a
 ``Retry-After``, 500, hangs and dropped connections, each for a share of requests (seeded, so a
-run is reproducible) or for every prompt containing a given marker. It records every request body
-and the peak number of requests in flight.
+run is reproducible) or for every prompt containing a given marker. It records every request body,
+the prompt of every request it answered with a 200, and the peak number of requests in flight.
+
+It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
+to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
+default: requests per minute) answers 429 once N requests arrived in the current window, and
+sends OpenAI's rate-limit headers (``x-ratelimit-limit-requests``,
+``x-ratelimit-remaining-requests``, ``x-ratelimit-reset-requests`` in OpenAI's duration format
+such as ``"1s"`` or ``"6m0s"``, and on a 429 ``Retry-After`` in seconds) on every answer.
 
 In a test::
 
@@ -76,6 +83,9 @@ class FakeConfig:
     retry_after: str | None = "0"
     seed: int = 0
     image_format: str = "url"  # what images answer when the request does not say
+    max_in_flight: int | None = None  # 429 at once beyond this many requests being served
+    rate_limit: int | None = None  # requests per rate_window; 429 (with headers) beyond it
+    rate_window: float = 60.0
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -98,7 +108,11 @@ class _State:
         self.in_flight = 0
         self.peak_in_flight = 0
         self.answered = 0  # 200s sent
+        self.answered_prompts: list[str] = []  # the prompt of every 200 sent, in order
         self.faults_sent: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self.limited = 0  # 429s sent by the rate limit (max_in_flight / rate_limit)
+        self.window_start = 0.0
+        self.window_used = 0
 
     def reset(self) -> None:
         self.rng = random.Random(self.config.seed)
@@ -107,7 +121,11 @@ class _State:
         self.headers.clear()
         self.peak_in_flight = self.in_flight
         self.answered = 0
+        self.answered_prompts.clear()
         self.faults_sent = dict.fromkeys(FAULTS, 0)
+        self.limited = 0
+        self.window_start = 0.0
+        self.window_used = 0
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -116,7 +134,31 @@ class _State:
             "peak_in_flight": self.peak_in_flight,
             "in_flight": self.in_flight,
             "faults": dict(self.faults_sent),
+            "limited": self.limited,
         }
+
+    def take_quota(self) -> tuple[bool, dict[str, str]]:
+        """Count a request against ``rate_limit``: return whether it is within the limit, and
+        the rate-limit headers to answer with (none when no rate limit is set)."""
+        limit = self.config.rate_limit
+        if limit is None:
+            return True, {}
+        window = self.config.rate_window
+        now = time.monotonic()
+        if now - self.window_start >= window:
+            self.window_start, self.window_used = now, 0
+        allowed = self.window_used < limit
+        if allowed:
+            self.window_used += 1
+        reset = max(0.0, self.window_start + window - now)
+        headers = {
+            "x-ratelimit-limit-requests": str(limit),
+            "x-ratelimit-remaining-requests": str(limit - self.window_used),
+            "x-ratelimit-reset-requests": duration(reset),
+        }
+        if not allowed:
+            headers["Retry-After"] = f"{reset:.3f}"
+        return allowed, headers
 
     def pick_fault(self, prompt: str) -> str | None:
         for fault, marker in self.config.fail_markers.items():
@@ -129,6 +171,16 @@ class _State:
                 return fault
             roll -= share
         return None
+
+
+def duration(seconds: float) -> str:
+    """Return ``seconds`` in OpenAI's rate-limit duration format: "6m0s", "1.5s", "20ms"."""
+    if seconds < 1:
+        return f"{max(1, round(seconds * 1000))}ms"
+    minutes, rest = divmod(seconds, 60)
+    if minutes:
+        return f"{int(minutes)}m{rest:.0f}s"
+    return f"{rest:.3g}s"
 
 
 def _prompt_of(path: str, body: Mapping[str, Any]) -> str:
@@ -219,6 +271,25 @@ def make_app(state: _State) -> web.Application:
                 return _error(400, "you must provide a model parameter", "invalid_request_error")
             prompt = _prompt_of(request.path, body)
             config = state.config
+            limit_headers: dict[str, str] = {}
+            if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
+                state.limited += 1  # refused at once, as a provider's concurrency limit does
+                return _error(
+                    429,
+                    "Too many requests in flight",
+                    "rate_limit_exceeded",
+                    {"x-request-id": "req_fake_limit", "Retry-After": "0"},
+                )
+            if config.rate_limit is not None:
+                within, limit_headers = state.take_quota()
+                if not within:
+                    state.limited += 1
+                    return _error(
+                        429,
+                        "Rate limit reached for requests",
+                        "rate_limit_exceeded",
+                        {"x-request-id": "req_fake_limit", **limit_headers},
+                    )
             fault = state.pick_fault(prompt)
             if config.latency:
                 await asyncio.sleep(config.latency)
@@ -250,8 +321,10 @@ def make_app(state: _State) -> web.Application:
                 request.transport.abort()
                 raise asyncio.CancelledError
             state.answered += 1
+            state.answered_prompts.append(prompt)
             return web.json_response(
-                _answer(request.path, body, prompt, config), headers={"x-request-id": "req_fake_ok"}
+                _answer(request.path, body, prompt, config),
+                headers={"x-request-id": "req_fake_ok", **limit_headers},
             )
         finally:
             state.in_flight -= 1
@@ -304,6 +377,11 @@ class FakeOpenAI:
     def requests(self) -> list[dict[str, Any]]:
         """Every request body received, in arrival order."""
         return self.state.requests
+
+    @property
+    def answered_prompts(self) -> list[str]:
+        """The prompt of every request answered with a 200, in order."""
+        return self.state.answered_prompts
 
     @property
     def peak_in_flight(self) -> int:
@@ -378,6 +456,9 @@ def main(argv: list[str] | None = None) -> None:
         "--retry-after", default="0", help="Retry-After header of 429s ('' for none)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-in-flight", type=int, help="429 beyond this many in flight")
+    parser.add_argument("--rate-limit", type=int, help="requests per --rate-window; 429 beyond")
+    parser.add_argument("--rate-window", type=float, default=60.0, help="seconds (default 60)")
     args = parser.parse_args(argv)
     faults = {}
     for part in filter(None, args.faults.split(",")):
@@ -390,6 +471,9 @@ def main(argv: list[str] | None = None) -> None:
             "faults": faults,
             "retry_after": args.retry_after or None,
             "seed": args.seed,
+            "max_in_flight": args.max_in_flight,
+            "rate_limit": args.rate_limit,
+            "rate_window": args.rate_window,
         }
     )
     web.run_app(
