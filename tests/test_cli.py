@@ -282,3 +282,18 @@ def test_ctrl_c_notice_is_one_clean_line(tmp_path: Path) -> None:
     assert len(notices) == 1, stderr
     assert notices[0].startswith("flownb: interrupted: ") and "rows finished" in notices[0]
     assert "Warning" not in stderr and ".py:" not in stderr
+
+
+def test_input_error_lists_ten_problems_then_a_count(tmp_path: Path) -> None:
+    path = write_flow(tmp_path / "f.json", make_flow({"o": "<{x}>"}, ["x"]))
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([{"y": str(i)} for i in range(8)]))  # 16 problems
+    res = flownb("run", str(path), "--json", str(rows))
+    assert res.returncode == 2
+    message = res.stderr.removeprefix("flownb: error: ").strip()
+    parts = message.split("; ")
+    assert parts[:2] == [
+        "element 0: missing variable 'x'",
+        "element 0: unknown variable 'y' (the flow's variables: 'x')",
+    ]
+    assert len(parts) == 11 and parts[-1] == "and 6 more problems"
