@@ -17,7 +17,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
@@ -32,6 +32,9 @@ from .inputs import (
     read_csv,
     read_json_batch,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["cli", "main"]
 
@@ -78,12 +81,20 @@ def open_flow(
         raise click.UsageError("--provider applies to local flow files; the server picks its own")
     from .settings import get_settings
 
-    base_url = base_url or get_settings().base_url
+    settings = get_settings()
+    base_url = base_url or settings.base_url
     if not base_url:
         raise no_server(flow, CLI)
+    if not base_url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--base-url: {base_url!r} is not an http(s) URL")
+    if not settings.api_key:  # checked here to give the advice in command-line terms
+        raise ConfigError(
+            f"no API key for {base_url}: set FLOWNB_API_KEY "
+            "(for flownb serve, create one with: flownb keys create --name NAME)"
+        )
     from .client import Client
 
-    return Client(base_url).flow(flow)
+    return Client(base_url, settings.api_key).flow(flow)
 
 
 def _banner(flow: BaseFlow) -> None:
@@ -207,7 +218,7 @@ def run(
         raise click.UsageError("--map applies to --csv columns")
     if fill is not None and not csv_path:
         raise click.UsageError("--fill applies to --csv cells")
-    fmt = _out_format(out_path, out_format)
+    target = _out_target(out_path, out_format)
     try:
         values = parse_values(var_pairs)
     except ConfigError as exc:
@@ -239,29 +250,19 @@ def run(
         f.spec.check_one(values)
         _banner(f)
         result = f.run(values)
-        if fmt is None:
+        if target is None:
             click.echo(str(result))
         else:
-            _write(pd.DataFrame([{**values, **dict(result)}]), out_path, fmt)  # type: ignore[arg-type]
+            _write(pd.DataFrame([{**values, **dict(result)}]), *target)
         return
 
-    from .frame import INTERRUPTED, rows_to_variables, run_dataframe
+    from .frame import INTERRUPTED, run_dataframe
 
-    if batch is not None:
-        if defaults:
-            batch = [{**defaults, **row} if isinstance(row, dict) else row for row in batch]
-        f.spec.check_batch(batch)
-        rows = pd.DataFrame(batch, columns=f.variables)
-    else:
-        rows = df if df is not None else pd.DataFrame()
-        for name, value in defaults.items():
-            if name not in mapping and name not in rows.columns:
-                rows[name] = value
-        rows_to_variables(rows, f.variables, mapping, fill, spelling=CLI)  # checks every cell
+    rows = _batch_rows(f, batch, df, mapping, fill, defaults)
     _banner(f)
     out = run_dataframe(f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI)
-    if fmt is not None:
-        _write(out, out_path, fmt)  # type: ignore[arg-type]
+    if target is not None:
+        _write(out, *target)
     else:
         with pd.option_context(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
@@ -274,8 +275,40 @@ def run(
         _fail(f"{len(errors)} of {len(out)} rows failed; see the 'error' column")
 
 
-def _out_format(out_path: str | None, out_format: str | None) -> str | None:
-    """Return the format results are written in, or None when they are shown on stdout.
+def _batch_rows(
+    flow: BaseFlow,
+    batch: list[Any] | None,
+    df: pd.DataFrame | None,
+    mapping: dict[str, str],
+    fill: str | None,
+    defaults: dict[str, str],
+) -> pd.DataFrame:
+    """Return the rows to run, a JSON batch or a CSV file's, each checked whole (with the
+    defaults added where a variable is left out).
+
+    Raises:
+        InputError: naming every problem, in command-line spelling.
+    """
+    import pandas as pd
+
+    from .frame import rows_to_variables
+
+    if batch is not None:
+        if defaults:
+            batch = [{**defaults, **row} if isinstance(row, dict) else row for row in batch]
+        flow.spec.check_batch(batch)
+        return pd.DataFrame(batch, columns=flow.variables)
+    rows = df if df is not None else pd.DataFrame()
+    for name, value in defaults.items():
+        if name not in mapping and name not in rows.columns:
+            rows[name] = value
+    # Checked here, so a bad cell is reported before the banner; run_dataframe converts again.
+    rows_to_variables(rows, flow.variables, mapping, fill, spelling=CLI)
+    return rows
+
+
+def _out_target(out_path: str | None, out_format: str | None) -> tuple[str, str] | None:
+    """Return where results are written and in which format, or None to show them on stdout.
 
     Raises:
         click.UsageError: --format without --out, or a file name that says no format.
@@ -285,13 +318,13 @@ def _out_format(out_path: str | None, out_format: str | None) -> str | None:
             raise click.UsageError("--format applies to --out")
         return None
     if out_format is not None:
-        return out_format
+        return out_path, out_format
     if out_path == "-":
-        return "json"
+        return out_path, "json"
     suffix = Path(out_path).suffix.lower()
     if suffix not in (".csv", ".json"):
         raise click.UsageError("--out: must end in .csv or .json (or give --format)")
-    return suffix[1:]
+    return out_path, suffix[1:]
 
 
 def _write(df: Any, target: str, fmt: str) -> None:

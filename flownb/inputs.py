@@ -190,10 +190,12 @@ def read_json_batch(path: str | Path) -> list[Any]:
         raise ConfigError(f"no such file: {path}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f"line {exc.lineno} column {exc.colno}: " if hasattr(exc, "lineno") else ""
-        msg = getattr(exc, "msg", None) or str(exc)
-        raise ConfigError(f"{path} is not JSON ({where}{msg})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not JSON (line {exc.lineno} column {exc.colno}: {exc.msg})"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason})") from None
     if isinstance(data, dict) and "variables" in data:
         data = data["variables"]  # a contract request body works too
     if isinstance(data, dict):

@@ -180,10 +180,13 @@ def test_csv_errors_give_command_line_advice(tmp_path: Path) -> None:
     assert "variable 'diet'" in res.stderr and "variable 'x'" in res.stderr
 
 
-def test_flow_id_without_a_server_asks_for_base_url(tmp_path: Path) -> None:
+def test_flow_id_without_a_server_or_key_gets_command_line_advice(tmp_path: Path) -> None:
     res = flownb("info", "abc123", cwd=tmp_path)
     assert res.returncode == 2
     assert "--base-url URL" in res.stderr and "base_url=" not in res.stderr
+    res = flownb("info", "abc123", "--base-url", "http://127.0.0.1:9", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "set FLOWNB_API_KEY" in res.stderr and "api_key=" not in res.stderr
 
 
 def test_a_directory_as_flow_gets_its_own_error(tmp_path: Path) -> None:
