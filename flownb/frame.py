@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import BatchError, FlownbError, InputError, Problem
 from .inputs import PYTHON, Spelling, to_text
+from .validate import unknown_advice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +55,7 @@ def rows_to_variables(
                 Problem(
                     "unknown_variable",
                     f"{spelling.map_option} maps unknown variable {var!r} "
-                    f"(the flow's variables: {', '.join(map(repr, variables)) or 'none'})",
+                    f"({unknown_advice(var, variables)})",
                     variable=var,
                 )
             )

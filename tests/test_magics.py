@@ -341,6 +341,8 @@ def test_input_errors_name_every_problem_and_speak_magic(ip: Any, tmp_path: Path
     with pytest.raises(InputError) as info:
         magic(ip, "batch blog.json --df rows.csv --map topic=subject --no-progress")
     assert "--fill ''" in str(info.value) and "fill=''" not in str(info.value)
+    with pytest.raises(InputError, match=r"--map maps unknown variable 'topc' \(did you mean"):
+        magic(ip, "batch blog.json --df rows.csv --map topc=subject --no-progress")
 
 
 def test_a_directory_or_backslash_flow_is_a_path(ip: Any, tmp_path: Path) -> None:
