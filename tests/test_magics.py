@@ -314,6 +314,9 @@ def test_out_variable_result_is_shown_even_when_other_lines_follow(ip: Any) -> N
         ip.run_cell("%flow run blog.json topic=owls tone=dry -o r -q\nx = 1", store_history=False)
     assert captured.outputs == []
     assert ip.user_ns["r"]["intro"].endswith("about owls.")
+    with capture_output() as captured:
+        result = ip.run_cell("%flow run blog.json topic=owls tone=dry -q", store_history=False)
+    assert result.success and result.result is None and captured.outputs == []
     ip.user_ns["df"] = pd.DataFrame({"topic": ["owls"], "tone": ["dry"]})
     with capture_output() as captured:
         ip.run_cell("%flow batch blog.json --df df --no-progress -o out\nx = 1")

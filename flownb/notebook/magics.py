@@ -195,8 +195,8 @@ class FlowMagics(Magics):
         FLOW is a path to an exported flow file (run locally; reloaded when it changes), a flow
         id on the connected server, or ``$name`` of a flow object. Values with spaces need
         quotes: ``tone="very dry"``. ``$name`` passes a Python variable (``topic=$t``); ``$$``
-        is a literal ``$``. ``-o VAR`` stores the result in VAR and shows it (``-q``: quietly);
-        a trailing ``;`` hides the output. ``--provider offline|openai`` picks the model
+        is a literal ``$``. ``-o VAR`` stores the result in VAR and shows it; ``-q`` shows
+        nothing; a trailing ``;`` hides the output. ``--provider offline|openai`` picks the model
         provider for a local flow file.
 
         The API key for ``%flow connect`` comes from FLOWNB_API_KEY, a ``.env`` file, or a
@@ -229,8 +229,6 @@ class FlowMagics(Magics):
         args = parser.parse_intermixed_args(rest) if sub == "run" else parser.parse_args(rest)
         if getattr(args, "out", None) is not None:
             _check_identifier(args.out, "-o")
-        if quiet and hasattr(args, "quiet"):
-            args.quiet = True
         if sub == "connect":
             return self._connect(args)
         if sub == "run":
@@ -252,9 +250,9 @@ class FlowMagics(Magics):
         with _plain_notices():
             result = self._batch(flow, args) if sub == "batch" else self._run(flow, args, cell)
         if args.out is None:
-            return result
+            return None if args.quiet else result  # IPython shows a returned value if last
         # Kept in VAR; shown here, since the magic may not be the cell's last line.
-        if not args.quiet:
+        if not (args.quiet or quiet):
             from IPython.display import display
 
             display(result)
