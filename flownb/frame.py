@@ -55,7 +55,7 @@ def rows_to_variables(
                 Problem(
                     "unknown_variable",
                     f"{spelling.map_option} maps unknown variable {var!r} "
-                    f"({unknown_advice(var, variables)})",
+                    f"({unknown_advice(str(var), variables)})",
                     variable=var,
                 )
             )
