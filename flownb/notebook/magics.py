@@ -164,6 +164,8 @@ class FlowInfo:
 class FlowMagics(Magics):
     """Holds the ``%flow`` magic's state: loaded local flows and the connected server."""
 
+    shell: Any  # the InteractiveShell; IPython types it Optional, but a loaded magic has one
+
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         # (resolved path, provider) -> (mtime_ns, size, flow): reloaded when the file changes.
