@@ -1,41 +1,61 @@
 """The ``flownb`` command line (click).
 
 ``flownb info FLOW`` and ``flownb run FLOW ...``: FLOW is a path to an exported flow JSON file
-(local engine) or a flow id (remote, through FLOWNB_BASE_URL / FLOWNB_API_KEY). Results go to
-stdout, banners and progress to stderr, so ``flownb run ... > out.txt`` keeps only results. Bad
-input exits 2 with a one-line message; a failed run exits 1; Ctrl-C exits 130 after saving what
-finished.
+(local engine) or a flow id (remote, through ``--base-url`` or FLOWNB_BASE_URL, and
+FLOWNB_API_KEY). Results go to stdout (or ``--out``), banners, notices and progress to stderr, so
+``flownb run ... > out.txt`` keeps only results. Every bad input, usage error included, exits 2
+with one line ``flownb: error: ...``, before the provider banner; a failed run exits 1; Ctrl-C
+exits 130 after saving what finished.
+
+What FLOW means, how values, pairs and batch files are read: :mod:`flownb.inputs`, shared with
+the ``%flow`` magics.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
-from .errors import FlownbError, InputError
+from .errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError
 from .flow import BaseFlow
+from .inputs import (
+    CLI,
+    flow_location,
+    no_server,
+    parse_map,
+    parse_values,
+    read_csv,
+    read_json_batch,
+)
 from .providers.registry import provider_names
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["cli", "main"]
+
+# Errors that mean "what you asked for cannot work": exit 2, like a usage error.
+_BAD_INPUT = (InputError, ConfigError, FlowFileError, FlowNotFound)
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"flownb: error: {message}", err=True)
+    click.echo(f"flownb: error: {_flat(message)}", err=True)
     sys.exit(code)
 
 
-def _one_line(exc: FlownbError) -> str:
-    if isinstance(exc, InputError) and len(exc.problems) > 1:
-        return "; ".join(p.message for p in exc.problems)
-    return exc.message.replace("\n", " ")
+def _flat(text: str) -> str:
+    """Return ``text`` on one line (the promise of README: one line per error)."""
+    return " ".join(text.split())
 
 
-def _is_path(flow: str) -> bool:
-    return flow.endswith(".json") or "/" in flow or Path(flow).is_file()
+def _usage(option: str, exc: FlownbError) -> click.UsageError:
+    """Return a usage error naming the option whose value ``exc`` refused."""
+    return click.UsageError(f"{option}: {exc.message}")
 
 
 def open_flow(
@@ -43,21 +63,39 @@ def open_flow(
     provider: str | None = None,
     concurrency: int | None = None,
     cache: bool | None = None,
+    base_url: str | None = None,
 ) -> BaseFlow:
-    """Return the flow FLOW names: a local file, or a flow id on the configured server.
+    """Return the flow FLOW names: a local file, or a flow id on the server at ``base_url`` (or
+    FLOWNB_BASE_URL).
 
     Raises:
-        FlownbError: the file is not a valid flow, or the server cannot be reached or refuses.
+        FlownbError: the file is not a valid flow (or a directory), no server is set for an
+            id, or the server cannot be reached or refuses.
+        click.UsageError: ``--provider`` with a flow id.
     """
-    if _is_path(flow):
+    location = flow_location(flow)
+    if isinstance(location, Path):
         from .flow import load_flow
 
-        return load_flow(flow, provider=provider, concurrency=concurrency, cache=cache)
+        return load_flow(location, provider=provider, concurrency=concurrency, cache=cache)
     if provider is not None:
         raise click.UsageError("--provider applies to local flow files; the server picks its own")
+    from .settings import get_settings
+
+    settings = get_settings()
+    base_url = base_url or settings.base_url
+    if not base_url:
+        raise no_server(flow, CLI)
+    if not base_url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--base-url: {base_url!r} is not an http(s) URL")
+    if not settings.api_key:  # checked here to give the advice in command-line terms
+        raise ConfigError(
+            f"no API key for {base_url}: set FLOWNB_API_KEY "
+            "(for flownb serve, create one with: flownb keys create --name NAME)"
+        )
     from .client import Client
 
-    return Client().flow(flow)
+    return Client(base_url, settings.api_key).flow(flow)
 
 
 def _banner(flow: BaseFlow) -> None:
@@ -66,47 +104,12 @@ def _banner(flow: BaseFlow) -> None:
     click.echo(f"flownb: {line}", err=True)
 
 
-def _parse_vars(pairs: tuple[str, ...]) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"expected NAME=VALUE, got {pair!r}", param_hint="--var")
-        values[name] = value
-    return values
-
-
-def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
-    mapping = {}
-    for pair in pairs:
-        var, sep, col = pair.partition("=")
-        if not sep or not var or not col:
-            raise click.BadParameter(f"expected VARIABLE=COLUMN, got {pair!r}", param_hint="--map")
-        mapping[var] = col
-    return mapping
-
-
-def _read_json_batch(path: str) -> Any:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot read {path}: {exc.strerror}", param_hint="--json"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(
-            f"{path} is not JSON (line {exc.lineno} column {exc.colno}: {exc.msg})",
-            param_hint="--json",
-        ) from None
-    if isinstance(data, dict) and "variables" in data:
-        data = data["variables"]  # a contract request body works too
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        raise click.BadParameter(
-            f"{path} must hold a JSON array of variable objects", param_hint="--json"
-        )
-    return data
+_BASE_URL = click.option(
+    "--base-url",
+    default=None,
+    metavar="URL",
+    help="The flow server for a flow id (default: FLOWNB_BASE_URL); the key: FLOWNB_API_KEY.",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,9 +120,10 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("flow")
-def info(flow: str) -> None:
+@_BASE_URL
+def info(flow: str, base_url: str | None) -> None:
     """Show a flow's variables and outputs (FLOW: a .json file or a flow id)."""
-    f = open_flow(flow)
+    f = open_flow(flow, base_url=base_url)
     click.echo(f"flow: {f.name}")
     defaults = f.defaults
     click.echo("variables:")
@@ -141,14 +145,12 @@ def info(flow: str) -> None:
     help="A variable value (repeat for each).",
 )
 @click.option(
-    "--csv", "csv_path", type=click.Path(dir_okay=False), help="Run once per row of this CSV file."
+    "--use-defaults",
+    is_flag=True,
+    help="Take each variable not given from the flow's defaults (as `flownb info` shows them).",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False),
-    help="Run once per object of this JSON array.",
-)
+@click.option("--csv", "csv_path", metavar="FILE", help="Run once per row of this CSV file.")
+@click.option("--json", "json_path", metavar="FILE", help="Run once per object of this JSON array.")
 @click.option(
     "--map",
     "map_pairs",
@@ -160,8 +162,15 @@ def info(flow: str) -> None:
 @click.option(
     "--out",
     "out_path",
-    type=click.Path(dir_okay=False),
-    help="Write results to a .csv or .json file.",
+    metavar="FILE",
+    help="Write results to a .csv or .json file, or to stdout with '-' (JSON unless --format).",
+)
+@click.option(
+    "--format",
+    "out_format",
+    type=click.Choice(["csv", "json"]),
+    default=None,
+    help="Format of --out (default: from its suffix; JSON for '-').",
 )
 @click.option(
     "--provider",
@@ -169,6 +178,7 @@ def info(flow: str) -> None:
     default=None,
     help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
 )
+@_BASE_URL
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
@@ -180,59 +190,80 @@ def info(flow: str) -> None:
 def run(
     flow: str,
     var_pairs: tuple[str, ...],
+    use_defaults: bool,
     csv_path: str | None,
     json_path: str | None,
     map_pairs: tuple[str, ...],
     fill: str | None,
     out_path: str | None,
+    out_format: str | None,
     provider: str | None,
+    base_url: str | None,
     concurrency: int | None,
     no_progress: bool,
     no_cache: bool,
 ) -> None:
-    """Run FLOW once (--var) or over a batch (--csv / --json)."""
+    """Run FLOW once (--var) or over a batch (--csv / --json).
+
+    A run never falls back to the flow's defaults on its own: every variable must be given,
+    unless --use-defaults says to take the missing ones from the flow.
+    """
     import pandas as pd
 
+    # Everything the user typed is checked before the flow is loaded or the banner printed.
     if csv_path and json_path:
         raise click.UsageError("give --csv or --json, not both")
     if (csv_path or json_path) and var_pairs:
         raise click.UsageError("--var sets a single run; it cannot be combined with --csv/--json")
     if map_pairs and not csv_path:
         raise click.UsageError("--map applies to --csv columns")
-    if out_path and Path(out_path).suffix.lower() not in (".csv", ".json"):
-        raise click.BadParameter("must end in .csv or .json", param_hint="--out")
-    values = _parse_vars(var_pairs)
-    cache = False if no_cache else None
-    f = open_flow(flow, provider=provider, concurrency=concurrency, cache=cache)
-    _banner(f)
+    if fill is not None and not csv_path:
+        raise click.UsageError("--fill applies to --csv cells")
+    target = _out_target(out_path, out_format)
+    try:
+        values = parse_values(var_pairs)
+    except ConfigError as exc:
+        raise _usage("--var", exc) from None
+    try:
+        mapping = parse_map(map_pairs)
+    except ConfigError as exc:
+        raise _usage("--map", exc) from None
+    df: pd.DataFrame | None = None
+    batch: list[Any] | None = None
+    try:
+        if csv_path:
+            df = read_csv(csv_path)
+        elif json_path:
+            batch = read_json_batch(json_path)
+    except ConfigError as exc:
+        raise _usage("--csv" if csv_path else "--json", exc) from None
 
-    if not csv_path and not json_path:
+    f = open_flow(
+        flow,
+        provider=provider,
+        concurrency=concurrency,
+        cache=False if no_cache else None,
+        base_url=base_url,
+    )
+    defaults = f.defaults if use_defaults else {}
+    if df is None and batch is None:
+        values = {**defaults, **values}
+        f.spec.check_one(values)
+        _banner(f)
         result = f.run(values)
-        click.echo(str(result))
-        if out_path:
-            _write(pd.DataFrame([{**values, **dict(result)}]), out_path)
+        if target is None:
+            click.echo(str(result))
+        else:
+            _write(pd.DataFrame([{**values, **dict(result)}]), *target)
         return
 
-    if csv_path:
-        try:
-            # Only truly empty cells are missing; "NA" or "null" may be real text.
-            df = pd.read_csv(csv_path, dtype=str, keep_default_na=False, na_values=[""])
-        except FileNotFoundError:
-            raise click.BadParameter(f"no such file: {csv_path}", param_hint="--csv") from None
-        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-            raise click.BadParameter(
-                f"{csv_path} is not a readable CSV: {exc}", param_hint="--csv"
-            ) from None
-    else:
-        batch = _read_json_batch(json_path)  # type: ignore[arg-type]
-        f.spec.check_batch(batch)
-        df = pd.DataFrame(batch, columns=f.variables)
-    from .frame import INTERRUPTED
+    from .frame import INTERRUPTED, run_dataframe
 
-    out = f.run_dataframe(df, _parse_map(map_pairs) or None, fill=fill, progress=not no_progress)
-    if out_path:
-        _write(out, out_path)
-        click.echo(f"flownb: wrote {len(out)} rows to {out_path}", err=True)
+    rows = _batch_rows(f, batch, df, mapping, fill, defaults)
+    _banner(f)
+    out = run_dataframe(f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI)
+    if target is not None:
+        _write(out, *target)
     else:
         with pd.option_context(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
@@ -245,13 +276,84 @@ def run(
         _fail(f"{len(errors)} of {len(out)} rows failed; see the 'error' column")
 
 
-def _write(df: Any, path: str) -> None:
-    if path.lower().endswith(".json"):
-        Path(path).write_text(
-            df.to_json(orient="records", indent=2, force_ascii=False) + "\n", encoding="utf-8"
-        )
+def _batch_rows(
+    flow: BaseFlow,
+    batch: list[Any] | None,
+    df: pd.DataFrame | None,
+    mapping: dict[str, str],
+    fill: str | None,
+    defaults: dict[str, str],
+) -> pd.DataFrame:
+    """Return the rows to run, a JSON batch or a CSV file's, each checked whole (with the
+    defaults added where a variable is left out).
+
+    Raises:
+        InputError: naming every problem, in command-line spelling.
+    """
+    import pandas as pd
+
+    from .frame import rows_to_variables
+
+    if batch is not None:
+        if defaults:
+            batch = [{**defaults, **row} if isinstance(row, dict) else row for row in batch]
+        flow.spec.check_batch(batch)
+        return pd.DataFrame(batch, columns=flow.variables)
+    rows = df if df is not None else pd.DataFrame()
+    for name, value in defaults.items():
+        if name not in mapping and name not in rows.columns:
+            rows[name] = value
+    # Checked here, so a bad cell is reported before the banner; run_dataframe converts again.
+    rows_to_variables(rows, flow.variables, mapping, fill, spelling=CLI)
+    return rows
+
+
+def _out_target(out_path: str | None, out_format: str | None) -> tuple[str, str] | None:
+    """Return where results are written and in which format, or None to show them on stdout.
+
+    Raises:
+        click.UsageError: --format without --out, or a file name that says no format.
+    """
+    if out_path is None:
+        if out_format is not None:
+            raise click.UsageError("--format applies to --out")
+        return None
+    if out_format is not None:
+        return out_path, out_format
+    if out_path == "-":
+        return out_path, "json"
+    suffix = Path(out_path).suffix.lower()
+    if suffix not in (".csv", ".json"):
+        raise click.UsageError("--out: must end in .csv or .json (or give --format)")
+    return out_path, suffix[1:]
+
+
+def _write(df: Any, target: str, fmt: str) -> None:
+    """Write ``df`` as CSV or JSON records to the file ``target`` (``-``: stdout)."""
+    if fmt == "json":
+        # json.dumps rather than DataFrame.to_json: no escaped '/', text kept as written, and
+        # NaN (an input cell left empty and filled) written as null.
+        records = df.astype(object).where(df.notna(), None).to_dict(orient="records")
+        text = json.dumps(records, ensure_ascii=False, indent=2, default=str) + "\n"
     else:
-        df.to_csv(path, index=False)
+        text = df.to_csv(index=False)
+    if target == "-":
+        click.echo(text, nl=False)
+        return
+    Path(target).write_text(text, encoding="utf-8")
+    click.echo(f"flownb: wrote {len(df)} row{'s' * (len(df) != 1)} to {target}", err=True)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Show a warning as one ``flownb: ...`` line on stderr (no file path, no source line)."""
+    click.echo(f"flownb: {_flat(str(message))}", err=True)
 
 
 # `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
@@ -264,18 +366,21 @@ cli.add_command(_keys_group, "keys")
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``flownb`` console script; exits with the command's status."""
+    warnings.showwarning = _show_warning
     try:
         cli.main(args=argv, prog_name="flownb", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("flownb: interrupted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()  # `flownb` alone: the help text, as any command-line tool shows it
         sys.exit(exc.exit_code)
-    except InputError as exc:
-        _fail(_one_line(exc), 2)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except _BAD_INPUT as exc:
+        _fail(exc.message, 2)
     except FlownbError as exc:
-        _fail(_one_line(exc), 2 if exc.code in ("invalid_flow", "config_error") else 1)
+        _fail(exc.message, 1)
     except KeyboardInterrupt:
         click.echo("flownb: interrupted", err=True)
         sys.exit(130)

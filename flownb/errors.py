@@ -85,15 +85,25 @@ class FlowNotFound(FlownbError, LookupError):
 
 
 class InputError(FlownbError, ValueError):
-    """Variables that do not fit the flow. ``problems`` lists every problem found, not just one."""
+    """Variables that do not fit the flow. ``problems`` lists every problem found, not just one.
+
+    The message names the first :attr:`MAX_LISTED` problems (then how many more) and ends with
+    ``hint``, the one piece of advice that applies to them all, when the raiser gives one.
+    """
 
     code = "invalid_variables"
+    MAX_LISTED = 10
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
+    def __init__(self, problems: Sequence[Problem], *, hint: str | None = None) -> None:
         self.problems = list(problems)
-        first = self.problems[0].message if self.problems else "invalid input"
-        more = len(self.problems) - 1
-        message = first if more == 0 else f"{first} (and {more} more problem{'s' * (more > 1)})"
+        self.hint = hint
+        listed = [p.message for p in self.problems[: self.MAX_LISTED]]
+        message = "; ".join(listed) or "invalid input"
+        more = len(self.problems) - len(listed)
+        if more > 0:
+            message += f"; and {more} more problem{'s' * (more > 1)}"
+        if hint:
+            message += f"; {hint}"
         # The most specific code when every problem agrees, so callers can branch on it.
         codes = {p.code for p in self.problems}
         super().__init__(message, code=codes.pop() if len(codes) == 1 else "invalid_variables")

@@ -10,13 +10,13 @@ unfinished rows marked, so nothing paid for is lost (and with the cache, re-runn
 
 from __future__ import annotations
 
-import math
-import numbers
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from .errors import FlownbError, InputError, Problem
+from .inputs import PYTHON, Spelling, to_text
+from .validate import unknown_advice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,38 +28,20 @@ __all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]
 INTERRUPTED = "interrupted before this row finished; run again to complete it"
 
 
-def _to_text(value: Any, fill: str | None) -> str | None:
-    """Return the string a cell passes as a variable, or None when it is missing."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return fill
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, numbers.Real):
-        f = float(value)
-        return str(int(f)) if f.is_integer() and abs(f) < 2**53 else repr(f)
-    try:
-        import pandas as pd
-
-        if pd.isna(value):
-            return fill
-    except (TypeError, ValueError):
-        pass
-    return str(value)
-
-
 def rows_to_variables(
     df: pd.DataFrame,
     variables: list[str],
     columns: Mapping[str, str] | None = None,
     fill: str | None = None,
+    *,
+    spelling: Spelling = PYTHON,
 ) -> ColumnRows:
     """Return the rows of ``df`` as a sequence of variables mappings (made as they are read).
 
-    ``columns`` maps a variable to the column that holds it, where the names differ.
+    ``columns`` maps a variable to the column that holds it, where the names differ; cells
+    become text with :func:`flownb.inputs.to_text`. ``spelling`` words the advice in errors for
+    the surface the user is on (``columns=``/``fill=`` in Python, ``--map``/``--fill`` on the
+    command line).
 
     Raises:
         InputError: a variable has no column, a mapping names an unknown variable or column, or
@@ -70,32 +52,42 @@ def rows_to_variables(
     for var, col in mapping.items():
         if var not in variables:
             problems.append(
-                Problem("unknown_variable", f"columns maps unknown variable {var!r}", variable=var)
+                Problem(
+                    "unknown_variable",
+                    f"{spelling.map_option} maps unknown variable {var!r} "
+                    f"({unknown_advice(str(var), variables)})",
+                    variable=var,
+                )
             )
         elif col not in df.columns:
             problems.append(
                 Problem(
                     "missing_variable",
-                    f"columns maps variable {var!r} to column {col!r}, which the DataFrame lacks",
+                    f"{spelling.map_option} maps variable {var!r} to column {col!r}, "
+                    "which the data lacks",
                     variable=var,
                 )
             )
-    for var in variables:
-        if var not in mapping and var not in df.columns:
-            problems.append(
-                Problem(
-                    "missing_variable",
-                    f"no column for variable {var!r}; the DataFrame has "
-                    f"{', '.join(map(repr, map(str, df.columns))) or 'no columns'} "
-                    f"(map one with columns={{{var!r}: 'column'}})",
-                    variable=var,
-                )
-            )
+    unmapped = [var for var in variables if var not in mapping and var not in df.columns]
+    for var in unmapped:
+        problems.append(
+            Problem("missing_variable", f"no column for variable {var!r}", variable=var)
+        )
     if problems:
-        raise InputError(problems)
+        hint = None
+        if unmapped:
+            hint = (
+                f"the data's columns: "
+                f"{', '.join(map(repr, map(str, df.columns))) or 'none'}; "
+                f"map one with {spelling.map_example(unmapped[0])}"
+            )
+        raise InputError(problems, hint=hint)
 
     source = {var: mapping.get(var, var) for var in variables}
-    converted = {var: [_to_text(v, fill) for v in df[col].tolist()] for var, col in source.items()}
+    converted = {
+        var: [fill if (text := to_text(v)) is None else text for v in df[col].tolist()]
+        for var, col in source.items()
+    }
     for var, cells in converted.items():
         missing = [df.index[i] for i, v in enumerate(cells) if v is None]
         if missing:
@@ -104,13 +96,12 @@ def rows_to_variables(
                 Problem(
                     "missing_variable",
                     f"column {source[var]!r} (variable {var!r}) is empty (NaN/None) in "
-                    f"{len(missing)} row{'s' * (len(missing) > 1)}, index {shown}; "
-                    f"pass fill='' (or another value) to run them anyway",
+                    f"{len(missing)} row{'s' * (len(missing) > 1)}, index {shown}",
                     variable=var,
                 )
             )
     if problems:
-        raise InputError(problems)
+        raise InputError(problems, hint=f"{spelling.fill} to run them anyway")
     return ColumnRows(cast("dict[str, list[str]]", converted), len(df))  # no None left
 
 
@@ -170,8 +161,10 @@ def run_dataframe(
     progress: bool = True,
     concurrency: int | None = None,
     error_column: str = "error",
+    spelling: Spelling = PYTHON,
 ) -> pd.DataFrame:
-    """Run ``flow`` once per row of ``df``.
+    """Run ``flow`` once per row of ``df``. ``spelling`` words input errors for the surface
+    calling (see :func:`rows_to_variables`).
 
     Returns:
         A copy of ``df`` with a column per output (``None`` where the row failed) and, when some
@@ -186,7 +179,7 @@ def run_dataframe(
 
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"run_dataframe takes a pandas DataFrame, got {type(df).__name__}")
-    batch = rows_to_variables(df, flow.variables, columns, fill)
+    batch = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)
     out_cols = _output_columns(df, flow.outputs)
     n = len(batch)
     values: dict[str, list[str | None]] = {out: [None] * n for out in out_cols}

@@ -7,25 +7,41 @@ before anything runs.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import InputError, Problem
 
-__all__ = ["VariableSpec"]
+__all__ = ["VariableSpec", "unknown_advice"]
+
+
+def unknown_advice(name: str, names: Sequence[str]) -> str:
+    """Return advice for an unknown variable ``name``: the closest of ``names`` (a typo, about
+    50 us to find), else the list of ``names``."""
+    close = difflib.get_close_matches(name, names, n=1) if len(name) <= 200 else []
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return f"the flow's variables: {', '.join(map(repr, names)) or 'none'}"
 
 
 class VariableSpec:
     """The variables a flow takes, in order."""
 
-    __slots__ = ("known", "names")
+    __slots__ = ("known", "listing", "names")
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = tuple(dict.fromkeys(names))
         self.known = frozenset(self.names)
+        self.listing = f"the flow's variables: {', '.join(map(repr, self.names)) or 'none'}"
 
-    def problems(self, values: Any, index: int | None = None) -> list[Problem]:
-        """Return every problem with one element's variables (empty when it can run)."""
+    def problems(
+        self, values: Any, index: int | None = None, advice: _Advice | None = None
+    ) -> list[Problem]:
+        """Return every problem with one element's variables (empty when it can run).
+
+        ``advice`` carries the did-you-mean answers of a whole batch (see :class:`_Advice`).
+        """
         # Fast path: the shape every well-formed row has.
         if (
             type(values) is dict
@@ -44,6 +60,7 @@ class VariableSpec:
                 )
             ]
         where = "" if index is None else f"element {index}: "
+        advice = advice or _Advice(self)
         problems = [
             Problem("missing_variable", f"{where}missing variable {name!r}", index, name)
             for name in self.names
@@ -51,11 +68,10 @@ class VariableSpec:
         ]
         for name, value in values.items():
             if name not in self.known:
-                known = ", ".join(map(repr, self.names)) or "none"
                 problems.append(
                     Problem(
                         "unknown_variable",
-                        f"{where}unknown variable {name!r} (the flow's variables: {known})",
+                        f"{where}unknown variable {name!r} ({advice(str(name))})",
                         index,
                         str(name),
                     )
@@ -89,6 +105,7 @@ class VariableSpec:
         """
         problems: list[Problem] = []
         known = self.known
+        advice = _Advice(self)
         for i, values in enumerate(batch):
             # The common well-formed row, checked inline: this loop runs once per batch row.
             if type(values) is dict and values.keys() == known:
@@ -97,6 +114,27 @@ class VariableSpec:
                         break
                 else:
                     continue
-            problems.extend(self.problems(values, i))
+            problems.extend(self.problems(values, i, advice))
         if problems:
             raise InputError(problems)
+
+
+class _Advice:
+    """:func:`unknown_advice` for one check: answers are kept per name, and only the first
+    :attr:`LIMIT` distinct names get a did-you-mean search, so a request with a million unknown
+    names costs little more than listing them."""
+
+    LIMIT = 100
+
+    def __init__(self, spec: VariableSpec) -> None:
+        self.spec = spec
+        self.answers: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        answer = self.answers.get(name)
+        if answer is not None:
+            return answer
+        if len(self.answers) >= self.LIMIT:
+            return self.spec.listing
+        answer = self.answers[name] = unknown_advice(name, self.spec.names)
+        return answer

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
-from tests.conftest import DATA, make_flow, write_flow
+from tests.conftest import DATA, FLOWS, make_flow, write_flow
 
 
-def flownb(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def flownb(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flownb", *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=cwd,
-        env=os.environ.copy(),
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -126,14 +131,172 @@ def test_map_takes_a_variable_from_another_column(tmp_path: Path) -> None:
     assert res.returncode == 0 and "<hello>" in res.stdout
 
 
-def test_usage_errors_exit_2(blog_flow_path: Path) -> None:
-    for args in (
-        ["run", str(blog_flow_path), "--var", "novalue"],
-        ["run", str(blog_flow_path), "--csv", "a.csv", "--json", "b.json"],
-        ["run", str(blog_flow_path), "--var", "topic=x", "--out", "x.txt"],
-        ["run", str(blog_flow_path), "--csv", "does-not-exist.csv"],
-        ["run", str(blog_flow_path), "--provider", "nope"],
-    ):
-        res = flownb(*args)
-        assert res.returncode == 2, (args, res.stderr)
-        assert "Traceback" not in res.stderr
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--var", "dish"],
+        ["--bogus"],
+        ["--csv", "does-not-exist.csv"],
+        ["--var", "topic=x", "--out", "x.txt"],
+        ["--csv", "a.csv", "--json", "b.json"],
+        ["--provider", "nope"],
+        ["--var", "topic=a", "--var", "tpne=b"],
+        ["--var", "topic=a", "--var", "topic=b", "--var", "tone=c"],
+        ["--format", "csv"],
+    ],
+)
+def test_usage_and_input_errors_are_one_line_exit_2_without_banner(
+    blog_flow_path: Path, args: list[str]
+) -> None:
+    res = flownb("run", str(blog_flow_path), *args)
+    assert res.returncode == 2, (args, res.stderr)
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flownb: error: "), res.stderr
+    assert res.stdout == ""
+
+
+def test_input_error_names_every_problem_with_a_did_you_mean(blog_flow_path: Path) -> None:
+    res = flownb("run", str(blog_flow_path), "--var", "topic=ramen", "--var", "tonee=dry")
+    assert res.returncode == 2
+    assert res.stderr == (
+        "flownb: error: missing variable 'tone'; unknown variable 'tonee' (did you mean 'tone'?)\n"
+    )
+
+
+def test_csv_errors_give_command_line_advice(tmp_path: Path) -> None:
+    path = write_flow(
+        tmp_path / "f.json", make_flow({"o": "<{dish}|{diet}|{x}>"}, ["dish", "diet", "x"])
+    )
+    csv = tmp_path / "in.csv"
+    csv.write_text("dish,food\nramen,\n")
+    res = flownb("run", str(path), "--csv", str(csv), "--no-progress")
+    assert res.returncode == 2
+    assert "--map diet=COLUMN" in res.stderr and "'dish', 'food'" in res.stderr
+    assert "columns=" not in res.stderr
+    csv.write_text("dish,diet,x\nramen,,\n")
+    res = flownb("run", str(path), "--csv", str(csv), "--no-progress")
+    assert res.returncode == 2
+    assert res.stderr.count('--fill ""') == 1 and "fill=''" not in res.stderr
+    assert "variable 'diet'" in res.stderr and "variable 'x'" in res.stderr
+
+
+def test_flow_id_without_a_server_or_key_gets_command_line_advice(tmp_path: Path) -> None:
+    res = flownb("info", "abc123", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "--base-url URL" in res.stderr and "base_url=" not in res.stderr
+    res = flownb("info", "abc123", "--base-url", "http://127.0.0.1:9", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "set FLOWNB_API_KEY" in res.stderr and "api_key=" not in res.stderr
+
+
+def test_a_directory_as_flow_gets_its_own_error(tmp_path: Path) -> None:
+    (tmp_path / "flows").mkdir()
+    write_flow(tmp_path / "flows" / "f.json", make_flow({"o": "<{x}>"}, ["x"]))
+    for flow in ("flows", str(tmp_path / "flows")):
+        res = flownb("run", flow, "--var", "x=1", cwd=tmp_path)
+        assert res.returncode == 2
+        assert res.stderr.startswith("flownb: error: ") and "is a directory" in res.stderr
+        assert "f.json" in res.stderr
+
+
+def test_backslash_flow_is_a_path_as_in_the_magics(tmp_path: Path) -> None:
+    res = flownb("info", "flows\\missing", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "cannot read flow file" in res.stderr or "no such" in res.stderr.lower()
+    assert "FLOWNB_BASE_URL" not in res.stderr
+
+
+def test_base_url_option_and_unknown_flow_id_exits_2(flow_dir: Path, tmp_path: Path) -> None:
+    from tests.serving import run_server
+
+    with run_server(flow_dir, tmp_path / "server-home") as server:
+        env = {"FLOWNB_API_KEY": server.key}
+        res = flownb("info", "blog-intro", "--base-url", server.url, env=env)
+        assert res.returncode == 0, res.stderr
+        assert "topic" in res.stdout and "header_image" in res.stdout
+        res = flownb(
+            "run", "blog-intro", "--base-url", server.url, "--var", "topic=a", "--var",
+            "tone=b", env=env,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert "Write a b two-sentence intro for a blog post about a." in res.stdout
+        res = flownb("run", "nope", "--base-url", server.url, "--var", "x=1", env=env)
+        assert res.returncode == 2, res.stderr
+        assert len(res.stderr.splitlines()) == 1
+
+
+def test_single_run_with_out_writes_only_the_file(blog_flow_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "one.json"
+    res = flownb(
+        "run", str(blog_flow_path), "--var", "topic=a/b", "--var", "tone=dry", "--out", str(out)
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ""
+    text = out.read_text(encoding="utf-8")
+    assert "a/b" in text and "\\/" not in text  # JSON does not escape '/'
+    assert json.loads(text)[0]["topic"] == "a/b"
+
+
+def test_out_dash_writes_json_or_csv_to_stdout(blog_flow_path: Path) -> None:
+    csv = str(DATA / "topics.csv")
+    res = flownb("run", str(blog_flow_path), "--csv", csv, "--out", "-", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert [r["topic"] for r in rows] == pd.read_csv(DATA / "topics.csv")["topic"].tolist()
+    assert "é" not in res.stdout or "\\u" not in res.stdout
+    res = flownb(
+        "run", str(blog_flow_path), "--csv", csv, "--out", "-", "--format", "csv", "--no-progress"
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0] == "topic,tone,intro,header_image"
+    res = flownb("run", str(blog_flow_path), "--var", "topic=ö/ü", "--var", "tone=x", "--out", "-")
+    assert res.returncode == 0, res.stderr
+    assert '"topic": "ö/ü"' in res.stdout
+
+
+def test_use_defaults_fills_the_variables_not_given(blog_flow_path: Path) -> None:
+    res = flownb("run", str(blog_flow_path), "--var", "tone=dry")
+    assert res.returncode == 2 and "missing variable 'topic'" in res.stderr
+    res = flownb("run", str(blog_flow_path), "--use-defaults", "--var", "tone=dry")
+    assert res.returncode == 0, res.stderr
+    assert "Write a dry two-sentence intro for a blog post about tide pools." in res.stdout
+
+
+def test_ctrl_c_notice_is_one_clean_line(tmp_path: Path) -> None:
+    from flownb.testing.fake_openai import FakeOpenAI
+
+    data = tmp_path / "rows.csv"
+    data.write_text("topic,tone\n" + "".join(f"t{i},dry\n" for i in range(30)))
+    with FakeOpenAI(latency=0.2) as fake:
+        env = {**os.environ, "OPENAI_BASE_URL": fake.url, "OPENAI_API_KEY": "sk-test"}
+        cmd = [
+            sys.executable, "-m", "flownb", "run", str(FLOWS / "blog-intro.json"), "--csv",
+            str(data), "--provider", "openai", "--concurrency", "1", "--no-progress",
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while fake.stats().get("answered", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    stderr = err.decode()
+    assert proc.returncode == 130, stderr
+    notices = [line for line in stderr.splitlines() if "interrupted" in line]
+    assert len(notices) == 1, stderr
+    assert notices[0].startswith("flownb: interrupted: ") and "rows finished" in notices[0]
+    assert "Warning" not in stderr and ".py:" not in stderr
+
+
+def test_input_error_lists_ten_problems_then_a_count(tmp_path: Path) -> None:
+    path = write_flow(tmp_path / "f.json", make_flow({"o": "<{x}>"}, ["x"]))
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([{"y": str(i)} for i in range(8)]))  # 16 problems
+    res = flownb("run", str(path), "--json", str(rows))
+    assert res.returncode == 2
+    message = res.stderr.removeprefix("flownb: error: ").strip()
+    parts = message.split("; ")
+    assert parts[:2] == [
+        "element 0: missing variable 'x'",
+        "element 0: unknown variable 'y' (the flow's variables: 'x')",
+    ]
+    assert len(parts) == 11 and parts[-1] == "and 6 more problems"

@@ -17,6 +17,7 @@ from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
 import flownb
+from flownb.display import output_bundles
 from flownb.errors import FlowFileError, InputError
 from flownb.notebook.magics import find_api_key
 from flownb.notebook.widgets import FlowForm
@@ -66,9 +67,11 @@ def test_load_ext_flownb_registers_both_magics(ip: Any) -> None:
 
 
 def test_run_with_quoted_values_and_out_variable(ip: Any) -> None:
-    res = magic(ip, "run blog.json topic='tide pools' tone=\"very dry\" -o res")
+    with capture_output() as captured:
+        assert magic(ip, "run blog.json topic='tide pools' tone=\"very dry\" -o res") is None
+    res = ip.user_ns["res"]
+    assert len(captured.outputs) == len(list(output_bundles(res)))  # shown once, by the magic
     assert res["intro"] == "Write a very dry two-sentence intro for a blog post about tide pools."
-    assert ip.user_ns["res"] is res
     assert res["header_image"].startswith("file://")
 
 
@@ -110,8 +113,8 @@ def test_dollar_name_of_a_flow_object(ip: Any, blog_flow_path: Path) -> None:
         ("run blog.json topic=a topic=b", "given twice"),
         ("batch blog.json", "the following arguments are required: --df"),
         ("batch blog.json --df lst", "is a list, not a DataFrame"),
-        ("batch blog.json --df nope.csv", "no such CSV file"),
-        ("batch blog.json --df df --map topic", "--map takes var=column"),
+        ("batch blog.json --df nope.csv", "no such file: nope.csv"),
+        ("batch blog.json --df df --map topic", "--map: expected var=column, got 'topic'"),
         ("info abc123", "%flow connect URL first"),
         ("connect", "give the server URL"),
         ("connect http://127.0.0.1:1 sk-secret", "never goes on the magic line"),
@@ -151,9 +154,9 @@ def test_failed_runs_raise_flownb_errors(ip: Any, tmp_path: Path) -> None:
 def test_cell_magic_body_fills_the_only_variable(ip: Any) -> None:
     res = magic(ip, "run one.json", "\nfirst line\n  second, indented\n\n")
     assert res["echo"] == "said: first line\n  second, indented"
-    res = cell(ip, "%%flow run blog.json --var topic tone=wry -o out\nsea glass\n")
+    assert cell(ip, "%%flow run blog.json --var topic tone=wry -o out -q\nsea glass\n") is None
+    res = ip.user_ns["out"]
     assert res["intro"] == "Write a wry two-sentence intro for a blog post about sea glass."
-    assert ip.user_ns["out"] is res
 
 
 def test_cell_magic_needs_var_when_the_flow_has_several(ip: Any) -> None:
@@ -177,13 +180,13 @@ def test_info_shows_variables_with_defaults_and_outputs(ip: Any) -> None:
 
 def test_batch_over_a_dataframe_with_map_and_out(ip: Any) -> None:
     ip.user_ns["df"] = pd.DataFrame({"subject": ["owls", "moss"], "tone": ["dry", 7]})
-    out = cell(ip, "%flow batch blog.json --df df --map topic=subject --no-progress -o out")
+    cell(ip, "%flow batch blog.json --df df --map topic=subject --no-progress -o out -q")
+    out = ip.user_ns["out"]
     assert list(out.columns) == ["subject", "tone", "intro", "header_image"]
     assert out["intro"].tolist() == [
         "Write a dry two-sentence intro for a blog post about owls.",
         "Write a 7 two-sentence intro for a blog post about moss.",
     ]
-    assert ip.user_ns["out"] is out
 
 
 def test_batch_keeps_finished_rows_and_reports_failed_ones(ip: Any) -> None:
@@ -201,7 +204,7 @@ def test_batch_keeps_finished_rows_and_reports_failed_ones(ip: Any) -> None:
 
 def test_batch_reads_a_csv_path_and_fill(ip: Any, tmp_path: Path) -> None:
     (tmp_path / "rows.csv").write_text("topic,tone\nowls,\nmoss,warm\n")
-    with pytest.raises(InputError, match="pass fill="):
+    with pytest.raises(InputError, match="give --fill '' "):
         magic(ip, "batch blog.json --df rows.csv --no-progress")
     out = magic(ip, "batch blog.json --df rows.csv --fill 'quite plain' --no-progress")
     assert out["intro"][0] == "Write a quite plain two-sentence intro for a blog post about owls."
@@ -267,7 +270,7 @@ def test_api_key_from_env_then_dotenv_never_prompting_without_stdin(
     with pytest.raises(UsageError, match="no API key"):
         find_api_key()
     (tmp_path / ".env").write_text("FLOWNB_API_KEY=from-dotenv\n")
-    assert find_api_key() == ("from-dotenv", ".env (.env)")
+    assert find_api_key() == ("from-dotenv", str(tmp_path / ".env"))  # the path, once
     assert "FLOWNB_API_KEY" not in os.environ  # read, not exported
     monkeypatch.setenv("FLOWNB_API_KEY", "from-env")
     assert find_api_key() == ("from-env", "FLOWNB_API_KEY")
@@ -284,3 +287,93 @@ def test_api_key_prompt_uses_getpass(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("getpass.getpass", fake_getpass)
     assert find_api_key(prompt_for="http://127.0.0.1:8000") == ("typed-key", "prompt")
     assert asked == ["flownb API key for http://127.0.0.1:8000: "]
+
+
+def test_trailing_semicolon_hides_output_and_is_not_data(ip: Any) -> None:
+    with capture_output() as captured:
+        result = ip.run_cell("r = %flow run blog.json topic=owls tone=dry;", store_history=False)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["r"]["intro"] == "Write a dry two-sentence intro for a blog post about owls."
+    assert captured.outputs == []
+    with capture_output() as captured:
+        result = ip.run_cell("%flow run blog.json topic=owls tone=dry -o r ;", store_history=False)
+    assert result.success and ip.user_ns["r"]["intro"].endswith("about owls.")
+    assert captured.outputs == [] and result.result is None
+    # A ';' that is part of a value is quoted, and stays.
+    res = magic(ip, "run blog.json topic='owls;' tone=dry")
+    assert res["intro"].endswith("about owls;.")
+
+
+def test_out_variable_result_is_shown_even_when_other_lines_follow(ip: Any) -> None:
+    with capture_output() as captured:
+        result = ip.run_cell("%flow run blog.json topic=owls tone=dry -o r\nx = 1")
+    assert result.success, result.error_in_exec
+    shown = [o.data.get("text/markdown", "") for o in captured.outputs]
+    assert any("about owls." in text for text in shown), shown
+    with capture_output() as captured:
+        ip.run_cell("%flow run blog.json topic=owls tone=dry -o r -q\nx = 1", store_history=False)
+    assert captured.outputs == []
+    assert ip.user_ns["r"]["intro"].endswith("about owls.")
+    with capture_output() as captured:
+        result = ip.run_cell("%flow run blog.json topic=owls tone=dry -q", store_history=False)
+    assert result.success and result.result is None and captured.outputs == []
+    ip.user_ns["df"] = pd.DataFrame({"topic": ["owls"], "tone": ["dry"]})
+    with capture_output() as captured:
+        ip.run_cell("%flow batch blog.json --df df --no-progress -o out\nx = 1")
+    assert len(captured.outputs) == 1 and "header_image" in captured.outputs[0].data["text/plain"]
+
+
+def test_numbers_become_the_same_text_as_in_a_dataframe(ip: Any) -> None:
+    ip.user_ns["n"] = 3.0
+    res = magic(ip, "run one.json text=$n")
+    ip.user_ns["df"] = pd.DataFrame({"text": [3.0]})
+    out = magic(ip, "batch one.json --df df --no-progress")
+    assert res["echo"] == out["echo"][0] == "said: 3"
+
+
+def test_input_errors_name_every_problem_and_speak_magic(ip: Any, tmp_path: Path) -> None:
+    with pytest.raises(InputError) as info:
+        magic(ip, "run blog.json topic=ramen tonee=vegan")
+    assert str(info.value) == (
+        "missing variable 'tone'; unknown variable 'tonee' (did you mean 'tone'?)"
+    )
+    (tmp_path / "rows.csv").write_text("subject,tone\nowls,\nmoss,\n")
+    with pytest.raises(InputError) as info:
+        magic(ip, "batch blog.json --df rows.csv --no-progress")
+    assert "--map topic=COLUMN" in str(info.value) and "columns=" not in str(info.value)
+    with pytest.raises(InputError) as info:
+        magic(ip, "batch blog.json --df rows.csv --map topic=subject --no-progress")
+    assert "--fill ''" in str(info.value) and "fill=''" not in str(info.value)
+    with pytest.raises(InputError, match=r"--map maps unknown variable 'topc' \(did you mean"):
+        magic(ip, "batch blog.json --df rows.csv --map topc=subject --no-progress")
+
+
+def test_a_directory_or_backslash_flow_is_a_path(ip: Any, tmp_path: Path) -> None:
+    (tmp_path / "flows").mkdir()
+    with pytest.raises(FlowFileError, match="flows is a directory"):
+        magic(ip, "info flows")
+    with pytest.raises(FlowFileError):
+        magic(ip, "info flows\\\\missing")
+
+
+def test_usage_lines_match_the_arguments(ip: Any) -> None:
+    with pytest.raises(UsageError) as info:
+        magic(ip, "run")
+    assert "required: FLOW." in str(info.value) and "[name=value ...]" in str(info.value)
+    with pytest.raises(UsageError) as info:
+        magic(ip, "connect --nope")
+    assert "extra" not in str(info.value) and "%flow connect [URL]" in str(info.value)
+
+
+def test_interrupted_batch_prints_a_plain_notice(ip: Any) -> None:
+    from tests.providers_for_tests import InlineEcho
+    from tests.test_frame import text_flow
+
+    ip.user_ns["f"] = text_flow(InlineEcho(raise_at=(3, KeyboardInterrupt())))
+    ip.user_ns["df"] = pd.DataFrame({"a": list("abcd"), "b": list("1234")})
+    with capture_output() as captured:
+        out = magic(ip, "batch $f --df df --no-progress")
+    assert out["error"].notna().sum() == 2
+    lines = [line for line in captured.stderr.splitlines() if "interrupted" in line]
+    assert lines and lines[0].startswith("flownb: interrupted: 2 of 4 rows finished")
+    assert "Warning" not in captured.stderr and ".py:" not in captured.stderr

@@ -95,7 +95,9 @@ def test_cell_magic_and_batch_in_the_kernel(kernel: Any) -> None:
     )
     reply, messages = execute(kernel, code)
     assert reply["status"] == "ok"
-    result = outputs(messages, "execute_result")[0]["data"]
+    # -o: shown by the magic itself (display_data), not as the cell's value.
+    assert not outputs(messages, "execute_result")
+    result = outputs(messages, "display_data")[0]["data"]
     assert result["text/html"].count('<img src="data:image/png;base64,') == 2
     assert "owls" in result["text/plain"]
 

@@ -53,7 +53,8 @@ def test_connect_with_env_key_then_info_run_batch_form(
     info = ip.run_line_magic("flow", "info blog-intro")
     assert info.flow.variables == ["topic", "tone"] and "server http://127.0.0.1" in info.source
 
-    result = ip.run_line_magic("flow", "run blog-intro topic='kelp forests' tone=calm -o res")
+    ip.run_line_magic("flow", "run blog-intro topic='kelp forests' tone=calm -o res -q")
+    result = ip.user_ns["res"]
     assert result["intro"] == "Write a calm two-sentence intro for a blog post about kelp forests."
     assert result["header_image"].startswith(server.url + "/media/")
     # The server's image is on the kernel's loopback: embedded as bytes for the browser.
@@ -82,7 +83,7 @@ def test_connect_reads_the_key_from_a_dotenv_file(ip: Any, server: Running) -> N
     Path(".env").write_text(f"FLOWNB_API_KEY={server.key}\n")
     with capture_output() as captured:
         ip.run_line_magic("flow", f"connect {server.url}")
-    assert "(API key from .env (.env))" in captured.stdout
+    assert f"(API key from {Path('.env').resolve()})" in captured.stdout
     assert ip.run_line_magic("flow", "run product-copy product=kites audience=kids")["tagline"]
 
 

@@ -6,6 +6,11 @@ Python variable arrives as itself: ``topic=$t`` passes the string in ``t`` even 
 spaces or quotes, ``$flow`` may name a flow object, ``--df $df`` a DataFrame. ``$$`` is a
 literal ``$``.
 
+A trailing ``;`` hides the output, as it does for any IPython line, and is never part of a value
+(quote it to keep it: ``tone='dry;'``). ``-o VAR`` keeps the result in VAR and shows it even when
+other lines follow in the cell (``-q`` keeps it quiet). FLOW, values, pairs and CSV files are read
+by :mod:`flownb.inputs`, the same way as on the command line.
+
 Local flow files are loaded once and kept until the file changes. Flow ids go to the server
 connected with ``%flow connect`` (or ``FLOWNB_BASE_URL``); the API key comes from
 ``FLOWNB_API_KEY``, a ``.env`` file or a password prompt, never from the magic line.
@@ -18,7 +23,9 @@ import keyword
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -26,6 +33,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
+from ..errors import ConfigError
+from ..inputs import MAGIC, flow_location, no_server, parse_map, parse_values, read_csv, to_text
 from ..providers.registry import provider_names
 from ..settings import get_settings
 
@@ -38,9 +47,9 @@ __all__ = ["FlowInfo", "FlowMagics", "find_api_key"]
 
 _USAGE = """\
 %flow info FLOW                                   variables (with defaults) and outputs
-%flow run FLOW [name=value ...] [-o VAR]          run once; the result is displayed
+%flow run FLOW [name=value ...] [-o VAR] [-q]     run once; the result is displayed
 %%flow run FLOW [--var NAME] [name=value ...]     run once; the cell body is one variable
-%flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [-o VAR]
+%flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [-o VAR] [-q]
                                                   run once per row of a DataFrame (or CSV file)
 %flow form FLOW                                   an input form with a Run button
 %flow connect [URL]                               use a flow server for flow ids"""
@@ -63,15 +72,18 @@ class _Parser(argparse.ArgumentParser):
 def _parser(sub: str) -> _Parser:
     p = _Parser(prog=f"flow {sub}", add_help=False, allow_abbrev=False)
     if sub == "connect":
-        p.add_argument("url", nargs="?", default=None)
-        p.add_argument("extra", nargs="*")
+        p.add_argument("url", nargs="?", default=None, metavar="URL")
+        # Caught only to say that a key never goes on the line; not part of the usage.
+        p.add_argument("extra", nargs="*", help=argparse.SUPPRESS)
         return p
     p.add_argument("flow", metavar="FLOW")
     if sub in ("run", "batch"):
         p.add_argument("-o", "--out", dest="out", metavar="VAR", default=None)
+        p.add_argument("-q", "--quiet", dest="quiet", action="store_true")
         p.add_argument("--provider", choices=provider_names(), default=None)
     if sub == "run":
-        p.add_argument("pairs", nargs="*", metavar="name=value")
+        # default=[]: argparse otherwise reports a '*' positional as required.
+        p.add_argument("pairs", nargs="*", metavar="name=value", default=[])
         # --var NAME: the variable a cell body fills; --var name=value: a pair, as in the CLI.
         p.add_argument("--var", dest="var", metavar="NAME", action="append", default=[])
     if sub == "batch":
@@ -104,7 +116,7 @@ def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
     if path:
         key = dotenv_values(path).get("FLOWNB_API_KEY")
         if key:
-            return key, f".env ({Path(path).name})"
+            return key, path
     if prompt_for is not None:
         import getpass
 
@@ -149,13 +161,11 @@ class FlowInfo:
         return "\n".join(lines)
 
 
-def _is_path(flow: str) -> bool:
-    return flow.endswith(".json") or "/" in flow or "\\" in flow or Path(flow).is_file()
-
-
 @magics_class
 class FlowMagics(Magics):
     """Holds the ``%flow`` magic's state: loaded local flows and the connected server."""
+
+    shell: Any  # the InteractiveShell; IPython types it Optional, but a loaded magic has one
 
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
@@ -173,11 +183,11 @@ class FlowMagics(Magics):
         Usage::
 
           %flow info FLOW                                 variables (with defaults) and outputs
-          %flow run FLOW [name=value ...] [-o VAR]        run once; the result is displayed
+          %flow run FLOW [name=value ...] [-o VAR] [-q]   run once; the result is displayed
                                                           (--var name=value works too)
           %%flow run FLOW [--var NAME] [name=value ...]   run once; the cell body is the value of
                                                           the flow's only variable (or of NAME)
-          %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--no-progress] [-o VAR]
+          %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--no-progress] [-o VAR] [-q]
                                                           run once per row of DataFrame DF (a
                                                           Python variable, or a .csv path);
                                                           returns the results DataFrame
@@ -188,13 +198,19 @@ class FlowMagics(Magics):
         FLOW is a path to an exported flow file (run locally; reloaded when it changes), a flow
         id on the connected server, or ``$name`` of a flow object. Values with spaces need
         quotes: ``tone="very dry"``. ``$name`` passes a Python variable (``topic=$t``); ``$$``
-        is a literal ``$``. ``-o VAR`` also stores the result in VAR. ``--provider
-        offline|openai`` picks the model provider for a local flow file.
+        is a literal ``$``. ``-o VAR`` stores the result in VAR and shows it; ``-q`` shows
+        nothing; a trailing ``;`` hides the output. ``--provider offline|openai`` picks the model
+        provider for a local flow file.
 
         The API key for ``%flow connect`` comes from FLOWNB_API_KEY, a ``.env`` file, or a
         hidden prompt. It is never typed on the magic line.
         """
         __tracebackhide__ = True  # IPython: hide this frame, show the flownb error itself
+        # IPython hides the output of a line ending in ';' but still passes the ';' to magics:
+        # it is that convention, never data (a value ending in ';' is quoted).
+        quiet = line.rstrip().endswith(";")
+        if quiet:
+            line = line.rstrip()[:-1]
         try:
             tokens = shlex.split(line)
         except ValueError as exc:
@@ -234,15 +250,29 @@ class FlowMagics(Magics):
             return FlowInfo(flow, source)
         if sub == "form":
             return flow.form()
-        if sub == "batch":
-            return self._batch(flow, args)
-        return self._run(flow, args, cell)
+        with _plain_notices():
+            result = self._batch(flow, args) if sub == "batch" else self._run(flow, args, cell)
+        if args.out is None:
+            return None if args.quiet else result  # IPython shows a returned value if last
+        # Kept in VAR; shown here, since the magic may not be the cell's last line.
+        if not (args.quiet or quiet):
+            from IPython.display import display
+
+            display(result)
+        return None
 
     # ---- subcommands ------------------------------------------------------------------------
 
     def _run(self, flow: BaseFlow, args: argparse.Namespace, cell: str | None) -> Any:
         __tracebackhide__ = True
-        values = self._pairs(args.pairs)
+        try:
+            values = parse_values(
+                args.pairs,
+                form="name=value",
+                convert=lambda name, raw: _as_text(self._expand(raw, f"{name}="), name),
+            )
+        except ConfigError as exc:
+            raise UsageError(f"%flow run: {exc.message} (quote values with spaces)") from None
         if cell is not None:
             name = args.var
             if name is None:
@@ -268,22 +298,24 @@ class FlowMagics(Magics):
 
     def _batch(self, flow: BaseFlow, args: argparse.Namespace) -> pd.DataFrame:
         __tracebackhide__ = True
+        from ..frame import run_dataframe
+
         df = self._dataframe(args.df)
-        mapping: dict[str, str] = {}
-        for pair in args.map:
-            var, sep, col = pair.partition("=")
-            if not sep or not var or not col:
-                raise UsageError(f"%flow batch: --map takes var=column, got {pair!r}")
-            mapping[var] = col
+        try:
+            mapping = parse_map(args.map, form="var=column")
+        except ConfigError as exc:
+            raise UsageError(f"%flow batch: --map: {exc.message}") from None
         fill = self._expand(args.fill) if args.fill is not None else None
         if args.concurrency is not None and args.concurrency < 1:
             raise UsageError("%flow batch: --concurrency must be at least 1")
-        out = flow.run_dataframe(
+        out = run_dataframe(
+            flow,
             df,
             mapping or None,
             fill=fill if fill is None else str(fill),
             progress=args.progress,
             concurrency=args.concurrency,
+            spelling=MAGIC,
         )
         if args.out:
             self.shell.user_ns[args.out] = out
@@ -339,19 +371,6 @@ class FlowMagics(Magics):
 
         return _VAR_REF.sub(sub, value)
 
-    def _pairs(self, pairs: list[str]) -> dict[str, str]:
-        values: dict[str, str] = {}
-        for pair in pairs:
-            name, sep, raw = pair.partition("=")
-            if not sep or not name:
-                raise UsageError(
-                    f"%flow run: expected name=value, got {pair!r} (quote values with spaces)"
-                )
-            if name in values:
-                raise UsageError(f"%flow run: variable {name!r} is given twice")
-            values[name] = _as_text(self._expand(raw, f"{name}="), name)
-        return values
-
     def _dataframe(self, ref: str) -> pd.DataFrame:
         import pandas as pd
 
@@ -360,11 +379,9 @@ class FlowMagics(Magics):
             df = self.shell.user_ns[name]
         elif ref.lower().endswith(".csv"):
             try:
-                df = pd.read_csv(ref, dtype=str, keep_default_na=False, na_values=[""])
-            except FileNotFoundError:
-                raise UsageError(f"%flow batch: --df {ref}: no such CSV file") from None
-            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-                raise UsageError(f"%flow batch: --df {ref} is not a readable CSV: {exc}") from None
+                df = read_csv(ref)
+            except ConfigError as exc:
+                raise UsageError(f"%flow batch: --df: {exc.message}") from None
         else:
             raise UsageError(f"%flow batch: --df {ref}: no such Python variable or .csv file")
         if not isinstance(df, pd.DataFrame):
@@ -385,17 +402,15 @@ class FlowMagics(Magics):
             raise UsageError(
                 f"%flow: FLOW {ref} is a {type(target).__name__}; give a path, flow id or flow"
             )
-        if _is_path(target):
-            return self._local_flow(Path(target), provider), "local engine"
+        location = flow_location(target)
+        if isinstance(location, Path):
+            return self._local_flow(location, provider), "local engine"
         if provider is not None:
             raise UsageError("%flow: --provider applies to local flow files; servers choose")
         client = self.client
         if client is None:
             if not get_settings().base_url:
-                raise UsageError(
-                    f"%flow: {target!r} is not a flow file here; to run a server flow by id, "
-                    "%flow connect URL first (or set FLOWNB_BASE_URL)"
-                )
+                raise UsageError(f"%flow: {no_server(target, MAGIC).message}")
             from ..client import Client
 
             client = self.client = Client()
@@ -426,18 +441,29 @@ def _check_identifier(name: str, option: str) -> None:
 
 
 def _as_text(value: Any, name: str) -> str:
-    """Return a variable's value as the string a flow takes: numbers as text, others refused."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int | float) and not (isinstance(value, float) and value != value):
-        return str(value)
+    """Return a variable's value as the text a flow takes (:func:`flownb.inputs.to_text`, as
+    for a DataFrame cell); collections and missing values are refused."""
     if isinstance(value, Mapping | list | tuple | set):
         hint = "a flow variable takes one string"
     else:
-        hint = "pass a str (or a number)"
+        text = to_text(value)
+        if text is not None:
+            return text
+        hint = "it is missing (None/NaN); pass a str (or a number)"
     raise UsageError(f"%flow run: {name}= got a {type(value).__name__}; {hint}")
+
+
+@contextmanager
+def _plain_notices() -> Iterator[None]:
+    """Show warnings raised meanwhile (an interrupted batch's notice) as plain ``flownb: ...``
+    lines on stderr, without Python's file path and source line."""
+
+    def show(message: Warning | str, *_: Any, **__: Any) -> None:
+        print(f"flownb: {' '.join(str(message).split())}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _cell_text(cell: str) -> str:
