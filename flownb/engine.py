@@ -124,6 +124,15 @@ class Plan:
                 )
             )
         self.steps: tuple[Step, ...] = tuple(steps)
+        # The key of each step's output in ``RunResult.trace``: its node name (its id when the
+        # name is empty or shared by another running node).
+        counts: dict[str, int] = {}
+        for step in steps:
+            counts[step.name] = counts.get(step.name, 0) + 1
+        self.trace_names: tuple[str, ...] = tuple(
+            s.name if s.name and counts[s.name] == 1 else f"{s.name or 'node'} [{s.node_id}]"
+            for s in steps
+        )
         levels: dict[int, list[Step]] = {}
         for step in steps:
             levels.setdefault(depth[step.node_id], []).append(step)
@@ -228,6 +237,8 @@ class Engine:
         self.timeout = self.timeout or DEFAULT_TIMEOUT
         self.retries = retries if retries is not None else settings.retries
         self.calls = 0  # provider attempts made by the async path, all runs together
+        # Shared by every result: RunResult.trace is computed from it only when asked for.
+        self.trace_of = (plan.trace_names, media_url)
         check = getattr(provider, "check_params", None)
         if check is not None:  # refuse params the provider would reject, before anything runs
             for step in plan.steps:
@@ -274,6 +285,7 @@ class Engine:
             cached,
             time.perf_counter() - started,
             gens,
+            self.trace_of,
         )
 
     def _context(

@@ -147,12 +147,14 @@ class BaseFlow(ABC):
         progress: bool = True,
         concurrency: int | None = None,
         error_column: str = "error",
+        trace: bool = False,
     ) -> pd.DataFrame:
         """Run the flow once per row of ``df``; see :func:`flownb.frame.run_dataframe`.
 
         Returns:
-            A copy of ``df`` (index and columns kept) with one column per output, and an
-            ``error_column`` when some rows failed.
+            A copy of ``df`` (index and columns kept) with one column per output (and, with
+            ``trace=True``, one per generation node), and an ``error_column`` when some rows
+            failed.
         """
         from .frame import run_dataframe
 
@@ -164,6 +166,7 @@ class BaseFlow(ABC):
             progress=progress,
             concurrency=concurrency,
             error_column=error_column,
+            trace=trace,
         )
 
     def form(self) -> Any:
@@ -219,6 +222,19 @@ class LocalFlow(BaseFlow):
             raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
         self.name = name
         self.graph = graph
+        # What the flow was built with, so a variant (with_params/with_prompts) is rebuilt alike:
+        # same provider instance (its connection pool), same knobs.
+        self._options: dict[str, Any] = {
+            "name": name,
+            "provider": provider,
+            "concurrency": concurrency,
+            "media_url": media_url,
+            "cache": cache,
+            "rpm": rpm,
+            "timeout": timeout,
+            "retries": retries,
+            "log": log,
+        }
         self.plan = Plan(graph)
         self.provider = provider
         self.concurrency = concurrency or settings.concurrency
@@ -274,6 +290,37 @@ class LocalFlow(BaseFlow):
         return self.runlog.recorder(
             self.name, self.provider.name, batch, detailed=not self.provider.inline
         )
+
+    def variant(self, graph: FlowGraph) -> LocalFlow:
+        """Return a new flow running ``graph`` with this flow's provider and settings."""
+        return LocalFlow(graph, **self._options)
+
+    def with_params(
+        self, per_node: Mapping[str, Mapping[str, Any]] | None = None, /, **params: Any
+    ) -> LocalFlow:
+        """Return a variant with other model parameters; this flow is left untouched.
+
+        ``with_params(temperature=0.2)`` sets them on every generation node;
+        ``with_params({"Intro": {"temperature": 0.2}})`` on the node of that name (or id).
+        ``None`` removes a parameter. Cache keys follow the parameters, so nothing is shared.
+
+        Raises:
+            ConfigError: an unknown node (the message lists the choices), or bad parameters.
+        """
+        from . import variants
+
+        return self.variant(variants.with_params(self.graph, per_node, params))
+
+    def with_prompts(self, prompts: Mapping[str, str]) -> LocalFlow:
+        """Return a variant whose named nodes (name or id -> prompt) have other prompts, with
+        the same ``{variable}`` rules; this flow is left untouched.
+
+        Raises:
+            ConfigError: an unknown node (the message lists the choices), or a non-string prompt.
+        """
+        from . import variants
+
+        return self.variant(variants.with_prompts(self.graph, prompts))
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
