@@ -6,6 +6,7 @@ form or a ``%flow`` magic, locally (offline by default) or against a flow servic
 
 from __future__ import annotations
 
+from . import scorers
 from .client import Client, RemoteFlow
 from .display import display_frame
 from .errors import (
@@ -21,6 +22,7 @@ from .errors import (
     ProviderTimeout,
     RateLimited,
 )
+from .evaluation import EvalReport, evaluate
 from .flow import BaseFlow, LocalFlow, load_flow
 from .result import RunResult
 from .runlog import runs
@@ -34,6 +36,7 @@ __all__ = [
     "BatchError",
     "Client",
     "ConfigError",
+    "EvalReport",
     "FlowFileError",
     "FlowNotFound",
     "FlownbError",
@@ -46,8 +49,10 @@ __all__ = [
     "RunResult",
     "__version__",
     "display_frame",
+    "evaluate",
     "load_flow",
     "runs",
+    "scorers",
 ]
 
 

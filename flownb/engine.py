@@ -26,7 +26,7 @@ from .errors import BatchError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner
-from .providers.limits import Pacer
+from .providers.limits import AdaptiveLimiter, Pacer
 from .result import RunResult, make_result
 from .settings import get_settings
 from .template import Template
@@ -354,10 +354,16 @@ class Engine:
         return self._result(values, gens, started)
 
     async def run_async(
-        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        concurrency: int,
+        *,
+        limiter: AdaptiveLimiter | None = None,
     ) -> None:
         """Run a validated batch; at most ``concurrency`` provider calls are in flight at once
         (fewer while the provider answers 429), retried, cached and paced as configured.
+        ``limiter`` replaces this run's own limit by one shared with other runs.
 
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
         when the run is cancelled part-way; the cache is committed on the way out either way.
@@ -371,6 +377,7 @@ class Engine:
             pacer=self.pacer,
             timeout=self.timeout,
             retries=self.retries,
+            limiter=limiter,
         )
         pending = iter(range(len(batch)))
 

@@ -20,6 +20,7 @@ from .errors import BatchError, ConfigError
 from .media import MediaStore
 from .model import FlowGraph, load_flow_file, parse_flow
 from .providers.base import Provider
+from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import RunResult
 from .runlog import RunRecorder, open_runlog
@@ -321,6 +322,28 @@ class LocalFlow(BaseFlow):
         from . import variants
 
         return self.variant(variants.with_prompts(self.graph, prompts))
+
+    async def arun_each(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        *,
+        concurrency: int | None = None,
+        limiter: AdaptiveLimiter | None = None,
+    ) -> None:
+        """Run an already-validated batch on the caller's loop, reporting each element to
+        ``on_result`` as it ends (and to the run log, as :meth:`run_batch` does). ``limiter``
+        shares one concurrency limit with other runs (see :func:`flownb.evaluate`)."""
+        recorder = self._recorder(batch)
+        if recorder is not None:
+            on_result = recorder.wrap(on_result)
+        try:
+            await self.engine.run_async(
+                batch, on_result, concurrency or self.concurrency, limiter=limiter
+            )
+        finally:
+            if recorder is not None:
+                recorder.flush()
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None

@@ -23,7 +23,13 @@ def fake_server() -> Iterator[FakeOpenAI]:
 def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
     """The module's fake server, reset to good behaviour, with the OpenAI env pointing at it."""
     fake_server.configure(
-        latency=0.0, faults={}, fail_markers={}, retry_after="0", seed=0, image_format="url"
+        latency=0.0,
+        faults={},
+        fail_markers={},
+        retry_after="0",
+        seed=0,
+        image_format="url",
+        replies={},
     )
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

@@ -43,10 +43,13 @@ class CallRunner:
         pacer: Pacer | None = None,
         timeout: float | None = None,
         retries: int = 8,
+        limiter: AdaptiveLimiter | None = None,
     ) -> None:
         self.provider = provider
         self.cache = cache if provider.cacheable else None
-        self.limiter = AdaptiveLimiter(concurrency, pacer)
+        # A limiter given by the caller is shared with other runs (an evaluation's variants and
+        # judges hold one limit together); else this run has its own.
+        self.limiter = limiter if limiter is not None else AdaptiveLimiter(concurrency, pacer)
         self.timeout = timeout
         self.retries = retries
         self.calls = 0  # attempts sent to the provider
