@@ -170,6 +170,24 @@ class BaseFlow(ABC):
             trace=trace,
         )
 
+    def preview(
+        self,
+        data: Any,
+        columns: Mapping[str, str] | None = None,
+        *,
+        fill: str | None = None,
+    ) -> Any:
+        """Return what running over ``data`` (a DataFrame, a list of variable mappings, or one
+        mapping) would do, without calling the provider: a :class:`flownb.preview.Preview` with
+        the rendered prompt of each call, ``n_calls`` (cache hits excluded) and ``est_tokens``.
+
+        Raises:
+            InputError: the data does not fit the flow's variables.
+        """
+        from .preview import preview_data
+
+        return preview_data(self, data, columns, fill)
+
     def form(self) -> Any:
         """Return an ipywidgets form: an input per variable, a Run button, outputs below."""
         from .notebook.widgets import FlowForm
