@@ -176,6 +176,11 @@ def info(flow: str) -> None:
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-cache", is_flag=True, help="Call the provider even for cached calls.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the rendered prompts and the calls a run would pay for; call nothing.",
+)
 def run(
     flow: str,
     var_pairs: tuple[str, ...],
@@ -188,6 +193,7 @@ def run(
     concurrency: int | None,
     no_progress: bool,
     no_cache: bool,
+    dry_run: bool,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json)."""
     import pandas as pd
@@ -205,6 +211,9 @@ def run(
     f = open_flow(flow, provider=provider, concurrency=concurrency, cache=cache)
     _banner(f)
 
+    if dry_run and not csv_path and not json_path:
+        click.echo(str(f.preview(values)))
+        return
     if not csv_path and not json_path:
         result = f.run(values)
         click.echo(str(result))
@@ -228,6 +237,9 @@ def run(
         df = pd.DataFrame(batch, columns=f.variables)
     from .frame import INTERRUPTED
 
+    if dry_run:
+        click.echo(str(f.preview(df, _parse_map(map_pairs) or None, fill=fill)))
+        return
     out = f.run_dataframe(df, _parse_map(map_pairs) or None, fill=fill, progress=not no_progress)
     if out_path:
         _write(out, out_path)
@@ -254,11 +266,13 @@ def _write(df: Any, path: str) -> None:
 
 
 # `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
+from .evaluation.cli import eval_command as _eval_command  # noqa: E402
 from .server.commands import keys as _keys_group  # noqa: E402
 from .server.commands import serve as _serve_command  # noqa: E402
 
 cli.add_command(_serve_command, "serve")
 cli.add_command(_keys_group, "keys")
+cli.add_command(_eval_command, "eval")
 
 
 def main(argv: list[str] | None = None) -> None:

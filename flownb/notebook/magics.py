@@ -42,6 +42,7 @@ _USAGE = """\
 %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [-o VAR]
                                                   run once per row of a DataFrame (or CSV file)
 %flow form FLOW                                   an input form with a Run button
+%flow eval FLOW... --df DF --scorers $s [--out FILE] [--min-pass X] [-o VAR]  evaluate variants
 %flow connect [URL]                               use a flow server for flow ids"""
 
 _VAR_REF = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -84,7 +85,7 @@ def _parser(sub: str) -> _Parser:
     return p
 
 
-_SUBCOMMANDS = ("info", "run", "batch", "form", "connect")
+_SUBCOMMANDS = ("info", "run", "batch", "form", "connect", "eval")
 
 
 def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
@@ -211,6 +212,10 @@ class FlowMagics(Magics):
         if any(t in ("-h", "--help") for t in rest):
             print(_USAGE)
             return None
+        if sub == "eval":  # parsed and run by flownb.evaluation.magic
+            from ..evaluation.magic import eval_magic
+
+            return eval_magic(self, rest)
         parser = _parser(sub)
         args = parser.parse_intermixed_args(rest) if sub == "run" else parser.parse_args(rest)
         if getattr(args, "out", None) is not None:
