@@ -221,7 +221,15 @@ class EvalReport:
         from .store import diff_frames, load_scores
 
         before = load_scores(other) if isinstance(other, str) else other.score_frame()
-        return diff_frames(before, self.score_frame(), self.index_name)
+        changed = diff_frames(before, self.score_frame(), self.index_name)
+        # Rows are matched by the text of their index (what the run log keeps); show the labels.
+        labels = dict(
+            zip(
+                map(str, self.results[self.index_name]), self.results[self.index_name], strict=False
+            )
+        )
+        changed[self.index_name] = changed[self.index_name].map(lambda k: labels.get(k, k))
+        return changed
 
     def score_frame(self) -> pd.DataFrame:
         """Return the columns a diff compares: variant, index, scorers, passed, error."""
