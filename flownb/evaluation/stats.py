@@ -44,7 +44,10 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
     denom = 1 + _Z**2 / n
     centre = (p + _Z**2 / (2 * n)) / denom
     half = _Z * math.sqrt(p * (1 - p) / n + _Z**2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At p = 0 (or 1) the bound is exactly 0 (or 1); rounding would leave 1e-17 there.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
