@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:
     from .report import EvalReport
 
-__all__ = ["compare_html", "page_html"]
+__all__ = ["compare_html", "page_html", "summary_html"]
 
 THUMB = 160  # pixels: the longest side of an embedded thumbnail
 
@@ -178,15 +178,49 @@ def _short(value: Any, width: int = 120) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def summary_html(report: EvalReport) -> str:
+    """Return the summary as a compact table: per metric ``mean [low, high]``, and against the
+    first variant the paired test's p-value (bold when the difference is beyond chance)."""
+    summary = report.summary
+    metrics = ["pass_rate"] + [s.name for s in report.scorers]
+    head = "".join(f"<th>{_esc(m)}</th>" for m in metrics)
+    rows = []
+    for variant, row in summary.iterrows():
+        cells = [f"<td>{int(row['n'])}</td><td>{int(row['errors'])}</td>"]
+        for m in metrics:
+            text = f"{_num(row[m])} [{_num(row[f'{m}_low'])}, {_num(row[f'{m}_high'])}]"
+            p = row.get(f"{m}_p")
+            if p is not None and p == p:
+                note = f"p={p:.2g}"
+                text += "<br>" + (f"<b>{note} differs</b>" if row[f"{m}_differs"] else note)
+            cells.append(f"<td>{text}</td>")
+        latency = row["latency_s"]
+        cells.append(f"<td>{_num(latency)}</td><td>{_num(row['total_tokens'])}</td>")
+        rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
+    return (
+        f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
+        f"<th>latency_s</th><th>total_tokens</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+        "</table><p class='inp'>mean (pass rate for pass/fail) [95% interval]; p: paired test "
+        "against the first variant over the same rows</p>"
+    )
+
+
+def _num(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{float(value):.3g}"
+
+
 def page_html(report: EvalReport, limit: int | None = 1000) -> str:
     """Return a self-contained HTML page: the summary, then the comparison. Its
     Content-Security-Policy forbids every request (images are embedded)."""
-    summary = report.summary.to_html(classes="flownb-eval", float_format=lambda x: f"{x:.3g}")
+    summary = summary_html(report)
     return (
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
         "img-src data:; style-src 'unsafe-inline'\">"
-        f"<title>flownb evaluation {_esc(report.id)}</title><style>{STYLE}</style></head><body>"
+        f"<title>flownb evaluation {_esc(report.id)}</title><style>{STYLE}"
+        "body {font-family: system-ui, sans-serif}</style></head><body>"
         f"<h1>Evaluation {_esc(report.id)}</h1><h2>Summary</h2>{summary}"
         f"<h2>Side by side</h2>{compare_html(report, limit=limit)}</body></html>\n"
     )

@@ -239,10 +239,11 @@ class EvalReport:
         return frame
 
     def _repr_html_(self) -> str:
-        summary = self.summary.to_html(float_format=lambda x: f"{x:.3g}")
+        from .html import STYLE, summary_html
+
         return (
-            f"<b>Evaluation {self.id}</b>: {len(self.variants)} variant(s), "
-            f"{len(self.results)} runs<br>{summary}"
+            f"<style>{STYLE}</style><b>Evaluation {self.id}</b>: {len(self.variants)} "
+            f"variant(s), {len(self.results)} runs{summary_html(self)}"
         )
 
     def __repr__(self) -> str:
