@@ -120,3 +120,42 @@ def test_trace_through_the_async_provider(fake: FakeOpenAI) -> None:
         "draft": "echo: Draft on owls.",
         "polish": "echo: Polish: echo: Draft on owls.",
     }
+
+
+def test_global_and_per_node_params_combine_and_bad_calls_are_refused() -> None:
+    flow = flownb.load_flow(two_nodes())
+    both = flow.with_params({"intro": {"temperature": 0.1}}, max_tokens=9)
+    assert [s.params for s in both.plan.steps] == [
+        {"model": "gpt-4o-mini", "temperature": 0.1, "max_tokens": 9},
+        {"model": "gpt-4o-mini", "max_tokens": 9},
+    ]
+    with pytest.raises(ConfigError, match="needs parameters"):
+        flow.with_params()
+    with pytest.raises(ConfigError, match="mapping of node name"):
+        flow.with_prompts({})
+
+
+def test_preview_of_a_chained_flow_uses_cached_upstream_outputs(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(chained())
+    before = flow.preview([{"topic": "owls"}])
+    assert before.n_calls == 2 and before.n_cached == 0
+    assert before.calls["prompt"].tolist() == ["Draft on owls.", "Polish: «output of draft»"]
+    flow.run(topic="owls")
+    fake.reset()
+    after = flow.preview({"topic": "owls"})
+    assert after.n_calls == 0 and after.n_cached == 2
+    assert after.calls["prompt"].tolist()[1] == "Polish: echo: Draft on owls."
+    assert fake.requests == []
+
+
+def test_trace_needs_a_local_flow() -> None:
+    class Remote(flownb.BaseFlow):
+        name = "remote"
+        spec = flownb.load_flow(two_nodes()).spec
+        outputs = ("intro",)
+
+        def _execute(self, batch, on_result, concurrency) -> None:  # pragma: no cover
+            raise AssertionError("must not run")
+
+    with pytest.raises(ConfigError, match="trace=True needs a local flow"):
+        Remote().run_dataframe(pd.DataFrame({"topic": ["x"]}), trace=True)
