@@ -220,6 +220,14 @@ def evaluate(
 
         return preview_many(variants, batches, graders)
 
+    for j in graders:
+        if isinstance(j, JudgeScorer) and j.flow().provider.inline:
+            warnings.warn(
+                f"scorer {j.name!r} runs on the {j.flow().provider.name} provider, which only "
+                "echoes its prompt: its scores will be NaN. Pass provider='openai' (or set "
+                "FLOWNB_PROVIDER) for a model judge.",
+                stacklevel=2,
+            )
     limit = concurrency or max(
         (f.concurrency for f in variants.values() if isinstance(f, LocalFlow)), default=16
     )
