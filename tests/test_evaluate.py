@@ -20,13 +20,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
-from serving import Running, run_server, sample_flows
+from serving import InlineScriptedProvider, Running, run_server, sample_flows
 
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
 from flownb.evaluation import stats
 from flownb.frame import INTERRUPTED
+from flownb.providers.base import Call, Generation
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow, write_flow
 
@@ -274,3 +275,30 @@ def test_flow_eval_magic(
         ip.run_line_magic("unload_ext", "flownb")
         for name in ("variants", "df", "checks", "rep"):
             ip.user_ns.pop(name, None)
+
+
+class StopAt(InlineScriptedProvider):
+    """Answers inline like the offline provider; Ctrl-C arrives while row "STOP" runs."""
+
+    def generate_inline(self, call: Call) -> Generation:
+        if "STOP" in call.prompt:
+            raise KeyboardInterrupt
+        return Generation(call.prompt)
+
+
+def test_interrupt_before_the_judges_keeps_rows_and_leaves_judges_unscored() -> None:
+    flow = flownb.LocalFlow(flownb.load_flow(TWO).graph, provider=StopAt())
+    data = pd.DataFrame({"topic": ["a", "b", "STOP", "d"]})
+    with pytest.warns(UserWarning, match="interrupted: 2 of 8 runs finished"):
+        report = flownb.evaluate(
+            [flow, flow],
+            data,
+            [S.judge("intro", "ok?"), S.contains("intro", "Intro")],
+            progress=False,
+        )
+    res = report.results
+    assert res["variant"].unique().tolist() == ["flow", "flow_1"]
+    assert res["error"].isna().tolist() == [True, True, False, False, False, False, False, False]
+    assert res["judge_intro"].isna().all()
+    assert res["judge_intro_reason"].tolist()[0].startswith("not judged")
+    assert res["contains_intro"].tolist()[:2] == [True, True]

@@ -39,9 +39,19 @@ __all__ = ["evaluate"]
 OnResult = Callable[[int, Any, BaseException | None], None]
 
 
-def _variants(flows: BaseFlow | Mapping[str, BaseFlow]) -> dict[str, BaseFlow]:
+def _variants(
+    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+) -> dict[str, BaseFlow]:
     if isinstance(flows, BaseFlow):
         return {flows.name: flows}
+    if isinstance(flows, Sequence) and not isinstance(flows, str):
+        # A list of flows: named after the flows, numbered where names repeat.
+        named: dict[str, BaseFlow] = {}
+        for i, flow in enumerate(flows):
+            if not isinstance(flow, BaseFlow):
+                raise ConfigError(f"flows[{i}] is a {type(flow).__name__}, not a flow")
+            named[flow.name if flow.name not in named else f"{flow.name}_{i}"] = flow
+        flows = named
     if not isinstance(flows, Mapping) or not flows:
         raise ConfigError("evaluate takes a flow or a non-empty {variant name: flow} mapping")
     for name, flow in flows.items():
@@ -166,7 +176,7 @@ def _run_sync(
 
 
 def evaluate(
-    flows: BaseFlow | Mapping[str, BaseFlow],
+    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
     data: pd.DataFrame,
     scorers: Scorer | Sequence[Scorer] | None = None,
     *,
@@ -180,7 +190,8 @@ def evaluate(
     """Run every variant over every row of ``data`` and grade the outputs with ``scorers``.
 
     ``flows`` is one flow or ``{variant name: flow}`` (local, varied with ``with_params`` /
-    ``with_prompts``, or remote). ``columns`` and ``fill`` are as in ``run_dataframe``.
+    ``with_prompts``, or remote; a list of flows is named after them). ``columns`` and ``fill``
+    are as in ``run_dataframe``.
     ``concurrency`` bounds the provider calls in flight across every variant and judge (default:
     the largest of the local flows' limits). ``dry_run=True`` returns a
     :class:`~flownb.preview.Preview` of the calls instead, making none. ``log=False`` keeps the
@@ -395,6 +406,8 @@ def _assemble(
         for s in graders:
             if s.name in judged:
                 scores, reasons = judged[s.name][name]
+            elif isinstance(s, JudgeScorer):  # interrupted before the judges ran
+                scores, reasons = [None] * n, ["not judged: the evaluation was interrupted"] * n
             else:
                 scores, reasons = s.score(block)
             values = _as_column(scores, s)
