@@ -121,14 +121,6 @@ class Scorer:
         none)."""
         raise NotImplementedError
 
-    def passes(self, score: Any) -> bool | None:
-        """Return whether ``score`` passes (None: this scorer does not pass or fail)."""
-        if self.kind == "bool":
-            return bool(score) if not _missing(score) else False
-        if self.threshold is None:
-            return None
-        return not _missing(score) and float(score) >= self.threshold
-
     @property
     def pass_fail(self) -> bool:
         """Whether this scorer contributes to ``passed``."""
