@@ -310,9 +310,10 @@ class LocalFlow(BaseFlow):
             self.name, self.provider.name, batch, detailed=not self.provider.inline
         )
 
-    def variant(self, graph: FlowGraph) -> LocalFlow:
-        """Return a new flow running ``graph`` with this flow's provider and settings."""
-        return LocalFlow(graph, **self._options)
+    def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
+        """Return a new flow running ``graph`` with this flow's provider and settings (and
+        ``name``, else this flow's name)."""
+        return LocalFlow(graph, **{**self._options, "name": name or self.name})
 
     def with_params(
         self, per_node: Mapping[str, Mapping[str, Any]] | None = None, /, **params: Any

@@ -62,6 +62,12 @@ def test_variants_share_one_limit_and_a_rerun_is_free(fake: FakeOpenAI) -> None:
     assert again.results["cached"].all()
     assert again.results["judge_intro"].tolist() == res["judge_intro"].tolist()
     assert again.diff(report).empty and again.diff(report.id).empty
+    logged = flownb.runs()
+    assert logged["flow"].value_counts().to_dict() == {
+        "flow:base": 16,
+        "flow:warm": 16,
+        "judge:judge_intro": 32,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +292,7 @@ class StopAt(InlineScriptedProvider):
         return Generation(call.prompt)
 
 
+@pytest.mark.filterwarnings("ignore:scorer 'judge_intro' runs on the offline provider")
 def test_interrupt_before_the_judges_keeps_rows_and_leaves_judges_unscored() -> None:
     flow = flownb.LocalFlow(flownb.load_flow(TWO).graph, provider=StopAt())
     data = pd.DataFrame({"topic": ["a", "b", "STOP", "d"]})

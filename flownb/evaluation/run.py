@@ -226,6 +226,13 @@ def evaluate(
                 f"scorer {s.name!r} reads {', '.join(map(repr, missing))}, which is neither an "
                 f"output ({', '.join(map(repr, outputs))}) nor a column of the data"
             )
+    # In the run log, a variant's runs go under "<flow>:<variant>" so variants stay apart.
+    variants = {
+        name: flow.variant(flow.graph, name=f"{flow.name}:{name}")
+        if isinstance(flow, LocalFlow) and name != flow.name
+        else flow
+        for name, flow in variants.items()
+    }
     if dry_run:
         from ..preview import preview_many
 
