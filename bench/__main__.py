@@ -16,6 +16,7 @@ BENCHMARKS = {
     "latency_batch": "latency-bound batch vs the ideal bound (loopback OpenAI server)",
     "server_throughput": "flownb serve vs a bare FastAPI route (requests/s)",
     "memory_frame": "peak memory of a 100,000-row DataFrame batch vs the frame",
+    "evaluate_batch": "evaluation: 2 variants + judge vs the ideal; 100,000 x 2 peak memory",
 }
 
 

@@ -6,6 +6,7 @@ form or a ``%flow`` magic, locally (offline by default) or against a flow servic
 
 from __future__ import annotations
 
+from . import scorers
 from .client import Client, RemoteFlow
 from .display import display_frame
 from .errors import (
@@ -21,6 +22,7 @@ from .errors import (
     ProviderTimeout,
     RateLimited,
 )
+from .evaluation import EvalReport, evaluate
 from .flow import BaseFlow, LocalFlow, load_flow
 from .pipeline import Outcomes
 from .result import RunResult
@@ -35,6 +37,7 @@ __all__ = [
     "BatchError",
     "Client",
     "ConfigError",
+    "EvalReport",
     "FlowFileError",
     "FlowNotFound",
     "FlownbError",
@@ -48,8 +51,10 @@ __all__ = [
     "RunResult",
     "__version__",
     "display_frame",
+    "evaluate",
     "load_flow",
     "runs",
+    "scorers",
 ]
 
 

@@ -187,6 +187,11 @@ def info(flow: str, base_url: str | None) -> None:
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--no-cache", is_flag=True, help="Call the provider even for cached calls.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the rendered prompts and the calls a run would pay for; call nothing.",
+)
 def run(
     flow: str,
     var_pairs: tuple[str, ...],
@@ -202,6 +207,7 @@ def run(
     concurrency: int | None,
     no_progress: bool,
     no_cache: bool,
+    dry_run: bool,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json).
 
@@ -250,6 +256,9 @@ def run(
         values = {**defaults, **values}
         f.spec.check_one(values)
         _banner(f)
+        if dry_run:
+            click.echo(str(f.preview(values)))
+            return
         result = f.run(values)
         if target is None:
             click.echo(str(result))
@@ -261,6 +270,9 @@ def run(
 
     rows = _batch_rows(f, batch, df, mapping, fill, defaults)
     _banner(f)
+    if dry_run:
+        click.echo(str(f.preview(rows, mapping or None, fill=fill)))
+        return
     out = run_dataframe(f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI)
     if target is not None:
         _write(out, *target)
@@ -357,11 +369,13 @@ def _show_warning(
 
 
 # `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
+from .evaluation.cli import eval_command as _eval_command  # noqa: E402
 from .server.commands import keys as _keys_group  # noqa: E402
 from .server.commands import serve as _serve_command  # noqa: E402
 
 cli.add_command(_serve_command, "serve")
 cli.add_command(_keys_group, "keys")
+cli.add_command(_eval_command, "eval")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ from .errors import ConfigError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner
-from .providers.limits import Pacer
+from .providers.limits import AdaptiveLimiter, Pacer
 from .result import OnResult, RunResult, make_result
 from .template import Template
 from .validate import VariableSpec
@@ -121,6 +121,15 @@ class Plan:
                 )
             )
         self.steps: tuple[Step, ...] = tuple(steps)
+        # The key of each step's output in ``RunResult.trace``: its node name (its id when the
+        # name is empty or shared by another running node).
+        counts: dict[str, int] = {}
+        for step in steps:
+            counts[step.name] = counts.get(step.name, 0) + 1
+        self.trace_names: tuple[str, ...] = tuple(
+            s.name if s.name and counts[s.name] == 1 else f"{s.name or 'node'} [{s.node_id}]"
+            for s in steps
+        )
         levels: dict[int, list[Step]] = {}
         for step in steps:
             levels.setdefault(depth[step.node_id], []).append(step)
@@ -197,6 +206,8 @@ class Engine:
         self.pacer = Pacer(rpm)
         self.timeout = timeout
         self.retries = retries
+        # Shared by every result: RunResult.trace is computed from it only when asked for.
+        self.trace_of = (plan.trace_names, media_url)
 
     # -- assembling a result ------------------------------------------------------------------
 
@@ -239,6 +250,7 @@ class Engine:
             cached,
             time.perf_counter() - started,
             gens,
+            self.trace_of,
         )
 
     def _context(
@@ -307,10 +319,16 @@ class Engine:
         return self._result(values, gens, started)
 
     async def run_async(
-        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        concurrency: int,
+        *,
+        limiter: AdaptiveLimiter | None = None,
     ) -> None:
         """Run a validated batch; at most ``concurrency`` provider calls are in flight at once
         (fewer while the provider answers 429), retried, cached and paced as configured.
+        ``limiter`` replaces this run's own limit by one shared with other runs.
 
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
         when the run is cancelled part-way; the cache is committed on the way out either way.
@@ -324,6 +342,7 @@ class Engine:
             pacer=self.pacer,
             timeout=self.timeout,
             retries=self.retries,
+            limiter=limiter,
         )
         pending = iter(range(len(batch)))
 

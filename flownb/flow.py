@@ -21,6 +21,7 @@ from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
 from .providers.base import Provider
+from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
@@ -157,12 +158,14 @@ class BaseFlow(ABC):
         progress: bool = True,
         concurrency: int | None = None,
         error_column: str = "error",
+        trace: bool = False,
     ) -> pd.DataFrame:
         """Run the flow once per row of ``df``; see :func:`flownb.frame.run_dataframe`.
 
         Returns:
-            A copy of ``df`` (index and columns kept) with one column per output, and an
-            ``error_column`` when some rows failed.
+            A copy of ``df`` (index and columns kept) with one column per output (and, with
+            ``trace=True``, one per generation node), and an ``error_column`` when some rows
+            failed.
         """
         return run_dataframe(
             self,
@@ -172,7 +175,26 @@ class BaseFlow(ABC):
             progress=progress,
             concurrency=concurrency,
             error_column=error_column,
+            trace=trace,
         )
+
+    def preview(
+        self,
+        data: Any,
+        columns: Mapping[str, str] | None = None,
+        *,
+        fill: str | None = None,
+    ) -> Any:
+        """Return what running over ``data`` (a DataFrame, a list of variable mappings, or one
+        mapping) would do, without calling the provider: a :class:`flownb.preview.Preview` with
+        the rendered prompt of each call, ``n_calls`` (cache hits excluded) and ``est_tokens``.
+
+        Raises:
+            InputError: the data does not fit the flow's variables.
+        """
+        from .preview import preview_data
+
+        return preview_data(self, data, columns, fill)
 
     def form(self) -> Any:
         """Return an ipywidgets form: an input per variable, a Run button, outputs below."""
@@ -232,6 +254,7 @@ class LocalFlow(BaseFlow):
         self.graph = graph
         self.source = source
         self.config = config
+        self.media_url = media_url
         self.plan = Plan(graph)
         self.provider = provider
         self.concurrency = config.concurrency
@@ -269,6 +292,58 @@ class LocalFlow(BaseFlow):
     ) -> None:
         self.runner.run(batch, on_result, concurrency=concurrency)
 
+    def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
+        """Return a new flow running ``graph`` with this flow's provider instance (its
+        connection pool) and run configuration, named ``name`` (else this flow's name)."""
+        return LocalFlow(
+            graph,
+            name=name or self.name,
+            config=self.config,
+            provider=self.provider,
+            media_url=self.media_url,
+            source=self.source if graph is self.graph else None,
+        )
+
+    def with_params(
+        self, per_node: Mapping[str, Mapping[str, Any]] | None = None, /, **params: Any
+    ) -> LocalFlow:
+        """Return a variant with other model parameters; this flow is left untouched.
+
+        ``with_params(temperature=0.2)`` sets them on every generation node;
+        ``with_params({"Intro": {"temperature": 0.2}})`` on the node of that name (or id).
+        ``None`` removes a parameter. Cache keys follow the parameters, so nothing is shared.
+
+        Raises:
+            ConfigError: an unknown node (the message lists the choices), or bad parameters.
+        """
+        from . import variants
+
+        return self.variant(variants.with_params(self.graph, per_node, params))
+
+    def with_prompts(self, prompts: Mapping[str, str]) -> LocalFlow:
+        """Return a variant whose named nodes (name or id -> prompt) have other prompts, with
+        the same ``{variable}`` rules; this flow is left untouched.
+
+        Raises:
+            ConfigError: an unknown node (the message lists the choices), or a non-string prompt.
+        """
+        from . import variants
+
+        return self.variant(variants.with_prompts(self.graph, prompts))
+
+    async def arun_each(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        *,
+        concurrency: int | None = None,
+        limiter: AdaptiveLimiter | None = None,
+    ) -> None:
+        """Run an already-validated batch on the caller's loop, reporting each element to
+        ``on_result`` as it ends (and to the run log, as :meth:`run_batch` does). ``limiter``
+        shares one concurrency limit with other runs (see :func:`flownb.evaluate`)."""
+        await self.runner.arun(batch, on_result, concurrency=concurrency, limiter=limiter)
+
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
     ) -> list[RunResult]:
@@ -298,6 +373,7 @@ class LocalFlow(BaseFlow):
 def load_flow(
     source: str | Path | Mapping[str, Any],
     *,
+    name: str | None = None,
     provider: Provider | str | None = None,
     concurrency: int | None = None,
     cache: bool | None = None,
@@ -308,7 +384,9 @@ def load_flow(
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
 
-    ``provider`` is a provider name (``"offline"``, ``"openai"``) or instance; by default
+    ``name`` names the flow in the run log and progress bars (default: the file's name without
+    ``.json``, or ``"flow"``). ``provider`` is a provider name (``"offline"``, ``"openai"``, or
+    an installed plugin's) or instance; by default
     ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight
     (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
     ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
@@ -332,13 +410,13 @@ def load_flow(
         retries=retries,
     )
     if isinstance(source, Mapping):
-        graph, name, data = parse_flow(source, "flow"), "flow", source
+        graph, data = parse_flow(source, name or "flow"), source
     else:
         data = read_flow_file(source)
-        graph, name = parse_flow(data, str(source)), Path(source).stem
+        graph = parse_flow(data, str(source))
     return LocalFlow(
         graph,
-        name=name,
+        name=name or (Path(source).stem if not isinstance(source, Mapping) else "flow"),
         config=config,
         provider=provider if isinstance(provider, Provider) else None,
         source=data,

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
-from .errors import FlownbError, InputError, Problem
+from .errors import ConfigError, FlownbError, InputError, Problem
 from .inputs import PYTHON, Spelling, to_text
 from .validate import unknown_advice
 
@@ -161,10 +161,15 @@ def run_dataframe(
     progress: bool = True,
     concurrency: int | None = None,
     error_column: str = "error",
+    trace: bool = False,
     spelling: Spelling = PYTHON,
 ) -> pd.DataFrame:
     """Run ``flow`` once per row of ``df``. ``spelling`` words input errors for the surface
     calling (see :func:`rows_to_variables`).
+
+    ``trace=True`` adds one column per generation node that runs (its output, intermediate
+    nodes included; see :attr:`RunResult.trace`), named like the node (`` (node)`` appended
+    where that name is already a column).
 
     Returns:
         A copy of ``df`` with a column per output (``None`` where the row failed) and, when some
@@ -174,6 +179,7 @@ def run_dataframe(
         TypeError: ``df`` is not a DataFrame.
         InputError: columns missing or cells empty without ``fill`` (see
             :func:`rows_to_variables`).
+        ConfigError: ``trace=True`` for a flow that does not report its nodes (a remote flow).
     """
     import pandas as pd
 
@@ -181,8 +187,10 @@ def run_dataframe(
         raise TypeError(f"run_dataframe takes a pandas DataFrame, got {type(df).__name__}")
     batch = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)
     out_cols = _output_columns(df, flow.outputs)
+    trace_cols = _trace_columns(flow, [*df.columns, *out_cols.values()]) if trace else {}
     n = len(batch)
     values: dict[str, list[str | None]] = {out: [None] * n for out in out_cols}
+    traced: dict[str, list[str | None]] = {node: [None] * n for node in trace_cols}
     errors: list[str | None] = [None] * n
     done = [False] * n
 
@@ -193,6 +201,9 @@ def run_dataframe(
             return
         for out in out_cols:
             values[out][i] = result.get(out)
+        if traced:
+            for node, output in result.trace.items():
+                traced[node][i] = output
 
     interrupted = False
     try:
@@ -203,6 +214,8 @@ def run_dataframe(
     result = df.copy()
     for out, col in out_cols.items():
         result[col] = pd.Series(values[out], index=df.index, dtype=object)
+    for node, col in trace_cols.items():
+        result[col] = pd.Series(traced[node], index=df.index, dtype=object)
     if interrupted:
         for i in range(n):
             if not done[i]:
@@ -216,6 +229,18 @@ def run_dataframe(
     if any(e is not None for e in errors):
         result[error_column] = pd.Series(errors, index=df.index, dtype=object)
     return result
+
+
+def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
+    """Map each traced node name to its column (`` (node)`` appended on a clash)."""
+    plan = getattr(flow, "plan", None)
+    if plan is None:
+        raise ConfigError(
+            f"trace=True needs a local flow; {flow.name!r} runs remotely and reports only outputs"
+        )
+    return {
+        name: name if name not in taken else f"{name} (node)" for name in plan.trace_names
+    }
 
 
 def _describe(exc: BaseException) -> str:

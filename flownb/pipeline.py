@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from .aio import run_sync
 from .engine import Engine
 from .errors import BatchError
+from .providers.limits import AdaptiveLimiter
 from .result import OnResult, RunResult
 from .runlog import RunLog, RunRecorder
 
@@ -123,15 +124,20 @@ class Runner:
         on_result: OnResult,
         *,
         concurrency: int | None = None,
+        limiter: AdaptiveLimiter | None = None,
     ) -> None:
-        """Run ``batch`` on the caller's event loop, reporting each element to ``on_result``."""
+        """Run ``batch`` on the caller's event loop, reporting each element to ``on_result``.
+        ``limiter`` shares one concurrency limit with other runs (an evaluation's variants and
+        judges); ``concurrency`` is then ignored."""
         recorder = self._recorder(batch)
         if recorder is not None:
             on_result = recorder.wrap(on_result)
         engine = self.engine
         try:
             if not engine.provider.inline:
-                await engine.run_async(batch, on_result, concurrency or self.concurrency)
+                await engine.run_async(
+                batch, on_result, concurrency or self.concurrency, limiter=limiter
+            )
             elif len(batch) <= INLINE_ON_LOOP and not self._images:
                 engine.run_inline(batch, on_result)
             else:

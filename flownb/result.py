@@ -28,7 +28,15 @@ class RunResult(dict[str, str]):
     """
 
     # Instance attributes on a dict subclass: declared, so typos fail loudly.
-    __slots__ = ("_entries", "cached", "generations", "kinds", "latency", "provider")
+    __slots__ = (
+        "_entries",
+        "_trace_of",
+        "cached",
+        "generations",
+        "kinds",
+        "latency",
+        "provider",
+    )
 
     def __init__(
         self,
@@ -48,6 +56,20 @@ class RunResult(dict[str, str]):
         self.cached = cached
         self.latency = latency
         self.generations = generations
+        self._trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None
+
+    @property
+    def trace(self) -> dict[str, str]:
+        """Every generation node that ran: node name -> its output (text, or image URL), in
+        run order; intermediate nodes included. Empty for remote runs (the service keeps them).
+        """
+        if self._trace_of is None:
+            return {}
+        names, media_url = self._trace_of
+        return {
+            name: g.output if g.media is None else media_url(g.media)
+            for name, g in zip(names, self.generations, strict=True)
+        }
 
     @property
     def entries(self) -> list[tuple[str, str]]:
@@ -111,10 +133,12 @@ def make_result(
     cached: frozenset[str],
     latency: float,
     generations: Sequence[Any],
+    trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None,
 ) -> RunResult:
     """Return a :class:`RunResult` without keyword parsing: the engine's per-row constructor.
 
-    ``entries`` is None when it would equal the dict's own items (unique output names).
+    ``entries`` is None when it would equal the dict's own items (unique output names);
+    ``trace_of`` is the plan's node names and the media URL maker, for :attr:`RunResult.trace`.
     """
     result = _new(RunResult)
     result.update(outputs)
@@ -124,4 +148,5 @@ def make_result(
     result.cached = cached
     result.latency = latency
     result.generations = generations
+    result._trace_of = trace_of
     return result

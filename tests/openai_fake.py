@@ -32,6 +32,7 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
         max_in_flight=None,
         rate_limit=None,
         rate_window=60.0,
+        replies={},
     )
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

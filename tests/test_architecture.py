@@ -22,6 +22,7 @@ ENTRY_POINTS = {
     "flownb.client",
     "flownb.notebook.magics",
     "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
+    "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
     "flownb.server.commands",
 }
 # What may resolve a RunConfig from the environment: the flow loader and the server's config.
@@ -73,12 +74,11 @@ def _targets(name: str, node: ast.Import | ast.ImportFrom, known: set[str]) -> s
         module = ".".join([*base, node.module] if node.module else base)
     else:
         module = node.module or ""
-    if module in known:
+    names = [alias.name for alias in node.names]
+    subs = {f"{module}.{n}" for n in names} & known  # `from . import x` / `from .pkg import mod`
+    out |= subs
+    if module in known and len(subs) < len(names):  # something is taken from the module itself
         out.add(module)
-    for alias in node.names:  # `from . import x` / `from .pkg import submodule`
-        sub = f"{module}.{alias.name}"
-        if sub in known:
-            out.add(sub)
     return out
 
 
@@ -203,6 +203,7 @@ def test_settings_are_read_only_at_the_entry_points() -> None:
 PRIVATE_ALLOWED = {
     # make_result fills a RunResult it made with dict.__new__ (the engine's per-row fast path).
     ("flownb.result", "_entries"),
+    ("flownb.result", "_trace_of"),
 }
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
@@ -37,6 +37,8 @@ from ..errors import ConfigError
 from ..inputs import MAGIC, flow_location, no_server, parse_map, parse_values, read_csv, to_text
 from ..providers.registry import provider_names
 from ..settings import get_settings
+from .args import MagicParser
+from .eval_magic import EvalMagics
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,25 +54,15 @@ _USAGE = """\
 %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [-o VAR] [-q]
                                                   run once per row of a DataFrame (or CSV file)
 %flow form FLOW                                   an input form with a Run button
+%flow eval FLOW... --df DF --scorers $s [--out FILE] [--min-pass X] [-o VAR]  evaluate variants
 %flow connect [URL]                               use a flow server for flow ids"""
 
 _VAR_REF = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")
 _WHOLE_REF = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argparse parser that raises a one-line UsageError instead of exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        usage = " ".join(self.format_usage().split()[1:])
-        raise UsageError(f"%{self.prog}: {message}. Usage: %{usage} (see %flow?)")
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise UsageError(message or f"%{self.prog}: invalid arguments")
-
-
-def _parser(sub: str) -> _Parser:
-    p = _Parser(prog=f"flow {sub}", add_help=False, allow_abbrev=False)
+def _parser(sub: str) -> MagicParser:
+    p = MagicParser(prog=f"flow {sub}", add_help=False, allow_abbrev=False)
     if sub == "connect":
         p.add_argument("url", nargs="?", default=None, metavar="URL")
         # Caught only to say that a key never goes on the line; not part of the usage.
@@ -97,7 +89,7 @@ def _parser(sub: str) -> _Parser:
     return p
 
 
-_SUBCOMMANDS = ("info", "run", "batch", "form", "connect")
+_SUBCOMMANDS = ("info", "run", "batch", "form", "connect", "eval")
 
 
 def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
@@ -162,7 +154,7 @@ class FlowInfo:
 
 
 @magics_class
-class FlowMagics(Magics):
+class FlowMagics(EvalMagics, Magics):
     """Holds the ``%flow`` magic's state: loaded local flows and the connected server."""
 
     shell: Any  # the InteractiveShell; IPython types it Optional, but a loaded magic has one
@@ -228,6 +220,8 @@ class FlowMagics(Magics):
         if any(t in ("-h", "--help") for t in rest):
             print(_USAGE)
             return None
+        if sub == "eval":  # parsed and run by EvalMagics (eval_magic.py)
+            return self._eval(rest)
         parser = _parser(sub)
         args = parser.parse_intermixed_args(rest) if sub == "run" else parser.parse_args(rest)
         if getattr(args, "out", None) is not None:

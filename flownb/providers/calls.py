@@ -45,10 +45,13 @@ class CallRunner:
         pacer: Pacer | None = None,
         timeout: float | None = None,
         retries: int,
+        limiter: AdaptiveLimiter | None = None,
     ) -> None:
         self.provider = provider
         self.cache = cache if provider.cacheable else None
-        self.limiter = AdaptiveLimiter(concurrency, pacer)
+        # A limiter given by the caller is shared with other runs (an evaluation's variants and
+        # judges hold one limit together); else this run has its own.
+        self.limiter = limiter if limiter is not None else AdaptiveLimiter(concurrency, pacer)
         self.timeout = timeout
         self.retries = retries
         self._in_flight: dict[str, asyncio.Future[Generation]] = {}

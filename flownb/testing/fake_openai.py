@@ -45,7 +45,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["FakeConfig", "FakeOpenAI", "echo", "image_bytes", "main"]
+__all__ = ["FakeConfig", "FakeOpenAI", "echo", "image_bytes", "main", "scripted_reply"]
 
 FAULTS = ("429", "500", "hang", "drop")
 
@@ -86,6 +86,10 @@ class FakeConfig:
     max_in_flight: int | None = None  # 429 at once beyond this many requests being served
     rate_limit: int | None = None  # requests per rate_window; 429 (with headers) beyond it
     rate_window: float = 60.0
+    # Scripted text answers: marker -> reply, for every prompt containing the marker (the
+    # first marker that matches wins). ``{score}`` in a reply becomes a number in [0, 1] drawn
+    # from the prompt's digest, so a fake judge gives different, reproducible grades.
+    replies: dict[str, str] = field(default_factory=dict)
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -204,8 +208,18 @@ def _usage(prompt: str, text: str) -> dict[str, int]:
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
+def scripted_reply(prompt: str, replies: Mapping[str, str]) -> str | None:
+    """Return the scripted reply for ``prompt`` (see ``FakeConfig.replies``), or None."""
+    for marker, reply in replies.items():
+        if marker and marker in prompt:
+            score = hashlib.sha256(prompt.encode("utf-8")).digest()[0] / 255
+            return reply.replace("{score}", f"{score:.2f}")
+    return None
+
+
 def _answer(path: str, body: Mapping[str, Any], prompt: str, config: FakeConfig) -> dict[str, Any]:
     n = int(body.get("n") or 1)
+    scripted = scripted_reply(prompt, config.replies)
     model = body.get("model", "")
     created = int(time.time())
     if path.endswith("/chat/completions"):
@@ -218,7 +232,10 @@ def _answer(path: str, body: Mapping[str, Any], prompt: str, config: FakeConfig)
             "choices": [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": echo(prompt, i)},
+                    "message": {
+                        "role": "assistant",
+                        "content": scripted if scripted is not None else echo(prompt, i),
+                    },
                     "finish_reason": "stop",
                 }
                 for i in range(n)
@@ -233,7 +250,12 @@ def _answer(path: str, body: Mapping[str, Any], prompt: str, config: FakeConfig)
             "created": created,
             "model": model,
             "choices": [
-                {"index": i, "text": echo(prompt, i), "finish_reason": "stop", "logprobs": None}
+                {
+                    "index": i,
+                    "text": scripted if scripted is not None else echo(prompt, i),
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
                 for i in range(n)
             ],
             "usage": _usage(prompt, text),

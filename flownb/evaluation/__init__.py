@@ -1,0 +1,9 @@
+"""Evaluation: every variant of a flow over the same rows, graded by scorers, compared side by
+side (see :func:`evaluate` and :class:`EvalReport`)."""
+
+from __future__ import annotations
+
+from .report import EvalReport
+from .run import evaluate
+
+__all__ = ["EvalReport", "evaluate"]

@@ -1,0 +1,216 @@
+"""``flownb eval``: an evaluation from the command line, for CI pipelines to gate on.
+
+    flownb eval flows/a.json [name=flows/b.json ...] --data rows.csv --scorers eval.toml \\
+        --out report.html --min-pass 0.9
+
+The scorers file (JSON or TOML) lists scorers and, optionally, variants of the first flow::
+
+    [[scorers]]
+    type = "contains"            # equals, contains, regex, is_json, length, judge, pick_best
+    output = "intro"
+    text = { col = "topic" }     # a column of the row; a plain value is a literal
+
+    [variants.cold]              # another variant: the first flow with other params / prompts
+    params = { temperature = 0 }
+    prompts = { "Blog intro" = "Write about {topic}." }
+
+The summary goes to stdout. Exit status: 0, or 1 when some variant's pass rate is under
+``--min-pass`` (or a run failed), 2 for bad arguments or files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ConfigError
+from ..flow import BaseFlow, LocalFlow
+from ..providers.registry import provider_names
+from ..scorers import Scorer, col
+
+__all__ = ["eval_command", "load_config", "make_scorer"]
+
+_SCORERS = {
+    "equals": ("output", "expected"),
+    "contains": ("output", "text"),
+    "regex": ("output", "pattern"),
+    "is_json": ("output",),
+    "length": ("output",),
+    "judge": ("output", "rubric"),
+    "pick_best": ("output", "rubric"),
+}
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Return the decoded scorers file (``.toml``, else JSON).
+
+    Raises:
+        ConfigError: unreadable or not a table/object.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid {p.suffix.lstrip('.') or 'JSON'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold an object with 'scorers' (and 'variants')")
+    return data
+
+
+def _value(raw: Any) -> Any:
+    if isinstance(raw, Mapping) and set(raw) == {"col"}:
+        return col(raw["col"])
+    return raw
+
+
+def make_scorer(spec: Mapping[str, Any]) -> Scorer:
+    """Return the scorer a config entry describes (``type`` plus the function's arguments).
+
+    Raises:
+        ConfigError: unknown type, missing or unknown argument.
+    """
+    from .. import scorers
+
+    kind = spec.get("type")
+    if kind not in _SCORERS:
+        raise ConfigError(
+            f"scorer type {kind!r} is not one of {', '.join(_SCORERS)} "
+            "(python scorers need Python: use flownb.evaluate)"
+        )
+    args = {k: _value(v) for k, v in spec.items() if k != "type"}
+    missing = [a for a in _SCORERS[kind] if a not in args]
+    if missing:
+        raise ConfigError(f"scorer {kind!r} needs {', '.join(missing)}")
+    try:
+        return getattr(scorers, kind)(**args)
+    except TypeError as exc:
+        raise ConfigError(f"scorer {kind!r}: {exc}") from None
+
+
+def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
+    from ..cli import open_flow
+
+    variants: dict[str, BaseFlow] = {}
+    for ref in flows:
+        name, sep, source = ref.partition("=")
+        if not sep:
+            name, source = "", ref
+        flow = open_flow(source, **options)
+        variants[name or flow.name] = flow
+    first = next(iter(variants.values()))
+    for name, spec in (config.get("variants") or {}).items():
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"variant {name!r} must be a table with params and/or prompts")
+        base = open_flow(spec["flow"], **options) if "flow" in spec else first
+        if not isinstance(base, LocalFlow):
+            raise ConfigError(f"variant {name!r}: params and prompts need a local flow file")
+        params = spec.get("params") or {}
+        if params:
+            if all(isinstance(v, Mapping) for v in params.values()):
+                base = base.with_params(params)
+            else:
+                base = base.with_params(**params)
+        if spec.get("prompts"):
+            base = base.with_prompts(spec["prompts"])
+        variants[name] = base
+    return variants
+
+
+def _read_data(path: str) -> Any:
+    import pandas as pd
+
+    try:
+        if path.lower().endswith(".json"):
+            return pd.DataFrame(json.loads(Path(path).read_text(encoding="utf-8")))
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except FileNotFoundError:
+        raise click.BadParameter(f"no such file: {path}", param_hint="--data") from None
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"{path} is not readable: {exc}", param_hint="--data") from None
+
+
+@click.command("eval")
+@click.argument("flows", nargs=-1, required=True)
+@click.option("--data", "data_path", required=True, help="Rows to run: a .csv or .json file.")
+@click.option(
+    "--scorers", "config_path", required=True, help="Scorers (and variants): a .json or .toml file."
+)
+@click.option("--out", "out_path", help="Write the report: .html, .csv or .json.")
+@click.option(
+    "--min-pass",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Exit 1 if a variant's pass rate is below this (0..1).",
+)
+@click.option("--fill", default=None, help="Use this for empty cells instead of refusing them.")
+@click.option(
+    "--provider",
+    type=click.Choice(provider_names(), case_sensitive=False),
+    default=None,
+    help="Model provider for local flow files.",
+)
+@click.option("--concurrency", type=click.IntRange(min=1), default=None)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--dry-run", is_flag=True, help="Print the calls the evaluation would make.")
+def eval_command(
+    flows: tuple[str, ...],
+    data_path: str,
+    config_path: str,
+    out_path: str | None,
+    min_pass: float | None,
+    fill: str | None,
+    provider: str | None,
+    concurrency: int | None,
+    no_progress: bool,
+    dry_run: bool,
+) -> None:
+    """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
+    import pandas as pd
+
+    from .run import evaluate
+
+    if out_path and Path(out_path).suffix.lower() not in (".html", ".csv", ".json"):
+        raise click.BadParameter("must end in .html, .csv or .json", param_hint="--out")
+    config = load_config(config_path)
+    specs = config.get("scorers") or []
+    if not isinstance(specs, list):
+        raise ConfigError(f"{config_path}: 'scorers' must be a list")
+    graders = [make_scorer(s) for s in specs]
+    variants = _variants(flows, config, provider=provider, concurrency=concurrency)
+    data = _read_data(data_path)
+    result = evaluate(
+        variants,
+        data,
+        graders,
+        fill=fill,
+        concurrency=concurrency,
+        progress=not no_progress,
+        dry_run=dry_run,
+    )
+    if dry_run:
+        click.echo(str(result))
+        return
+    report = result
+    if out_path:
+        report.save(out_path)  # type: ignore[union-attr]
+        click.echo(f"flownb: wrote the report to {out_path}", err=True)
+    summary = report.summary  # type: ignore[union-attr]
+    shown = ["n", "errors", "pass_rate"] + [s.name for s in report.scorers]  # type: ignore[union-attr]
+    with pd.option_context("display.width", 160, "display.max_columns", 30):
+        click.echo(summary[shown].to_string(float_format=lambda x: f"{x:.3f}"))
+    click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
+    if min_pass is not None:
+        low = summary[summary["pass_rate"].fillna(0) < min_pass]
+        if len(low):
+            rates = ", ".join(f"{v} {r:.3f}" for v, r in low["pass_rate"].fillna(0).items())
+            click.echo(f"flownb: pass rate under --min-pass {min_pass:g}: {rates}", err=True)
+            sys.exit(1)

@@ -1,0 +1,276 @@
+"""What :func:`flownb.evaluate` returns: the long results frame, a summary per variant with
+intervals and paired tests, and views of both (side by side, a plot, files, a diff)."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from . import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["EvalReport", "ScorerInfo"]
+
+ALPHA = 0.05  # a paired test's p-value below this marks a variant as differing from the first
+
+
+@dataclass(frozen=True)
+class ScorerInfo:
+    """What the report knows of a scorer: its column, kind, threshold and output."""
+
+    name: str
+    kind: str
+    threshold: float | None
+    pass_fail: bool
+    output: str
+
+
+class EvalReport:
+    """An evaluation's results.
+
+    Attributes:
+        id: the evaluation's id in the run log (``report.diff(id)`` reads it back).
+        results: one row per (variant, input row): ``variant``, the input row's index and
+            columns, every output, one column per scorer (``<name>_reason`` where reasons
+            exist), ``passed``, ``latency_s``, ``total_tokens``, ``cached``, ``error``.
+        variants: the variant names, in the order given (the first is the baseline).
+    """
+
+    def __init__(
+        self,
+        results: pd.DataFrame,
+        variants: list[str],
+        scorers: list[ScorerInfo],
+        *,
+        outputs: list[str],
+        kinds: dict[str, str],
+        index_name: str = "index",
+        inputs: list[str] | None = None,
+        id: str | None = None,
+        home: Path | None = None,
+    ) -> None:
+        self.results = results
+        self.variants = variants
+        self.scorers = scorers
+        self.outputs = outputs
+        self.kinds = kinds
+        self.index_name = index_name
+        self.inputs = inputs or []
+        self.id = id or uuid.uuid4().hex[:12]
+        self.created = time.time()
+        # The FLOWNB_HOME whose run log keeps this evaluation (None: not kept).
+        self.home = home
+
+    # -- summary ---------------------------------------------------------------------------------
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        """One row per variant (index: variant name): ``n``, ``errors``, ``pass_rate`` and per
+        scorer its mean (the pass rate for pass/fail scorers), each with a 95% interval
+        (``_low``/``_high``: Wilson for rates, Student t for means); mean ``latency_s``; summed
+        ``total_tokens``. With two or more variants, ``<name>_p`` and ``<name>_differs``: a
+        paired test against the first variant over the same rows (McNemar exact for pass/fail,
+        Wilcoxon signed-rank or a sign test for scores), differing when p < 0.05.
+        """
+        import numpy as np
+        import pandas as pd
+
+        res = self.results
+        groups = {v: res[res["variant"] == v] for v in self.variants}
+        first = groups[self.variants[0]]
+        rows = []
+        metrics = [("pass_rate", "bool")] + [(s.name, s.kind) for s in self.scorers]
+        for v, g in groups.items():
+            row: dict[str, Any] = {"n": len(g), "errors": int(g["error"].notna().sum())}
+            for name, kind in metrics:
+                col = g["passed"] if name == "pass_rate" else g[name]
+                values = col.dropna()
+                if kind == "bool":
+                    k = int(values.astype(bool).sum())
+                    row[name] = k / len(values) if len(values) else math.nan
+                    row[f"{name}_low"], row[f"{name}_high"] = stats.wilson(k, len(values))
+                else:
+                    row[name], row[f"{name}_low"], row[f"{name}_high"] = stats.mean_interval(
+                        values.astype(float).tolist()
+                    )
+                if len(groups) > 1:
+                    p = math.nan if v == self.variants[0] else self._paired(first, g, name, kind)
+                    row[f"{name}_p"] = p
+                    row[f"{name}_differs"] = bool(p < ALPHA) if not math.isnan(p) else False
+            row["latency_s"] = (
+                float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
+            )
+            row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
+            rows.append(row)
+        return pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
+
+    @staticmethod
+    def _paired(first: pd.DataFrame, other: pd.DataFrame, name: str, kind: str) -> float:
+        column = "passed" if name == "pass_rate" else name
+        a = first[column].reset_index(drop=True)
+        b = other[column].reset_index(drop=True)
+        both = a.notna() & b.notna()
+        if not both.any():
+            return math.nan
+        if kind == "bool":
+            return stats.mcnemar_exact(a[both].astype(bool).tolist(), b[both].astype(bool).tolist())
+        return stats.paired_float_test(
+            a[both].astype(float).tolist(), b[both].astype(float).tolist()
+        )
+
+    # -- views -----------------------------------------------------------------------------------
+
+    def compare(self, output: str | list[str] | None = None, *, limit: int | None = 100) -> Any:
+        """Return the side-by-side view (rich HTML in a notebook): one row per input, one column
+        per variant, differences from the first variant highlighted, images as thumbnails, the
+        scores under each output. ``output`` picks outputs; ``limit`` caps the rows shown."""
+        from IPython.display import HTML
+
+        from .html import compare_html
+
+        if isinstance(output, str) and output not in self.outputs:
+            raise ConfigError(f"no output {output!r}; the outputs are {self.outputs}")
+        return HTML(compare_html(self, output, limit))
+
+    def plot(self) -> Any:
+        """Return a matplotlib figure: each scorer's mean (pass rate for pass/fail) per variant,
+        with its 95% interval."""
+        import matplotlib.pyplot as plt
+
+        summary = self.summary
+        metrics = ["pass_rate"] + [s.name for s in self.scorers]
+        rates = {"pass_rate"} | {s.name for s in self.scorers if s.kind == "bool"}
+        fig, axes = plt.subplots(
+            1,
+            len(metrics),
+            figsize=(2.6 * len(metrics) + 1, 0.45 * len(self.variants) + 1.4),
+            squeeze=False,
+            sharey=True,
+        )
+        ys = list(range(len(self.variants)))
+        for ax, name in zip(axes[0], metrics, strict=True):
+            mean = summary[name].to_numpy(dtype=float)
+            low = summary[f"{name}_low"].to_numpy(dtype=float)
+            high = summary[f"{name}_high"].to_numpy(dtype=float)
+            below = [m - lo if lo == lo else 0.0 for m, lo in zip(mean, low, strict=True)]
+            above = [hi - m if hi == hi else 0.0 for m, hi in zip(mean, high, strict=True)]
+            err = [[max(x, 0.0) for x in below], [max(x, 0.0) for x in above]]
+            ax.errorbar(mean, ys, xerr=err, fmt="o", capsize=3)
+            ax.set_title(name, fontsize=9)
+            if name in rates:  # rates and pass/fail scores on one fixed scale
+                ax.set_xlim(-0.05, 1.05)
+            ax.grid(axis="x", alpha=0.3)
+        axes[0][0].set_yticks(ys, self.variants)
+        axes[0][0].set_ylim(len(ys) - 0.5, -0.5)  # first variant on top
+        fig.tight_layout()
+        plt.close(fig)  # shown once, as the value returned (not again by pyplot)
+        return fig
+
+    def save(self, path: str | Path) -> Path:
+        """Write the report: ``.html`` (self-contained: summary and side-by-side view, images
+        embedded, no request when opened), ``.csv`` (the results) or ``.json`` (id, summary and
+        results). Returns the path.
+
+        Raises:
+            ConfigError: another file extension.
+        """
+        p = Path(path)
+        suffix = p.suffix.lower()
+        if suffix == ".html":
+            from .html import page_html
+
+            p.write_text(page_html(self), encoding="utf-8")
+        elif suffix == ".csv":
+            self.results.to_csv(p, index=False)
+        elif suffix == ".json":
+            import orjson
+
+            data = {
+                "id": self.id,
+                "variants": self.variants,
+                "scorers": [asdict(s) for s in self.scorers],
+                "summary": _records(self.summary.reset_index()),
+                "results": _records(self.results),
+            }
+            p.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        else:
+            raise ConfigError(f"save() writes .html, .csv or .json, not {p.name!r}")
+        return p
+
+    # -- the run log -------------------------------------------------------------------------------
+
+    def store(self, home: Path | None = None) -> None:
+        """Keep this evaluation's scores in the run log of ``home`` (default: the FLOWNB_HOME
+        the evaluation ran with), ``home/runs.sqlite``.
+
+        Raises:
+            ConfigError: no home given and the evaluation ran with no run log.
+        """
+        from .store import save_scores
+
+        home = home or self.home
+        if home is None:
+            raise ConfigError("this evaluation has no run log; pass store(home=...)")
+        self.home = home
+        save_scores(self, home)
+
+    def diff(self, other: EvalReport | str) -> pd.DataFrame:
+        """Return the (variant, input row) pairs whose scores or pass changed from ``other``
+        (another report, or the id of an earlier evaluation in the run log): ``variant``, the
+        row's index, and ``<column>_before`` / ``<column>_after`` for each column that changed.
+
+        Raises:
+            ConfigError: no evaluation with that id in the run log.
+        """
+        from .store import diff_frames, load_scores
+
+        if isinstance(other, str):
+            if self.home is None:
+                raise ConfigError("this evaluation has no run log to read earlier ones from")
+            before = load_scores(other, self.home)
+        else:
+            before = other.score_frame()
+        changed = diff_frames(before, self.score_frame(), self.index_name)
+        # Rows are matched by the text of their index (what the run log keeps); show the labels.
+        labels = dict(
+            zip(
+                map(str, self.results[self.index_name]), self.results[self.index_name], strict=False
+            )
+        )
+        changed[self.index_name] = changed[self.index_name].map(lambda k: labels.get(k, k))
+        return changed
+
+    def score_frame(self) -> pd.DataFrame:
+        """Return the columns a diff compares: variant, index, scorers, passed, error."""
+        keep = ["variant", self.index_name, *(s.name for s in self.scorers), "passed", "error"]
+        frame = self.results[keep].rename(columns={self.index_name: "index"})
+        frame["index"] = frame["index"].astype(str)
+        return frame
+
+    def _repr_html_(self) -> str:
+        from .html import STYLE, summary_html
+
+        return (
+            f"<style>{STYLE}</style><b>Evaluation {self.id}</b>: {len(self.variants)} "
+            f"variant(s), {len(self.results)} runs{summary_html(self)}"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<EvalReport {self.id} variants={self.variants!r} "
+            f"scorers={[s.name for s in self.scorers]!r} rows={len(self.results)}>"
+        )
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Return JSON-ready records: missing values (NaN, NA) as None."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return clean.to_dict("records")

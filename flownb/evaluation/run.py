@@ -1,0 +1,476 @@
+"""Running an evaluation: every variant over the same rows, then the model-graded scorers, all
+under one concurrency limit and one progress bar.
+
+1. Every variant's rows are validated before anything runs.
+2. Variants run together: local flows with an async provider on flownb's background loop,
+   sharing one :class:`~flownb.providers.limits.AdaptiveLimiter`; remote flows in a thread (the
+   service has its own limits); inline (offline) flows on the calling thread (no I/O).
+3. Judges (``judge``: one call per variant and row; ``pick_best``: one per row) run after, through
+   their own one-node flows, so their calls are cached, limited and logged like any other.
+4. Deterministic scorers grade each variant's columns; everything lands in one long frame.
+
+Ctrl-C keeps what finished (the rest is marked as interrupted) and, with the cache, a re-run
+pays only for what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..aio import run_sync
+from ..errors import ConfigError, FlownbError
+from ..flow import BaseFlow, LocalFlow
+from ..frame import INTERRUPTED, rows_to_variables
+from ..providers.limits import AdaptiveLimiter
+from ..scorers import Block, JudgeScorer, PickBest, Scorer
+from ..settings import get_settings
+from .report import EvalReport, ScorerInfo
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..preview import Preview
+
+__all__ = ["evaluate"]
+
+OnResult = Callable[[int, Any, BaseException | None], None]
+
+
+def _variants(
+    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+) -> dict[str, BaseFlow]:
+    if isinstance(flows, BaseFlow):
+        return {flows.name: flows}
+    if isinstance(flows, Sequence) and not isinstance(flows, str):
+        # A list of flows: named after the flows, numbered where names repeat.
+        named: dict[str, BaseFlow] = {}
+        for i, flow in enumerate(flows):
+            if not isinstance(flow, BaseFlow):
+                raise ConfigError(f"flows[{i}] is a {type(flow).__name__}, not a flow")
+            named[flow.name if flow.name not in named else f"{flow.name}_{i}"] = flow
+        flows = named
+    if not isinstance(flows, Mapping) or not flows:
+        raise ConfigError("evaluate takes a flow or a non-empty {variant name: flow} mapping")
+    for name, flow in flows.items():
+        if not isinstance(name, str) or not isinstance(flow, BaseFlow):
+            raise ConfigError(
+                f"variant {name!r}: expected a variant name mapped to a flow, got "
+                f"{type(flow).__name__}"
+            )
+    return dict(flows)
+
+
+def _scorers(scorers: Scorer | Sequence[Scorer] | None) -> list[Scorer]:
+    if scorers is None:
+        return []
+    items = [scorers] if isinstance(scorers, Scorer) else list(scorers)
+    seen: set[str] = set()
+    for s in items:
+        if not isinstance(s, Scorer):
+            raise ConfigError(f"not a scorer: {s!r}; build one with flownb.scorers")
+        if s.name in seen:
+            raise ConfigError(f"two scorers are named {s.name!r}; pass name= to tell them apart")
+        seen.add(s.name)
+    return items
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FlownbError):
+        return f"{exc.code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Collected:
+    """One variant's outcomes as columns, filled as rows finish (no RunResult kept)."""
+
+    def __init__(self, n: int, outputs: Sequence[str]) -> None:
+        self.outputs = list(dict.fromkeys(outputs))
+        self.values: dict[str, list[Any]] = {o: [None] * n for o in self.outputs}
+        self.latency: list[float] = [math.nan] * n
+        self.tokens: list[float] = [math.nan] * n
+        self.cached: list[bool] = [False] * n
+        self.error: list[str | None] = [None] * n
+        self.done: list[bool] = [False] * n
+
+    def __call__(self, i: int, result: Any, exc: BaseException | None) -> None:
+        self.done[i] = True
+        if exc is not None:
+            self.error[i] = _describe(exc)
+            return
+        for out, column in self.values.items():
+            column[i] = result.get(out)
+        self.latency[i] = result.latency
+        self.cached[i] = bool(result) and len(result.cached) >= len(result)
+        tokens = 0
+        reported = False
+        for g in result.generations:
+            usage = g.usage
+            if usage and not g.cached:
+                reported = True
+                tokens += usage.get("total_tokens", 0)
+        if reported:
+            self.tokens[i] = float(tokens)
+
+    def mark_interrupted(self) -> int:
+        """Mark every unfinished row as interrupted; return how many finished."""
+        for i, done in enumerate(self.done):
+            if not done:
+                self.error[i] = INTERRUPTED
+        return sum(self.done)
+
+
+def _with_bar(on_result: OnResult, bar: Any) -> OnResult:
+    if bar is None:
+        return on_result
+
+    def report(i: int, result: Any, exc: BaseException | None) -> None:
+        on_result(i, result, exc)
+        bar.update(1)
+
+    return report
+
+
+def _uses_loop(flow: BaseFlow) -> bool:
+    return isinstance(flow, LocalFlow) and not flow.provider.inline
+
+
+def _run_all(
+    jobs: Sequence[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]],
+    limiter: AdaptiveLimiter,
+) -> None:
+    """Run every job together: inline flows here first (no I/O to overlap), then the others
+    on the background loop under ``limiter`` (remote flows in a thread each)."""
+    for flow, batch, on_result in jobs:
+        if not _uses_loop(flow) and isinstance(flow, LocalFlow):
+            _run_sync(flow, batch, on_result, limiter.limit)
+    rest = [job for job in jobs if not isinstance(job[0], LocalFlow) or _uses_loop(job[0])]
+    if not rest:
+        return
+
+    async def together() -> None:
+        import asyncio
+
+        tasks = []
+        for flow, batch, on_result in rest:
+            if isinstance(flow, LocalFlow):
+                tasks.append(
+                    flow.arun_each(batch, on_result, concurrency=limiter.limit, limiter=limiter)
+                )
+            else:
+                tasks.append(asyncio.to_thread(_run_sync, flow, batch, on_result, limiter.limit))
+        await asyncio.gather(*tasks)
+
+    run_sync(together())
+
+
+def _run_sync(
+    flow: BaseFlow, batch: Sequence[Mapping[str, str]], on_result: OnResult, limit: int
+) -> None:
+    flow.run_each(batch, on_result, concurrency=limit, check=False)
+
+
+def evaluate(
+    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+    data: pd.DataFrame,
+    scorers: Scorer | Sequence[Scorer] | None = None,
+    *,
+    columns: Mapping[str, str] | None = None,
+    fill: str | None = None,
+    concurrency: int | None = None,
+    progress: bool = True,
+    dry_run: bool = False,
+    log: bool = True,
+) -> EvalReport | Preview:
+    """Run every variant over every row of ``data`` and grade the outputs with ``scorers``.
+
+    ``flows`` is one flow or ``{variant name: flow}`` (local, varied with ``with_params`` /
+    ``with_prompts``, or remote; a list of flows is named after them). ``columns`` and ``fill``
+    are as in ``run_dataframe``.
+    ``concurrency`` bounds the provider calls in flight across every variant and judge (default:
+    the largest of the local flows' limits). ``dry_run=True`` returns a
+    :class:`~flownb.preview.Preview` of the calls instead, making none. ``log=False`` keeps the
+    evaluation out of the run log (``report.diff(id)`` reads it back from there).
+
+    Returns:
+        An :class:`EvalReport` (``results``, ``summary``, ``compare()``, ``plot()``,
+        ``save()``, ``diff()``).
+
+    Raises:
+        TypeError: ``data`` is not a DataFrame.
+        ConfigError: no variants, duplicate scorer names, or a scorer reads a column that no
+            input or output provides.
+        InputError: a variant's variables are missing from ``data`` (before anything runs).
+    """
+    import pandas as pd
+
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"evaluate takes a pandas DataFrame, got {type(data).__name__}")
+    variants = _variants(flows)
+    graders = _scorers(scorers)
+    batches = {
+        name: rows_to_variables(data, flow.variables, columns, fill)
+        for name, flow in variants.items()
+    }
+    outputs = list(dict.fromkeys(o for f in variants.values() for o in f.outputs))
+    known = set(map(str, data.columns)) | set(outputs)
+    for s in graders:
+        missing = [c for c in s.columns() if c not in known]
+        if missing:
+            raise ConfigError(
+                f"scorer {s.name!r} reads {', '.join(map(repr, missing))}, which is neither an "
+                f"output ({', '.join(map(repr, outputs))}) nor a column of the data"
+            )
+    # In the run log, a variant's runs go under "<flow>:<variant>" so variants stay apart.
+    variants = {
+        name: flow.variant(flow.graph, name=f"{flow.name}:{name}")
+        if isinstance(flow, LocalFlow) and name != flow.name
+        else flow
+        for name, flow in variants.items()
+    }
+    if dry_run:
+        from ..preview import preview_many
+
+        return preview_many(variants, batches, graders)
+
+    for j in graders:
+        if isinstance(j, JudgeScorer) and j.flow().provider.inline:
+            warnings.warn(
+                f"scorer {j.name!r} runs on the {j.flow().provider.name} provider, which only "
+                "echoes its prompt: its scores will be NaN. Pass provider='openai' (or set "
+                "FLOWNB_PROVIDER) for a model judge.",
+                stacklevel=2,
+            )
+    limit = concurrency or max(
+        (f.concurrency for f in variants.values() if isinstance(f, LocalFlow)), default=16
+    )
+    if limit < 1:
+        raise ConfigError(f"concurrency must be at least 1, got {limit}")
+    pacer = next((f.engine.pacer for f in variants.values() if _uses_loop(f)), None)  # type: ignore[attr-defined]
+    limiter = AdaptiveLimiter(limit, pacer)
+    n = len(data)
+    judges = [s for s in graders if isinstance(s, JudgeScorer)]
+    total = n * len(variants) + sum(
+        n if isinstance(j, PickBest) else n * len(variants) for j in judges
+    )
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="evaluate", unit="call", leave=True)
+    collected = {name: _Collected(n, f.outputs) for name, f in variants.items()}
+    interrupted = False
+    judged: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
+    try:
+        try:
+            _run_all(
+                [
+                    (flow, batches[name], _with_bar(collected[name], bar))
+                    for name, flow in variants.items()
+                ],
+                limiter,
+            )
+        except KeyboardInterrupt:
+            interrupted = True
+        if judges and not interrupted:
+            try:
+                judged = _run_judges(judges, collected, data, bar, limiter)
+            except _Interrupted as stop:
+                interrupted = True
+                judged = stop.partial
+    finally:
+        if bar is not None:
+            bar.close()
+    if interrupted:
+        finished = sum(c.mark_interrupted() for c in collected.values())
+        warnings.warn(
+            f"interrupted: {finished} of {n * len(variants)} runs finished and are kept (judges "
+            "that did not answer score NaN). Run again to complete them; the cache makes the "
+            "finished ones free.",
+            stacklevel=2,
+        )
+    report = _assemble(data, variants, collected, graders, judged)
+    if log:
+        report.store(_home(variants))
+    return report
+
+
+class _Interrupted(Exception):
+    def __init__(self, partial: dict[str, dict[str, tuple[list[Any], list[str | None]]]]) -> None:
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+def _input_block(data: pd.DataFrame) -> dict[str, list[Any]]:
+    return {str(c): data[c].tolist() for c in data.columns}
+
+
+def _block(inputs: Mapping[str, list[Any]], got: _Collected) -> Block:
+    return Block({**inputs, **got.values}, len(got.done), [e is not None for e in got.error])
+
+
+def _run_judges(
+    judges: Sequence[JudgeScorer],
+    collected: Mapping[str, _Collected],
+    data: pd.DataFrame,
+    bar: Any,
+    limiter: AdaptiveLimiter,
+) -> dict[str, dict[str, tuple[list[Any], list[str | None]]]]:
+    """Ask every judge; return scorer name -> variant -> (scores, reasons)."""
+    inputs = _input_block(data)
+    n = len(data)
+    names = list(collected)
+    jobs: list[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]] = []
+    answers: dict[str, list[str | None]] = {}
+    where: dict[str, list[Any]] = {}
+    for j in judges:
+        if isinstance(j, PickBest):
+            columns = [collected[v].values.get(j.output, [None] * n) for v in names]
+            rows = _block(inputs, next(iter(collected.values()))).rows()
+            prompts = [j.prompt_all(row, [c[i] for c in columns]) for i, row in enumerate(rows)]
+            keys: list[Any] = list(range(n))
+        else:
+            prompts, keys = [], []
+            for v in names:
+                for i, row in enumerate(_block(inputs, collected[v]).rows()):
+                    prompts.append(j.prompt(row) if collected[v].error[i] is None else None)
+                    keys.append((v, i))
+        asked = [(k, p) for k, p in zip(keys, prompts, strict=True) if p is not None]
+        if bar is not None and len(asked) < len(prompts):
+            bar.update(len(prompts) - len(asked))  # nothing to grade: counted as done
+        got: list[str | None] = [None] * len(asked)
+        answers[j.name] = got
+        where[j.name] = [k for k, _ in asked]
+
+        def keep(i: int, result: Any, exc: BaseException | None, got: list = got) -> None:
+            got[i] = result["answer"] if exc is None else f"(judge call failed: {_describe(exc)})"
+
+        jobs.append((j.flow(), [{"q": p} for _, p in asked], _with_bar(keep, bar)))
+    stopped = False
+    try:
+        _run_all(jobs, limiter)
+    except KeyboardInterrupt:
+        stopped = True
+    out: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
+    for j in judges:
+        per: dict[str, tuple[list[Any], list[str | None]]] = {
+            v: ([math.nan] * n, [None] * n) for v in names
+        }
+        for key, answer in zip(where[j.name], answers[j.name], strict=True):
+            if isinstance(j, PickBest):
+                scores, reason = j.parse_pick(answer, len(names))
+                for v, score in zip(names, scores, strict=True):
+                    per[v][0][key] = score
+                    per[v][1][key] = reason
+            else:
+                v, i = key
+                per[v][0][i], per[v][1][i] = j.parse(answer)
+        out[j.name] = per
+    if stopped:
+        raise _Interrupted(out)
+    return out
+
+
+def _home(variants: Mapping[str, BaseFlow]) -> Path:
+    """Return the FLOWNB_HOME whose run log keeps the evaluation: the first local variant's,
+    else the environment's (``evaluate`` is an entry point; remote flows have no home here)."""
+    for flow in variants.values():
+        if isinstance(flow, LocalFlow):
+            return flow.config.home
+    return get_settings().home
+
+
+def _assemble(
+    data: pd.DataFrame,
+    variants: Mapping[str, BaseFlow],
+    collected: Mapping[str, _Collected],
+    graders: Sequence[Scorer],
+    judged: Mapping[str, Mapping[str, tuple[list[Any], list[str | None]]]],
+) -> EvalReport:
+    import numpy as np
+    import pandas as pd
+
+    n = len(data)
+    inputs = _input_block(data)
+    index_name = data.index.name or "index"
+    if index_name in data.columns or index_name == "variant":
+        index_name = "row_index"
+    outputs = list(dict.fromkeys(o for f in variants.values() for o in f.outputs))
+    out_cols = {o: (o if o not in data.columns else f"{o}_output") for o in outputs}
+    kinds: dict[str, str] = {}
+    for flow in variants.values():
+        plan = getattr(flow, "plan", None)
+        if plan is not None:
+            for o, k in plan.output_kinds.items():
+                kinds.setdefault(o, k)
+    parts = []
+    infos: dict[str, ScorerInfo] = {}
+    for name, got in collected.items():
+        block = _block(inputs, got)
+        failed = np.array(block.failed, dtype=bool)
+        cols: dict[str, Any] = {"variant": [name] * n, index_name: data.index.to_numpy()}
+        for c in data.columns:
+            cols[str(c)] = data[c].to_numpy()
+        for o in outputs:
+            cols[out_cols[o]] = got.values.get(o, [None] * n)
+        passed = ~failed
+        for s in graders:
+            if s.name in judged:
+                scores, reasons = judged[s.name][name]
+            elif isinstance(s, JudgeScorer):  # interrupted before the judges ran
+                scores, reasons = [None] * n, ["not judged: the evaluation was interrupted"] * n
+            else:
+                scores, reasons = s.score(block)
+            values = _as_column(scores, s)
+            values[failed] = np.nan if s.kind == "float" else pd.NA
+            cols[s.name] = values
+            if reasons is not None:
+                cols[f"{s.name}_reason"] = pd.array(reasons, dtype=object)
+            if s.kind == "bool":
+                passed &= values.fillna(False).to_numpy(dtype=bool)
+            elif s.threshold is not None:
+                passed &= np.nan_to_num(values, nan=-np.inf) >= s.threshold
+            info = infos.get(s.name)
+            infos[s.name] = ScorerInfo(
+                s.name,
+                s.kind if info is None or info.kind == s.kind else "float",
+                s.threshold,
+                s.pass_fail,
+                s.output,
+            )
+        cols["passed"] = passed
+        cols["latency_s"] = np.array(got.latency, dtype=float)
+        cols["total_tokens"] = np.array(got.tokens, dtype=float)
+        cols["cached"] = np.array(got.cached, dtype=bool)
+        cols["error"] = pd.array(got.error, dtype=object)
+        parts.append(pd.DataFrame(cols))
+    results = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    # Columns that only some variants give (a scorer's reasons) are missing elsewhere: order them.
+    ordered = ["variant", index_name, *map(str, data.columns), *out_cols.values()]
+    for s in graders:
+        ordered.append(s.name)
+        if f"{s.name}_reason" in results.columns:
+            ordered.append(f"{s.name}_reason")
+    ordered += ["passed", "latency_s", "total_tokens", "cached", "error"]
+    results = results[ordered]
+    return EvalReport(
+        results,
+        list(variants),
+        list(infos.values()),
+        outputs=[out_cols[o] for o in outputs],
+        kinds={out_cols[o]: k for o, k in kinds.items()},
+        index_name=index_name,
+        inputs=[str(c) for c in data.columns],
+    )
+
+
+def _as_column(scores: Sequence[Any], scorer: Scorer) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    if scorer.kind == "float":
+        return np.array([math.nan if v is None else float(v) for v in scores], dtype=float)
+    return pd.array([None if v is None else bool(v) for v in scores], dtype="boolean")

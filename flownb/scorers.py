@@ -1,0 +1,508 @@
+"""Scorers for :func:`flownb.evaluate`: each grades one output of every (variant, input row).
+
+Every scorer has a stable ``name`` (its column in ``report.results``) and a ``kind``:
+
+- ``"bool"``: pass or fail (``equals``, ``contains``, ``regex``, ``is_json``, ``length`` with
+  bounds, a ``python`` function returning bools);
+- ``"float"``: a number (``judge`` and ``pick_best`` in 0..1, ``length`` without bounds, a
+  ``python`` function returning numbers); with a ``threshold`` it also passes or fails
+  (score >= threshold).
+
+``output`` names the flow output (or any column of the results) a scorer grades. ``expected`` /
+``text`` is a literal or :func:`col` naming a column of the input row. A row whose run failed
+scores missing (NaN / NA) and does not pass.
+
+``judge`` and ``pick_best`` ask a model (through flownb's providers: cached, limited and logged
+like every call); an answer they cannot parse scores NaN with the raw answer as the reason,
+never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .errors import ConfigError
+from .template import Template
+
+if TYPE_CHECKING:
+    from .flow import LocalFlow
+    from .providers.base import Provider
+
+__all__ = [
+    "Block",
+    "Col",
+    "JudgeScorer",
+    "PickBest",
+    "Scorer",
+    "col",
+    "contains",
+    "equals",
+    "is_json",
+    "judge",
+    "length",
+    "pick_best",
+    "python",
+    "regex",
+]
+
+Kind = Literal["bool", "float"]
+Row = Mapping[str, Any]
+# What scoring a block of rows returns: one score per row (None: missing), and reasons (or None).
+Scores = tuple[list[Any], list[str | None] | None]
+
+
+class Block:
+    """The rows of one variant, held as columns (name -> one value per row): the input columns,
+    then the outputs (``None`` where the run failed). Row dicts are made only when asked for."""
+
+    def __init__(
+        self, columns: Mapping[str, Sequence[Any]], n: int, failed: Sequence[bool] | None = None
+    ) -> None:
+        self.data = dict(columns)
+        self.n = n
+        self.failed = failed if failed is not None else [False] * n
+
+    def column(self, name: str) -> Sequence[Any]:
+        """Return column ``name`` (all ``None`` when this variant lacks it)."""
+        values = self.data.get(name)
+        return values if values is not None else [None] * self.n
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Yield each row as a dict (column name -> value)."""
+        names = list(self.data)
+        for values in zip(*self.data.values(), strict=True):
+            yield dict(zip(names, values, strict=True))
+
+
+@dataclass(frozen=True)
+class Col:
+    """A reference to a column of the input row (``col("answer")``)."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"col({self.name!r})"
+
+
+def col(name: str) -> Col:
+    """Return a reference to the input row's column ``name``, for ``expected`` / ``text``."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError("col() takes a column name")
+    return Col(name)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+class Scorer:
+    """Base class: ``name`` (its column), ``kind`` and an optional ``threshold``.
+
+    Subclasses implement :meth:`score`, called with the rows of one variant (each row a mapping
+    of the input columns and the outputs; ``None`` for a failed run's outputs).
+    """
+
+    name: str
+    kind: Kind = "bool"
+    threshold: float | None = None
+    output: str = ""
+
+    def columns(self) -> list[str]:
+        """Return the input or output columns this scorer reads (checked before a run)."""
+        return [self.output] if self.output else []
+
+    def score(self, block: Block) -> Scores:
+        """Return one score per row of ``block`` and the reasons (or ``None`` when it gives
+        none)."""
+        raise NotImplementedError
+
+    @property
+    def pass_fail(self) -> bool:
+        """Whether this scorer contributes to ``passed``."""
+        return self.kind == "bool" or self.threshold is not None
+
+    def __repr__(self) -> str:
+        return f"<scorer {self.name!r} ({self.kind})>"
+
+
+def _expected_values(value: Any, block: Block) -> Sequence[Any]:
+    if isinstance(value, Col):
+        return block.column(value.name)
+    return [value] * block.n
+
+
+class _Compare(Scorer):
+    """A bool scorer comparing an output with a literal or a column, row by row."""
+
+    def __init__(
+        self,
+        prefix: str,
+        output: str,
+        value: Any,
+        test: Callable[[str, Any], bool],
+        name: str | None,
+    ) -> None:
+        self.output = output
+        self.value = value
+        self.test = test
+        self.name = name or f"{prefix}_{output}"
+
+    def columns(self) -> list[str]:
+        extra = [self.value.name] if isinstance(self.value, Col) else []
+        return [self.output, *extra]
+
+    def score(self, block: Block) -> Scores:
+        test = self.test
+        got = block.column(self.output)
+        expected = _expected_values(self.value, block)
+        return [
+            None if _missing(g) else bool(test(g, e)) for g, e in zip(got, expected, strict=True)
+        ], None
+
+
+def _text(value: Any) -> str:
+    return "" if _missing(value) else str(value)
+
+
+def equals(output: str, expected: Any, *, strip: bool = True, name: str | None = None) -> Scorer:
+    """Pass when the output equals ``expected`` (a literal or ``col(...)``), surrounding
+    whitespace ignored unless ``strip=False``. Column ``equals_<output>``."""
+    if strip:
+        return _Compare(
+            "equals", output, expected, lambda a, b: a.strip() == _text(b).strip(), name
+        )
+    return _Compare("equals", output, expected, lambda a, b: a == _text(b), name)
+
+
+def contains(output: str, text: Any, *, case: bool = True, name: str | None = None) -> Scorer:
+    """Pass when the output contains ``text`` (a literal or ``col(...)``); ``case=False``
+    ignores case. Column ``contains_<output>``."""
+    if case:
+        return _Compare("contains", output, text, lambda a, b: _text(b) in a, name)
+    return _Compare("contains", output, text, lambda a, b: _text(b).lower() in a.lower(), name)
+
+
+def regex(output: str, pattern: str, *, name: str | None = None) -> Scorer:
+    """Pass when ``pattern`` matches somewhere in the output (``re.search``). Column
+    ``regex_<output>``.
+
+    Raises:
+        ConfigError: the pattern does not compile.
+    """
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"regex scorer: bad pattern {pattern!r}: {exc}") from None
+    return _Compare("regex", output, None, lambda a, _: compiled.search(a) is not None, name)
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def is_json(output: str, *, name: str | None = None) -> Scorer:
+    """Pass when the output is valid JSON. Column ``is_json_<output>``."""
+    return _Compare("is_json", output, None, lambda a, _: _parses(a), name)
+
+
+class _Length(Scorer):
+    def __init__(self, output: str, lo: int | None, hi: int | None, name: str | None) -> None:
+        self.output = output
+        self.lo, self.hi = lo, hi
+        self.kind = "float" if lo is None and hi is None else "bool"
+        self.name = name or f"length_{output}"
+
+    def score(self, block: Block) -> Scores:
+        lo, hi = self.lo, self.hi
+        scores: list[Any] = []
+        for got in block.column(self.output):
+            if _missing(got):
+                scores.append(None)
+                continue
+            n = len(str(got))
+            if self.kind == "float":
+                scores.append(float(n))
+            else:
+                scores.append((lo is None or n >= lo) and (hi is None or n <= hi))
+        return scores, None
+
+
+def length(
+    output: str, min: int | None = None, max: int | None = None, *, name: str | None = None
+) -> Scorer:
+    """The output's length in characters: a float score without bounds; with ``min`` and/or
+    ``max``, pass when the length lies within them (inclusive). Column ``length_<output>``."""
+    return _Length(output, min, max, name)
+
+
+class _Python(Scorer):
+    def __init__(self, fn: Callable[[Row], Any], name: str | None, threshold: float | None) -> None:
+        if not callable(fn):
+            raise ConfigError(f"python() takes a function of the row, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "python")
+        if self.name == "<lambda>":
+            raise ConfigError("python(lambda ...) needs name=: the name is the score's column")
+        self.threshold = threshold
+        self.kind = "bool" if threshold is None else "float"
+
+    def columns(self) -> list[str]:
+        return []
+
+    def score(self, block: Block) -> Scores:
+        scores: list[Any] = []
+        reasons: list[str | None] = []
+        any_reason = False
+        kinds: set[str] = set()
+        for row, failed in zip(block.rows(), block.failed, strict=True):
+            if failed:  # the run failed: nothing to grade
+                scores.append(None)
+                reasons.append(None)
+                continue
+            value = self.fn(row)
+            reason = None
+            if isinstance(value, tuple):
+                if len(value) != 2:
+                    raise ConfigError(
+                        f"scorer {self.name!r} returned a tuple of {len(value)}; "
+                        "return a bool, a number, or (score, reason)"
+                    )
+                value, reason = value
+                any_reason = True
+            if isinstance(value, bool):
+                kinds.add("bool")
+            elif isinstance(value, int | float):
+                kinds.add("float")
+                value = float(value)
+            elif value is not None:
+                raise ConfigError(
+                    f"scorer {self.name!r} returned {type(value).__name__}; "
+                    "return a bool, a number, or (score, reason)"
+                )
+            scores.append(value)
+            reasons.append(None if reason is None else str(reason))
+        # The function decides the kind: numbers make a float scorer (with its threshold).
+        if "float" in kinds or self.threshold is not None:
+            self.kind = "float"
+            scores = [None if s is None else float(s) for s in scores]
+        return scores, reasons if any_reason else None
+
+
+def python(
+    fn: Callable[[Row], Any], name: str | None = None, *, threshold: float | None = None
+) -> Scorer:
+    """Score with ``fn(row)``, where ``row`` maps the input columns and the outputs (``None``
+    where the run failed). ``fn`` returns a bool (pass/fail), a number (a float score; with
+    ``threshold`` it passes at or above it), or ``(score, reason)``. The column is ``name``,
+    else the function's name."""
+    return _Python(fn, name, threshold)
+
+
+# -- model-graded scorers -----------------------------------------------------------------------
+
+JUDGE_MARKER = "You are grading an output against a rubric."
+PICK_MARKER = "You are comparing candidate outputs for the same input."
+
+_JUDGE_TEMPLATE = f"""{JUDGE_MARKER}
+
+Rubric:
+{{rubric}}
+
+Output to grade:
+<<<
+{{output}}
+>>>
+
+Reply with only a JSON object with a "score" between 0 and 1 (1 = fully meets the rubric) and
+a short "reason"."""
+
+_PICK_TEMPLATE = f"""{PICK_MARKER}
+
+Criteria:
+{{rubric}}
+
+{{candidates}}
+
+Reply with only a JSON object with "best", the number of the best candidate, and a short
+"reason"."""
+
+
+_JUDGE = Template(_JUDGE_TEMPLATE, ["rubric", "output"])
+_PICK = Template(_PICK_TEMPLATE, ["rubric", "candidates"])
+
+
+def _render(rubric: str, row: Row, output: str) -> str:
+    """Fill ``{output}`` and ``{column}`` placeholders of a rubric in one pass."""
+    values = {k: _text(v) for k, v in row.items() if isinstance(k, str)}
+    values["output"] = output
+    return Template(rubric, values).render(values)
+
+
+_JSON_OBJECT = re.compile(r"\{.*?\}", re.DOTALL)
+
+
+def parse_answer(answer: str, field_name: str) -> tuple[Any, str]:
+    """Return ``(value, reason)`` from a model's JSON answer (code fences and text around the
+    object are tolerated); ``(None, raw answer)`` when no object with ``field_name`` parses."""
+    for match in _JSON_OBJECT.finditer(answer):
+        try:
+            data = json.loads(match.group(0))
+        except ValueError:
+            continue
+        if isinstance(data, dict) and field_name in data:
+            return data[field_name], str(data.get("reason", ""))
+    return None, answer
+
+
+@dataclass
+class _JudgeSetup:
+    model: str | None
+    provider: Provider | str | None
+    flows: dict[str, LocalFlow] = field(default_factory=dict)
+
+    def flow(self, purpose: str) -> LocalFlow:
+        """Return the one-node flow judge calls run through (built once per scorer): the
+        engine's cache, limits, retries and run log apply to them as to any call."""
+        if purpose not in self.flows:
+            from .flow import load_flow
+
+            params: dict[str, Any] = {"temperature": 0}
+            if self.model:
+                params["model"] = self.model
+            self.flows[purpose] = load_flow(
+                {
+                    "nodes": [
+                        {"id": "v", "type": "variableNode", "data": {"variable": {"label": "q"}}},
+                        {
+                            "id": "judge",
+                            "type": "actionNode",
+                            "data": {"name": "judge", "prompt": "{q}", "modelParams": params},
+                        },
+                        {"id": "o", "type": "outputNode", "data": {"name": "answer"}},
+                    ],
+                    "edges": [
+                        {"source": "v", "target": "judge"},
+                        {"source": "judge", "target": "o"},
+                    ],
+                },
+                name=purpose,
+                provider=self.provider,
+            )
+        return self.flows[purpose]
+
+
+class JudgeScorer(Scorer):
+    """LLM-as-judge: one call per (variant, row); score in 0..1 and a reason."""
+
+    kind: Kind = "float"
+
+    def __init__(
+        self,
+        output: str,
+        rubric: str,
+        model: str | None,
+        provider: Provider | str | None,
+        threshold: float | None,
+        name: str | None,
+    ) -> None:
+        if not isinstance(rubric, str) or not rubric.strip():
+            raise ConfigError("judge() needs a rubric: what a good output does")
+        self.output = output
+        self.rubric = rubric
+        self.threshold = threshold
+        self.name = name or f"judge_{output}"
+        self.setup = _JudgeSetup(model, provider)
+
+    def flow(self) -> LocalFlow:
+        """Return the flow the judge's calls go through."""
+        return self.setup.flow(f"judge:{self.name}")
+
+    def prompt(self, row: Row) -> str | None:
+        """Return the judge prompt for ``row`` (None when its output is missing)."""
+        got = row.get(self.output)
+        if _missing(got):
+            return None
+        return _JUDGE.render({"rubric": _render(self.rubric, row, str(got)), "output": str(got)})
+
+    def parse(self, answer: str | None) -> tuple[float, str]:
+        """Return ``(score, reason)``; NaN and the raw answer when it does not parse."""
+        if answer is None:
+            return math.nan, ""
+        value, reason = parse_answer(answer, "score")
+        try:
+            score = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return math.nan, answer
+        if not 0.0 <= score <= 1.0:
+            return math.nan, answer
+        return score, reason
+
+
+class PickBest(JudgeScorer):
+    """One call per input row that sees every variant's output and names the best: 1.0 for
+    the chosen variant, 0.0 for the others (the summary's mean is a win rate)."""
+
+    def flow(self) -> LocalFlow:
+        """Return the flow the picker's calls go through."""
+        return self.setup.flow(f"pick_best:{self.name}")
+
+    def prompt_all(self, row: Row, outputs: Sequence[Any]) -> str | None:
+        """Return the prompt comparing ``outputs`` (one per variant) for one input row."""
+        if any(_missing(o) for o in outputs):
+            return None
+        candidates = "\n\n".join(
+            f"Candidate {i}:\n<<<\n{o}\n>>>" for i, o in enumerate(outputs, start=1)
+        )
+        return _PICK.render({"rubric": _render(self.rubric, row, ""), "candidates": candidates})
+
+    def parse_pick(self, answer: str | None, n: int) -> tuple[list[float], str]:
+        """Return one score per candidate (1.0 for the best) and the reason; NaN for all and
+        the raw answer when the answer does not name a candidate."""
+        if answer is None:
+            return [math.nan] * n, ""
+        value, reason = parse_answer(answer, "best")
+        try:
+            best = int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            best = 0
+        if not 1 <= best <= n:
+            return [math.nan] * n, answer
+        return [1.0 if i == best else 0.0 for i in range(1, n + 1)], reason
+
+
+def judge(
+    output: str,
+    rubric: str,
+    model: str | None = None,
+    provider: Provider | str | None = None,
+    *,
+    threshold: float | None = None,
+    name: str | None = None,
+) -> JudgeScorer:
+    """Grade ``output`` with a model against ``rubric`` (which may use ``{output}`` and the
+    input row's ``{column}``s): a score in 0..1 and a reason (column ``judge_<output>`` and
+    ``judge_<output>_reason``). ``provider`` defaults to ``FLOWNB_PROVIDER``; ``model`` to the
+    provider's default. An unparseable answer scores NaN with the raw answer as the reason."""
+    return JudgeScorer(output, rubric, model, provider, threshold, name)
+
+
+def pick_best(
+    output: str,
+    rubric: str,
+    model: str | None = None,
+    provider: Provider | str | None = None,
+    *,
+    name: str | None = None,
+) -> PickBest:
+    """Ask a model, once per input row, which variant's ``output`` is best by ``rubric``:
+    1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``)."""
+    return PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}")

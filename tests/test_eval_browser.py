@@ -1,0 +1,73 @@
+"""A saved evaluation report opened in headless chromium with every outside request refused:
+the page is self-contained (summary, side-by-side table, embedded image thumbnails that load)
+and asks the network for nothing. The screenshot goes to ``test-artifacts/eval-report.png``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import playwright.sync_api as playwright_sync
+import pytest
+
+import flownb
+from flownb import scorers as S
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_saved_report_is_self_contained_in_chromium(tmp_path: Path, blog_flow_path: Path) -> None:
+    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
+    flow = flownb.load_flow(blog_flow_path)
+    variants = {
+        "baseline": flow,
+        "punchy": flow.with_prompts({"Blog intro": "Write a {tone}, punchy intro about {topic}."}),
+    }
+    data = pd.DataFrame(
+        {"topic": ["tide pools", "owls", "sourdough"], "tone": ["dry", "warm", "odd"]}
+    )
+    report = flownb.evaluate(
+        variants,
+        data,
+        [S.contains("intro", S.col("topic")), S.length("intro", max=60)],
+        progress=False,
+    )
+    page_file = report.save(tmp_path / "report.html")
+    ARTIFACTS.mkdir(exist_ok=True)
+    requested: list[str] = []
+    with playwright_sync.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.on("request", lambda r: requested.append(r.url))
+            page.route(
+                "**/*",
+                lambda route: (
+                    route.continue_()
+                    if route.request.url.startswith(("file:", "data:"))
+                    else route.abort()
+                ),
+            )
+            page.goto(page_file.as_uri(), wait_until="load")
+            images = page.locator("table.flownb-eval img")
+            assert images.count() == 6  # 3 rows x 2 variants, one thumbnail each
+            sizes = images.evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth])")
+            assert all(done and width > 0 for done, width in sizes), sizes
+            text = page.inner_text("body")
+            assert "punchy" in text and "contains_intro" in text
+            assert page.locator("ins").count() > 0  # the differing words are marked
+            page.screenshot(path=str(ARTIFACTS / "eval-report.png"), full_page=True)
+        finally:
+            browser.close()
+    outside = [u for u in requested if not u.startswith(("file:", "data:"))]
+    assert requested and not outside, f"the page asked for outside resources: {outside[:5]}"

@@ -1,0 +1,199 @@
+# ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
+"""Every scorer through flownb.evaluate: pass/fail and float kinds, thresholds, reasons, missing
+scores for failed rows, and model-graded scorers (judge, pick_best) against the loopback fake,
+including answers that do not parse (NaN with the raw answer as the reason, never an error)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+
+import flownb
+from flownb import scorers as S
+from flownb.errors import ConfigError
+from flownb.testing.fake_openai import FakeOpenAI, scripted_reply
+from tests.conftest import make_flow
+from tests.serving import ScriptedProvider
+
+ECHO = make_flow({"say": "{text}"}, ["text"])  # offline: the output is the text itself
+DATA = pd.DataFrame(
+    {
+        "text": ['{"a": 1}', "hello world", "  42 ", "Hello"],
+        "want": ["x", "hello world", "42", "hello"],
+    },
+    index=["r0", "r1", "r2", "r3"],
+)
+
+
+def scores(*scorers: S.Scorer, flow: dict = ECHO, data: pd.DataFrame = DATA) -> pd.DataFrame:
+    offline = flownb.load_flow(flow, provider="offline")
+    report = flownb.evaluate(offline, data, list(scorers), progress=False, log=False)
+    assert isinstance(report, flownb.EvalReport)
+    return report.results
+
+
+def test_bool_scorers_each_have_a_stable_column_and_pass() -> None:
+    res = scores(
+        S.equals("say", S.col("want")),
+        S.contains("say", "l"),
+        S.contains("say", S.col("want"), case=False, name="has_want"),
+        S.regex("say", r"^\s*\d+\s*$"),
+        S.is_json("say"),
+        S.length("say", min=5, max=11),
+    )
+    assert res["equals_say"].tolist() == [False, True, True, False]  # whitespace stripped
+    assert res["contains_say"].tolist() == [False, True, False, True]
+    assert res["has_want"].tolist() == [False, True, True, True]
+    assert res["regex_say"].tolist() == [False, False, True, False]
+    assert res["is_json_say"].tolist() == [True, False, True, False]  # "  42 " is JSON too
+    assert res["length_say"].tolist() == [True, True, True, True]
+    assert res["passed"].tolist() == [False, False, False, False]
+    assert res["index"].tolist() == ["r0", "r1", "r2", "r3"]
+    assert str(res["equals_say"].dtype) == "boolean"
+
+
+def test_equals_strict_and_literal() -> None:
+    res = scores(S.equals("say", "  42 ", strip=False))
+    assert res["equals_say"].tolist() == [False, False, True, False]
+    assert res["passed"].tolist() == [False, False, True, False]
+
+
+def test_float_scorers_and_threshold() -> None:
+    def shout(row: dict) -> float:
+        return sum(c.isupper() for c in row["say"]) / max(len(row["say"]), 1)
+
+    res = scores(S.length("say"), S.python(shout, threshold=0.15))
+    assert res["length_say"].tolist() == [8.0, 11.0, 5.0, 5.0]
+    assert res["shout"].tolist() == pytest.approx([0.0, 0.0, 0.0, 0.2])
+    # Length has no threshold (no pass/fail); shout passes at 0.15 and above.
+    assert res["passed"].tolist() == [False, False, False, True]
+    summary = flownb.evaluate(
+        flownb.load_flow(ECHO), DATA, [S.length("say")], progress=False, log=False
+    ).summary
+    assert summary.loc["flow", "length_say"] == pytest.approx(7.25)
+    low, high = summary.loc["flow", ["length_say_low", "length_say_high"]]
+    assert low < 7.25 < high
+
+
+def test_python_scorer_reasons_and_bools() -> None:
+    def long_enough(row: dict) -> tuple[bool, str]:
+        n = len(row["say"])
+        return n > 6, f"{n} characters"
+
+    res = scores(S.python(long_enough), S.python(lambda r: r["text"] == r["want"], name="same"))
+    assert res["long_enough"].tolist() == [True, True, False, False]
+    assert res["long_enough_reason"].tolist() == [
+        "8 characters",
+        "11 characters",
+        "5 characters",
+        "5 characters",
+    ]
+    assert res["same"].tolist() == [False, True, False, False]
+    assert "same_reason" not in res.columns
+    assert res["passed"].tolist() == [False, True, False, False]
+
+
+def test_failed_rows_score_missing_and_do_not_pass() -> None:
+    scripted = flownb.load_flow(ECHO, provider=ScriptedProvider(), retries=0)
+    data = pd.DataFrame({"text": ["fine", "FAIL502 here"], "want": ["fine", "x"]})
+    report = flownb.evaluate(
+        scripted,
+        data,
+        [S.equals("say", S.col("want")), S.length("say"), S.python(lambda r: 1.0, name="one")],
+        progress=False,
+        log=False,
+    )
+    res = report.results
+    assert res["equals_say"].tolist()[0] is True and res["equals_say"].isna().tolist() == [
+        False,
+        True,
+    ]
+    assert math.isnan(res["length_say"][1]) and math.isnan(res["one"][1])
+    assert res["passed"].tolist() == [True, False]
+    assert res["error"][1].startswith("provider_error")
+    assert report.summary.loc["flow", "errors"] == 1
+
+
+def test_bad_scorers_are_refused_before_running() -> None:
+    flow = flownb.load_flow(ECHO)
+    with pytest.raises(ConfigError, match="'nope'"):
+        flownb.evaluate(flow, DATA, [S.equals("nope", "x")], progress=False)
+    with pytest.raises(ConfigError, match="two scorers are named"):
+        flownb.evaluate(flow, DATA, [S.is_json("say"), S.is_json("say")], progress=False)
+    with pytest.raises(ConfigError, match="bad pattern"):
+        S.regex("say", "(")
+    with pytest.raises(ConfigError, match="needs name="):
+        S.python(lambda r: True)
+
+
+JUDGE_OK = '{"score": {score}, "reason": "fake grade"}'
+
+
+def test_judge_scores_with_reason_through_cache_and_log(fake: FakeOpenAI) -> None:
+    fake.configure(replies={S.JUDGE_MARKER: JUDGE_OK})
+    data = pd.DataFrame({"text": ["owls", "bees"], "want": ["owls", "x"]})
+    judge = S.judge("say", "Is it about {want}? Output: {output}", threshold=0.0)
+    res = scores(judge, data=data)  # the flow runs offline; the judge on the openai fake
+    prompts = [b["messages"][-1]["content"] for b in fake.requests]
+    assert len(prompts) == 2
+    assert "Is it about owls? Output: owls" in prompts[0]
+    expected = [float(scripted_reply(p, {S.JUDGE_MARKER: "{score}"}) or "nan") for p in prompts]
+    assert sorted(res["judge_say"].tolist()) == sorted(expected)
+    assert res["judge_say_reason"].tolist() == ["fake grade", "fake grade"]
+    assert res["passed"].all()
+    fake.reset()
+    again = scores(judge, data=data)
+    assert fake.requests == []  # cached
+    assert again["judge_say"].tolist() == res["judge_say"].tolist()
+    logged = flownb.runs("judge:judge_say")
+    assert len(logged) == 4 and logged["error"].isna().all()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["I think it is fine.", '{"score": "high"}', '{"score": 7, "reason": "out of range"}', "{"],
+)
+def test_judge_answer_that_does_not_parse_is_nan_with_raw_reason(
+    fake: FakeOpenAI, reply: str
+) -> None:
+    fake.configure(replies={S.JUDGE_MARKER: reply})
+    res = scores(S.judge("say", "Good?", threshold=0.5), data=DATA.iloc[:2])
+    assert res["judge_say"].isna().all()
+    assert res["judge_say_reason"].tolist() == [reply, reply]
+    assert not res["passed"].any()
+
+
+def test_judge_call_failure_is_nan_not_an_exception(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWNB_RETRIES", "0")
+    fake.configure(fail_markers={"500": S.JUDGE_MARKER})
+    res = scores(S.judge("say", "Good?"), data=DATA.iloc[:1])
+    assert math.isnan(res["judge_say"][0])
+    assert "judge call failed" in res["judge_say_reason"][0]
+
+
+def test_pick_best_sees_every_variant_once_per_row(fake: FakeOpenAI) -> None:
+    fake.configure(replies={S.PICK_MARKER: '{"best": 2, "reason": "second reads better"}'})
+    base = flownb.load_flow(ECHO, provider="offline")
+    variants = {"plain": base, "loud": base.with_prompts({"say": "{text}!"})}
+    report = flownb.evaluate(
+        variants, DATA, [S.pick_best("say", "Which is better?")], progress=False
+    )
+    prompts = [b["messages"][-1]["content"] for b in fake.requests]
+    assert len(prompts) == len(DATA)  # one call per input row
+    assert "Candidate 1:\n<<<\nhello world\n>>>" in prompts[1]
+    assert "Candidate 2:\n<<<\nhello world!\n>>>" in prompts[1]
+    res = report.results
+    assert res.loc[res["variant"] == "plain", "pick_best_say"].tolist() == [0.0] * 4
+    assert res.loc[res["variant"] == "loud", "pick_best_say"].tolist() == [1.0] * 4
+    assert report.summary.loc["loud", "pick_best_say"] == 1.0
+    fake.configure(replies={S.PICK_MARKER: '{"best": 9}'})
+    other = flownb.evaluate(
+        variants, DATA.iloc[:1], [S.pick_best("say", "Which? v2")], progress=False
+    )
+    assert other.results["pick_best_say"].isna().all()
+    assert other.results["pick_best_say_reason"].tolist() == ['{"best": 9}'] * 2
