@@ -20,6 +20,8 @@ from .errors import (
     ProviderError,
     ProviderTimeout,
     RateLimited,
+    ServiceTimeout,
+    ServiceUnavailable,
 )
 from .flow import BaseFlow, LocalFlow, load_flow
 from .result import RunResult
@@ -44,6 +46,8 @@ __all__ = [
     "RateLimited",
     "RemoteFlow",
     "RunResult",
+    "ServiceTimeout",
+    "ServiceUnavailable",
     "__version__",
     "display_frame",
     "load_flow",

@@ -44,7 +44,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
+from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
 from ..media import MediaStore
 from ..settings import get_settings
 from .base import Call, Generation, Kind, Provider
@@ -182,16 +182,6 @@ def _redact(text: str, key: str | None) -> str:
     return _KEY_LIKE.sub("sk-***", text)
 
 
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date; rare from model servers, treated as absent
-    return max(0.0, seconds)
-
-
 def _translate_status(
     status: int, body: Any, headers: Mapping[str, str], key: str | None
 ) -> ProviderError:
@@ -212,16 +202,16 @@ def _translate_status(
     text = f"OpenAI API error {status}: {message}"
     if request_id:
         text += f" (request id {request_id})"
-    retry_after = _retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+    retry_after = parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
     if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
         return RateLimited(
             text, retry_after=retry_after, status=status, request_id=request_id, provider="openai"
         )
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
-    exc = ProviderError(text, status=status, request_id=request_id, provider="openai")
-    exc.retry_after = retry_after  # type: ignore[attr-defined]  # honoured on 5xx too
-    return exc
+    return ProviderError(
+        text, status=status, request_id=request_id, provider="openai", retry_after=retry_after
+    )
 
 
 # aiohttp sessions, shared by every provider with the same endpoint and key on the same event
