@@ -246,9 +246,9 @@ HTTP_ERRORS: tuple[tuple[type[FlownbError], int, str], ...] = (
     (ProviderTimeout, 504, "provider_timeout"),
     (RateLimited, 429, "upstream_rate_limited"),
     (ProviderError, 502, "provider_error"),
-    # A flow file the server cannot load is the operator's problem, not the caller's: a 500,
-    # with a message naming the flow.
-    (FlowFileError, 500, "invalid_flow"),
+    # A flow file the server cannot load is the operator's problem, not the caller's: a 500
+    # whose message names the flow and what is wrong (decoded as a plain ApiError).
+    (FlowFileError, 500, "internal_error"),
 )
 # Problem codes of invalid variables: a 422 listing only these is an InputError.
 VARIABLE_CODES = frozenset(
@@ -295,7 +295,8 @@ def from_http(
         return InputError(problems, total=total)
     cls: type[FlownbError] | None = None
     for row_cls, _, row_code in HTTP_ERRORS:
-        if code == row_code:  # a batch element's code, under the answer's overall status
+        # By code alone: a batch element's code, under the answer's overall status.
+        if code == row_code and code != "internal_error":
             cls = row_cls
             break
     unmapped = code == "internal_error" or (code.startswith("upstream") and status == 504)
@@ -314,8 +315,6 @@ def from_http(
             code=code or None,
             retry_after=retry_after,
         )
-    if cls is FlowFileError:  # the service cannot load its own flow file
-        return FlowFileError(message)
     if cls is AuthError:
         return AuthError(
             message, status=status, code=code or None, problems=problems, request_id=request_id

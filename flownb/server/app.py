@@ -8,9 +8,12 @@ synchronously, in a thread pool for larger batches), and the JSON encoded once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import re
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -33,6 +36,8 @@ from ..media import MEDIA_NAME, MediaStore
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..settings import get_settings
+from ..validate import VariableSpec, json_type
+from . import keys as keys_module
 from .errors import (
     ApiProblem,
     batch_problem,
@@ -50,15 +55,30 @@ from .schemas import (
     RUN_RESPONSES,
     Health,
 )
-from .store import FlowStore
+from .store import FlowStore, StoredFlow
 
-__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_BODY", "ServerConfig", "create_app", "parse_run_body"]
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_BODY",
+    "ServerConfig",
+    "checked_variables",
+    "create_app",
+    "parse_run_body",
+]
 
 DEFAULT_MAX_BATCH = 1000
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 # Inline (offline) batches up to this size run on the event loop; larger ones in a thread, so
 # one big batch does not stall every other request.
 INLINE_ON_LOOP = 32
+# Bodies over this size are decoded and validated in a worker thread, and answers for batches
+# over INLINE_ON_LOOP elements encoded there: a big body must not stall /healthz.
+OFFLOAD_BYTES = 64 * 1024
+# Validation stops building problems after this many (it goes on counting them): an error body
+# lists at most MAX_LISTED anyway, and a million problem objects would cost the server its memory.
+PROBLEMS_COLLECTED = 1000
+# A JSON string escape of a UTF-16 surrogate: only bodies with one can hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F][0-9a-fA-F]{2}")
 REQUEST_ID = "flownb.request_id"
 _SAFE_REQUEST_ID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _FLOW_PATHS = ("/api/flows/getFlowInfo/", "/api/flows/run/")
@@ -159,6 +179,28 @@ class RequestIdMiddleware:
                 await error_response(problem, rid)(scope, receive, send_with_id)
 
 
+class HeadAsGetMiddleware:
+    """Answers ``HEAD`` like ``GET`` without the body (headers, status and length alike), so every
+    GET route answers HEAD (Starlette's routes would say 405)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return  # the rest of the body follows; send nothing until the end
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET", "flownb.head": True}, receive, send_headers_only)
+
+
 def _incoming_request_id(scope: Scope) -> str | None:
     """A caller's own ``x-request-id``, kept when it is short and plain (safe to log)."""
     for name, value in scope["headers"]:
@@ -188,11 +230,23 @@ def create_app(config: ServerConfig) -> FastAPI:
     max_body = config.max_body_bytes
     limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
 
+    async def flush_keys_periodically() -> None:
+        # `flownb keys list` shows LAST USED at most FLUSH_EVERY seconds stale while we run.
+        while True:
+            await asyncio.sleep(keys_module.FLUSH_EVERY)
+            await run_in_threadpool(keys.flush_used)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        keys.flush_used()
-        await provider.aclose()
+        flusher = asyncio.create_task(flush_keys_periodically())
+        try:
+            yield
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+            keys.flush_used()
+            await provider.aclose()
 
     # FastAPIOffline: /docs served from bundled Swagger UI files, so it works without internet.
     app = FastAPIOffline(
@@ -207,6 +261,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(HeadAsGetMiddleware)
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -214,9 +269,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return error_response(from_exception(exc, _rid(request)), _rid(request))
 
     async def on_flow_file(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, FlowFileError)
-        log.warning("request %s: %s", _rid(request), exc.message)
-        return error_response(ApiProblem(500, "internal_error", exc.message), _rid(request))
+        log.warning("request %s: %s", _rid(request), exc)
+        return error_response(from_exception(exc, _rid(request)), _rid(request))
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -227,10 +281,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             shown = path if len(path) <= 100 else path[:100] + "..."
             problem = ApiProblem(404, "not_found", f"nothing at {shown!r}; see /docs")
         elif exc.status_code == 405:
+            method = "HEAD" if request.scope.get("flownb.head") else request.method
             problem = ApiProblem(
                 405,
                 "method_not_allowed",
-                f"{request.method} is not allowed here",
+                f"{method} is not allowed here",
                 headers=exc.headers,
             )
         else:
@@ -264,6 +319,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         if not verdict.ok:
             raise ApiProblem(401, verdict.code, verdict.message)
 
+    async def get_flow(request: Request) -> StoredFlow:
+        # A loaded flow is answered from memory; a file to read is read in a worker thread.
+        flow_id = request.path_params["flow_id"]
+        return store.peek(flow_id) or await run_in_threadpool(store.get, flow_id)
+
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body:
@@ -290,7 +350,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def get_flow_info(request: Request) -> Response:
         authenticate(request)
-        flow = store.get(request.path_params["flow_id"])
+        flow = await get_flow(request)
         headers = {**limits, "x-flownb-image-outputs": flow.image_outputs}
         return json_response(flow.plan.describe(), headers=headers)
 
@@ -309,18 +369,14 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def run_flow(request: Request) -> Response:
         authenticate(request)
-        flow = store.get(request.path_params["flow_id"])
-        variables = parse_run_body(await read_body(request), max_batch)
-        spec = flow.plan.spec
+        flow = await get_flow(request)
+        body = await read_body(request)
+        if len(body) > OFFLOAD_BYTES:
+            variables = await run_in_threadpool(checked_variables, body, max_batch, flow.plan.spec)
+        else:
+            variables = checked_variables(body, max_batch, flow.plan.spec)
         single = isinstance(variables, dict)
         batch: list[Any] = [variables] if single else variables
-        try:
-            if single:
-                spec.check_one(variables)
-            else:
-                spec.check_batch(batch)
-        except InputError as exc:
-            raise input_problem(exc) from None
         if not batch:
             return json_response([])
 
@@ -340,7 +396,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise batch_problem(collect.errors, items, _rid(request), indexed=not single)
         if single:
             return json_response(results[0].to_items())  # type: ignore[union-attr]
-        return json_response([r.to_items() for r in results])  # type: ignore[union-attr]
+        answer = [r.to_items() for r in results]  # type: ignore[union-attr]
+        if len(answer) > INLINE_ON_LOOP:
+            return await run_in_threadpool(json_response, answer)
+        return json_response(answer)
 
     @app.get(
         "/media/{name}",
@@ -401,6 +460,74 @@ def _too_large(limit: int) -> ApiProblem:
     )
 
 
+def checked_variables(
+    body: bytes, max_batch: int, spec: VariableSpec
+) -> dict[str, Any] | list[Any]:
+    """Decode a run request body and check its variables against ``spec``; return them.
+
+    Raises:
+        ApiProblem: as :func:`parse_run_body`, or 422 listing the variables' problems (the first
+            :data:`PROBLEMS_COLLECTED`, with their total).
+    """
+    variables = parse_run_body(body, max_batch)
+    try:
+        if isinstance(variables, dict):
+            spec.check_one(variables)
+        else:
+            spec.check_batch(variables, limit=PROBLEMS_COLLECTED)
+    except InputError as exc:
+        raise input_problem(exc) from None
+    if _SURROGATE_ESCAPE.search(body):
+        problems = _not_unicode(variables)
+        if problems:
+            raise input_problem(InputError(problems))
+    return variables
+
+
+def _not_unicode(variables: dict[str, Any] | list[Any]) -> list[Problem]:
+    """Return a problem for every variable name or value holding a lone surrogate (valid JSON,
+    yet not text: it cannot be written out as UTF-8)."""
+    single = isinstance(variables, dict)
+    elements: list[Any] = [variables] if single else variables
+    problems: list[Problem] = []
+    for i, values in enumerate(elements):
+        index = None if single else i
+        where = "" if single else f"element {i}: "
+        for name, value in values.items():
+            shown = name.encode("utf-8", "backslashreplace").decode("utf-8")
+            if not _is_text(name):
+                problems.append(
+                    Problem(
+                        "invalid_variable_value",
+                        f"{where}the variable name {shown!r} is not valid Unicode text "
+                        "(it holds a lone surrogate)",
+                        index,
+                        shown,
+                    )
+                )
+            elif not _is_text(value):
+                problems.append(
+                    Problem(
+                        "invalid_variable_value",
+                        f"{where}variable {shown!r} is not valid Unicode text "
+                        "(it holds a lone surrogate)",
+                        index,
+                        shown,
+                    )
+                )
+    return problems
+
+
+def _is_text(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
     """Decode a run request body and return its ``variables`` (an object or an array).
 
@@ -429,7 +556,7 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
         raise ApiProblem(
             422,
             "invalid_request",
-            f'the body must be a JSON object {{"variables": ...}}, got {_json_type(data)}',
+            f'the body must be a JSON object {{"variables": ...}}, got {json_type(data)}',
         )
     problems: list[Problem] = []
     if "variables" not in data:
@@ -447,7 +574,7 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
             Problem(
                 "invalid_request",
                 "'variables' must be an object or an array of objects, "
-                f"got {_json_type(variables)}",
+                f"got {json_type(variables)}",
             )
         )
     if problems:
@@ -460,15 +587,3 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
             "per request (split it)",
         )
     return variables  # type: ignore[return-value]
-
-
-def _json_type(value: Any) -> str:
-    names: Mapping[type, str] = {
-        dict: "an object",
-        list: "an array",
-        str: "a string",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-    }
-    return "null" if value is None else names.get(type(value), type(value).__name__)
