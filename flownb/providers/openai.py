@@ -14,8 +14,10 @@ What a node's modelParams become (decided once per node, at flow load, in :meth:
   refused at load time (:class:`ConfigError`), never sent to fail;
 - a handful of known extra parameters pass through (``seed``, ``stop``, ...); anything else is
   dropped with a warning naming it;
-- image nodes go to ``/images/generations``; a URL answer is passed through, a ``b64_json``
-  answer is written to the media store and returned as ``Generation(media=name)``.
+- image nodes go to ``/images/generations``; the image is kept in the media store and returned
+  as ``Generation(media=name)``: a ``b64_json`` answer is decoded, a URL answer is downloaded once
+  (provider URLs expire within hours; flownb's own media URL does not). The download never
+  carries the API key and is capped at :data:`MAX_IMAGE_BYTES`.
 
 Transport: requests go out over a lean aiohttp path by default (about a tenth of the SDK's CPU
 per call, which is what bounds throughput against fast local servers at high concurrency), or
@@ -35,7 +37,6 @@ import atexit
 import base64
 import binascii
 import contextlib
-import hashlib
 import json
 import re
 import urllib.parse
@@ -89,7 +90,9 @@ _IMAGE_EXTRAS = frozenset(
     }
 )
 _KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_*\-]{3,}")
-_IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp"}
+_IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp", "gif": "gif"}
+# The largest image downloaded from a provider's URL (a 4K PNG is about 25 MB).
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
 class Prepared:
@@ -214,6 +217,14 @@ def _translate_status(
     )
 
 
+def _download_failed(url: str, why: str) -> ProviderError:
+    where = urllib.parse.urlsplit(url)
+    return ProviderError(
+        f"could not download the generated image from {where.scheme}://{where.netloc}: {why}",
+        provider="openai",
+    )
+
+
 # aiohttp sessions, shared by every provider with the same endpoint and key on the same event
 # loop (a session is bound to its loop): flows loaded one after another reuse connections, and
 # the sessions are closed at exit instead of being garbage-collected open.
@@ -238,8 +249,8 @@ class _AiohttpTransport:
         self.base_url = base_url.rstrip("/")
         self.key = api_key
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        # Per request, not on the session: image downloads go to other hosts, without the key.
+        self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         # The proxy from HTTP(S)_PROXY / NO_PROXY, worked out once: aiohttp's trust_env would
         # look it up again in a worker thread for every request (a third of our CPU per call).
         parts = urllib.parse.urlsplit(self.base_url)
@@ -256,7 +267,6 @@ class _AiohttpTransport:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
             session = aiohttp.ClientSession(
                 connector=connector,
-                headers=self.headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
             )
             _SESSIONS[ident] = session
@@ -267,7 +277,10 @@ class _AiohttpTransport:
 
         try:
             async with self._session().post(
-                self.base_url + endpoint, data=json.dumps(body), proxy=self.proxy
+                self.base_url + endpoint,
+                data=json.dumps(body),
+                headers={**self.headers, **self.auth} if self.auth else self.headers,
+                proxy=self.proxy,
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
@@ -294,6 +307,36 @@ class _AiohttpTransport:
                 provider="openai",
             )
         return data, headers.get("x-request-id")
+
+    async def fetch(self, url: str) -> tuple[bytes, str]:
+        """Return the bytes and content type at ``url`` (an image a response pointed to),
+        through this loop's session, without the API key.
+
+        Raises:
+            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
+        """
+        import aiohttp
+
+        parts = urllib.parse.urlsplit(url)
+        proxy = None
+        if not urllib.request.proxy_bypass(parts.hostname or ""):
+            proxy = urllib.request.getproxies().get(parts.scheme)
+        try:
+            async with self._session().get(url, proxy=proxy) as resp:
+                if resp.status >= 400:
+                    raise _download_failed(url, f"HTTP {resp.status}")
+                if (resp.content_length or 0) > MAX_IMAGE_BYTES:
+                    raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_chunked(256 * 1024):
+                    size += len(chunk)
+                    if size > MAX_IMAGE_BYTES:
+                        raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks), resp.headers.get("Content-Type", "")
+        except aiohttp.ClientError as exc:
+            raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         session = _SESSIONS.pop((asyncio.get_running_loop(), self.base_url, self.key), None)
@@ -359,6 +402,33 @@ class _SdkTransport:
                 f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
             ) from exc
         return resp.to_dict(), getattr(resp, "_request_id", None)
+
+    async def fetch(self, url: str) -> tuple[bytes, str]:
+        """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
+        without the API key.
+
+        Raises:
+            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
+        """
+        import httpx
+
+        try:
+            async with (
+                httpx.AsyncClient(timeout=60) as client,
+                client.stream("GET", url) as resp,
+            ):
+                if resp.status_code >= 400:
+                    raise _download_failed(url, f"HTTP {resp.status_code}")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_IMAGE_BYTES:
+                        raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks), resp.headers.get("Content-Type", "")
+        except httpx.HTTPError as exc:
+            raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         client = self._clients.pop(asyncio.get_running_loop(), None)
@@ -454,7 +524,7 @@ class OpenAIProvider(Provider):
         data, request_id = await self._transport.post(prepared.endpoint, body)
         try:
             if call.kind == "image":
-                return self._image(data, prepared)
+                return await self._image(data, prepared)
             choice = data["choices"][0]
             if prepared.endpoint == "/chat/completions":
                 text = choice["message"].get("content") or ""
@@ -472,7 +542,7 @@ class OpenAIProvider(Provider):
             usage = {k: v for k, v in usage.items() if isinstance(v, int)}
         return Generation(text, model=data.get("model") or body["model"], usage=usage or None)
 
-    def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
+    async def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
         item = data["data"][0]
         model = prepared.body["model"]
         if item.get("b64_json"):
@@ -482,12 +552,17 @@ class OpenAIProvider(Provider):
                 raise ProviderError(
                     "OpenAI API answered an image that is not base64", provider="openai"
                 ) from exc
-            name = hashlib.sha256(raw).hexdigest()[:40] + "." + prepared.image_ext
+            name = self.media.name_for(raw, prepared.image_ext)
             if not self.media.exists(name):
                 self.media.save(name, raw)
             return Generation("", media=name, model=model)
         if item.get("url"):
-            return Generation(item["url"], model=model)
+            raw, content_type = await self._transport.fetch(str(item["url"]))
+            ext = _IMAGE_EXT.get(content_type.split(";")[0].strip().removeprefix("image/"))
+            name = self.media.name_for(raw, ext or prepared.image_ext)
+            if not self.media.exists(name):
+                self.media.save(name, raw)
+            return Generation("", media=name, model=model)
         raise KeyError("url or b64_json")
 
     async def aclose(self) -> None:
