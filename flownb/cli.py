@@ -254,11 +254,13 @@ def _write(df: Any, path: str) -> None:
 
 
 # `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
+from .server.commands import gc as _gc_command  # noqa: E402
 from .server.commands import keys as _keys_group  # noqa: E402
 from .server.commands import serve as _serve_command  # noqa: E402
 
 cli.add_command(_serve_command, "serve")
 cli.add_command(_keys_group, "keys")
+cli.add_command(_gc_command, "gc")
 
 
 def main(argv: list[str] | None = None) -> None:
