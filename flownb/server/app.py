@@ -13,7 +13,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -48,6 +48,7 @@ from .errors import (
     log,
 )
 from .keys import KeyStore
+from .offload import DecodePool, needs_worker, raise_from
 from .schemas import (
     FLOW_ROUTE_RESPONSES,
     MEDIA_RESPONSES,
@@ -229,6 +230,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     max_batch = config.max_batch
     max_body = config.max_body_bytes
     limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
+    decoders = DecodePool()
 
     async def flush_keys_periodically() -> None:
         # `flownb keys list` shows LAST USED at most FLUSH_EVERY seconds stale while we run.
@@ -246,6 +248,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
             keys.flush_used()
+            decoders.shutdown()
             await provider.aclose()
 
     # FastAPIOffline: /docs served from bundled Swagger UI files, so it works without internet.
@@ -371,10 +374,18 @@ def create_app(config: ServerConfig) -> FastAPI:
         authenticate(request)
         flow = await get_flow(request)
         body = await read_body(request)
-        if len(body) > OFFLOAD_BYTES:
-            variables = await run_in_threadpool(checked_variables, body, max_batch, flow.plan.spec)
+        names = flow.plan.spec.names
+        if len(body) <= OFFLOAD_BYTES:
+            variables = checked_variables(body, max_batch, names)
+        elif not needs_worker(body):
+            variables = await run_in_threadpool(checked_variables, body, max_batch, names)
         else:
-            variables = checked_variables(body, max_batch, flow.plan.spec)
+            outcome, value = await asyncio.wrap_future(
+                decoders.submit(checked_variables, body, max_batch, names)
+            )
+            if outcome == "error":
+                raise_from(value)
+            variables = value
         single = isinstance(variables, dict)
         batch: list[Any] = [variables] if single else variables
         if not batch:
@@ -461,15 +472,17 @@ def _too_large(limit: int) -> ApiProblem:
 
 
 def checked_variables(
-    body: bytes, max_batch: int, spec: VariableSpec
+    body: bytes, max_batch: int, names: Sequence[str]
 ) -> dict[str, Any] | list[Any]:
-    """Decode a run request body and check its variables against ``spec``; return them.
+    """Decode a run request body and check its variables against a flow's variable ``names``;
+    return them.
 
     Raises:
         ApiProblem: as :func:`parse_run_body`, or 422 listing the variables' problems (the first
             :data:`PROBLEMS_COLLECTED`, with their total).
     """
     variables = parse_run_body(body, max_batch)
+    spec = _specs.get(tuple(names)) or _specs.setdefault(tuple(names), VariableSpec(names))
     try:
         if isinstance(variables, dict):
             spec.check_one(variables)
@@ -482,6 +495,10 @@ def checked_variables(
         if problems:
             raise input_problem(InputError(problems))
     return variables
+
+
+# Specs by variable names: built once per flow even in a decoding worker process.
+_specs: dict[tuple[str, ...], VariableSpec] = {}
 
 
 def _not_unicode(variables: dict[str, Any] | list[Any]) -> list[Problem]:
