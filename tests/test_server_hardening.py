@@ -24,7 +24,6 @@ import uvicorn
 
 from flownb.server import KeyStore, ServerConfig, create_app
 from flownb.server import keys as keys_module
-from flownb.server.protocol import http_protocol
 from tests.serving import Running, free_port, post_run, run_server, sample_flows
 
 pytestmark = pytest.mark.timeout(120)
@@ -290,6 +289,8 @@ def test_type_errors_use_json_words(server: Running) -> None:
 def test_connections_that_trickle_their_request_head_are_closed(
     tmp_path: Path, flownb_env: Path
 ) -> None:
+    from flownb.server.protocol import http_protocol  # here: each test fails on its own
+
     config = ServerConfig(sample_flows(tmp_path), home=flownb_env)
     server = uvicorn.Server(
         uvicorn.Config(
