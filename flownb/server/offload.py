@@ -64,10 +64,10 @@ class DecodePool:
             return self._pool.submit(_run, check, body, max_batch, list(names))
 
     def shutdown(self) -> None:
-        """Stop the workers (if any were started)."""
+        """Stop the workers (if any were started), after the task each is on."""
         with self._lock:
             if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = None
 
 
