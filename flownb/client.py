@@ -403,11 +403,11 @@ class Client:
                 resp = self._request("POST", url, body)
             except _Dropped as exc:
                 if last:
-                    error = ServiceUnavailable(
+                    dropped = ServiceUnavailable(
                         f"POST {_path(url)}: the connection dropped {attempt + 1} times ({exc})"
                     )
                     for i in pending:
-                        out[i] = (None, error)
+                        out[i] = (None, dropped)
                     break
                 time.sleep(self._backoff(attempt))
                 continue

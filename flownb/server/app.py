@@ -325,7 +325,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def get_flow(request: Request) -> StoredFlow:
         # A loaded flow is answered from memory; a file to read is read in a worker thread.
         flow_id = request.path_params["flow_id"]
-        return store.peek(flow_id) or await run_in_threadpool(store.get, flow_id)
+        flow = store.peek(flow_id)
+        return flow if flow is not None else await run_in_threadpool(store.get, flow_id)
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -505,7 +506,7 @@ def _not_unicode(variables: dict[str, Any] | list[Any]) -> list[Problem]:
     """Return a problem for every variable name or value holding a lone surrogate (valid JSON,
     yet not text: it cannot be written out as UTF-8)."""
     single = isinstance(variables, dict)
-    elements: list[Any] = [variables] if single else variables
+    elements = [variables] if isinstance(variables, dict) else variables
     problems: list[Problem] = []
     for i, values in enumerate(elements):
         index = None if single else i
