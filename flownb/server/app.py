@@ -151,7 +151,12 @@ def _media_url(name: str) -> str:
 
 class RequestIdMiddleware:
     """Gives every request an id (echoed as ``x-request-id``) and turns any exception that got
-    this far into a ``500 internal_error`` body, logged on one line: no traceback leaks out."""
+    this far into a ``500 internal_error`` body, logged on one line: no traceback leaks out.
+
+    It also answers ``HEAD`` like ``GET`` without the body (status, headers and length alike),
+    so every GET route answers HEAD (Starlette's routes would say 405); here rather than in a
+    middleware of its own, to keep one layer per request.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -161,6 +166,9 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         rid = _incoming_request_id(scope) or secrets.token_hex(8)
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET", "flownb.head": True}
         scope[REQUEST_ID] = rid
         header = (b"x-request-id", rid.encode("ascii"))
         started = False
@@ -170,6 +178,10 @@ class RequestIdMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 message = {**message, "headers": [*message.get("headers", ()), header]}
+            elif head and message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return  # more of the body follows: send nothing until the end
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
         try:
@@ -178,28 +190,6 @@ class RequestIdMiddleware:
             problem = from_exception(exc, rid)  # logs unexpected ones on one line
             if not started:
                 await error_response(problem, rid)(scope, receive, send_with_id)
-
-
-class HeadAsGetMiddleware:
-    """Answers ``HEAD`` like ``GET`` without the body (headers, status and length alike), so every
-    GET route answers HEAD (Starlette's routes would say 405)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "HEAD":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_headers_only(message: Message) -> None:
-            if message["type"] == "http.response.body":
-                if message.get("more_body", False):
-                    return  # the rest of the body follows; send nothing until the end
-                message = {"type": "http.response.body", "body": b"", "more_body": False}
-            await send(message)
-
-        await self.app({**scope, "method": "GET", "flownb.head": True}, receive, send_headers_only)
 
 
 def _incoming_request_id(scope: Scope) -> str | None:
@@ -264,7 +254,6 @@ def create_app(config: ServerConfig) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(RequestIdMiddleware)
-    app.add_middleware(HeadAsGetMiddleware)
 
     # -- errors --------------------------------------------------------------------------------
 
