@@ -170,6 +170,7 @@ class Client:
 
         Raises:
             FlowNotFound, AuthError, ApiError: as the service answered.
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
         """
         return self._describe(flow_id)[0]
 
@@ -184,6 +185,7 @@ class Client:
             BatchError: some elements of an array failed; ``.results`` keeps the others' items.
             ProviderError, RateLimited, ProviderTimeout: a single run failed at the provider.
             FlowNotFound, AuthError, ApiError: as the service answered.
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
         """
         if isinstance(variables, Mapping):
             items, exc = self._run_chunk(flow_id, [variables], single=True)[0]
@@ -210,6 +212,7 @@ class Client:
 
         Raises:
             FlowNotFound, AuthError, ApiError: as the service answered the describe request.
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
         """
         info, headers = self._describe(flow_id)
         return RemoteFlow(self, flow_id, info, headers.get("x-flownb-image-outputs"))
