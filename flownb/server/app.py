@@ -492,34 +492,23 @@ _specs: dict[tuple[str, ...], VariableSpec] = {}
 
 
 def _not_unicode(variables: dict[str, Any] | list[Any]) -> list[Problem]:
-    """Return a problem for every variable name or value holding a lone surrogate (valid JSON,
-    yet not text: it cannot be written out as UTF-8)."""
+    """Return a problem for every variable value holding a lone surrogate (valid JSON, yet not
+    text: it cannot be written out as UTF-8). Runs after the variables were checked, so every
+    name is one of the flow's (read from a UTF-8 file: text) and every value a string."""
     single = isinstance(variables, dict)
     elements = [variables] if isinstance(variables, dict) else variables
     problems: list[Problem] = []
     for i, values in enumerate(elements):
-        index = None if single else i
-        where = "" if single else f"element {i}: "
         for name, value in values.items():
-            shown = name.encode("utf-8", "backslashreplace").decode("utf-8")
-            if not _is_text(name):
+            if not _is_text(value):
+                where = "" if single else f"element {i}: "
                 problems.append(
                     Problem(
                         "invalid_variable_value",
-                        f"{where}the variable name {shown!r} is not valid Unicode text "
+                        f"{where}variable {name!r} is not valid Unicode text "
                         "(it holds a lone surrogate)",
-                        index,
-                        shown,
-                    )
-                )
-            elif not _is_text(value):
-                problems.append(
-                    Problem(
-                        "invalid_variable_value",
-                        f"{where}variable {shown!r} is not valid Unicode text "
-                        "(it holds a lone surrogate)",
-                        index,
-                        shown,
+                        None if single else i,
+                        name,
                     )
                 )
     return problems
