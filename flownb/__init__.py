@@ -21,6 +21,8 @@ from .errors import (
     ProviderError,
     ProviderTimeout,
     RateLimited,
+    ServiceTimeout,
+    ServiceUnavailable,
 )
 from .evaluation import EvalReport, evaluate
 from .flow import BaseFlow, LocalFlow, load_flow
@@ -49,6 +51,8 @@ __all__ = [
     "RateLimited",
     "RemoteFlow",
     "RunResult",
+    "ServiceTimeout",
+    "ServiceUnavailable",
     "__version__",
     "display_frame",
     "evaluate",

@@ -2,4 +2,6 @@
 
 from .cli import main
 
-main()
+# Guarded: a worker process spawned by the server re-imports the main module under another name.
+if __name__ == "__main__":
+    main()

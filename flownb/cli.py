@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
-from .errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError
+from .errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
 from .flow import BaseFlow
 from .inputs import (
     CLI,
@@ -370,12 +370,14 @@ def _show_warning(
 
 # `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
 from .evaluation.cli import eval_command as _eval_command  # noqa: E402
+from .server.commands import gc as _gc_command  # noqa: E402
 from .server.commands import keys as _keys_group  # noqa: E402
 from .server.commands import serve as _serve_command  # noqa: E402
 
 cli.add_command(_serve_command, "serve")
 cli.add_command(_keys_group, "keys")
 cli.add_command(_eval_command, "eval")
+cli.add_command(_gc_command, "gc")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -392,9 +394,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         _fail(exc.format_message(), exc.exit_code)
     except _BAD_INPUT as exc:
-        _fail(exc.message, 2)
+        _fail(one_line(exc), 2)
     except FlownbError as exc:
-        _fail(exc.message, 1)
+        _fail(one_line(exc), 1)
     except KeyboardInterrupt:
         click.echo("flownb: interrupted", err=True)
         sys.exit(130)

@@ -10,7 +10,10 @@ elements; and under its body-size limit) sent in parallel, a bounded number at a
 429/502/503/504 and dropped connections are retried with exponential backoff that honours
 ``Retry-After`` (``0`` means now); when the server answers a batch with some elements done, those
 are kept and only the failed ones are sent again, so nothing paid for is run twice. Describe
-requests are idempotent and use urllib3's own ``Retry``.
+requests are idempotent and use urllib3's own ``Retry``. A refused or unreachable address is
+tried once more at once, then fails with :class:`~flownb.errors.ServiceUnavailable` (not after a
+backoff: nothing listening is not a passing state); no answer in time is
+:class:`~flownb.errors.ServiceTimeout`.
 
 Every failure surfaces as a flownb exception whose message is the server's message. The API key
 is sent only in the ``x-api-key`` header, never follows a redirect, and appears in no repr, log
@@ -30,21 +33,20 @@ from urllib.parse import quote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import MaxRetryError
+from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from .errors import (
     ApiError,
-    AuthError,
     BatchError,
     ConfigError,
     FlownbError,
-    FlowNotFound,
     InputError,
     Problem,
-    ProviderError,
-    ProviderTimeout,
-    RateLimited,
+    ServiceTimeout,
+    ServiceUnavailable,
+    from_http,
+    parse_retry_after,
 )
 from .flow import BaseFlow
 from .result import OnResult, RunResult
@@ -55,7 +57,6 @@ __all__ = ["Client", "RemoteFlow"]
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 DEFAULT_PARALLEL = 4
-_VARIABLE_CODES = frozenset({"missing_variable", "unknown_variable", "invalid_variable_type"})
 _IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 
 Items = list[dict[str, str]]
@@ -124,11 +125,12 @@ class Client:
         self.__key = key
         self._limits: dict[str, int] = {}
         self._session = requests.Session()
-        # Describe is idempotent: urllib3 retries it (statuses, connects, reads). Runs are
-        # retried by this class (partial results); urllib3 only retries their failed connects.
+        # Describe is idempotent: urllib3 retries it (statuses, reads). Runs are retried by
+        # this class (partial results). A failed connect is retried once, at once (urllib3
+        # sleeps only from the second retry on): a refused port fails fast.
         retry = Retry(
             total=max_retries,
-            connect=max_retries,
+            connect=min(1, max_retries),
             read=max_retries,
             status=max_retries,
             backoff_factor=backoff,
@@ -166,6 +168,7 @@ class Client:
 
         Raises:
             FlowNotFound, AuthError, ApiError: as the service answered.
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
         """
         return self._describe(flow_id)[0]
 
@@ -180,6 +183,7 @@ class Client:
             BatchError: some elements of an array failed; ``.results`` keeps the others' items.
             ProviderError, RateLimited, ProviderTimeout: a single run failed at the provider.
             FlowNotFound, AuthError, ApiError: as the service answered.
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
         """
         if isinstance(variables, Mapping):
             items, exc = self._run_chunk(flow_id, [variables], single=True)[0]
@@ -206,6 +210,7 @@ class Client:
 
         Raises:
             FlowNotFound, AuthError, ApiError: as the service answered the describe request.
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
         """
         info, headers = self._describe(flow_id)
         return RemoteFlow(self, flow_id, info, headers.get("x-flownb-image-outputs"))
@@ -239,15 +244,21 @@ class Client:
             )
         except requests.ConnectionError as exc:  # also ConnectTimeout
             cause = exc.args[0] if exc.args else None
+            if isinstance(cause, MaxRetryError) and isinstance(cause.reason, ReadTimeoutError):
+                raise ServiceTimeout(
+                    f"{method} {_path(url)}: no answer within {self.timeout:g} s"
+                ) from None
             if method == "POST" and not isinstance(cause, MaxRetryError):
                 raise _Dropped(type(cause or exc).__name__) from None  # cut off: caller retries
             raise _unreachable(method, url, exc) from None
         except requests.Timeout:
-            raise FlownbError(
-                f"{method} {_path(url)}: no answer within {self.timeout:g} s", code="timeout"
+            raise ServiceTimeout(
+                f"{method} {_path(url)}: no answer within {self.timeout:g} s"
             ) from None
         except requests.RequestException as exc:
-            raise FlownbError(f"{method} {_path(url)} failed: {type(exc).__name__}") from None
+            raise ServiceUnavailable(
+                f"{method} {_path(url)} failed: {type(exc).__name__}"
+            ) from None
         self._learn_limits(resp)
         if 300 <= resp.status_code < 400:
             raise ApiError(
@@ -395,12 +406,11 @@ class Client:
                 resp = self._request("POST", url, body)
             except _Dropped as exc:
                 if last:
-                    error = FlownbError(
-                        f"POST {_path(url)}: the connection dropped {attempt + 1} times ({exc})",
-                        code="connection_error",
+                    dropped = ServiceUnavailable(
+                        f"POST {_path(url)}: the connection dropped {attempt + 1} times ({exc})"
                     )
                     for i in pending:
-                        out[i] = (None, error)
+                        out[i] = (None, dropped)
                     break
                 time.sleep(self._backoff(attempt))
                 continue
@@ -457,13 +467,9 @@ class Client:
         return min(30.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
 
     def _delay(self, resp: requests.Response, attempt: int) -> float:
-        value = resp.headers.get("Retry-After")
-        if value is not None:
-            try:
-                return min(120.0, max(0.0, Retry().parse_retry_after(value)))
-            except Exception:
-                pass  # an unreadable hint: fall back to backoff
-        return self._backoff(attempt)
+        hint = parse_retry_after(resp.headers.get("Retry-After"))
+        # An absent or unreadable hint: fall back to backoff.
+        return self._backoff(attempt) if hint is None else min(120.0, hint)
 
 
 class RemoteFlow(BaseFlow):
@@ -548,13 +554,22 @@ def _path(url: str) -> str:
     return parts.path or "/"
 
 
-def _unreachable(method: str, url: str, exc: Exception) -> FlownbError:
+def _unreachable(method: str, url: str, exc: Exception) -> ServiceUnavailable:
     parts = urlsplit(url)
-    return FlownbError(
+    return ServiceUnavailable(
         f"cannot reach the flow service at {parts.scheme}://{parts.netloc} "
-        f"({method} {parts.path}): {type(exc).__name__}",
-        code="connection_error",
+        f"({method} {parts.path}): {_reason(exc)}"
     )
+
+
+def _reason(exc: Exception) -> str:
+    """Name why a connection failed (refused, name not known, ...) without the URL again."""
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "No route to host",
+                   "Network is unreachable", "timed out"):  # fmt: skip
+        if marker.lower() in text.lower():
+            return marker.lower()
+    return type(exc).__name__
 
 
 def _json(resp: requests.Response) -> Any:
@@ -593,26 +608,6 @@ def _problems(body: Any) -> list[Problem]:
     return problems
 
 
-def _by_code(
-    status: int, code: str, message: str, request_id: str | None, retry_after: float | None
-) -> FlownbError:
-    if code == "provider_timeout" or (status == 504 and not code.startswith("upstream")):
-        return ProviderTimeout(message, status=status, request_id=request_id, provider="remote")
-    if code == "upstream_rate_limited" or status == 429:
-        return RateLimited(
-            message,
-            retry_after=retry_after,
-            status=status,
-            request_id=request_id,
-            provider="remote",
-        )
-    if code == "provider_error" or status in (502, 503):
-        return ProviderError(
-            message, status=status, request_id=request_id, provider="remote", code=code or None
-        )
-    return ApiError(message, status=status, code=code or None, request_id=request_id)
-
-
 def _error_from(resp: requests.Response) -> FlownbError:
     """Return the flownb exception for an error answer; its message is the service's."""
     body = _json_or_none(resp)
@@ -626,33 +621,16 @@ def _error_from(resp: requests.Response) -> FlownbError:
         message = f"HTTP {status} from {_path(resp.url)}" + (f": {text}" if text else "")
         code = ""
         request_id = resp.headers.get("x-request-id")
-    problems = _problems(body)
-    if status == 401:
-        return AuthError(
-            message, status=status, code=code or None, problems=problems, request_id=request_id
-        )
-    if status == 404 and code in ("flow_not_found", ""):
-        exc = FlowNotFound(message)
-        exc.status = status  # type: ignore[attr-defined]
-        exc.request_id = request_id  # type: ignore[attr-defined]
-        return exc
-    if status == 422 and problems and all(p.code in _VARIABLE_CODES for p in problems):
-        return InputError(problems)
-    if status in (429, 502, 503, 504):
-        return _by_code(status, code, message, request_id, _retry_after(resp))
-    return ApiError(
-        message, status=status, code=code or None, problems=problems, request_id=request_id
+    total = body.get("errors_total") if isinstance(body, dict) else None
+    return from_http(
+        status,
+        code,
+        message,
+        problems=_problems(body),
+        request_id=request_id,
+        retry_after=parse_retry_after(resp.headers.get("Retry-After")),
+        total=total if isinstance(total, int) else None,
     )
-
-
-def _retry_after(resp: requests.Response) -> float | None:
-    value = resp.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return float(Retry().parse_retry_after(value))
-    except Exception:
-        return None
 
 
 def _element_errors(body: Any, fallback: FlownbError, n: int) -> dict[int, FlownbError]:
@@ -663,7 +641,9 @@ def _element_errors(body: Any, fallback: FlownbError, n: int) -> dict[int, Flown
     retry_after = getattr(fallback, "retry_after", None)
     for p in _problems(body):
         if p.index is not None and 0 <= p.index < n and p.index not in out:
-            out[p.index] = _by_code(status, p.code, p.message, request_id, retry_after)
+            out[p.index] = from_http(
+                status, p.code, p.message, request_id=request_id, retry_after=retry_after
+            )
     return out
 
 

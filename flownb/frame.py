@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
-from .errors import ConfigError, FlownbError, InputError, Problem
+from .errors import ConfigError, InputError, Problem, one_line
 from .inputs import PYTHON, Spelling, to_text
 from .validate import unknown_advice
 
@@ -197,7 +197,7 @@ def run_dataframe(
     def record(i: int, result: Any, exc: BaseException | None) -> None:
         done[i] = True
         if exc is not None:
-            errors[i] = _describe(exc)
+            errors[i] = one_line(exc, code=True)
             return
         for out in out_cols:
             values[out][i] = result.get(out)
@@ -243,7 +243,4 @@ def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
     }
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, FlownbError):
-        return f"{exc.code}: {exc.message}"
-    return f"{type(exc).__name__}: {exc}"
+

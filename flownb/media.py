@@ -1,13 +1,25 @@
-"""Where generated images live: ``FLOWNB_HOME/media``, named by an unguessable digest."""
+"""Where generated images live: ``FLOWNB_HOME/media``, named by an unguessable digest.
+
+A name is an HMAC of the image's source (the prompt, or the image's bytes) keyed by a secret
+made once per FLOWNB_HOME (``FLOWNB_HOME/media.key``, mode 0600): the same prompt gets the same
+name within one home, so repeats and caches still hit, but nobody without the secret can work a
+name out from a prompt they guess (and so cannot test whether it was run, or fetch its image).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import re
+import secrets
 import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["MEDIA_NAME", "MediaStore"]
+__all__ = ["MEDIA_KEY_FILE", "MEDIA_NAME", "MediaStore"]
+
+MEDIA_KEY_FILE = "media.key"
 
 # What a media file name looks like; anything else is refused before touching the disk.
 MEDIA_NAME = re.compile(r"[0-9a-f]{32,64}\.(png|jpg|jpeg|webp|gif)")
@@ -20,8 +32,39 @@ class MediaStore:
     two writers of the same name never corrupt each other.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, key_path: str | Path | None = None) -> None:
         self.directory = Path(directory)
+        # Beside the folder, not in it: the media folder is what gets served and pruned.
+        self.key_path = Path(key_path) if key_path else self.directory.parent / MEDIA_KEY_FILE
+        self._key: bytes | None = None
+
+    def _secret(self) -> bytes:
+        """Return this home's naming secret, creating it (0600, exactly once) on first use."""
+        if self._key is None:
+            self.key_path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # made before, or by another process just now: read it below
+            else:
+                with os.fdopen(fd, "w", encoding="ascii") as fh:
+                    fh.write(secrets.token_hex(32) + "\n")
+            text = ""
+            for _ in range(50):  # another process may be between its create and its write
+                text = self.key_path.read_text(encoding="ascii").strip()
+                if len(text) == 64:
+                    break
+                time.sleep(0.01)
+            if len(text) != 64:
+                raise OSError(f"{self.key_path} is not a media key; delete it to make a new one")
+            self._key = bytes.fromhex(text)
+        return self._key
+
+    def name_for(self, source: bytes, ext: str) -> str:
+        """Return the media name for an image made from ``source`` (a prompt with its kind, or
+        the image bytes): 40 hex digits of an HMAC keyed by this home's secret, then ``.ext``."""
+        digest = hmac.new(self._secret(), source, hashlib.sha256).hexdigest()[:40]
+        return f"{digest}.{ext}"
 
     def path_for(self, name: str) -> Path:
         """Return the file path of a media name.

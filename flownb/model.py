@@ -8,6 +8,8 @@ place a flow is checked as a graph; every problem it finds names the file and th
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from .errors import FlowFileError
 
 __all__ = [
+    "MAX_FLOW_BYTES",
     "ActionNode",
     "Edge",
     "FlowGraph",
@@ -30,6 +33,9 @@ __all__ = [
     "parse_flow",
     "read_flow_file",
 ]
+
+# The largest flow file read: exported flows are kilobytes; anything this big is a mistake.
+MAX_FLOW_BYTES = 5 * 1024 * 1024
 
 NODE_TYPES = ("variableNode", "actionNode", "imageNode", "outputNode")
 
@@ -262,18 +268,35 @@ def read_flow_file(path: str | Path, label: str | None = None) -> Any:
     notebook and the server all come here). ``label`` is how messages name the file (default:
     its path; the server names the flow id instead of its own paths).
 
+    Only a regular file of at most :data:`MAX_FLOW_BYTES` is read: a FIFO, a device (a symlink
+    to ``/dev/zero``) or a huge file is refused without being read, never waited on.
+
     Returns:
         The decoded JSON, not yet checked as a graph (see :func:`parse_flow`).
 
     Raises:
-        FlowFileError: the file is missing, unreadable, or not JSON (with line and column).
+        FileNotFoundError: there is no such file (callers say what that means for them).
+        FlowFileError: the file is not a regular file, too big, unreadable, not UTF-8, not JSON
+            (with line and column), or nested too deeply.
     """
-    p = Path(path)
-    where = label or str(p)
+    where = label or str(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FlowFileError(f"{where}: the flow file is not a regular file")
+            if st.st_size > MAX_FLOW_BYTES:
+                raise FlowFileError(
+                    f"{where}: the flow file is {st.st_size} bytes, over the limit of "
+                    f"{MAX_FLOW_BYTES} bytes"
+                )
+            raw = fh.read(MAX_FLOW_BYTES + 1)
+        if len(raw) > MAX_FLOW_BYTES:  # grew while it was read
+            raise FlowFileError(f"{where}: the flow file is over {MAX_FLOW_BYTES} bytes")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
-        raise FlowFileError(f"{where}: no such flow file") from None
+        raise
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise FlowFileError(f"{where}: the flow file cannot be read ({reason})") from None
@@ -281,7 +304,8 @@ def read_flow_file(path: str | Path, label: str | None = None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FlowFileError(
-            f"{where}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            f"{where}: the flow file is not JSON: malformed JSON at line {exc.lineno} "
+            f"column {exc.colno}: {exc.msg}"
         ) from None
     except RecursionError:
         raise FlowFileError(f"{where}: the flow file is nested too deeply") from None
@@ -297,4 +321,8 @@ def load_flow_file(path: str | Path) -> FlowGraph:
         FlowFileError: the file cannot be read, is not JSON, or is not a valid graph; the message
             names the file (and the line and column of a JSON syntax error).
     """
-    return parse_flow(read_flow_file(path), str(path))
+    try:
+        data = read_flow_file(path)
+    except FileNotFoundError:
+        raise FlowFileError(f"{path}: no such flow file") from None
+    return parse_flow(data, str(path))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .errors import ConfigError, FlownbError
+from .errors import ConfigError, one_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -239,10 +239,7 @@ class RunRecorder:
                 return
         for i, finished, result, exc in taken:
             if result is None:
-                if isinstance(exc, FlownbError):
-                    error = f"{exc.code}: {exc.message}"
-                else:
-                    error = f"{type(exc).__name__}: {exc}"
+                error = one_line(exc, code=True) if exc is not None else None
                 append([i, finished, None, batch[i], None, None, None, None, None, None, error])
                 continue
             models: dict[str, None] = {}

@@ -13,7 +13,27 @@ from typing import Any
 
 from .errors import InputError, Problem
 
-__all__ = ["VariableSpec", "unknown_advice"]
+__all__ = ["VariableSpec", "json_type", "unknown_advice"]
+
+_JSON_TYPES: Mapping[type, str] = {
+    dict: "an object",
+    list: "an array",
+    tuple: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+}
+
+
+def json_type(value: Any) -> str:
+    """Return the JSON word for ``value``'s type ("a string", "a number", "null", ...): the one
+    vocabulary every error message uses (the Python type name for anything else)."""
+    if value is None:
+        return "null"
+    return _JSON_TYPES.get(type(value)) or (
+        "an object" if isinstance(value, Mapping) else type(value).__name__
+    )
 
 
 def unknown_advice(name: str, names: Sequence[str]) -> str:
@@ -55,7 +75,7 @@ class VariableSpec:
                 Problem(
                     "invalid_request",
                     f"{where}variables must be an object mapping names to strings, "
-                    f"got {type(values).__name__}",
+                    f"got {json_type(values)}",
                     index=index,
                 )
             ]
@@ -80,7 +100,7 @@ class VariableSpec:
                 problems.append(
                     Problem(
                         "invalid_variable_type",
-                        f"{where}variable {name!r} must be a string, got {type(value).__name__}",
+                        f"{where}variable {name!r} must be a string, got {json_type(value)}",
                         index,
                         name,
                     )
@@ -97,15 +117,20 @@ class VariableSpec:
         if problems:
             raise InputError(problems)
 
-    def check_batch(self, batch: Sequence[Any]) -> None:
+    def check_batch(self, batch: Sequence[Any], *, limit: int | None = None) -> None:
         """Validate a whole batch before anything runs.
 
+        ``limit`` caps how many problems are built (the rest are only counted, into the error's
+        ``total``): a server bounds the memory a hostile batch can make it spend.
+
         Raises:
-            InputError: listing every problem of every element, each with its index.
+            InputError: listing every problem of every element (up to ``limit``), each with its
+                index.
         """
         problems: list[Problem] = []
         known = self.known
         advice = _Advice(self)
+        counted = 0  # problems past the limit
         for i, values in enumerate(batch):
             # The common well-formed row, checked inline: this loop runs once per batch row.
             if type(values) is dict and values.keys() == known:
@@ -114,9 +139,22 @@ class VariableSpec:
                         break
                 else:
                     continue
-            problems.extend(self.problems(values, i, advice))
+            if limit is not None and len(problems) >= limit:
+                counted += self._count(values)
+            else:
+                problems.extend(self.problems(values, i, advice))
         if problems:
-            raise InputError(problems)
+            raise InputError(problems, total=len(problems) + counted)
+
+    def _count(self, values: Any) -> int:
+        """Return how many problems :meth:`problems` would list for ``values``, cheaply."""
+        if not isinstance(values, Mapping):
+            return 1
+        known = self.known
+        n = sum(1 for name in self.names if name not in values)
+        return n + sum(
+            1 for name, v in values.items() if name not in known or not isinstance(v, str)
+        )
 
 
 class _Advice:

@@ -64,7 +64,10 @@ def test_invalid_flow_file_exits_2_naming_the_file(tmp_path: Path) -> None:
     bad.write_text("{not json")
     res = flownb("info", str(bad))
     assert res.returncode == 2
-    assert "bad.json: malformed JSON" in res.stderr and "Traceback" not in res.stderr
+    assert (
+        "bad.json: the flow file is not JSON: malformed JSON" in res.stderr
+        and "Traceback" not in res.stderr
+    )
 
 
 def test_csv_batch_to_csv_and_json_outputs(blog_flow_path: Path, tmp_path: Path) -> None:

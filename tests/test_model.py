@@ -120,7 +120,10 @@ def test_edges_into_variables_or_out_of_outputs_are_refused() -> None:
 def test_malformed_json_names_file_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "broken.json"
     path.write_text('{"nodes": [\n  {"id": "a",,}\n]}')
-    with pytest.raises(FlowFileError, match=r"broken\.json: malformed JSON at line 2 column"):
+    with pytest.raises(
+        FlowFileError,
+        match=r"broken\.json: the flow file is not JSON: malformed JSON at line 2 column",
+    ):
         flownb.load_flow(path)
 
 

@@ -8,6 +8,8 @@ import asyncio
 import base64
 import warnings
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pytest
 from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
@@ -17,7 +19,7 @@ from flownb.errors import ConfigError, ProviderError, RateLimited
 from flownb.media import MediaStore
 from flownb.providers.base import Call, Generation
 from flownb.providers.openai import OpenAIProvider
-from flownb.testing.fake_openai import FakeOpenAI, image_bytes, image_url
+from flownb.testing.fake_openai import FakeOpenAI, image_bytes
 from tests.conftest import make_flow
 
 BLOG_PARAMS = {
@@ -69,14 +71,20 @@ def test_blog_flow_request_shape_field_by_field(
     assert image["model"] == "dall-e-3"
     assert set(image) == {"model", "prompt"}
     assert "owls" in image["prompt"]
-    # Outputs come from the answers, the image URL passed through untouched.
+    # Outputs come from the answers; the provider's (expiring) image URL was downloaded once
+    # into flownb's media, and the output is flownb's own URL for it.
     text_out = next(v for k, v in res.items() if not res.is_image(k))
     image_out = next(v for k, v in res.items() if res.is_image(k))
     assert text_out == f"echo: {prompt}"
-    assert image_out == image_url(image["prompt"])
-    # The key went in the Authorization header, and nowhere else.
+    assert image_out.startswith("file://") and image_out.endswith(".png")
+    stored = Path(url2pathname(urlsplit(image_out).path))
+    assert stored.read_bytes() == image_bytes(image["prompt"])
+    assert len(fake.state.image_headers) == 1
+    # The key went in the Authorization header of API calls, and nowhere else (not to the
+    # image's host).
     for headers in fake.state.headers:
         assert headers["Authorization"] == f"Bearer {KEY}"
+    assert "Authorization" not in fake.state.image_headers[0]
 
 
 def test_reasoning_models_get_max_completion_tokens_and_no_sampling_knobs(

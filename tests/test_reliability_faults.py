@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import httpx
 import pandas as pd
@@ -19,7 +21,7 @@ from reliability.exposure import Exposure, record
 from reliability.procs import create_key, serve
 
 import flownb
-from flownb.testing.fake_openai import FakeOpenAI, echo, image_url
+from flownb.testing.fake_openai import FakeOpenAI, echo, image_bytes
 from tests.conftest import FLOWS
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,12 +64,23 @@ def _rows() -> list[dict[str, str]]:
 
 
 def _expected(row: dict[str, str]) -> dict[str, str]:
-    """What the blog-intro flow yields for ``row`` through the fake: text echoes, image URLs."""
+    """What the blog-intro flow yields for ``row`` through the fake: the text echo, and the
+    fake's image for the image prompt (kept in flownb's media: compared by its bytes)."""
     topic, tone = row["topic"], row["tone"]
     return {
         "intro": echo(f"Write a {tone} two-sentence intro for a blog post about {topic}."),
-        "header_image": image_url(f"A {tone} watercolour illustration of {topic}"),
+        "header_image": f"A {tone} watercolour illustration of {topic}",
     }
+
+
+def _matches(got: dict[str, str], row: dict[str, str]) -> bool:
+    want = _expected(row)
+    url = got.get("header_image", "")
+    if url.startswith("file://"):
+        data = Path(url2pathname(urlsplit(url).path)).read_bytes()
+    else:  # the server's /media/NAME: the file in the home it serves (it may have stopped)
+        data = (Path(os.environ["FLOWNB_HOME"]) / "media" / url.rsplit("/", 1)[-1]).read_bytes()
+    return got.get("intro") == want["intro"] and data == image_bytes(want["header_image"])
 
 
 @pytest.fixture
@@ -101,8 +114,8 @@ def _check_rows(
                 wrong.append(f"row {i}: expected {kind.__name__}, got {got!r}")
         elif fault is not None:
             wrong.append(f"row {i} ({fault} on every call) did not fail: {got}")
-        elif got != _expected(row):
-            wrong.append(f"row {i}: {got} != {_expected(row)}")
+        elif not _matches(got, row):
+            wrong.append(f"row {i}: {got} does not match {_expected(row)}")
         else:
             succeeded += 1
     assert not wrong, "\n".join(wrong[:10])

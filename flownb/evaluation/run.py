@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..aio import run_sync
-from ..errors import ConfigError, FlownbError
+from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
 from ..providers.limits import AdaptiveLimiter
@@ -78,12 +78,6 @@ def _scorers(scorers: Scorer | Sequence[Scorer] | None) -> list[Scorer]:
     return items
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, FlownbError):
-        return f"{exc.code}: {exc.message}"
-    return f"{type(exc).__name__}: {exc}"
-
-
 class _Collected:
     """One variant's outcomes as columns, filled as rows finish (no RunResult kept)."""
 
@@ -99,7 +93,7 @@ class _Collected:
     def __call__(self, i: int, result: Any, exc: BaseException | None) -> None:
         self.done[i] = True
         if exc is not None:
-            self.error[i] = _describe(exc)
+            self.error[i] = one_line(exc, code=True)
             return
         for out, column in self.values.items():
             column[i] = result.get(out)
@@ -346,7 +340,8 @@ def _run_judges(
         where[j.name] = [k for k, _ in asked]
 
         def keep(i: int, result: Any, exc: BaseException | None, got: list = got) -> None:
-            got[i] = result["answer"] if exc is None else f"(judge call failed: {_describe(exc)})"
+            failed = f"(judge call failed: {one_line(exc, code=True)})" if exc is not None else ""
+            got[i] = result["answer"] if exc is None else failed
 
         jobs.append((j.flow(), [{"q": p} for _, p in asked], _with_bar(keep, bar)))
     stopped = False

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from ..display import output_bundles
-from ..errors import FlownbError, InputError
+from ..errors import InputError, one_line
 
 if TYPE_CHECKING:
     from ..flow import BaseFlow
@@ -142,7 +142,7 @@ class FlowForm(widgets.VBox):
         except Exception as exc:  # shown in the form: a widget callback has nowhere else to go
             self.error = exc
             self.output.append_stderr(_error_text(exc))
-            self._set_status("error", f"Failed: {_one_line(exc)}")
+            self._set_status("error", f"Failed: {one_line(exc)}")
         else:
             self.result = result
             for data, _metadata in output_bundles(result):
@@ -176,12 +176,6 @@ def _input(name: str, default: str) -> widgets.Text | widgets.Textarea:
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, FlownbError):
-        return exc.message.splitlines()[0] if exc.message else exc.code
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _error_text(exc: BaseException) -> str:

@@ -2,7 +2,8 @@
 
 Text output is the rendered prompt, verbatim. Image output is a PNG drawn with Pillow from the
 prompt (same prompt, same bytes), written to the media store under a name derived from the
-prompt, so a repeated prompt costs a file-existence check, not a drawing.
+prompt with the store's secret (:meth:`~flownb.media.MediaStore.name_for`), so a repeated prompt
+costs a file-existence check, not a drawing, and outsiders cannot derive the name.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class OfflineProvider(Provider):
         """Return the generation at once: the prompt itself, or the image drawn from it."""
         if call.kind == "text":
             return Generation(call.prompt, None, "offline")  # positional: the per-row hot path
-        name = hashlib.sha256(_VERSION + call.prompt.encode("utf-8")).hexdigest()[:40] + ".png"
+        name = self.media.name_for(_VERSION + call.prompt.encode("utf-8"), "png")
         if not self.media.exists(name):
             self.media.save(name, draw_image(call.prompt))
         return Generation("", media=name, model="offline")

@@ -14,8 +14,10 @@ What a node's modelParams become (decided once per node, at flow load, in :meth:
   refused at load time (:class:`ConfigError`), never sent to fail;
 - a handful of known extra parameters pass through (``seed``, ``stop``, ...); anything else is
   dropped with a warning naming it;
-- image nodes go to ``/images/generations``; a URL answer is passed through, a ``b64_json``
-  answer is written to the media store and returned as ``Generation(media=name)``.
+- image nodes go to ``/images/generations``; the image is kept in the media store and returned
+  as ``Generation(media=name)``: a ``b64_json`` answer is decoded, a URL answer is downloaded once
+  (provider URLs expire within hours; flownb's own media URL does not). The download never
+  carries the API key and is capped at :data:`MAX_IMAGE_BYTES`.
 
 Transport: requests go out over a lean aiohttp path by default (about a tenth of the SDK's CPU
 per call, which is what bounds throughput against fast local servers at high concurrency), or
@@ -40,7 +42,6 @@ import atexit
 import base64
 import binascii
 import contextlib
-import hashlib
 import json
 import re
 import urllib.parse
@@ -49,7 +50,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
+from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
 from ..media import MediaStore
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import Call, Generation, Kind, Provider, RateLimits
@@ -95,7 +96,9 @@ _IMAGE_EXTRAS = frozenset(
 )
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")
 _KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_*\-]{3,}")
-_IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp"}
+_IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp", "gif": "gif"}
+# The largest image downloaded from a provider's URL (a 4K PNG is about 25 MB).
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
 class Prepared:
@@ -188,16 +191,6 @@ def _redact(text: str, key: str | None) -> str:
     return _KEY_LIKE.sub("sk-***", text)
 
 
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date; rare from model servers, treated as absent
-    return max(0.0, seconds)
-
-
 def parse_duration(text: str | None) -> float | None:
     """Return seconds for OpenAI's rate-limit durations ("1s", "6m0s", "20ms", "1h2m3.5s", or a
     bare number of seconds); ``None`` for anything else."""
@@ -266,7 +259,7 @@ def _translate_status(
     text = f"OpenAI API error {status}: {message}"
     if request_id:
         text += f" (request id {request_id})"
-    retry_after = _retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+    retry_after = parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
     if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
         limited = RateLimited(
             text, retry_after=retry_after, status=status, request_id=request_id, provider="openai"
@@ -275,9 +268,17 @@ def _translate_status(
         return limited
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
-    exc = ProviderError(text, status=status, request_id=request_id, provider="openai")
-    exc.retry_after = retry_after  # type: ignore[attr-defined]  # honoured on 5xx too
-    return exc
+    return ProviderError(
+        text, status=status, request_id=request_id, provider="openai", retry_after=retry_after
+    )
+
+
+def _download_failed(url: str, why: str) -> ProviderError:
+    where = urllib.parse.urlsplit(url)
+    return ProviderError(
+        f"could not download the generated image from {where.scheme}://{where.netloc}: {why}",
+        provider="openai",
+    )
 
 
 # aiohttp sessions, shared by every provider with the same endpoint and key on the same event
@@ -304,8 +305,8 @@ class _AiohttpTransport:
         self.base_url = base_url.rstrip("/")
         self.key = api_key
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        # Per request, not on the session: image downloads go to other hosts, without the key.
+        self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         # The proxy from HTTP(S)_PROXY / NO_PROXY, worked out once: aiohttp's trust_env would
         # look it up again in a worker thread for every request (a third of our CPU per call).
         parts = urllib.parse.urlsplit(self.base_url)
@@ -322,7 +323,6 @@ class _AiohttpTransport:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
             session = aiohttp.ClientSession(
                 connector=connector,
-                headers=self.headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
             )
             _SESSIONS[ident] = session
@@ -335,7 +335,10 @@ class _AiohttpTransport:
 
         try:
             async with self._session().post(
-                self.base_url + endpoint, data=json.dumps(body), proxy=self.proxy
+                self.base_url + endpoint,
+                data=json.dumps(body),
+                headers={**self.headers, **self.auth} if self.auth else self.headers,
+                proxy=self.proxy,
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
@@ -362,6 +365,36 @@ class _AiohttpTransport:
                 provider="openai",
             )
         return data, headers.get("x-request-id"), rate_limits(headers)
+
+    async def fetch(self, url: str) -> tuple[bytes, str]:
+        """Return the bytes and content type at ``url`` (an image a response pointed to),
+        through this loop's session, without the API key.
+
+        Raises:
+            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
+        """
+        import aiohttp
+
+        parts = urllib.parse.urlsplit(url)
+        proxy = None
+        if not urllib.request.proxy_bypass(parts.hostname or ""):
+            proxy = urllib.request.getproxies().get(parts.scheme)
+        try:
+            async with self._session().get(url, proxy=proxy) as resp:
+                if resp.status >= 400:
+                    raise _download_failed(url, f"HTTP {resp.status}")
+                if (resp.content_length or 0) > MAX_IMAGE_BYTES:
+                    raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_chunked(256 * 1024):
+                    size += len(chunk)
+                    if size > MAX_IMAGE_BYTES:
+                        raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks), resp.headers.get("Content-Type", "")
+        except aiohttp.ClientError as exc:
+            raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         session = _SESSIONS.pop((asyncio.get_running_loop(), self.base_url, self.key), None)
@@ -435,6 +468,33 @@ class _SdkTransport:
                 f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
             ) from exc
         return resp.to_dict(), getattr(resp, "_request_id", None), rate_limits(raw.headers)
+
+    async def fetch(self, url: str) -> tuple[bytes, str]:
+        """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
+        without the API key.
+
+        Raises:
+            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
+        """
+        import httpx
+
+        try:
+            async with (
+                httpx.AsyncClient(timeout=60) as client,
+                client.stream("GET", url) as resp,
+            ):
+                if resp.status_code >= 400:
+                    raise _download_failed(url, f"HTTP {resp.status_code}")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_IMAGE_BYTES:
+                        raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks), resp.headers.get("Content-Type", "")
+        except httpx.HTTPError as exc:
+            raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         client = self._clients.pop(asyncio.get_running_loop(), None)
@@ -550,7 +610,7 @@ class OpenAIProvider(Provider):
         data, request_id, limits = await self._transport.post(prepared.endpoint, body)
         try:
             if call.kind == "image":
-                gen = self._image(data, prepared)
+                gen = await self._image(data, prepared)
                 gen.limits = limits
                 return gen
             choice = data["choices"][0]
@@ -572,7 +632,7 @@ class OpenAIProvider(Provider):
             text, model=data.get("model") or body["model"], usage=usage or None, limits=limits
         )
 
-    def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
+    async def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
         item = data["data"][0]
         model = prepared.body["model"]
         if item.get("b64_json"):
@@ -582,12 +642,17 @@ class OpenAIProvider(Provider):
                 raise ProviderError(
                     "OpenAI API answered an image that is not base64", provider="openai"
                 ) from exc
-            name = hashlib.sha256(raw).hexdigest()[:40] + "." + prepared.image_ext
+            name = self.media.name_for(raw, prepared.image_ext)
             if not self.media.exists(name):
                 self.media.save(name, raw)
             return Generation("", media=name, model=model)
         if item.get("url"):
-            return Generation(item["url"], model=model)
+            raw, content_type = await self._transport.fetch(str(item["url"]))
+            ext = _IMAGE_EXT.get(content_type.split(";")[0].strip().removeprefix("image/"))
+            name = self.media.name_for(raw, ext or prepared.image_ext)
+            if not self.media.exists(name):
+                self.media.save(name, raw)
+            return Generation("", media=name, model=model)
         raise KeyError("url or b64_json")
 
     async def aclose(self) -> None:

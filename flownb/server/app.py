@@ -9,9 +9,12 @@ loop, larger ones in a thread, provider calls on the loop), and the JSON encoded
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import re
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -21,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import FileResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,11 +35,13 @@ from ..engine import Engine, Plan
 from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
 from ..media import MEDIA_NAME, MediaStore
 from ..model import describe
-from ..pipeline import Outcomes, Runner
+from ..pipeline import INLINE_ON_LOOP, Outcomes, Runner
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runlog import open_runlog
 from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, resolve_run_config
+from ..validate import VariableSpec, json_type
+from . import keys as keys_module
 from .errors import (
     ApiProblem,
     batch_problem,
@@ -46,6 +52,7 @@ from .errors import (
     log,
 )
 from .keys import KeyStore
+from .offload import DecodePool, needs_worker, raise_from
 from .schemas import (
     FLOW_ROUTE_RESPONSES,
     MEDIA_RESPONSES,
@@ -53,10 +60,18 @@ from .schemas import (
     RUN_RESPONSES,
     Health,
 )
-from .store import FlowStore
+from .store import FlowStore, StoredFlow
 
-__all__ = ["ServerConfig", "create_app", "parse_run_body"]
+__all__ = ["ServerConfig", "checked_variables", "create_app", "parse_run_body"]
 
+# Bodies over this size are decoded and validated in a worker thread, and answers for batches
+# over INLINE_ON_LOOP elements encoded there: a big body must not stall /healthz.
+OFFLOAD_BYTES = 64 * 1024
+# Validation stops building problems after this many (it goes on counting them): an error body
+# lists at most MAX_LISTED anyway, and a million problem objects would cost the server its memory.
+PROBLEMS_COLLECTED = 1000
+# A JSON string escape of a UTF-16 surrogate: only bodies with one can hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F][0-9a-fA-F]{2}")
 REQUEST_ID = "flownb.request_id"
 _SAFE_REQUEST_ID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 _FLOW_PATHS = ("/api/flows/getFlowInfo/", "/api/flows/run/")
@@ -153,7 +168,12 @@ def _media_url(name: str) -> str:
 
 class RequestIdMiddleware:
     """Gives every request an id (echoed as ``x-request-id``) and turns any exception that got
-    this far into a ``500 internal_error`` body, logged on one line: no traceback leaks out."""
+    this far into a ``500 internal_error`` body, logged on one line: no traceback leaks out.
+
+    It also answers ``HEAD`` like ``GET`` without the body (status, headers and length alike),
+    so every GET route answers HEAD (Starlette's routes would say 405); here rather than in a
+    middleware of its own, to keep one layer per request.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -163,6 +183,9 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         rid = _incoming_request_id(scope) or secrets.token_hex(8)
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET", "flownb.head": True}
         scope[REQUEST_ID] = rid
         header = (b"x-request-id", rid.encode("ascii"))
         started = False
@@ -172,6 +195,10 @@ class RequestIdMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 message = {**message, "headers": [*message.get("headers", ()), header]}
+            elif head and message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return  # more of the body follows: send nothing until the end
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
         try:
@@ -210,12 +237,26 @@ def create_app(config: ServerConfig) -> FastAPI:
     max_batch = config.max_batch
     max_body = config.max_body_bytes
     limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
+    decoders = DecodePool()
+
+    async def flush_keys_periodically() -> None:
+        # `flownb keys list` shows LAST USED at most FLUSH_EVERY seconds stale while we run.
+        while True:
+            await asyncio.sleep(keys_module.FLUSH_EVERY)
+            await run_in_threadpool(keys.flush_used)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        keys.flush_used()
-        await provider.aclose()
+        flusher = asyncio.create_task(flush_keys_periodically())
+        try:
+            yield
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+            keys.flush_used()
+            decoders.shutdown()
+            await provider.aclose()
 
     # FastAPIOffline: /docs served from bundled Swagger UI files, so it works without internet.
     app = FastAPIOffline(
@@ -237,9 +278,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return error_response(from_exception(exc, _rid(request)), _rid(request))
 
     async def on_flow_file(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, FlowFileError)
-        log.warning("request %s: %s", _rid(request), exc.message)
-        return error_response(ApiProblem(500, "internal_error", exc.message), _rid(request))
+        log.warning("request %s: %s", _rid(request), exc)
+        return error_response(from_exception(exc, _rid(request)), _rid(request))
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -250,10 +290,11 @@ def create_app(config: ServerConfig) -> FastAPI:
             shown = path if len(path) <= 100 else path[:100] + "..."
             problem = ApiProblem(404, "not_found", f"nothing at {shown!r}; see /docs")
         elif exc.status_code == 405:
+            method = "HEAD" if request.scope.get("flownb.head") else request.method
             problem = ApiProblem(
                 405,
                 "method_not_allowed",
-                f"{request.method} is not allowed here",
+                f"{method} is not allowed here",
                 headers=exc.headers,
             )
         else:
@@ -287,6 +328,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         if not verdict.ok:
             raise ApiProblem(401, verdict.code, verdict.message)
 
+    async def get_flow(request: Request) -> StoredFlow:
+        # A loaded flow is answered from memory; a file to read is read in a worker thread.
+        flow_id = request.path_params["flow_id"]
+        flow = store.peek(flow_id)
+        return flow if flow is not None else await run_in_threadpool(store.get, flow_id)
+
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body:
@@ -313,7 +360,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def get_flow_info(request: Request) -> Response:
         authenticate(request)
-        flow = store.get(request.path_params["flow_id"])
+        flow = await get_flow(request)
         headers = {**limits, "x-flownb-image-outputs": flow.image_outputs}
         return json_response(describe(flow.plan.variables, flow.plan.outputs), headers=headers)
 
@@ -332,18 +379,22 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def run_flow(request: Request) -> Response:
         authenticate(request)
-        flow = store.get(request.path_params["flow_id"])
-        variables = parse_run_body(await read_body(request), max_batch)
-        spec = flow.plan.spec
+        flow = await get_flow(request)
+        body = await read_body(request)
+        names = flow.plan.spec.names
+        if len(body) <= OFFLOAD_BYTES:
+            variables = checked_variables(body, max_batch, names)
+        elif not needs_worker(body):
+            variables = await run_in_threadpool(checked_variables, body, max_batch, names)
+        else:
+            outcome, value = await asyncio.wrap_future(
+                decoders.submit(checked_variables, body, max_batch, names)
+            )
+            if outcome == "error":
+                raise_from(value)
+            variables = value
         single = isinstance(variables, dict)
         batch: list[Any] = [variables] if single else variables
-        try:
-            if single:
-                spec.check_one(variables)
-            else:
-                spec.check_batch(batch)
-        except InputError as exc:
-            raise input_problem(exc) from None
         if not batch:
             return json_response([])
 
@@ -357,7 +408,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise batch_problem(collect.errors, items, _rid(request), indexed=not single)
         if single:
             return json_response(results[0].to_items())  # type: ignore[union-attr]
-        return json_response([r.to_items() for r in results])  # type: ignore[union-attr]
+        answer = [r.to_items() for r in results]  # type: ignore[union-attr]
+        if len(answer) > INLINE_ON_LOOP:
+            return await run_in_threadpool(json_response, answer)
+        return json_response(answer)
 
     @app.get(
         "/media/{name}",
@@ -418,6 +472,69 @@ def _too_large(limit: int) -> ApiProblem:
     )
 
 
+def checked_variables(
+    body: bytes, max_batch: int, names: Sequence[str]
+) -> dict[str, Any] | list[Any]:
+    """Decode a run request body and check its variables against a flow's variable ``names``;
+    return them.
+
+    Raises:
+        ApiProblem: as :func:`parse_run_body`, or 422 listing the variables' problems (the first
+            :data:`PROBLEMS_COLLECTED`, with their total).
+    """
+    variables = parse_run_body(body, max_batch)
+    spec = _specs.get(tuple(names)) or _specs.setdefault(tuple(names), VariableSpec(names))
+    try:
+        if isinstance(variables, dict):
+            spec.check_one(variables)
+        else:
+            spec.check_batch(variables, limit=PROBLEMS_COLLECTED)
+    except InputError as exc:
+        raise input_problem(exc) from None
+    if _SURROGATE_ESCAPE.search(body):
+        problems = _not_unicode(variables)
+        if problems:
+            raise input_problem(InputError(problems))
+    return variables
+
+
+# Specs by variable names: built once per flow even in a decoding worker process.
+_specs: dict[tuple[str, ...], VariableSpec] = {}
+
+
+def _not_unicode(variables: dict[str, Any] | list[Any]) -> list[Problem]:
+    """Return a problem for every variable value holding a lone surrogate (valid JSON, yet not
+    text: it cannot be written out as UTF-8). Runs after the variables were checked, so every
+    name is one of the flow's (read from a UTF-8 file: text) and every value a string."""
+    single = isinstance(variables, dict)
+    elements = [variables] if isinstance(variables, dict) else variables
+    problems: list[Problem] = []
+    for i, values in enumerate(elements):
+        for name, value in values.items():
+            if not _is_text(value):
+                where = "" if single else f"element {i}: "
+                problems.append(
+                    Problem(
+                        "invalid_variable_value",
+                        f"{where}variable {name!r} is not valid Unicode text "
+                        "(it holds a lone surrogate)",
+                        None if single else i,
+                        name,
+                    )
+                )
+    return problems
+
+
+def _is_text(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
     """Decode a run request body and return its ``variables`` (an object or an array).
 
@@ -446,7 +563,7 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
         raise ApiProblem(
             422,
             "invalid_request",
-            f'the body must be a JSON object {{"variables": ...}}, got {_json_type(data)}',
+            f'the body must be a JSON object {{"variables": ...}}, got {json_type(data)}',
         )
     problems: list[Problem] = []
     if "variables" not in data:
@@ -464,7 +581,7 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
             Problem(
                 "invalid_request",
                 "'variables' must be an object or an array of objects, "
-                f"got {_json_type(variables)}",
+                f"got {json_type(variables)}",
             )
         )
     if problems:
@@ -477,15 +594,3 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
             "per request (split it)",
         )
     return variables  # type: ignore[return-value]
-
-
-def _json_type(value: Any) -> str:
-    names: Mapping[type, str] = {
-        dict: "an object",
-        list: "an array",
-        str: "a string",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-    }
-    return "null" if value is None else names.get(type(value), type(value).__name__)

@@ -1,4 +1,4 @@
-"""The ``flownb serve`` and ``flownb keys`` commands (added to the main CLI group).
+"""The ``flownb serve``, ``flownb keys`` and ``flownb gc`` commands (added to the main CLI group).
 
 Heavy imports (FastAPI, uvicorn) happen inside the commands, so ``flownb --help`` stays fast.
 """
@@ -10,7 +10,7 @@ import click
 from ..providers.registry import provider_names
 from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, get_settings
 
-__all__ = ["keys", "serve"]
+__all__ = ["gc", "keys", "serve"]
 
 
 @click.command()
@@ -49,6 +49,27 @@ __all__ = ["keys", "serve"]
     show_default=True,
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
+@click.option(
+    "--timeout-keep-alive",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Seconds an idle connection stays open between requests.",
+)
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds a connection may take to send a request's head before it is closed.",
+)
+@click.option(
+    "--limit-concurrency",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Open connections plus requests in flight above which requests get 503 at once.",
+)
 def serve(
     flows_dir: str,
     host: str,
@@ -57,21 +78,29 @@ def serve(
     max_batch: int,
     max_body_bytes: int,
     log_level: str,
+    timeout_keep_alive: int,
+    header_timeout: float,
+    limit_concurrency: int,
 ) -> None:
     """Serve the flows of a folder over HTTP, as the flow execution service does."""
     import uvicorn
 
     from .app import ServerConfig, create_app
     from .logs import log_config
+    from .protocol import MAX_HEADER_BYTES, bind, http_protocol
 
     config = ServerConfig(
         flows_dir, provider=provider, max_batch=max_batch, max_body_bytes=max_body_bytes
     )
     app = create_app(config)
+    # Bound before anything is announced: a busy port is one error line, not a false
+    # "listening on".
+    sock = bind(host, port)
+    port = sock.getsockname()[1]
     ids = config.store.ids()
     shown = ", ".join(ids[:20]) + (f", ... ({len(ids) - 20} more)" if len(ids) > 20 else "")
     where = f"[{host}]" if ":" in host else host
-    url = f"http://{where}:{port}" if port else f"http://{where}:<port chosen by the OS>"
+    url = f"http://{where}:{port}"
     say = lambda line: click.echo(f"flownb serve: {line}", err=True)  # noqa: E731
     say(config.provider.banner())
     say(f"flows ({len(ids)}) from {flows_dir}: {shown or 'none yet (add <flow_id>.json files)'}")
@@ -87,15 +116,23 @@ def serve(
         say("no API keys yet: every request is refused until you run")
         say("    flownb keys create --name NAME")
     # The access log prints method, path and status only (never headers), so keys cannot leak.
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_config=log_config(),
-        log_level=log_level,
-        access_log=log_level in ("info", "debug"),
-        server_header=False,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_config=log_config(),
+            log_level=log_level,
+            access_log=log_level in ("info", "debug"),
+            server_header=False,
+            http=http_protocol(header_timeout),
+            timeout_keep_alive=timeout_keep_alive,
+            limit_concurrency=limit_concurrency,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        )
     )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 @click.group()
@@ -145,3 +182,32 @@ def keys_revoke(name_or_prefix: str) -> None:
     revoked = KeyStore(get_settings().home).revoke(name_or_prefix)
     for r in revoked:
         click.echo(f"flownb: revoked API key {r.name!r} ({r.prefix}...)", err=True)
+
+
+@click.command()
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    help="Remove images, cache entries and logged runs older than this (30d, 12h, 45m, 90s).",
+)
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Then remove the oldest images until the media folder fits (500M, 2G).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def gc(older_than: str | None, max_size: str | None, dry_run: bool) -> None:
+    """Prune what flownb keeps in FLOWNB_HOME (images, call cache, run log)."""
+    from .housekeeping import parse_age, parse_size, prune
+
+    if older_than is None and max_size is None:
+        raise click.UsageError("say what to prune: --older-than AGE and/or --max-size SIZE")
+    home = get_settings().home
+    pruned = prune(
+        home,
+        older_than=parse_age(older_than) if older_than is not None else None,
+        max_size=parse_size(max_size) if max_size is not None else None,
+        dry_run=dry_run,
+    )
+    for line in pruned.lines(dry_run):
+        click.echo(f"flownb gc: {line}")

@@ -11,28 +11,45 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from starlette.responses import Response
 
 from ..errors import (
+    ApiError,
     FlownbError,
-    FlowNotFound,
     InputError,
     Problem,
-    ProviderError,
-    ProviderTimeout,
     RateLimited,
+    http_status,
+    one_line,
 )
+from .keys import KEY_PREFIX
 
-__all__ = ["ApiProblem", "error_response", "from_exception", "json_response", "status_of"]
+__all__ = [
+    "MAX_LISTED",
+    "ApiProblem",
+    "error_response",
+    "from_exception",
+    "json_response",
+    "scrub",
+    "status_of",
+]
 
 log = logging.getLogger("flownb.server")
 
+# An error body lists at most this many problems, plus ``errors_total`` when there are more: a
+# body of a million problems helps no one and costs the server its memory.
+MAX_LISTED = 100
+# Anything shaped like an API key is masked in error bodies (a key pasted into a URL or a value).
+_KEY_LIKE = re.compile(re.escape(KEY_PREFIX) + r"[A-Za-z0-9_\-]{6,}")
 
-class ApiProblem(Exception):
-    """An error the server answers with: status, code, message and every problem found."""
+
+class ApiProblem(ApiError):
+    """An error the server answers with: status, code, message and the problems found
+    (``total`` counts them all when only the first were collected)."""
 
     def __init__(
         self,
@@ -43,57 +60,72 @@ class ApiProblem(Exception):
         *,
         headers: Mapping[str, str] | None = None,
         results: list[Any] | None = None,
+        total: int | None = None,
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.problems = list(problems)
-        self.headers = dict(headers or {})
-        self.results = results
+        super().__init__(
+            message,
+            status=status,
+            code=code,
+            problems=problems,
+            headers=headers,
+            results=results,
+            total=total,
+        )
+
+
+def scrub(text: str) -> str:
+    """Return ``text`` with every key-like string (``fnb_...``) masked."""
+    return _KEY_LIKE.sub(KEY_PREFIX + "***", text) if KEY_PREFIX in text else text
 
 
 def json_response(
     data: Any, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """Return a JSON response, encoded once with the standard library (no re-validation)."""
-    body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Return a JSON response, encoded once with the standard library (no re-validation).
+
+    Text that is not valid Unicode (a lone surrogate) is sent as JSON escapes, not refused.
+    """
+    try:
+        body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        body = json.dumps(data, separators=(",", ":")).encode("ascii")
     return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
-def error_response(problem: ApiProblem, request_id: str) -> Response:
-    """Return the JSON response for ``problem``."""
+def _listed(p: Problem) -> dict[str, Any]:
+    item = p.to_dict()
+    item["message"] = scrub(p.message)
+    if p.variable is not None:
+        item["variable"] = scrub(p.variable)
+    return item
+
+
+def error_response(problem: ApiError, request_id: str) -> Response:
+    """Return the JSON response for ``problem``: at most :data:`MAX_LISTED` problems listed
+    (with ``errors_total`` when there are more), key-like strings masked."""
+    message = scrub(problem.message)
     body: dict[str, Any] = {
         "code": problem.code,
-        "message": problem.message,
-        "errors": [p.to_dict() for p in problem.problems]
-        or [{"code": problem.code, "message": problem.message}],
+        "message": message,
+        "errors": [_listed(p) for p in problem.problems[:MAX_LISTED]]
+        or [{"code": problem.code, "message": message}],
         "request_id": request_id,
     }
+    if problem.total > MAX_LISTED:
+        body["errors_total"] = problem.total
     if problem.results is not None:
         body["results"] = problem.results
     return json_response(body, problem.status, problem.headers)
 
 
-# Run-time failures; subclasses before ProviderError, their base.
-_RUNTIME = (
-    (ProviderTimeout, 504, "provider_timeout"),
-    (RateLimited, 429, "upstream_rate_limited"),
-    (ProviderError, 502, "provider_error"),
-)
-
-
 def status_of(exc: BaseException) -> tuple[int, str]:
-    """Return the (status, code) a run-time exception is answered with."""
-    for cls, status, code in _RUNTIME:
-        if isinstance(exc, cls):
-            return status, code
-    return 500, "internal_error"
+    """Return the (status, code) an exception is answered with (the one map in flownb.errors)."""
+    return http_status(exc)
 
 
 def _message(exc: BaseException, request_id: str) -> str:
     if isinstance(exc, FlownbError):
-        return exc.message
+        return one_line(exc)
     # Unexpected: say what to quote, never what happened inside.
     return f"internal error; the server log has details under request id {request_id}"
 
@@ -115,12 +147,10 @@ def log_unexpected(exc: BaseException, request_id: str) -> None:
         log.debug("request %s: traceback", request_id, exc_info=exc)
 
 
-def from_exception(exc: BaseException, request_id: str) -> ApiProblem:
+def from_exception(exc: BaseException, request_id: str) -> ApiError:
     """Return the problem a single run's (or a request's) exception is answered with."""
-    if isinstance(exc, ApiProblem):
+    if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, FlowNotFound):
-        return ApiProblem(404, "flow_not_found", exc.message)
     if isinstance(exc, InputError):
         return input_problem(exc)
     log_unexpected(exc, request_id)
@@ -132,7 +162,7 @@ def input_problem(exc: InputError) -> ApiProblem:
     """Return the 422 for invalid variables: every problem listed, with index and variable."""
     codes = {p.code for p in exc.problems}
     code = codes.pop() if len(codes) == 1 else "invalid_request"
-    return ApiProblem(422, code, exc.message, exc.problems)
+    return ApiProblem(422, code, exc.message, exc.problems, total=exc.total)
 
 
 def batch_problem(
@@ -147,8 +177,8 @@ def batch_problem(
     for _, e in ranked:
         log_unexpected(e, request_id)
     statuses = [status_of(e) for _, e in ranked]
-    order = {504: 0, 429: 1, 502: 2, 500: 3}
-    status, code = max(statuses, key=lambda sc: order[sc[0]])
+    order = {504: 0, 429: 1, 502: 2}
+    status, code = max(statuses, key=lambda sc: order.get(sc[0], 3))
     problems = [
         Problem(status_of(e)[1], _message(e, request_id), index=i if indexed else None)
         for i, e in ranked

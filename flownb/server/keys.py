@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -35,7 +36,8 @@ __all__ = ["KEY_PREFIX", "KeyRecord", "KeyStore", "Verdict"]
 KEY_PREFIX = "fnb_"
 # How much of the key is stored and shown so a user can tell keys apart: "fnb_" + 8 characters.
 SHOWN = len(KEY_PREFIX) + 8
-# How often a server writes last-used times (seconds): not on every request.
+# How often a running server writes last-used times (seconds): not on every request, and at most
+# this stale in `flownb keys list` (it also writes them when it stops).
 FLUSH_EVERY = 30.0
 
 
@@ -91,7 +93,7 @@ class KeyStore:
         self._records: list[KeyRecord] = []
         self._digests: list[tuple[bytes, KeyRecord]] = []
         self._used: dict[str, float] = {}
-        self._last_flush = time.monotonic()
+        self._used_lock = threading.Lock()  # requests record, a worker thread flushes
 
     # -- file access -------------------------------------------------------------------------
 
@@ -258,17 +260,18 @@ class KeyStore:
             return Verdict(False, "invalid_api_key", "invalid API key")
         if not found.active:
             return Verdict(False, "invalid_api_key", "this API key was revoked")
-        self._used[found.digest] = time.time()  # formatted when written, not per request
-        if time.monotonic() - self._last_flush > FLUSH_EVERY:
-            self.flush_used()
+        # Formatted and written by flush_used, which the server calls every FLUSH_EVERY seconds
+        # from a worker thread and at shutdown: no disk write on a request's path.
+        with self._used_lock:
+            self._used[found.digest] = time.time()
         return Verdict(True, name=found.name)
 
     def flush_used(self) -> None:
         """Write the last-used times seen by this process (merged with other writers')."""
-        self._last_flush = time.monotonic()
-        if not self._used:
-            return
-        pending, self._used = self._used, {}
+        with self._used_lock:
+            if not self._used:
+                return
+            pending, self._used = self._used, {}
         try:
             with self._locked():
                 used = self._read_json(self.used_path) or {}

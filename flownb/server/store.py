@@ -2,7 +2,13 @@
 
 Each request stats the flow's file (cheap); the parsed graph and its :class:`~flownb.engine.Plan`
 are kept until the file's modification time, size or inode change, so a flow file dropped in or
-edited while the server runs is served on the next request, with no restart.
+edited while the server runs is served on the next request, with no restart. A file that fails to
+load is remembered the same way: a broken file costs one load per version, not one per request.
+
+Only regular files of at most :data:`MAX_FLOW_BYTES` (5 MiB) are read: a FIFO, a device (a
+symlink to ``/dev/zero``) or a huge file is a named :class:`~flownb.errors.FlowFileError` without
+being read. :meth:`FlowStore.peek` answers from memory; :meth:`FlowStore.get` may read and parse
+the file, so the server calls it in a worker thread.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ from typing import Any
 
 from ..engine import Plan
 from ..errors import FlowFileError, FlowNotFound
-from ..model import parse_flow, read_flow_file
+from ..model import MAX_FLOW_BYTES, parse_flow, read_flow_file
 from .keys import KEY_PREFIX
 
-__all__ = ["FLOW_ID", "FlowStore", "StoredFlow"]
+__all__ = ["FLOW_ID", "MAX_FLOW_BYTES", "FlowStore", "StoredFlow"]
 
 # What a flow id may look like; anything else is unknown without touching the disk.
 FLOW_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -61,6 +67,8 @@ class FlowStore:
         # that cannot run the flow (images, params) raises ConfigError here, as a local load does.
         self._make_runner = make_runner
         self._flows: dict[str, StoredFlow] = {}
+        # Failed loads, by flow id: the file's stamp and the error message.
+        self._failed: dict[str, tuple[tuple[int, int, int], str]] = {}
         self._lock = threading.Lock()
 
     def ids(self) -> list[str]:
@@ -79,15 +87,7 @@ class FlowStore:
             return []
         return sorted(n for n in names if n.endswith(".json") and not FLOW_ID.fullmatch(n[:-5]))
 
-    def get(self, flow_id: str) -> StoredFlow:
-        """Return the flow ``flow_id``, reloading it if its file changed.
-
-        Raises:
-            FlowNotFound: the id is not a valid flow id (checked before touching the disk), or
-                there is no such file.
-            FlowFileError: the file exists but is not a valid flow (the message names the flow
-                id and the node or edge, not the server's paths).
-        """
+    def _stat(self, flow_id: str) -> tuple[str, tuple[int, int, int]]:
         if not FLOW_ID.fullmatch(flow_id):
             raise not_found(flow_id)
         path = os.path.join(self._dir, flow_id + ".json")
@@ -95,28 +95,68 @@ class FlowStore:
             st = os.stat(path)
         except OSError:
             self._flows.pop(flow_id, None)
+            self._failed.pop(flow_id, None)
             raise not_found(flow_id) from None
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        return path, (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _remembered(self, flow_id: str, stamp: tuple[int, int, int]) -> StoredFlow | None:
         cached = self._flows.get(flow_id)
         if cached is not None and cached.stamp == stamp:
             return cached
+        failed = self._failed.get(flow_id)
+        if failed is not None and failed[0] == stamp:
+            raise FlowFileError(failed[1])  # a new exception: re-raising one grows its traceback
+        return None
+
+    def peek(self, flow_id: str) -> StoredFlow | None:
+        """Return the flow when its current version is loaded already, ``None`` when the file
+        must be read (call :meth:`get`, off the event loop). Costs one ``stat``.
+
+        Raises:
+            FlowNotFound: as :meth:`get`.
+            FlowFileError: this version of the file failed to load before.
+        """
+        _, stamp = self._stat(flow_id)
+        return self._remembered(flow_id, stamp)
+
+    def get(self, flow_id: str) -> StoredFlow:
+        """Return the flow ``flow_id``, reloading it if its file changed.
+
+        Raises:
+            FlowNotFound: the id is not a valid flow id (checked before touching the disk), or
+                there is no such file.
+            FlowFileError: the file exists but is not a valid flow (the message names the flow
+                id and the node or edge, not the server's paths), is not a regular file, or is
+                over :data:`MAX_FLOW_BYTES`.
+        """
+        path, stamp = self._stat(flow_id)
+        hit = self._remembered(flow_id, stamp)
+        if hit is not None:
+            return hit
         with self._lock:
-            cached = self._flows.get(flow_id)
-            if cached is not None and cached.stamp == stamp:
-                return cached
-            loaded = self._load(flow_id, Path(path), stamp)
+            hit = self._remembered(flow_id, stamp)
+            if hit is not None:
+                return hit
+            try:
+                loaded = self._load(flow_id, path, stamp)
+            except FlowFileError as exc:
+                self._failed[flow_id] = (stamp, exc.message)
+                self._flows.pop(flow_id, None)
+                raise
             self._flows[flow_id] = loaded
+            self._failed.pop(flow_id, None)
             return loaded
 
-    def _load(self, flow_id: str, path: Path, stamp: tuple[int, int, int]) -> StoredFlow:
+    def _load(self, flow_id: str, path: str, stamp: tuple[int, int, int]) -> StoredFlow:
         where = f"flow {flow_id!r}"
         try:
             data = read_flow_file(path, label=where)
-        except FlowFileError:
-            if not path.exists():  # deleted since the stat
-                raise not_found(flow_id) from None
-            raise
-        plan = Plan(parse_flow(data, where))
+        except FileNotFoundError:  # deleted since the stat
+            raise not_found(flow_id) from None
+        try:
+            plan = Plan(parse_flow(data, where))
+        except RecursionError:
+            raise FlowFileError(f"{where}: the flow is nested too deeply") from None
         images = ",".join(
             str(i) for i, name in enumerate(plan.outputs) if plan.output_kinds.get(name) == "image"
         )

@@ -1,11 +1,12 @@
 """A loopback OpenAI-compatible server for tests, benches and notebooks (no key, no internet).
 
 It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/generations``
-deterministically from the request (text ``"echo: <prompt>"``, images as a URL or a small PNG in
-``b64_json``), after a configurable latency, and can misbehave on purpose: 429 with a
-``Retry-After``, 500, hangs and dropped connections, each for a share of requests (seeded, so a
-run is reproducible) or for every prompt containing a given marker. It records every request body,
-the prompt of every request it answered with a 200, and the peak number of requests in flight.
+deterministically from the request (text ``"echo: <prompt>"``, images as a URL it serves
+itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
+and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
+each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
+given marker. It records every request body, the prompt of every request it answered with a 200,
+and the peak number of requests in flight.
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
 to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
@@ -66,9 +67,16 @@ def image_bytes(prompt: str) -> bytes:
     return out.getvalue()
 
 
-def image_url(prompt: str) -> str:
-    """Return the URL the fake answers for ``prompt`` when asked for ``response_format=url``."""
-    return f"https://images.invalid/{hashlib.sha256(prompt.encode()).hexdigest()[:32]}.png"
+def image_url(prompt: str, base: str = "https://images.invalid") -> str:
+    """Return the URL the fake answers for ``prompt`` when asked for ``response_format=url``:
+    under ``base`` (the fake's own address, which serves it as :func:`image_bytes` until the
+    fake stops, as a provider's expiring URL would)."""
+    return f"{base}/_fake/images/{image_id(prompt)}.png"
+
+
+def image_id(prompt: str) -> str:
+    """Return the name part of the image URL for ``prompt``."""
+    return hashlib.sha256(prompt.encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -109,6 +117,8 @@ class _State:
         self.requests: list[dict[str, Any]] = []  # every body received, in arrival order
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
+        self.images: dict[str, str] = {}  # image id -> prompt, for the URLs answered
+        self.image_headers: list[dict[str, str]] = []  # headers of every image download
         self.in_flight = 0
         self.peak_in_flight = 0
         self.answered = 0  # 200s sent
@@ -123,6 +133,7 @@ class _State:
         self.requests.clear()
         self.paths.clear()
         self.headers.clear()
+        self.image_headers.clear()
         self.peak_in_flight = self.in_flight
         self.answered = 0
         self.answered_prompts.clear()
@@ -217,7 +228,14 @@ def scripted_reply(prompt: str, replies: Mapping[str, str]) -> str | None:
     return None
 
 
-def _answer(path: str, body: Mapping[str, Any], prompt: str, config: FakeConfig) -> dict[str, Any]:
+def _answer(
+    path: str,
+    body: Mapping[str, Any],
+    prompt: str,
+    config: FakeConfig,
+    base: str = "https://images.invalid",
+    images: dict[str, str] | None = None,
+) -> dict[str, Any]:
     n = int(body.get("n") or 1)
     scripted = scripted_reply(prompt, config.replies)
     model = body.get("model", "")
@@ -267,7 +285,9 @@ def _answer(path: str, body: Mapping[str, Any], prompt: str, config: FakeConfig)
         if fmt == "b64_json":
             items.append({"b64_json": base64.b64encode(image_bytes(p)).decode("ascii")})
         else:
-            items.append({"url": image_url(p)})
+            items.append({"url": image_url(p, base)})
+            if images is not None:
+                images[image_id(p)] = p
     return {"created": created, "data": items}
 
 
@@ -344,12 +364,20 @@ def make_app(state: _State) -> web.Application:
                 raise asyncio.CancelledError
             state.answered += 1
             state.answered_prompts.append(prompt)
+            base = str(request.url.origin())
             return web.json_response(
-                _answer(request.path, body, prompt, config),
+                _answer(request.path, body, prompt, config, base, state.images),
                 headers={"x-request-id": "req_fake_ok", **limit_headers},
             )
         finally:
             state.in_flight -= 1
+
+    async def image(request: web.Request) -> web.Response:
+        state.image_headers.append(dict(request.headers))
+        prompt = state.images.get(request.match_info["name"])
+        if prompt is None:
+            return _error(404, "no such image (or it expired)", "not_found")
+        return web.Response(body=image_bytes(prompt), content_type="image/png")
 
     async def stats(_: web.Request) -> web.Response:
         return web.json_response(state.stats())
@@ -369,6 +397,7 @@ def make_app(state: _State) -> web.Application:
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/images/generations"):
         app.router.add_post(path, generate)
     app.router.add_get("/_fake/stats", stats)
+    app.router.add_get("/_fake/images/{name}.png", image)
     app.router.add_post("/_fake/reset", reset)
     app.router.add_post("/_fake/config", configure)
     return app

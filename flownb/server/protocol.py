@@ -1,0 +1,104 @@
+"""How ``flownb serve`` listens: the socket bound before anything is announced, and uvicorn's
+connection limits with defaults that keep one careless or hostile client from holding the server.
+
+uvicorn closes idle keep-alive connections (``timeout_keep_alive``) and answers 503 over a
+connection/task limit (``limit_concurrency``), but it has no limit on how long a client may take
+to send a request's head: a "slowloris" client trickling header bytes keeps its connection (and
+a file descriptor) forever. :func:`http_protocol` adds that limit to uvicorn's h11 protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..errors import ConfigError
+
+__all__ = [
+    "HEADER_TIMEOUT",
+    "KEEP_ALIVE_TIMEOUT",
+    "LIMIT_CONCURRENCY",
+    "MAX_HEADER_BYTES",
+    "bind",
+    "http_protocol",
+]
+
+# Seconds a connection may take to send a complete request head (from connecting, or from its
+# previous response); then it is closed.
+HEADER_TIMEOUT = 10.0
+# Seconds an idle keep-alive connection stays open between requests (uvicorn's default).
+KEEP_ALIVE_TIMEOUT = 5
+# Connections plus requests in flight above which uvicorn answers 503 (plain text) at once.
+LIMIT_CONCURRENCY = 1000
+# Largest request head h11 buffers before answering 400 (plain text): h11's own default.
+MAX_HEADER_BYTES = 16 * 1024
+
+
+def http_protocol(header_timeout: float = HEADER_TIMEOUT) -> type[H11Protocol]:
+    """Return uvicorn's h11 protocol with a request-head timeout of ``header_timeout`` seconds
+    (pass it as ``uvicorn.Config(http=...)``)."""
+
+    class HeaderTimeoutH11Protocol(H11Protocol):
+        """Closes a connection that sends no complete request head in time."""
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            timer = getattr(self, "_head_timer", None)
+            if timer is not None:
+                timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            timer = getattr(self, "_head_timer", None)
+            if timer is not None:
+                timer.cancel()
+            # A new request head replaces ``self.cycle``: still the same one when the timer
+            # fires means no head arrived in time.
+            waiting_after = self.cycle
+            self._head_timer = self.loop.call_later(
+                header_timeout, self._head_timed_out, waiting_after
+            )
+
+        def _head_timed_out(self, waiting_after: Any) -> None:
+            if self.cycle is waiting_after and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutH11Protocol
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Return a listening TCP socket on ``host``:``port`` (port 0: one the OS picks).
+
+    Raises:
+        ConfigError: the address is in use, not this machine's, or not allowed.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host!r}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = exc.strerror or type(exc).__name__
+        hint = " (is another server running there? pick another --port)" if port else ""
+        raise ConfigError(f"cannot listen on {shown}: {reason.lower()}{hint}") from None
+    sock.set_inheritable(True)
+    return sock
