@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cache import open_cache
 from .engine import Engine, Plan
-from .errors import BatchError
+from .errors import BatchError, FlowFileError
 from .frame import run_dataframe
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
@@ -412,7 +412,10 @@ def load_flow(
     if isinstance(source, Mapping):
         graph, data = parse_flow(source, name or "flow"), source
     else:
-        data = read_flow_file(source)
+        try:
+            data = read_flow_file(source)
+        except FileNotFoundError:
+            raise FlowFileError(f"{source}: no such flow file") from None
         graph = parse_flow(data, str(source))
     return LocalFlow(
         graph,

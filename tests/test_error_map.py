@@ -112,7 +112,10 @@ def test_one_line_shows_any_error_on_one_line() -> None:
     text = one_line(InputError(problems, total=15))
     assert "\n" not in text
     assert text.startswith("unknown variable 'v0'; unknown variable 'v1'")
-    assert text.endswith("; and 5 more")
+    assert text.endswith("; and 5 more problems")
+    assert one_line(InputError(problems), code=True).startswith(
+        "unknown_variable: unknown variable 'v0'"
+    )
 
 
 def test_service_errors_are_public_and_also_builtin_kinds() -> None:
