@@ -77,6 +77,9 @@ class CallCache:
         self.errors: list[BaseException] = []  # store failures met while running (not raised)
         self._pending: dict[str, str] = {}
         self._timer: threading.Timer | None = None
+        # Seconds a paid answer may wait in the buffer; 0 commits each one as it is put (Dask
+        # workers sharing a disk: a worker killed mid-batch has committed all it was paid for).
+        self.flush_after = _FLUSH_AFTER
         self.hits = 0
         self.misses = 0
 
@@ -131,11 +134,11 @@ class CallCache:
         )
         with self._lock:
             self._pending[key] = value
-            due = len(self._pending) >= _FLUSH_EVERY
+            due = len(self._pending) >= _FLUSH_EVERY or self.flush_after <= 0
             if not due and self._timer is None:
                 # A paid answer reaches the disk within _FLUSH_AFTER even if no other call
                 # follows (the process may be killed while the rest of a batch hangs).
-                self._timer = threading.Timer(_FLUSH_AFTER, self._timed_flush)
+                self._timer = threading.Timer(self.flush_after, self._timed_flush)
                 self._timer.daemon = True
                 self._timer.start()
         if due:

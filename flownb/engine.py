@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from .errors import BatchError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
-from .providers.calls import CallRunner
+from .providers.calls import CallRunner, Gate
 from .providers.limits import Pacer
+from .providers.tokens import TokenGate, chain
 from .result import RunResult, make_result
 from .settings import get_settings
 from .template import Template
@@ -215,6 +216,7 @@ class Engine:
         rpm: float | None = None,
         timeout: float | None = None,
         retries: int | None = None,
+        tpm: float | None = None,
     ) -> None:
         self.plan = plan
         self.provider = provider
@@ -227,6 +229,8 @@ class Engine:
         self.timeout = timeout if timeout is not None else settings.openai_timeout
         self.timeout = self.timeout or DEFAULT_TIMEOUT
         self.retries = retries if retries is not None else settings.retries
+        # Tokens per minute (None or 0: no limit); the caller resolves FLOWNB_TPM.
+        self.tokens: Gate | None = TokenGate(tpm) if tpm else None
         self.calls = 0  # provider attempts made by the async path, all runs together
         check = getattr(provider, "check_params", None)
         if check is not None:  # refuse params the provider would reject, before anything runs
@@ -342,13 +346,20 @@ class Engine:
         return self._result(values, gens, started)
 
     async def run_async(
-        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        concurrency: int,
+        *,
+        gate: Gate | None = None,
     ) -> None:
         """Run a validated batch; at most ``concurrency`` provider calls are in flight at once
         (fewer while the provider answers 429), retried, cached and paced as configured.
 
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
         when the run is cancelled part-way; the cache is committed on the way out either way.
+        ``gate`` is entered around each provider attempt after this engine's own token limit
+        (a Dask run's cluster-wide limits come in here).
         """
         if not batch:
             return
@@ -359,6 +370,7 @@ class Engine:
             pacer=self.pacer,
             timeout=self.timeout,
             retries=self.retries,
+            gate=chain(self.tokens, gate),
         )
         pending = iter(range(len(batch)))
 

@@ -8,6 +8,7 @@ remote flow runs over HTTP.
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,9 @@ from .validate import VariableSpec
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from .providers.calls import Gate
+    from .scale.spec import FlowSpec
 
 __all__ = ["BaseFlow", "LocalFlow", "load_flow"]
 
@@ -147,17 +151,45 @@ class BaseFlow(ABC):
         progress: bool = True,
         concurrency: int | None = None,
         error_column: str = "error",
+        rpm: float | None = None,
+        tpm: float | None = None,
     ) -> pd.DataFrame:
         """Run the flow once per row of ``df``; see :func:`flownb.frame.run_dataframe`.
 
+        ``df`` may be a Dask DataFrame: the result is then a lazy Dask DataFrame (see
+        :func:`flownb.scale.dask.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
+        across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit this run in
+        addition to the flow's own limits (local flows only).
+
         Returns:
             A copy of ``df`` (index and columns kept) with one column per output, and an
-            ``error_column`` when some rows failed.
+            ``error_column`` when some rows failed (always, on a Dask frame).
+
+        Raises:
+            ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally.
         """
         from .frame import run_dataframe
 
+        if _is_dask_frame(df):
+            from .scale.dask import run_dataframe as run_dask
+
+            return run_dask(
+                self,
+                df,
+                columns,
+                fill=fill,
+                concurrency=concurrency,
+                rpm=rpm,
+                tpm=tpm,
+                error_column=error_column,
+            )
+        flow: BaseFlow = self
+        if rpm or tpm:
+            if not isinstance(self, LocalFlow):
+                raise ConfigError("rpm= and tpm= per run apply to local flows only")
+            flow = self.gated(_run_limits(rpm, tpm))
         return run_dataframe(
-            self,
+            flow,
             df,
             columns,
             fill=fill,
@@ -188,6 +220,18 @@ class BaseFlow(ABC):
         )
 
 
+def _is_dask_frame(df: Any) -> bool:
+    # Without importing dask: a Dask DataFrame exists only if dask.dataframe was imported.
+    dd = sys.modules.get("dask.dataframe")
+    return dd is not None and isinstance(df, dd.DataFrame)
+
+
+def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
+    from .providers.tokens import RequestGate, TokenGate, chain
+
+    return chain(RequestGate(rpm) if rpm else None, TokenGate(tpm) if tpm else None)
+
+
 def _progress_bar(total: int, name: str) -> Any:
     from tqdm.auto import tqdm
 
@@ -210,31 +254,50 @@ class LocalFlow(BaseFlow):
         timeout: float | None = None,
         retries: int | None = None,
         log: bool | None = None,
+        tpm: float | None = None,
+        home: str | Path | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> None:
         settings = get_settings()
-        media = MediaStore(settings.media_dir)
+        home = Path(home) if home is not None else settings.home
+        media = MediaStore(home / "media")
         if provider is None or isinstance(provider, str):
             provider = make_provider(provider, media=media)
         if concurrency is not None and concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
         self.name = name
         self.graph = graph
+        # The exported JSON, kept so the flow can travel by value (pickling, Dask workers).
+        self.source: dict[str, Any] = (
+            dict(source) if source is not None else graph.model_dump(mode="json", by_alias=True)
+        )
         self.plan = Plan(graph)
         self.provider = provider
         self.concurrency = concurrency or settings.concurrency
         # Call cache (on unless cache=False / FLOWNB_CACHE=0) and run log (FLOWNB_RUNLOG).
         use_cache = settings.cache if cache is None else cache
+        use_log = settings.runlog if log is None else log
+        # What the flow was set up with, resolved: the knobs a FlowSpec carries to workers.
+        self.home = home
+        self.knobs: dict[str, Any] = {
+            "rpm": rpm if rpm is not None else settings.requests_per_minute,
+            "tpm": tpm if tpm is not None else settings.tokens_per_minute,
+            "timeout": timeout if timeout is not None else settings.openai_timeout,
+            "retries": retries if retries is not None else settings.retries,
+            "cache": use_cache,
+            "log": use_log,
+        }
         self.engine = Engine(
             self.plan,
             provider,
             media_url or media.file_url,
-            cache=open_cache(settings.home) if use_cache and provider.cacheable else None,
-            rpm=rpm if rpm is not None else settings.requests_per_minute,
-            timeout=timeout if timeout is not None else settings.openai_timeout,
-            retries=retries if retries is not None else settings.retries,
+            cache=open_cache(home) if use_cache and provider.cacheable else None,
+            rpm=self.knobs["rpm"],
+            timeout=self.knobs["timeout"],
+            retries=self.knobs["retries"],
+            tpm=self.knobs["tpm"],
         )
-        use_log = settings.runlog if log is None else log
-        self.runlog = open_runlog(settings.home) if use_log else None
+        self.runlog = open_runlog(home) if use_log else None
         if not provider.supports_images and any(s.kind == "image" for s in self.plan.steps):
             raise ConfigError(f"provider {provider.name!r} cannot run this flow's image nodes")
 
@@ -256,24 +319,66 @@ class LocalFlow(BaseFlow):
     def _execute(
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
-        recorder = self._recorder(batch)
+        self._execute_with(batch, on_result, concurrency)
+
+    def _execute_with(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        concurrency: int | None,
+        *,
+        gate: Gate | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """:meth:`_execute` with an extra ``gate`` around each provider attempt and the run
+        log's ``run_id`` for this batch (both used by Dask partitions and per-run limits)."""
+        recorder = self._recorder(batch, run_id)
         if recorder is not None:
             on_result = recorder.wrap(on_result)
         try:
             if self.provider.inline:
                 self.engine.run_inline(batch, on_result)
             else:
-                run_sync(self.engine.run_async(batch, on_result, concurrency or self.concurrency))
+                run_sync(
+                    self.engine.run_async(
+                        batch, on_result, concurrency or self.concurrency, gate=gate
+                    )
+                )
         finally:
             if recorder is not None:
                 recorder.flush()
 
-    def _recorder(self, batch: Sequence[Mapping[str, str]]) -> RunRecorder | None:
+    def _recorder(
+        self, batch: Sequence[Mapping[str, str]], run_id: str | None = None
+    ) -> RunRecorder | None:
         if self.runlog is None or not batch:
             return None
         return self.runlog.recorder(
-            self.name, self.provider.name, batch, detailed=not self.provider.inline
+            self.name, self.provider.name, batch, detailed=not self.provider.inline, run_id=run_id
         )
+
+    def gated(self, gate: Gate | None, run_id: str | None = None) -> BaseFlow:
+        """Return a view of this flow whose runs enter ``gate`` around each provider attempt
+        and log under ``run_id`` (the engine and its caches are shared, nothing is copied)."""
+        return _GatedFlow(self, gate, run_id)
+
+    def to_spec(self, **changes: Any) -> FlowSpec:
+        """Return the flow as a small picklable :class:`~flownb.scale.spec.FlowSpec` (its JSON,
+        name, provider name and run knobs; never a key), with ``changes`` applied.
+
+        Raises:
+            ConfigError: the provider is an instance that cannot be rebuilt from its name.
+        """
+        from .scale.spec import spec_of
+
+        return spec_of(self, **changes)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # By value: the spec, rebuilt (once per process) on the other side. Threads, sockets
+        # and SQLite handles never travel.
+        from .scale.spec import flow_from_spec
+
+        return (flow_from_spec, (self.to_spec(),))
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
@@ -317,6 +422,7 @@ def load_flow(
     timeout: float | None = None,
     retries: int | None = None,
     log: bool | None = None,
+    tpm: float | None = None,
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
 
@@ -324,8 +430,10 @@ def load_flow(
     ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight
     (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
     ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
-    a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8). ``cache=False`` bypasses the call cache
-    (``FLOWNB_CACHE=0``); ``log=False`` keeps runs out of the run log (``FLOWNB_RUNLOG=0``).
+    a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8); ``tpm`` caps tokens per minute
+    (``FLOWNB_TPM``; estimated before each call, corrected by the usage reported).
+    ``cache=False`` bypasses the call cache (``FLOWNB_CACHE=0``); ``log=False`` keeps runs out
+    of the run log (``FLOWNB_RUNLOG=0``).
 
     Returns:
         A :class:`LocalFlow`.
@@ -335,9 +443,9 @@ def load_flow(
         ConfigError: the provider cannot be set up.
     """
     if isinstance(source, Mapping):
-        graph, name = parse_flow(source, "flow"), "flow"
+        graph, name, data = parse_flow(source, "flow"), "flow", dict(source)
     else:
-        graph, name = load_flow_file(source), Path(source).stem
+        graph, name, data = load_flow_file(source), Path(source).stem, None
     return LocalFlow(
         graph,
         name=name,
@@ -348,4 +456,31 @@ def load_flow(
         timeout=timeout,
         retries=retries,
         log=log,
+        tpm=tpm,
+        source=data,
     )
+
+
+class _GatedFlow(BaseFlow):
+    """A :class:`LocalFlow` seen through a gate and a run id (see :meth:`LocalFlow.gated`)."""
+
+    def __init__(self, flow: LocalFlow, gate: Gate | None, run_id: str | None) -> None:
+        self.flow = flow
+        self.name = flow.name
+        self.gate = gate
+        self.run_id = run_id
+
+    @property
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation."""
+        return self.flow.spec
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+        return self.flow.outputs
+
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        self.flow._execute_with(batch, on_result, concurrency, gate=self.gate, run_id=self.run_id)

@@ -40,6 +40,8 @@ class Settings:
     cache: bool = True
     server_cache: bool = False
     runlog: bool = True
+    # Issue 12: tokens per minute (FLOWNB_TPM), None for no limit.
+    tokens_per_minute: float | None = None
 
     @property
     def media_dir(self) -> Path:
@@ -88,6 +90,7 @@ def get_settings() -> Settings:
         cache=_flag("FLOWNB_CACHE", env.get("FLOWNB_CACHE"), True),
         server_cache=_flag("FLOWNB_SERVER_CACHE", env.get("FLOWNB_SERVER_CACHE"), False),
         runlog=_flag("FLOWNB_RUNLOG", env.get("FLOWNB_RUNLOG"), True),
+        tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
     )
 
 

@@ -9,12 +9,17 @@ and retries, in that order.
    with the provider's Retry-After or exponential backoff with jitter, holding no slot while
    waiting; a 429 also halves the run's concurrency for a while.
 4. The success is put in the cache (errors never are).
+
+An optional ``gate`` (see :data:`Gate`) is entered around each attempt, after the local limiter:
+the tokens-per-minute limit and the cluster-wide limits of a Dask run plug in there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
@@ -23,7 +28,35 @@ from ..errors import ProviderTimeout, RateLimited
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 
-__all__ = ["CallRunner"]
+__all__ = ["CallRunner", "Gate", "Settle"]
+
+# Told the generation of an attempt that succeeded (a token limit corrects its estimate by the
+# usage the provider reported).
+Settle = Callable[[Generation], None]
+# An extra admission step around each provider attempt: called with the call, it returns an
+# async context manager that is held while the attempt runs and yields a Settle.
+Gate = Callable[[Call], AbstractAsyncContextManager[Settle]]
+
+
+class _Open:
+    """The gate of a run without one: admits at once (one shared instance, no allocation)."""
+
+    async def __aenter__(self) -> Settle:
+        return _settled
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _settled(gen: Generation) -> None:
+    return None
+
+
+_OPEN = _Open()
+
+
+def _no_gate(call: Call) -> _Open:
+    return _OPEN
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
@@ -43,8 +76,10 @@ class CallRunner:
         pacer: Pacer | None = None,
         timeout: float | None = None,
         retries: int = 8,
+        gate: Gate | None = None,
     ) -> None:
         self.provider = provider
+        self.gate: Gate = gate or _no_gate
         self.cache = cache if provider.cacheable else None
         self.limiter = AdaptiveLimiter(concurrency, pacer)
         self.timeout = timeout
@@ -98,7 +133,7 @@ class CallRunner:
 
     async def _attempt(self, call: Call) -> Generation:
         limiter = self.limiter
-        async with limiter:
+        async with limiter, self.gate(call) as settle:
             self.calls += 1
             try:
                 if self.timeout is None:
@@ -114,6 +149,7 @@ class CallRunner:
             except RateLimited:
                 limiter.rate_limited()
                 raise
+        settle(gen)
         limiter.succeeded()
         return gen
 

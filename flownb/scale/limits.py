@@ -1,0 +1,227 @@
+"""Limits that hold across every process of a Dask run: concurrency, requests and tokens per
+minute, on Dask's own primitives.
+
+A :class:`ClusterLimits` travels in the task graph (a name and three numbers). In each worker
+process, :meth:`ClusterLimits.gate` returns that process's :data:`~flownb.providers.calls.Gate`,
+built once per run and entered around every provider attempt:
+
+- **concurrency**: a ``distributed.Semaphore(max_leases=concurrency)``, one lease held per
+  attempt in flight, so the calls in flight across all workers never exceed ``concurrency``.
+  A worker that dies holding leases gives them back after the scheduler's
+  ``distributed.scheduler.locks.lease-timeout`` (30 s by default).
+- **rpm / tpm**: a shared meter (:class:`SharedMeter`): the earliest start of the next call, in
+  a ``distributed.Variable``, read and moved under a ``distributed.Lock``. Each call charges one
+  request / its estimated tokens; the token charge is corrected by the usage the provider
+  reported. Times are wall-clock seconds, so worker clocks should agree (NTP).
+
+Outside a distributed worker (Dask's threaded or synchronous scheduler) the same limits hold
+within the process, on the one event loop every flownb run of that process shares.
+
+Distributed's calls are coroutines of the worker's own event loop; flownb's runs are on its
+background loop (:mod:`flownb.aio`), so each call is handed over with
+``asyncio.run_coroutine_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from ..providers.base import Call, Generation
+from ..providers.calls import Gate, Settle
+from ..providers.tokens import Meter, estimate_tokens, used
+
+__all__ = ["ClusterLimits", "SharedMeter"]
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterLimits:
+    """Limits shared by every partition of one run (``name`` is unique per run)."""
+
+    name: str
+    concurrency: int
+    rpm: float | None = None
+    tpm: float | None = None
+
+    def gate(self) -> Gate:
+        """Return this process's gate for these limits (made on first use, then reused).
+
+        Call it from a task (a distributed worker's task thread), where the worker is known.
+        """
+        with _gates_lock:
+            gate = _gates.get(self.name)
+            if gate is None:
+                worker = _current_worker()
+                gate = _DaskGate(self, worker) if worker is not None else _LocalGate(self)
+                _gates[self.name] = gate
+            return gate
+
+
+_gates: dict[str, Gate] = {}
+_gates_lock = threading.Lock()
+
+
+def _current_worker() -> Any:
+    """Return the distributed worker running this task, or None (not on a distributed worker)."""
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import get_worker
+
+    try:
+        return get_worker()
+    except ValueError:
+        return None
+
+
+class _LocalGate:
+    """The limits within one process: one asyncio semaphore and meters, made on flownb's loop."""
+
+    def __init__(self, limits: ClusterLimits) -> None:
+        self.limits = limits
+        self._slots: asyncio.Semaphore | None = None
+        self.requests = Meter(limits.rpm) if limits.rpm else None
+        self.tokens = Meter(limits.tpm) if limits.tpm else None
+
+    @asynccontextmanager
+    async def __call__(self, call: Call) -> AsyncIterator[Settle]:
+        if self._slots is None:  # every run of this process is on the same loop (flownb.aio)
+            self._slots = asyncio.Semaphore(self.limits.concurrency)
+        estimate = estimate_tokens(call) if self.tokens is not None else 0
+        wait = max(
+            self.requests.reserve(1) if self.requests is not None else 0.0,
+            self.tokens.reserve(estimate) if self.tokens is not None else 0.0,
+        )
+        if wait > 0:
+            await asyncio.sleep(wait)
+        tokens = self.tokens
+
+        def settle(gen: Generation) -> None:
+            actual = used(gen)
+            if tokens is not None and actual is not None:
+                tokens.adjust(actual - estimate)
+
+        async with self._slots:
+            yield settle
+
+
+class SharedMeter:
+    """A per-minute budget shared by every process of a cluster: the earliest start of the next
+    charge lives in a ``distributed.Variable``, moved under a ``distributed.Lock``.
+
+    Its coroutines run on the worker's event loop (see :class:`_DaskGate`).
+    """
+
+    def __init__(self, name: str, per_minute: float, worker: Any) -> None:
+        from distributed import Lock, Variable
+
+        self.seconds_per_unit = 60.0 / per_minute
+        self._lock = Lock(f"{name}-lock", scheduler_rpc=worker.scheduler, loop=worker.loop)
+        self._next = Variable(f"{name}-next", client=worker.client)
+
+    async def _read(self) -> float:
+        try:
+            return float(await self._next.get(timeout=0.01))
+        except TimeoutError:  # not set yet: the first charge of the run
+            return 0.0
+
+    async def reserve(self, units: float) -> float:
+        """Charge ``units``; return the seconds to wait before the charged work may start."""
+        await self._lock.acquire()
+        try:
+            now = time.time()
+            start = max(now, await self._read())
+            await self._next.set(start + units * self.seconds_per_unit)
+        finally:
+            await self._lock.release()
+        return start - now
+
+    async def adjust(self, units: float) -> None:
+        """Correct earlier charges by ``units`` (negative: fewer were used than charged)."""
+        await self._lock.acquire()
+        try:
+            moved = await self._read() + units * self.seconds_per_unit
+            await self._next.set(max(moved, time.time() - 1.0))
+        finally:
+            await self._lock.release()
+
+
+class _DaskGate:
+    """The limits of one run inside one distributed worker process."""
+
+    def __init__(self, limits: ClusterLimits, worker: Any) -> None:
+        from distributed import Semaphore
+
+        self.limits = limits
+        self.loop: asyncio.AbstractEventLoop = worker.loop.asyncio_loop
+        self.semaphore = Semaphore(
+            max_leases=limits.concurrency,
+            name=f"{limits.name}-calls",
+            scheduler_rpc=worker.scheduler,
+            loop=worker.loop,
+        )
+        self.requests = (
+            SharedMeter(f"{limits.name}-rpm", limits.rpm, worker) if limits.rpm else None
+        )
+        self.tokens = SharedMeter(f"{limits.name}-tpm", limits.tpm, worker) if limits.tpm else None
+
+    def _submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        async def run() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop)
+
+    async def _on_worker_loop(self, make: Callable[[], Awaitable[T]]) -> T:
+        return await asyncio.wrap_future(self._submit(make))
+
+    async def _acquire(self) -> None:
+        future = self._submit(self.semaphore.acquire)
+        try:
+            await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # Cancelled while the scheduler may still grant the lease: give it back if it does.
+            future.add_done_callback(self._release_if_granted)
+            raise
+
+    def _release_if_granted(self, future: concurrent.futures.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None and future.result():
+            self._release()
+
+    def _release(self) -> None:
+        # Not awaited: the attempt is over; a later acquire waits at the scheduler until this
+        # release arrives, so the limit holds either way.
+        self._submit(self.semaphore.release)
+
+    @asynccontextmanager
+    async def __call__(self, call: Call) -> AsyncIterator[Settle]:
+        estimate = estimate_tokens(call) if self.tokens is not None else 0
+        waits = []
+        if self.requests is not None:
+            requests = self.requests
+            waits.append(await self._on_worker_loop(lambda: requests.reserve(1)))
+        if self.tokens is not None:
+            tokens = self.tokens
+            waits.append(await self._on_worker_loop(lambda: tokens.reserve(estimate)))
+        wait = max(waits, default=0.0)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        meter = self.tokens
+
+        def settle(gen: Generation) -> None:
+            actual = used(gen)
+            if meter is not None and actual is not None and actual != estimate:
+                self._submit(lambda: meter.adjust(actual - estimate))
+
+        await self._acquire()
+        try:
+            yield settle
+        finally:
+            self._release()
