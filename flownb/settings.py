@@ -13,12 +13,14 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["PROVIDERS", "Settings", "get_settings"]
+__all__ = ["PROVIDERS", "SERVE_CONFIG", "Settings", "export_serve_config", "get_settings"]
 
 PROVIDERS = ("offline", "openai")
 
 DEFAULT_CONCURRENCY = 16
 DEFAULT_RETRIES = 8  # retries of a 429/5xx/timeout/dropped call, after the first attempt
+# `flownb serve --workers N`: the serve options, as JSON, for the worker processes' app factory.
+SERVE_CONFIG = "FLOWNB_SERVE_CONFIG"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Settings:
     runlog: bool = True
     # Issue 12: tokens per minute (FLOWNB_TPM), None for no limit.
     tokens_per_minute: float | None = None
+    serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
 
     @property
     def media_dir(self) -> Path:
@@ -91,7 +94,14 @@ def get_settings() -> Settings:
         server_cache=_flag("FLOWNB_SERVER_CACHE", env.get("FLOWNB_SERVER_CACHE"), False),
         runlog=_flag("FLOWNB_RUNLOG", env.get("FLOWNB_RUNLOG"), True),
         tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
+        serve_config=env.get(SERVE_CONFIG) or None,
     )
+
+
+def export_serve_config(config: str) -> None:
+    """Put ``config`` (JSON) where the worker processes of ``flownb serve --workers`` find it:
+    the environment they inherit."""
+    os.environ[SERVE_CONFIG] = config
 
 
 def _flag(name: str, raw: str | None, default: bool) -> bool:

@@ -52,7 +52,14 @@ from .schemas import (
 )
 from .store import FlowStore
 
-__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_BODY", "ServerConfig", "create_app", "parse_run_body"]
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_BODY",
+    "ServerConfig",
+    "app_from_env",
+    "create_app",
+    "parse_run_body",
+]
 
 DEFAULT_MAX_BATCH = 1000
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
@@ -472,3 +479,26 @@ def _json_type(value: Any) -> str:
         float: "a number",
     }
     return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def app_from_env() -> FastAPI:
+    """Return the app described by ``FLOWNB_SERVE_CONFIG``: the factory each worker process of
+    ``flownb serve --workers N`` calls (``flownb.server.app:app_from_env``, uvicorn
+    ``factory=True``). The JSON holds :class:`ServerConfig`'s arguments (``flows_dir`` and the
+    keyword ones, ``provider`` by name); keys, media and flows are read from the same
+    FLOWNB_HOME and folder by every worker.
+
+    Raises:
+        ConfigError: the variable is missing or not such a JSON object.
+    """
+    raw = get_settings().serve_config
+    try:
+        options = json.loads(raw) if raw else None
+        if not isinstance(options, dict):
+            raise ValueError("not a JSON object")
+        return create_app(ServerConfig(options.pop("flows_dir"), **options))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"FLOWNB_SERVE_CONFIG must be the JSON of flownb serve's options ({exc}); it is set "
+            "by `flownb serve --workers N`"
+        ) from None

@@ -43,6 +43,13 @@ __all__ = ["keys", "serve"]
     help="Largest request body accepted.",
 )
 @click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Server processes sharing the port (and FLOWNB_HOME: keys, media, cache).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -55,6 +62,7 @@ def serve(
     provider: str | None,
     max_batch: int,
     max_body_bytes: int,
+    workers: int,
     log_level: str,
 ) -> None:
     """Serve the flows of a folder over HTTP, as the flow execution service does."""
@@ -85,6 +93,30 @@ def serve(
     else:
         say("no API keys yet: every request is refused until you run")
         say("    flownb keys create --name NAME")
+    if workers > 1:
+        # Each worker process builds its own app from these options (uvicorn needs an import
+        # string to start several); they share keys, media and flows through the disk.
+        import json
+
+        from ..settings import export_serve_config
+
+        home = str(config.home.resolve())
+        options = {"provider": config.provider.name, "max_batch": max_batch, "home": home}
+        options.update(flows_dir=str(flows_dir), max_body_bytes=max_body_bytes)
+        export_serve_config(json.dumps(options))
+        say(f"{workers} worker processes")
+        uvicorn.run(
+            "flownb.server.app:app_from_env",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            log_config=log_config(),
+            log_level=log_level,
+            access_log=log_level in ("info", "debug"),
+            server_header=False,
+        )
+        return
     # The access log prints method, path and status only (never headers), so keys cannot leak.
     uvicorn.run(
         app,
