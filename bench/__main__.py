@@ -16,6 +16,7 @@ BENCHMARKS = {
     "latency_batch": "latency-bound batch vs the ideal bound (loopback OpenAI server)",
     "server_throughput": "flownb serve vs a bare FastAPI route (requests/s)",
     "memory_frame": "peak memory of a 100,000-row DataFrame batch vs the frame",
+    "dask_scale": "Dask on 2 process workers vs pandas; cluster C=32 vs ideal; serve --workers",
 }
 
 
