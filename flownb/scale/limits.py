@@ -25,6 +25,7 @@ background loop (:mod:`flownb.aio`), so each call is handed over with
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import sys
@@ -154,6 +155,76 @@ class SharedMeter:
             await self._lock.release()
 
 
+class _Leases:
+    """This process's leases of a run's cluster semaphore, lent to its calls one at a time.
+
+    A lease asked of the scheduler is lent to a waiting call; when the call ends, the lease goes
+    straight to the next waiting call of this process (no round trip to the scheduler), up to
+    ``reuse`` times, then back to the scheduler so other workers get their turn; with no call
+    waiting here it goes back at once. At most ``asking`` requests are outstanding at a time, so
+    calls served by hand-over do not leave surplus grants behind. Each call in flight holds one
+    lease, and the scheduler grants at most ``concurrency``: the limit holds across processes.
+    Runs on flownb's event loop; only the scheduler requests go through the worker's loop.
+    """
+
+    def __init__(self, gate: _DaskGate, reuse: int = 16, asking: int = 2) -> None:
+        self.gate = gate
+        self.reuse = reuse
+        self.asking = asking
+        self.requested = 0
+        self.waiters: collections.deque[asyncio.Future[int]] = collections.deque()
+
+    async def take(self) -> int:
+        """Wait for a lease; return how many more calls may use it before it goes back."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        self._ask()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._give(fut.result())  # lent and cancelled at once: pass it on
+            else:
+                self.waiters.remove(fut)
+            raise
+
+    def put(self, uses: int) -> None:
+        """Give back a lease after a call (``uses``: what :meth:`take` returned)."""
+        if uses > 1:
+            self._give(uses - 1)
+        else:
+            self.gate._release()
+            self._ask()
+
+    def _ask(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.requested < min(self.asking, len(self.waiters)):
+            self.requested += 1
+            future = self.gate._submit(self.gate.semaphore.acquire)
+            future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._granted, f))
+
+    def _granted(self, future: concurrent.futures.Future[Any]) -> None:
+        self.requested -= 1
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            while self.waiters:  # the scheduler cannot be reached: fail a waiting call
+                fut = self.waiters.popleft()
+                if not fut.done():
+                    fut.set_exception(error)
+                    break
+        elif not future.cancelled() and future.result():
+            self._give(self.reuse)
+        self._ask()
+
+    def _give(self, uses: int) -> None:
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(uses)
+                return
+        self.gate._release()  # nobody here needs it
+
+
 class _DaskGate:
     """The limits of one run inside one distributed worker process."""
 
@@ -172,6 +243,7 @@ class _DaskGate:
             SharedMeter(f"{limits.name}-rpm", limits.rpm, worker) if limits.rpm else None
         )
         self.tokens = SharedMeter(f"{limits.name}-tpm", limits.tpm, worker) if limits.tpm else None
+        self.leases = _Leases(self)
 
     def _submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
         async def run() -> T:
@@ -182,22 +254,9 @@ class _DaskGate:
     async def _on_worker_loop(self, make: Callable[[], Awaitable[T]]) -> T:
         return await asyncio.wrap_future(self._submit(make))
 
-    async def _acquire(self) -> None:
-        future = self._submit(self.semaphore.acquire)
-        try:
-            await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            # Cancelled while the scheduler may still grant the lease: give it back if it does.
-            future.add_done_callback(self._release_if_granted)
-            raise
-
-    def _release_if_granted(self, future: concurrent.futures.Future[Any]) -> None:
-        if not future.cancelled() and future.exception() is None and future.result():
-            self._release()
-
     def _release(self) -> None:
-        # Not awaited: the attempt is over; a later acquire waits at the scheduler until this
-        # release arrives, so the limit holds either way.
+        # Not awaited: a later acquire waits at the scheduler until this release arrives, so
+        # the limit holds either way.
         self._submit(self.semaphore.release)
 
     @asynccontextmanager
@@ -220,8 +279,8 @@ class _DaskGate:
             if meter is not None and actual is not None and actual != estimate:
                 self._submit(lambda: meter.adjust(actual - estimate))
 
-        await self._acquire()
+        uses = await self.leases.take()
         try:
             yield settle
         finally:
-            self._release()
+            self.leases.put(uses)
