@@ -104,7 +104,7 @@ def bench_images(client: Any, n: int, rounds: int) -> float:
     return p / d
 
 
-def bench_latency(client: Any, n: int, latency: float) -> float:
+def bench_latency(client: Any, n: int, latency: float) -> tuple[float, float]:
     import dask.dataframe as dd
 
     import flownb
@@ -116,10 +116,15 @@ def bench_latency(client: Any, n: int, latency: float) -> float:
         flow.run_dataframe(
             dd.from_pandas(frame(64, "word"), npartitions=2), concurrency=C
         ).compute()
-        server.reset()
-        df = frame(n, "word")
+        # The same rows through one process (the pandas path) first: the reference for what
+        # this machine allows right now.
         t0 = time.perf_counter()
-        out = flow.run_dataframe(dd.from_pandas(df, npartitions=8), concurrency=C).compute()
+        flow.run_dataframe(frame(n, "word"), progress=False, concurrency=C)
+        single = time.perf_counter() - t0
+        server.reset()
+        t0 = time.perf_counter()
+        out = flow.run_dataframe(dd.from_pandas(frame(n, "word"), npartitions=8), concurrency=C)
+        out = out.compute()
         elapsed = time.perf_counter() - t0
         stats = server.stats()
     finally:
@@ -129,10 +134,11 @@ def bench_latency(client: Any, n: int, latency: float) -> float:
     print(
         f"latency: {n} rows x {latency * 1000:.0f} ms at cluster C={C} on 2 workers: "
         f"{elapsed:.2f} s vs ideal {ideal:.2f} s = {elapsed / ideal:.3f}x (aim <= 1.15); "
-        f"server peak in flight {stats['peak_in_flight']} (limit {C}), requests {stats['requests']}"
+        f"one process (pandas path) {single:.2f} s = {single / ideal:.3f}x; server peak in "
+        f"flight {stats['peak_in_flight']} (limit {C}), requests {stats['requests']}"
     )
     assert stats["peak_in_flight"] <= C
-    return elapsed / ideal
+    return elapsed / ideal, single / ideal
 
 
 async def _load(url: str, key: str, seconds: float, connections: int) -> float:
@@ -233,9 +239,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         client, args.images, args.rounds
                     )
                 if "latency" in only:
-                    ratios["Dask C=32 latency batch / ideal"] = bench_latency(
-                        client, args.rows, args.latency
-                    )
+                    dask_ratio, single_ratio = bench_latency(client, args.rows, args.latency)
+                    ratios["Dask C=32 latency batch / ideal"] = dask_ratio
+                    ratios["one process C=32 (reference) / ideal"] = single_ratio
     if "serve" in only:
         ratios["serve --workers 2 / --workers 1 (req/s)"] = bench_serve(
             args.seconds, args.connections, args.rounds
