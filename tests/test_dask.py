@@ -146,6 +146,31 @@ def test_missing_cells_fail_the_partition_with_the_pandas_message(
     assert filled["say"].tolist() == ["say a", "say ?", "say c"]
 
 
+def test_dask_is_imported_only_when_a_dask_frame_is_used(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pandas as pd, flownb\n"
+        "flow = flownb.load_flow({'nodes': [], 'edges': []}, log=False)\n"
+        "flow.run_dataframe(pd.DataFrame({'a': ['x']}), progress=False)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(flownb.__file__).parent.parent)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_flownb_tpm_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOWNB_TPM", "90000")
+    flow = flownb.load_flow(SAY)
+    assert flow.knobs["tpm"] == 90000
+    monkeypatch.setenv("FLOWNB_TPM", "lots")
+    with pytest.raises(ConfigError, match="FLOWNB_TPM must be a number"):
+        flownb.load_flow(SAY)
+
+
 # -- flows travel by value ---------------------------------------------------------------------
 
 
