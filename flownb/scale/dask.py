@@ -23,6 +23,7 @@ partition's task with the pandas path's :class:`InputError`. Missing columns are
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -74,17 +75,19 @@ class PartitionRunner:
         if len(part) == 0:
             return _empty_result(part, self.out_cols, self.error_column)
         flow = flow_from_spec(self.spec)
-        gate = self.limits.gate() if not flow.provider.inline else None
-        view = flow.gated(gate, run_id=f"{self.run}-{number}")
-        result = run_pandas(
-            view,
-            part,
-            self.columns,
-            fill=self.fill,
-            progress=False,
-            concurrency=self.spec.concurrency,
-            error_column=self.error_column,
-        )
+        # Inline (offline) providers make no calls to limit: no cluster primitives for them.
+        hold = self.limits.gate() if not flow.provider.inline else contextlib.nullcontext(None)
+        with hold as gate:
+            view = flow.gated(gate, f"{self.run}-{number}")
+            result = run_pandas(
+                view,
+                part,
+                self.columns,
+                fill=self.fill,
+                progress=False,
+                concurrency=self.spec.concurrency,
+                error_column=self.error_column,
+            )
         if self.error_column not in result.columns:
             result[self.error_column] = pd.Series(
                 [None] * len(part), index=part.index, dtype=object

@@ -2,11 +2,13 @@
 minute, on Dask's own primitives.
 
 A :class:`ClusterLimits` travels in the task graph (a name and three numbers). In each worker
-process, :meth:`ClusterLimits.gate` returns that process's :data:`~flownb.providers.calls.Gate`,
-built once per run and entered around every provider attempt:
+process, :meth:`ClusterLimits.gate` holds that process's :data:`~flownb.providers.calls.Gate`
+while partitions of the run execute there; it is entered around every provider attempt:
 
 - **concurrency**: a ``distributed.Semaphore(max_leases=concurrency)``, one lease held per
-  attempt in flight, so the calls in flight across all workers never exceed ``concurrency``.
+  attempt in flight, so the calls in flight across all workers never exceed ``concurrency``
+  (a worker lends a lease on to its own next call a few times before giving it back, see
+  :class:`_Leases`, so the scheduler is not asked once per call).
   A worker that dies holding leases gives them back after the scheduler's
   ``distributed.scheduler.locks.lease-timeout`` (30 s by default).
 - **rpm / tpm**: a shared meter (:class:`SharedMeter`): the earliest start of the next call, in
@@ -27,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -53,21 +56,34 @@ class ClusterLimits:
     rpm: float | None = None
     tpm: float | None = None
 
-    def gate(self) -> Gate:
-        """Return this process's gate for these limits (made on first use, then reused).
+    @contextlib.contextmanager
+    def gate(self) -> Iterator[Gate]:
+        """Hold this process's gate for these limits while a partition runs.
 
-        Call it from a task (a distributed worker's task thread), where the worker is known.
+        Made on first use and shared by the partitions of the run this process runs at once;
+        dropped when the last one ends (a later partition of the run makes it again: the
+        cluster-side semaphore and meters are found by name). Call it from a task, where the
+        distributed worker is known.
         """
         with _gates_lock:
-            gate = _gates.get(self.name)
-            if gate is None:
+            entry = _gates.get(self.name)
+            if entry is None:
                 worker = _current_worker()
-                gate = _DaskGate(self, worker) if worker is not None else _LocalGate(self)
-                _gates[self.name] = gate
-            return gate
+                gate: Any = _DaskGate(self, worker) if worker is not None else _LocalGate(self)
+                entry = _gates[self.name] = [gate, 0]
+            entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            with _gates_lock:
+                entry[1] -= 1
+                close = getattr(entry[0], "close", None)
+                if entry[1] == 0 and close is not None:  # a process-local gate is kept: its
+                    del _gates[self.name]  # meters are the only record of the run's pace
+                    close()
 
 
-_gates: dict[str, Gate] = {}
+_gates: dict[str, list[Any]] = {}  # name -> [gate, partitions running]
 _gates_lock = threading.Lock()
 
 
@@ -253,6 +269,12 @@ class _DaskGate:
 
     async def _on_worker_loop(self, make: Callable[[], Awaitable[T]]) -> T:
         return await asyncio.wrap_future(self._submit(make))
+
+    def close(self) -> None:
+        """Stop refreshing this process's leases (none is held once its partitions ended)."""
+        callback = getattr(self.semaphore, "refresh_callback", None)
+        if callback is not None:
+            self.loop.call_soon_threadsafe(callback.stop)
 
     def _release(self) -> None:
         # Not awaited: a later acquire waits at the scheduler until this release arrives, so
