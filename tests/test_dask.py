@@ -260,6 +260,25 @@ def test_tokens_per_minute_hold_in_one_process_and_settle_on_the_usage(fake: Fak
     assert 0.8 <= elapsed <= 3.0
 
 
+def test_tokens_per_minute_hold_across_both_workers(
+    client: distributed.Client, fake: FakeOpenAI
+) -> None:
+    flow_json = make_flow({"say": "say {word}"}, ["word"])
+    flow_json["nodes"][1]["data"]["modelParams"] = {"model": "gpt-4o-mini", "max_tokens": 50}
+    flow = flownb.load_flow(flow_json, provider="openai", cache=False, log=False)
+    ddf = dd.from_pandas(words(10), npartitions=2)
+
+    started = time.perf_counter()
+    got = flow.run_dataframe(ddf, concurrency=4, tpm=3000).compute()
+    elapsed = time.perf_counter() - started
+
+    assert got["say"].tolist() == [echo(f"say w{i}") for i in range(10)]
+    # 50 tokens/s shared by both workers; each call is charged 52 before it is sent and settled
+    # at the 5 it used. At least the usage of 9 calls must be paced (~0.9 s); charged on the
+    # estimates alone it would take more than 3 s even if each worker had its own budget.
+    assert 0.8 <= elapsed <= 3.0
+
+
 # -- a worker killed mid-batch -------------------------------------------------------------------
 
 

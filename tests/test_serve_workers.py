@@ -106,3 +106,17 @@ def test_two_workers_share_keys_media_and_new_flows(
         with requests.Session() as s:
             got = s.get(image)
             assert got.status_code == 200 and got.content.startswith(b"\x89PNG")
+
+
+def test_the_worker_app_factory_names_its_missing_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flownb.errors import ConfigError
+    from flownb.server.app import app_from_env
+
+    monkeypatch.delenv("FLOWNB_SERVE_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="FLOWNB_SERVE_CONFIG"):
+        app_from_env()
+    monkeypatch.setenv("FLOWNB_SERVE_CONFIG", '{"provider": "offline"}')
+    with pytest.raises(ConfigError, match="flows_dir"):
+        app_from_env()

@@ -149,7 +149,7 @@ class CallRunner:
             except RateLimited:
                 limiter.rate_limited()
                 raise
-        settle(gen)
+            settle(gen)  # before the slot is freed, so the next call sees the correction
         limiter.succeeded()
         return gen
 

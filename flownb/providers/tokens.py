@@ -57,10 +57,16 @@ def used(gen: Generation) -> int | None:
     return int(total)
 
 
+# How often a call waiting for budget looks again: corrections (a call that used fewer tokens
+# than charged) hand budget back, and a waiter should not sleep past it.
+POLL = 0.05
+
+
 class Meter:
-    """Spends a budget of ``per_minute`` units evenly: each charge of ``n`` units pushes the
-    earliest start of the next one ``n * 60 / per_minute`` seconds further (a leaky bucket without
-    burst). Pure arithmetic on a monotonic clock, so one meter serves runs on any loop."""
+    """Spends a budget of ``per_minute`` units evenly: a charge of ``n`` units is admitted once
+    the previous charges are paid off, and pushes the time the budget is free again
+    ``n * 60 / per_minute`` seconds ahead (a leaky bucket without burst). Pure arithmetic on a
+    monotonic clock, so one meter serves runs on any loop."""
 
     def __init__(self, per_minute: float) -> None:
         if per_minute <= 0:
@@ -68,12 +74,14 @@ class Meter:
         self.seconds_per_unit = 60.0 / per_minute
         self._next = 0.0
 
-    def reserve(self, units: float) -> float:
-        """Charge ``units`` now; return the seconds to wait before the charged work may start."""
-        now = time.monotonic()
-        start = max(now, self._next)
-        self._next = start + units * self.seconds_per_unit
-        return start - now
+    async def take(self, units: float) -> None:
+        """Return once ``units`` may be spent, having charged them."""
+        while True:
+            now = time.monotonic()
+            if self._next <= now:
+                self._next = now + units * self.seconds_per_unit
+                return
+            await asyncio.sleep(min(self._next - now, POLL))
 
     def adjust(self, units: float) -> None:
         """Correct the last charges by ``units`` (negative: fewer were used than charged)."""
@@ -90,9 +98,7 @@ class TokenGate:
     @asynccontextmanager
     async def __call__(self, call: Call) -> AsyncIterator[Settle]:
         estimate = estimate_tokens(call)
-        wait = self.meter.reserve(estimate)
-        if wait > 0:
-            await asyncio.sleep(wait)
+        await self.meter.take(estimate)
 
         def settle(gen: Generation) -> None:
             actual = used(gen)
@@ -110,9 +116,7 @@ class RequestGate:
 
     @asynccontextmanager
     async def __call__(self, call: Call) -> AsyncIterator[Settle]:
-        wait = self.meter.reserve(1)
-        if wait > 0:
-            await asyncio.sleep(wait)
+        await self.meter.take(1)
         yield _ignore
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..frame import _output_columns, rows_to_variables
 from ..frame import run_dataframe as run_pandas
-from .limits import ClusterLimits
+from .limits import ClusterLimits, start_meters
 from .spec import FlowSpec, flow_from_spec
 
 if TYPE_CHECKING:
@@ -157,6 +157,7 @@ def run_dataframe(
     # The cluster gate applies the limits; the workers' engines add none of their own. The
     # cache commits each answer at once, so a worker killed mid-batch has kept what it paid for.
     spec = flow.to_spec(concurrency=int(concurrency), rpm=None, tpm=None, cache_flush_after=0.0)
+    start_meters(limits)
     runner = PartitionRunner(spec, limits, columns, fill, error_column, out_cols, run)
     meta = _empty_result(meta_in, out_cols, error_column)
     return ddf.map_partitions(runner, meta=meta, align_dataframes=False)

@@ -40,9 +40,9 @@ from typing import Any, TypeVar
 
 from ..providers.base import Call, Generation
 from ..providers.calls import Gate, Settle
-from ..providers.tokens import Meter, estimate_tokens, used
+from ..providers.tokens import POLL, Meter, estimate_tokens, used
 
-__all__ = ["ClusterLimits", "SharedMeter"]
+__all__ = ["ClusterLimits", "SharedMeter", "start_meters"]
 
 T = TypeVar("T")
 
@@ -113,12 +113,10 @@ class _LocalGate:
         if self._slots is None:  # every run of this process is on the same loop (flownb.aio)
             self._slots = asyncio.Semaphore(self.limits.concurrency)
         estimate = estimate_tokens(call) if self.tokens is not None else 0
-        wait = max(
-            self.requests.reserve(1) if self.requests is not None else 0.0,
-            self.tokens.reserve(estimate) if self.tokens is not None else 0.0,
-        )
-        if wait > 0:
-            await asyncio.sleep(wait)
+        if self.requests is not None:
+            await self.requests.take(1)
+        if self.tokens is not None:
+            await self.tokens.take(estimate)
         tokens = self.tokens
 
         def settle(gen: Generation) -> None:
@@ -147,19 +145,25 @@ class SharedMeter:
     async def _read(self) -> float:
         try:
             return float(await self._next.get(timeout=0.01))
-        except TimeoutError:  # not set yet: the first charge of the run
+        except TimeoutError:  # not set (no client when the graph was built): the first charge
             return 0.0
 
-    async def reserve(self, units: float) -> float:
-        """Charge ``units``; return the seconds to wait before the charged work may start."""
-        await self._lock.acquire()
-        try:
+    async def take(self, units: float) -> None:
+        """Return once ``units`` may be spent, having charged them (as :meth:`Meter.take`)."""
+        while True:
+            free_at = await self._read()  # a look without the lock, while waiting
             now = time.time()
-            start = max(now, await self._read())
-            await self._next.set(start + units * self.seconds_per_unit)
-        finally:
-            await self._lock.release()
-        return start - now
+            if free_at > now:
+                await asyncio.sleep(min(free_at - now, POLL))
+                continue
+            await self._lock.acquire()
+            try:
+                now = time.time()
+                if await self._read() <= now:
+                    await self._next.set(now + units * self.seconds_per_unit)
+                    return
+            finally:
+                await self._lock.release()
 
     async def adjust(self, units: float) -> None:
         """Correct earlier charges by ``units`` (negative: fewer were used than charged)."""
@@ -284,16 +288,12 @@ class _DaskGate:
     @asynccontextmanager
     async def __call__(self, call: Call) -> AsyncIterator[Settle]:
         estimate = estimate_tokens(call) if self.tokens is not None else 0
-        waits = []
         if self.requests is not None:
             requests = self.requests
-            waits.append(await self._on_worker_loop(lambda: requests.reserve(1)))
+            await self._on_worker_loop(lambda: requests.take(1))
         if self.tokens is not None:
             tokens = self.tokens
-            waits.append(await self._on_worker_loop(lambda: tokens.reserve(estimate)))
-        wait = max(waits, default=0.0)
-        if wait > 0:
-            await asyncio.sleep(wait)
+            await self._on_worker_loop(lambda: tokens.take(estimate))
         meter = self.tokens
 
         def settle(gen: Generation) -> None:
@@ -306,3 +306,19 @@ class _DaskGate:
             yield settle
         finally:
             self.leases.put(uses)
+
+
+def start_meters(limits: ClusterLimits) -> None:
+    """Set the run's shared meters to "free now" on the scheduler, when a distributed client is
+    at hand (graph building time), so workers never wait on an unset variable."""
+    if "distributed" not in sys.modules or not (limits.rpm or limits.tpm):
+        return
+    from distributed import Variable, default_client
+
+    try:
+        client = default_client()
+    except ValueError:  # no client yet: workers treat the unset meter as free
+        return
+    for kind, rate in (("rpm", limits.rpm), ("tpm", limits.tpm)):
+        if rate:
+            Variable(f"{limits.name}-{kind}-next", client=client).set(0.0)
