@@ -279,6 +279,16 @@ def test_tokens_per_minute_hold_across_both_workers(
     assert 0.8 <= elapsed <= 3.0
 
 
+def test_a_pandas_run_takes_its_own_rpm(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(SAY, provider="openai", cache=False, log=False)
+    started = time.perf_counter()
+    out = flow.run_dataframe(words(6), progress=False, concurrency=6, rpm=600)
+    elapsed = time.perf_counter() - started
+    assert out["say"].tolist() == [echo(f"say w{i}") for i in range(6)]
+    assert elapsed >= 0.45  # 6 starts 0.1 s apart; unpaced it takes a few ms
+    assert flow.knobs["rpm"] is None  # the flow itself is untouched
+
+
 # -- a worker killed mid-batch -------------------------------------------------------------------
 
 
