@@ -179,6 +179,20 @@ async def _load(url: str, key: str, seconds: float, connections: int) -> float:
         return done / (time.perf_counter() - t0)
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its children (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat.parent.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def bench_serve(seconds: float, connections: int, rounds: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         flows = Path(tmp) / "flows"
@@ -191,6 +205,7 @@ def bench_serve(seconds: float, connections: int, rounds: int) -> float:
             env=env, capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
         rates: dict[int, list[float]] = {1: [], 2: []}
+        cpu: dict[int, list[float]] = {1: [], 2: []}  # server CPU seconds per request
         procs = {}
         try:
             for workers in (1, 2):
@@ -204,13 +219,26 @@ def bench_serve(seconds: float, connections: int, rounds: int) -> float:
             time.sleep(2)  # the second worker process of --workers 2 is up too
             for r in range(rounds):
                 for workers in (1, 2) if r % 2 == 0 else (2, 1):
+                    used = tree_cpu(procs[workers][0].pid)
+                    t0 = time.perf_counter()
                     rate = asyncio.run(_load(procs[workers][1], key, seconds, connections))
+                    served = rate * (time.perf_counter() - t0)  # with the warm-up requests
+                    per = (tree_cpu(procs[workers][0].pid) - used) / max(served, 1.0)
                     rates[workers].append(rate)
-                    print(f"  round {r + 1}: --workers {workers} {rate:7.1f} req/s", flush=True)
+                    cpu[workers].append(per)
+                    print(
+                        f"  round {r + 1}: --workers {workers} {rate:7.1f} req/s, "
+                        f"{per * 1000:5.1f} ms server CPU per request",
+                        flush=True,
+                    )
         finally:
             for proc, _ in procs.values():
                 stop(proc)
     one, two = statistics.median(rates[1]), statistics.median(rates[2])
+    print(
+        f"server CPU per request: --workers 1 {statistics.median(cpu[1]) * 1000:.1f} ms, "
+        f"--workers 2 {statistics.median(cpu[2]) * 1000:.1f} ms (the speed-up needs idle cores)"
+    )
     print(f"serve image route: --workers 1 {one:.1f} req/s, --workers 2 {two:.1f} req/s: "
           f"{two / one:.2f}x (aim >= 1.5)")  # fmt: skip
     return two / one
