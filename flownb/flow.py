@@ -380,6 +380,16 @@ class LocalFlow(BaseFlow):
 
         return (flow_from_spec, (self.to_spec(),))
 
+    def __copy__(self) -> LocalFlow:
+        # A shallow copy shares the engine, as it did before pickling went by spec.
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LocalFlow:
+        # A deep copy is a flow of its own (fresh engine), not the process's shared one.
+        return self.to_spec().build()
+
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
     ) -> list[RunResult]:

@@ -185,6 +185,11 @@ def test_a_local_flow_pickles_as_its_spec_without_the_key(fake: FakeOpenAI) -> N
     assert copy.knobs["tpm"] == 5000 and copy.provider.base_url == fake.url
     assert copy.run({"word": "owl"}) == {"say": echo("say owl")}
     assert pickle.loads(data) is copy  # one flow per spec per process
+    import copy as copying
+
+    assert copying.copy(flow).engine is flow.engine
+    twin = copying.deepcopy(flow)
+    assert twin is not copy and twin.engine is not flow.engine and twin.source == flow.source
 
 
 def test_a_flow_with_a_provider_instance_of_its_own_cannot_travel() -> None:
