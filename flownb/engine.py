@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
-from .providers.calls import CallRunner
+from .providers.calls import CallRunner, Gate
 from .providers.limits import AdaptiveLimiter, Pacer
+from .providers.tokens import TokenGate, chain
 from .result import OnResult, RunResult, make_result
 from .template import Template
 from .validate import VariableSpec
@@ -188,6 +189,7 @@ class Engine:
         rpm: float | None,
         timeout: float,
         retries: int,
+        tpm: float | None = None,
     ) -> None:
         if not provider.supports_images:
             images = [s.name or s.node_id for s in plan.steps if s.kind == "image"]
@@ -206,6 +208,8 @@ class Engine:
         self.pacer = Pacer(rpm)
         self.timeout = timeout
         self.retries = retries
+        # Tokens per minute (None or 0: no limit), shared by every run of this engine.
+        self.tokens: Gate | None = TokenGate(tpm) if tpm else None
         # Shared by every result: RunResult.trace is computed from it only when asked for.
         self.trace_of = (plan.trace_names, media_url)
 
@@ -325,6 +329,7 @@ class Engine:
         concurrency: int,
         *,
         limiter: AdaptiveLimiter | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """Run a validated batch; at most ``concurrency`` provider calls are in flight at once
         (fewer while the provider answers 429), retried, cached and paced as configured.
@@ -332,6 +337,8 @@ class Engine:
 
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
         when the run is cancelled part-way; the cache is committed on the way out either way.
+        ``gate`` is entered around each provider attempt after this engine's own token limit
+        (a Dask run's cluster-wide limits come in here).
         """
         if not batch:
             return
@@ -343,6 +350,7 @@ class Engine:
             timeout=self.timeout,
             retries=self.retries,
             limiter=limiter,
+            gate=chain(self.tokens, gate),
         )
         pending = iter(range(len(batch)))
 

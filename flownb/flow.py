@@ -8,6 +8,7 @@ remote flow runs over HTTP.
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cache import open_cache
 from .engine import Engine, Plan
-from .errors import BatchError, FlowFileError
+from .errors import BatchError, ConfigError, FlowFileError
 from .frame import run_dataframe
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
@@ -30,6 +31,9 @@ from .validate import VariableSpec
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from .providers.calls import Gate
+    from .scale.spec import FlowSpec
 
 __all__ = ["BaseFlow", "LocalFlow", "load_flow"]
 
@@ -159,16 +163,47 @@ class BaseFlow(ABC):
         concurrency: int | None = None,
         error_column: str = "error",
         trace: bool = False,
+        rpm: float | None = None,
+        tpm: float | None = None,
     ) -> pd.DataFrame:
         """Run the flow once per row of ``df``; see :func:`flownb.frame.run_dataframe`.
+
+        ``df`` may be a Dask DataFrame: the result is then a lazy Dask DataFrame (see
+        :func:`flownb.scale.dask.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
+        across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit this run in
+        addition to the flow's own limits (local flows only).
 
         Returns:
             A copy of ``df`` (index and columns kept) with one column per output (and, with
             ``trace=True``, one per generation node), and an ``error_column`` when some rows
-            failed.
+            failed (always, on a Dask frame).
+
+        Raises:
+            ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally, or
+                ``trace=True`` on a Dask frame.
         """
+        if _is_dask_frame(df):
+            if trace:
+                raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
+            from .scale.dask import run_dataframe as run_dask
+
+            return run_dask(
+                self,
+                df,
+                columns,
+                fill=fill,
+                concurrency=concurrency,
+                rpm=rpm,
+                tpm=tpm,
+                error_column=error_column,
+            )
+        flow: BaseFlow = self
+        if rpm or tpm:
+            if not isinstance(self, LocalFlow):
+                raise ConfigError("rpm= and tpm= per run apply to local flows only")
+            flow = self.gated(_run_limits(rpm, tpm))
         return run_dataframe(
-            self,
+            flow,
             df,
             columns,
             fill=fill,
@@ -218,6 +253,18 @@ class BaseFlow(ABC):
         )
 
 
+def _is_dask_frame(df: Any) -> bool:
+    # Without importing dask: a Dask DataFrame exists only if dask.dataframe was imported.
+    dd = sys.modules.get("dask.dataframe")
+    return dd is not None and isinstance(df, dd.DataFrame)
+
+
+def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
+    from .providers.tokens import RequestGate, TokenGate, chain
+
+    return chain(RequestGate(rpm) if rpm else None, TokenGate(tpm) if tpm else None)
+
+
 def _progress_bar(total: int, name: str) -> Any:
     from tqdm.auto import tqdm
 
@@ -252,7 +299,10 @@ class LocalFlow(BaseFlow):
             provider = make_provider(config)
         self.name = name
         self.graph = graph
-        self.source = source
+        # The exported JSON, kept so the flow can travel by value (pickling, Dask workers).
+        self.source: dict[str, Any] = (
+            dict(source) if source is not None else graph.model_dump(mode="json", by_alias=True)
+        )
         self.config = config
         self.media_url = media_url
         self.plan = Plan(graph)
@@ -266,6 +316,7 @@ class LocalFlow(BaseFlow):
             rpm=config.rpm,
             timeout=config.timeout,
             retries=config.retries,
+            tpm=config.tpm,
         )
         self.runlog = open_runlog(config.home) if config.runlog else None
         self.runner = Runner(
@@ -301,7 +352,7 @@ class LocalFlow(BaseFlow):
             config=self.config,
             provider=self.provider,
             media_url=self.media_url,
-            source=self.source if graph is self.graph else None,
+            source=self.source if graph is self.graph else None,  # else: dumped from graph
         )
 
     def with_params(
@@ -344,6 +395,53 @@ class LocalFlow(BaseFlow):
         shares one concurrency limit with other runs (see :func:`flownb.evaluate`)."""
         await self.runner.arun(batch, on_result, concurrency=concurrency, limiter=limiter)
 
+    def run_gated(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        concurrency: int | None,
+        *,
+        gate: Gate | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Run an already-validated batch with an extra ``gate`` around each provider attempt
+        and the run log's ``run_id`` for it (a Dask partition's cluster-wide limits, per-run
+        rpm/tpm), reporting each element to ``on_result``."""
+        self.runner.run(batch, on_result, concurrency=concurrency, gate=gate, run_id=run_id)
+
+    def gated(self, gate: Gate | None, run_id: str | None = None) -> BaseFlow:
+        """Return a view of this flow whose runs enter ``gate`` around each provider attempt
+        and log under ``run_id`` (the engine and its caches are shared, nothing is copied)."""
+        return _GatedFlow(self, gate, run_id)
+
+    def to_spec(self, **changes: Any) -> FlowSpec:
+        """Return the flow as a small picklable :class:`~flownb.scale.spec.FlowSpec` (its JSON,
+        name, provider name and run knobs; never a key), with ``changes`` applied.
+
+        Raises:
+            ConfigError: the provider is an instance that cannot be rebuilt from its name.
+        """
+        from .scale.spec import spec_of
+
+        return spec_of(self, **changes)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # By value: the spec, rebuilt (once per process) on the other side. Threads, sockets
+        # and SQLite handles never travel.
+        from .scale.spec import flow_from_spec
+
+        return (flow_from_spec, (self.to_spec(),))
+
+    def __copy__(self) -> LocalFlow:
+        # A shallow copy shares the engine, as it did before pickling went by spec.
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LocalFlow:
+        # A deep copy is a flow of its own (fresh engine), not the process's shared one.
+        return self.to_spec().build()
+
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
     ) -> list[RunResult]:
@@ -381,6 +479,7 @@ def load_flow(
     timeout: float | None = None,
     retries: int | None = None,
     log: bool | None = None,
+    tpm: float | None = None,
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
 
@@ -390,8 +489,10 @@ def load_flow(
     ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight
     (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
     ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
-    a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8). ``cache=False`` bypasses the call cache
-    (``FLOWNB_CACHE=0``); ``log=False`` keeps runs out of the run log (``FLOWNB_RUNLOG=0``).
+    a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8); ``tpm`` caps tokens per minute
+    (``FLOWNB_TPM``; estimated before each call, corrected by the usage reported).
+    ``cache=False`` bypasses the call cache (``FLOWNB_CACHE=0``); ``log=False`` keeps runs out
+    of the run log (``FLOWNB_RUNLOG=0``).
 
     Returns:
         A :class:`LocalFlow`.
@@ -408,6 +509,7 @@ def load_flow(
         rpm=rpm,
         timeout=timeout,
         retries=retries,
+        tpm=tpm,
     )
     if isinstance(source, Mapping):
         graph, data = parse_flow(source, name or "flow"), source
@@ -424,3 +526,28 @@ def load_flow(
         provider=provider if isinstance(provider, Provider) else None,
         source=data,
     )
+
+
+class _GatedFlow(BaseFlow):
+    """A :class:`LocalFlow` seen through a gate and a run id (see :meth:`LocalFlow.gated`)."""
+
+    def __init__(self, flow: LocalFlow, gate: Gate | None, run_id: str | None) -> None:
+        self.flow = flow
+        self.name = flow.name
+        self.gate = gate
+        self.run_id = run_id
+
+    @property
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation."""
+        return self.flow.spec
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+        return self.flow.outputs
+
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        self.flow.run_gated(batch, on_result, concurrency, gate=self.gate, run_id=self.run_id)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from .aio import run_sync
 from .engine import Engine
 from .errors import BatchError
+from .providers.calls import Gate
 from .providers.limits import AdaptiveLimiter
 from .result import OnResult, RunResult
 from .runlog import RunLog, RunRecorder
@@ -86,11 +87,15 @@ class Runner:
         self.runlog = runlog
         self._images = any(step.kind == "image" for step in engine.plan.steps)
 
-    def _recorder(self, batch: Sequence[Mapping[str, str]]) -> RunRecorder | None:
+    def _recorder(
+        self, batch: Sequence[Mapping[str, str]], run_id: str | None = None
+    ) -> RunRecorder | None:
         if self.runlog is None or not batch:
             return None
         provider = self.engine.provider
-        return self.runlog.recorder(self.name, provider.name, batch, detailed=not provider.inline)
+        return self.runlog.recorder(
+            self.name, provider.name, batch, detailed=not provider.inline, run_id=run_id
+        )
 
     def run(
         self,
@@ -98,14 +103,18 @@ class Runner:
         on_result: OnResult,
         *,
         concurrency: int | None = None,
+        gate: Gate | None = None,
+        run_id: str | None = None,
     ) -> None:
         """Run ``batch`` from synchronous code (a Jupyter kernel's thread included), reporting
-        each element to ``on_result`` as it ends.
+        each element to ``on_result`` as it ends. ``gate`` is entered around each provider
+        attempt (cluster-wide or per-run limits); ``run_id`` names the batch in the run log (a
+        Dask partition recomputed after its worker died logs under the same id).
 
         Raises:
             KeyboardInterrupt: Ctrl-C; every element finished before it was reported.
         """
-        recorder = self._recorder(batch)
+        recorder = self._recorder(batch, run_id)
         if recorder is not None:
             on_result = recorder.wrap(on_result)
         engine = self.engine
@@ -113,7 +122,11 @@ class Runner:
             if engine.provider.inline:
                 engine.run_inline(batch, on_result)
             else:
-                run_sync(engine.run_async(batch, on_result, concurrency or self.concurrency))
+                run_sync(
+                    engine.run_async(
+                        batch, on_result, concurrency or self.concurrency, gate=gate
+                    )
+                )
         finally:
             if recorder is not None:
                 recorder.flush()

@@ -127,14 +127,22 @@ class RunLog:
         self._writer.submit(lambda: None).result()
 
     def recorder(
-        self, flow: str, provider: str, batch: Sequence[Mapping[str, str]], *, detailed: bool = True
+        self,
+        flow: str,
+        provider: str,
+        batch: Sequence[Mapping[str, str]],
+        *,
+        detailed: bool = True,
+        run_id: str | None = None,
     ) -> RunRecorder:
         """Return a recorder for one batch of ``flow`` (wrap its ``on_result``, then ``flush``).
 
         ``detailed=False`` (inline providers: no tokens, nothing cached, one model) skips the
         per-generation bookkeeping, keeping a 10,000-row offline batch's log to milliseconds.
+        ``run_id`` names the batch (a fresh one by default); a batch run again under the same
+        id (a Dask partition rescheduled after its worker died) is read back once by :func:`runs`.
         """
-        return RunRecorder(self, flow, provider, batch, detailed)
+        return RunRecorder(self, flow, provider, batch, detailed, run_id)
 
     def write(self, run_id: str, flow: str, provider: str, rows: list[list[Any]]) -> None:
         """Append one chunk of a batch's rows in one transaction."""
@@ -175,6 +183,7 @@ class RunRecorder:
         provider: str,
         batch: Sequence[Mapping[str, str]],
         detailed: bool = True,
+        run_id: str | None = None,
     ) -> None:
         self._detailed = detailed
         self._log = log
@@ -182,7 +191,7 @@ class RunRecorder:
         self._provider = provider
         self._batch = batch
         self._pending: list[tuple[int, float, RunResult | None, BaseException | None]] = []
-        self.run_id = uuid.uuid4().hex[:16]
+        self.run_id = run_id or uuid.uuid4().hex[:16]
 
     def wrap(self, on_result: OnResult) -> OnResult:
         """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
@@ -296,6 +305,8 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
     from the cache), ``cached_outputs`` (their names) and ``error`` (``code: message``).
 
     ``flow`` keeps one flow's runs (its file name without ``.json``); ``limit`` the last ones.
+    A row logged twice under one ``run_id`` and ``index`` (a Dask partition recomputed after
+    its worker died) appears once, as its last write.
     """
     import pandas as pd
 
@@ -326,6 +337,10 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
                     error,
                 )
             )
+    # Keep the last write of each (run_id, index): a recomputed partition logs its rows again.
+    last = {(r[0], r[1]): n for n, r in enumerate(records)}
+    if len(last) < len(records):
+        records = [records[n] for n in sorted(last.values())]
     if limit is not None:
         records = records[-limit:] if limit > 0 else []
     columns = list(zip(*records, strict=True)) if records else [()] * len(COLUMNS)

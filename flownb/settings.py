@@ -22,8 +22,10 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
+    "SERVE_CONFIG",
     "RunConfig",
     "Settings",
+    "export_serve_config",
     "get_settings",
     "media_dir",
     "resolve_run_config",
@@ -41,6 +43,8 @@ DEFAULT_OPENAI_TRANSPORT = "aiohttp"
 def media_dir(home: Path) -> Path:
     """Return where generated images live under a FLOWNB_HOME: ``home/media``."""
     return home / "media"
+# `flownb serve --workers N`: the serve options, as JSON, for the worker processes' app factory.
+SERVE_CONFIG = "FLOWNB_SERVE_CONFIG"
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class Settings:
     server_cache: bool = False
     runlog: bool = True
     server_runlog: bool = False
+    tokens_per_minute: float | None = None
+    serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
 
     @property
     def media_dir(self) -> Path:
@@ -111,6 +117,8 @@ def get_settings() -> Settings:
         server_cache=_flag("FLOWNB_SERVER_CACHE", env.get("FLOWNB_SERVER_CACHE"), False),
         runlog=_flag("FLOWNB_RUNLOG", env.get("FLOWNB_RUNLOG"), True),
         server_runlog=_flag("FLOWNB_SERVER_RUNLOG", env.get("FLOWNB_SERVER_RUNLOG"), False),
+        tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
+        serve_config=env.get(SERVE_CONFIG) or None,
     )
 
 
@@ -129,6 +137,7 @@ class RunConfig:
     cache: bool = True
     runlog: bool = True
     rpm: float | None = None
+    tpm: float | None = None
     timeout: float = DEFAULT_TIMEOUT
     retries: int = DEFAULT_RETRIES
     openai_base_url: str | None = None
@@ -152,6 +161,7 @@ def resolve_run_config(
     cache: bool | None = None,
     log: bool | None = None,
     rpm: float | None = None,
+    tpm: float | None = None,
     timeout: float | None = None,
     retries: int | None = None,
     home: str | Path | None = None,
@@ -171,8 +181,9 @@ def resolve_run_config(
         raise ConfigError(f"retries must be 0 or more, got {retries}")
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"timeout must be positive, got {timeout}")
-    if rpm is not None and rpm <= 0:
-        raise ConfigError(f"rpm must be positive, got {rpm}")
+    for knob, value in (("rpm", rpm), ("tpm", tpm)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{knob} must be positive, got {value}")
     default_cache, default_log = (
         (s.server_cache, s.server_runlog) if server else (s.cache, s.runlog)
     )
@@ -183,12 +194,19 @@ def resolve_run_config(
         cache=default_cache if cache is None else cache,
         runlog=default_log if log is None else log,
         rpm=rpm if rpm is not None else s.requests_per_minute,
+        tpm=tpm if tpm is not None else s.tokens_per_minute,
         timeout=timeout or s.openai_timeout or DEFAULT_TIMEOUT,
         retries=retries if retries is not None else s.retries,
         openai_base_url=s.openai_base_url,
         openai_api_key=s.openai_api_key,
         openai_transport=s.openai_transport,
     )
+
+
+def export_serve_config(config: str) -> None:
+    """Put ``config`` (JSON) where the worker processes of ``flownb serve --workers`` find it:
+    the environment they inherit."""
+    os.environ[SERVE_CONFIG] = config
 
 
 def _flag(name: str, raw: str | None, default: bool) -> bool:

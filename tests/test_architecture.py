@@ -23,6 +23,8 @@ ENTRY_POINTS = {
     "flownb.notebook.magics",
     "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
     "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
+    "flownb.scale.spec",  # a worker process rebuilding a flow: its own OPENAI_API_KEY
+    "flownb.server.app",  # app_from_env(): each `serve --workers` process starts there
     "flownb.server.commands",
 }
 # What may resolve a RunConfig from the environment: the flow loader and the server's config.
@@ -204,6 +206,8 @@ PRIVATE_ALLOWED = {
     # make_result fills a RunResult it made with dict.__new__ (the engine's per-row fast path).
     ("flownb.result", "_entries"),
     ("flownb.result", "_trace_of"),
+    # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).
+    ("flownb.scale.dask", "_meta"),
 }
 
 

@@ -11,12 +11,17 @@ and retries, in that order.
    provider's rate-limit headers: a 429 at a level that did not work lowers the concurrency to
    just under it, headers pace starts before the provider refuses (see AdaptiveLimiter).
 4. The success is put in the cache (errors never are).
+
+An optional ``gate`` (see :data:`Gate`) is entered around each attempt, after the local limiter:
+the tokens-per-minute limit and the cluster-wide limits of a Dask run plug in there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
@@ -25,7 +30,35 @@ from ..errors import ProviderTimeout, RateLimited
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 
-__all__ = ["CallRunner"]
+__all__ = ["CallRunner", "Gate", "Settle"]
+
+# Told the generation of an attempt that succeeded (a token limit corrects its estimate by the
+# usage the provider reported).
+Settle = Callable[[Generation], None]
+# An extra admission step around each provider attempt: called with the call, it returns an
+# async context manager that is held while the attempt runs and yields a Settle.
+Gate = Callable[[Call], AbstractAsyncContextManager[Settle]]
+
+
+class _Open:
+    """The gate of a run without one: admits at once (one shared instance, no allocation)."""
+
+    async def __aenter__(self) -> Settle:
+        return _settled
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _settled(gen: Generation) -> None:
+    return None
+
+
+_OPEN = _Open()
+
+
+def _no_gate(call: Call) -> _Open:
+    return _OPEN
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
@@ -46,8 +79,10 @@ class CallRunner:
         timeout: float | None = None,
         retries: int,
         limiter: AdaptiveLimiter | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.provider = provider
+        self.gate: Gate = gate or _no_gate
         self.cache = cache if provider.cacheable else None
         # A limiter given by the caller is shared with other runs (an evaluation's variants and
         # judges hold one limit together); else this run has its own.
@@ -102,7 +137,7 @@ class CallRunner:
 
     async def _attempt(self, call: Call) -> Generation:
         limiter = self.limiter
-        async with limiter:
+        async with limiter, self.gate(call) as settle:
             level, seq = limiter.in_flight, limiter.started  # what this call's answer speaks to
             try:
                 if self.timeout is None:
@@ -118,6 +153,7 @@ class CallRunner:
             except RateLimited as exc:
                 limiter.rejected(level, seq, getattr(exc, "rate_limits", None))
                 raise
+            settle(gen)  # before the slot is freed, so the next call sees the correction
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None

@@ -39,7 +39,7 @@ from ..pipeline import INLINE_ON_LOOP, Outcomes, Runner
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runlog import open_runlog
-from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, resolve_run_config
+from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, get_settings, resolve_run_config
 from ..validate import VariableSpec, json_type
 from . import keys as keys_module
 from .errors import (
@@ -62,7 +62,7 @@ from .schemas import (
 )
 from .store import FlowStore, StoredFlow
 
-__all__ = ["ServerConfig", "checked_variables", "create_app", "parse_run_body"]
+__all__ = ["ServerConfig", "app_from_env", "checked_variables", "create_app", "parse_run_body"]
 
 # Bodies over this size are decoded and validated in a worker thread, and answers for batches
 # over INLINE_ON_LOOP elements encoded there: a big body must not stall /healthz.
@@ -594,3 +594,26 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
             "per request (split it)",
         )
     return variables  # type: ignore[return-value]
+
+
+def app_from_env() -> FastAPI:
+    """Return the app described by ``FLOWNB_SERVE_CONFIG``: the factory each worker process of
+    ``flownb serve --workers N`` calls (``flownb.server.app:app_from_env``, uvicorn
+    ``factory=True``). The JSON holds :class:`ServerConfig`'s arguments (``flows_dir`` and the
+    keyword ones, ``provider`` by name); keys, media and flows are read from the same
+    FLOWNB_HOME and folder by every worker.
+
+    Raises:
+        ConfigError: the variable is missing or not such a JSON object.
+    """
+    raw = get_settings().serve_config
+    try:
+        options = json.loads(raw) if raw else None
+        if not isinstance(options, dict):
+            raise ValueError("not a JSON object")
+        return create_app(ServerConfig(options.pop("flows_dir"), **options))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"FLOWNB_SERVE_CONFIG must be the JSON of flownb serve's options ({exc}); it is set "
+            "by `flownb serve --workers N`"
+        ) from None

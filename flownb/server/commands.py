@@ -44,6 +44,13 @@ __all__ = ["gc", "keys", "serve"]
     help="Largest request body accepted.",
 )
 @click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Server processes sharing the port (and FLOWNB_HOME: keys, media, cache).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -77,6 +84,7 @@ def serve(
     provider: str | None,
     max_batch: int,
     max_body_bytes: int,
+    workers: int,
     log_level: str,
     timeout_keep_alive: int,
     header_timeout: float,
@@ -115,6 +123,35 @@ def serve(
     else:
         say("no API keys yet: every request is refused until you run")
         say("    flownb keys create --name NAME")
+    if workers > 1:
+        # Each worker process builds its own app from these options (uvicorn needs an import
+        # string to start several); they share keys, media and flows through the disk.
+        import json
+
+        from ..settings import export_serve_config
+
+        home = str(config.home.resolve())
+        options = {"provider": config.provider.name, "max_batch": max_batch, "home": home}
+        options.update(flows_dir=str(flows_dir), max_body_bytes=max_body_bytes)
+        export_serve_config(json.dumps(options))
+        say(f"{workers} worker processes")
+        # uvicorn's supervisor binds the port itself for its workers: hand it back (the check
+        # above has already turned a busy port into one error line).
+        sock.close()
+        uvicorn.run(
+            "flownb.server.app:app_from_env",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            log_config=log_config(),
+            log_level=log_level,
+            access_log=log_level in ("info", "debug"),
+            server_header=False,
+            timeout_keep_alive=timeout_keep_alive,
+            limit_concurrency=limit_concurrency,
+        )
+        return
     # The access log prints method, path and status only (never headers), so keys cannot leak.
     server = uvicorn.Server(
         uvicorn.Config(

@@ -1,0 +1,144 @@
+"""Per-minute limits as :data:`~flownb.providers.calls.Gate` s: tokens (``tpm=`` /
+``FLOWNB_TPM``) and a run's own requests (``rpm=`` of ``run_dataframe``).
+
+Providers limit tokens as well as requests. Before a call is sent its tokens are estimated
+(prompt characters / 4, plus the node's ``max_tokens``, or :data:`DEFAULT_COMPLETION_TOKENS`
+when it sets none); the estimate is charged to a :class:`Meter`, and once the provider answers,
+the meter is corrected by the difference between the usage it reported and the estimate. A
+meter spaces charges so that, on average, no more than the budget is spent per minute.
+
+:func:`chain` composes gates (the local token gate and a Dask run's cluster gate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from .base import Call, Generation
+from .calls import Gate, Settle
+
+__all__ = [
+    "DEFAULT_COMPLETION_TOKENS",
+    "Meter",
+    "RequestGate",
+    "TokenGate",
+    "chain",
+    "estimate_tokens",
+    "used",
+]
+
+# Charged for the answer of a text node that sets no max_tokens (corrected by the usage after).
+DEFAULT_COMPLETION_TOKENS = 256
+
+
+def estimate_tokens(call: Call) -> int:
+    """Return the tokens ``call`` is expected to use: prompt characters / 4 (rounded up), plus
+    ``max_tokens`` (or ``max_completion_tokens``) for text nodes."""
+    prompt = (len(call.prompt) + 3) // 4
+    if call.kind != "text":
+        return prompt
+    params: Mapping[str, Any] = call.params
+    limit = params.get("max_tokens") or params.get("max_completion_tokens")
+    return prompt + (int(limit) if limit else DEFAULT_COMPLETION_TOKENS)
+
+
+def used(gen: Generation) -> int | None:
+    """Return the tokens the provider reported for ``gen`` (``None`` when it reported none)."""
+    usage = gen.usage
+    if not usage:
+        return None
+    total = usage.get("total_tokens")
+    if total is None:
+        total = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return int(total)
+
+
+# How often a call waiting for budget looks again: corrections (a call that used fewer tokens
+# than charged) hand budget back, and a waiter should not sleep past it.
+POLL = 0.05
+
+
+class Meter:
+    """Spends a budget of ``per_minute`` units evenly: a charge of ``n`` units is admitted once
+    the previous charges are paid off, and pushes the time the budget is free again
+    ``n * 60 / per_minute`` seconds ahead (a leaky bucket without burst). Pure arithmetic on a
+    monotonic clock, so one meter serves runs on any loop."""
+
+    def __init__(self, per_minute: float) -> None:
+        if per_minute <= 0:
+            raise ValueError("per_minute must be positive")
+        self.seconds_per_unit = 60.0 / per_minute
+        self._next = 0.0
+
+    async def take(self, units: float) -> None:
+        """Return once ``units`` may be spent, having charged them."""
+        while True:
+            now = time.monotonic()
+            if self._next <= now:
+                self._next = now + units * self.seconds_per_unit
+                return
+            await asyncio.sleep(min(self._next - now, POLL))
+
+    def adjust(self, units: float) -> None:
+        """Correct the last charges by ``units`` (negative: fewer were used than charged)."""
+        self._next = max(self._next + units * self.seconds_per_unit, time.monotonic() - 1.0)
+
+
+class TokenGate:
+    """A gate that holds each attempt until the meter allows its estimated tokens, and settles
+    the estimate against the usage reported."""
+
+    def __init__(self, per_minute: float) -> None:
+        self.meter = Meter(per_minute)
+
+    @asynccontextmanager
+    async def __call__(self, call: Call) -> AsyncIterator[Settle]:
+        estimate = estimate_tokens(call)
+        await self.meter.take(estimate)
+
+        def settle(gen: Generation) -> None:
+            actual = used(gen)
+            if actual is not None:
+                self.meter.adjust(actual - estimate)
+
+        yield settle
+
+
+class RequestGate:
+    """A gate spacing attempts ``60 / rpm`` seconds apart (a meter where each call costs one)."""
+
+    def __init__(self, per_minute: float) -> None:
+        self.meter = Meter(per_minute)
+
+    @asynccontextmanager
+    async def __call__(self, call: Call) -> AsyncIterator[Settle]:
+        await self.meter.take(1)
+        yield _ignore
+
+
+def _ignore(gen: Generation) -> None:
+    return None
+
+
+def chain(*gates: Gate | None) -> Gate | None:
+    """Return one gate entering each given gate in order (``None``s skipped), or ``None``."""
+    present = [g for g in gates if g is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    @asynccontextmanager
+    async def gate(call: Call) -> AsyncIterator[Settle]:
+        async with AsyncExitStack() as stack:
+            settles = [await stack.enter_async_context(g(call)) for g in present]
+
+            def settle(gen: Generation) -> None:
+                for s in settles:
+                    s(gen)
+
+            yield settle
+
+    return gate

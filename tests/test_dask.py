@@ -1,0 +1,343 @@
+"""Dask DataFrames on a real distributed.LocalCluster with two process workers (one session-wide
+cluster), against the loopback fake OpenAI server in this process: the same rows as the pandas
+path, one concurrency and rate limit across the workers, a worker killed mid-batch."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+dask = pytest.importorskip("dask")
+dd = pytest.importorskip("dask.dataframe")
+distributed = pytest.importorskip("distributed")
+
+import pandas as pd  # noqa: E402
+
+import flownb  # noqa: E402
+from flownb.errors import ConfigError, InputError  # noqa: E402
+from flownb.testing.fake_openai import FakeOpenAI, echo  # noqa: E402
+from tests.conftest import make_flow  # noqa: E402
+
+KEY = "sk-test-SECRET-dask-0123456789"
+SAY = make_flow({"say": "say {word}"}, ["word"])
+
+
+@pytest.fixture(scope="session")
+def client() -> Iterator[distributed.Client]:
+    """Two process workers, one thread each; a dead worker's semaphore leases expire in 2 s."""
+    config = {
+        "distributed.scheduler.locks.lease-timeout": "2s",
+        "distributed.scheduler.locks.lease-validation-interval": "200ms",
+        "distributed.scheduler.worker-ttl": None,
+    }
+    with (
+        dask.config.set(config),
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            worker_dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
+    fake_server.configure(latency=0.0, faults={}, fail_markers={}, retry_after="0", seed=0)
+    fake_server.reset()
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    return fake_server
+
+
+def words(n: int) -> pd.DataFrame:
+    """A frame of ``n`` distinct words, indexed by labels (not 0..n-1) to check the index."""
+    return pd.DataFrame(
+        {"word": [f"w{i}" for i in range(n)]}, index=[f"r{i:03d}" for i in range(n)]
+    )
+
+
+def prompts_sent(fake: FakeOpenAI) -> Counter[str]:
+    return Counter(body["messages"][-1]["content"] for body in fake.requests)
+
+
+def assert_same_rows(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    assert list(got.columns) == list(want.columns)
+    assert list(got.index) == list(want.index)
+    for label in want.index:
+        assert got.loc[label].tolist() == want.loc[label].tolist(), label
+
+
+# -- the pandas path's rows, lazily ------------------------------------------------------------
+
+
+def test_offline_flow_over_a_dask_frame_equals_the_pandas_path(
+    client: distributed.Client, blog_flow_path: Path, flownb_env: Path
+) -> None:
+    flow = flownb.load_flow(blog_flow_path)
+    df = pd.DataFrame(
+        {"topic": [f"topic {i}" for i in range(12)], "tone": ["dry", "warm", "odd"] * 4},
+        index=pd.Index([100 + 3 * i for i in range(12)], name="row"),
+    )
+    ddf = dd.from_pandas(df, npartitions=3)
+
+    out = flow.run_dataframe(ddf)
+
+    assert isinstance(out, dd.DataFrame)
+    assert not (flownb_env / "media").exists() or not any((flownb_env / "media").iterdir())
+    assert list(out.columns) == ["topic", "tone", "intro", "header_image", "error"]
+    assert {str(out.dtypes[c]) for c in ("intro", "header_image", "error")} == {"object"}
+    got = out.compute()
+    want = flow.run_dataframe(df, progress=False)
+    want["error"] = None  # the Dask path always has the column
+    assert got.index.name == "row"
+    assert_same_rows(got.astype(object), want.astype(object))
+
+
+def test_openai_rows_equal_the_pandas_path_and_failures_fill_the_error_column(
+    client: distributed.Client, fake: FakeOpenAI
+) -> None:
+    fake.configure(fail_markers={"500": "w7"})
+    flow = flownb.load_flow(SAY, provider="openai", retries=0, cache=False, log=False)
+    df = words(20)
+
+    got = flow.run_dataframe(dd.from_pandas(df, npartitions=4), concurrency=4).compute()
+    want = flow.run_dataframe(df, progress=False, concurrency=4)
+
+    assert_same_rows(got.astype(object), want.astype(object))
+    assert got.loc["r003", "say"] == echo("say w3")
+    assert got.loc["r007", "say"] is None and "provider_error" in got.loc["r007", "error"]
+    assert got["error"].isna().sum() == 19
+
+
+def test_missing_columns_are_refused_before_anything_runs(client: distributed.Client) -> None:
+    flow = flownb.load_flow(SAY)
+    ddf = dd.from_pandas(pd.DataFrame({"other": ["a"]}), npartitions=1)
+    with pytest.raises(InputError, match="no column for variable 'word'"):
+        flow.run_dataframe(ddf)
+    with pytest.raises(ConfigError, match="concurrency must be positive"):
+        flow.run_dataframe(dd.from_pandas(words(2), npartitions=1), concurrency=0)
+
+
+def test_missing_cells_fail_the_partition_with_the_pandas_message(
+    client: distributed.Client,
+) -> None:
+    flow = flownb.load_flow(SAY)
+    df = pd.DataFrame({"word": ["a", None, "c"]})
+    with pytest.raises(InputError, match="is empty"):
+        flow.run_dataframe(dd.from_pandas(df, npartitions=1)).compute()
+    filled = flow.run_dataframe(dd.from_pandas(df, npartitions=1), fill="?").compute()
+    assert filled["say"].tolist() == ["say a", "say ?", "say c"]
+
+
+def test_dask_is_imported_only_when_a_dask_frame_is_used(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pandas as pd, flownb\n"
+        "flow = flownb.load_flow({'nodes': [], 'edges': []}, log=False)\n"
+        "flow.run_dataframe(pd.DataFrame({'a': ['x']}), progress=False)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(flownb.__file__).parent.parent)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_flownb_tpm_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOWNB_TPM", "90000")
+    flow = flownb.load_flow(SAY)
+    assert flow.config.tpm == 90000
+    monkeypatch.setenv("FLOWNB_TPM", "lots")
+    with pytest.raises(ConfigError, match="FLOWNB_TPM must be a number"):
+        flownb.load_flow(SAY)
+
+
+# -- flows travel by value ---------------------------------------------------------------------
+
+
+def test_a_local_flow_pickles_as_its_spec_without_the_key(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(SAY, provider="openai", concurrency=3, tpm=5000, cache=False)
+    data = pickle.dumps(flow)
+
+    assert KEY.encode() not in data
+    assert b"Thread" not in data and b"sqlite" not in data.lower()
+    copy = pickle.loads(data)
+    assert copy.source == flow.source and copy.concurrency == 3
+    assert copy.config.tpm == 5000 and copy.provider.base_url == fake.url
+    assert copy.run({"word": "owl"}) == {"say": echo("say owl")}
+    assert pickle.loads(data) is copy  # one flow per spec per process
+    import copy as copying
+
+    assert copying.copy(flow).engine is flow.engine
+    twin = copying.deepcopy(flow)
+    assert twin is not copy and twin.engine is not flow.engine and twin.source == flow.source
+
+
+def test_a_flow_with_a_provider_instance_of_its_own_cannot_travel() -> None:
+    from tests.providers_for_tests import EchoProvider
+
+    flow = flownb.load_flow(SAY, provider=EchoProvider())
+    with pytest.raises(ConfigError, match="cannot rebuild"):
+        pickle.dumps(flow)
+
+
+def test_each_worker_builds_the_flow_once_and_reuses_it(client: distributed.Client) -> None:
+    flow = flownb.load_flow(SAY)
+    flow.run_dataframe(dd.from_pandas(words(40), npartitions=8)).compute()
+
+    def flows_built() -> int:
+        from flownb.scale import spec
+
+        return len(spec._flows)
+
+    before = client.run(flows_built)
+    flow.run_dataframe(dd.from_pandas(words(40), npartitions=8)).compute()
+    # A second run of the same flow builds nothing new on any worker.
+    assert client.run(flows_built) == before
+
+
+# -- one limit across the cluster ----------------------------------------------------------------
+
+
+def test_concurrency_holds_across_both_workers(
+    client: distributed.Client, fake: FakeOpenAI
+) -> None:
+    fake.configure(latency=0.05)
+    flow = flownb.load_flow(SAY, provider="openai", cache=False, log=False)
+    ddf = dd.from_pandas(words(48), npartitions=4)
+
+    got = flow.run_dataframe(ddf, concurrency=3).compute()
+
+    assert got["say"].tolist() == [echo(f"say w{i}") for i in range(48)]
+    assert sum(prompts_sent(fake).values()) == 48
+    assert fake.peak_in_flight == 3  # reached, never exceeded (each worker alone allows 3)
+
+
+def test_requests_per_minute_hold_across_both_workers(
+    client: distributed.Client, fake: FakeOpenAI
+) -> None:
+    flow = flownb.load_flow(SAY, provider="openai", cache=False, log=False)
+    ddf = dd.from_pandas(words(16), npartitions=2)
+
+    started = time.perf_counter()
+    got = flow.run_dataframe(ddf, concurrency=8, rpm=600).compute()  # one call per 0.1 s
+    elapsed = time.perf_counter() - started
+
+    assert got["error"].isna().all()
+    # 16 starts 0.1 s apart take at least 1.5 s; each worker pacing alone would take 0.75 s.
+    assert elapsed >= 1.4
+
+
+def test_tokens_per_minute_hold_in_one_process_and_settle_on_the_usage(fake: FakeOpenAI) -> None:
+    flow_json = make_flow({"say": "say {word}"}, ["word"])
+    flow_json["nodes"][1]["data"]["modelParams"] = {"model": "gpt-4o-mini", "max_tokens": 50}
+    # Each call is estimated at 2 + 50 tokens before it is sent and uses 5 (the fake counts
+    # words: "say wN" + "echo: say wN"); the meter is corrected by the usage reported.
+    flow = flownb.load_flow(flow_json, provider="openai", tpm=3000, cache=False, log=False)
+
+    started = time.perf_counter()
+    out = flow.run_batch([{"word": f"w{i}"} for i in range(10)], concurrency=1)
+    elapsed = time.perf_counter() - started
+
+    assert [r["say"] for r in out] == [echo(f"say w{i}") for i in range(10)]
+    assert all(body["max_tokens"] == 50 for body in fake.requests)
+    # 3000 tokens/min = 50/s. Paced on the usage: ~10 x 5 / 50 = 1 s. On the estimates alone
+    # it would be 9 x 52 / 50 = 9.4 s; unpaced, a few ms.
+    assert 0.8 <= elapsed <= 3.0
+
+
+def test_tokens_per_minute_hold_across_both_workers(
+    client: distributed.Client, fake: FakeOpenAI
+) -> None:
+    flow_json = make_flow({"say": "say {word}"}, ["word"])
+    flow_json["nodes"][1]["data"]["modelParams"] = {"model": "gpt-4o-mini", "max_tokens": 50}
+    flow = flownb.load_flow(flow_json, provider="openai", cache=False, log=False)
+    ddf = dd.from_pandas(words(10), npartitions=2)
+
+    started = time.perf_counter()
+    got = flow.run_dataframe(ddf, concurrency=4, tpm=3000).compute()
+    elapsed = time.perf_counter() - started
+
+    assert got["say"].tolist() == [echo(f"say w{i}") for i in range(10)]
+    # 50 tokens/s shared by both workers; each call is charged 52 before it is sent and settled
+    # at the 5 it used. At least the usage of 9 calls must be paced (~0.9 s); charged on the
+    # estimates alone it would take more than 3 s even if each worker had its own budget.
+    assert 0.8 <= elapsed <= 3.0
+
+
+def test_a_pandas_run_takes_its_own_rpm(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(SAY, provider="openai", cache=False, log=False)
+    started = time.perf_counter()
+    out = flow.run_dataframe(words(6), progress=False, concurrency=6, rpm=600)
+    elapsed = time.perf_counter() - started
+    assert out["say"].tolist() == [echo(f"say w{i}") for i in range(6)]
+    assert elapsed >= 0.45  # 6 starts 0.1 s apart; unpaced it takes a few ms
+    assert flow.config.rpm is None  # the flow itself is untouched
+
+
+# -- a worker killed mid-batch -------------------------------------------------------------------
+
+
+def test_a_worker_killed_mid_batch_loses_no_row_and_repays_no_finished_call(
+    client: distributed.Client, fake: FakeOpenAI, flownb_env: Path
+) -> None:
+    fake.configure(latency=0.1)
+    concurrency = 4
+    flow = flownb.load_flow(SAY, provider="openai", retries=0)  # cache and log on
+    n = 48
+    ddf = dd.from_pandas(words(n), npartitions=2)
+    future = client.compute(flow.run_dataframe(ddf, concurrency=concurrency))
+
+    # Once enough calls have finished, SIGKILL a worker that is running a partition.
+    deadline = time.monotonic() + 30
+    while fake.stats()["answered"] < 16:
+        assert time.monotonic() < deadline, "the batch did not start"
+        time.sleep(0.01)
+    pids = client.run(os.getpid)
+    busy = [addr for addr, keys in client.processing().items() if keys]
+    os.kill(pids[busy[0]], signal.SIGKILL)
+    got = future.result(timeout=60)
+
+    assert got["say"].tolist() == [echo(f"say w{i}") for i in range(n)]
+    assert got["error"].isna().all()
+    sent = prompts_sent(fake)
+    assert set(sent) == {f"say w{i}" for i in range(n)}
+    # Only calls in flight when the worker died may be sent again: at most `concurrency`.
+    repeated = sum(count - 1 for count in sent.values())
+    assert repeated <= concurrency, sent.most_common(8)
+    # The run log holds each row once, though the killed partition logged some rows twice.
+    log = flownb.runs("flow")
+    assert sorted(log["inputs"].map(lambda v: v["word"])) == sorted(f"w{i}" for i in range(n))
+    assert log.groupby("run_id").size().tolist() == [n // 2, n // 2]
+
+
+# -- serial fallback -----------------------------------------------------------------------------
+
+
+def test_without_a_distributed_client_the_limits_hold_in_the_process(fake: FakeOpenAI) -> None:
+    fake.configure(latency=0.03)
+    flow = flownb.load_flow(SAY, provider="openai", cache=False, log=False)
+    ddf = dd.from_pandas(words(24), npartitions=4)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        got = flow.run_dataframe(ddf, concurrency=2).compute()
+    assert got["say"].tolist() == [echo(f"say w{i}") for i in range(24)]
+    assert fake.peak_in_flight == 2
