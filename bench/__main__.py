@@ -14,6 +14,8 @@ import time
 BENCHMARKS = {
     "engine_overhead": "engine vs a plain loop (10,000 rows, offline)",
     "latency_batch": "latency-bound batch vs the ideal bound (loopback OpenAI server)",
+    "crash_rerun": "answers bought again after kill -9 of a CLI batch vs those received",
+    "backoff": "random 429s, a concurrency limit, a rate limit with headers vs their ideals",
     "server_throughput": "flownb serve vs a bare FastAPI route (requests/s)",
     "memory_frame": "peak memory of a 100,000-row DataFrame batch vs the frame",
     "evaluate_batch": "evaluation: 2 variants + judge vs the ideal; 100,000 x 2 peak memory",

@@ -14,7 +14,8 @@ through FastAPI's default response path (no response model). A third target, the
 the same JSON pre-encoded without reading the body: no route can be faster on this stack.
 flownb's route additionally checks the key (a stat and a constant-time digest comparison), finds
 the flow (a stat), validates the variables, renders the prompt with the engine and adds a request
-id. Aim: ratio vs the bare route >= 0.6. The machine is shared: compare ratios, not req/s.
+id. Aim: ratio vs the bare route >= 0.9 in every run. The machine is shared: compare ratios,
+not req/s.
 """
 
 from __future__ import annotations
@@ -214,10 +215,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"  flownb serve  {ours:8.0f} req/s\n"
         f"  bare FastAPI  {ref:8.0f} req/s  (parses the body, returns the list)\n"
         f"  floor         {floor:8.0f} req/s  (pre-encoded bytes, body not read)\n"
-        f"  ratio vs bare FastAPI {ours / ref:6.2f}  (aim >= 0.6)\n"
+        f"  ratio vs bare FastAPI {ours / ref:6.2f}  (aim >= 0.9)\n"
         f"  ratio vs floor        {ours / floor:6.2f}"
     )
-    return {"flownb serve / bare FastAPI route": ours / ref, "flownb serve / floor": ours / floor}
+    return {
+        "flownb serve / bare FastAPI route (aim >= 0.9)": ours / ref,
+        "flownb serve / floor": ours / floor,
+    }
 
 
 if __name__ == "__main__":

@@ -142,3 +142,23 @@ def test_rate_limit_headers_pace_starts_before_any_429(fake: FakeOpenAI) -> None
     assert stats["answered"] == 60
     # The first 8 start before any answer has told us the limit; after that, none over it.
     assert stats["limited"] <= 2, stats
+
+
+def test_token_headers_hold_starts_until_the_window_resets() -> None:
+    """50 tokens left and calls of about 100: one more start, then the next waits for the
+    window's reset; the requests window, never mentioned, holds nothing back."""
+
+    async def go() -> AdaptiveLimiter:
+        limiter = AdaptiveLimiter(8)
+        async with limiter:
+            pass
+        window = RateLimits(remaining_tokens=50, reset_tokens=0.05, limit_tokens=1000)
+        limiter.succeeded(1, limiter.started, window, tokens=100)
+        async with limiter:
+            assert limiter.held == 0.0
+        async with limiter:
+            pass
+        return limiter
+
+    limiter = asyncio.run(go())
+    assert 0.0 < limiter.held <= 0.05

@@ -165,8 +165,8 @@ class AdaptiveLimiter:
             wait = self._requests.wait(1.0, now)
             if not wait:
                 wait = self._tokens.wait(self._tokens_per_call, now)
-                if wait:
-                    self._requests.left = (self._requests.left or 0.0) + 1.0  # not spent yet
+                if wait and self._requests.left is not None:
+                    self._requests.left += 1.0  # spent above, but this start waits: give back
             if not wait:
                 return
             self.held += wait
@@ -221,7 +221,8 @@ class AdaptiveLimiter:
         level that works, slower beyond), and ``limits`` (the answer's rate-limit headers)
         update the pace."""
         if tokens:
-            self._tokens_per_call += (tokens - self._tokens_per_call) * 0.1
+            mean = self._tokens_per_call
+            self._tokens_per_call = mean + (tokens - mean) * 0.1 if mean else float(tokens)
         if limits is not None:
             self._observe(limits, seq)
         self._recent.append(False)

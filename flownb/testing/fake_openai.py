@@ -5,8 +5,8 @@ deterministically from the request (text ``"echo: <prompt>"``, images as a URL i
 itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
-given marker. It records every request body, the prompt of every request it answered with a 200,
-and the peak number of requests in flight.
+given marker. It records every request body, the prompt of every request it answered with a 200
+(once the answer is written), and the peak number of requests in flight.
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
 to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
@@ -362,13 +362,20 @@ def make_app(state: _State) -> web.Application:
                 assert request.transport is not None
                 request.transport.abort()
                 raise asyncio.CancelledError
-            state.answered += 1
-            state.answered_prompts.append(prompt)
             base = str(request.url.origin())
-            return web.json_response(
+            response = web.json_response(
                 _answer(request.path, body, prompt, config, base, state.images),
                 headers={"x-request-id": "req_fake_ok", **limit_headers},
             )
+            # Counted once handed to the connection, not before: "answered" means sent.
+            try:
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError:  # the client is gone (killed): this answer was never sent
+                raise asyncio.CancelledError from None
+            state.answered += 1
+            state.answered_prompts.append(prompt)
+            return response
         finally:
             state.in_flight -= 1
 
