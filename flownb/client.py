@@ -358,14 +358,14 @@ class Client:
                     except FlownbError as exc:
                         fatal = fatal or exc
                         outcomes = [(None, exc)] * len(idx)
-                    for i, (items, exc) in zip(idx, outcomes, strict=True):
-                        if exc is None:
+                    for i, (items, failure) in zip(idx, outcomes, strict=True):
+                        if failure is None:
                             succeeded += 1
                             on_element(i, items, None)
                         elif fatal is not None:
-                            held.append((i, None, exc))  # decided once all is back
+                            held.append((i, None, failure))  # decided once all is back
                         else:
-                            on_element(i, None, exc)
+                            on_element(i, None, failure)
                     if fatal is None:
                         submit()
         except BaseException:
@@ -380,8 +380,8 @@ class Client:
             if succeeded == 0:
                 raise fatal
             # Some elements succeeded: keep them; everything else fails with its reason.
-            for i, items, exc in held:
-                on_element(i, items, exc)
+            for i, items, failure in held:
+                on_element(i, items, failure)
             for i in unsent:
                 on_element(i, None, fatal)
 

@@ -238,9 +238,4 @@ def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
         raise ConfigError(
             f"trace=True needs a local flow; {flow.name!r} runs remotely and reports only outputs"
         )
-    return {
-        name: name if name not in taken else f"{name} (node)" for name in plan.trace_names
-    }
-
-
-
+    return {name: name if name not in taken else f"{name} (node)" for name in plan.trace_names}

@@ -123,9 +123,7 @@ class Runner:
                 engine.run_inline(batch, on_result)
             else:
                 run_sync(
-                    engine.run_async(
-                        batch, on_result, concurrency or self.concurrency, gate=gate
-                    )
+                    engine.run_async(batch, on_result, concurrency or self.concurrency, gate=gate)
                 )
         finally:
             if recorder is not None:
@@ -149,8 +147,8 @@ class Runner:
         try:
             if not engine.provider.inline:
                 await engine.run_async(
-                batch, on_result, concurrency or self.concurrency, limiter=limiter
-            )
+                    batch, on_result, concurrency or self.concurrency, limiter=limiter
+                )
             elif len(batch) <= INLINE_ON_LOOP and not self._images:
                 engine.run_inline(batch, on_result)
             else:

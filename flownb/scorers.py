@@ -249,7 +249,7 @@ class _Python(Scorer):
         if not callable(fn):
             raise ConfigError(f"python() takes a function of the row, got {type(fn).__name__}")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "python")
+        self.name: str = name or str(getattr(fn, "__name__", "python"))
         if self.name == "<lambda>":
             raise ConfigError("python(lambda ...) needs name=: the name is the score's column")
         self.threshold = threshold
@@ -439,7 +439,7 @@ class JudgeScorer(Scorer):
             return math.nan, ""
         value, reason = parse_answer(answer, "score")
         try:
-            score = float(value)  # type: ignore[arg-type]
+            score = float(value)
         except (TypeError, ValueError):
             return math.nan, answer
         if not 0.0 <= score <= 1.0:
@@ -471,7 +471,7 @@ class PickBest(JudgeScorer):
             return [math.nan] * n, ""
         value, reason = parse_answer(answer, "best")
         try:
-            best = int(value)  # type: ignore[arg-type]
+            best = int(value)
         except (TypeError, ValueError):
             best = 0
         if not 1 <= best <= n:

@@ -43,6 +43,8 @@ DEFAULT_OPENAI_TRANSPORT = "aiohttp"
 def media_dir(home: Path) -> Path:
     """Return where generated images live under a FLOWNB_HOME: ``home/media``."""
     return home / "media"
+
+
 # `flownb serve --workers N`: the serve options, as JSON, for the worker processes' app factory.
 SERVE_CONFIG = "FLOWNB_SERVE_CONFIG"
 

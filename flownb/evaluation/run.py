@@ -413,6 +413,7 @@ def _assemble(
             cols[out_cols[o]] = got.values.get(o, [None] * n)
         passed = ~failed
         for s in graders:
+            reasons: list[str | None] | None
             if s.name in judged:
                 scores, reasons = judged[s.name][name]
             elif isinstance(s, JudgeScorer):  # interrupted before the judges ran

@@ -317,8 +317,7 @@ class FlowMagics(EvalMagics, Magics):
             failed = int(out["error"].notna().sum())
             if failed:  # the finished rows are kept; make the failures hard to miss
                 print(
-                    f"flownb: {failed} of {len(out)} rows did not finish; "
-                    "see the 'error' column",
+                    f"flownb: {failed} of {len(out)} rows did not finish; see the 'error' column",
                     file=sys.stderr,
                 )
         return out

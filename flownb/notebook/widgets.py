@@ -83,13 +83,21 @@ class FlowForm(widgets.VBox):
         self.status.add_class("flownb-status")
         self.output = widgets.Output(layout=widgets.Layout(width="100%"))
         self.output.add_class("flownb-output")
-        self._set_status("ready", f"Ready: fill in the {_plural(len(self.inputs), 'variable')} "
-                         "and press Run." if self.inputs else "Ready: press Run.")
+        self._set_status(
+            "ready",
+            f"Ready: fill in the {_plural(len(self.inputs), 'variable')} and press Run."
+            if self.inputs
+            else "Ready: press Run.",
+        )
         title = widgets.HTML(value=f"<b>{html.escape(flow.name)}</b>")
         title.add_class("flownb-title")
         super().__init__(
-            children=[title, *self.inputs.values(), widgets.HBox([self.button, self.status]),
-                      self.output],
+            children=[
+                title,
+                *self.inputs.values(),
+                widgets.HBox([self.button, self.status]),
+                self.output,
+            ],
             **kwargs,
         )
         self.add_class("flownb-form")

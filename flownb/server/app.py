@@ -83,7 +83,7 @@ _MEDIA_TYPES = {
     "webp": "image/webp",
     "gif": "image/gif",
 }
-_SECURITY = {"security": [{"ApiKeyAuth": []}]}
+_SECURITY: dict[str, Any] = {"security": [{"ApiKeyAuth": []}]}
 # Documented by hand: the handlers read it from path_params (no per-request parameter solving).
 _FLOW_ID_PARAM = {
     "name": "flow_id",
@@ -395,7 +395,7 @@ def create_app(config: ServerConfig) -> FastAPI:
                 raise_from(value)
             variables = value
         single = isinstance(variables, dict)
-        batch: list[Any] = [variables] if single else variables
+        batch: list[Any] = [variables] if isinstance(variables, dict) else variables
         if not batch:
             return json_response([])
 
@@ -599,8 +599,7 @@ def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
         problems.append(
             Problem(
                 "invalid_request",
-                "'variables' must be an object or an array of objects, "
-                f"got {json_type(variables)}",
+                f"'variables' must be an object or an array of objects, got {json_type(variables)}",
             )
         )
     if problems:

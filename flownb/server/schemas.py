@@ -102,13 +102,17 @@ def _error(description: str, **headers: Any) -> dict[str, Any]:
     return {"model": ErrorBody, "description": description, "headers": {**_REQUEST_ID, **headers}}
 
 
-_AUTH = {
+_AUTH: dict[int | str, Any] = {
     401: _error(
         "`missing_api_key`: no x-api-key header; `invalid_api_key`: unknown or revoked key."
     ),
 }
-_NOT_FOUND = {404: _error("`flow_not_found`: no flow with this id (or not a valid flow id).")}
-_INTERNAL = {500: _error("`internal_error`: something failed inside the server (no details).")}
+_NOT_FOUND: dict[int | str, Any] = {
+    404: _error("`flow_not_found`: no flow with this id (or not a valid flow id).")
+}
+_INTERNAL: dict[int | str, Any] = {
+    500: _error("`internal_error`: something failed inside the server (no details).")
+}
 
 FLOW_ROUTE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
