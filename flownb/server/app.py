@@ -283,7 +283,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return error_response(from_exception(exc, _rid(request)), _rid(request))
 
     async def on_http(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
+        if not isinstance(exc, StarletteHTTPException):  # registered for that class only
+            raise exc
         path = request.url.path
         if exc.status_code == 404 and path.startswith(_FLOW_PATHS):
             problem = ApiProblem(404, "flow_not_found", "no such flow")

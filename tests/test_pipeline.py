@@ -1,0 +1,104 @@
+"""One run pipeline: local runs, the DataFrame path, async runs and the server's run route all go
+through :class:`flownb.pipeline.Runner`, so they share its behaviour (the run log, the paths it
+picks) and the public collector :class:`flownb.Outcomes`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from providers_for_tests import EchoProvider
+
+import flownb
+from flownb.errors import BatchError
+from flownb.pipeline import INLINE_ON_LOOP
+from tests.conftest import make_flow
+from tests.serving import post_run, run_server, sample_flows
+
+ECHO = make_flow({"say": "hi {who}"}, ["who"])
+
+
+def test_run_each_reports_every_element_once_and_keeps_nothing() -> None:
+    flow = flownb.load_flow(ECHO, provider=EchoProvider(fail_on="bad"), log=False)
+    seen: dict[int, object] = {}
+
+    def on_result(i: int, result: object, exc: BaseException | None) -> None:
+        assert i not in seen
+        seen[i] = exc if exc is not None else result
+
+    flow.run_each([{"who": "a"}, {"who": "bad"}, {"who": "c"}], on_result)
+    assert seen[0] == {"say": "text:hi a"} and seen[2] == {"say": "text:hi c"}
+    assert isinstance(seen[1], flownb.ProviderError)
+
+
+def test_outcomes_keeps_input_order_and_raises_with_the_successes() -> None:
+    flow = flownb.load_flow(ECHO, provider=EchoProvider(fail_on="bad"), log=False)
+    outcomes = flownb.Outcomes(3)
+    flow.run_each([{"who": "a"}, {"who": "bad"}, {"who": "c"}], outcomes)
+    with pytest.raises(BatchError) as info:
+        outcomes.value()
+    assert info.value.results[0] == {"say": "text:hi a"} and info.value.results[1] is None
+    assert set(info.value.errors) == {1}
+
+
+def test_run_each_validates_the_whole_batch_first() -> None:
+    flow = flownb.load_flow(ECHO, provider=EchoProvider(), log=False)
+    calls: list[int] = []
+    with pytest.raises(flownb.InputError, match="element 1"):
+        flow.run_each([{"who": "a"}, {"whom": "b"}], lambda i, r, e: calls.append(i))
+    assert calls == [] and flow.provider.calls == []
+
+
+def test_a_big_offline_batch_from_a_running_loop_leaves_the_loop_free() -> None:
+    # Over INLINE_ON_LOOP rows an inline batch runs in a worker thread: a coroutine on the same
+    # loop keeps ticking meanwhile.
+    flow = flownb.load_flow(make_flow({"pic": "a {who}"}, ["who"], images=("pic",)), log=False)
+    rows = [{"who": f"owl {i}"} for i in range(INLINE_ON_LOOP * 3)]
+
+    async def main() -> int:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        results = await flow.arun_batch(rows)
+        done.set()
+        await ticker
+        assert len(results) == len(rows)
+        return ticks
+
+    assert asyncio.run(main()) > 1
+
+
+def test_the_server_records_runs_in_the_run_log_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flows = sample_flows(tmp_path)
+    for log, home in ((None, tmp_path / "quiet"), (True, tmp_path / "logged")):
+        with run_server(flows, home, log=log) as server:
+            assert post_run(server, "echo", [{"a": "1", "b": "2"}]).status_code == 200
+            assert (server.config.runlog is not None) is bool(log)
+    monkeypatch.setenv("FLOWNB_HOME", str(tmp_path / "quiet"))
+    assert len(flownb.runs()) == 0
+    monkeypatch.setenv("FLOWNB_HOME", str(tmp_path / "logged"))
+    logged = flownb.runs()
+    assert list(logged["flow"]) == ["echo"] and logged["outputs"][0] == {"say": "A=1 B=2"}
+
+
+def test_the_dataframe_path_and_run_batch_log_alike() -> None:
+    flow = flownb.load_flow(ECHO, provider=EchoProvider(fail_on="bad"))
+    out = flow.run_dataframe(pd.DataFrame({"who": ["x", "bad"]}), progress=False)
+    assert list(out["say"]) == ["text:hi x", None]
+    with pytest.raises(BatchError):
+        flow.run_batch([{"who": "x"}, {"who": "bad"}])
+    log = flownb.runs("flow")
+    assert len(log) == 4 and log["run_id"].nunique() == 2
+    assert list(log["error"].isna()) == [True, False, True, False]
+    assert log["error"][1].startswith("provider_error: ")  # one_line(exc, code=True)
