@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             f"peak in flight {st['peak_in_flight']:3d}  lost {lost}",
             flush=True,
         )
-        ratios[f"{label}: wall / ideal"] = wall / ideal
+        ratios[f"{label}: wall / ideal ({aim})"] = wall / ideal
         return {"share": share, "lost": lost, "wall": wall, "requests": st["requests"]}
 
     try:
