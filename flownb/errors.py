@@ -33,7 +33,10 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .providers.base import RateLimits
 
 __all__ = [
     "ApiError",
@@ -168,9 +171,15 @@ class ProviderTimeout(ProviderError):
 
 
 class RateLimited(ProviderError):
-    """The provider kept refusing us for rate. ``retry_after`` is its hint in seconds, if any."""
+    """The provider kept refusing us for rate. ``retry_after`` is its hint in seconds, if any;
+    ``rate_limits`` what its rate-limit headers said (a
+    :class:`~flownb.providers.base.RateLimits`), for the run's limiter to pace by."""
 
     code = "upstream_rate_limited"
+
+    def __init__(self, message: str, *, rate_limits: RateLimits | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.rate_limits = rate_limits
 
 
 class BatchError(FlownbError):

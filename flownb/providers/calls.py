@@ -151,7 +151,7 @@ class CallRunner:
                     provider=self.provider.name,
                 ) from exc
             except RateLimited as exc:
-                limiter.rejected(level, seq, getattr(exc, "rate_limits", None))
+                limiter.rejected(level, seq, exc.rate_limits)
                 raise
             settle(gen)  # before the slot is freed, so the next call sees the correction
         usage = gen.usage

@@ -261,11 +261,14 @@ def _translate_status(
         text += f" (request id {request_id})"
     retry_after = parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
     if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
-        limited = RateLimited(
-            text, retry_after=retry_after, status=status, request_id=request_id, provider="openai"
+        return RateLimited(
+            text,
+            retry_after=retry_after,
+            status=status,
+            request_id=request_id,
+            provider="openai",
+            rate_limits=rate_limits(headers),
         )
-        limited.rate_limits = rate_limits(headers)  # type: ignore[attr-defined]  # for the limiter
-        return limited
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
     return ProviderError(
