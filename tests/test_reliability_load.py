@@ -274,25 +274,25 @@ class Sampler:
         self._thread.join(5)
 
 
-def _drive(mix: Mix, numbers: range) -> list[Outcome]:
-    """Send requests ``numbers`` from CLIENTS threads (each with its own connection pool)."""
+def drive(mix: Mix, numbers: range, clients: int = CLIENTS, timeout: float = 30) -> list[Outcome]:
+    """Send requests ``numbers`` from ``clients`` threads (each with its own connection pool)."""
     local = threading.local()
-    clients: list[httpx.Client] = []
+    opened: list[httpx.Client] = []
     lock = threading.Lock()
 
     def one(n: int) -> Outcome:
         client = getattr(local, "client", None)
         if client is None:
-            client = local.client = httpx.Client(timeout=30)
+            client = local.client = httpx.Client(timeout=timeout)
             with lock:
-                clients.append(client)
+                opened.append(client)
         return mix.one(client, n)
 
     try:
-        with ThreadPoolExecutor(CLIENTS) as pool:
+        with ThreadPoolExecutor(clients) as pool:
             return list(pool.map(one, numbers))
     finally:
-        for c in clients:
+        for c in opened:
             c.close()
 
 
@@ -310,10 +310,10 @@ def test_mixed_load_has_no_unexpected_status_no_lost_or_mixed_results_and_flat_m
     logs = tmp_path / "logs"
     with serve(flows, env, logs, extra=["--max-body-bytes", str(MAX_BODY)]) as server:
         mix = Mix(server.url, key)
-        warm = _drive(mix, range(WARMUP))  # imports, caches and pools settle before measuring
+        warm = drive(mix, range(WARMUP))  # imports, caches and pools settle before measuring
         started = time.monotonic()
         with Sampler(server.process.pid) as sampler:
-            outcomes = _drive(mix, range(WARMUP, WARMUP + REQUESTS))
+            outcomes = drive(mix, range(WARMUP, WARMUP + REQUESTS))
         elapsed = time.monotonic() - started
         assert server.process.poll() is None, "the server died under load"
     record(Exposure("load", {key}, [flownb_env, logs], [o.body for o in warm + outcomes]))

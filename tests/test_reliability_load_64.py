@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import os
 import statistics
-import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 from reliability.procs import create_key, serve
 
 from tests.conftest import FLOWS, write_flow
-from tests.test_reliability_load import MAX_BODY, Mix, Outcome, Sampler, _echo_flow
+from tests.test_reliability_load import MAX_BODY, Mix, Outcome, Sampler, _echo_flow, drive
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,24 +27,7 @@ REQUESTS = 3000
 
 
 def _drive(mix: Mix, numbers: range) -> list[Outcome]:
-    local = threading.local()
-    clients: list[httpx.Client] = []
-    lock = threading.Lock()
-
-    def one(n: int) -> Outcome:
-        client = getattr(local, "client", None)
-        if client is None:
-            client = local.client = httpx.Client(timeout=60)
-            with lock:
-                clients.append(client)
-        return mix.one(client, n)
-
-    try:
-        with ThreadPoolExecutor(CONCURRENCY) as pool:
-            return list(pool.map(one, numbers))
-    finally:
-        for c in clients:
-            c.close()
+    return drive(mix, numbers, clients=CONCURRENCY, timeout=60)
 
 
 def test_64_concurrent_mixed_requests_get_no_5xx_and_memory_stays_flat(
