@@ -86,8 +86,11 @@ def bind(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise ConfigError(f"cannot listen on {host!r}: {exc.strerror}") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    # The protocol number matters: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    # sockets that say IPPROTO_TCP, and with it on, small answers wait for delayed ACKs (the
+    # server ran at half its speed).
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
