@@ -13,7 +13,7 @@ Three measurements, each against a reference taken in the same run:
 3. **serve --workers 2 vs 1** on the image route (each request draws a new image): requests/s
    with ``--connections`` connections kept busy, rounds alternating. Aim: >= 1.5x.
 
-    python -m bench.dask_scale [--images 240] [--rows 10000] [--latency 0.1] [--quick]
+    python -m bench.dask_scale [--images 960] [--rows 10000] [--latency 0.1] [--quick]
 
 The machine may be shared: rounds alternate and medians are reported; compare ratios.
 """
@@ -247,7 +247,7 @@ def bench_serve(seconds: float, connections: int, rounds: int) -> float:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the three measurements, print their figures and return the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=240)
+    parser.add_argument("--images", type=int, default=960)
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--seconds", type=float, default=5.0)
