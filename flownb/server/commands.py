@@ -68,7 +68,8 @@ __all__ = ["gc", "keys", "serve"]
     default=10.0,
     show_default=True,
     type=click.FloatRange(min=0.1),
-    help="Seconds a connection may take to send a request's head before it is closed.",
+    help="Seconds a connection may take to send a request's head before it is closed "
+    "(with --workers: always the default).",
 )
 @click.option(
     "--limit-concurrency",
@@ -95,7 +96,7 @@ def serve(
 
     from .app import ServerConfig, create_app
     from .logs import log_config
-    from .protocol import MAX_HEADER_BYTES, bind, http_protocol
+    from .protocol import HTTP_PROTOCOL, MAX_HEADER_BYTES, bind, http_protocol
 
     config = ServerConfig(
         flows_dir, provider=provider, max_batch=max_batch, max_body_bytes=max_body_bytes
@@ -150,6 +151,9 @@ def serve(
             server_header=False,
             timeout_keep_alive=timeout_keep_alive,
             limit_concurrency=limit_concurrency,
+            # Imported by each worker process: the default request-head timeout applies.
+            http=HTTP_PROTOCOL,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         )
         return
     # The access log prints method, path and status only (never headers), so keys cannot leak.

@@ -10,6 +10,7 @@ a file descriptor) forever. :func:`http_protocol` adds that limit to uvicorn's h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from typing import Any
 
@@ -19,9 +20,11 @@ from ..errors import ConfigError
 
 __all__ = [
     "HEADER_TIMEOUT",
+    "HTTP_PROTOCOL",
     "KEEP_ALIVE_TIMEOUT",
     "LIMIT_CONCURRENCY",
     "MAX_HEADER_BYTES",
+    "HeaderTimeoutH11Protocol",
     "bind",
     "http_protocol",
 ]
@@ -37,43 +40,62 @@ LIMIT_CONCURRENCY = 1000
 MAX_HEADER_BYTES = 16 * 1024
 
 
+class HeaderTimeoutH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol that closes a connection sending no complete request head within
+    :attr:`header_timeout` seconds, and turns Nagle's algorithm off on every connection (small
+    JSON answers otherwise wait for the client's delayed ACK; asyncio does it only for sockets
+    it made itself, not for ones uvicorn or we bound)."""
+
+    header_timeout: float = HEADER_TIMEOUT
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+        # A new request head replaces ``self.cycle``: still the same one when the timer fires
+        # means no head arrived in time.
+        waiting_after = self.cycle
+        self._head_timer = self.loop.call_later(
+            self.header_timeout, self._head_timed_out, waiting_after
+        )
+
+    def _head_timed_out(self, waiting_after: Any) -> None:
+        if self.cycle is waiting_after and not self.transport.is_closing():
+            self.transport.close()
+
+
+# What `flownb serve --workers N` hands uvicorn (an import string: worker processes import it).
+HTTP_PROTOCOL = "flownb.server.protocol:HeaderTimeoutH11Protocol"
+
+
 def http_protocol(header_timeout: float = HEADER_TIMEOUT) -> type[H11Protocol]:
-    """Return uvicorn's h11 protocol with a request-head timeout of ``header_timeout`` seconds
-    (pass it as ``uvicorn.Config(http=...)``)."""
-
-    class HeaderTimeoutH11Protocol(H11Protocol):
-        """Closes a connection that sends no complete request head in time."""
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm_head_timer()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._arm_head_timer()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            timer = getattr(self, "_head_timer", None)
-            if timer is not None:
-                timer.cancel()
-            super().connection_lost(exc)
-
-        def _arm_head_timer(self) -> None:
-            timer = getattr(self, "_head_timer", None)
-            if timer is not None:
-                timer.cancel()
-            # A new request head replaces ``self.cycle``: still the same one when the timer
-            # fires means no head arrived in time.
-            waiting_after = self.cycle
-            self._head_timer = self.loop.call_later(
-                header_timeout, self._head_timed_out, waiting_after
-            )
-
-        def _head_timed_out(self, waiting_after: Any) -> None:
-            if self.cycle is waiting_after and not self.transport.is_closing():
-                self.transport.close()
-
-    return HeaderTimeoutH11Protocol
+    """Return :class:`HeaderTimeoutH11Protocol` with a request-head timeout of
+    ``header_timeout`` seconds (pass it as ``uvicorn.Config(http=...)``)."""
+    if header_timeout == HeaderTimeoutH11Protocol.header_timeout:
+        return HeaderTimeoutH11Protocol
+    return type(
+        "HeaderTimeoutH11Protocol",
+        (HeaderTimeoutH11Protocol,),
+        {"header_timeout": header_timeout},
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:
