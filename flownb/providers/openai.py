@@ -47,7 +47,7 @@ import re
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
@@ -276,6 +276,22 @@ def _translate_status(
     )
 
 
+async def _read_capped(chunks: AsyncIterator[bytes], url: str) -> bytes:
+    """Return the downloaded image's bytes, read as they come (both transports' bodies).
+
+    Raises:
+        ProviderError: it grew over MAX_IMAGE_BYTES (stopped there, not read to the end).
+    """
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_IMAGE_BYTES:
+            raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def _download_failed(url: str, why: str) -> ProviderError:
     where = urllib.parse.urlsplit(url)
     return ProviderError(
@@ -388,14 +404,8 @@ class _AiohttpTransport:
                     raise _download_failed(url, f"HTTP {resp.status}")
                 if (resp.content_length or 0) > MAX_IMAGE_BYTES:
                     raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.content.iter_chunked(256 * 1024):
-                    size += len(chunk)
-                    if size > MAX_IMAGE_BYTES:
-                        raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
-                    chunks.append(chunk)
-                return b"".join(chunks), resp.headers.get("Content-Type", "")
+                data = await _read_capped(resp.content.iter_chunked(256 * 1024), url)
+                return data, resp.headers.get("Content-Type", "")
         except aiohttp.ClientError as exc:
             raise _download_failed(url, type(exc).__name__) from exc
 
@@ -488,14 +498,8 @@ class _SdkTransport:
             ):
                 if resp.status_code >= 400:
                     raise _download_failed(url, f"HTTP {resp.status_code}")
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.aiter_bytes():
-                    size += len(chunk)
-                    if size > MAX_IMAGE_BYTES:
-                        raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
-                    chunks.append(chunk)
-                return b"".join(chunks), resp.headers.get("Content-Type", "")
+                data = await _read_capped(resp.aiter_bytes(), url)
+                return data, resp.headers.get("Content-Type", "")
         except httpx.HTTPError as exc:
             raise _download_failed(url, type(exc).__name__) from exc
 
