@@ -365,3 +365,19 @@ def test_fake_server_runs_as_a_module_for_the_plain_sdk() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_an_image_over_the_download_cap_is_refused_not_stored(
+    fake: FakeOpenAI, transport: str, monkeypatch: pytest.MonkeyPatch, flownb_env: Path
+) -> None:
+    from flownb.providers import openai as mod
+
+    size = len(image_bytes("About owls."))
+    monkeypatch.setattr(mod, "MAX_IMAGE_BYTES", size - 1)  # the fake's PNG is one byte over
+    flow = flownb.load_flow(one_node({"model": "dall-e-2"}, image=True), cache=False, retries=0)
+    with pytest.raises(ProviderError, match=f"over {size - 1} bytes"):
+        flow.run(topic="owls")
+    media = flownb_env / "media"
+    assert not media.exists() or not list(media.glob("*.png"))
+    monkeypatch.setattr(mod, "MAX_IMAGE_BYTES", size)  # exactly at the cap: kept
+    assert flow.run(topic="owls")["out"].startswith("file://")
