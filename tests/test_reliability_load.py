@@ -11,14 +11,16 @@ memory must stay flat between the first and the last third of the run.
 from __future__ import annotations
 
 import json
+import os
 import random
 import secrets
 import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from reliability.exposure import Exposure, record
-from reliability.procs import create_key, rss_bytes, serve
+from reliability.procs import Served, create_key, rss_bytes, serve
 
 from tests.conftest import FLOWS, make_flow, write_flow
 
@@ -296,27 +298,32 @@ def drive(mix: Mix, numbers: range, clients: int = CLIENTS, timeout: float = 30)
             c.close()
 
 
-def test_mixed_load_has_no_unexpected_status_no_lost_or_mixed_results_and_flat_memory(
-    tmp_path: Path, flownb_env: Path
-) -> None:
+@contextmanager
+def loaded_server(tmp_path: Path, key_name: str) -> Iterator[tuple[Served, Mix]]:
+    """Run ``flownb serve`` over the echo and blog-intro flows (logs under ``tmp_path/logs``)
+    with a fresh key; yield the server and a request mix aimed at it."""
     flows = tmp_path / "flows"
     flows.mkdir()
     write_flow(flows / "echo.json", _echo_flow())
     (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
-    import os
-
     env = dict(os.environ)
-    key = create_key(env, "load")
+    key = create_key(env, key_name)
+    with serve(flows, env, tmp_path / "logs", extra=["--max-body-bytes", str(MAX_BODY)]) as server:
+        yield server, Mix(server.url, key)
+
+
+def test_mixed_load_has_no_unexpected_status_no_lost_or_mixed_results_and_flat_memory(
+    tmp_path: Path, flownb_env: Path
+) -> None:
     logs = tmp_path / "logs"
-    with serve(flows, env, logs, extra=["--max-body-bytes", str(MAX_BODY)]) as server:
-        mix = Mix(server.url, key)
+    with loaded_server(tmp_path, "load") as (server, mix):
         warm = drive(mix, range(WARMUP))  # imports, caches and pools settle before measuring
         started = time.monotonic()
         with Sampler(server.process.pid) as sampler:
             outcomes = drive(mix, range(WARMUP, WARMUP + REQUESTS))
         elapsed = time.monotonic() - started
         assert server.process.poll() is None, "the server died under load"
-    record(Exposure("load", {key}, [flownb_env, logs], [o.body for o in warm + outcomes]))
+    record(Exposure("load", {mix.key}, [flownb_env, logs], [o.body for o in warm + outcomes]))
 
     everything = warm + outcomes
     by_kind = Counter(o.kind for o in everything)

@@ -7,17 +7,14 @@ It sends the probe's 10,000 requests (about 18 s on two quiet cores).
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from reliability.procs import create_key, serve
 
-from tests.conftest import FLOWS, write_flow
-from tests.test_reliability_load import MAX_BODY, Mix, Outcome, Sampler, _echo_flow, drive
+from tests.test_reliability_load import Mix, Outcome, Sampler, drive, loaded_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,14 +29,7 @@ def _drive(mix: Mix, numbers: range) -> list[Outcome]:
 def test_64_concurrent_mixed_requests_get_no_5xx_and_memory_stays_flat(
     tmp_path: Path, flownb_env: Path
 ) -> None:
-    flows = tmp_path / "flows"
-    flows.mkdir()
-    write_flow(flows / "echo.json", _echo_flow())
-    (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
-    env = dict(os.environ)
-    key = create_key(env, "load64")
-    with serve(flows, env, tmp_path / "logs", extra=["--max-body-bytes", str(MAX_BODY)]) as server:
-        mix = Mix(server.url, key)
+    with loaded_server(tmp_path, "load64") as (server, mix):
         _drive(mix, range(200))  # warm-up
         started = time.monotonic()
         with Sampler(server.process.pid) as sampler:
