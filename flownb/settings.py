@@ -17,6 +17,9 @@ from .errors import ConfigError
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_HEADER_TIMEOUT",
+    "DEFAULT_KEEP_ALIVE",
+    "DEFAULT_LIMIT_CONCURRENCY",
     "DEFAULT_MAX_BATCH",
     "DEFAULT_MAX_BODY",
     "DEFAULT_PROVIDER",
@@ -37,6 +40,10 @@ DEFAULT_RETRIES = 8  # retries of a 429/5xx/timeout/dropped call, after the firs
 DEFAULT_TIMEOUT = 120.0  # seconds per provider attempt
 DEFAULT_MAX_BATCH = 1000  # elements per run request (server limit; client chunk size)
 DEFAULT_MAX_BODY = 10 * 1024 * 1024  # bytes per run request body
+# flownb serve's connection limits (see flownb/server/protocol.py).
+DEFAULT_HEADER_TIMEOUT = 10.0  # seconds a connection may take to send a request's head
+DEFAULT_KEEP_ALIVE = 5  # seconds an idle keep-alive connection stays open (uvicorn's default)
+DEFAULT_LIMIT_CONCURRENCY = 1000  # connections plus requests in flight before 503s
 DEFAULT_OPENAI_TRANSPORT = "aiohttp"
 
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 import click
 
 from ..providers.registry import provider_names
-from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, get_settings
+from ..settings import (
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_KEEP_ALIVE,
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY,
+    get_settings,
+)
 
 __all__ = ["gc", "keys", "serve"]
 
@@ -58,14 +65,14 @@ __all__ = ["gc", "keys", "serve"]
 )
 @click.option(
     "--timeout-keep-alive",
-    default=5,
+    default=DEFAULT_KEEP_ALIVE,
     show_default=True,
     type=click.IntRange(min=1),
     help="Seconds an idle connection stays open between requests.",
 )
 @click.option(
     "--header-timeout",
-    default=10.0,
+    default=DEFAULT_HEADER_TIMEOUT,
     show_default=True,
     type=click.FloatRange(min=0.1),
     help="Seconds a connection may take to send a request's head before it is closed "
@@ -73,7 +80,7 @@ __all__ = ["gc", "keys", "serve"]
 )
 @click.option(
     "--limit-concurrency",
-    default=1000,
+    default=DEFAULT_LIMIT_CONCURRENCY,
     show_default=True,
     type=click.IntRange(min=1),
     help="Open connections plus requests in flight above which requests get 503 at once.",

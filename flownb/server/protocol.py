@@ -17,25 +17,16 @@ from typing import Any
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import ConfigError
+from ..settings import DEFAULT_HEADER_TIMEOUT
 
 __all__ = [
-    "HEADER_TIMEOUT",
     "HTTP_PROTOCOL",
-    "KEEP_ALIVE_TIMEOUT",
-    "LIMIT_CONCURRENCY",
     "MAX_HEADER_BYTES",
     "HeaderTimeoutH11Protocol",
     "bind",
     "http_protocol",
 ]
 
-# Seconds a connection may take to send a complete request head (from connecting, or from its
-# previous response); then it is closed.
-HEADER_TIMEOUT = 10.0
-# Seconds an idle keep-alive connection stays open between requests (uvicorn's default).
-KEEP_ALIVE_TIMEOUT = 5
-# Connections plus requests in flight above which uvicorn answers 503 (plain text) at once.
-LIMIT_CONCURRENCY = 1000
 # Largest request head h11 buffers before answering 400 (plain text): h11's own default.
 MAX_HEADER_BYTES = 16 * 1024
 
@@ -46,7 +37,7 @@ class HeaderTimeoutH11Protocol(H11Protocol):
     JSON answers otherwise wait for the client's delayed ACK; asyncio does it only for sockets
     it made itself, not for ones uvicorn or we bound)."""
 
-    header_timeout: float = HEADER_TIMEOUT
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -86,7 +77,7 @@ class HeaderTimeoutH11Protocol(H11Protocol):
 HTTP_PROTOCOL = "flownb.server.protocol:HeaderTimeoutH11Protocol"
 
 
-def http_protocol(header_timeout: float = HEADER_TIMEOUT) -> type[H11Protocol]:
+def http_protocol(header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> type[H11Protocol]:
     """Return :class:`HeaderTimeoutH11Protocol` with a request-head timeout of
     ``header_timeout`` seconds (pass it as ``uvicorn.Config(http=...)``)."""
     if header_timeout == HeaderTimeoutH11Protocol.header_timeout:
