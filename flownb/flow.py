@@ -512,16 +512,18 @@ def load_flow(
         tpm=tpm,
     )
     if isinstance(source, Mapping):
-        graph, data = parse_flow(source, name or "flow"), source
+        name = name or "flow"
+        graph, data = parse_flow(source, name), source
     else:
         try:
             data = read_flow_file(source)
         except FileNotFoundError:
             raise FlowFileError(f"{source}: no such flow file") from None
         graph = parse_flow(data, str(source))
+        name = name or Path(source).stem
     return LocalFlow(
         graph,
-        name=name or (Path(source).stem if not isinstance(source, Mapping) else "flow"),
+        name=name,
         config=config,
         provider=provider if isinstance(provider, Provider) else None,
         source=data,
