@@ -208,7 +208,7 @@ class FlowMagics(EvalMagics, Magics):
         except ValueError as exc:
             raise UsageError(f"%flow: cannot split the line: {exc}") from None
         if not tokens or tokens[0] in ("help", "-h", "--help"):
-            print(self.flow.__doc__ or _USAGE)
+            print(type(self).flow.__doc__ or _USAGE)
             return None
         sub, rest = tokens[0], tokens[1:]
         if sub not in _SUBCOMMANDS:
