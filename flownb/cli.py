@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from .errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
-from .flow import BaseFlow
+from .flow import BaseFlow, LocalFlow
 from .inputs import (
     CLI,
     flow_location,
@@ -133,6 +133,31 @@ def info(flow: str, base_url: str | None) -> None:
     click.echo("outputs:")
     for name in f.outputs:
         click.echo(f"  - {name}")
+
+
+@cli.command()
+@click.argument("flow")
+@click.option(
+    "--svg",
+    "svg_path",
+    metavar="FILE",
+    help="Write the picture as SVG to FILE instead of printing Mermaid.",
+)
+def graph(flow: str, svg_path: str | None) -> None:
+    """Draw a flow file's graph: Mermaid text on stdout, or an SVG file with --svg."""
+    f = open_flow(flow, base_url=None)
+    if not isinstance(f, LocalFlow):
+        _fail(
+            f"flownb graph: {flow!r} is not a flow file (a served flow's graph stays on the server)"
+        )
+    if svg_path is None:
+        click.echo(f.to_mermaid(), nl=False)
+        return
+    try:
+        Path(svg_path).write_text(f.to_svg(), encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot write {svg_path}: {exc.strerror or exc}")
+    click.echo(f"wrote {svg_path}", err=True)
 
 
 @cli.command()

@@ -18,6 +18,7 @@ from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
 from .frame import run_dataframe
+from .graph import to_mermaid, to_svg
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
@@ -327,6 +328,45 @@ class LocalFlow(BaseFlow):
     def spec(self) -> VariableSpec:
         """The flow's variables, for validation."""
         return self.plan.spec
+
+    def to_mermaid(self) -> str:
+        """Return the flow drawn as a Mermaid ``flowchart LR`` (variables, generation nodes,
+        outputs, and the edges between them)."""
+        return to_mermaid(self.graph)
+
+    def to_svg(self, result: RunResult | None = None) -> str:
+        """Return the flow drawn as a self-contained SVG: variables with their defaults,
+        generation nodes with kind and model (the prompt on hover), outputs. With ``result``
+        (a run of this flow), each generation node that ran also shows its time and tokens,
+        and whether the cache served it."""
+        return to_svg(self.graph, title=self.name, notes=self._run_notes(result))
+
+    def _run_notes(self, result: RunResult | None) -> dict[str, str]:
+        if result is None:
+            return {}
+        notes: dict[str, str] = {}
+        for step, gen in zip(self.plan.steps, result.generations, strict=False):
+            if gen is None:
+                continue
+            parts = ["cached" if gen.cached else f"{gen.latency:.2f} s"]
+            usage = gen.usage or {}
+            tokens = usage.get("total_tokens") or (
+                usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+            )
+            if tokens:
+                parts.append(f"{tokens} tokens")
+            notes[step.node_id] = " · ".join(parts)
+        return notes
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        # The picture for notebooks; Mermaid for front ends that render it; the Markdown list
+        # and the repr for everything else (terminals, nbval's text comparison).
+        return {
+            "image/svg+xml": self.to_svg(),
+            "text/vnd.mermaid": self.to_mermaid(),
+            "text/markdown": self._repr_markdown_(),
+            "text/plain": repr(self),
+        }
 
     @property
     def outputs(self) -> list[str]:
