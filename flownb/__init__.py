@@ -7,6 +7,7 @@ form or a ``%flow`` magic, locally (offline by default) or against a flow servic
 from __future__ import annotations
 
 from . import scorers
+from .batching import list_batches as batches
 from .client import Client, RemoteFlow
 from .display import display_frame
 from .errors import (
@@ -54,6 +55,7 @@ __all__ = [
     "ServiceTimeout",
     "ServiceUnavailable",
     "__version__",
+    "batches",
     "display_frame",
     "evaluate",
     "load_flow",

@@ -217,6 +217,12 @@ def graph(flow: str, svg_path: str | None) -> None:
     is_flag=True,
     help="Print the rendered prompts and the calls a run would pay for; call nothing.",
 )
+@click.option(
+    "--batch-api",
+    is_flag=True,
+    help="Send the uncached text calls of a --csv/--json batch through the provider's batch API "
+    "(half price, results within 24 hours); a later run picks up batches still running.",
+)
 def run(
     flow: str,
     var_pairs: tuple[str, ...],
@@ -233,6 +239,7 @@ def run(
     no_progress: bool,
     no_cache: bool,
     dry_run: bool,
+    batch_api: bool,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json).
 
@@ -250,6 +257,8 @@ def run(
         raise click.UsageError("--map applies to --csv columns")
     if fill is not None and not csv_path:
         raise click.UsageError("--fill applies to --csv cells")
+    if batch_api and not (csv_path or json_path):
+        raise click.UsageError("--batch-api runs a --csv or --json batch")
     target = _out_target(out_path, out_format)
     try:
         values = parse_values(var_pairs)
@@ -298,7 +307,18 @@ def run(
     if dry_run:
         click.echo(str(f.preview(rows, mapping or None, fill=fill)))
         return
-    out = run_dataframe(f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI)
+    if batch_api:
+        if not isinstance(f, LocalFlow):
+            raise click.UsageError("--batch-api runs flow files (a served flow runs on its server)")
+        from .batching import run_dataframe_batched
+
+        out = run_dataframe_batched(
+            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI
+        )
+    else:
+        out = run_dataframe(
+            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI
+        )
     if target is not None:
         _write(out, *target)
     else:
@@ -311,6 +331,26 @@ def run(
         sys.exit(130)
     if len(errors):
         _fail(f"{len(errors)} of {len(out)} rows failed; see the 'error' column")
+
+
+@cli.command()
+@click.option("--refresh", is_flag=True, help="Ask the provider for the state of running batches.")
+@click.option("--cancel", "cancel_id", metavar="ID", help="Cancel this provider batch.")
+def batches(refresh: bool, cancel_id: str | None) -> None:
+    """List the provider batches flownb remembers (newest first), refresh or cancel one."""
+    import pandas as pd
+
+    from .batching import cancel_batch, list_batches
+
+    if cancel_id:
+        click.echo(f"{cancel_id}: {cancel_batch(cancel_id)}")
+        return
+    table = list_batches(refresh=refresh)
+    if table.empty:
+        click.echo("no provider batches yet (flownb run ... --batch-api submits some)")
+        return
+    with pd.option_context("display.width", 160, "display.max_rows", 200):
+        click.echo(table.to_string(index=False))
 
 
 def _batch_rows(

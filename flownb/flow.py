@@ -166,6 +166,8 @@ class BaseFlow(ABC):
         trace: bool = False,
         rpm: float | None = None,
         tpm: float | None = None,
+        batch_api: bool = False,
+        poll: float | None = None,
     ) -> pd.DataFrame:
         """Run the flow once per row of ``df``; see :func:`flownb.frame.run_dataframe`.
 
@@ -173,6 +175,10 @@ class BaseFlow(ABC):
         :func:`flownb.scale.dask.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
         across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit this run in
         addition to the flow's own limits (local flows only).
+
+        ``batch_api=True`` sends the text calls the cache does not hold through the provider's
+        batch API (half price, results within 24 hours; see :mod:`flownb.batching.run`), waiting
+        ``poll`` seconds at most (None: until done); the same call later picks the batches up.
 
         Returns:
             A copy of ``df`` (index and columns kept) with one column per output (and, with
@@ -197,6 +203,25 @@ class BaseFlow(ABC):
                 rpm=rpm,
                 tpm=tpm,
                 error_column=error_column,
+            )
+        if batch_api:
+            if not isinstance(self, LocalFlow) or _is_dask_frame(df) or rpm or tpm:
+                raise ConfigError(
+                    "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
+                    "provider schedules a batch itself)"
+                )
+            from .batching.run import run_dataframe_batched
+
+            return run_dataframe_batched(
+                self,
+                df,
+                columns,
+                fill=fill,
+                poll=poll,
+                progress=progress,
+                concurrency=concurrency,
+                error_column=error_column,
+                trace=trace,
             )
         flow: BaseFlow = self
         if rpm or tpm:

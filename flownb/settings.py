@@ -36,6 +36,7 @@ __all__ = [
 
 DEFAULT_PROVIDER = "offline"
 DEFAULT_CONCURRENCY = 16  # provider calls in flight at once
+DEFAULT_BATCH_POLL = 30.0  # seconds between status checks of a provider batch
 DEFAULT_RETRIES = 8  # retries of a 429/5xx/timeout/dropped call, after the first attempt
 DEFAULT_TIMEOUT = 120.0  # seconds per provider attempt
 DEFAULT_MAX_BATCH = 1000  # elements per run request (server limit; client chunk size)
@@ -77,6 +78,7 @@ class Settings:
     server_runlog: bool = False
     tokens_per_minute: float | None = None
     serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
+    batch_poll: float = DEFAULT_BATCH_POLL  # FLOWNB_BATCH_POLL
 
     @property
     def media_dir(self) -> Path:
@@ -128,6 +130,9 @@ def get_settings() -> Settings:
         server_runlog=_flag("FLOWNB_SERVER_RUNLOG", env.get("FLOWNB_SERVER_RUNLOG"), False),
         tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
         serve_config=env.get(SERVE_CONFIG) or None,
+        batch_poll=float(
+            _number("FLOWNB_BATCH_POLL", env.get("FLOWNB_BATCH_POLL"), float) or DEFAULT_BATCH_POLL
+        ),
     )
 
 
@@ -152,6 +157,7 @@ class RunConfig:
     openai_base_url: str | None = None
     openai_api_key: str | None = field(default=None, repr=False)
     openai_transport: str = DEFAULT_OPENAI_TRANSPORT
+    batch_poll: float = DEFAULT_BATCH_POLL  # seconds between a provider batch's status checks
 
     @property
     def media_dir(self) -> Path:
@@ -209,6 +215,7 @@ def resolve_run_config(
         openai_base_url=s.openai_base_url,
         openai_api_key=s.openai_api_key,
         openai_transport=s.openai_transport,
+        batch_poll=s.batch_poll,
     )
 
 

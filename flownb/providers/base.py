@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 if TYPE_CHECKING:
     from typing import Self
@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     from ..media import MediaStore
     from ..settings import RunConfig
 
-__all__ = ["Call", "Generation", "Kind", "Provider", "RateLimits"]
+__all__ = [
+    "FINAL_STATES",
+    "BatchAPI",
+    "BatchState",
+    "Call",
+    "Generation",
+    "Kind",
+    "Provider",
+    "RateLimits",
+]
 
 Kind = Literal["text", "image"]
 
@@ -75,6 +84,66 @@ class Generation:
     limits: RateLimits | None = None
 
 
+# -- provider batches (half price, results within hours; driven by flownb.batching) -----------
+
+# States after which a batch changes no more.
+FINAL_STATES = frozenset({"completed", "failed", "expired", "cancelled"})
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """What the API says of a batch: its ``status``, request counts and result files."""
+
+    id: str
+    status: str
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def final(self) -> bool:
+        """Whether the batch has ended (completed, failed, expired or cancelled)."""
+        return self.status in FINAL_STATES
+
+
+class BatchAPI(Protocol):
+    """A vendor's batch API, as :mod:`flownb.batching` uses it."""
+
+    base_url: str
+    limits: Mapping[str, int]  # "requests" and "bytes" one batch may hold
+
+    def request(self, call: Call) -> tuple[str, str, dict[str, Any]]:
+        """Return ``(endpoint, model, body)`` of the batch line that asks for ``call``."""
+        ...
+
+    def answer(self, endpoint: str, model: str, data: Mapping[str, Any]) -> Generation:
+        """Return the generation a line's answer body holds."""
+        ...
+
+    def line_url(self, endpoint: str) -> str:
+        """Return the ``url`` a request line names for a provider endpoint."""
+        ...
+
+    def submit(self, data: bytes, endpoint: str, metadata: Mapping[str, str]) -> BatchState:
+        """Upload JSONL request lines and create a batch over them."""
+        ...
+
+    def status(self, batch_id: str) -> BatchState:
+        """Return the batch's current state."""
+        ...
+
+    def cancel(self, batch_id: str) -> BatchState:
+        """Ask for the batch to be cancelled."""
+        ...
+
+    def download(self, file_id: str) -> bytes:
+        """Return the bytes of a result file."""
+        ...
+
+
 class Provider(ABC):
     """Base class of model providers."""
 
@@ -112,6 +181,11 @@ class Provider(ABC):
     def generate_inline(self, call: Call) -> Generation:
         """Return the generation synchronously; only for providers with ``inline = True``."""
         raise NotImplementedError(f"{self.name} cannot generate inline")
+
+    def batch_api(self) -> BatchAPI | None:
+        """Return the provider's batch API (half price, results within hours; see
+        :mod:`flownb.batching`), or ``None``: it has none."""
+        return None
 
     def identity(self) -> Mapping[str, Any]:
         """Return what, besides the call, decides the output (endpoint, ...): part of cache keys."""

@@ -48,12 +48,15 @@ import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
 from ..media import MediaStore
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import Call, Generation, Kind, Provider, RateLimits
+
+if TYPE_CHECKING:
+    from .openai_batch import OpenAIBatches
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared", "parse_duration", "rate_limits"]
 
@@ -547,6 +550,7 @@ class OpenAIProvider(Provider):
                 f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}"
             )
         self.transport_name = chosen
+        self._api_key = key  # for the Batch API's client; never shown
         self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(
             self.base_url, key
         )
@@ -608,18 +612,47 @@ class OpenAIProvider(Provider):
         Raises:
             ProviderError, ProviderTimeout, RateLimited: translated from the transport.
         """
+        prepared, body = self.request(call)
+        data, request_id, limits = await self._transport.post(prepared.endpoint, body)
+        if call.kind == "image":
+            try:
+                gen = await self._image(data, prepared)
+            except (KeyError, IndexError, TypeError, AttributeError) as exc:
+                raise ProviderError(
+                    f"OpenAI API answered without the expected {exc} field",
+                    status=200,
+                    request_id=request_id,
+                    provider="openai",
+                ) from exc
+            gen.limits = limits
+            return gen
+        return self.text_answer(data, prepared, body, request_id, limits)
+
+    def request(self, call: Call) -> tuple[Prepared, dict[str, Any]]:
+        """Return the node's prepared request and the body that asks for ``call`` (what
+        :meth:`generate` posts, and what a batch line holds)."""
         prepared = self.prepare(call.kind, call.params, call.node_id)
         body = dict(prepared.body)
         if prepared.endpoint == "/chat/completions":
             body["messages"] = [{"role": "user", "content": call.prompt}]
         else:
             body["prompt"] = call.prompt
-        data, request_id, limits = await self._transport.post(prepared.endpoint, body)
+        return prepared, body
+
+    def text_answer(
+        self,
+        data: Mapping[str, Any],
+        prepared: Prepared,
+        body: Mapping[str, Any],
+        request_id: str | None = None,
+        limits: RateLimits | None = None,
+    ) -> Generation:
+        """Return the generation a text answer's JSON body holds (live or from a batch).
+
+        Raises:
+            ProviderError: the body lacks the fields an answer has.
+        """
         try:
-            if call.kind == "image":
-                gen = await self._image(data, prepared)
-                gen.limits = limits
-                return gen
             choice = data["choices"][0]
             if prepared.endpoint == "/chat/completions":
                 text = choice["message"].get("content") or ""
@@ -638,6 +671,12 @@ class OpenAIProvider(Provider):
         return Generation(
             text, model=data.get("model") or body["model"], usage=usage or None, limits=limits
         )
+
+    def batch_api(self) -> OpenAIBatches:
+        """Return this endpoint's Batch API (half price, results within 24 hours)."""
+        from .openai_batch import OpenAIBatches
+
+        return OpenAIBatches(self, self._api_key)
 
     async def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
         item = data["data"][0]

@@ -46,6 +46,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .fake_batches import BatchBackend
+
 __all__ = ["FakeConfig", "FakeOpenAI", "echo", "image_bytes", "main", "scripted_reply"]
 
 FAULTS = ("429", "500", "hang", "drop")
@@ -98,6 +100,11 @@ class FakeConfig:
     # first marker that matches wins). ``{score}`` in a reply becomes a number in [0, 1] drawn
     # from the prompt's digest, so a fake judge gives different, reproducible grades.
     replies: dict[str, str] = field(default_factory=dict)
+    # The Batches API (see fake_batches.py): seconds from creation to completion, the marker of
+    # lines that fail, and whether batches expire with half their lines answered.
+    batch_seconds: float = 1.0
+    batch_fail_marker: str = ""
+    batch_expire: bool = False
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -127,9 +134,15 @@ class _State:
         self.limited = 0  # 429s sent by the rate limit (max_in_flight / rate_limit)
         self.window_start = 0.0
         self.window_used = 0
+        self.batches = BatchBackend(config, self.answer_live)
+
+    def answer_live(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the body the fake answers ``body`` with on ``path`` (for batch lines)."""
+        return _answer(path, body, _prompt_of(path, body), self.config, images=self.images)
 
     def reset(self) -> None:
         self.rng = random.Random(self.config.seed)
+        self.batches.reset()
         self.requests.clear()
         self.paths.clear()
         self.headers.clear()
@@ -403,6 +416,7 @@ def make_app(state: _State) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/images/generations"):
         app.router.add_post(path, generate)
+    state.batches.add_routes(app)
     app.router.add_get("/_fake/stats", stats)
     app.router.add_get("/_fake/images/{name}.png", image)
     app.router.add_post("/_fake/reset", reset)
@@ -435,6 +449,12 @@ class FakeOpenAI:
     def requests(self) -> list[dict[str, Any]]:
         """Every request body received, in arrival order."""
         return self.state.requests
+
+    @property
+    def batches(self) -> BatchBackend:
+        """The Files and Batches the fake holds (``.uploads``: every batch file's bytes;
+        ``.created``: how many batches were created)."""
+        return self.state.batches
 
     @property
     def answered_prompts(self) -> list[str]:

@@ -1,0 +1,216 @@
+"""A DataFrame through OpenAI's Batch API (flow.run_dataframe(df, batch_api=True)), against the
+loopback fake's Files and Batches routes: what is uploaded, what comes back, resume across
+processes, failures and expiry, listing and cancelling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import flownb
+from flownb.testing.fake_openai import FakeOpenAI
+from tests.conftest import ROOT, make_flow, write_flow
+from tests.openai_fake import KEY
+
+FAST = {"batch_seconds": 0.3, "batch_fail_marker": "", "batch_expire": False}
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
+    fake_server.configure(latency=0.0, faults={}, fail_markers={}, replies={}, **FAST)
+    fake_server.reset()
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("FLOWNB_PROVIDER", "openai")
+    monkeypatch.setenv("FLOWNB_BATCH_POLL", "0.05")
+    return fake_server
+
+
+def _two_node_flow() -> dict:
+    return make_flow(
+        {"title": "Title for {topic}", "summary": "Summary of {topic} in a {tone} tone"},
+        ["topic", "tone"],
+    )
+
+
+def _frame(n: int) -> pd.DataFrame:
+    return pd.DataFrame({"topic": [f"topic {i}" for i in range(n)], "tone": ["dry"] * n})
+
+
+def _uploaded_lines(fake: FakeOpenAI) -> list[dict]:
+    return [json.loads(line) for data in fake.batches.uploads for line in data.splitlines()]
+
+
+def test_the_upload_holds_exactly_the_uncached_calls_and_results_match_a_plain_run(
+    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flow = flownb.load_flow(_two_node_flow())
+    df = _frame(300)
+    flow.run_dataframe(df.head(10), progress=False)  # 20 calls paid live, now cached
+    live_requests = len(fake.requests)
+    batched = flow.run_dataframe(df, batch_api=True, progress=False)
+
+    lines = _uploaded_lines(fake)
+    assert len(lines) == 2 * 290  # two nodes x the 290 rows the cache does not hold
+    assert len({ln["custom_id"] for ln in lines}) == len(lines)
+    assert {ln["url"] for ln in lines} == {"/v1/chat/completions"}
+    prompts = {ln["body"]["messages"][0]["content"] for ln in lines}
+    assert "Title for topic 10" in prompts and "Title for topic 0" not in prompts
+    assert len(fake.requests) == live_requests  # nothing else was called live
+
+    # The same rows run plainly (another home: nothing cached) give the same outputs.
+    monkeypatch.setenv("FLOWNB_HOME", str(tmp_path / "other-home"))
+    plain_flow = flownb.load_flow(_two_node_flow())
+    plain = plain_flow.run_dataframe(df, progress=False)
+    pd.testing.assert_frame_equal(batched, plain)
+    assert "error" not in batched.columns
+
+    # A second run submits nothing and calls nothing.
+    created, live_requests = fake.batches.created, len(fake.requests)
+    again = flow.run_dataframe(df, batch_api=True, progress=False)
+    assert fake.batches.created == created and len(fake.requests) == live_requests
+    pd.testing.assert_frame_equal(again, batched)
+
+
+def test_a_repeated_prompt_is_one_line(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    out = flow.run_dataframe(
+        pd.DataFrame({"word": ["a", "b", "a", "a"]}), batch_api=True, progress=False
+    )
+    assert len(_uploaded_lines(fake)) == 2
+    assert list(out["echo"]) == ["echo: Say a", "echo: Say b", "echo: Say a", "echo: Say a"]
+
+
+def test_a_chained_node_goes_in_a_second_batch_after_the_first(fake: FakeOpenAI) -> None:
+    data = make_flow({"outline": "Outline {topic}", "draft": "Draft from {outline}"}, ["topic"])
+    data["edges"].append({"id": "chain", "source": "node-outline", "target": "node-draft"})
+    flow = flownb.load_flow(data)
+    out = flow.run_dataframe(
+        pd.DataFrame({"topic": ["owls", "bats"]}), batch_api=True, progress=False
+    )
+    assert fake.batches.created == 2
+    assert list(out["draft"]) == [
+        "echo: Draft from echo: Outline owls",
+        "echo: Draft from echo: Outline bats",
+    ]
+
+
+def test_failed_lines_are_named_in_the_error_column_and_submitted_again(fake: FakeOpenAI) -> None:
+    fake.configure(batch_fail_marker="POISON")
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    df = pd.DataFrame({"word": ["fine", "POISON", "also fine"]})
+    out = flow.run_dataframe(df, batch_api=True, progress=False)
+    assert out.loc[0, "echo"] == "echo: Say fine" and out.loc[2, "echo"] == "echo: Say also fine"
+    assert out.loc[1, "echo"] is None
+    assert "provider batch" in out.loc[1, "error"] and "POISON" in out.loc[1, "error"]
+    assert out["error"].isna().sum() == 2
+    # The next run re-submits only the failed call.
+    fake.configure(batch_fail_marker="")
+    before = len(_uploaded_lines(fake))
+    again = flow.run_dataframe(df, batch_api=True, progress=False)
+    assert len(_uploaded_lines(fake)) == before + 1
+    assert again.loc[1, "echo"] == "echo: Say POISON" and "error" not in again.columns
+
+
+def test_an_expired_batch_keeps_what_finished(fake: FakeOpenAI) -> None:
+    fake.configure(batch_expire=True)
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    out = flow.run_dataframe(pd.DataFrame({"word": list("abcd")}), batch_api=True, progress=False)
+    assert out["echo"].notna().sum() == 2
+    expired = out[out["echo"].isna()]
+    assert len(expired) == 2 and expired["error"].str.contains("expired").all()
+
+
+def test_poll_zero_returns_at_once_and_the_next_call_picks_the_batch_up(fake: FakeOpenAI) -> None:
+    fake.configure(batch_seconds=1.5)
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    df = pd.DataFrame({"word": ["x", "y"]})
+    first = flow.run_dataframe(df, batch_api=True, progress=False, poll=0)
+    assert (
+        first["echo"].isna().all()
+        and first["error"].str.contains("waiting in provider batch").all()
+    )
+    listed = flownb.batches()
+    assert len(listed) == 1 and listed.loc[0, "requests"] == 2 and not listed.loc[0, "collected"]
+    second = flow.run_dataframe(df, batch_api=True, progress=False)  # waits this time
+    assert fake.batches.created == 1
+    assert list(second["echo"]) == ["echo: Say x", "echo: Say y"]
+    assert bool(flownb.batches().loc[0, "collected"])
+
+
+def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.configure(batch_seconds=3.0)
+    flow_path = write_flow(tmp_path / "flow.json", make_flow({"echo": "Say {word}"}, ["word"]))
+    csv = tmp_path / "words.csv"
+    pd.DataFrame({"word": ["one", "two", "three"]}).to_csv(csv, index=False)
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen(
+        [*cmd, "--no-progress"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 60
+    while fake.batches.created == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.batches.created == 1
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    second = subprocess.run(
+        [*cmd, "--out", str(out), "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode == 0, second.stderr
+    assert fake.batches.created == 1
+    assert [r["echo"] for r in json.loads(out.read_text())] == [
+        "echo: Say one",
+        "echo: Say two",
+        "echo: Say three",
+    ]
+
+
+def test_cancel_and_refresh_from_the_cli(fake: FakeOpenAI) -> None:
+    fake.configure(batch_seconds=30)
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    flow.run_dataframe(pd.DataFrame({"word": ["z"]}), batch_api=True, progress=False, poll=0)
+    batch_id = flownb.batches().loc[0, "id"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cancelled = subprocess.run(
+        [sys.executable, "-m", "flownb", "batches", "--cancel", batch_id],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert cancelled.returncode == 0, cancelled.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "flownb", "batches", "--refresh"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert listed.returncode == 0 and batch_id in listed.stdout and "cancelled" in listed.stdout
+
+
+def test_a_provider_without_a_batch_api_is_refused_in_one_line() -> None:
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))  # offline
+    with pytest.raises(flownb.ConfigError, match="no batch API"):
+        flow.run_dataframe(pd.DataFrame({"word": ["a"]}), batch_api=True, progress=False)
