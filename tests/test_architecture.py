@@ -28,7 +28,7 @@ ENTRY_POINTS = {
     "flownb.server.commands",
 }
 # What may resolve a RunConfig from the environment: the flow loader and the server's config.
-CONFIG_BUILDERS = {"flownb.flow", "flownb.server.app"}
+CONFIG_BUILDERS = {"flownb.flow", "flownb.server.app", "flownb.batching.listing"}
 # The engine and everything under it: never notebook code, not even lazily.
 NOT_CORE = {"flownb", "flownb.flow", "flownb.cli"}
 
