@@ -31,7 +31,7 @@ import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ _VERSION = 1  # bump when the stored form of a generation changes
 _GROUP_WINDOW = 0.002
 # Seconds a commit on the caller's thread (the event loop) may wait for another process's lock.
 _INLINE_TIMEOUT = 0.01
+_IN_CHUNK = 500  # keys per bulk lookup (SQLite allows 32,766 parameters; small keeps it quick)
 _RETRY_AFTER = 0.25  # seconds between commit attempts while the database is locked or failing
 
 _SCHEMA = """
@@ -136,6 +137,35 @@ class CallCache:
                 value = row[0] if row is not None else None
         if value is None:
             return None
+        return self._decode(value)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+        """Return the stored generations of ``keys`` that the cache holds (a bulk :meth:`get`:
+        one query per few hundred keys); failures count as misses, as in :meth:`get`."""
+        wanted = list(dict.fromkeys(keys))
+        values: dict[str, str] = {}
+        with self._lock:
+            for key in wanted:
+                queued = self._pending.get(key)
+                if queued is not None:
+                    values[key] = queued
+            rest = [k for k in wanted if k not in values]
+            try:
+                for start in range(0, len(rest), _IN_CHUNK):
+                    chunk = rest[start : start + _IN_CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    query = f"SELECT key, value FROM calls WHERE key IN ({marks})"
+                    values.update(self._db.execute(query, chunk).fetchall())
+            except sqlite3.Error as exc:
+                self._failed(exc)
+        found = {}
+        for key, value in values.items():
+            gen = self._decode(value)
+            if gen is not None:
+                found[key] = gen
+        return found
+
+    def _decode(self, value: str) -> Generation | None:
         data = json.loads(value)
         media = data.get("media")
         if media is not None and not (self.media_dir / media).is_file():
@@ -174,6 +204,19 @@ class CallCache:
                 )
                 self._writer.start()
         self._wake.set()
+
+    def put_many(self, items: Iterable[tuple[str, Generation]]) -> None:
+        """Store many generations and commit them in one transaction (a batch's answers);
+        a store failure keeps them queued and is recorded in ``errors``, not raised."""
+        values = {
+            key: json.dumps(
+                {"output": g.output, "media": g.media, "model": g.model, "usage": g.usage}
+            )
+            for key, g in items
+        }
+        with self._lock:
+            self._pending.update(values)
+        self._commit()
 
     def _write_loop(self) -> None:
         """The writer thread: commit what is queued each time ``put`` wakes it."""

@@ -266,3 +266,22 @@ def test_a_locked_cache_never_loses_a_paid_answer(
     fake.reset()
     flownb.load_flow(two_nodes()).run_batch(rows(3))
     assert fake.requests == []
+
+
+def test_bulk_put_and_get_agree_with_single_ones(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "cache.sqlite", tmp_path / "media")
+    items = [
+        (f"k{i}", Generation(f"out {i}", model="m", usage={"total_tokens": i})) for i in range(1200)
+    ]
+    cache.put_many(items)
+    cache.put("lone", Generation("single"))
+    found = cache.get_many([*(k for k, _ in items), "lone", "missing", "k0"])
+    assert len(found) == 1201 and "missing" not in found
+    assert found["k7"].output == "out 7" and found["k7"].usage == {"total_tokens": 7}
+    assert all(g.cached for g in found.values())
+    assert cache.get("k1199") == found["k1199"]
+    # An image whose file is gone is a miss in bulk too.
+    cache.put_many([("img", Generation("", media="gone.png"))])
+    assert "img" not in cache.get_many(["img"]) and cache.get("img") is None
+    # Committed: another connection to the same file sees every entry.
+    assert len(CallCache(tmp_path / "cache.sqlite", tmp_path / "media")) == 1202

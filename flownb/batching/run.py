@@ -52,24 +52,29 @@ def _calls(
     prefixes = {
         step.index: cache.prefix(provider.identity(), step.kind, step.params) for step in plan.steps
     }
-    for values in rows:
-        outputs: dict[int, str | None] = {}
-        for step in plan.steps:  # in dependency order
-            outputs[step.index] = None
-            ups = [outputs[u] for u in step.upstream]
-            if step.kind != "text" or any(u is None for u in ups):
-                continue  # images run live; a node waits for the answers above it
-            ctx: dict[str, str] = {
-                plan.steps[u].name: o
-                for u, o in zip(step.upstream, ups, strict=True)
-                if o is not None
-            }
-            ctx.update(values)
-            call = Call(step.kind, step.template.render(ctx), step.params, step.node_id)
-            key = cache.key(prefixes[step.index], call.prompt)
-            hit = cache.get(key)
+    outputs: list[dict[int, str | None]] = [{} for _ in rows]
+    for level in plan.levels:  # a level's prompts need the answers of the levels above
+        keyed: list[tuple[int, int, str, Call]] = []
+        for r, values in enumerate(rows):
+            known = outputs[r]
+            for step in level:
+                known[step.index] = None
+                ups = [known.get(u) for u in step.upstream]
+                if step.kind != "text" or any(u is None for u in ups):
+                    continue  # images run live; a node waits for the answers above it
+                ctx: dict[str, str] = {
+                    plan.steps[u].name: o
+                    for u, o in zip(step.upstream, ups, strict=True)
+                    if o is not None
+                }
+                ctx.update(values)
+                call = Call(step.kind, step.template.render(ctx), step.params, step.node_id)
+                keyed.append((r, step.index, cache.key(prefixes[step.index], call.prompt), call))
+        hits = cache.get_many(k for _, _, k, _ in keyed)
+        for r, index, key, call in keyed:
+            hit = hits.get(key)
             if hit is not None:
-                outputs[step.index] = hit.output
+                outputs[r][index] = hit.output
             else:
                 found.setdefault(key, call)
     return found
@@ -139,7 +144,7 @@ def collect(api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any) -> 
     """
     state = api.status(record.id)
     _update(record, state)
-    answered: set[str] = set()
+    answers: dict[str, Generation] = {}
     failures: dict[str, str] = {}
     for file_id in (state.output_file_id, state.error_file_id):
         if not file_id:
@@ -156,15 +161,14 @@ def collect(api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any) -> 
                 except ProviderError as exc:
                     failures[key] = str(exc)
                     continue
-                cache.put(key, gen)
-                answered.add(key)
+                answers[key] = gen
             else:
                 status = response.get("status_code")
                 failures[key] = f"{status}: {_line_error(line)}" if status else _line_error(line)
+    cache.put_many(answers.items())  # one transaction for the whole file
     for key in record.keys:
-        if key not in answered and key not in failures:
+        if key not in answers and key not in failures:
             failures[key] = f"the batch ended {record.status} before this request ran"
-    cache.flush()
     record.failures = failures
     record.collected = True
     save_record(record, home)
@@ -312,8 +316,8 @@ def run_dataframe_batched(
                         "run again to collect it"
                     )
                     reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
-            if not ended or any(k in reasons for k in calls):
-                break  # a level above is missing answers: the levels below cannot be rendered
+            if not ended or any(k in reasons for k in calls) or not flow.plan.chained:
+                break  # missing answers hold back the levels below (and unchained, none wait)
     finally:
         if bar is not None:
             bar.close()
