@@ -50,7 +50,8 @@ import warnings
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
-from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
+from ..error_map import parse_retry_after
+from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ..media import MediaStore
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import Call, Generation, Kind, Provider, RateLimits
