@@ -18,7 +18,7 @@ from ..runlog import RUNLOG_FILE
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .report import EvalReport
+    from .shape import ReportView
 
 __all__ = ["diff_frames", "load_scores", "save_scores"]
 
@@ -49,7 +49,7 @@ def _columns(frame: pd.DataFrame) -> dict[str, list[Any]]:
     return {str(c): clean[c].tolist() for c in clean.columns}
 
 
-def save_scores(report: EvalReport, home: Path) -> None:
+def save_scores(report: ReportView, home: Path) -> None:
     """Store the report's score frame under its id (column-wise JSON: one list per column)."""
     data = orjson.dumps(_columns(report.score_frame()))
     with closing(_connect(home)) as db:
