@@ -19,6 +19,7 @@ PACKAGE = Path(flownb.__file__).parent
 # Modules users enter through: only these may read the environment (settings.py itself aside).
 ENTRY_POINTS = {
     "flownb.cli",
+    "flownb.opening",
     "flownb.client",
     "flownb.notebook.magics",
     "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
