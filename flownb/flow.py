@@ -4,6 +4,10 @@
 ``form``, display) on top of two things a concrete flow supplies: its variable spec and a way to
 execute a validated batch. :class:`LocalFlow` runs in-process with a provider; the client's
 remote flow runs over HTTP.
+
+The flows sit below the features built on them: ``run_dataframe``, ``preview`` and ``form``
+open the function registered under that name in :data:`flownb.hooks.HOOKS` (DataFrames, Dask,
+preview, the notebook form), so this module imports none of them.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import variants
 from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
-from .frame import run_dataframe
+from .hooks import HOOKS
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
@@ -26,14 +31,14 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .settings import RunConfig, resolve_run_config
+from .scale.spec import FlowSpec, flow_from_spec, spec_of
+from .settings import RunConfig, get_settings, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from .providers.calls import Gate
-    from .scale.spec import FlowSpec
 
 __all__ = ["BaseFlow", "LocalFlow", "load_flow"]
 
@@ -185,9 +190,7 @@ class BaseFlow(ABC):
         if _is_dask_frame(df):
             if trace:
                 raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
-            from .scale.dask import run_dataframe as run_dask
-
-            return run_dask(
+            return HOOKS["run_dask_dataframe"](
                 self,
                 df,
                 columns,
@@ -202,7 +205,7 @@ class BaseFlow(ABC):
             if not isinstance(self, LocalFlow):
                 raise ConfigError("rpm= and tpm= per run apply to local flows only")
             flow = self.gated(_run_limits(rpm, tpm))
-        return run_dataframe(
+        return HOOKS["run_dataframe"](
             flow,
             df,
             columns,
@@ -227,15 +230,11 @@ class BaseFlow(ABC):
         Raises:
             InputError: the data does not fit the flow's variables.
         """
-        from .preview import preview_data
-
-        return preview_data(self, data, columns, fill)
+        return HOOKS["preview"](self, data, columns, fill)
 
     def form(self) -> Any:
         """Return an ipywidgets form: an input per variable, a Run button, outputs below."""
-        from .notebook.widgets import FlowForm
-
-        return FlowForm(self)
+        return HOOKS["form"](self)
 
     def __repr__(self) -> str:
         return (
@@ -367,8 +366,6 @@ class LocalFlow(BaseFlow):
         Raises:
             ConfigError: an unknown node (the message lists the choices), or bad parameters.
         """
-        from . import variants
-
         return self.variant(variants.with_params(self.graph, per_node, params))
 
     def with_prompts(self, prompts: Mapping[str, str]) -> LocalFlow:
@@ -378,8 +375,6 @@ class LocalFlow(BaseFlow):
         Raises:
             ConfigError: an unknown node (the message lists the choices), or a non-string prompt.
         """
-        from . import variants
-
         return self.variant(variants.with_prompts(self.graph, prompts))
 
     async def arun_each(
@@ -421,16 +416,28 @@ class LocalFlow(BaseFlow):
         Raises:
             ConfigError: the provider is an instance that cannot be rebuilt from its name.
         """
-        from .scale.spec import spec_of
-
         return spec_of(self, **changes)
+
+    @classmethod
+    def from_spec(cls, spec: FlowSpec) -> LocalFlow:
+        """Return a new flow from ``spec`` (prefer :func:`~flownb.scale.spec.flow_from_spec`,
+        which reuses one). The OpenAI key, if the provider needs one, comes from this process's
+        environment.
+
+        Raises:
+            FlowFileError: the JSON is not a valid flow.
+            ConfigError: the provider cannot be set up here (e.g. no OpenAI key in this
+                process's environment).
+        """
+        config = spec.config.replace(openai_api_key=get_settings().openai_api_key)
+        return LocalFlow(
+            parse_flow(spec.flow, spec.name), name=spec.name, config=config, source=spec.flow
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # By value: the spec, rebuilt (once per process) on the other side. Threads, sockets
         # and SQLite handles never travel.
-        from .scale.spec import flow_from_spec
-
-        return (flow_from_spec, (self.to_spec(),))
+        return (flow_from_spec, (self.to_spec(), LocalFlow.from_spec))
 
     def __copy__(self) -> LocalFlow:
         # A shallow copy shares the engine, as it did before pickling went by spec.
@@ -440,7 +447,7 @@ class LocalFlow(BaseFlow):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> LocalFlow:
         # A deep copy is a flow of its own (fresh engine), not the process's shared one.
-        return self.to_spec().build()
+        return LocalFlow.from_spec(self.to_spec())
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None

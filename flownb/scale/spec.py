@@ -1,4 +1,4 @@
-"""Flows by value: a :class:`FlowSpec` is all a process needs to rebuild a :class:`LocalFlow`.
+"""Flows by value: a :class:`FlowSpec` is all a process needs to rebuild a local flow.
 
 It holds the exported JSON, the name and the flow's :class:`~flownb.settings.RunConfig` (provider
 name, concurrency, rpm, tpm, timeout, retries, cache, log, the FLOWNB_HOME path, the OpenAI
@@ -6,6 +6,9 @@ base URL). It never holds an API key: a process that rebuilds an OpenAI flow rea
 ``OPENAI_API_KEY`` from its own environment. Nothing live travels (threads, sockets, SQLite
 handles): each process builds its flow once per spec (:func:`flow_from_spec` keeps them by the
 spec's digest) and reuses it.
+
+This module sits below the flow classes: it reads a flow through :class:`Rebuildable` and is
+handed the function that builds one (:meth:`flownb.flow.LocalFlow.from_spec`).
 """
 
 from __future__ import annotations
@@ -14,16 +17,37 @@ import dataclasses
 import hashlib
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from ..errors import ConfigError
+from ..providers.base import Provider
 from ..providers.registry import provider_class, provider_names
-from ..settings import RunConfig, get_settings
+from ..settings import RunConfig
 
-if TYPE_CHECKING:
-    from ..flow import LocalFlow
+__all__ = ["FlowSpec", "Rebuildable", "flow_from_spec", "spec_of"]
 
-__all__ = ["FlowSpec", "flow_from_spec", "spec_of"]
+F = TypeVar("F")
+
+
+class Rebuildable(Protocol):
+    """What :func:`spec_of` reads of a local flow."""
+
+    @property
+    def name(self) -> str:
+        """The flow's name."""
+
+    @property
+    def source(self) -> dict[str, Any]:
+        """The exported JSON the flow was built from."""
+
+    @property
+    def config(self) -> RunConfig:
+        """Its run configuration."""
+
+    @property
+    def provider(self) -> Provider:
+        """Its provider instance."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,29 +69,12 @@ class FlowSpec:
         material = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
         return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
-    def build(self) -> LocalFlow:
-        """Return a new flow from this spec (prefer :func:`flow_from_spec`, which reuses one).
-        The OpenAI key, if the provider needs one, comes from this process's environment.
-
-        Raises:
-            FlowFileError: the JSON is not a valid flow.
-            ConfigError: the provider cannot be set up here (e.g. no OpenAI key in this
-                process's environment).
-        """
-        from ..flow import LocalFlow
-        from ..model import parse_flow
-
-        config = self.config.replace(openai_api_key=get_settings().openai_api_key)
-        return LocalFlow(
-            parse_flow(self.flow, self.name), name=self.name, config=config, source=self.flow
-        )
-
     def replace(self, **changes: Any) -> FlowSpec:
         """Return a copy whose run configuration has ``changes`` applied."""
         return dataclasses.replace(self, config=self.config.replace(**changes))
 
 
-def spec_of(flow: LocalFlow, **changes: Any) -> FlowSpec:
+def spec_of(flow: Rebuildable, **changes: Any) -> FlowSpec:
     """Return ``flow``'s spec, with ``changes`` (run configuration field -> value) applied.
 
     Raises:
@@ -90,16 +97,16 @@ def spec_of(flow: LocalFlow, **changes: Any) -> FlowSpec:
     return FlowSpec(flow=flow.source, name=flow.name, config=config)
 
 
-_flows: dict[str, LocalFlow] = {}
+_flows: dict[str, Any] = {}
 _flows_lock = threading.Lock()
 
 
-def flow_from_spec(spec: FlowSpec) -> LocalFlow:
-    """Return this process's flow for ``spec``, building it on first use (then reused: one
+def flow_from_spec(spec: FlowSpec, build: Callable[[FlowSpec], F]) -> F:
+    """Return this process's flow for ``spec``, made by ``build`` on first use (then reused: one
     engine, provider connection pool and cache handle per spec per process)."""
     key = spec.digest
     with _flows_lock:
         flow = _flows.get(key)
         if flow is None:
-            flow = _flows[key] = spec.build()
+            flow = _flows[key] = build(spec)
         return flow
