@@ -22,6 +22,7 @@ from . import variants
 from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
+from .flowspec import FlowSpec, flow_from_spec, spec_of
 from .hooks import HOOKS
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
@@ -31,7 +32,6 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .scale.spec import FlowSpec, flow_from_spec, spec_of
 from .settings import RunConfig, get_settings, resolve_run_config
 from .validate import VariableSpec
 
@@ -410,7 +410,7 @@ class LocalFlow(BaseFlow):
         return _GatedFlow(self, gate, run_id)
 
     def to_spec(self, **changes: Any) -> FlowSpec:
-        """Return the flow as a small picklable :class:`~flownb.scale.spec.FlowSpec` (its JSON,
+        """Return the flow as a small picklable :class:`~flownb.flowspec.FlowSpec` (its JSON,
         name, provider name and run knobs; never a key), with ``changes`` applied.
 
         Raises:
@@ -420,7 +420,7 @@ class LocalFlow(BaseFlow):
 
     @classmethod
     def from_spec(cls, spec: FlowSpec) -> LocalFlow:
-        """Return a new flow from ``spec`` (prefer :func:`~flownb.scale.spec.flow_from_spec`,
+        """Return a new flow from ``spec`` (prefer :func:`~flownb.flowspec.flow_from_spec`,
         which reuses one). The OpenAI key, if the provider needs one, comes from this process's
         environment.
 

@@ -5,7 +5,7 @@ The result is lazy: a Dask DataFrame with the pandas path's columns (the input's
 where the row succeeded): a Dask DataFrame's columns are fixed before any partition runs, so
 the column cannot depend on whether some row fails. The index is kept.
 
-What travels to the workers is a :class:`~flownb.scale.spec.FlowSpec` (the flow's JSON and run
+What travels to the workers is a :class:`~flownb.flowspec.FlowSpec` (the flow's JSON and run
 configuration, never an API key: workers read ``OPENAI_API_KEY`` from their own environment) and a
 :class:`~flownb.scale.limits.ClusterLimits`. Each worker process builds the flow once per spec and
 reuses it for every partition it runs, and its provider calls go through the cluster-wide
@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..flow import BaseFlow, LocalFlow
+from ..flowspec import FlowSpec, flow_from_spec
 from ..frame import _output_columns, rows_to_variables
 from ..frame import run_dataframe as run_pandas
 from .limits import ClusterLimits, start_meters
-from .spec import FlowSpec, flow_from_spec
 
 if TYPE_CHECKING:
     import dask.dataframe as dd

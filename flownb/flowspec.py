@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from ..errors import ConfigError
-from ..providers.base import Provider
-from ..providers.registry import provider_class, provider_names
-from ..settings import RunConfig
+from .errors import ConfigError
+from .providers.base import Provider
+from .providers.registry import provider_class, provider_names
+from .settings import RunConfig
 
 __all__ = ["FlowSpec", "Rebuildable", "flow_from_spec", "spec_of"]
 
