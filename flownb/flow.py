@@ -12,6 +12,7 @@ preview, the notebook form), so this module imports none of them.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +75,14 @@ class BaseFlow(ABC):
     ) -> None:
         """Run an already-validated batch, reporting each element to ``on_result`` as it ends."""
 
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        """:meth:`_execute` for the caller's event loop. This default runs it in a worker
+        thread (a flow whose transport is synchronous); a flow with an async engine overrides
+        it."""
+        await asyncio.to_thread(self._execute, batch, on_result, concurrency)
+
     def describe(self) -> list[dict[str, str]]:
         """Return the contract's describe response: ``{"name", "type"}`` items, variables first."""
         return describe(self.variables, self.outputs)
@@ -94,6 +103,31 @@ class BaseFlow(ABC):
         self.run_each([values], outcome, check=False)
         try:
             return outcome.value()[0]
+        except BatchError as exc:
+            raise exc.errors[0] from None
+
+    async def arun_batch(
+        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
+    ) -> list[RunResult]:
+        """Async :meth:`run_batch` on the caller's event loop (for async applications).
+
+        Raises:
+            InputError, BatchError: as :meth:`run_batch`.
+        """
+        batch = list(batch)
+        self.spec.check_batch(batch)
+        outcomes = Outcomes(len(batch))
+        await self._aexecute(batch, outcomes, concurrency)
+        return outcomes.value()
+
+    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
+        """Async :meth:`run` on the caller's event loop.
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        try:
+            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
         except BatchError as exc:
             raise exc.errors[0] from None
 
@@ -342,6 +376,11 @@ class LocalFlow(BaseFlow):
     ) -> None:
         self.runner.run(batch, on_result, concurrency=concurrency)
 
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        await self.runner.arun(batch, on_result, concurrency=concurrency)
+
     def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
         """Return a new flow running ``graph`` with this flow's provider instance (its
         connection pool) and run configuration, named ``name`` (else this flow's name)."""
@@ -448,31 +487,6 @@ class LocalFlow(BaseFlow):
     def __deepcopy__(self, memo: dict[int, Any]) -> LocalFlow:
         # A deep copy is a flow of its own (fresh engine), not the process's shared one.
         return LocalFlow.from_spec(self.to_spec())
-
-    async def arun_batch(
-        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
-    ) -> list[RunResult]:
-        """Async :meth:`run_batch` on the caller's event loop (for async applications).
-
-        Raises:
-            InputError, BatchError: as :meth:`run_batch`.
-        """
-        batch = list(batch)
-        self.spec.check_batch(batch)
-        outcomes = Outcomes(len(batch))
-        await self.runner.arun(batch, outcomes, concurrency=concurrency)
-        return outcomes.value()
-
-    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
-        """Async :meth:`run` on the caller's event loop.
-
-        Raises:
-            InputError, ProviderError: as :meth:`run`.
-        """
-        try:
-            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
-        except BatchError as exc:
-            raise exc.errors[0] from None
 
 
 def load_flow(
