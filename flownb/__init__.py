@@ -6,9 +6,8 @@ form or a ``%flow`` magic, locally (offline by default) or against a flow servic
 
 from __future__ import annotations
 
-from typing import Any
-
-from . import frame, preview, scorers
+from . import scorers
+from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks)
 from .client import Client, RemoteFlow
 from .display import display_frame
 from .errors import (
@@ -28,11 +27,9 @@ from .errors import (
 )
 from .evaluation import EvalReport, evaluate
 from .flow import BaseFlow, LocalFlow, load_flow
-from .hooks import HOOKS
 from .pipeline import Outcomes
 from .result import RunResult
 from .runlog import runs
-from .scale import dask
 
 __version__ = "0.1.0"
 
@@ -64,20 +61,6 @@ __all__ = [
     "runs",
     "scorers",
 ]
-
-
-def _form(flow: BaseFlow) -> Any:
-    from .notebook.widgets import FlowForm  # ipywidgets is imported when a form is asked for
-
-    return FlowForm(flow)
-
-
-# The flows' doors to the features built on them (see flownb.hooks): the flow classes sit below
-# these modules and never import them.
-HOOKS.register("run_dataframe", frame.run_dataframe)
-HOOKS.register("run_dask_dataframe", dask.run_dataframe)
-HOOKS.register("preview", preview.preview_data)
-HOOKS.register("form", _form)
 
 
 def load_ipython_extension(ipython: object) -> None:

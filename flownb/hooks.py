@@ -5,7 +5,7 @@ features that use a flow: running over a pandas or Dask DataFrame (:mod:`flownb.
 :mod:`flownb.scale.dask`), previewing (:mod:`flownb.preview`), the notebook form
 (:mod:`flownb.notebook.widgets`). A flow's methods that open one of these (``run_dataframe``,
 ``preview``, ``form``) call the function registered here under that name, with the flow first;
-``import flownb`` registers them (see ``flownb/__init__.py``). So every import points down:
+``import flownb`` registers them (:mod:`flownb.wiring`). So every import points down:
 the features import the flows, never the reverse.
 """
 

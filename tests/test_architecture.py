@@ -30,8 +30,8 @@ ENTRY_POINTS = {
 }
 # What may resolve a RunConfig from the environment: the flow loader and the server's config.
 CONFIG_BUILDERS = {"flownb.flow", "flownb.server.app"}
-# Only the package itself may import notebook code from outside it (%load_ext, flow.form()).
-NOT_CORE = {"flownb"}
+# Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
+NOT_CORE = {"flownb", "flownb.wiring"}
 
 # The layers, lowest first: a module imports only modules of its own layer or of lower ones.
 # A module is in the layer of the longest prefix that names it; every module is in one.
@@ -68,6 +68,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.__main__",
             "flownb.cli",
             "flownb.opening",
+            "flownb.wiring",
             "flownb.evaluation.cli",
             "flownb.notebook",
             "flownb.server",
@@ -216,9 +217,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_graph_counts_lazy_and_type_checking_imports() -> None:
     graph = import_graph()
-    assert "flownb.notebook.widgets" in graph["flownb"]  # inside a function
+    assert "flownb.notebook.widgets" in graph["flownb.wiring"]  # inside a function
     assert "flownb.result" in graph["flownb.notebook.widgets"]  # under TYPE_CHECKING only
-    assert "flownb.notebook.widgets" not in import_graph(module_level=True)["flownb"]
+    assert "flownb.notebook.widgets" not in import_graph(module_level=True)["flownb.wiring"]
 
 
 def test_no_import_circle_at_all() -> None:
