@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.media",
             "flownb.aio",
             "flownb.hooks",
+            "flownb.graph",  # on main since this branch started: draws a flow, imports model
         },
     ),
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),
