@@ -60,7 +60,14 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client"}),
     (
         "features",
-        {"flownb.frame", "flownb.preview", "flownb.scorers", "flownb.scale", "flownb.evaluation"},
+        {
+            "flownb.frame",
+            "flownb.preview",
+            "flownb.scorers",
+            "flownb.scale",
+            "flownb.evaluation",
+            "flownb.batching",  # on main since this branch started: provider batches of a frame
+        },
     ),
     (
         "surfaces",
