@@ -262,6 +262,23 @@ def test_the_flows_import_none_of_their_features() -> None:
         assert not [t for t in graph[name] if t.startswith(features)], name
 
 
+def test_every_hook_a_flow_opens_is_registered_by_import_flownb() -> None:
+    from flownb.hooks import HOOKS
+
+    opened = {
+        node.slice.value
+        for tree in modules().values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "HOOKS"
+        and isinstance(node.slice, ast.Constant)
+    }
+    assert opened >= {"run_dataframe", "run_dask_dataframe", "preview", "form"}
+    for name in opened:
+        assert callable(HOOKS[name]), name
+
+
 def test_errors_is_the_ground_floor() -> None:
     assert import_graph()["flownb.errors"] == set()
 
