@@ -7,6 +7,7 @@ form or a ``%flow`` magic, locally (offline by default) or against a flow servic
 from __future__ import annotations
 
 from . import scorers
+from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks)
 from .batching import list_batches as batches
 from .client import Client, RemoteFlow
 from .display import display_frame

@@ -25,13 +25,12 @@ from .errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, Input
 from .flow import BaseFlow, LocalFlow
 from .inputs import (
     CLI,
-    flow_location,
-    no_server,
     parse_map,
     parse_values,
     read_csv,
     read_json_batch,
 )
+from .opening import open_flow
 from .providers.registry import provider_names
 
 if TYPE_CHECKING:
@@ -56,46 +55,6 @@ def _flat(text: str) -> str:
 def _usage(option: str, exc: FlownbError) -> click.UsageError:
     """Return a usage error naming the option whose value ``exc`` refused."""
     return click.UsageError(f"{option}: {exc.message}")
-
-
-def open_flow(
-    flow: str,
-    provider: str | None = None,
-    concurrency: int | None = None,
-    cache: bool | None = None,
-    base_url: str | None = None,
-) -> BaseFlow:
-    """Return the flow FLOW names: a local file, or a flow id on the server at ``base_url`` (or
-    FLOWNB_BASE_URL).
-
-    Raises:
-        FlownbError: the file is not a valid flow (or a directory), no server is set for an
-            id, or the server cannot be reached or refuses.
-        click.UsageError: ``--provider`` with a flow id.
-    """
-    location = flow_location(flow)
-    if isinstance(location, Path):
-        from .flow import load_flow
-
-        return load_flow(location, provider=provider, concurrency=concurrency, cache=cache)
-    if provider is not None:
-        raise click.UsageError("--provider applies to local flow files; the server picks its own")
-    from .settings import get_settings
-
-    settings = get_settings()
-    base_url = base_url or settings.base_url
-    if not base_url:
-        raise no_server(flow, CLI)
-    if not base_url.startswith(("http://", "https://")):
-        raise click.UsageError(f"--base-url: {base_url!r} is not an http(s) URL")
-    if not settings.api_key:  # checked here to give the advice in command-line terms
-        raise ConfigError(
-            f"no API key for {base_url}: set FLOWNB_API_KEY "
-            "(for flownb serve, create one with: flownb keys create --name NAME)"
-        )
-    from .client import Client
-
-    return Client(base_url, settings.api_key).flow(flow)
 
 
 def _banner(flow: BaseFlow) -> None:

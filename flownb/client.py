@@ -36,6 +36,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
+from .error_map import from_http, parse_retry_after
 from .errors import (
     ApiError,
     BatchError,
@@ -45,8 +46,6 @@ from .errors import (
     Problem,
     ServiceTimeout,
     ServiceUnavailable,
-    from_http,
-    parse_retry_after,
 )
 from .flow import BaseFlow
 from .result import OnResult, RunResult

@@ -19,13 +19,11 @@ import io
 import ipaddress
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from .result import RunResult
 
 __all__ = [
     "FrameView",
@@ -42,6 +40,23 @@ __all__ = [
 
 Bundle = tuple[dict[str, Any], dict[str, Any]]
 
+
+class Shown(Protocol):
+    """What this module reads of a :class:`flownb.result.RunResult` (which imports this module
+    to display itself, so this side names only the members it uses)."""
+
+    @property
+    def entries(self) -> Iterable[tuple[str, str]]:
+        """Every output's ``(name, output)``, in node order."""
+
+    @property
+    def cached(self) -> frozenset[str]:
+        """The outputs served from the cache."""
+
+    def is_image(self, name: str) -> bool:
+        """Whether output ``name`` is an image URL."""
+
+
 _IMAGE_SUFFIXES = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -54,7 +69,7 @@ _NATIVE_IMAGE = ("image/png", "image/jpeg", "image/gif")
 _FETCH_TIMEOUT = 5.0
 
 
-def result_text(result: RunResult) -> str:
+def result_text(result: Shown) -> str:
     """Return a terminal-readable rendering: each output under its name."""
     blocks = []
     for name, value in result.entries:
@@ -149,7 +164,7 @@ def _image_bundle(name: str, url: str) -> dict[str, Any]:
     return bundle
 
 
-def output_bundles(result: RunResult) -> list[Bundle]:
+def output_bundles(result: Shown) -> list[Bundle]:
     """Return the display bundles of a result: for each output, a Markdown heading with its name
     (and the text, as Markdown), then for an image output an image bundle.
 
@@ -173,7 +188,7 @@ def output_bundles(result: RunResult) -> list[Bundle]:
     return bundles
 
 
-def display_result(result: RunResult) -> None:
+def display_result(result: Shown) -> None:
     """Publish ``result`` to the notebook, one display per output (see :func:`output_bundles`)."""
     from IPython.display import publish_display_data
 
@@ -181,7 +196,7 @@ def display_result(result: RunResult) -> None:
         publish_display_data(data, metadata)
 
 
-def result_bundle(result: RunResult) -> dict[str, str]:
+def result_bundle(result: Shown) -> dict[str, str]:
     """Return a single MIME bundle of a result: Markdown (text as Markdown, images inlined as
     data URLs) and plain text. Used where one bundle is needed (e.g. nbconvert, other tools)."""
     parts = []

@@ -4,21 +4,28 @@
 ``form``, display) on top of two things a concrete flow supplies: its variable spec and a way to
 execute a validated batch. :class:`LocalFlow` runs in-process with a provider; the client's
 remote flow runs over HTTP.
+
+The flows sit below the features built on them: ``run_dataframe``, ``preview`` and ``form``
+open the function registered under that name in :data:`flownb.hooks.HOOKS` (DataFrames, Dask,
+preview, the notebook form), so this module imports none of them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import variants
 from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
-from .frame import run_dataframe
+from .flowspec import FlowSpec, flow_from_spec, spec_of
 from .graph import to_mermaid, to_svg
+from .hooks import HOOKS
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
@@ -27,14 +34,13 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .settings import RunConfig, resolve_run_config
+from .settings import RunConfig, get_settings, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from .providers.calls import Gate
-    from .scale.spec import FlowSpec
 
 __all__ = ["BaseFlow", "LocalFlow", "load_flow"]
 
@@ -70,6 +76,14 @@ class BaseFlow(ABC):
     ) -> None:
         """Run an already-validated batch, reporting each element to ``on_result`` as it ends."""
 
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        """:meth:`_execute` for the caller's event loop. This default runs it in a worker
+        thread (a flow whose transport is synchronous); a flow with an async engine overrides
+        it."""
+        await asyncio.to_thread(self._execute, batch, on_result, concurrency)
+
     def describe(self) -> list[dict[str, str]]:
         """Return the contract's describe response: ``{"name", "type"}`` items, variables first."""
         return describe(self.variables, self.outputs)
@@ -90,6 +104,31 @@ class BaseFlow(ABC):
         self.run_each([values], outcome, check=False)
         try:
             return outcome.value()[0]
+        except BatchError as exc:
+            raise exc.errors[0] from None
+
+    async def arun_batch(
+        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
+    ) -> list[RunResult]:
+        """Async :meth:`run_batch` on the caller's event loop (for async applications).
+
+        Raises:
+            InputError, BatchError: as :meth:`run_batch`.
+        """
+        batch = list(batch)
+        self.spec.check_batch(batch)
+        outcomes = Outcomes(len(batch))
+        await self._aexecute(batch, outcomes, concurrency)
+        return outcomes.value()
+
+    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
+        """Async :meth:`run` on the caller's event loop.
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        try:
+            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
         except BatchError as exc:
             raise exc.errors[0] from None
 
@@ -192,9 +231,7 @@ class BaseFlow(ABC):
         if _is_dask_frame(df):
             if trace:
                 raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
-            from .scale.dask import run_dataframe as run_dask
-
-            return run_dask(
+            return HOOKS["run_dask_dataframe"](
                 self,
                 df,
                 columns,
@@ -210,9 +247,7 @@ class BaseFlow(ABC):
                     "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
                     "provider schedules a batch itself)"
                 )
-            from .batching.run import run_dataframe_batched
-
-            return run_dataframe_batched(
+            return HOOKS["run_dataframe_batched"](
                 self,
                 df,
                 columns,
@@ -228,7 +263,7 @@ class BaseFlow(ABC):
             if not isinstance(self, LocalFlow):
                 raise ConfigError("rpm= and tpm= per run apply to local flows only")
             flow = self.gated(_run_limits(rpm, tpm))
-        return run_dataframe(
+        return HOOKS["run_dataframe"](
             flow,
             df,
             columns,
@@ -253,15 +288,11 @@ class BaseFlow(ABC):
         Raises:
             InputError: the data does not fit the flow's variables.
         """
-        from .preview import preview_data
-
-        return preview_data(self, data, columns, fill)
+        return HOOKS["preview"](self, data, columns, fill)
 
     def form(self) -> Any:
         """Return an ipywidgets form: an input per variable, a Run button, outputs below."""
-        from .notebook.widgets import FlowForm
-
-        return FlowForm(self)
+        return HOOKS["form"](self)
 
     def __repr__(self) -> str:
         return (
@@ -408,6 +439,11 @@ class LocalFlow(BaseFlow):
     ) -> None:
         self.runner.run(batch, on_result, concurrency=concurrency)
 
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        await self.runner.arun(batch, on_result, concurrency=concurrency)
+
     def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
         """Return a new flow running ``graph`` with this flow's provider instance (its
         connection pool) and run configuration, named ``name`` (else this flow's name)."""
@@ -432,8 +468,6 @@ class LocalFlow(BaseFlow):
         Raises:
             ConfigError: an unknown node (the message lists the choices), or bad parameters.
         """
-        from . import variants
-
         return self.variant(variants.with_params(self.graph, per_node, params))
 
     def with_prompts(self, prompts: Mapping[str, str]) -> LocalFlow:
@@ -443,8 +477,6 @@ class LocalFlow(BaseFlow):
         Raises:
             ConfigError: an unknown node (the message lists the choices), or a non-string prompt.
         """
-        from . import variants
-
         return self.variant(variants.with_prompts(self.graph, prompts))
 
     async def arun_each(
@@ -480,22 +512,34 @@ class LocalFlow(BaseFlow):
         return _GatedFlow(self, gate, run_id)
 
     def to_spec(self, **changes: Any) -> FlowSpec:
-        """Return the flow as a small picklable :class:`~flownb.scale.spec.FlowSpec` (its JSON,
+        """Return the flow as a small picklable :class:`~flownb.flowspec.FlowSpec` (its JSON,
         name, provider name and run knobs; never a key), with ``changes`` applied.
 
         Raises:
             ConfigError: the provider is an instance that cannot be rebuilt from its name.
         """
-        from .scale.spec import spec_of
-
         return spec_of(self, **changes)
+
+    @classmethod
+    def from_spec(cls, spec: FlowSpec) -> LocalFlow:
+        """Return a new flow from ``spec`` (prefer :func:`~flownb.flowspec.flow_from_spec`,
+        which reuses one). The OpenAI key, if the provider needs one, comes from this process's
+        environment.
+
+        Raises:
+            FlowFileError: the JSON is not a valid flow.
+            ConfigError: the provider cannot be set up here (e.g. no OpenAI key in this
+                process's environment).
+        """
+        config = spec.config.replace(openai_api_key=get_settings().openai_api_key)
+        return LocalFlow(
+            parse_flow(spec.flow, spec.name), name=spec.name, config=config, source=spec.flow
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # By value: the spec, rebuilt (once per process) on the other side. Threads, sockets
         # and SQLite handles never travel.
-        from .scale.spec import flow_from_spec
-
-        return (flow_from_spec, (self.to_spec(),))
+        return (flow_from_spec, (self.to_spec(), LocalFlow.from_spec))
 
     def __copy__(self) -> LocalFlow:
         # A shallow copy shares the engine, as it did before pickling went by spec.
@@ -505,32 +549,7 @@ class LocalFlow(BaseFlow):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> LocalFlow:
         # A deep copy is a flow of its own (fresh engine), not the process's shared one.
-        return self.to_spec().build()
-
-    async def arun_batch(
-        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
-    ) -> list[RunResult]:
-        """Async :meth:`run_batch` on the caller's event loop (for async applications).
-
-        Raises:
-            InputError, BatchError: as :meth:`run_batch`.
-        """
-        batch = list(batch)
-        self.spec.check_batch(batch)
-        outcomes = Outcomes(len(batch))
-        await self.runner.arun(batch, outcomes, concurrency=concurrency)
-        return outcomes.value()
-
-    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
-        """Async :meth:`run` on the caller's event loop.
-
-        Raises:
-            InputError, ProviderError: as :meth:`run`.
-        """
-        try:
-            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
-        except BatchError as exc:
-            raise exc.errors[0] from None
+        return LocalFlow.from_spec(self.to_spec())
 
 
 def load_flow(

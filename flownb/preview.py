@@ -12,11 +12,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .cache import CallCache
+from .frame import rows_to_variables
+from .scorers import JudgeScorer, PickBest, Scorer
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from .flow import BaseFlow
-    from .scorers import Scorer
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 
@@ -70,8 +73,6 @@ class Preview:
 
 
 def _local_calls(flow: Any, batch: Sequence[Mapping[str, str]], variant: str) -> list[tuple]:
-    from .cache import CallCache
-
     plan, engine = flow.plan, flow.engine
     cache = engine.cache
     identity = flow.provider.identity()
@@ -135,8 +136,6 @@ def preview_many(
 ) -> Preview:
     """Return the preview of an evaluation: every variant's calls, then one record per judge
     call (prompts unknown until the outputs exist; counted as calls)."""
-    from .scorers import JudgeScorer, PickBest
-
     rows: list[tuple] = []
     for name, flow in variants.items():
         rows += preview_flow(flow, batches[name], name)
@@ -169,8 +168,6 @@ def preview_data(
     import pandas as pd
 
     if isinstance(data, pd.DataFrame):
-        from .frame import rows_to_variables
-
         batch: Sequence[Mapping[str, str]] = rows_to_variables(data, flow.variables, columns, fill)
     else:
         batch = [data] if isinstance(data, Mapping) else list(data)

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError
+from .flow import LocalFlow, load_flow
 from .template import Template
 
 if TYPE_CHECKING:
-    from .flow import LocalFlow
     from .providers.base import Provider
 
 __all__ = [
@@ -373,8 +373,6 @@ class _JudgeSetup:
         """Return the one-node flow judge calls run through (built once per scorer): the
         engine's cache, limits, retries and run log apply to them as to any call."""
         if purpose not in self.flows:
-            from .flow import load_flow
-
             params: dict[str, Any] = {"temperature": 0}
             if self.model:
                 params["model"] = self.model

@@ -1,9 +1,10 @@
-"""The package's shape, read from its source: no import circles, the core never imports
-notebook code, settings read only at the entry points, no private member used across modules,
-providers found through the registry.
+"""The package's shape, read from its source: layers that import only downwards, no import
+circles, the core never imports notebook code, settings read only at the entry points, no private
+member used across modules, providers found through the registry.
 
 These read the code as text (``ast``), so they fail the moment someone adds an import or a call
-that breaks a rule, whether or not a test happens to exercise that path.
+that breaks a rule, whether or not a test happens to exercise that path. An import counts
+wherever it stands: at the top, inside a function, or under ``if TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -18,19 +19,71 @@ PACKAGE = Path(flownb.__file__).parent
 
 # Modules users enter through: only these may read the environment (settings.py itself aside).
 ENTRY_POINTS = {
-    "flownb.cli",
+    "flownb.opening",  # what FLOW on a command line opens (flownb info / run / eval)
     "flownb.client",
     "flownb.notebook.magics",
     "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
     "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
-    "flownb.scale.spec",  # a worker process rebuilding a flow: its own OPENAI_API_KEY
+    "flownb.flow",  # LocalFlow.from_spec: a worker process rebuilding a flow, its own key
     "flownb.server.app",  # app_from_env(): each `serve --workers` process starts there
     "flownb.server.commands",
 }
 # What may resolve a RunConfig from the environment: the flow loader and the server's config.
 CONFIG_BUILDERS = {"flownb.flow", "flownb.server.app", "flownb.batching.listing"}
-# The engine and everything under it: never notebook code, not even lazily.
-NOT_CORE = {"flownb", "flownb.flow", "flownb.cli"}
+# Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
+NOT_CORE = {"flownb", "flownb.wiring"}
+
+# The layers, lowest first: a module imports only modules of its own layer or of lower ones.
+# A module is in the layer of the longest prefix that names it; every module is in one.
+LAYERS: list[tuple[str, set[str]]] = [
+    (
+        "model/template (pure)",
+        {
+            "flownb.errors",
+            "flownb.error_map",
+            "flownb.template",
+            "flownb.model",
+            "flownb.validate",
+            "flownb.inputs",
+            "flownb.variants",
+            "flownb.result",
+            "flownb.display",
+            "flownb.settings",
+            "flownb.media",
+            "flownb.aio",
+            "flownb.hooks",
+            "flownb.graph",  # on main since this branch started: draws a flow, imports model
+        },
+    ),
+    ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),
+    ("engine/pipeline", {"flownb.engine", "flownb.pipeline"}),
+    ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client"}),
+    (
+        "features",
+        {
+            "flownb.frame",
+            "flownb.preview",
+            "flownb.scorers",
+            "flownb.scale",
+            "flownb.evaluation",
+            "flownb.batching",  # on main since this branch started: provider batches of a frame
+        },
+    ),
+    (
+        "surfaces",
+        {
+            "flownb",
+            "flownb.__main__",
+            "flownb.cli",
+            "flownb.opening",
+            "flownb.wiring",
+            "flownb.evaluation.cli",
+            "flownb.notebook",
+            "flownb.server",
+            "flownb.testing",
+        },
+    ),
+]
 
 
 def modules() -> dict[str, ast.Module]:
@@ -64,6 +117,24 @@ def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             yield stmt
 
 
+def layer_of(name: str) -> int:
+    """Return the index in :data:`LAYERS` of the layer module ``name`` is in.
+
+    Raises:
+        KeyError: no layer names the module (a new module must be placed on purpose).
+    """
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), index)
+    if best is None:
+        raise KeyError(f"{name} is in no layer of LAYERS")
+    return best[1]
+
+
 def _targets(name: str, node: ast.Import | ast.ImportFrom, known: set[str]) -> set[str]:
     """The flownb modules an import statement in module ``name`` loads."""
     out: set[str] = set()
@@ -88,7 +159,10 @@ def _is_package(name: str) -> bool:
     return (PACKAGE.parent / Path(*name.split(".")) / "__init__.py").exists()
 
 
-def import_graph(*, module_level: bool) -> dict[str, set[str]]:
+def import_graph(*, module_level: bool = False) -> dict[str, set[str]]:
+    """Return module -> the flownb modules it imports. By default every import statement
+    counts, wherever it stands (in a function, under ``TYPE_CHECKING``): a lazy import is still
+    a dependency. ``module_level=True``: only those that run when the module is imported."""
     mods = modules()
     known = set(mods)
     graph: dict[str, set[str]] = {name: set() for name in mods}
@@ -97,13 +171,6 @@ def import_graph(*, module_level: bool) -> dict[str, set[str]]:
         for node in stmts:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 graph[name] |= _targets(name, node, known) - {name}
-    if not module_level:  # lazy imports, minus those only for type checkers
-        for name, tree in mods.items():
-            for node in ast.walk(tree):
-                if isinstance(node, ast.If) and _is_type_checking(node.test):
-                    for sub in node.body:
-                        if isinstance(sub, ast.Import | ast.ImportFrom):
-                            graph[name] -= _targets(name, sub, known)
     return graph
 
 
@@ -156,22 +223,68 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_module_level_import_circle() -> None:
-    assert cycles(import_graph(module_level=True)) == []
+def test_the_graph_counts_lazy_and_type_checking_imports() -> None:
+    graph = import_graph()
+    assert "flownb.notebook.widgets" in graph["flownb.wiring"]  # inside a function
+    assert "flownb.result" in graph["flownb.notebook.widgets"]  # under TYPE_CHECKING only
+    assert "flownb.notebook.widgets" not in import_graph(module_level=True)["flownb.wiring"]
 
 
-def test_result_display_flow_frame_and_widgets_do_not_import_each_other_both_ways() -> None:
-    graph = import_graph(module_level=False)
-    for a, b in [
-        ("flownb.result", "flownb.display"),
-        ("flownb.flow", "flownb.frame"),
-        ("flownb.flow", "flownb.notebook.widgets"),
-    ]:
-        assert not (b in graph[a] and a in graph[b]), f"{a} and {b} import each other"
+def test_no_import_circle_at_all() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for name in modules():
+        layer_of(name)
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = [
+        f"{name} ({LAYERS[layer_of(name)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"
+        for name, targets in import_graph().items()
+        for target in sorted(targets)
+        if layer_of(target) > layer_of(name)
+    ]
+    assert upward == []
+
+
+def test_the_layer_check_catches_an_import_that_climbs() -> None:
+    assert layer_of("flownb.flow") < layer_of("flownb.frame") < layer_of("flownb.cli")
+    assert layer_of("flownb.evaluation.cli") > layer_of("flownb.evaluation.run")
+    assert layer_of("flownb.flowspec") < layer_of("flownb.scale.dask")
+
+
+def test_the_flows_import_none_of_their_features() -> None:
+    graph = import_graph()
+    features = ("flownb.frame", "flownb.preview", "flownb.scale", "flownb.notebook")
+    for name in ("flownb.flow", "flownb.flowspec", "flownb.client"):
+        assert not [t for t in graph[name] if t.startswith(features)], name
+
+
+def test_every_hook_a_flow_opens_is_registered_by_import_flownb() -> None:
+    from flownb.hooks import HOOKS
+
+    opened = {
+        node.slice.value
+        for tree in modules().values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "HOOKS"
+        and isinstance(node.slice, ast.Constant)
+    }
+    assert opened >= {"run_dataframe", "run_dask_dataframe", "preview", "form"}
+    for name in opened:
+        assert callable(HOOKS[name]), name
+
+
+def test_errors_is_the_ground_floor() -> None:
+    assert import_graph()["flownb.errors"] == set()
 
 
 def test_the_core_never_imports_notebook_code() -> None:
-    graph = import_graph(module_level=False)
+    graph = import_graph()
     offenders = {
         name: sorted(t for t in targets if t.startswith("flownb.notebook"))
         for name, targets in graph.items()

@@ -59,6 +59,25 @@ def test_describe_and_raw_runs(client: Client) -> None:
     assert client.run("echo", []) == []
 
 
+def test_a_remote_flow_runs_on_the_callers_event_loop_as_a_local_one_does(
+    client: Client,
+) -> None:
+    import asyncio
+
+    remote = client.flow("echo")
+
+    async def both() -> tuple[RunResult, list[RunResult]]:
+        one = await remote.arun({"a": "1"}, b="2")
+        many = await remote.arun_batch([{"a": "3", "b": "4"}, {"a": "5", "b": "6"}])
+        return one, many
+
+    one, many = asyncio.run(both())
+    assert one == {"say": "A=1 B=2"} and one.provider == "remote"
+    assert [r["say"] for r in many] == ["A=3 B=4", "A=5 B=6"]
+    with pytest.raises(InputError, match="missing variable 'b'"):
+        asyncio.run(remote.arun({"a": "1"}))
+
+
 def test_remote_flow_has_the_local_interface(client: Client, blog_flow_path: Path) -> None:
     remote = client.flow("blog-intro")
     local = flownb.load_flow(blog_flow_path)

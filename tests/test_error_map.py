@@ -15,8 +15,8 @@ import pytest
 
 import flownb
 from flownb import Client
+from flownb.error_map import HTTP_ERRORS, from_http, http_status, parse_retry_after
 from flownb.errors import (
-    HTTP_ERRORS,
     ApiError,
     AuthError,
     FlowFileError,
@@ -29,10 +29,7 @@ from flownb.errors import (
     RateLimited,
     ServiceTimeout,
     ServiceUnavailable,
-    from_http,
-    http_status,
     one_line,
-    parse_retry_after,
 )
 from flownb.server.errors import ApiProblem
 from tests.serving import free_port

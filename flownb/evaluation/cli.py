@@ -31,6 +31,7 @@ import click
 
 from ..errors import ConfigError
 from ..flow import BaseFlow, LocalFlow
+from ..opening import open_flow
 from ..providers.registry import provider_names
 from ..scorers import Scorer, col
 
@@ -97,8 +98,6 @@ def make_scorer(spec: Mapping[str, Any]) -> Scorer:
 
 
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
-    from ..cli import open_flow
-
     variants: dict[str, BaseFlow] = {}
     for ref in flows:
         name, sep, source = ref.partition("=")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
-    from .report import EvalReport
+    from .shape import ReportView
 
 __all__ = ["compare_html", "page_html", "summary_html"]
 
@@ -91,7 +91,7 @@ def _image(url: str) -> str:
     return f'<a href="{_esc(url)}" rel="noreferrer">{_esc(url)}</a>'
 
 
-def _score_line(report: EvalReport, row: Any) -> str:
+def _score_line(report: ReportView, row: Any) -> str:
     parts = []
     for s in report.scorers:
         value = row[s.name]
@@ -116,7 +116,7 @@ def _na() -> Any:
     return pd.NA
 
 
-def _cell(report: EvalReport, row: Any, outputs: Sequence[str], base: Any) -> str:
+def _cell(report: ReportView, row: Any, outputs: Sequence[str], base: Any) -> str:
     error = row["error"]
     pieces = []
     if isinstance(error, str):
@@ -140,7 +140,7 @@ def _cell(report: EvalReport, row: Any, outputs: Sequence[str], base: Any) -> st
 
 
 def compare_html(
-    report: EvalReport, output: str | Sequence[str] | None = None, limit: int | None = 100
+    report: ReportView, output: str | Sequence[str] | None = None, limit: int | None = 100
 ) -> str:
     """Return the comparison table: one row per input row (up to ``limit``), one column per
     variant, ``output`` (one name, several, or every output by default) in each cell."""
@@ -178,7 +178,7 @@ def _short(value: Any, width: int = 120) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def summary_html(report: EvalReport) -> str:
+def summary_html(report: ReportView) -> str:
     """Return the summary as a compact table: per metric ``mean [low, high]``, and against the
     first variant the paired test's p-value (bold when the difference is beyond chance)."""
     summary = report.summary
@@ -211,7 +211,7 @@ def _num(value: Any) -> str:
     return f"{float(value):.3g}"
 
 
-def page_html(report: EvalReport, limit: int | None = 1000) -> str:
+def page_html(report: ReportView, limit: int | None = 1000) -> str:
     """Return a self-contained HTML page: the summary, then the comparison. Its
     Content-Security-Policy forbids every request (images are embedded)."""
     summary = summary_html(report)

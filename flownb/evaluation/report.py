@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from . import stats
+from .shape import ScorerInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,17 +21,6 @@ if TYPE_CHECKING:
 __all__ = ["EvalReport", "ScorerInfo"]
 
 ALPHA = 0.05  # a paired test's p-value below this marks a variant as differing from the first
-
-
-@dataclass(frozen=True)
-class ScorerInfo:
-    """What the report knows of a scorer: its column, kind, threshold and output."""
-
-    name: str
-    kind: str
-    threshold: float | None
-    pass_fail: bool
-    output: str
 
 
 class EvalReport:

@@ -48,15 +48,14 @@ import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
+from ..error_map import parse_retry_after
+from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ..media import MediaStore
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import Call, Generation, Kind, Provider, RateLimits
-
-if TYPE_CHECKING:
-    from .openai_batch import OpenAIBatches
+from .openai_batch import OpenAIBatches
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared", "parse_duration", "rate_limits"]
 
@@ -674,9 +673,15 @@ class OpenAIProvider(Provider):
 
     def batch_api(self) -> OpenAIBatches:
         """Return this endpoint's Batch API (half price, results within 24 hours)."""
-        from .openai_batch import OpenAIBatches
-
         return OpenAIBatches(self, self._api_key)
+
+    def batch_answer(self, endpoint: str, model: str, data: Mapping[str, Any]) -> Generation:
+        """Return the generation a batch line's answer body holds (see :meth:`text_answer`).
+
+        Raises:
+            ProviderError: the body is not an answer.
+        """
+        return self.text_answer(data, Prepared(endpoint, {"model": model}, []), {"model": model})
 
     async def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
         item = data["data"][0]

@@ -10,18 +10,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import ProviderError
 from .base import BatchState, Call, Generation
-
-if TYPE_CHECKING:
-    from .openai import OpenAIProvider
 
 __all__ = ["BATCH_LIMITS", "OpenAIBatches"]
 
 # OpenAI's published limits for one batch's input file.
 BATCH_LIMITS = {"requests": 50_000, "bytes": 200 * 1024 * 1024}
+
+
+class BatchingProvider(Protocol):
+    """What the Batch API needs of the provider whose calls it batches."""
+
+    base_url: str
+
+    def request(self, call: Call) -> tuple[Any, dict[str, Any]]:
+        """Return the node's prepared request and the body that asks for ``call``."""
+        ...
+
+    def batch_answer(self, endpoint: str, model: str, data: Mapping[str, Any]) -> Generation:
+        """Return the generation a batch line's answer body holds."""
+        ...
 
 
 @contextmanager
@@ -45,7 +56,7 @@ class OpenAIBatches:
     and shown nowhere."""
 
     def __init__(
-        self, provider: OpenAIProvider, api_key: str | None, *, timeout: float = 120.0
+        self, provider: BatchingProvider, api_key: str | None, *, timeout: float = 120.0
     ) -> None:
         from openai import OpenAI
 
@@ -73,11 +84,7 @@ class OpenAIBatches:
         Raises:
             ProviderError: the body is not an answer.
         """
-        from .openai import Prepared
-
-        return self.provider.text_answer(
-            data, Prepared(endpoint, {"model": model}, []), {"model": model}
-        )
+        return self.provider.batch_answer(endpoint, model, data)
 
     @staticmethod
     def line_url(endpoint: str) -> str:

@@ -5,7 +5,7 @@ The result is lazy: a Dask DataFrame with the pandas path's columns (the input's
 where the row succeeded): a Dask DataFrame's columns are fixed before any partition runs, so
 the column cannot depend on whether some row fails. The index is kept.
 
-What travels to the workers is a :class:`~flownb.scale.spec.FlowSpec` (the flow's JSON and run
+What travels to the workers is a :class:`~flownb.flowspec.FlowSpec` (the flow's JSON and run
 configuration, never an API key: workers read ``OPENAI_API_KEY`` from their own environment) and a
 :class:`~flownb.scale.limits.ClusterLimits`. Each worker process builds the flow once per spec and
 reuses it for every partition it runs, and its provider calls go through the cluster-wide
@@ -29,16 +29,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..flow import BaseFlow, LocalFlow
+from ..flowspec import FlowSpec, flow_from_spec
 from ..frame import _output_columns, rows_to_variables
 from ..frame import run_dataframe as run_pandas
 from .limits import ClusterLimits, start_meters
-from .spec import FlowSpec, flow_from_spec
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
     import pandas as pd
-
-    from ..flow import BaseFlow
 
 __all__ = ["PartitionRunner", "run_dataframe"]
 
@@ -74,7 +73,7 @@ class PartitionRunner:
         number = partition_info["number"] if partition_info else 0
         if len(part) == 0:
             return _empty_result(part, self.out_cols, self.error_column)
-        flow = flow_from_spec(self.spec)
+        flow = flow_from_spec(self.spec, LocalFlow.from_spec)
         # Inline (offline) providers make no calls to limit: no cluster primitives for them.
         hold = self.limits.gate() if not flow.provider.inline else contextlib.nullcontext(None)
         with hold as gate:
@@ -129,8 +128,6 @@ def run_dataframe(
         InputError: a variable has no column.
         ConfigError: a limit is not positive, or the flow's provider cannot be rebuilt by name.
     """
-    from ..flow import LocalFlow
-
     if not isinstance(flow, LocalFlow):
         raise TypeError(
             f"run_dataframe over a Dask DataFrame needs a local flow (load_flow), got "

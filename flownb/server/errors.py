@@ -18,13 +18,13 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from ..error_map import http_status
 from ..errors import (
     ApiError,
     FlownbError,
     InputError,
     Problem,
     RateLimited,
-    http_status,
     one_line,
 )
 from .keys import KEY_PREFIX

@@ -1,0 +1,70 @@
+"""What an evaluation report is made of, as the modules that render and store one see it.
+
+:mod:`.report` builds on :mod:`.html` (its views) and :mod:`.store` (the run log); those two
+read a report through :class:`ReportView` instead of importing :mod:`.report` back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["ReportView", "ScorerInfo"]
+
+
+@dataclass(frozen=True)
+class ScorerInfo:
+    """What the report knows of a scorer: its column, kind, threshold and output."""
+
+    name: str
+    kind: str
+    threshold: float | None
+    pass_fail: bool
+    output: str
+
+
+class ReportView(Protocol):
+    """The members of an :class:`~flownb.evaluation.report.EvalReport` its views and store read."""
+
+    @property
+    def id(self) -> str:
+        """The evaluation's id in the run log."""
+
+    @property
+    def results(self) -> pd.DataFrame:
+        """One row per (variant, input row)."""
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """One row per variant."""
+
+    @property
+    def variants(self) -> Sequence[str]:
+        """The variant names, the baseline first."""
+
+    @property
+    def scorers(self) -> Sequence[ScorerInfo]:
+        """The scorers, in column order."""
+
+    @property
+    def outputs(self) -> Sequence[str]:
+        """The flow's output names."""
+
+    @property
+    def kinds(self) -> Mapping[str, str]:
+        """Output name -> ``"text"`` or ``"image"``."""
+
+    @property
+    def index_name(self) -> str:
+        """The input rows' index column."""
+
+    @property
+    def inputs(self) -> Sequence[str]:
+        """The input columns."""
+
+    def score_frame(self) -> pd.DataFrame:
+        """The scores, one row per (variant, input row)."""

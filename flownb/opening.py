@@ -1,0 +1,52 @@
+"""What FLOW on a command line opens: a local flow file, or a flow id on a flow service.
+
+Shared by every command that takes FLOW (``flownb info``, ``flownb run``, ``flownb eval``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .client import Client
+from .errors import ConfigError
+from .flow import BaseFlow, load_flow
+from .inputs import CLI, flow_location, no_server
+from .settings import get_settings
+
+__all__ = ["open_flow"]
+
+
+def open_flow(
+    flow: str,
+    provider: str | None = None,
+    concurrency: int | None = None,
+    cache: bool | None = None,
+    base_url: str | None = None,
+) -> BaseFlow:
+    """Return the flow FLOW names: a local file, or a flow id on the server at ``base_url`` (or
+    FLOWNB_BASE_URL).
+
+    Raises:
+        FlownbError: the file is not a valid flow (or a directory), no server is set for an
+            id, or the server cannot be reached or refuses.
+        click.UsageError: ``--provider`` with a flow id.
+    """
+    location = flow_location(flow)
+    if isinstance(location, Path):
+        return load_flow(location, provider=provider, concurrency=concurrency, cache=cache)
+    if provider is not None:
+        raise click.UsageError("--provider applies to local flow files; the server picks its own")
+    settings = get_settings()
+    base_url = base_url or settings.base_url
+    if not base_url:
+        raise no_server(flow, CLI)
+    if not base_url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--base-url: {base_url!r} is not an http(s) URL")
+    if not settings.api_key:  # checked here to give the advice in command-line terms
+        raise ConfigError(
+            f"no API key for {base_url}: set FLOWNB_API_KEY "
+            "(for flownb serve, create one with: flownb keys create --name NAME)"
+        )
+    return Client(base_url, settings.api_key).flow(flow)
