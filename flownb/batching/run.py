@@ -166,9 +166,12 @@ def collect(api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any) -> 
                 status = response.get("status_code")
                 failures[key] = f"{status}: {_line_error(line)}" if status else _line_error(line)
     cache.put_many(answers.items())  # one transaction for the whole file
+    why = "; ".join(state.errors)  # a batch-level failure (a file it refused, ...)
     for key in record.keys:
         if key not in answers and key not in failures:
-            failures[key] = f"the batch ended {record.status} before this request ran"
+            failures[key] = f"the batch ended {record.status} before this request ran" + (
+                f" ({why})" if why else ""
+            )
     record.failures = failures
     record.collected = True
     save_record(record, home)
