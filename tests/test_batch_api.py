@@ -214,3 +214,25 @@ def test_a_provider_without_a_batch_api_is_refused_in_one_line() -> None:
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))  # offline
     with pytest.raises(flownb.ConfigError, match="no batch API"):
         flow.run_dataframe(pd.DataFrame({"word": ["a"]}), batch_api=True, progress=False)
+
+
+def test_the_batch_magic_takes_batch_api(
+    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    start_ipython()
+    shell = InteractiveShell.instance()
+    monkeypatch.chdir(tmp_path)
+    write_flow(tmp_path / "one.json", make_flow({"echo": "said: {text}"}, ["text"]))
+    shell.user_ns["words"] = pd.DataFrame({"text": ["hi", "there"]})
+    shell.run_line_magic("load_ext", "flownb")
+    try:
+        shell.run_line_magic("flow", "batch one.json --df words --batch-api --no-progress -o res")
+        out = shell.user_ns.pop("res")
+    finally:
+        shell.run_line_magic("unload_ext", "flownb")
+        shell.user_ns.pop("words", None)
+    assert list(out["echo"]) == ["echo: said: hi", "echo: said: there"]
+    assert fake.batches.created == 1 and len(_uploaded_lines(fake)) == 2

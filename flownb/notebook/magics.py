@@ -24,7 +24,7 @@ import re
 import shlex
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,10 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
+from ..batching.run import run_dataframe_batched
 from ..errors import ConfigError
+from ..flow import LocalFlow
+from ..frame import run_dataframe
 from ..inputs import MAGIC, flow_location, no_server, parse_map, parse_values, read_csv, to_text
 from ..providers.registry import provider_names
 from ..settings import get_settings
@@ -43,7 +46,7 @@ from .eval_magic import EvalMagics
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flow import BaseFlow, LocalFlow
+    from ..flow import BaseFlow
 
 __all__ = ["FlowInfo", "FlowMagics", "find_api_key"]
 
@@ -51,7 +54,7 @@ _USAGE = """\
 %flow info FLOW                                   variables (with defaults) and outputs
 %flow run FLOW [name=value ...] [-o VAR] [-q]     run once; the result is displayed
 %%flow run FLOW [--var NAME] [name=value ...]     run once; the cell body is one variable
-%flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [-o VAR] [-q]
+%flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--batch-api] [-o VAR] [-q]
                                                   run once per row of a DataFrame (or CSV file)
 %flow form FLOW                                   an input form with a Run button
 %flow eval FLOW... --df DF --scorers $s [--out FILE] [--min-pass X] [-o VAR]  evaluate variants
@@ -84,6 +87,7 @@ def _parser(sub: str) -> MagicParser:
         p.add_argument("--fill", dest="fill", metavar="TEXT", default=None)
         p.add_argument("--concurrency", type=int, default=None)
         p.add_argument("--no-progress", dest="progress", action="store_false")
+        p.add_argument("--batch-api", dest="batch_api", action="store_true")
     if sub in ("info", "form"):
         p.add_argument("--provider", choices=provider_names(), default=None)
     return p
@@ -179,7 +183,8 @@ class FlowMagics(EvalMagics, Magics):
                                                           (--var name=value works too)
           %%flow run FLOW [--var NAME] [name=value ...]   run once; the cell body is the value of
                                                           the flow's only variable (or of NAME)
-          %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--no-progress] [-o VAR] [-q]
+          %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--no-progress] [--batch-api]
+                      [-o VAR] [-q]
                                                           run once per row of DataFrame DF (a
                                                           Python variable, or a .csv path);
                                                           returns the results DataFrame
@@ -292,8 +297,6 @@ class FlowMagics(EvalMagics, Magics):
 
     def _batch(self, flow: BaseFlow, args: argparse.Namespace) -> pd.DataFrame:
         __tracebackhide__ = True
-        from ..frame import run_dataframe
-
         df = self._dataframe(args.df)
         try:
             mapping = parse_map(args.map, form="var=column")
@@ -302,7 +305,12 @@ class FlowMagics(EvalMagics, Magics):
         fill = self._expand(args.fill) if args.fill is not None else None
         if args.concurrency is not None and args.concurrency < 1:
             raise UsageError("%flow batch: --concurrency must be at least 1")
-        out = run_dataframe(
+        run: Callable[..., pd.DataFrame] = run_dataframe
+        if args.batch_api:  # the provider's batch API: half price, answers within 24 hours
+            if not isinstance(flow, LocalFlow):
+                raise UsageError("%flow batch: --batch-api runs flow files, not served flows")
+            run = run_dataframe_batched
+        out = run(
             flow,
             df,
             mapping or None,
