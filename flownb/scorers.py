@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from .providers.base import Provider
 
 __all__ = [
+    "JUDGE_MARKER",
+    "PICK_MARKER",
     "Block",
     "Col",
     "JudgeScorer",
@@ -49,6 +51,12 @@ __all__ = [
     "python",
     "regex",
 ]
+
+
+def __dir__() -> list[str]:
+    # What a user sees (``dir(S)``, tab completion): the scorers, not this module's imports.
+    return sorted(__all__)
+
 
 Kind = Literal["bool", "float"]
 Row = Mapping[str, Any]
@@ -111,6 +119,10 @@ class Scorer:
     kind: Kind = "bool"
     threshold: float | None = None
     output: str = ""
+    # How it was defined, as a call (``contains('intro', col('topic'))``): shown in reports.
+    definition: str = ""
+    # A float scorer whose scores are 0 or 1 and whose mean is a rate (pick_best's win rate).
+    rate: bool = False
 
     def columns(self) -> list[str]:
         """Return the input or output columns this scorer reads (checked before a run)."""
@@ -126,8 +138,24 @@ class Scorer:
         """Whether this scorer contributes to ``passed``."""
         return self.kind == "bool" or self.threshold is not None
 
+    def describe(self) -> str:
+        """Return how this scorer was defined (its call), for reports."""
+        return self.definition or f"{type(self).__name__}(name={self.name!r})"
+
     def __repr__(self) -> str:
         return f"<scorer {self.name!r} ({self.kind})>"
+
+
+def _call(function: str, *args: Any, **options: Any) -> str:
+    """Return ``function(args, key=value)`` as written, options left out when ``None``."""
+    parts = [repr(a) for a in args]
+    parts += [f"{k}={v!r}" for k, v in options.items() if v is not None]
+    return f"{function}({', '.join(parts)})"
+
+
+def _defined(scorer: Any, definition: str) -> Any:
+    scorer.definition = definition
+    return scorer
 
 
 def _expected_values(value: Any, block: Block) -> Sequence[Any]:
@@ -172,19 +200,29 @@ def _text(value: Any) -> str:
 def equals(output: str, expected: Any, *, strip: bool = True, name: str | None = None) -> Scorer:
     """Pass when the output equals ``expected`` (a literal or ``col(...)``), surrounding
     whitespace ignored unless ``strip=False``. Column ``equals_<output>``."""
+    definition = _call("equals", output, expected, strip=None if strip else False, name=name)
     if strip:
-        return _Compare(
-            "equals", output, expected, lambda a, b: a.strip() == _text(b).strip(), name
+        return _defined(
+            _Compare("equals", output, expected, lambda a, b: a.strip() == _text(b).strip(), name),
+            definition,
         )
-    return _Compare("equals", output, expected, lambda a, b: a == _text(b), name)
+    return _defined(
+        _Compare("equals", output, expected, lambda a, b: a == _text(b), name), definition
+    )
 
 
 def contains(output: str, text: Any, *, case: bool = True, name: str | None = None) -> Scorer:
     """Pass when the output contains ``text`` (a literal or ``col(...)``); ``case=False``
     ignores case. Column ``contains_<output>``."""
+    definition = _call("contains", output, text, case=None if case else False, name=name)
     if case:
-        return _Compare("contains", output, text, lambda a, b: _text(b) in a, name)
-    return _Compare("contains", output, text, lambda a, b: _text(b).lower() in a.lower(), name)
+        return _defined(
+            _Compare("contains", output, text, lambda a, b: _text(b) in a, name), definition
+        )
+    return _defined(
+        _Compare("contains", output, text, lambda a, b: _text(b).lower() in a.lower(), name),
+        definition,
+    )
 
 
 def regex(output: str, pattern: str, *, name: str | None = None) -> Scorer:
@@ -198,7 +236,10 @@ def regex(output: str, pattern: str, *, name: str | None = None) -> Scorer:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise ConfigError(f"regex scorer: bad pattern {pattern!r}: {exc}") from None
-    return _Compare("regex", output, None, lambda a, _: compiled.search(a) is not None, name)
+    return _defined(
+        _Compare("regex", output, None, lambda a, _: compiled.search(a) is not None, name),
+        _call("regex", output, pattern, name=name),
+    )
 
 
 def _parses(text: str) -> bool:
@@ -211,7 +252,10 @@ def _parses(text: str) -> bool:
 
 def is_json(output: str, *, name: str | None = None) -> Scorer:
     """Pass when the output is valid JSON. Column ``is_json_<output>``."""
-    return _Compare("is_json", output, None, lambda a, _: _parses(a), name)
+    return _defined(
+        _Compare("is_json", output, None, lambda a, _: _parses(a), name),
+        _call("is_json", output, name=name),
+    )
 
 
 class _Length(Scorer):
@@ -241,7 +285,9 @@ def length(
 ) -> Scorer:
     """The output's length in characters: a float score without bounds; with ``min`` and/or
     ``max``, pass when the length lies within them (inclusive). Column ``length_<output>``."""
-    return _Length(output, min, max, name)
+    return _defined(
+        _Length(output, min, max, name), _call("length", output, min=min, max=max, name=name)
+    )
 
 
 class _Python(Scorer):
@@ -304,7 +350,12 @@ def python(
     where the run failed). ``fn`` returns a bool (pass/fail), a number (a float score; with
     ``threshold`` it passes at or above it), or ``(score, reason)``. The column is ``name``,
     else the function's name."""
-    return _Python(fn, name, threshold)
+    scorer = _Python(fn, name, threshold)
+    where = getattr(fn, "__qualname__", None) or scorer.name
+    return _defined(
+        scorer,
+        f"python({where}{', threshold=' + repr(threshold) if threshold is not None else ''})",
+    )
 
 
 # -- model-graded scorers -----------------------------------------------------------------------
@@ -363,41 +414,73 @@ def parse_answer(answer: str, field_name: str) -> tuple[Any, str]:
     return None, answer
 
 
+def _judge_source(model: str | None) -> dict[str, Any]:
+    """Return the one-node flow a judge's calls run through: ``{q}`` in, the answer out."""
+    params: dict[str, Any] = {"temperature": 0}
+    if model:
+        params["model"] = model
+    return {
+        "nodes": [
+            {"id": "v", "type": "variableNode", "data": {"variable": {"label": "q"}}},
+            {
+                "id": "judge",
+                "type": "actionNode",
+                "data": {"name": "judge", "prompt": "{q}", "modelParams": params},
+            },
+            {"id": "o", "type": "outputNode", "data": {"name": "answer"}},
+        ],
+        "edges": [{"source": "v", "target": "judge"}, {"source": "judge", "target": "o"}],
+    }
+
+
+def _text_model(flow: LocalFlow) -> str | None:
+    """Return the model the first text node of ``flow`` names, if any."""
+    for step in flow.plan.steps:
+        model = step.params.get("model")
+        if step.kind == "text" and isinstance(model, str) and model:
+            return model
+    return None
+
+
 @dataclass
 class _JudgeSetup:
     model: str | None
     provider: Provider | str | None
-    flows: dict[str, LocalFlow] = field(default_factory=dict)
+    # (purpose, id of the provider borrowed or 0) -> (that provider, the flow built for it)
+    flows: dict[tuple[str, int], tuple[Any, LocalFlow]] = field(default_factory=dict)
+    graded: LocalFlow | None = None
 
     def flow(self, purpose: str) -> LocalFlow:
-        """Return the one-node flow judge calls run through (built once per scorer): the
-        engine's cache, limits, retries and run log apply to them as to any call."""
-        if purpose not in self.flows:
-            from .flow import load_flow
+        """Return the one-node flow judge calls run through (built once per provider): the
+        engine's cache, limits, retries and run log apply to them as to any call.
 
-            params: dict[str, Any] = {"temperature": 0}
-            if self.model:
-                params["model"] = self.model
-            self.flows[purpose] = load_flow(
-                {
-                    "nodes": [
-                        {"id": "v", "type": "variableNode", "data": {"variable": {"label": "q"}}},
-                        {
-                            "id": "judge",
-                            "type": "actionNode",
-                            "data": {"name": "judge", "prompt": "{q}", "modelParams": params},
-                        },
-                        {"id": "o", "type": "outputNode", "data": {"name": "answer"}},
-                    ],
-                    "edges": [
-                        {"source": "v", "target": "judge"},
-                        {"source": "judge", "target": "o"},
-                    ],
-                },
+        The judge's own ``provider``/``model`` come first; without a provider it borrows the
+        provider (and, without a model, the text model) of the flow it grades, set by
+        :meth:`JudgeScorer.grades`; with neither, ``FLOWNB_PROVIDER``'s.
+        """
+        from .flow import LocalFlow, load_flow
+        from .model import parse_flow
+
+        graded = self.graded if self.provider is None else None
+        key = (purpose, id(graded.provider) if graded is not None else 0)
+        held = self.flows.get(key)
+        if held is not None and (graded is None or held[0] is graded.provider):
+            return held[1]
+        if graded is not None:
+            source = _judge_source(self.model or _text_model(graded))
+            # The graded flow's provider instance (its endpoint, key, connections) and its run
+            # configuration (home: cache and run log), as its variants share them.
+            flow = LocalFlow(
+                parse_flow(source, purpose),
                 name=purpose,
-                provider=self.provider,
+                config=graded.config,
+                provider=graded.provider,
+                source=source,
             )
-        return self.flows[purpose]
+        else:
+            flow = load_flow(_judge_source(self.model), name=purpose, provider=self.provider)
+        self.flows[key] = (graded.provider if graded is not None else None, flow)
+        return flow
 
 
 class JudgeScorer(Scorer):
@@ -426,6 +509,30 @@ class JudgeScorer(Scorer):
         """Return the flow the judge's calls go through."""
         return self.setup.flow(f"judge:{self.name}")
 
+    def grades(self, flow: Any) -> None:
+        """Bind the flow whose outputs this judge grades: without its own ``provider=`` the
+        judge uses that flow's provider (and, without ``model=``, its text model). A flow that
+        is not local (a served flow) lends nothing: ``FLOWNB_PROVIDER`` decides then."""
+        from .flow import LocalFlow
+
+        self.setup.graded = flow if isinstance(flow, LocalFlow) else None
+
+    def check(self) -> None:
+        """Refuse a judge that would run on a provider that cannot judge (the offline one
+        echoes its prompt), before any call.
+
+        Raises:
+            ConfigError: one line saying how to give the judge a model.
+        """
+        provider = self.flow().provider
+        if provider.inline:
+            raise ConfigError(
+                f"scorer {self.name!r} would be judged by the {provider.name} provider, which "
+                "only echoes its prompt: give it a model with provider= and model= (e.g. "
+                "provider='openai', model='gpt-4o-mini'; in a scorers file provider = \"openai\"), "
+                "or run the flows it grades on a model provider"
+            )
+
     def prompt(self, row: Row) -> str | None:
         """Return the judge prompt for ``row`` (None when its output is missing)."""
         got = row.get(self.output)
@@ -450,6 +557,8 @@ class JudgeScorer(Scorer):
 class PickBest(JudgeScorer):
     """One call per input row that sees every variant's output and names the best: 1.0 for
     the chosen variant, 0.0 for the others (the summary's mean is a win rate)."""
+
+    rate = True
 
     def flow(self) -> LocalFlow:
         """Return the flow the picker's calls go through."""
@@ -490,9 +599,22 @@ def judge(
 ) -> JudgeScorer:
     """Grade ``output`` with a model against ``rubric`` (which may use ``{output}`` and the
     input row's ``{column}``s): a score in 0..1 and a reason (column ``judge_<output>`` and
-    ``judge_<output>_reason``). ``provider`` defaults to ``FLOWNB_PROVIDER``; ``model`` to the
-    provider's default. An unparseable answer scores NaN with the raw answer as the reason."""
-    return JudgeScorer(output, rubric, model, provider, threshold, name)
+    ``judge_<output>_reason``). Without ``provider`` the judge uses the provider of the flow it
+    grades (the first variant's) and, without ``model``, that flow's text model, else the
+    provider's default. A judge that would run offline is refused before any call. An
+    unparseable answer scores NaN with the raw answer as the reason."""
+    return _defined(
+        JudgeScorer(output, rubric, model, provider, threshold, name),
+        _call(
+            "judge",
+            output,
+            rubric,
+            model=model,
+            provider=provider if provider is None or isinstance(provider, str) else provider.name,
+            threshold=threshold,
+            name=name,
+        ),
+    )
 
 
 def pick_best(
@@ -504,5 +626,16 @@ def pick_best(
     name: str | None = None,
 ) -> PickBest:
     """Ask a model, once per input row, which variant's ``output`` is best by ``rubric``:
-    1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``)."""
-    return PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}")
+    1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``).
+    ``provider`` and ``model`` are chosen as for :func:`judge`."""
+    return _defined(
+        PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}"),
+        _call(
+            "pick_best",
+            output,
+            rubric,
+            model=model,
+            provider=provider if provider is None or isinstance(provider, str) else provider.name,
+            name=name,
+        ),
+    )
