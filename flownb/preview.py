@@ -101,68 +101,100 @@ class Preview:
 Known = list[dict[str, str | None]]
 
 
+# An output not known before the run stands for itself by the key of the call making it: two
+# calls made alike give the same output, so prompts built from them are repeats too.
+_MARK = "\x00"
+
+
+def _unknown(key: str) -> str:
+    return f"{_MARK}{key}{_MARK}"
+
+
 def _local_calls(
-    flow: Any, batch: Sequence[Mapping[str, str]], variant: str, outputs: Known | None = None
+    flow: Any,
+    batch: Sequence[Mapping[str, str]],
+    variant: str,
+    outputs: Known | None = None,
+    seen: set[str] | None = None,
 ) -> list[tuple]:
     """Return one record per call of ``flow`` over ``batch``; fill ``outputs`` (one dict per
-    row) with the outputs known before the run: from the cache, or computed as the offline
-    provider would (its text output is the prompt)."""
+    row) with each output as known before the run: from the cache, or computed as the offline
+    provider would (its text output is the prompt), else a stand-in naming the call that will
+    make it (see :func:`is_known`). ``seen`` holds the keys of calls counted already (by other
+    flows of the same evaluation): a repeat is not paid twice, as the run does not pay it."""
     from .cache import CallCache
     from .providers.offline import OfflineProvider
 
     plan, engine = flow.plan, flow.engine
     cache = engine.cache
     offline = isinstance(flow.provider, OfflineProvider)
+    keyed = cache is not None or outputs is not None
     identity = flow.provider.identity()
     prefixes = {
-        s.index: CallCache.prefix(identity, s.kind, s.params) if cache is not None else b""
-        for s in plan.steps
+        s.index: CallCache.prefix(identity, s.kind, s.params) if keyed else b"" for s in plan.steps
     }
-    seen: set[str] = set()
+    seen = seen if seen is not None else set()
     rows: list[tuple] = []
     for r, values in enumerate(batch):
-        known: dict[int, str | None] = {}
+        known: dict[int, str] = {}  # step -> its output, or the stand-in of an unknown one
         for step in plan.steps:
             ctx = dict(values)
+            exact = True
             for u in step.upstream:
                 name = plan.steps[u].name
                 if name not in values:
-                    got = known.get(u)
-                    ctx[name] = got if got is not None else f"«output of {name}»"
-            prompt = step.template.render(ctx)
-            exact = all(known.get(u) is not None for u in step.upstream)
+                    ctx[name] = known[u]
+                    exact = exact and _MARK not in known[u]
+            symbolic = step.template.render(ctx)  # what decides the call's key
+            if exact:
+                prompt = symbolic
+            else:  # shown with a placeholder where an upstream output is not known yet
+                for u in step.upstream:
+                    name = plan.steps[u].name
+                    if name not in values and _MARK in known[u]:
+                        ctx[name] = f"«output of {name}»"
+                prompt = step.template.render(ctx)
             cached = False
             output = prompt if offline and step.kind == "text" and exact else None
+            key = CallCache.key(prefixes[step.index], symbolic) if keyed else ""
             if cache is not None:
-                key = CallCache.key(prefixes[step.index], prompt)
-                hit = cache.get(key)
+                hit = cache.get(key) if exact else None
                 cached = hit is not None or key in seen
                 seen.add(key)
                 if hit is not None:
                     output = hit.output if hit.media is None else engine.media_url(hit.media)
-            known[step.index] = output
+            known[step.index] = output if output is not None else _unknown(key or f"{r}")
             rows.append((variant, r, step.name, step.kind, prompt, cached, estimate_tokens(prompt)))
         if outputs is not None:
             outputs.append(_outputs(plan, values, known))
     return rows
 
 
-def _outputs(plan: Any, values: Mapping[str, str], known: Mapping[int, str | None]) -> dict:
-    """Return each output of one row as a run would assemble it (None where a source is not
-    known)."""
+def is_known(text: str) -> bool:
+    """Return whether ``text`` (an output or a prompt built from outputs) is known before the
+    run, rather than standing in for an output a call will make."""
+    return _MARK not in text
+
+
+def _outputs(plan: Any, values: Mapping[str, str], known: Mapping[int, str]) -> dict:
+    """Return each output of one row as a run would assemble it (stand-ins where a source is
+    not known)."""
     got: dict[str, str | None] = {}
     for name, srcs in plan.output_sources:
-        parts = [known.get(ref) if kind == "step" else values.get(ref) for kind, ref in srcs]
-        value = None if any(p is None for p in parts) else "\n\n".join(parts)  # type: ignore[arg-type]
-        got.setdefault(name, value)
+        parts = [known[ref] if kind == "step" else values.get(ref, "") for kind, ref in srcs]
+        got.setdefault(name, "\n\n".join(parts))
     return got
 
 
 def preview_flow(
-    flow: BaseFlow, batch: Sequence[Mapping[str, str]], variant: str, outputs: Known | None = None
+    flow: BaseFlow,
+    batch: Sequence[Mapping[str, str]],
+    variant: str,
+    outputs: Known | None = None,
+    seen: set[str] | None = None,
 ) -> list[tuple]:
     """Return one record per call ``flow`` would make over a validated ``batch`` (and fill
-    ``outputs`` with the outputs known before the run, as :func:`_local_calls` does)."""
+    ``outputs`` and ``seen`` as :func:`_local_calls` does)."""
     if getattr(flow, "plan", None) is None:  # remote: the service renders the prompts
         if outputs is not None:
             outputs.extend({} for _ in batch)
@@ -170,7 +202,7 @@ def preview_flow(
             (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())))
             for r, v in enumerate(batch)
         ]
-    return _local_calls(flow, batch, variant, outputs)
+    return _local_calls(flow, batch, variant, outputs, seen)
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
@@ -191,6 +223,7 @@ def _judge_calls(
     judge: JudgeScorer,
     inputs: Sequence[Mapping[str, Any]],
     known: Mapping[str, Known],
+    seen: set[str],
 ) -> list[tuple]:
     """Return one record per call ``judge`` would make: its prompt rendered from the outputs
     known before the run (then looked up in the judge's cache, repeats counted once, as the run
@@ -205,19 +238,22 @@ def _judge_calls(
     label = f"judge:{judge.name}"
     unknown = estimate_tokens(judge.rubric) + 60  # the rubric and instructions; output unknown
     names = list(known)
-    seen: set[str] = set()
     rows: list[tuple] = []
 
     def record(r: int, prompt: str | None) -> None:
-        if prompt is None:
+        if prompt is None:  # an output of a served flow: nothing known of it
             rows.append((label, r, judge.name, "text", None, False, unknown))
             return
+        known_prompt = is_known(prompt)
         cached = False
         if cache is not None:
             key = CallCache.key(prefix, prompt)
-            cached = key in seen or cache.get(key) is not None
+            cached = key in seen or (known_prompt and cache.get(key) is not None)
             seen.add(key)
-        rows.append((label, r, judge.name, "text", prompt, cached, estimate_tokens(prompt)))
+        if known_prompt:
+            rows.append((label, r, judge.name, "text", prompt, cached, estimate_tokens(prompt)))
+        else:  # built from outputs made during the run: its text is not known yet
+            rows.append((label, r, judge.name, "text", None, cached, unknown))
 
     if isinstance(judge, PickBest):
         for r, row in enumerate(inputs):
@@ -248,16 +284,17 @@ def preview_many(
     judges = [s for s in scorers if isinstance(s, JudgeScorer)]
     rows: list[tuple] = []
     known: dict[str, Known] = {}
+    seen: set[str] = set()  # an evaluation pays once for a call several variants make alike
     for name, flow in variants.items():
         known[name] = []
-        rows += preview_flow(flow, batches[name], name, known[name] if judges else None)
+        rows += preview_flow(flow, batches[name], name, known[name] if judges else None, seen)
     providers = {name: _provider(f) for name, f in variants.items()}
     if judges:
         n = len(next(iter(batches.values()))) if batches else 0
         rows_in = list(inputs) if inputs is not None else [{} for _ in range(n)]
         for j in judges:
             providers[f"judge:{j.name}"] = j.flow().provider.name
-            rows += _judge_calls(j, rows_in, known)
+            rows += _judge_calls(j, rows_in, known, seen)
     return Preview(_frame(rows), providers)
 
 

@@ -518,14 +518,16 @@ class JudgeScorer(Scorer):
         self.setup.graded = flow if isinstance(flow, LocalFlow) else None
 
     def check(self) -> None:
-        """Refuse a judge that would run on a provider that cannot judge (the offline one
-        echoes its prompt), before any call.
+        """Refuse a judge that would run on the offline provider (it echoes its prompt: every
+        score would be NaN), before any call.
 
         Raises:
             ConfigError: one line saying how to give the judge a model.
         """
+        from .providers.offline import OfflineProvider
+
         provider = self.flow().provider
-        if provider.inline:
+        if isinstance(provider, OfflineProvider):
             raise ConfigError(
                 f"scorer {self.name!r} would be judged by the {provider.name} provider, which "
                 "only echoes its prompt: give it a model with provider= and model= (e.g. "

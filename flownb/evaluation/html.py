@@ -69,27 +69,48 @@ body {font-family: system-ui, sans-serif; margin: 16px 24px; max-width: none}
 .flownb-plot {width: 100%; max-width: 100%}
 """
 
-# A word and the whitespace after it (or leading whitespace): a diff keeps every space.
-_TOKENS = re.compile(r"\s+|\S+\s*")
+# Words, single punctuation marks and runs of whitespace: a diff keeps every space.
+_TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
 
 
 def _esc(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _diff(base: str, text: str) -> str:
-    """Return ``text`` as HTML with what differs from ``base`` marked (word level)."""
-    a, b = _TOKENS.findall(base), _TOKENS.findall(text)
-    out: list[str] = []
+def _changes(a: list[str], b: list[str]) -> list[tuple[bool, str, str]]:
+    """Return the diff of token lists as ``(changed, old, new)`` runs. Whitespace alone
+    between two changes joins them (``<del>two words</del> <ins>three new words</ins>`` rather
+    than words interleaved with their replacements)."""
+    runs: list[tuple[bool, str, str]] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
         if op == "equal":
-            out.append(_esc("".join(b[j1:j2])))
+            runs.append((False, old, new))
+        elif runs and runs[-1][0]:
+            _, o, n = runs.pop()
+            runs.append((True, o + old, n + new))
+        elif len(runs) >= 2 and runs[-2][0] and not runs[-1][1].strip():
+            _, space, _ = runs.pop()
+            _, o, n = runs.pop()
+            runs.append((True, o + space + old, n + space + new))
+        else:
+            runs.append((True, old, new))
+    return runs
+
+
+def _diff(base: str, text: str) -> str:
+    """Return ``text`` as HTML with what differs from ``base`` marked (word level): removed
+    words in ``<del>``, added ones in ``<ins>``, every space of both texts kept, and a space
+    between a removal and its replacement so their words do not run together."""
+    out: list[str] = []
+    for changed, gone, added in _changes(_TOKENS.findall(base), _TOKENS.findall(text)):
+        if not changed:
+            out.append(_esc(added))
             continue
-        gone, added = "".join(a[i1:i2]), "".join(b[j1:j2])
         if gone:
             out.append(f"<del>{_esc(gone)}</del>")
-            if added and not gone[-1].isspace():
-                out.append(" ")  # the removed and the added words stay apart on screen
+            if added and not gone[-1].isspace() and not added[0].isspace():
+                out.append(" ")
         if added:
             out.append(f"<ins>{_esc(added)}</ins>")
     return "".join(out)

@@ -186,6 +186,11 @@ def _run_all(
     async def together() -> None:
         import asyncio
 
+        from ..providers.calls import SHARED_TWINS
+
+        # A call two variants (or judges) make alike is paid once, even when both are in
+        # flight at the same moment: what the preview counts.
+        SHARED_TWINS.set({})
         tasks = []
         for flow, batch, on_result in rest:
             if isinstance(flow, LocalFlow):
