@@ -281,7 +281,7 @@ def eval_command(
         report.save(out_path)  # type: ignore[union-attr]
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
-    click.echo(summary_text(report))  # type: ignore[arg-type]
+    click.echo(summary_text(report))
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]
