@@ -19,12 +19,13 @@ never an exception.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from .errors import ConfigError
 from .template import Template
@@ -59,6 +60,8 @@ def __dir__() -> list[str]:
 
 
 Kind = Literal["bool", "float"]
+P = ParamSpec("P")
+S_ = TypeVar("S_", bound="Scorer")
 Row = Mapping[str, Any]
 # What scoring a block of rows returns: one score per row (None: missing), and reasons (or None).
 Scores = tuple[list[Any], list[str | None] | None]
@@ -146,16 +149,31 @@ class Scorer:
         return f"<scorer {self.name!r} ({self.kind})>"
 
 
+def _show(value: Any) -> str:
+    if isinstance(value, str | int | float | bool | Col | list | tuple | dict) or value is None:
+        return repr(value)
+    if callable(value):
+        return str(getattr(value, "__qualname__", None) or getattr(value, "__name__", "function"))
+    return repr(getattr(value, "name", None) or type(value).__name__)  # a provider: its name
+
+
 def _call(function: str, *args: Any, **options: Any) -> str:
-    """Return ``function(args, key=value)`` as written, options left out when ``None``."""
-    parts = [repr(a) for a in args]
-    parts += [f"{k}={v!r}" for k, v in options.items() if v is not None]
+    """Return ``function(args, key=value)`` as it was called (values shown as written)."""
+    parts = [_show(a) for a in args] + [f"{k}={_show(v)}" for k, v in options.items()]
     return f"{function}({', '.join(parts)})"
 
 
-def _defined(scorer: Any, definition: str) -> Any:
-    scorer.definition = definition
-    return scorer
+def _recorded(make: Callable[P, S_]) -> Callable[P, S_]:
+    """Wrap a scorer factory so each scorer it makes remembers the call that made it (its
+    ``definition``, shown in reports)."""
+
+    @functools.wraps(make)
+    def recorded(*args: P.args, **kwargs: P.kwargs) -> S_:
+        scorer = make(*args, **kwargs)
+        scorer.definition = _call(make.__name__, *args, **kwargs)
+        return scorer
+
+    return recorded
 
 
 def _expected_values(value: Any, block: Block) -> Sequence[Any]:
@@ -197,34 +215,27 @@ def _text(value: Any) -> str:
     return "" if _missing(value) else str(value)
 
 
+@_recorded
 def equals(output: str, expected: Any, *, strip: bool = True, name: str | None = None) -> Scorer:
     """Pass when the output equals ``expected`` (a literal or ``col(...)``), surrounding
     whitespace ignored unless ``strip=False``. Column ``equals_<output>``."""
-    definition = _call("equals", output, expected, strip=None if strip else False, name=name)
     if strip:
-        return _defined(
-            _Compare("equals", output, expected, lambda a, b: a.strip() == _text(b).strip(), name),
-            definition,
+        return _Compare(
+            "equals", output, expected, lambda a, b: a.strip() == _text(b).strip(), name
         )
-    return _defined(
-        _Compare("equals", output, expected, lambda a, b: a == _text(b), name), definition
-    )
+    return _Compare("equals", output, expected, lambda a, b: a == _text(b), name)
 
 
+@_recorded
 def contains(output: str, text: Any, *, case: bool = True, name: str | None = None) -> Scorer:
     """Pass when the output contains ``text`` (a literal or ``col(...)``); ``case=False``
     ignores case. Column ``contains_<output>``."""
-    definition = _call("contains", output, text, case=None if case else False, name=name)
     if case:
-        return _defined(
-            _Compare("contains", output, text, lambda a, b: _text(b) in a, name), definition
-        )
-    return _defined(
-        _Compare("contains", output, text, lambda a, b: _text(b).lower() in a.lower(), name),
-        definition,
-    )
+        return _Compare("contains", output, text, lambda a, b: _text(b) in a, name)
+    return _Compare("contains", output, text, lambda a, b: _text(b).lower() in a.lower(), name)
 
 
+@_recorded
 def regex(output: str, pattern: str, *, name: str | None = None) -> Scorer:
     """Pass when ``pattern`` matches somewhere in the output (``re.search``). Column
     ``regex_<output>``.
@@ -236,10 +247,7 @@ def regex(output: str, pattern: str, *, name: str | None = None) -> Scorer:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise ConfigError(f"regex scorer: bad pattern {pattern!r}: {exc}") from None
-    return _defined(
-        _Compare("regex", output, None, lambda a, _: compiled.search(a) is not None, name),
-        _call("regex", output, pattern, name=name),
-    )
+    return _Compare("regex", output, None, lambda a, _: compiled.search(a) is not None, name)
 
 
 def _parses(text: str) -> bool:
@@ -250,12 +258,10 @@ def _parses(text: str) -> bool:
     return True
 
 
+@_recorded
 def is_json(output: str, *, name: str | None = None) -> Scorer:
     """Pass when the output is valid JSON. Column ``is_json_<output>``."""
-    return _defined(
-        _Compare("is_json", output, None, lambda a, _: _parses(a), name),
-        _call("is_json", output, name=name),
-    )
+    return _Compare("is_json", output, None, lambda a, _: _parses(a), name)
 
 
 class _Length(Scorer):
@@ -280,14 +286,13 @@ class _Length(Scorer):
         return scores, None
 
 
+@_recorded
 def length(
     output: str, min: int | None = None, max: int | None = None, *, name: str | None = None
 ) -> Scorer:
     """The output's length in characters: a float score without bounds; with ``min`` and/or
     ``max``, pass when the length lies within them (inclusive). Column ``length_<output>``."""
-    return _defined(
-        _Length(output, min, max, name), _call("length", output, min=min, max=max, name=name)
-    )
+    return _Length(output, min, max, name)
 
 
 class _Python(Scorer):
@@ -343,6 +348,7 @@ class _Python(Scorer):
         return scores, reasons if any_reason else None
 
 
+@_recorded
 def python(
     fn: Callable[[Row], Any], name: str | None = None, *, threshold: float | None = None
 ) -> Scorer:
@@ -350,12 +356,7 @@ def python(
     where the run failed). ``fn`` returns a bool (pass/fail), a number (a float score; with
     ``threshold`` it passes at or above it), or ``(score, reason)``. The column is ``name``,
     else the function's name."""
-    scorer = _Python(fn, name, threshold)
-    where = getattr(fn, "__qualname__", None) or scorer.name
-    return _defined(
-        scorer,
-        f"python({where}{', threshold=' + repr(threshold) if threshold is not None else ''})",
-    )
+    return _Python(fn, name, threshold)
 
 
 # -- model-graded scorers -----------------------------------------------------------------------
@@ -590,6 +591,7 @@ class PickBest(JudgeScorer):
         return [1.0 if i == best else 0.0 for i in range(1, n + 1)], reason
 
 
+@_recorded
 def judge(
     output: str,
     rubric: str,
@@ -605,20 +607,10 @@ def judge(
     grades (the first variant's) and, without ``model``, that flow's text model, else the
     provider's default. A judge that would run offline is refused before any call. An
     unparseable answer scores NaN with the raw answer as the reason."""
-    return _defined(
-        JudgeScorer(output, rubric, model, provider, threshold, name),
-        _call(
-            "judge",
-            output,
-            rubric,
-            model=model,
-            provider=provider if provider is None or isinstance(provider, str) else provider.name,
-            threshold=threshold,
-            name=name,
-        ),
-    )
+    return JudgeScorer(output, rubric, model, provider, threshold, name)
 
 
+@_recorded
 def pick_best(
     output: str,
     rubric: str,
@@ -630,14 +622,4 @@ def pick_best(
     """Ask a model, once per input row, which variant's ``output`` is best by ``rubric``:
     1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``).
     ``provider`` and ``model`` are chosen as for :func:`judge`."""
-    return _defined(
-        PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}"),
-        _call(
-            "pick_best",
-            output,
-            rubric,
-            model=model,
-            provider=provider if provider is None or isinstance(provider, str) else provider.name,
-            name=name,
-        ),
-    )
+    return PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}")

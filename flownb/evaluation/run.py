@@ -128,24 +128,21 @@ class _Collected:
 
 
 def _paid(result: Any) -> int:
-    """Return how many provider calls a finished run made (cache hits and repeats excluded):
-    what the preview counted for it. A result without generations (a served flow) is one."""
-    gens = getattr(result, "generations", None)
-    if gens is None:
-        return 1
-    return sum(1 for g in gens if not g.cached)
+    """Return how many provider calls a finished local run made (cache hits and repeats
+    excluded): what the preview counted for it."""
+    return sum(1 for g in result.generations if not g.cached)
 
 
-def _with_bar(on_result: OnResult, bar: Any) -> OnResult:
+def _with_bar(on_result: OnResult, bar: Any, *, remote: bool = False) -> OnResult:
     """Return ``on_result`` that also advances ``bar`` by the provider calls each run made (the
-    bar counts calls, as the preview does, not rows)."""
+    bar counts calls, as the preview does, not rows; a served flow's run is one call)."""
     if bar is None:
         return on_result
 
     def report(i: int, result: Any, exc: BaseException | None) -> None:
         on_result(i, result, exc)
         if exc is None:
-            made = _paid(result)
+            made = 1 if remote else _paid(result)
             if made:
                 bar.update(made)
 
@@ -303,7 +300,11 @@ def evaluate(
         try:
             _run_all(
                 [
-                    (flow, batches[name], _with_bar(collected[name], bar))
+                    (
+                        flow,
+                        batches[name],
+                        _with_bar(collected[name], bar, remote=not isinstance(flow, LocalFlow)),
+                    )
                     for name, flow in variants.items()
                 ],
                 limiter,
