@@ -459,6 +459,13 @@ def test_html_report_says_what_was_evaluated_and_escapes_data(
     winner = summary["pick_best_intro"].idxmax()
     assert summary.loc[winner, "pick_best_intro_low"] < summary.loc[winner, "pick_best_intro"]
     assert "100% [100%, 100%]" not in text and "0% [0%, 0%]" not in text
+    saved = json.loads(report.save(tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert saved["context"]["dataset"] == {
+        "name": "rooms<script>.csv",
+        "rows": 4,
+        "columns": ["topic"],
+    }
+    assert saved["context"]["variants"][1]["nodes"][0]["prompt"] == "The cat sat on {topic} <b>."
 
 
 def test_html_numbers_have_one_style_and_diffs_keep_their_spaces(tmp_path: Path) -> None:

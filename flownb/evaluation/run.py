@@ -3,10 +3,15 @@ under one concurrency limit and one progress bar.
 
 1. Every variant's rows are validated before anything runs.
 2. Variants run together: local flows with an async provider on flownb's background loop,
-   sharing one :class:`~flownb.providers.limits.AdaptiveLimiter`; remote flows in a thread (the
-   service has its own limits); inline (offline) flows on the calling thread (no I/O).
+   sharing one :class:`~flownb.providers.limits.AdaptiveLimiter` and one set of calls in flight
+   (a call two variants make alike is paid once); remote flows in a thread (the service has its
+   own limits); inline (offline) flows on the calling thread (no I/O).
 3. Judges (``judge``: one call per variant and row; ``pick_best``: one per row) run after, through
-   their own one-node flows, so their calls are cached, limited and logged like any other.
+   their own one-node flows, so their calls are cached, limited and logged like any other. A
+   judge without ``provider=`` borrows the provider of the flow it grades; one that would run
+   offline is refused before anything runs.
+   The progress bar counts provider calls; its total is the dry run's count (see
+   :func:`flownb.preview.preview_many`).
 4. Deterministic scorers grade each variant's columns; everything lands in one long frame.
 
 Ctrl-C keeps what finished (the rest is marked as interrupted) and, with the cache, a re-run
