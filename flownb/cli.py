@@ -30,7 +30,7 @@ from .inputs import (
     read_csv,
     read_json_batch,
 )
-from .opening import open_flow
+from .opening import banner, open_flow, usage_error
 from .providers.registry import provider_names
 
 if TYPE_CHECKING:
@@ -52,15 +52,8 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _usage(option: str, exc: FlownbError) -> click.UsageError:
-    """Return a usage error naming the option whose value ``exc`` refused."""
-    return click.UsageError(f"{option}: {exc.message}")
-
-
-def _banner(flow: BaseFlow) -> None:
-    provider = getattr(flow, "provider", None)
-    line = provider.banner() if provider is not None else f"remote flow {flow.name!r}"
-    click.echo(f"flownb: {line}", err=True)
+_usage = usage_error
+_banner = banner
 
 
 _BASE_URL = click.option(

@@ -1,6 +1,8 @@
 """What FLOW on a command line opens: a local flow file, or a flow id on a flow service.
 
-Shared by every command that takes FLOW (``flownb info``, ``flownb run``, ``flownb eval``).
+Shared by every command that takes FLOW (``flownb info``, ``flownb run``, ``flownb eval``),
+with the two things they all say the same way: the provider banner, and a usage error naming the
+option a value was refused for.
 """
 
 from __future__ import annotations
@@ -10,12 +12,24 @@ from pathlib import Path
 import click
 
 from .client import Client
-from .errors import ConfigError
+from .errors import ConfigError, FlownbError
 from .flow import BaseFlow, load_flow
 from .inputs import CLI, flow_location, no_server
 from .settings import get_settings
 
-__all__ = ["open_flow"]
+__all__ = ["banner", "open_flow", "usage_error"]
+
+
+def usage_error(option: str, exc: FlownbError) -> click.UsageError:
+    """Return a usage error naming the option whose value ``exc`` refused."""
+    return click.UsageError(f"{option}: {exc.message}")
+
+
+def banner(flow: BaseFlow) -> None:
+    """Say on stderr which provider runs ``flow`` (or that it runs remotely)."""
+    provider = getattr(flow, "provider", None)
+    line = provider.banner() if provider is not None else f"remote flow {flow.name!r}"
+    click.echo(f"flownb: {line}", err=True)
 
 
 def open_flow(

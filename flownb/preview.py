@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cache import CallCache
 from .frame import rows_to_variables
+from .providers.offline import OfflineProvider
 from .scorers import JudgeScorer, PickBest, Scorer
 
 if TYPE_CHECKING:
@@ -34,11 +35,17 @@ def estimate_tokens(text: str) -> int:
 class Preview:
     """What a run would do. ``calls`` has one row per provider call: ``variant``, ``row`` (the
     input's position), ``node``, ``kind``, ``prompt`` (None where it cannot be known before
-    the run: remote flows, judges), ``cached`` (answered without a call) and ``est_tokens``.
+    the run: remote flows, judges of outputs not generated yet), ``cached`` (answered without a
+    call) and ``est_tokens``.
 
     Attributes:
-        n_calls: provider calls that would be made (cache hits and repeats excluded).
+        n_calls: provider calls that would be made (cache hits and repeats excluded), judges
+            included: the count a run on the same cache state makes, and its progress bar's
+            total.
         n_cached: calls the cache (or an identical call of the same run) would answer.
+        n_unknown: judge calls among ``n_calls`` whose prompt is not known yet (they grade
+            outputs that are neither cached nor computable offline): each is counted as a call;
+            fewer are made when outputs turn out identical (the repeat is not paid twice).
         est_tokens: estimated prompt tokens of the calls that would be made.
     """
 
@@ -48,71 +55,155 @@ class Preview:
         paid = calls[~calls["cached"]]
         self.n_calls = len(paid)
         self.n_cached = len(calls) - len(paid)
+        self.n_unknown = int(
+            (paid["prompt"].isna() & paid["variant"].str.startswith("judge:")).sum()
+        )
         self.est_tokens = int(paid["est_tokens"].sum())
 
-    def __str__(self) -> str:
-        lines = [
+    def headline(self) -> str:
+        """Return the one-line summary: calls, cache hits, unknown judge prompts, tokens."""
+        line = (
             f"preview: {self.n_calls} provider call(s) would be made, {self.n_cached} answered "
             f"by the cache; about {self.est_tokens} prompt tokens "
             f"({', '.join(f'{v}: {p}' for v, p in self.providers.items())})"
-        ]
+        )
+        if self.n_unknown:
+            line += (
+                f"; {self.n_unknown} of the calls are judge calls whose prompts are unknown until "
+                "the outputs they grade exist (not cached, not computable offline): each is "
+                "counted as a call, fewer are made if outputs repeat"
+            )
+        return line
+
+    def __str__(self) -> str:
+        lines = [self.headline()]
         for rec in self.calls.itertuples(index=False):
             state = "cached" if rec.cached else "call"
-            prompt = rec.prompt if isinstance(rec.prompt, str) else "(rendered at run time)"
+            if isinstance(rec.prompt, str):
+                prompt = rec.prompt
+            elif str(rec.variant).startswith("judge:"):
+                prompt = "(unknown: grades an output not generated yet)"
+            else:
+                prompt = "(rendered by the service)"
             lines.append(f"[{rec.variant} row {rec.row} {rec.node} {state}] {prompt}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<Preview calls={self.n_calls} cached={self.n_cached} est_tokens={self.est_tokens}>"
+        return (
+            f"<Preview calls={self.n_calls} cached={self.n_cached} unknown={self.n_unknown} "
+            f"est_tokens={self.est_tokens}>"
+        )
 
     def _repr_html_(self) -> str:
         import html
 
-        head = html.escape(str(self).splitlines()[0])
+        head = html.escape(self.headline())
         return f"<p><b>{head}</b></p>" + self.calls.to_html(max_rows=50)
 
 
-def _local_calls(flow: Any, batch: Sequence[Mapping[str, str]], variant: str) -> list[tuple]:
+# One variant's outputs per row, where known before the run (None: not known).
+Known = list[dict[str, str | None]]
+
+
+# An output not known before the run stands for itself by the key of the call making it: two
+# calls made alike give the same output, so prompts built from them are repeats too.
+_MARK = "\x00"
+
+
+def _unknown(key: str) -> str:
+    return f"{_MARK}{key}{_MARK}"
+
+
+def _local_calls(
+    flow: Any,
+    batch: Sequence[Mapping[str, str]],
+    variant: str,
+    outputs: Known | None = None,
+    seen: set[str] | None = None,
+) -> list[tuple]:
+    """Return one record per call of ``flow`` over ``batch``; fill ``outputs`` (one dict per
+    row) with each output as known before the run: from the cache, or computed as the offline
+    provider would (its text output is the prompt), else a stand-in naming the call that will
+    make it (see :func:`is_known`). ``seen`` holds the keys of calls counted already (by other
+    flows of the same evaluation): a repeat is not paid twice, as the run does not pay it."""
     plan, engine = flow.plan, flow.engine
     cache = engine.cache
+    offline = isinstance(flow.provider, OfflineProvider)
+    keyed = cache is not None or outputs is not None
     identity = flow.provider.identity()
     prefixes = {
-        s.index: CallCache.prefix(identity, s.kind, s.params) if cache is not None else b""
-        for s in plan.steps
+        s.index: CallCache.prefix(identity, s.kind, s.params) if keyed else b"" for s in plan.steps
     }
-    seen: set[str] = set()
+    seen = seen if seen is not None else set()
     rows: list[tuple] = []
     for r, values in enumerate(batch):
-        known: dict[int, str | None] = {}
+        known: dict[int, str] = {}  # step -> its output, or the stand-in of an unknown one
         for step in plan.steps:
             ctx = dict(values)
+            exact = True
             for u in step.upstream:
                 name = plan.steps[u].name
                 if name not in values:
-                    got = known.get(u)
-                    ctx[name] = got if got is not None else f"«output of {name}»"
-            prompt = step.template.render(ctx)
+                    ctx[name] = known[u]
+                    exact = exact and _MARK not in known[u]
+            symbolic = step.template.render(ctx)  # what decides the call's key
+            if exact:
+                prompt = symbolic
+            else:  # shown with a placeholder where an upstream output is not known yet
+                for u in step.upstream:
+                    name = plan.steps[u].name
+                    if name not in values and _MARK in known[u]:
+                        ctx[name] = f"«output of {name}»"
+                prompt = step.template.render(ctx)
             cached = False
-            output = None
+            output = prompt if offline and step.kind == "text" and exact else None
+            key = CallCache.key(prefixes[step.index], symbolic) if keyed else ""
             if cache is not None:
-                key = CallCache.key(prefixes[step.index], prompt)
-                hit = cache.get(key)
+                hit = cache.get(key) if exact else None
                 cached = hit is not None or key in seen
                 seen.add(key)
-                output = hit.output if hit is not None and hit.media is None else None
-            known[step.index] = output
+                if hit is not None:
+                    output = hit.output if hit.media is None else engine.media_url(hit.media)
+            known[step.index] = output if output is not None else _unknown(key or f"{r}")
             rows.append((variant, r, step.name, step.kind, prompt, cached, estimate_tokens(prompt)))
+        if outputs is not None:
+            outputs.append(_outputs(plan, values, known))
     return rows
 
 
-def preview_flow(flow: BaseFlow, batch: Sequence[Mapping[str, str]], variant: str) -> list[tuple]:
-    """Return one record per call ``flow`` would make over a validated ``batch``."""
+def is_known(text: str) -> bool:
+    """Return whether ``text`` (an output or a prompt built from outputs) is known before the
+    run, rather than standing in for an output a call will make."""
+    return _MARK not in text
+
+
+def _outputs(plan: Any, values: Mapping[str, str], known: Mapping[int, str]) -> dict:
+    """Return each output of one row as a run would assemble it (stand-ins where a source is
+    not known)."""
+    got: dict[str, str | None] = {}
+    for name, srcs in plan.output_sources:
+        parts = [known[ref] if kind == "step" else values.get(ref, "") for kind, ref in srcs]
+        got.setdefault(name, "\n\n".join(parts))
+    return got
+
+
+def preview_flow(
+    flow: BaseFlow,
+    batch: Sequence[Mapping[str, str]],
+    variant: str,
+    outputs: Known | None = None,
+    seen: set[str] | None = None,
+) -> list[tuple]:
+    """Return one record per call ``flow`` would make over a validated ``batch`` (and fill
+    ``outputs`` and ``seen`` as :func:`_local_calls` does)."""
     if getattr(flow, "plan", None) is None:  # remote: the service renders the prompts
+        if outputs is not None:
+            outputs.extend({} for _ in batch)
         return [
             (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())))
             for r, v in enumerate(batch)
         ]
-    return _local_calls(flow, batch, variant)
+    return _local_calls(flow, batch, variant, outputs, seen)
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
@@ -129,26 +220,77 @@ def _provider(flow: BaseFlow) -> str:
     return provider.name if provider is not None else "remote"
 
 
+def _judge_calls(
+    judge: JudgeScorer,
+    inputs: Sequence[Mapping[str, Any]],
+    known: Mapping[str, Known],
+    seen: set[str],
+) -> list[tuple]:
+    """Return one record per call ``judge`` would make: its prompt rendered from the outputs
+    known before the run (then looked up in the judge's cache, repeats counted once, as the run
+    does), else ``None`` (counted as a call)."""
+    flow = judge.flow()
+    step = flow.plan.steps[0]
+    cache = flow.engine.cache
+    prefix = CallCache.prefix(flow.provider.identity(), step.kind, step.params) if cache else b""
+    label = f"judge:{judge.name}"
+    unknown = estimate_tokens(judge.rubric) + 60  # the rubric and instructions; output unknown
+    names = list(known)
+    rows: list[tuple] = []
+
+    def record(r: int, prompt: str | None) -> None:
+        if prompt is None:  # an output of a served flow: nothing known of it
+            rows.append((label, r, judge.name, "text", None, False, unknown))
+            return
+        known_prompt = is_known(prompt)
+        cached = False
+        if cache is not None:
+            key = CallCache.key(prefix, prompt)
+            cached = key in seen or (known_prompt and cache.get(key) is not None)
+            seen.add(key)
+        if known_prompt:
+            rows.append((label, r, judge.name, "text", prompt, cached, estimate_tokens(prompt)))
+        else:  # built from outputs made during the run: its text is not known yet
+            rows.append((label, r, judge.name, "text", None, cached, unknown))
+
+    if isinstance(judge, PickBest):
+        for r, row in enumerate(inputs):
+            outs = [known[v][r].get(judge.output) for v in names]
+            full = {**row, **known[names[0]][r]}
+            record(r, None if any(o is None for o in outs) else judge.prompt_all(full, outs))
+    else:
+        for v in names:
+            for r, row in enumerate(inputs):
+                got = known[v][r]
+                full = {**row, **got}
+                record(r, None if got.get(judge.output) is None else judge.prompt(full))
+    return rows
+
+
 def preview_many(
     variants: Mapping[str, BaseFlow],
     batches: Mapping[str, Sequence[Mapping[str, str]]],
     scorers: Sequence[Scorer] = (),
+    inputs: Sequence[Mapping[str, Any]] | None = None,
 ) -> Preview:
-    """Return the preview of an evaluation: every variant's calls, then one record per judge
-    call (prompts unknown until the outputs exist; counted as calls)."""
+    """Return the preview of an evaluation: every variant's calls, then every judge call,
+    rendered from the variants' outputs where they are known before the run (cached, or
+    computed offline); ``inputs`` are the data's rows (column -> value), which judge rubrics
+    may use. Judges must be bound to the flows they grade (``JudgeScorer.grades``)."""
+    judges = [s for s in scorers if isinstance(s, JudgeScorer)]
     rows: list[tuple] = []
+    known: dict[str, Known] = {}
+    seen: set[str] = set()  # an evaluation pays once for a call several variants make alike
     for name, flow in variants.items():
-        rows += preview_flow(flow, batches[name], name)
+        known[name] = []
+        rows += preview_flow(flow, batches[name], name, known[name] if judges else None, seen)
     providers = {name: _provider(f) for name, f in variants.items()}
-    n = len(next(iter(batches.values()))) if batches else 0
-    for s in scorers:
-        if not isinstance(s, JudgeScorer):
-            continue
-        tokens = estimate_tokens(s.rubric) + 60  # the rubric, the instructions; output unknown
-        label = f"judge:{s.name}"
-        providers[label] = s.flow().provider.name
-        per_row = 1 if isinstance(s, PickBest) else len(variants)
-        rows += [(label, r, s.name, "text", None, False, tokens) for r in range(n)] * per_row
+    if judges:
+        n = len(next(iter(batches.values()))) if batches else 0
+        rows_in = list(inputs) if inputs is not None else [{} for _ in range(n)]
+        for j in judges:
+            providers[f"judge:{j.name}"] = j.flow().provider.name
+            rows += _judge_calls(j, rows_in, known, seen)
     return Preview(_frame(rows), providers)
 
 

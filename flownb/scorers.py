@@ -19,21 +19,25 @@ never an exception.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from .errors import ConfigError
 from .flow import LocalFlow, load_flow
+from .model import parse_flow
 from .template import Template
 
 if TYPE_CHECKING:
     from .providers.base import Provider
 
 __all__ = [
+    "JUDGE_MARKER",
+    "PICK_MARKER",
     "Block",
     "Col",
     "JudgeScorer",
@@ -50,7 +54,15 @@ __all__ = [
     "regex",
 ]
 
+
+def __dir__() -> list[str]:
+    # What a user sees (``dir(S)``, tab completion): the scorers, not this module's imports.
+    return sorted(__all__)
+
+
 Kind = Literal["bool", "float"]
+P = ParamSpec("P")
+S_ = TypeVar("S_", bound="Scorer")
 Row = Mapping[str, Any]
 # What scoring a block of rows returns: one score per row (None: missing), and reasons (or None).
 Scores = tuple[list[Any], list[str | None] | None]
@@ -111,6 +123,10 @@ class Scorer:
     kind: Kind = "bool"
     threshold: float | None = None
     output: str = ""
+    # How it was defined, as a call (``contains('intro', col('topic'))``): shown in reports.
+    definition: str = ""
+    # A float scorer whose scores are 0 or 1 and whose mean is a rate (pick_best's win rate).
+    rate: bool = False
 
     def columns(self) -> list[str]:
         """Return the input or output columns this scorer reads (checked before a run)."""
@@ -126,8 +142,39 @@ class Scorer:
         """Whether this scorer contributes to ``passed``."""
         return self.kind == "bool" or self.threshold is not None
 
+    def describe(self) -> str:
+        """Return how this scorer was defined (its call), for reports."""
+        return self.definition or f"{type(self).__name__}(name={self.name!r})"
+
     def __repr__(self) -> str:
         return f"<scorer {self.name!r} ({self.kind})>"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str | int | float | bool | Col | list | tuple | dict) or value is None:
+        return repr(value)
+    if callable(value):
+        return str(getattr(value, "__qualname__", None) or getattr(value, "__name__", "function"))
+    return repr(getattr(value, "name", None) or type(value).__name__)  # a provider: its name
+
+
+def _call(function: str, *args: Any, **options: Any) -> str:
+    """Return ``function(args, key=value)`` as it was called (values shown as written)."""
+    parts = [_show(a) for a in args] + [f"{k}={_show(v)}" for k, v in options.items()]
+    return f"{function}({', '.join(parts)})"
+
+
+def _recorded(make: Callable[P, S_]) -> Callable[P, S_]:
+    """Wrap a scorer factory so each scorer it makes remembers the call that made it (its
+    ``definition``, shown in reports)."""
+
+    @functools.wraps(make)
+    def recorded(*args: P.args, **kwargs: P.kwargs) -> S_:
+        scorer = make(*args, **kwargs)
+        scorer.definition = _call(make.__name__, *args, **kwargs)
+        return scorer
+
+    return recorded
 
 
 def _expected_values(value: Any, block: Block) -> Sequence[Any]:
@@ -169,6 +216,7 @@ def _text(value: Any) -> str:
     return "" if _missing(value) else str(value)
 
 
+@_recorded
 def equals(output: str, expected: Any, *, strip: bool = True, name: str | None = None) -> Scorer:
     """Pass when the output equals ``expected`` (a literal or ``col(...)``), surrounding
     whitespace ignored unless ``strip=False``. Column ``equals_<output>``."""
@@ -179,6 +227,7 @@ def equals(output: str, expected: Any, *, strip: bool = True, name: str | None =
     return _Compare("equals", output, expected, lambda a, b: a == _text(b), name)
 
 
+@_recorded
 def contains(output: str, text: Any, *, case: bool = True, name: str | None = None) -> Scorer:
     """Pass when the output contains ``text`` (a literal or ``col(...)``); ``case=False``
     ignores case. Column ``contains_<output>``."""
@@ -187,6 +236,7 @@ def contains(output: str, text: Any, *, case: bool = True, name: str | None = No
     return _Compare("contains", output, text, lambda a, b: _text(b).lower() in a.lower(), name)
 
 
+@_recorded
 def regex(output: str, pattern: str, *, name: str | None = None) -> Scorer:
     """Pass when ``pattern`` matches somewhere in the output (``re.search``). Column
     ``regex_<output>``.
@@ -209,6 +259,7 @@ def _parses(text: str) -> bool:
     return True
 
 
+@_recorded
 def is_json(output: str, *, name: str | None = None) -> Scorer:
     """Pass when the output is valid JSON. Column ``is_json_<output>``."""
     return _Compare("is_json", output, None, lambda a, _: _parses(a), name)
@@ -236,6 +287,7 @@ class _Length(Scorer):
         return scores, None
 
 
+@_recorded
 def length(
     output: str, min: int | None = None, max: int | None = None, *, name: str | None = None
 ) -> Scorer:
@@ -297,6 +349,7 @@ class _Python(Scorer):
         return scores, reasons if any_reason else None
 
 
+@_recorded
 def python(
     fn: Callable[[Row], Any], name: str | None = None, *, threshold: float | None = None
 ) -> Scorer:
@@ -363,39 +416,70 @@ def parse_answer(answer: str, field_name: str) -> tuple[Any, str]:
     return None, answer
 
 
+def _judge_source(model: str | None) -> dict[str, Any]:
+    """Return the one-node flow a judge's calls run through: ``{q}`` in, the answer out."""
+    params: dict[str, Any] = {"temperature": 0}
+    if model:
+        params["model"] = model
+    return {
+        "nodes": [
+            {"id": "v", "type": "variableNode", "data": {"variable": {"label": "q"}}},
+            {
+                "id": "judge",
+                "type": "actionNode",
+                "data": {"name": "judge", "prompt": "{q}", "modelParams": params},
+            },
+            {"id": "o", "type": "outputNode", "data": {"name": "answer"}},
+        ],
+        "edges": [{"source": "v", "target": "judge"}, {"source": "judge", "target": "o"}],
+    }
+
+
+def _text_model(flow: LocalFlow) -> str | None:
+    """Return the model the first text node of ``flow`` names, if any."""
+    for step in flow.plan.steps:
+        model = step.params.get("model")
+        if step.kind == "text" and isinstance(model, str) and model:
+            return model
+    return None
+
+
 @dataclass
 class _JudgeSetup:
     model: str | None
     provider: Provider | str | None
-    flows: dict[str, LocalFlow] = field(default_factory=dict)
+    # (purpose, id of the provider borrowed or 0) -> (that provider, the flow built for it)
+    flows: dict[tuple[str, int], tuple[Any, LocalFlow]] = field(default_factory=dict)
+    graded: LocalFlow | None = None
 
     def flow(self, purpose: str) -> LocalFlow:
-        """Return the one-node flow judge calls run through (built once per scorer): the
-        engine's cache, limits, retries and run log apply to them as to any call."""
-        if purpose not in self.flows:
-            params: dict[str, Any] = {"temperature": 0}
-            if self.model:
-                params["model"] = self.model
-            self.flows[purpose] = load_flow(
-                {
-                    "nodes": [
-                        {"id": "v", "type": "variableNode", "data": {"variable": {"label": "q"}}},
-                        {
-                            "id": "judge",
-                            "type": "actionNode",
-                            "data": {"name": "judge", "prompt": "{q}", "modelParams": params},
-                        },
-                        {"id": "o", "type": "outputNode", "data": {"name": "answer"}},
-                    ],
-                    "edges": [
-                        {"source": "v", "target": "judge"},
-                        {"source": "judge", "target": "o"},
-                    ],
-                },
+        """Return the one-node flow judge calls run through (built once per provider): the
+        engine's cache, limits, retries and run log apply to them as to any call.
+
+        The judge's own ``provider``/``model`` come first; without a provider it borrows the
+        provider (and, without a model, the text model) of the flow it grades, set by
+        :meth:`JudgeScorer.grades`; with neither, ``FLOWNB_PROVIDER``'s.
+        """
+        graded = self.graded if self.provider is None else None
+        key = (purpose, id(graded.provider) if graded is not None else 0)
+        held = self.flows.get(key)
+        if held is not None and (graded is None or held[0] is graded.provider):
+            return held[1]
+        if graded is not None:
+            source = _judge_source(self.model or _text_model(graded))
+            # The graded flow's provider instance (its endpoint, key, connections) and its run
+            # configuration (home: cache and run log), as its variants share them.
+            flow = LocalFlow(
+                parse_flow(source, purpose),
                 name=purpose,
-                provider=self.provider,
+                config=graded.config,
+                provider=graded.provider,
+                source=source,
             )
-        return self.flows[purpose]
+        else:
+            flow = load_flow(_judge_source(self.model), name=purpose, provider=self.provider)
+        self.flows[key] = (graded.provider if graded is not None else None, flow)
+        return flow
 
 
 class JudgeScorer(Scorer):
@@ -424,6 +508,32 @@ class JudgeScorer(Scorer):
         """Return the flow the judge's calls go through."""
         return self.setup.flow(f"judge:{self.name}")
 
+    def grades(self, flow: Any) -> None:
+        """Bind the flow whose outputs this judge grades: without its own ``provider=`` the
+        judge uses that flow's provider (and, without ``model=``, its text model). A flow that
+        is not local (a served flow) lends nothing: ``FLOWNB_PROVIDER`` decides then."""
+        from .flow import LocalFlow
+
+        self.setup.graded = flow if isinstance(flow, LocalFlow) else None
+
+    def check(self) -> None:
+        """Refuse a judge that would run on the offline provider (it echoes its prompt: every
+        score would be NaN), before any call.
+
+        Raises:
+            ConfigError: one line saying how to give the judge a model.
+        """
+        from .providers.offline import OfflineProvider
+
+        provider = self.flow().provider
+        if isinstance(provider, OfflineProvider):
+            raise ConfigError(
+                f"scorer {self.name!r} would be judged by the {provider.name} provider, which "
+                "only echoes its prompt: give it a model with provider= and model= (e.g. "
+                "provider='openai', model='gpt-4o-mini'; in a scorers file provider = \"openai\"), "
+                "or run the flows it grades on a model provider"
+            )
+
     def prompt(self, row: Row) -> str | None:
         """Return the judge prompt for ``row`` (None when its output is missing)."""
         got = row.get(self.output)
@@ -448,6 +558,8 @@ class JudgeScorer(Scorer):
 class PickBest(JudgeScorer):
     """One call per input row that sees every variant's output and names the best: 1.0 for
     the chosen variant, 0.0 for the others (the summary's mean is a win rate)."""
+
+    rate = True
 
     def flow(self) -> LocalFlow:
         """Return the flow the picker's calls go through."""
@@ -477,6 +589,7 @@ class PickBest(JudgeScorer):
         return [1.0 if i == best else 0.0 for i in range(1, n + 1)], reason
 
 
+@_recorded
 def judge(
     output: str,
     rubric: str,
@@ -488,11 +601,14 @@ def judge(
 ) -> JudgeScorer:
     """Grade ``output`` with a model against ``rubric`` (which may use ``{output}`` and the
     input row's ``{column}``s): a score in 0..1 and a reason (column ``judge_<output>`` and
-    ``judge_<output>_reason``). ``provider`` defaults to ``FLOWNB_PROVIDER``; ``model`` to the
-    provider's default. An unparseable answer scores NaN with the raw answer as the reason."""
+    ``judge_<output>_reason``). Without ``provider`` the judge uses the provider of the flow it
+    grades (the first variant's) and, without ``model``, that flow's text model, else the
+    provider's default. A judge that would run offline is refused before any call. An
+    unparseable answer scores NaN with the raw answer as the reason."""
     return JudgeScorer(output, rubric, model, provider, threshold, name)
 
 
+@_recorded
 def pick_best(
     output: str,
     rubric: str,
@@ -502,5 +618,6 @@ def pick_best(
     name: str | None = None,
 ) -> PickBest:
     """Ask a model, once per input row, which variant's ``output`` is best by ``rubric``:
-    1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``)."""
+    1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``).
+    ``provider`` and ``model`` are chosen as for :func:`judge`."""
     return PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}")

@@ -1,6 +1,8 @@
 """A saved evaluation report opened in headless chromium with every outside request refused:
-the page is self-contained (summary, side-by-side table, embedded image thumbnails that load)
-and asks the network for nothing. The screenshot goes to ``test-artifacts/eval-report.png``."""
+the page is self-contained (what was evaluated, summary, the SVG plot, side-by-side table,
+embedded image thumbnails that load), uses the page's full width, runs no script that came from
+data, and asks the network for nothing. The screenshot goes to
+``test-artifacts/eval-report.png``."""
 
 from __future__ import annotations
 
@@ -34,7 +36,10 @@ def test_saved_report_is_self_contained_in_chromium(tmp_path: Path, blog_flow_pa
         "punchy": flow.with_prompts({"Blog intro": "Write a {tone}, punchy intro about {topic}."}),
     }
     data = pd.DataFrame(
-        {"topic": ["tide pools", "owls", "sourdough"], "tone": ["dry", "warm", "odd"]}
+        {
+            "topic": ["tide pools", "<script>window.pwned = 1</script>owls", "sourdough"],
+            "tone": ["dry", "warm", "odd"],
+        }
     )
     report = flownb.evaluate(
         variants,
@@ -65,6 +70,14 @@ def test_saved_report_is_self_contained_in_chromium(tmp_path: Path, blog_flow_pa
             assert all(done and width > 0 for done, width in sizes), sizes
             text = page.inner_text("body")
             assert "punchy" in text and "contains_intro" in text
+            assert "Write a {tone}, punchy intro about {topic}." in text  # the header's prompts
+            assert "<script>window.pwned = 1</script>owls" in text  # shown as text...
+            assert page.evaluate("() => window.pwned") is None  # ...never run
+            plot = page.locator("img.flownb-plot")
+            assert plot.evaluate("i => i.complete && i.naturalWidth > 0")
+            width = page.evaluate("() => document.documentElement.clientWidth")
+            tables = page.locator("table.flownb-eval")
+            assert all(tables.nth(k).bounding_box()["width"] > 0.9 * width for k in range(3))
             assert page.locator("ins").count() > 0  # the differing words are marked
             page.screenshot(path=str(ARTIFACTS / "eval-report.png"), full_page=True)
         finally:

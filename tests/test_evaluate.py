@@ -6,8 +6,10 @@ dry run, and the command line and magic surfaces."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from serving import InlineScriptedProvider, Running, run_server, sample_flows
 
 import flownb
+import flownb.preview
 from flownb import scorers as S
 from flownb.errors import ConfigError
 from flownb.evaluation import stats
@@ -77,7 +80,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         yield running
 
 
-def test_local_and_served_flows_side_by_side(server: Running, tmp_path: Path) -> None:
+def test_local_and_served_flows_side_by_side(
+    server: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     local = flownb.load_flow(
         write_flow(tmp_path / "echo.json", make_flow({"say": "A={a} B={b}"}, ["a", "b"]))
     )
@@ -88,8 +93,9 @@ def test_local_and_served_flows_side_by_side(server: Running, tmp_path: Path) ->
         {"local": local, "served": remote, "shouty": shouty},
         data,
         [S.contains("say", S.col("want"))],
-        progress=False,
     )
+    # The bar counts calls as the preview does: a served flow's run is one.
+    assert _bar_totals(capsys.readouterr().err) == (9, 9)
     res = report.results.set_index(["variant", "index"])
     assert res.loc["served", "say"].tolist() == ["A=1 B=x", "A=2 B=y", "A=3 B=z"]
     assert res.loc["served", "say"].tolist() == res.loc["local", "say"].tolist()
@@ -212,13 +218,16 @@ def test_dry_run_calls_nothing_and_counts_cache_hits(fake: FakeOpenAI) -> None:
     data = topics(3)
     preview = flownb.evaluate(variants, data, [S.judge("intro", "ok?")], dry_run=True)
     assert fake.requests == []
-    assert preview.n_calls == 2 * 3 * 2 + 2 * 3 and preview.n_cached == 0
+    # cold's intro calls are base's (same params and prompt): paid once, and so is the judge
+    # of their (equal) outputs.
+    assert preview.n_calls == 2 * 3 + 3 + 3 and preview.n_cached == 6
     assert "Title: t1" in preview.calls["prompt"].tolist()
     base.run_batch([{"topic": "t0"}, {"topic": "t1"}])
     fake.reset()
     again = flownb.evaluate(variants, data, [], dry_run=True)
-    # base rows 0 and 1 are cached; cold shares their intro calls (same params and prompt).
-    assert again.n_cached == 6 and again.n_calls == 6
+    # base rows 0 and 1 are cached; cold shares every intro call (same params and prompt),
+    # row 2's too: the run pays for it once, for both variants.
+    assert again.n_cached == 7 and again.n_calls == 5
     assert again.est_tokens > 0 and fake.requests == []
     single = base.preview({"topic": "t2"})
     assert single.n_calls == 2 and "Intro about t2." in str(single)
@@ -309,3 +318,212 @@ def test_interrupt_before_the_judges_keeps_rows_and_leaves_judges_unscored() -> 
     assert res["judge_intro"].isna().all()
     assert res["judge_intro_reason"].tolist()[0].startswith("not judged")
     assert res["contains_intro"].tolist()[:2] == [True, True]
+
+
+# -- the preview counts what the run then does ----------------------------------------------------
+
+_BAR = re.compile(r"(\d+)/(\d+) \[")
+
+
+def _bar_totals(err: str) -> tuple[int, int]:
+    """Return the first total the progress bar showed and the count it ended at."""
+    shown = _BAR.findall(err)
+    assert shown, err
+    return int(shown[0][1]), int(shown[-1][0])
+
+
+def _requests(fake: FakeOpenAI) -> int:
+    return len(fake.requests)
+
+
+def test_dry_run_count_equals_the_calls_then_made_and_the_bar_total(
+    fake: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = flownb.load_flow(TWO)
+    variants = {"base": base, "ask": base.with_prompts({"intro": "Ask about {topic}?"})}
+    data = topics(4)
+    scorers = [S.judge("intro", "About {topic}?"), S.pick_best("intro", "Which?")]
+    # Part of the cache is warm: two rows of the base variant ran before.
+    base.run_batch([{"topic": "t0"}, {"topic": "t1"}])
+    for _ in range(2):  # then the same evaluation again: everything is cached
+        fake.reset()
+        preview = flownb.evaluate(variants, data, scorers, dry_run=True)
+        assert isinstance(preview, flownb.preview.Preview) and fake.requests == []
+        capsys.readouterr()
+        flownb.evaluate(variants, data, scorers)
+        assert preview.n_calls == _requests(fake)
+        err = capsys.readouterr().err
+        if preview.n_calls:
+            assert _bar_totals(err) == (preview.n_calls, preview.n_calls)
+    assert preview.n_calls == 0 and preview.n_unknown == 0
+
+
+def test_dry_run_renders_judge_prompts_from_offline_outputs(
+    fake: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flow = flownb.load_flow(TWO, provider="offline")
+    variants = {"a": flow, "b": flow.with_prompts({"intro": "Other {topic}."})}
+    data = pd.concat([topics(3), topics(1)], ignore_index=True)  # row 3 repeats row 0
+    scorers = [
+        S.judge("intro", "About {topic}?", provider="openai"),
+        S.pick_best("intro", "Which?", provider="openai"),
+    ]
+    preview = flownb.evaluate(variants, data, scorers, dry_run=True)
+    judges = preview.calls[preview.calls["variant"].str.startswith("judge:")]
+    assert judges["prompt"].notna().all() and preview.n_unknown == 0
+    assert "Intro about t1." in judges["prompt"].iloc[1]
+    assert "(rendered at run time)" not in str(preview)
+    capsys.readouterr()
+    flownb.evaluate(variants, data, scorers)
+    paid = judges[~judges["cached"]]
+    assert len(paid) == 6 + 3 == _requests(fake)  # the repeated row is asked once
+    offline = 2 * len(data) * 2  # offline generations count as calls, as the run makes them
+    assert preview.n_calls == offline + len(paid)
+    assert _bar_totals(capsys.readouterr().err) == (preview.n_calls, preview.n_calls)
+    fake.reset()
+    again = flownb.evaluate(variants, data, scorers, dry_run=True)
+    assert again.n_calls == offline and again.n_cached == len(judges)  # the judges are cached
+
+
+def test_dry_run_says_how_many_judge_prompts_are_unknown(fake: FakeOpenAI) -> None:
+    base = flownb.load_flow(TWO)
+    preview = flownb.evaluate(
+        {"a": base, "b": base.with_prompts({"intro": "Ask {topic}?"})},
+        topics(3),
+        [S.judge("intro", "ok?")],
+        dry_run=True,
+    )
+    # b's title calls are a's (paid once); six judge prompts grade outputs made by the run.
+    assert preview.n_unknown == 6 and preview.n_calls == 2 * 3 + 3 + 6
+    text = str(preview)
+    assert "6 of the calls are judge calls whose prompts are unknown" in text.splitlines()[0]
+    assert "(unknown: grades an output not generated yet)" in text
+
+
+# -- what the saved report says --------------------------------------------------------------------
+
+
+def _text_of(html_text: str) -> str:
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", html_text))
+
+
+def test_html_report_says_what_was_evaluated_and_escapes_data(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake.configure(replies={S.JUDGE_MARKER: '{"score": 0.5, "reason": "<script>r()</script>"}'})
+    flow = flownb.load_flow(TWO, name="intro-flow").with_params(temperature=0.3)
+    variants = {
+        "base": flow,
+        "<script>v()</script>": flow.with_prompts({"intro": "The cat sat on {topic} <b>."}),
+    }
+    data = pd.DataFrame({"topic": ["<script>alert(1)</script>", "mats", "rugs", "sofas"]})
+    data.attrs["name"] = "rooms<script>.csv"
+    report = flownb.evaluate(
+        variants,
+        data,
+        [
+            S.contains("intro", S.col("topic")),
+            S.judge("intro", "Is it <script>good</script>?", threshold=0.4),
+            S.pick_best("intro", "Which?"),
+        ],
+        progress=False,
+    )
+    assert isinstance(report, flownb.EvalReport)
+    page = report.save(tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<script" not in page.lower()  # every value that came from data is escaped
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    text = _text_of(page)
+    title = re.search(r"<title>(.*?)</title>", page, re.DOTALL)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    assert title is not None and "intro-flow" in title.group(1) and today in title.group(1)
+    assert report.id not in title.group(1)
+    # The header: prompts, model parameters, provider and endpoint, model, data set, scorers.
+    for expected in (
+        "Intro about {topic}.",
+        "The cat sat on {topic} <b>.",
+        "temperature=0.3",
+        "openai at http://127.0.0.1:",
+        "model gpt-4o-mini",
+        "rooms<script>.csv: 4 rows",
+        "contains('intro', col('topic'))",
+        "judge('intro', 'Is it <script>good</script>?', threshold=0.4)",
+        "pick_best('intro', 'Which?')",
+    ):
+        assert expected in text, expected
+    # The summary with intervals, rates as percentages; the plot as an embedded SVG.
+    assert re.search(r"\d+(\.\d+)?% \[\d+(\.\d+)?%, \d+(\.\d+)?%\]", text)
+    svg = re.search(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', page)
+    assert svg is not None and b"<svg" in base64.b64decode(svg.group(1))
+    assert "width: 100%" in page and "max-width: 420px" not in page
+    # pick_best's win rate has a real interval, not [100%, 100%].
+    summary = report.summary
+    winner = summary["pick_best_intro"].idxmax()
+    assert summary.loc[winner, "pick_best_intro_low"] < summary.loc[winner, "pick_best_intro"]
+    assert "100% [100%, 100%]" not in text and "0% [0%, 0%]" not in text
+    saved = json.loads(report.save(tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert saved["context"]["dataset"] == {
+        "name": "rooms<script>.csv",
+        "rows": 4,
+        "columns": ["topic"],
+    }
+    assert saved["context"]["variants"][1]["nodes"][0]["prompt"] == "The cat sat on {topic} <b>."
+
+
+def test_html_numbers_have_one_style_and_diffs_keep_their_spaces(tmp_path: Path) -> None:
+    flow = flownb.load_flow(
+        make_flow({"say": "the cat sat on {text}"}, ["text"]), provider="offline"
+    )
+    data = pd.DataFrame({"text": [f"row {i}" for i in range(20)]})
+    other = flow.with_prompts({"say": "the dog sat on {text} ok"})
+    report = flownb.evaluate(
+        {"base": flow, "other": other},
+        data,
+        [S.contains("say", "ok"), S.length("say")],
+        progress=False,
+    )
+    page = report.save(tmp_path / "r.html").read_text(encoding="utf-8")
+    summary = page[page.index("<h2>Summary") : page.index("<h2>Side by side")]
+    assert "p<0.001" in summary  # McNemar's 2 / 2**20
+    assert not re.search(r"\d[eE][-+]?\d", _text_of(summary))  # no exponent notation
+    assert "0% [0%, 16.1%]" in summary and "100% [83.9%, 100%]" in summary
+    # Lengths 20 (rows 0-9) and 21: the mean and its t interval in 3 significant digits.
+    assert "20.5 [20.3, 20.7]" in summary and "23.5 [23.3, 23.7]" in summary
+    cell = "the <del>cat</del> <ins>dog</ins> sat on row 0<ins> ok</ins>"
+    assert cell in page
+    # Reading the marked text without the deletions gives the variant's output, spaces kept.
+    kept = re.sub(r"<del>.*?</del> ?", "", cell)
+    assert _text_of(kept) == "the dog sat on row 0 ok"
+
+
+# -- flownb eval on the command line ------------------------------------------------------------
+
+
+def test_cli_eval_banner_intervals_map_and_help(tmp_path: Path, blog_flow_path: Path) -> None:
+    (tmp_path / "ideas.csv").write_text("subject,tone\nowls,dry\nbees,warm\n", encoding="utf-8")
+    (tmp_path / "eval.toml").write_text(
+        '[[scorers]]\ntype = "contains"\noutput = "intro"\ntext = { col = "subject" }\n'
+        '[[scorers]]\ntype = "length"\noutput = "intro"\n',
+        encoding="utf-8",
+    )
+    args = [str(blog_flow_path), "--data", "ideas.csv", "--scorers", "eval.toml", "--no-progress"]
+    ok = cli("eval", *args, "--map", "topic=subject", "--out", "r.html", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "flownb: provider: offline" in ok.stderr.splitlines()[0]
+    assert "100% [34.2%, 100%]" in ok.stdout  # contains: a rate with its Wilson interval
+    assert re.search(r"\d+\.?\d* \[\d+\.?\d*, \d+\.?\d*\]", ok.stdout)  # length: mean [t]
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "ideas.csv: 2 rows" in _text_of(page)
+    bad = cli("eval", *args, "--map", "topic", cwd=tmp_path)
+    assert bad.returncode == 2 and "--map" in bad.stderr and "provider" not in bad.stderr
+    judged = tmp_path / "judge.toml"
+    judged.write_text('[[scorers]]\ntype = "judge"\noutput = "intro"\nrubric = "ok?"\n')
+    refused = cli(
+        "eval", *args[:3], "--scorers", str(judged), "--map", "topic=subject", cwd=tmp_path
+    )
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "offline" in refused.stderr and "provider" in refused.stderr
+    help_text = cli("eval", "--help", cwd=tmp_path).stdout
+    assert re.search(r"--concurrency N\s+Most provider calls in flight", help_text)
+    assert "--map VAR=COLUMN" in help_text

@@ -5,6 +5,7 @@ including answers that do not parse (NaN with the raw answer as the reason, neve
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -14,7 +15,7 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.testing.fake_openai import FakeOpenAI, scripted_reply
+from flownb.testing.fake_openai import FakeOpenAI, judge_reply, judge_score, scripted_reply
 from tests.conftest import make_flow
 from tests.serving import ScriptedProvider
 
@@ -135,7 +136,7 @@ JUDGE_OK = '{"score": {score}, "reason": "fake grade"}'
 def test_judge_scores_with_reason_through_cache_and_log(fake: FakeOpenAI) -> None:
     fake.configure(replies={S.JUDGE_MARKER: JUDGE_OK})
     data = pd.DataFrame({"text": ["owls", "bees"], "want": ["owls", "x"]})
-    judge = S.judge("say", "Is it about {want}? Output: {output}", threshold=0.0)
+    judge = S.judge("say", "Is it about {want}? Output: {output}", provider="openai", threshold=0)
     res = scores(judge, data=data)  # the flow runs offline; the judge on the openai fake
     prompts = [b["messages"][-1]["content"] for b in fake.requests]
     assert len(prompts) == 2
@@ -160,7 +161,7 @@ def test_judge_answer_that_does_not_parse_is_nan_with_raw_reason(
     fake: FakeOpenAI, reply: str
 ) -> None:
     fake.configure(replies={S.JUDGE_MARKER: reply})
-    res = scores(S.judge("say", "Good?", threshold=0.5), data=DATA.iloc[:2])
+    res = scores(S.judge("say", "Good?", provider="openai", threshold=0.5), data=DATA.iloc[:2])
     assert res["judge_say"].isna().all()
     assert res["judge_say_reason"].tolist() == [reply, reply]
     assert not res["passed"].any()
@@ -171,7 +172,7 @@ def test_judge_call_failure_is_nan_not_an_exception(
 ) -> None:
     monkeypatch.setenv("FLOWNB_RETRIES", "0")
     fake.configure(fail_markers={"500": S.JUDGE_MARKER})
-    res = scores(S.judge("say", "Good?"), data=DATA.iloc[:1])
+    res = scores(S.judge("say", "Good?", provider="openai"), data=DATA.iloc[:1])
     assert math.isnan(res["judge_say"][0])
     assert "judge call failed" in res["judge_say_reason"][0]
 
@@ -181,7 +182,7 @@ def test_pick_best_sees_every_variant_once_per_row(fake: FakeOpenAI) -> None:
     base = flownb.load_flow(ECHO, provider="offline")
     variants = {"plain": base, "loud": base.with_prompts({"say": "{text}!"})}
     report = flownb.evaluate(
-        variants, DATA, [S.pick_best("say", "Which is better?")], progress=False
+        variants, DATA, [S.pick_best("say", "Which is better?", provider="openai")], progress=False
     )
     prompts = [b["messages"][-1]["content"] for b in fake.requests]
     assert len(prompts) == len(DATA)  # one call per input row
@@ -193,7 +194,101 @@ def test_pick_best_sees_every_variant_once_per_row(fake: FakeOpenAI) -> None:
     assert report.summary.loc["loud", "pick_best_say"] == 1.0
     fake.configure(replies={S.PICK_MARKER: '{"best": 9}'})
     other = flownb.evaluate(
-        variants, DATA.iloc[:1], [S.pick_best("say", "Which? v2")], progress=False
+        variants,
+        DATA.iloc[:1],
+        [S.pick_best("say", "Which? v2", provider="openai")],
+        progress=False,
     )
     assert other.results["pick_best_say"].isna().all()
     assert other.results["pick_best_say_reason"].tolist() == ['{"best": 9}'] * 2
+
+
+# -- which model judges ---------------------------------------------------------------------------
+
+
+def test_judge_without_provider_uses_the_graded_flows_provider_and_model(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The flows run on an OpenAI-compatible server while FLOWNB_PROVIDER is unset: the judge
+    # must grade there too (it used to run offline and score NaN).
+    monkeypatch.delenv("FLOWNB_PROVIDER")
+    flow = flownb.load_flow(ECHO, provider="openai").with_params(model="flow-model")
+    variants = {"plain": flow, "loud": flow.with_prompts({"say": "{text}!"})}
+    report = flownb.evaluate(
+        variants,
+        DATA,
+        [S.judge("say", "Good?", threshold=0.5), S.pick_best("say", "Which is better?")],
+        progress=False,
+    )
+    assert isinstance(report, flownb.EvalReport)
+    res = report.results
+    # The fake's documented verdict: judge_score of the graded text, for every row.
+    assert res["judge_say"].tolist() == [judge_score(t) for t in res["say"]]
+    assert res["judge_say_reason"].str.startswith("fake verdict").all()
+    assert res["pick_best_say"].notna().all()
+    per_row = res.pivot(index="index", columns="variant", values="pick_best_say")
+    assert (per_row.sum(axis=1) == 1.0).all()  # one winner per row
+    judged = [b for b in fake.requests if S.JUDGE_MARKER in b["messages"][-1]["content"]]
+    assert len(judged) == 8 and {b["model"] for b in judged} == {"flow-model"}
+
+
+def test_judges_own_provider_and_model_come_first(fake: FakeOpenAI) -> None:
+    from flownb.media import MediaStore
+    from flownb.providers.openai import OpenAIProvider
+
+    flow = flownb.load_flow(ECHO, provider="openai")
+    with FakeOpenAI() as other:
+        provider = OpenAIProvider(
+            media=MediaStore(flownb.settings.get_settings().media_dir), base_url=other.url
+        )
+        judge = S.judge("say", "Good?", model="judge-model", provider=provider)
+        flownb.evaluate(flow, DATA.iloc[:2], [judge], progress=False)
+        assert len(other.requests) == 2
+        assert {b["model"] for b in other.requests} == {"judge-model"}
+    assert not any(S.JUDGE_MARKER in b["messages"][-1]["content"] for b in fake.requests)
+
+
+@pytest.mark.parametrize(
+    "scorer",
+    [
+        S.judge("say", "Good?"),
+        S.pick_best("say", "Which?"),
+        S.judge("say", "ok", provider="offline"),
+    ],
+    ids=["judge", "pick_best", "explicit-offline"],
+)
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_judge_that_would_run_offline_is_refused_before_any_call(
+    scorer: S.Scorer, dry_run: bool
+) -> None:
+    flow = flownb.load_flow(ECHO, provider="offline")
+    variants = {"a": flow, "b": flow.with_prompts({"say": "{text}?"})}
+    with pytest.raises(ConfigError) as info:
+        flownb.evaluate(variants, DATA, [scorer], progress=False, dry_run=dry_run)
+    message = str(info.value)
+    assert "\n" not in message and scorer.name in message
+    assert "provider=" in message and "model=" in message
+    assert flownb.runs().empty  # nothing ran, not even the offline flows
+
+
+def test_the_fake_answers_judge_prompts_with_a_verdict_from_the_graded_text() -> None:
+    judge = S.judge("say", "Is it {want}?")
+    row = {"say": "hello", "want": "nice"}
+    verdict = json.loads(judge_reply(judge.prompt(row) or "") or "{}")
+    assert verdict["score"] == judge_score("hello") and 0 <= verdict["score"] <= 1
+    assert judge.parse(judge_reply(judge.prompt(row) or ""))[0] == judge_score("hello")
+    assert judge_score("hello") != judge_score("hello!")  # derived from the text
+    picker = S.pick_best("say", "Which?")
+    outputs = ["alpha", "beta", "gamma", "delta"]
+    best = max(range(4), key=lambda i: (judge_score(outputs[i]), -i)) + 1
+    answer = judge_reply(picker.prompt_all(row, outputs) or "")
+    assert json.loads(answer or "{}")["best"] == best
+    assert judge_reply("Write an intro about owls.") is None  # other prompts: echoed as before
+
+
+def test_scorers_module_lists_only_its_api() -> None:
+    names = dir(S)
+    assert not {"Any", "json", "re", "math", "annotations", "Template"} & set(names)
+    assert set(S.__all__) <= set(names)
+    assert all(hasattr(S, n) for n in S.__all__)
+    assert {"judge", "pick_best", "col", "JUDGE_MARKER"} <= set(names)

@@ -14,8 +14,10 @@ The scorers file (JSON or TOML) lists scorers and, optionally, variants of the f
     params = { temperature = 0 }
     prompts = { "Blog intro" = "Write about {topic}." }
 
-The summary goes to stdout. Exit status: 0, or 1 when some variant's pass rate is under
-``--min-pass`` (or a run failed), 2 for bad arguments or files.
+The provider banner (each variant's provider, and the one each judge uses) goes to stderr before
+anything runs; the summary (each metric's mean or rate with its 95% interval) to stdout. Exit
+status: 0, or 1 when some variant's pass rate is under ``--min-pass`` (or a run failed), 2 for
+bad arguments or files.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ import click
 
 from ..errors import ConfigError
 from ..flow import BaseFlow, LocalFlow
-from ..opening import open_flow
+from ..inputs import parse_map
+from ..opening import banner, open_flow, usage_error
 from ..providers.registry import provider_names
-from ..scorers import Scorer, col
+from ..scorers import JudgeScorer, Scorer, col
 
 __all__ = ["eval_command", "load_config", "make_scorer"]
 
@@ -137,6 +140,57 @@ def _read_data(path: str) -> Any:
         raise click.BadParameter(f"{path} is not readable: {exc}", param_hint="--data") from None
 
 
+def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
+    """Print, once each, the banner of every provider the evaluation will call (stderr)."""
+
+    shown: set[str] = set()
+    for flow in variants.values():
+        key = repr(getattr(flow, "provider", None) or flow.name)
+        if key not in shown:
+            shown.add(key)
+            banner(flow)
+    for j in graders:
+        if isinstance(j, JudgeScorer):
+            flow = j.flow()
+            model = flow.plan.steps[0].params.get("model") or "the provider's default model"
+            click.echo(
+                f"flownb: judge {j.name!r}: provider {flow.provider.name}, model {model}",
+                err=True,
+            )
+
+
+def summary_text(report: Any) -> str:
+    """Return the summary as a text table: per variant n, errors, and each metric's mean (rates
+    as percentages) with its 95% interval, and its paired p-value against the first variant."""
+    import pandas as pd
+
+    from .html import fmt_number, fmt_p, fmt_rate
+
+    summary = report.summary
+    rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
+    metrics = ["pass_rate"] + [s.name for s in report.scorers]
+    table: dict[str, list[str]] = {"n": [], "errors": []}
+    for m in metrics:
+        table[m] = []
+    for _, row in summary.iterrows():
+        table["n"].append(str(int(row["n"])))
+        table["errors"].append(str(int(row["errors"])))
+        for m in metrics:
+            fmt = fmt_rate if m in rates else fmt_number
+            text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
+            p = row.get(f"{m}_p")
+            if p is not None and p == p:
+                text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
+            table[m].append(text)
+    frame = pd.DataFrame(table, index=summary.index)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        text = frame.to_string()
+    note = "mean or rate [95% interval]"
+    if len(summary) > 1:
+        note += "; p: paired test against the first variant (* differs, p < 0.05)"
+    return f"{text}\n({note})"
+
+
 @click.command("eval")
 @click.argument("flows", nargs=-1, required=True)
 @click.option("--data", "data_path", required=True, help="Rows to run: a .csv or .json file.")
@@ -152,12 +206,26 @@ def _read_data(path: str) -> Any:
 )
 @click.option("--fill", default=None, help="Use this for empty cells instead of refusing them.")
 @click.option(
+    "--map",
+    "map_pairs",
+    multiple=True,
+    metavar="VAR=COLUMN",
+    help="Take a variable from a differently named data column (repeatable).",
+)
+@click.option(
     "--provider",
     type=click.Choice(provider_names(), case_sensitive=False),
     default=None,
     help="Model provider for local flow files.",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Most provider calls in flight at once, across every variant and judge "
+    "(default: FLOWNB_CONCURRENCY, 16).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--dry-run", is_flag=True, help="Print the calls the evaluation would make.")
 def eval_command(
@@ -167,16 +235,19 @@ def eval_command(
     out_path: str | None,
     min_pass: float | None,
     fill: str | None,
+    map_pairs: tuple[str, ...],
     provider: str | None,
     concurrency: int | None,
     no_progress: bool,
     dry_run: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    import pandas as pd
+    from .run import _bind_judges, evaluate
 
-    from .run import evaluate
-
+    try:
+        mapping = parse_map(map_pairs)
+    except ConfigError as exc:
+        raise usage_error("--map", exc) from None
     if out_path and Path(out_path).suffix.lower() not in (".html", ".csv", ".json"):
         raise click.BadParameter("must end in .html, .csv or .json", param_hint="--out")
     config = load_config(config_path)
@@ -186,10 +257,14 @@ def eval_command(
     graders = [make_scorer(s) for s in specs]
     variants = _variants(flows, config, provider=provider, concurrency=concurrency)
     data = _read_data(data_path)
+    data.attrs["name"] = Path(data_path).name  # the data set's name in the report
+    _bind_judges([g for g in graders if isinstance(g, JudgeScorer)], variants)
+    _banners(variants, graders)
     result = evaluate(
         variants,
         data,
         graders,
+        columns=mapping or None,
         fill=fill,
         concurrency=concurrency,
         progress=not no_progress,
@@ -203,9 +278,7 @@ def eval_command(
         report.save(out_path)  # type: ignore[union-attr]
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
-    shown = ["n", "errors", "pass_rate"] + [s.name for s in report.scorers]  # type: ignore[union-attr]
-    with pd.option_context("display.width", 160, "display.max_columns", 30):
-        click.echo(summary[shown].to_string(float_format=lambda x: f"{x:.3f}"))
+    click.echo(summary_text(report))
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]

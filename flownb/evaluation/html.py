@@ -1,10 +1,17 @@
 """HTML for an evaluation: the side-by-side comparison (one row per input, one column per
 variant, differences against the first variant highlighted, images as embedded thumbnails,
-scores under each output) and the self-contained page ``report.save("x.html")`` writes.
+scores under each output) and the self-contained page ``report.save("x.html")`` writes: a title
+from the flows and the date, a header saying what was evaluated (each variant's provider,
+endpoint, models, prompts and model parameters; the data set; every scorer's definition), the
+summary with intervals, the plot (SVG) and the side-by-side view.
 
-Nothing here makes or causes a network request: local images are embedded as data URIs, remote
-image URLs are shown as text links, and the saved page carries a Content-Security-Policy that
-forbids loading anything.
+One number style throughout: three significant digits (``0.0968``, ``12.3``, ``1230``), rates as
+percentages (``83.9%``), p-values as ``p=0.0123`` or ``p<0.001``. Everything that came from data
+(outputs, inputs, names, prompts, reasons) is escaped.
+
+Nothing here makes or causes a network request: local images and the plot are embedded as data
+URIs, remote image URLs are shown as text links, and the saved page carries a
+Content-Security-Policy that forbids loading anything.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import html
 import io
 import math
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,14 +31,24 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:
     from .shape import ReportView
 
-__all__ = ["compare_html", "page_html", "summary_html"]
+__all__ = [
+    "compare_html",
+    "fmt_number",
+    "fmt_p",
+    "fmt_rate",
+    "header_html",
+    "page_html",
+    "plot_svg",
+    "summary_html",
+]
 
 THUMB = 160  # pixels: the longest side of an embedded thumbnail
 
 STYLE = """
-.flownb-eval {font-family: system-ui, sans-serif; font-size: 13px; border-collapse: collapse}
+.flownb-eval {font-family: system-ui, sans-serif; font-size: 13px; border-collapse: collapse;
+  width: 100%}
 .flownb-eval th, .flownb-eval td {border: 1px solid #ccc; padding: 6px; vertical-align: top;
-  text-align: left; max-width: 420px}
+  text-align: left}
 .flownb-eval th {background: #f3f3f3}
 .flownb-eval .out {white-space: pre-wrap; word-break: break-word}
 .flownb-eval ins {background: #c8f7c5; text-decoration: none}
@@ -40,8 +58,18 @@ STYLE = """
 .flownb-eval .err {color: #b3261e; font-style: italic}
 .flownb-eval .inp {color: #555; font-size: 12px}
 .flownb-eval img {max-width: 160px; max-height: 160px; display: block}
+.flownb-eval .prompt {white-space: pre-wrap; font-family: ui-monospace, monospace;
+  font-size: 12px}
 """
 
+PAGE_STYLE = """
+body {font-family: system-ui, sans-serif; margin: 16px 24px; max-width: none}
+.flownb-head dt {font-weight: bold; margin-top: 6px}
+.flownb-head dd {margin-left: 16px}
+.flownb-plot {width: 100%; max-width: 100%}
+"""
+
+# Words, single punctuation marks and runs of whitespace: a diff keeps every space.
 _TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
 
 
@@ -49,18 +77,42 @@ def _esc(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _diff(base: str, text: str) -> str:
-    """Return ``text`` as HTML with what differs from ``base`` marked (word level)."""
-    a, b = _TOKENS.findall(base), _TOKENS.findall(text)
-    out: list[str] = []
+def _changes(a: list[str], b: list[str]) -> list[tuple[bool, str, str]]:
+    """Return the diff of token lists as ``(changed, old, new)`` runs. Whitespace alone
+    between two changes joins them (``<del>two words</del> <ins>three new words</ins>`` rather
+    than words interleaved with their replacements)."""
+    runs: list[tuple[bool, str, str]] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
         if op == "equal":
-            out.append(_esc("".join(b[j1:j2])))
+            runs.append((False, old, new))
+        elif runs and runs[-1][0]:
+            _, o, n = runs.pop()
+            runs.append((True, o + old, n + new))
+        elif len(runs) >= 2 and runs[-2][0] and not runs[-1][1].strip():
+            _, space, _ = runs.pop()
+            _, o, n = runs.pop()
+            runs.append((True, o + space + old, n + space + new))
+        else:
+            runs.append((True, old, new))
+    return runs
+
+
+def _diff(base: str, text: str) -> str:
+    """Return ``text`` as HTML with what differs from ``base`` marked (word level): removed
+    words in ``<del>``, added ones in ``<ins>``, every space of both texts kept, and a space
+    between a removal and its replacement so their words do not run together."""
+    out: list[str] = []
+    for changed, gone, added in _changes(_TOKENS.findall(base), _TOKENS.findall(text)):
+        if not changed:
+            out.append(_esc(added))
             continue
-        if i2 > i1:
-            out.append(f"<del>{_esc(''.join(a[i1:i2]))}</del>")
-        if j2 > j1:
-            out.append(f"<ins>{_esc(''.join(b[j1:j2]))}</ins>")
+        if gone:
+            out.append(f"<del>{_esc(gone)}</del>")
+            if added and not gone[-1].isspace() and not added[0].isspace():
+                out.append(" ")
+        if added:
+            out.append(f"<ins>{_esc(added)}</ins>")
     return "".join(out)
 
 
@@ -86,9 +138,12 @@ def thumbnail(url: str) -> str | None:
 def _image(url: str) -> str:
     src = thumbnail(url)
     if src is not None:
-        return f'<img src="{src}" alt="image output">'
-    # A remote URL is not fetched (a saved page must stay offline): a link, shown as text.
-    return f'<a href="{_esc(url)}" rel="noreferrer">{_esc(url)}</a>'
+        return f'<img src="{_esc(src)}" alt="image output">'
+    # A remote URL is not fetched (a saved page must stay offline): a link, shown as text; only
+    # http(s) URLs are links (a "javascript:" output must not become one).
+    if urlparse(url).scheme.lower() in ("http", "https"):
+        return f'<a href="{_esc(url)}" rel="noreferrer">{_esc(url)}</a>'
+    return _esc(url)
 
 
 def _score_line(report: ReportView, row: Any) -> str:
@@ -106,7 +161,7 @@ def _score_line(report: ReportView, row: Any) -> str:
             cls = ""
             if s.threshold is not None:
                 cls = ' class="pass"' if float(value) >= s.threshold else ' class="fail"'
-            parts.append(f"<span{cls}{title}>{_esc(s.name)} {float(value):.3g}</span>")
+            parts.append(f"<span{cls}{title}>{_esc(s.name)} {fmt_number(value)}</span>")
     return " · ".join(parts)
 
 
@@ -179,48 +234,176 @@ def _short(value: Any, width: int = 120) -> str:
 
 
 def summary_html(report: ReportView) -> str:
-    """Return the summary as a compact table: per metric ``mean [low, high]``, and against the
-    first variant the paired test's p-value (bold when the difference is beyond chance)."""
+    """Return the summary as a compact table: per metric ``mean [low, high]`` (rates as
+    percentages), and against the first variant the paired test's p-value (bold when the
+    difference is beyond chance)."""
     summary = report.summary
     metrics = ["pass_rate"] + [s.name for s in report.scorers]
+    rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
     head = "".join(f"<th>{_esc(m)}</th>" for m in metrics)
     rows = []
     for variant, row in summary.iterrows():
         cells = [f"<td>{int(row['n'])}</td><td>{int(row['errors'])}</td>"]
         for m in metrics:
-            text = f"{_num(row[m])} [{_num(row[f'{m}_low'])}, {_num(row[f'{m}_high'])}]"
+            fmt = fmt_rate if m in rates else fmt_number
+            text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
             p = row.get(f"{m}_p")
             if p is not None and p == p:
-                note = f"p={p:.2g}"
+                note = fmt_p(p)
                 text += "<br>" + (f"<b>{note} differs</b>" if row[f"{m}_differs"] else note)
             cells.append(f"<td>{text}</td>")
         latency = row["latency_s"]
-        cells.append(f"<td>{_num(latency)}</td><td>{_num(row['total_tokens'])}</td>")
+        tokens = row["total_tokens"]
+        tokens_text = "–" if tokens != tokens else f"{int(tokens):,}"
+        cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
     return (
         f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
         f"<th>latency_s</th><th>total_tokens</th></tr></thead><tbody>{''.join(rows)}</tbody>"
-        "</table><p class='inp'>mean (pass rate for pass/fail) [95% interval]; p: paired test "
-        "against the first variant over the same rows</p>"
+        "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
+        "interval: Wilson for rates, Student t for means]; p: paired test against the first "
+        "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
+        "</p>"
     )
 
 
-def _num(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def _missing(value: Any) -> bool:
+    if value is None or value is _na():
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_number(value: Any) -> str:
+    """Return ``value`` with three significant digits, never in exponent notation
+    (``0.0968``, ``12.3``, ``1230``); "–" when missing."""
+    if _missing(value):
         return "–"
-    return f"{float(value):.3g}"
+    x = float(value)
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    digits = 2 - math.floor(math.log10(abs(x)))
+    x = round(x, digits)
+    if x == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(x))))  # 9.996 rounds to 10.0: one digit less
+    return f"{x:.{digits}f}"
+
+
+def fmt_rate(value: Any) -> str:
+    """Return a rate in 0..1 as a percentage with three significant digits (``83.9%``,
+    ``100%``); "–" when missing."""
+    if _missing(value):
+        return "–"
+    pct = float(value) * 100
+    if pct == 100 or pct == 0:
+        return f"{pct:.0f}%"
+    return f"{fmt_number(pct)}%"
+
+
+def fmt_p(p: float) -> str:
+    """Return a p-value as ``p=0.0123`` (three significant digits) or ``p<0.001``."""
+    if p < 0.001:
+        return "p<0.001"
+    return f"p={fmt_number(p)}"
+
+
+def _num(value: Any) -> str:
+    return fmt_number(value)
+
+
+def _when(report: ReportView) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(report.created))
+
+
+def report_title(report: ReportView) -> str:
+    """Return the report's title: the flows and variants compared, and the date."""
+    what = report.context.get("title") or ", ".join(report.variants)
+    return f"{what} — {_when(report)}"
+
+
+def _params(params: Any) -> str:
+    if not params:
+        return "(none)"
+    return ", ".join(f"{k}={v!r}" for k, v in dict(params).items())
+
+
+def header_html(report: ReportView) -> str:
+    """Return what was evaluated: when, on which data set, each variant (flow, provider,
+    endpoint, models, and per node its prompt and model parameters) and each scorer's
+    definition."""
+    ctx = report.context
+    items = [f"<dt>date</dt><dd>{_esc(_when(report))} (evaluation {_esc(report.id)})</dd>"]
+    data = ctx.get("dataset")
+    if data:
+        columns = ", ".join(map(str, data.get("columns", [])))
+        items.append(
+            f"<dt>data set</dt><dd>{_esc(data.get('name'))}: {int(data.get('rows', 0))} rows"
+            f" (columns: {_esc(columns)})</dd>"
+        )
+    rows = []
+    for v in ctx.get("variants", []):
+        where = _esc(v.get("provider", ""))
+        if v.get("endpoint"):
+            where += f" at {_esc(v['endpoint'])}"
+        nodes = []
+        for node in v.get("nodes", []):
+            params = dict(node.get("params") or {})
+            models = node.get("models") or []
+            model = ", ".join(models) or params.get("model") or "the provider's default"
+            nodes.append(
+                f"<div><b>{_esc(node.get('name'))}</b> ({_esc(node.get('kind'))}, model "
+                f"{_esc(model)}; params {_esc(_params(params))})"
+                f"<div class='prompt'>{_esc(node.get('prompt'))}</div></div>"
+            )
+        body = "".join(nodes) or "(prompts rendered by the service)"
+        rows.append(
+            f"<tr><th>{_esc(v.get('name'))}</th><td>{_esc(v.get('flow'))}</td>"
+            f"<td>{where}</td><td>{body}</td></tr>"
+        )
+    if rows:
+        items.append(
+            "<dt>variants</dt><dd><table class='flownb-eval'><thead><tr><th>variant</th>"
+            "<th>flow</th><th>provider</th><th>nodes: model, parameters, prompt</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table></dd>"
+        )
+    scorers = [
+        f"<li><b>{_esc(s.name)}</b>: <code>{_esc(s.definition or s.kind)}</code>"
+        + (f" (passes at ≥ {_esc(fmt_number(s.threshold))})" if s.threshold is not None else "")
+        + "</li>"
+        for s in report.scorers
+    ]
+    if scorers:
+        items.append(f"<dt>scorers</dt><dd><ul>{''.join(scorers)}</ul></dd>")
+    return f"<dl class='flownb-head'>{''.join(items)}</dl>"
+
+
+def plot_svg(report: ReportView) -> str:
+    """Return the report's plot as an ``<img>`` holding an SVG data URI (no request, and no
+    script can run from it)."""
+    fig = report.plot()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return (
+        f'<img class="flownb-plot" src="data:image/svg+xml;base64,{data}" '
+        'alt="each scorer per variant with its 95% interval">'
+    )
 
 
 def page_html(report: ReportView, limit: int | None = 1000) -> str:
-    """Return a self-contained HTML page: the summary, then the comparison. Its
-    Content-Security-Policy forbids every request (images are embedded)."""
-    summary = summary_html(report)
+    """Return a self-contained HTML page: the title (flows and date), what was evaluated, the
+    summary, the plot and the comparison. Its Content-Security-Policy forbids every request
+    (images and the plot are embedded)."""
+    heading = _esc(report_title(report))
     return (
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
         "img-src data:; style-src 'unsafe-inline'\">"
-        f"<title>flownb evaluation {_esc(report.id)}</title><style>{STYLE}"
-        "body {font-family: system-ui, sans-serif}</style></head><body>"
-        f"<h1>Evaluation {_esc(report.id)}</h1><h2>Summary</h2>{summary}"
+        f"<title>{heading}</title><style>{STYLE}{PAGE_STYLE}</style></head><body>"
+        f"<h1>{heading}</h1>{header_html(report)}<h2>Summary</h2>{summary_html(report)}"
+        f"{plot_svg(report)}"
         f"<h2>Side by side</h2>{compare_html(report, limit=limit)}</body></html>\n"
     )

@@ -32,6 +32,9 @@ class EvalReport:
             columns, every output, one column per scorer (``<name>_reason`` where reasons
             exist), ``passed``, ``latency_s``, ``total_tokens``, ``cached``, ``error``.
         variants: the variant names, in the order given (the first is the baseline).
+        context: what was evaluated, for a report read later: ``title``, ``dataset`` (name,
+            rows, columns), and per variant its flow, provider, endpoint, models and nodes
+            (name, kind, prompt, model parameters); empty when not known.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class EvalReport:
         inputs: list[str] | None = None,
         id: str | None = None,
         home: Path | None = None,
+        context: dict[str, Any] | None = None,
     ) -> None:
         self.results = results
         self.variants = variants
@@ -58,17 +62,19 @@ class EvalReport:
         self.created = time.time()
         # The FLOWNB_HOME whose run log keeps this evaluation (None: not kept).
         self.home = home
+        self.context: dict[str, Any] = context or {}
 
     # -- summary ---------------------------------------------------------------------------------
 
     @cached_property
     def summary(self) -> pd.DataFrame:
         """One row per variant (index: variant name): ``n``, ``errors``, ``pass_rate`` and per
-        scorer its mean (the pass rate for pass/fail scorers), each with a 95% interval
-        (``_low``/``_high``: Wilson for rates, Student t for means); mean ``latency_s``; summed
-        ``total_tokens``. With two or more variants, ``<name>_p`` and ``<name>_differs``: a
-        paired test against the first variant over the same rows (McNemar exact for pass/fail,
-        Wilcoxon signed-rank or a sign test for scores), differing when p < 0.05.
+        scorer its mean (the pass rate for pass/fail scorers, the win rate for ``pick_best``),
+        each with a 95% interval (``_low``/``_high``: Wilson for rates, Student t for means);
+        mean ``latency_s``; summed ``total_tokens``. With two or more variants, ``<name>_p`` and
+        ``<name>_differs``: a paired test against the first variant over the same rows (McNemar
+        exact for rates, Wilcoxon signed-rank or a sign test for scores), differing when
+        p < 0.05.
         """
         import numpy as np
         import pandas as pd
@@ -77,14 +83,17 @@ class EvalReport:
         groups = {v: res[res["variant"] == v] for v in self.variants}
         first = groups[self.variants[0]]
         rows = []
-        metrics = [("pass_rate", "bool")] + [(s.name, s.kind) for s in self.scorers]
+        # Rates (pass/fail scorers, pick_best's 0/1 wins) get Wilson intervals and McNemar.
+        metrics = [("pass_rate", "bool")] + [
+            (s.name, "bool" if s.rate else s.kind) for s in self.scorers
+        ]
         for v, g in groups.items():
             row: dict[str, Any] = {"n": len(g), "errors": int(g["error"].notna().sum())}
             for name, kind in metrics:
                 col = g["passed"] if name == "pass_rate" else g[name]
                 values = col.dropna()
                 if kind == "bool":
-                    k = int(values.astype(bool).sum())
+                    k = int((values.astype(float) > 0.5).sum())
                     row[name] = k / len(values) if len(values) else math.nan
                     row[f"{name}_low"], row[f"{name}_high"] = stats.wilson(k, len(values))
                 else:
@@ -111,7 +120,9 @@ class EvalReport:
         if not both.any():
             return math.nan
         if kind == "bool":
-            return stats.mcnemar_exact(a[both].astype(bool).tolist(), b[both].astype(bool).tolist())
+            return stats.mcnemar_exact(
+                (a[both].astype(float) > 0.5).tolist(), (b[both].astype(float) > 0.5).tolist()
+            )
         return stats.paired_float_test(
             a[both].astype(float).tolist(), b[both].astype(float).tolist()
         )
@@ -137,7 +148,7 @@ class EvalReport:
 
         summary = self.summary
         metrics = ["pass_rate"] + [s.name for s in self.scorers]
-        rates = {"pass_rate"} | {s.name for s in self.scorers if s.kind == "bool"}
+        rates = {"pass_rate"} | {s.name for s in self.scorers if s.kind == "bool" or s.rate}
         fig, axes = plt.subplots(
             1,
             len(metrics),
@@ -185,6 +196,7 @@ class EvalReport:
 
             data = {
                 "id": self.id,
+                "context": self.context,
                 "variants": self.variants,
                 "scorers": [asdict(s) for s in self.scorers],
                 "summary": _records(self.summary.reset_index()),
@@ -246,11 +258,14 @@ class EvalReport:
         return frame
 
     def _repr_html_(self) -> str:
-        from .html import STYLE, summary_html
+        import html
+
+        from .html import STYLE, report_title, summary_html
 
         return (
-            f"<style>{STYLE}</style><b>Evaluation {self.id}</b>: {len(self.variants)} "
-            f"variant(s), {len(self.results)} runs{summary_html(self)}"
+            f"<style>{STYLE}</style><b>{html.escape(report_title(self))}</b>: "
+            f"{len(self.variants)} variant(s), {len(self.results)} runs (evaluation "
+            f"{html.escape(self.id)}){summary_html(self)}"
         )
 
     def __repr__(self) -> str:

@@ -3,10 +3,15 @@ under one concurrency limit and one progress bar.
 
 1. Every variant's rows are validated before anything runs.
 2. Variants run together: local flows with an async provider on flownb's background loop,
-   sharing one :class:`~flownb.providers.limits.AdaptiveLimiter`; remote flows in a thread (the
-   service has its own limits); inline (offline) flows on the calling thread (no I/O).
+   sharing one :class:`~flownb.providers.limits.AdaptiveLimiter` and one set of calls in flight
+   (a call two variants make alike is paid once); remote flows in a thread (the service has its
+   own limits); inline (offline) flows on the calling thread (no I/O).
 3. Judges (``judge``: one call per variant and row; ``pick_best``: one per row) run after, through
-   their own one-node flows, so their calls are cached, limited and logged like any other.
+   their own one-node flows, so their calls are cached, limited and logged like any other. A
+   judge without ``provider=`` borrows the provider of the flow it grades; one that would run
+   offline is refused before anything runs.
+   The progress bar counts provider calls; its total is the dry run's count (see
+   :func:`flownb.preview.preview_many`).
 4. Deterministic scorers grade each variant's columns; everything lands in one long frame.
 
 Ctrl-C keeps what finished (the rest is marked as interrupted) and, with the cache, a re-run
@@ -89,6 +94,8 @@ class _Collected:
         self.cached: list[bool] = [False] * n
         self.error: list[str | None] = [None] * n
         self.done: list[bool] = [False] * n
+        # The models that answered, per generation node (its position in the plan).
+        self.models: dict[int, set[str]] = {}
 
     def __call__(self, i: int, result: Any, exc: BaseException | None) -> None:
         self.done[i] = True
@@ -101,7 +108,15 @@ class _Collected:
         self.cached[i] = bool(result) and len(result.cached) >= len(result)
         tokens = 0
         reported = False
-        for g in result.generations:
+        models = self.models
+        for k, g in enumerate(result.generations):
+            model = g.model
+            if model:
+                seen = models.get(k)
+                if seen is None:
+                    models[k] = {model}
+                else:
+                    seen.add(model)
             usage = g.usage
             if usage and not g.cached:
                 reported = True
@@ -117,15 +132,40 @@ class _Collected:
         return sum(self.done)
 
 
-def _with_bar(on_result: OnResult, bar: Any) -> OnResult:
+def _paid(result: Any) -> int:
+    """Return how many provider calls a finished local run made (cache hits and repeats
+    excluded): what the preview counted for it."""
+    return sum(1 for g in result.generations if not g.cached)
+
+
+def _with_bar(on_result: OnResult, bar: Any, *, remote: bool = False) -> OnResult:
+    """Return ``on_result`` that also advances ``bar`` by the provider calls each run made (the
+    bar counts calls, as the preview does, not rows; a served flow's run is one call)."""
     if bar is None:
         return on_result
 
     def report(i: int, result: Any, exc: BaseException | None) -> None:
         on_result(i, result, exc)
-        bar.update(1)
+        if exc is None:
+            made = 1 if remote else _paid(result)
+            if made:
+                bar.update(made)
 
     return report
+
+
+def _bind_judges(judges: Sequence[JudgeScorer], variants: Mapping[str, BaseFlow]) -> None:
+    """Bind each judge to the flow it grades (the first variant giving its output, else the
+    first variant), and refuse, before any call, one that would run offline.
+
+    Raises:
+        ConfigError: a judge would run on a provider that cannot judge.
+    """
+    flows = list(variants.values())
+    for j in judges:
+        graded = next((f for f in flows if j.output in f.outputs), flows[0])
+        j.grades(graded)
+        j.check()
 
 
 def _uses_loop(flow: BaseFlow) -> bool:
@@ -148,6 +188,11 @@ def _run_all(
     async def together() -> None:
         import asyncio
 
+        from ..providers.calls import SHARED_TWINS
+
+        # A call two variants (or judges) make alike is paid once, even when both are in
+        # flight at the same moment: what the preview counts.
+        SHARED_TWINS.set({})
         tasks = []
         for flow, batch, on_result in rest:
             if isinstance(flow, LocalFlow):
@@ -183,11 +228,15 @@ def evaluate(
 
     ``flows`` is one flow or ``{variant name: flow}`` (local, varied with ``with_params`` /
     ``with_prompts``, or remote; a list of flows is named after them). ``columns`` and ``fill``
-    are as in ``run_dataframe``.
+    are as in ``run_dataframe``; ``data.attrs["name"]``, when set, names the data set in the
+    report.
     ``concurrency`` bounds the provider calls in flight across every variant and judge (default:
     the largest of the local flows' limits). ``dry_run=True`` returns a
-    :class:`~flownb.preview.Preview` of the calls instead, making none. ``log=False`` keeps the
-    evaluation out of the run log (``report.diff(id)`` reads it back from there).
+    :class:`~flownb.preview.Preview` of the calls instead, making none: its ``n_calls`` is the
+    number of calls the run then makes on the same cache state (judges included), and the
+    progress bar's total. A judge without ``provider=`` uses the provider of the flow it grades.
+    ``log=False`` keeps the evaluation out of the run log (``report.diff(id)`` reads it back
+    from there).
 
     Returns:
         An :class:`EvalReport` (``results``, ``summary``, ``compare()``, ``plot()``,
@@ -195,8 +244,8 @@ def evaluate(
 
     Raises:
         TypeError: ``data`` is not a DataFrame.
-        ConfigError: no variants, duplicate scorer names, or a scorer reads a column that no
-            input or output provides.
+        ConfigError: no variants, duplicate scorer names, a scorer reads a column that no
+            input or output provides, or a judge would run on the offline provider.
         InputError: a variant's variables are missing from ``data`` (before anything runs).
     """
     import pandas as pd
@@ -218,6 +267,7 @@ def evaluate(
                 f"scorer {s.name!r} reads {', '.join(map(repr, missing))}, which is neither an "
                 f"output ({', '.join(map(repr, outputs))}) nor a column of the data"
             )
+    names = {name: flow.name for name, flow in variants.items()}  # before the renaming below
     # In the run log, a variant's runs go under "<flow>:<variant>" so variants stay apart.
     variants = {
         name: flow.variant(flow.graph, name=f"{flow.name}:{name}")
@@ -225,19 +275,15 @@ def evaluate(
         else flow
         for name, flow in variants.items()
     }
-    if dry_run:
+    judges = [s for s in graders if isinstance(s, JudgeScorer)]
+    _bind_judges(judges, variants)
+    if dry_run or progress:
         from ..preview import preview_many
 
-        return preview_many(variants, batches, graders)
-
-    for j in graders:
-        if isinstance(j, JudgeScorer) and j.flow().provider.inline:
-            warnings.warn(
-                f"scorer {j.name!r} runs on the {j.flow().provider.name} provider, which only "
-                "echoes its prompt: its scores will be NaN. Pass provider='openai' (or set "
-                "FLOWNB_PROVIDER) for a model judge.",
-                stacklevel=2,
-            )
+        inputs = _input_rows(data) if judges else None
+        preview = preview_many(variants, batches, graders, inputs)
+        if dry_run:
+            return preview
     limit = concurrency or max(
         (f.concurrency for f in variants.values() if isinstance(f, LocalFlow)), default=16
     )
@@ -246,15 +292,12 @@ def evaluate(
     pacer = next((f.engine.pacer for f in variants.values() if _uses_loop(f)), None)  # type: ignore[attr-defined]
     limiter = AdaptiveLimiter(limit, pacer)
     n = len(data)
-    judges = [s for s in graders if isinstance(s, JudgeScorer)]
-    total = n * len(variants) + sum(
-        n if isinstance(j, PickBest) else n * len(variants) for j in judges
-    )
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc="evaluate", unit="call", leave=True)
+        # The bar counts provider calls: its total is the preview's count on this cache state.
+        bar = tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True)
     collected = {name: _Collected(n, f.outputs) for name, f in variants.items()}
     interrupted = False
     judged: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
@@ -262,7 +305,11 @@ def evaluate(
         try:
             _run_all(
                 [
-                    (flow, batches[name], _with_bar(collected[name], bar))
+                    (
+                        flow,
+                        batches[name],
+                        _with_bar(collected[name], bar, remote=not isinstance(flow, LocalFlow)),
+                    )
                     for name, flow in variants.items()
                 ],
                 limiter,
@@ -277,6 +324,10 @@ def evaluate(
                 judged = stop.partial
     finally:
         if bar is not None:
+            if bar.n != bar.total:
+                # Fewer calls than counted (failed runs, outputs that repeated): end at what ran.
+                bar.total = bar.n
+                bar.refresh()
             bar.close()
     if interrupted:
         finished = sum(c.mark_interrupted() for c in collected.values())
@@ -286,7 +337,8 @@ def evaluate(
             "finished ones free.",
             stacklevel=2,
         )
-    report = _assemble(data, variants, collected, graders, judged)
+    context = describe_evaluation(names, variants, data, collected)
+    report = _assemble(data, variants, collected, graders, judged, context)
     if log:
         report.store(_home(variants))
     return report
@@ -300,6 +352,15 @@ class _Interrupted(Exception):
 
 def _input_block(data: pd.DataFrame) -> dict[str, list[Any]]:
     return {str(c): data[c].tolist() for c in data.columns}
+
+
+def _input_rows(data: pd.DataFrame) -> list[dict[str, Any]]:
+    """Return the data's rows as the judges see them (column name -> value)."""
+    block = _input_block(data)
+    names = list(block)
+    if not names:
+        return [{} for _ in range(len(data))]
+    return [dict(zip(names, values, strict=True)) for values in zip(*block.values(), strict=True)]
 
 
 def _block(inputs: Mapping[str, list[Any]], got: _Collected) -> Block:
@@ -333,8 +394,6 @@ def _run_judges(
                     prompts.append(j.prompt(row) if collected[v].error[i] is None else None)
                     keys.append((v, i))
         asked = [(k, p) for k, p in zip(keys, prompts, strict=True) if p is not None]
-        if bar is not None and len(asked) < len(prompts):
-            bar.update(len(prompts) - len(asked))  # nothing to grade: counted as done
         got: list[str | None] = [None] * len(asked)
         answers[j.name] = got
         where[j.name] = [k for k, _ in asked]
@@ -384,6 +443,7 @@ def _assemble(
     collected: Mapping[str, _Collected],
     graders: Sequence[Scorer],
     judged: Mapping[str, Mapping[str, tuple[list[Any], list[str | None]]]],
+    context: dict[str, Any] | None = None,
 ) -> EvalReport:
     import numpy as np
     import pandas as pd
@@ -436,6 +496,8 @@ def _assemble(
                 s.threshold,
                 s.pass_fail,
                 s.output,
+                s.describe(),
+                s.rate,
             )
         cols["passed"] = passed
         cols["latency_s"] = np.array(got.latency, dtype=float)
@@ -460,7 +522,67 @@ def _assemble(
         kinds={out_cols[o]: k for o, k in kinds.items()},
         index_name=index_name,
         inputs=[str(c) for c in data.columns],
+        context=context,
     )
+
+
+def _endpoint(provider: Any) -> str | None:
+    """Return the provider's endpoint as safe to show (no credentials, no query)."""
+    from urllib.parse import urlsplit
+
+    url = provider.identity().get("base_url")
+    if not isinstance(url, str) or not url:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else None
+
+
+def describe_evaluation(
+    names: Mapping[str, str],
+    variants: Mapping[str, BaseFlow],
+    data: pd.DataFrame,
+    collected: Mapping[str, _Collected],
+) -> dict[str, Any]:
+    """Return what was evaluated, for the report's header: a title from the flows' names,
+    the data set (``data.attrs["name"]`` or "a DataFrame", rows, columns) and per variant its
+    flow, provider, endpoint and nodes (prompt, model parameters, the models that answered)."""
+    flows = list(dict.fromkeys(names.values()))
+    shown: list[dict[str, Any]] = []
+    for name, flow in variants.items():
+        item: dict[str, Any] = {"name": name, "flow": names[name]}
+        plan = getattr(flow, "plan", None)
+        if isinstance(flow, LocalFlow) and plan is not None:
+            models = collected[name].models if name in collected else {}
+            item["provider"] = flow.provider.name
+            item["endpoint"] = _endpoint(flow.provider)
+            item["nodes"] = [
+                {
+                    "name": step.name,
+                    "kind": step.kind,
+                    "prompt": step.template.text,
+                    "params": dict(step.params),
+                    "models": sorted(models.get(k, ())),
+                }
+                for k, step in enumerate(plan.steps)
+            ]
+        else:
+            item["provider"] = "remote flow service"
+            client = getattr(flow, "client", None)
+            item["endpoint"] = getattr(client, "base_url", None)
+            item["nodes"] = []
+        shown.append(item)
+    title = f"{', '.join(flows)}: {' vs '.join(variants)}" if len(variants) > 1 else flows[0]
+    return {
+        "title": title,
+        "dataset": {
+            "name": str(data.attrs.get("name") or "a DataFrame"),
+            "rows": len(data),
+            "columns": [str(c) for c in data.columns],
+        },
+        "variants": shown,
+    }
 
 
 def _as_column(scores: Sequence[Any], scorer: Scorer) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -18,13 +18,16 @@ __all__ = ["ReportView", "ScorerInfo"]
 
 @dataclass(frozen=True)
 class ScorerInfo:
-    """What the report knows of a scorer: its column, kind, threshold and output."""
+    """What the report knows of a scorer: its column, kind, threshold and output, how it was
+    defined (its call, for the report's header) and whether its mean is a rate (pick_best)."""
 
     name: str
     kind: str
     threshold: float | None
     pass_fail: bool
     output: str
+    definition: str = ""
+    rate: bool = False
 
 
 class ReportView(Protocol):
@@ -65,6 +68,17 @@ class ReportView(Protocol):
     @property
     def inputs(self) -> Sequence[str]:
         """The input columns."""
+
+    @property
+    def created(self) -> float:
+        """When the evaluation ran (seconds since the epoch)."""
+
+    @property
+    def context(self) -> Mapping[str, Any]:
+        """What was evaluated: title, data set, variants' providers, models, prompts."""
+
+    def plot(self) -> Any:
+        """A matplotlib figure of the scores per variant."""
 
     def score_frame(self) -> pd.DataFrame:
         """The scores, one row per (variant, input row)."""

@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
@@ -30,7 +31,7 @@ from ..errors import ProviderTimeout, RateLimited
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 
-__all__ = ["CallRunner", "Gate", "Settle"]
+__all__ = ["SHARED_TWINS", "CallRunner", "Gate", "Settle"]
 
 # Told the generation of an attempt that succeeded (a token limit corrects its estimate by the
 # usage the provider reported).
@@ -55,6 +56,14 @@ def _settled(gen: Generation) -> None:
 
 
 _OPEN = _Open()
+
+
+# Calls in flight shared by several runs: set (to a fresh dict) by a caller around runs that
+# should not pay twice for one call made by two of them at once (flownb.evaluate's variants and
+# judges); each run keeps its own otherwise. Keys are cache keys (provider, params, prompt).
+SHARED_TWINS: ContextVar[dict[str, asyncio.Future[Generation]] | None] = ContextVar(
+    "flownb_shared_twins", default=None
+)
 
 
 def _no_gate(call: Call) -> _Open:
@@ -89,7 +98,10 @@ class CallRunner:
         self.limiter = limiter if limiter is not None else AdaptiveLimiter(concurrency, pacer)
         self.timeout = timeout
         self.retries = retries
-        self._in_flight: dict[str, asyncio.Future[Generation]] = {}
+        shared = SHARED_TWINS.get()
+        self._in_flight: dict[str, asyncio.Future[Generation]] = (
+            shared if shared is not None else {}
+        )
         self._prefixes: dict[int, bytes] = {}
 
     def _prefix(self, cache: Any, call: Call) -> bytes:

@@ -3,6 +3,7 @@
 It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/generations``
 deterministically from the request (text ``"echo: <prompt>"``, images as a URL it serves
 itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
+and answers flownb's judge prompts as a judge would (see "Judging" below),
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
 given marker. It records every request body, the prompt of every request it answered with a 200
@@ -25,6 +26,14 @@ From a shell (another process, so the server does not share the client's GIL)::
 
     python -m flownb.testing.fake_openai --port 8123 --latency 0.05
 
+Judging: a prompt built by ``flownb.scorers.judge`` gets a valid verdict,
+``{"score": S, "reason": "..."}``, where ``S`` is :func:`judge_score` of the graded text (the
+first two bytes of its SHA-256 over 65535, to two decimals): the same text always gets the same
+score, different texts spread over 0..1. A ``pick_best`` prompt gets ``{"best": K, ...}``, the
+candidate with the highest such score (the first on ties). The grades mean nothing about quality;
+they make evaluations against the fake show real, reproducible numbers. Scripted ``replies``
+(below) take precedence.
+
 Control routes (for a server in another process): ``GET /_fake/stats`` returns the counters,
 ``POST /_fake/reset`` clears them, ``POST /_fake/config`` changes latency/faults/markers.
 """
@@ -38,6 +47,7 @@ import hashlib
 import io
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -48,7 +58,16 @@ from aiohttp import web
 
 from .fake_batches import BatchBackend
 
-__all__ = ["FakeConfig", "FakeOpenAI", "echo", "image_bytes", "main", "scripted_reply"]
+__all__ = [
+    "FakeConfig",
+    "FakeOpenAI",
+    "echo",
+    "image_bytes",
+    "judge_reply",
+    "judge_score",
+    "main",
+    "scripted_reply",
+]
 
 FAULTS = ("429", "500", "hang", "drop")
 
@@ -241,6 +260,38 @@ def scripted_reply(prompt: str, replies: Mapping[str, str]) -> str | None:
     return None
 
 
+_GRADED = re.compile(r"\nOutput to grade:\n<<<\n(.*)\n>>>", re.DOTALL)
+_CANDIDATE = re.compile(r"^Candidate (\d+):\n<<<\n(.*?)\n>>>$", re.DOTALL | re.MULTILINE)
+
+
+def judge_score(text: str) -> float:
+    """Return the fake judge's score for a graded ``text``: the first two bytes of its SHA-256
+    read as a number over 65535, rounded to two decimals (in 0..1)."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return round(int.from_bytes(digest[:2], "big") / 65535, 2)
+
+
+def judge_reply(prompt: str) -> str | None:
+    """Return the fake's verdict for a flownb judge or pick_best prompt (JSON text), or None
+    when ``prompt`` is neither."""
+    from ..scorers import JUDGE_MARKER, PICK_MARKER
+
+    if prompt.startswith(JUDGE_MARKER):
+        graded = _GRADED.search(prompt)
+        if graded is None:
+            return None
+        score = judge_score(graded.group(1))
+        reason = f"fake verdict: {score:.2f} drawn from the graded text's digest"
+        return json.dumps({"score": score, "reason": reason})
+    if prompt.startswith(PICK_MARKER):
+        candidates = [(int(k), judge_score(t)) for k, t in _CANDIDATE.findall(prompt)]
+        if not candidates:
+            return None
+        best = max(candidates, key=lambda c: (c[1], -c[0]))[0]
+        return json.dumps({"best": best, "reason": "fake verdict: the highest digest score"})
+    return None
+
+
 def _answer(
     path: str,
     body: Mapping[str, Any],
@@ -251,6 +302,8 @@ def _answer(
 ) -> dict[str, Any]:
     n = int(body.get("n") or 1)
     scripted = scripted_reply(prompt, config.replies)
+    if scripted is None and not path.endswith("/images/generations"):
+        scripted = judge_reply(prompt)
     model = body.get("model", "")
     created = int(time.time())
     if path.endswith("/chat/completions"):
