@@ -131,12 +131,27 @@ def test_bad_arguments_raise_one_line_usage_errors(ip: Any, line: str, message: 
     assert "\n" not in text.strip()
 
 
-def test_usage_error_in_a_cell_shows_one_line_without_traceback(ip: Any) -> None:
+@pytest.mark.parametrize(
+    ("source", "error", "shown"),
+    [
+        ("%flow run blog.json topic=a tone", UsageError, "UsageError: %flow run: expected"),
+        ("%flow run blog.json --nope", UsageError, "UsageError: %flow run: unrecognized"),
+        ("%flow run blog.json topic=a", InputError, "InputError: missing variable 'tone'"),
+        ("%flow info missing.json", FlowFileError, "FlowFileError: missing.json: no such"),
+        ("%flow info broken.json", FlowFileError, "FlowFileError: broken.json: node 'x' has unknown"),
+    ],
+)
+def test_errors_in_a_cell_show_one_line_without_traceback(
+    ip: Any, tmp_path: Path, source: str, error: type[Exception], shown: str
+) -> None:
+    (tmp_path / "broken.json").write_text('{"nodes": [{"id": "x", "type": "nope"}]}')
     with capture_output() as captured:
-        result = ip.run_cell("%flow run blog.json topic=a tone")
-    assert isinstance(result.error_in_exec, UsageError)
-    assert captured.stderr.strip().startswith("UsageError: %flow run: expected name=value")
-    assert len(captured.stderr.strip().splitlines()) == 1
+        result = ip.run_cell(source)
+    assert isinstance(result.error_in_exec, error)  # the cell failed, with the error's class
+    printed = (captured.stdout + captured.stderr).strip()
+    name, _, text = shown.partition(": ")
+    assert printed.startswith(f"{name}: ") and text in printed
+    assert len(printed.splitlines()) == 1, printed
 
 
 def test_failed_runs_raise_flownb_errors(ip: Any, tmp_path: Path) -> None:
