@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
+from .clickhelp import FullHelpGroup
 from .errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
 from .flow import BaseFlow
 from .inputs import (
@@ -112,7 +113,7 @@ _BASE_URL = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flownb")
 def cli() -> None:
     """Run LLM flows exported from the web tool: once, over CSV/JSON batches, or over HTTP."""

@@ -25,6 +25,7 @@ from ..aio import run_sync
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
+from ..notices import warn
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
@@ -280,11 +281,10 @@ def evaluate(
             bar.close()
     if interrupted:
         finished = sum(c.mark_interrupted() for c in collected.values())
-        warnings.warn(
+        warn(
             f"interrupted: {finished} of {n * len(variants)} runs finished and are kept (judges "
             "that did not answer score NaN). Run again to complete them; the cache makes the "
-            "finished ones free.",
-            stacklevel=2,
+            "finished ones free."
         )
     report = _assemble(data, variants, collected, graders, judged)
     if log:
