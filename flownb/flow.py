@@ -18,6 +18,7 @@ from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
 from .frame import run_dataframe
+from .lint import warn_on_load
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
@@ -520,6 +521,7 @@ def load_flow(
         except FileNotFoundError:
             raise FlowFileError(f"{source}: no such flow file") from None
         graph = parse_flow(data, str(source))
+        warn_on_load(graph, str(source))
         name = name or Path(source).stem
     return LocalFlow(
         graph,

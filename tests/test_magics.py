@@ -138,7 +138,11 @@ def test_bad_arguments_raise_one_line_usage_errors(ip: Any, line: str, message: 
         ("%flow run blog.json --nope", UsageError, "UsageError: %flow run: unrecognized"),
         ("%flow run blog.json topic=a", InputError, "InputError: missing variable 'tone'"),
         ("%flow info missing.json", FlowFileError, "FlowFileError: missing.json: no such"),
-        ("%flow info broken.json", FlowFileError, "FlowFileError: broken.json: node 'x' has unknown"),
+        (
+            "%flow info broken.json",
+            FlowFileError,
+            "FlowFileError: broken.json: node 'x' has unknown",
+        ),
     ],
 )
 def test_errors_in_a_cell_show_one_line_without_traceback(

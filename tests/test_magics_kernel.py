@@ -54,9 +54,7 @@ def test_load_ext_and_run_sends_markdown_and_png_bundles(kernel: Any) -> None:
     reply, messages = execute(kernel, "%flow run blog.json topic='sea glass' tone=$tone_var")
     assert reply["status"] == "error"  # $tone_var is not defined: a usage error
     [error] = outputs(messages, "error")
-    assert error["traceback"] == [
-        "UsageError: %flow: tone=: no Python variable named 'tone_var'"
-    ]
+    assert error["traceback"] == ["UsageError: %flow: tone=: no Python variable named 'tone_var'"]
     reply, messages = execute(
         kernel, "tone_var = 'quietly amazed'\n%flow run blog.json topic='sea glass' tone=$tone_var"
     )
