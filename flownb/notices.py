@@ -12,6 +12,7 @@ magics) add it once.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -33,7 +34,8 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
         warnings.warn(message, category, stacklevel=2, skip_file_prefixes=(PACKAGE_DIR,))
         return
     level = 2  # 1 is this function; 2 its caller
-    frame: FrameType | None = sys._getframe(1)
+    here = inspect.currentframe()
+    frame: FrameType | None = here.f_back if here is not None else None
     while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
         frame = frame.f_back
         level += 1
