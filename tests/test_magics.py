@@ -396,3 +396,20 @@ def test_interrupted_batch_prints_a_plain_notice(ip: Any) -> None:
     lines = [line for line in captured.stderr.splitlines() if "interrupted" in line]
     assert lines and lines[0].startswith("flownb: interrupted: 2 of 4 rows finished")
     assert "Warning" not in captured.stderr and ".py:" not in captured.stderr
+
+
+def test_a_flow_files_lint_is_one_plain_line_each_once(ip: Any, tmp_path: Path) -> None:
+    write_flow(tmp_path / "typo.json", make_flow({"o": "About {topc}, {tone}."}, ["topic", "tone"]))
+    with capture_output() as captured:
+        magic(ip, "info typo.json")
+    lines = captured.stderr.splitlines()
+    assert len(lines) == 2, captured.stderr
+    assert lines[0].startswith("flownb: ") and lines[0].endswith(
+        "typo.json: node 'o': {topc} names no variable and is left as written; "
+        "did you mean {topic}?"
+    )
+    assert "variable 'topic' is used by no prompt" in lines[1]
+    assert "Warning" not in captured.stderr and ".py:" not in captured.stderr
+    with capture_output() as captured:
+        magic(ip, "run typo.json topic=a tone=b")
+    assert captured.stderr == ""  # once per file
