@@ -227,6 +227,10 @@ def test_batch_reads_a_csv_path_and_fill(ip: Any, tmp_path: Path) -> None:
         magic(ip, "batch blog.json --df rows.csv --no-progress")
     out = magic(ip, "batch blog.json --df rows.csv --fill 'quite plain' --no-progress")
     assert out["intro"][0] == "Write a quite plain two-sentence intro for a blog post about owls."
+    assert out["tone"].tolist() == ["quite plain", "warm"]
+    out = magic(ip, "batch blog.json --df rows.csv --fill '' --no-progress")
+    assert out["tone"].tolist() == ["", "warm"]  # filled with empty text, not NaN
+    assert out["intro"][0] == "Write a  two-sentence intro for a blog post about owls."
 
 
 def test_results_dataframe_html_has_thumbnails_after_load_ext(
