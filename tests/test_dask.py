@@ -144,6 +144,7 @@ def test_missing_cells_fail_the_partition_with_the_pandas_message(
         flow.run_dataframe(dd.from_pandas(df, npartitions=1)).compute()
     filled = flow.run_dataframe(dd.from_pandas(df, npartitions=1), fill="?").compute()
     assert filled["say"].tolist() == ["say a", "say ?", "say c"]
+    assert filled["word"].tolist() == ["a", "?", "c"]  # as in the pandas path
 
 
 def test_dask_is_imported_only_when_a_dask_frame_is_used(tmp_path: Path) -> None:
