@@ -65,6 +65,12 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """Return the public API, ``__all__``: what ``dir(flownb)`` and tab completion offer (not
+    the submodules and helpers that importing it brings along)."""
+    return sorted(__all__)
+
+
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext flownb``: register the ``%flow`` magics (see :mod:`flownb.notebook`)."""
     from .notebook import load_ipython_extension as load

@@ -30,12 +30,12 @@ import json
 import sqlite3
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .notices import warn
 from .providers.base import Generation, Kind
 from .settings import media_dir as media_dir_of
 
@@ -290,11 +290,9 @@ class CallCache:
 
     def _failed(self, exc: BaseException) -> None:
         if not self.errors:
-            warnings.warn(
-                f"flownb: the call cache {self.path} failed ({exc}); runs go on, results may "
-                "not be cached",
+            warn(
+                f"the call cache {self.path} failed ({exc}); runs go on, results may not be cached",
                 RuntimeWarning,
-                stacklevel=3,
             )
         self.errors.append(exc)
 

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
+from .clickhelp import FullHelpGroup
 from .errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
 from .flow import BaseFlow, LocalFlow
 from .inputs import (
     CLI,
+    flow_location,
     parse_map,
     parse_values,
     read_csv,
@@ -64,7 +66,7 @@ _BASE_URL = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flownb")
 def cli() -> None:
     """Run LLM flows exported from the web tool: once, over CSV/JSON batches, or over HTTP."""
@@ -85,6 +87,40 @@ def info(flow: str, base_url: str | None) -> None:
     click.echo("outputs:")
     for name in f.outputs:
         click.echo(f"  - {name}")
+
+
+@cli.command()
+@click.argument("flows", nargs=-1, required=True, metavar="FLOW...")
+def check(flows: tuple[str, ...]) -> None:
+    """Check flow files for mistakes a valid graph can hold.
+
+    Reports a {label} that names no variable (with the name probably meant), an empty prompt,
+    a variable no prompt uses, an output fed by nothing, a flow with no outputs, and a file that
+    is not a flow at all (an empty flow included): one line each on stdout. Exits 1 when some
+    flow has errors, 0 when there are only warnings (or nothing to say).
+    """
+    from .lint import lint
+    from .model import load_flow_file
+
+    failed = False
+    for flow in flows:
+        if not isinstance(flow_location(flow), Path):
+            raise click.UsageError(f"{flow!r}: check takes a flow file (.json), not a flow id")
+        try:
+            findings = lint(load_flow_file(flow))
+        except FlowFileError as exc:
+            message = exc.message.removeprefix(f"{flow}: ")  # named once, first
+            click.echo(f"{flow}: error: {_flat(message)}")
+            failed = True
+            continue
+        for finding in findings:
+            click.echo(f"{flow}: {finding}")
+        errors = sum(f.level == "error" for f in findings)
+        failed = failed or errors > 0
+        if not findings:
+            click.echo(f"{flow}: ok")
+    if failed:
+        sys.exit(1)
 
 
 @cli.command()

@@ -3,7 +3,7 @@
 :class:`Client` speaks the contract: :meth:`Client.get_flow_info`, :meth:`Client.run` (raw JSON
 in, raw JSON out) and :meth:`Client.flow`, which returns a :class:`RemoteFlow` with the same
 interface as a local flow (``variables``, ``outputs``, ``run``, ``run_batch``,
-``run_dataframe``, ``form``).
+``run_dataframe``, ``form``). :meth:`Client.flows` lists the flows of a ``flownb serve``.
 
 Large batches are split into chunks the server accepts (its advertised limit, else 1,000
 elements; and under its body-size limit) sent in parallel, a bounded number at a time. Answers
@@ -170,6 +170,29 @@ class Client:
             ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
         """
         return self._describe(flow_id)[0]
+
+    def flows(self) -> list[dict[str, Any]]:
+        """Return the flows the service serves (``GET /api/flows``, a ``flownb serve``
+        route beyond the contract): for each, ``{"id", "name", "variables", "outputs"}``, the
+        lists in node order.
+
+        Raises:
+            AuthError, ApiError: as the service answered (a service without the route: 404).
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or did not answer.
+        """
+        resp = self._request("GET", f"{self.base_url}/api/flows")
+        if resp.status_code != 200:
+            raise _error_from(resp)
+        data = _json(resp)
+        if not isinstance(data, list) or not all(
+            isinstance(f, dict)
+            and isinstance(f.get("id"), str)
+            and isinstance(f.get("variables"), list)
+            and isinstance(f.get("outputs"), list)
+            for f in data
+        ):
+            raise ApiError(f"unexpected flow list from {_path(resp.url)}", status=resp.status_code)
+        return data
 
     def run(self, flow_id: str, variables: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Any:
         """Run a flow with the contract's ``variables``: an object runs once and returns its list

@@ -26,6 +26,7 @@ from .errors import BatchError, ConfigError, FlowFileError
 from .flowspec import FlowSpec, flow_from_spec, spec_of
 from .graph import to_mermaid, to_svg
 from .hooks import HOOKS
+from .lint import warn_on_load
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
@@ -604,6 +605,7 @@ def load_flow(
         except FileNotFoundError:
             raise FlowFileError(f"{source}: no such flow file") from None
         graph = parse_flow(data, str(source))
+        warn_on_load(graph, str(source))
         name = name or Path(source).stem
     return LocalFlow(
         graph,

@@ -10,12 +10,12 @@ unfinished rows marked, so nothing paid for is lost (and with the cache, re-runn
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from .errors import ConfigError, InputError, Problem, one_line
 from .inputs import PYTHON, Spelling, to_text
+from .notices import warn
 from .validate import unknown_advice
 
 if TYPE_CHECKING:
@@ -144,10 +144,7 @@ def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:
         while col in df.columns:
             col = f"{col}_output"
         if col != out:
-            warnings.warn(
-                f"output {out!r} is also an input column; writing it to {col!r}",
-                stacklevel=4,
-            )
+            warn(f"output {out!r} is also an input column; writing it to {col!r}")
         names[out] = col
     return names
 
@@ -173,7 +170,8 @@ def run_dataframe(
 
     Returns:
         A copy of ``df`` with a column per output (``None`` where the row failed) and, when some
-        rows failed or were interrupted, ``error_column`` holding each such row's message.
+        rows failed or were interrupted, ``error_column`` holding each such row's message. With
+        ``fill``, the empty cells of the variables' columns hold ``fill`` (what the flow got).
 
     Raises:
         TypeError: ``df`` is not a DataFrame.
@@ -212,6 +210,12 @@ def run_dataframe(
     except KeyboardInterrupt:
         interrupted = True
     result = df.copy()
+    if fill is not None:
+        # The filled input cells show what the flow was given (fill="": empty text, not NaN).
+        for col in dict.fromkeys((columns or {}).get(var, var) for var in flow.variables):
+            missing = result[col].isna()
+            if missing.any():
+                result[col] = result[col].astype(object).where(~missing, fill)
     for out, col in out_cols.items():
         result[col] = pd.Series(values[out], index=df.index, dtype=object)
     for node, col in trace_cols.items():
@@ -221,10 +225,9 @@ def run_dataframe(
             if not done[i]:
                 errors[i] = INTERRUPTED
         finished = sum(done)
-        warnings.warn(
+        warn(
             f"interrupted: {finished} of {n} rows finished and are kept; the other rows are "
-            f"marked in column {error_column!r}. Run again to complete them.",
-            stacklevel=3,
+            f"marked in column {error_column!r}. Run again to complete them."
         )
     if any(e is not None for e in errors):
         result[error_column] = pd.Series(errors, index=df.index, dtype=object)

@@ -181,13 +181,16 @@ def parse_flow(data: Any, source: str = "") -> FlowGraph:
         The parsed :class:`FlowGraph`.
 
     Raises:
-        FlowFileError: the data is not a flow, a node has an unknown type or bad fields, node
+        FlowFileError: the data is not a flow, the flow has no nodes, a node has an unknown type
+            or bad fields, node
             ids repeat, an edge names a missing node or joins nodes that cannot be joined, or
             the edges form a cycle. The message names ``source`` and the node or edge.
     """
     where = _where(source)
     if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
         raise FlowFileError(f"{where}not a flow: expected a JSON object with a 'nodes' array")
+    if not data["nodes"]:
+        raise FlowFileError(f"{where}the flow is empty: it has no nodes")
     nodes = []
     for i, raw in enumerate(data["nodes"]):
         if not isinstance(raw, Mapping):

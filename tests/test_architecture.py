@@ -53,6 +53,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.aio",
             "flownb.hooks",
             "flownb.graph",  # on main since this branch started: draws a flow, imports model
+            "flownb.notices",  # warnings pointed at the caller's line
+            "flownb.lint",  # flow lint: reads the model, warns through notices
         },
     ),
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),

@@ -303,3 +303,38 @@ def test_input_error_lists_ten_problems_then_a_count(tmp_path: Path) -> None:
         "element 0: unknown variable 'y' (the flow's variables: 'x')",
     ]
     assert len(parts) == 11 and parts[-1] == "and 6 more problems"
+
+
+def test_an_empty_fill_shows_and_writes_empty_text_not_nan(tmp_path: Path) -> None:
+    path = write_flow(tmp_path / "f.json", make_flow({"o": "<{x}|{y}>"}, ["x", "y"]))
+    csv = tmp_path / "in.csv"
+    csv.write_text("x,y\n1,\n,2\n")
+    res = flownb("run", str(path), "--csv", str(csv), "--fill", "", "--out", "-", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == [
+        {"x": "1", "y": "", "o": "<1|>"},
+        {"x": "", "y": "2", "o": "<|2>"},
+    ]
+    res = flownb("run", str(path), "--csv", str(csv), "--fill", "", "--no-progress")
+    assert res.returncode == 0 and "NaN" not in res.stdout and "<1|>" in res.stdout
+    res = flownb("run", str(path), "--csv", str(csv), "--fill", "-", "--out", "-", "--no-progress")
+    assert [row["y"] for row in json.loads(res.stdout)] == ["-", "2"]
+
+
+def test_help_lists_each_command_with_its_whole_first_sentence() -> None:
+    res = flownb("--help", env={"COLUMNS": "80"})
+    assert res.returncode == 0
+    commands = res.stdout.split("Commands:")[1]
+    assert "..." not in commands
+    text = " ".join(commands.split())
+    for sentence in (
+        "info Show a flow's variables and outputs (FLOW: a .json file or a flow id).",
+        "keys Create, list and revoke the API keys `flownb serve` accepts (stored in FLOWNB_HOME).",
+        "serve Serve the flows of a folder over HTTP, as the flow execution service does.",
+        "check Check flow files for mistakes a valid graph can hold.",
+    ):
+        assert sentence in text, text
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80
+    res = flownb("keys", "--help", env={"COLUMNS": "80"})
+    commands = res.stdout.split("Commands:")[1]
+    assert "..." not in commands and "starts with this prefix)." in " ".join(commands.split())

@@ -144,6 +144,7 @@ def test_missing_cells_fail_the_partition_with_the_pandas_message(
         flow.run_dataframe(dd.from_pandas(df, npartitions=1)).compute()
     filled = flow.run_dataframe(dd.from_pandas(df, npartitions=1), fill="?").compute()
     assert filled["say"].tolist() == ["say a", "say ?", "say c"]
+    assert filled["word"].tolist() == ["a", "?", "c"]  # as in the pandas path
 
 
 def test_dask_is_imported_only_when_a_dask_frame_is_used(tmp_path: Path) -> None:
@@ -152,7 +153,8 @@ def test_dask_is_imported_only_when_a_dask_frame_is_used(tmp_path: Path) -> None
 
     code = (
         "import sys, pandas as pd, flownb\n"
-        "flow = flownb.load_flow({'nodes': [], 'edges': []}, log=False)\n"
+        "one = {'id': 'o', 'type': 'outputNode', 'data': {'name': 'o'}}\n"
+        "flow = flownb.load_flow({'nodes': [one], 'edges': []}, log=False)\n"
         "flow.run_dataframe(pd.DataFrame({'a': ['x']}), progress=False)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
     )

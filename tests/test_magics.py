@@ -131,12 +131,31 @@ def test_bad_arguments_raise_one_line_usage_errors(ip: Any, line: str, message: 
     assert "\n" not in text.strip()
 
 
-def test_usage_error_in_a_cell_shows_one_line_without_traceback(ip: Any) -> None:
+@pytest.mark.parametrize(
+    ("source", "error", "shown"),
+    [
+        ("%flow run blog.json topic=a tone", UsageError, "UsageError: %flow run: expected"),
+        ("%flow run blog.json --nope", UsageError, "UsageError: %flow run: unrecognized"),
+        ("%flow run blog.json topic=a", InputError, "InputError: missing variable 'tone'"),
+        ("%flow info missing.json", FlowFileError, "FlowFileError: missing.json: no such"),
+        (
+            "%flow info broken.json",
+            FlowFileError,
+            "FlowFileError: broken.json: node 'x' has unknown",
+        ),
+    ],
+)
+def test_errors_in_a_cell_show_one_line_without_traceback(
+    ip: Any, tmp_path: Path, source: str, error: type[Exception], shown: str
+) -> None:
+    (tmp_path / "broken.json").write_text('{"nodes": [{"id": "x", "type": "nope"}]}')
     with capture_output() as captured:
-        result = ip.run_cell("%flow run blog.json topic=a tone")
-    assert isinstance(result.error_in_exec, UsageError)
-    assert captured.stderr.strip().startswith("UsageError: %flow run: expected name=value")
-    assert len(captured.stderr.strip().splitlines()) == 1
+        result = ip.run_cell(source)
+    assert isinstance(result.error_in_exec, error)  # the cell failed, with the error's class
+    printed = (captured.stdout + captured.stderr).strip()
+    name, _, text = shown.partition(": ")
+    assert printed.startswith(f"{name}: ") and text in printed
+    assert len(printed.splitlines()) == 1, printed
 
 
 def test_failed_runs_raise_flownb_errors(ip: Any, tmp_path: Path) -> None:
@@ -208,6 +227,10 @@ def test_batch_reads_a_csv_path_and_fill(ip: Any, tmp_path: Path) -> None:
         magic(ip, "batch blog.json --df rows.csv --no-progress")
     out = magic(ip, "batch blog.json --df rows.csv --fill 'quite plain' --no-progress")
     assert out["intro"][0] == "Write a quite plain two-sentence intro for a blog post about owls."
+    assert out["tone"].tolist() == ["quite plain", "warm"]
+    out = magic(ip, "batch blog.json --df rows.csv --fill '' --no-progress")
+    assert out["tone"].tolist() == ["", "warm"]  # filled with empty text, not NaN
+    assert out["intro"][0] == "Write a  two-sentence intro for a blog post about owls."
 
 
 def test_results_dataframe_html_has_thumbnails_after_load_ext(
@@ -377,3 +400,20 @@ def test_interrupted_batch_prints_a_plain_notice(ip: Any) -> None:
     lines = [line for line in captured.stderr.splitlines() if "interrupted" in line]
     assert lines and lines[0].startswith("flownb: interrupted: 2 of 4 rows finished")
     assert "Warning" not in captured.stderr and ".py:" not in captured.stderr
+
+
+def test_a_flow_files_lint_is_one_plain_line_each_once(ip: Any, tmp_path: Path) -> None:
+    write_flow(tmp_path / "typo.json", make_flow({"o": "About {topc}, {tone}."}, ["topic", "tone"]))
+    with capture_output() as captured:
+        magic(ip, "info typo.json")
+    lines = captured.stderr.splitlines()
+    assert len(lines) == 2, captured.stderr
+    assert lines[0].startswith("flownb: ") and lines[0].endswith(
+        "typo.json: node 'o': {topc} names no variable and is left as written; "
+        "did you mean {topic}?"
+    )
+    assert "variable 'topic' is used by no prompt" in lines[1]
+    assert "Warning" not in captured.stderr and ".py:" not in captured.stderr
+    with capture_output() as captured:
+        magic(ip, "run typo.json topic=a tone=b")
+    assert captured.stderr == ""  # once per file

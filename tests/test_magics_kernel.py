@@ -3,6 +3,7 @@ what a notebook front end receives on the wire, and that failures reach it as er
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -52,9 +53,8 @@ def test_load_ext_and_run_sends_markdown_and_png_bundles(kernel: Any) -> None:
     assert reply["status"] == "ok"
     reply, messages = execute(kernel, "%flow run blog.json topic='sea glass' tone=$tone_var")
     assert reply["status"] == "error"  # $tone_var is not defined: a usage error
-    assert "no Python variable named 'tone_var'" in "".join(
-        m["text"] for m in outputs(messages, "stream")
-    )
+    [error] = outputs(messages, "error")
+    assert error["traceback"] == ["UsageError: %flow: tone=: no Python variable named 'tone_var'"]
     reply, messages = execute(
         kernel, "tone_var = 'quietly amazed'\n%flow run blog.json topic='sea glass' tone=$tone_var"
     )
@@ -78,6 +78,65 @@ def test_failed_run_reaches_the_front_end_as_an_error(kernel: Any) -> None:
     errors = outputs(messages, "error")
     assert errors and errors[0]["ename"] == "InputError"
     assert "missing variable 'tone'" in errors[0]["evalue"]
+
+
+# A provider that fails every call, defined in the kernel: a run that fails at the provider.
+_FAILING = """\
+from flownb.errors import ProviderError
+from flownb.providers.base import Provider
+class Failing(Provider):
+    name = 'failing'
+    inline = True
+    cacheable = False
+    def generate_inline(self, call):
+        raise ProviderError('the model is down (503)', status=503, provider='failing')
+    async def generate(self, call):
+        return self.generate_inline(call)
+broken = flownb.load_flow('blog.json', provider=Failing())
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "ename", "text"),
+    [
+        ("%flow run blog.json topic=alone", "InputError", "missing variable 'tone'"),
+        ("%flow run missing.json topic=a", "FlowFileError", "missing.json: no such flow file"),
+        ("%flow info broken.json", "FlowFileError", "broken.json: the flow file is not JSON"),
+        ("%flow run blog.json topic=a tone=b --bogus", "FlowUsageError", "--bogus"),
+        ("%flow batch blog.json --df nope.csv", "FlowUsageError", "no such file: nope.csv"),
+        ("%flow run $broken topic=a tone=b", "ProviderError", "the model is down (503)"),
+    ],
+)
+def test_magic_errors_are_one_line_and_fail_the_cell(
+    kernel: Any, line: str, ename: str, text: str
+) -> None:
+    execute(kernel, "%load_ext flownb")
+    reply, _ = execute(kernel, "import flownb\n" + _FAILING)
+    assert reply["status"] == "ok"
+    reply, messages = execute(kernel, "open('broken.json', 'w').write('{not json')\n" + line)
+    # The cell fails as nbval sees it: an error reply and an `error` output.
+    assert reply["status"] == "error"
+    errors = outputs(messages, "error")
+    assert len(errors) == 1 and errors[0]["ename"] == ename
+    shown = "\n".join(errors[0]["traceback"]).strip().splitlines()
+    assert len(shown) == 1, shown
+    assert text in shown[0]
+    streams = "".join(m["text"] for m in outputs(messages, "stream"))
+    assert "Traceback" not in streams and "File " not in streams
+
+
+def test_eval_help_in_the_kernel(kernel: Any) -> None:
+    execute(kernel, "%load_ext flownb")
+    reply, messages = execute(kernel, "%flow eval --help")
+    assert reply["status"] == "ok"
+    text = "".join(m["text"] for m in outputs(messages, "stream"))
+    assert text.startswith("usage: %flow eval")
+    for option in ("--df DF", "--scorers $S", "--min-pass X", "--concurrency N", "-o VAR"):
+        assert option in text
+    reply, messages = execute(kernel, "%flow?")
+    assert reply["status"] == "ok"
+    shown = json.dumps(reply.get("payload", []))
+    assert "%flow eval FLOW..." in shown
 
 
 def test_cell_magic_and_batch_in_the_kernel(kernel: Any) -> None:

@@ -250,3 +250,49 @@ def test_keys_file_holds_no_key(server: Running) -> None:
     text = Path(server.config.keys.path).read_text()
     assert server.key not in text
     assert server.key[12:] not in text
+
+
+def test_the_flow_list_names_each_flow_behind_the_key(tmp_path: Path) -> None:
+    import flownb
+
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    shutil.copy(FLOWS / "blog-intro.json", flows / "blog-intro.json")
+    named = make_flow({"say": "A={a}"}, ["a"])
+    named["name"] = "Echo flow"  # an export that carries its name
+    write_flow(flows / "echo.json", named)
+    (flows / "broken.json").write_text("{nope", encoding="utf-8")  # left out, logged
+    (flows / "not an id.json").write_text("{}", encoding="utf-8")  # not a flow id: never served
+    with run_server(flows, tmp_path / "home") as server:
+        url = f"{server.url}/api/flows"
+        resp = requests.get(url, headers={"x-api-key": server.key}, timeout=10)
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "application/json"
+        expected = [
+            {
+                "id": "blog-intro",
+                "name": "blog-intro",
+                "variables": ["topic", "tone"],
+                "outputs": ["intro", "header_image"],
+            },
+            {"id": "echo", "name": "Echo flow", "variables": ["a"], "outputs": ["say"]},
+        ]
+        assert resp.json() == expected
+        # The same key check as every flow route.
+        missing = requests.get(url, timeout=10)
+        assert missing.status_code == 401 and missing.json()["code"] == "missing_api_key"
+        wrong = requests.get(url, headers={"x-api-key": "fnb_wrong"}, timeout=10)
+        assert wrong.status_code == 401 and wrong.json()["code"] == "invalid_api_key"
+        # The client lists the same; a wrong key is its AuthError.
+        with flownb.Client(server.url, server.key) as client:
+            assert client.flows() == expected
+        with flownb.Client(server.url, "fnb_wrong") as client, pytest.raises(flownb.AuthError):
+            client.flows()
+        # A flow dropped in is listed at once.
+        write_flow(flows / "late.json", make_flow({"out": "{p}"}, ["p"]))
+        ids = [f["id"] for f in requests.get(url, headers={"x-api-key": server.key}).json()]
+        assert ids == ["blog-intro", "echo", "late"]
+        documented = requests.get(f"{server.url}/openapi.json", timeout=10).json()
+        route = documented["paths"]["/api/flows"]["get"]
+        assert route["security"] == [{"ApiKeyAuth": []}]
+        assert {"200", "401"} <= set(route["responses"])

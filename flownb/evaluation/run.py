@@ -21,7 +21,6 @@ pays only for what is missing.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from ..aio import run_sync
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
+from ..notices import warn
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
@@ -331,11 +331,10 @@ def evaluate(
             bar.close()
     if interrupted:
         finished = sum(c.mark_interrupted() for c in collected.values())
-        warnings.warn(
+        warn(
             f"interrupted: {finished} of {n * len(variants)} runs finished and are kept (judges "
             "that did not answer score NaN). Run again to complete them; the cache makes the "
-            "finished ones free.",
-            stacklevel=2,
+            "finished ones free."
         )
     context = describe_evaluation(names, variants, data, collected)
     report = _assemble(data, variants, collected, graders, judged, context)

@@ -10,6 +10,7 @@ list of scorers, or a .json/.toml scorers file (as ``flownb eval``). Returns the
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -20,21 +21,70 @@ from ..flow import BaseFlow
 from ..scorers import Scorer
 from .args import MagicParser
 
-__all__ = ["EvalMagics"]
+__all__ = ["EvalMagics", "eval_help"]
+
+
+_DESCRIPTION = """\
+Evaluate flows over the rows of a DataFrame with scorers; returns the report (an EvalReport:
+.summary, .results, .compare(), .plot(), .save()). FLOW is a flow file, a flow id, $flow (a flow
+object) or $variants (a dict of variant name -> flow); NAME=FLOW names a variant."""
 
 
 def _parser() -> MagicParser:
-    p = MagicParser(prog="flow eval", add_help=False, allow_abbrev=False)
-    p.add_argument("flows", nargs="+", metavar="FLOW")
-    p.add_argument("--df", dest="df", metavar="DF", required=True)
-    p.add_argument("--scorers", dest="scorers", action="append", default=[], metavar="$S")
-    p.add_argument("--out", dest="out_path", default=None, metavar="FILE")
-    p.add_argument("--min-pass", dest="min_pass", type=float, default=None)
-    p.add_argument("--concurrency", type=int, default=None)
-    p.add_argument("--fill", default=None)
-    p.add_argument("--no-progress", dest="progress", action="store_false")
-    p.add_argument("-o", dest="out", metavar="VAR", default=None)
+    p = MagicParser(
+        prog="flow eval",
+        add_help=False,
+        allow_abbrev=False,
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("flows", nargs="+", metavar="FLOW", help="the variants to compare")
+    p.add_argument(
+        "--df",
+        dest="df",
+        metavar="DF",
+        required=True,
+        help="the rows: a DataFrame variable ($df or df) or a .csv path",
+    )
+    p.add_argument(
+        "--scorers",
+        dest="scorers",
+        action="append",
+        default=[],
+        metavar="$S",
+        help="a scorer or a list of scorers ($name), or a .json/.toml scorers file; repeatable",
+    )
+    p.add_argument(
+        "--out",
+        dest="out_path",
+        default=None,
+        metavar="FILE",
+        help="save the report (.html, .csv or .json)",
+    )
+    p.add_argument(
+        "--min-pass",
+        dest="min_pass",
+        type=float,
+        default=None,
+        metavar="X",
+        help="say which variants pass under this rate (0..1)",
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=None, metavar="N", help="provider calls in flight"
+    )
+    p.add_argument(
+        "--fill", default=None, metavar="TEXT", help="use TEXT for empty cells instead of refusing"
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("-o", dest="out", metavar="VAR", default=None, help="keep the report in VAR")
     return p
+
+
+def eval_help() -> str:
+    """Return ``%flow eval --help``: its usage, what it does and every option."""
+    parser = _parser()
+    parser.prog = "%flow eval"  # as typed; error messages add the % themselves
+    return parser.format_help().rstrip()
 
 
 class EvalMagics:

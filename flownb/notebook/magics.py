@@ -34,14 +34,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
 from ..batching.run import run_dataframe_batched
-from ..errors import ConfigError
+from ..errors import ConfigError, FlownbError
 from ..flow import LocalFlow
 from ..frame import run_dataframe
 from ..inputs import MAGIC, flow_location, no_server, parse_map, parse_values, read_csv, to_text
 from ..providers.registry import provider_names
 from ..settings import get_settings
 from .args import MagicParser
-from .eval_magic import EvalMagics
+from .eval_magic import EvalMagics, eval_help
+from .failures import one_line_failure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,6 +190,10 @@ class FlowMagics(EvalMagics, Magics):
                                                           Python variable, or a .csv path);
                                                           returns the results DataFrame
           %flow form FLOW                                 an input form with a Run button
+          %flow eval FLOW... --df DF --scorers $S [--out FILE] [--min-pass X] [-o VAR]
+                                                          evaluate flows (variants: NAME=FLOW or
+                                                          $dict) over DF with the scorers in $S;
+                                                          returns the report (--help: all options)
           %flow connect [URL]                             send flow ids to this flow server
                                                           (default FLOWNB_BASE_URL)
 
@@ -201,8 +206,26 @@ class FlowMagics(EvalMagics, Magics):
 
         The API key for ``%flow connect`` comes from FLOWNB_API_KEY, a ``.env`` file, or a
         hidden prompt. It is never typed on the magic line.
+
+        A user error (bad arguments, a missing or broken flow file, variables that do not fit,
+        a failed run) is one line, as on the command line, and fails the cell. ``%flow SUB
+        --help`` shows a subcommand's usage (``%flow eval --help`` every option of eval).
         """
         __tracebackhide__ = True  # IPython: hide this frame, show the flownb error itself
+        try:
+            # Warnings raised meanwhile (a flow file's lint, an interrupted batch) are plain
+            # ``flownb: ...`` lines, wherever in the magic they come from.
+            with _plain_notices():
+                return self._dispatch(line, cell)
+        except (UsageError, FlownbError) as exc:
+            failure = one_line_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from None
+
+    def _dispatch(self, line: str, cell: str | None) -> Any:
+        """Run one ``%flow`` line (and cell body); return what the cell shows."""
+        __tracebackhide__ = True
         # IPython hides the output of a line ending in ';' but still passes the ';' to magics:
         # it is that convention, never data (a value ending in ';' is quoted).
         quiet = line.rstrip().endswith(";")
@@ -223,7 +246,7 @@ class FlowMagics(EvalMagics, Magics):
         if cell is not None and sub != "run":
             raise UsageError(f"%%flow {sub}: only %%flow run takes a cell body")
         if any(t in ("-h", "--help") for t in rest):
-            print(_USAGE)
+            print(eval_help() if sub == "eval" else _USAGE)
             return None
         if sub == "eval":  # parsed and run by EvalMagics (eval_magic.py)
             return self._eval(rest)
@@ -249,8 +272,7 @@ class FlowMagics(EvalMagics, Magics):
             return FlowInfo(flow, source)
         if sub == "form":
             return flow.form()
-        with _plain_notices():
-            result = self._batch(flow, args) if sub == "batch" else self._run(flow, args, cell)
+        result = self._batch(flow, args) if sub == "batch" else self._run(flow, args, cell)
         if args.out is None:
             return None if args.quiet else result  # IPython shows a returned value if last
         # Kept in VAR; shown here, since the magic may not be the cell's last line.

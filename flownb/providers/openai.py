@@ -46,13 +46,13 @@ import json
 import re
 import urllib.parse
 import urllib.request
-import warnings
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 from ..error_map import parse_retry_after
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ..media import MediaStore
+from ..notices import warn
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import Call, Generation, Kind, Provider, RateLimits
 from .openai_batch import OpenAIBatches
@@ -592,7 +592,7 @@ class OpenAIProvider(Provider):
         prepared = (_prepare_text if kind == "text" else _prepare_image)(params, node)
         if prepared.notes:
             notes = "; ".join(prepared.notes)
-            warnings.warn(f"flownb openai: node {node!r}: {notes}", UserWarning, stacklevel=3)
+            warn(f"openai provider, node {node!r}: {notes}")
         # Keyed by identity: a node's params object lives as long as its plan.
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared

@@ -56,6 +56,7 @@ from .keys import KeyStore
 from .offload import DecodePool, needs_worker, raise_from
 from .schemas import (
     FLOW_ROUTE_RESPONSES,
+    FLOWS_RESPONSES,
     MEDIA_RESPONSES,
     RUN_REQUEST_BODY,
     RUN_RESPONSES,
@@ -350,6 +351,32 @@ def create_app(config: ServerConfig) -> FastAPI:
         return b"".join(chunks)
 
     # -- routes --------------------------------------------------------------------------------
+
+    @app.get(
+        "/api/flows",
+        summary="List the flows this server serves: id, name, variables, outputs",
+        operation_id="listFlows",
+        responses=FLOWS_RESPONSES,
+        response_model=None,
+        openapi_extra=_SECURITY,
+        tags=["flows"],
+    )
+    async def list_flows(request: Request) -> Response:
+        authenticate(request)
+        flows, failed = await run_in_threadpool(store.loadable)
+        for message in failed.values():  # each names its flow id
+            log.warning("request %s: left out of the flow list: %s", _rid(request), message)
+        return json_response(
+            [
+                {
+                    "id": f.flow_id,
+                    "name": f.name,
+                    "variables": list(f.plan.variables),
+                    "outputs": list(f.plan.outputs),
+                }
+                for f in flows
+            ]
+        )
 
     @app.get(
         "/api/flows/getFlowInfo/{flow_id:path}",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from ..clickhelp import FullHelpGroup
 from ..providers.registry import provider_names
 from ..settings import (
     DEFAULT_HEADER_TIMEOUT,
@@ -183,7 +184,7 @@ def serve(
         sock.close()
 
 
-@click.group()
+@click.group(cls=FullHelpGroup)
 def keys() -> None:
     """Create, list and revoke the API keys `flownb serve` accepts (stored in FLOWNB_HOME)."""
 

@@ -9,7 +9,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["FLOW_ROUTE_RESPONSES", "MEDIA_RESPONSES", "RUN_REQUEST_BODY", "RUN_RESPONSES"]
+__all__ = [
+    "FLOWS_RESPONSES",
+    "FLOW_ROUTE_RESPONSES",
+    "MEDIA_RESPONSES",
+    "RUN_REQUEST_BODY",
+    "RUN_RESPONSES",
+]
 
 
 class FlowInfoItem(BaseModel):
@@ -183,4 +189,29 @@ MEDIA_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
     },
     404: _error("`not_found`: no image with this name."),
+}
+
+
+class FlowSummary(BaseModel):
+    """A flow the server serves (``GET /api/flows``): its id (for the contract's routes), name,
+    variables and outputs, each in node order."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    name: str
+    variables: list[str]
+    outputs: list[str]
+
+
+FLOWS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": list[FlowSummary],
+        "description": (
+            "Every flow of the server's folder that loads, by id; a file that does not load is "
+            "left out (the server's log and the flow's own routes say why)."
+        ),
+        "headers": _REQUEST_ID,
+    },
+    **_AUTH,
+    **_INTERNAL,
 }

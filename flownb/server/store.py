@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import Plan
-from ..errors import FlowFileError, FlowNotFound
+from ..errors import FlowFileError, FlownbError, FlowNotFound
 from ..model import MAX_FLOW_BYTES, parse_flow, read_flow_file
 from .keys import KEY_PREFIX
 
@@ -41,6 +41,7 @@ class StoredFlow:
     runner: Any  # what the store's ``make_runner`` built for the plan (a Runner, or None)
     stamp: tuple[int, int, int]
     image_outputs: str  # positions (among outputs) of image outputs, "1,3"; "" when none
+    name: str = ""  # the export's "name" when it has one, else the flow id
 
 
 def not_found(flow_id: str) -> FlowNotFound:
@@ -78,6 +79,20 @@ class FlowStore:
         except OSError:
             return []
         return sorted(n[:-5] for n in names if n.endswith(".json") and FLOW_ID.fullmatch(n[:-5]))
+
+    def loadable(self) -> tuple[list[StoredFlow], dict[str, str]]:
+        """Return every flow of the folder that loads, in id order, and the problem of each
+        that does not (flow id -> message). Reads and parses files not loaded yet."""
+        flows: list[StoredFlow] = []
+        failed: dict[str, str] = {}
+        for flow_id in self.ids():
+            try:
+                flows.append(self.get(flow_id))
+            except FlowNotFound:  # deleted meanwhile
+                continue
+            except FlownbError as exc:  # a broken file, or a flow the provider cannot run
+                failed[flow_id] = exc.message
+        return flows, failed
 
     def unservable(self) -> list[str]:
         """Return the names of ``.json`` files in the folder whose names are not flow ids."""
@@ -161,4 +176,7 @@ class FlowStore:
             str(i) for i, name in enumerate(plan.outputs) if plan.output_kinds.get(name) == "image"
         )
         runner = self._make_runner(flow_id, plan) if self._make_runner is not None else None
-        return StoredFlow(flow_id, plan, runner, stamp, images)
+        name = data.get("name") if isinstance(data, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            name = flow_id
+        return StoredFlow(flow_id, plan, runner, stamp, images, name)
