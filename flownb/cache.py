@@ -146,14 +146,18 @@ class CallCache:
             model=data.get("model"),
             usage=data.get("usage"),
             cached=True,
+            finish_reason=data.get("finish_reason"),
         )
 
     def put(self, key: str, gen: Generation) -> None:
         """Store a successful generation: committed before this returns when the database is
         free (one small transaction), else queued for the writer thread."""
-        value = json.dumps(
-            {"output": gen.output, "media": gen.media, "model": gen.model, "usage": gen.usage}
-        )
+        stored: dict[str, Any] = {
+            "output": gen.output, "media": gen.media, "model": gen.model, "usage": gen.usage
+        }  # fmt: skip
+        if gen.finish_reason == "length":  # a text cut short stays flagged when read back
+            stored["finish_reason"] = gen.finish_reason
+        value = json.dumps(stored)
         with self._lock:
             self._pending[key] = value
         # On the caller's thread: no hand-over to another thread that may wait for the GIL (a

@@ -17,12 +17,13 @@ wins).
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from .errors import ConfigError, FlownbError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner, Gate
@@ -305,22 +306,93 @@ class Engine:
 
     async def _run_element(self, values: Mapping[str, str], runner: CallRunner) -> RunResult:
         started = time.perf_counter()
-        gens: list[Any] = [None] * len(self.plan.steps)
-        for level in self.plan.levels:
+        plan = self.plan
+        if len(plan.steps) == 1:  # nothing else to keep when the one node fails
+            step = plan.steps[0]
+            return self._result(values, [await self._call(step, values, runner)], started)
+        gens: list[Any] = [None] * len(plan.steps)
+        failed: list[tuple[Step, Exception]] = []
+        lost: set[int] = set()  # steps that failed, or did not run because an upstream one did
+        for level in plan.levels:
+            if lost:
+                ready = tuple(s for s in level if not lost.intersection(s.upstream))
+                lost.update(s.index for s in level if s not in ready)
+                level = ready
+            if not level:
+                continue
+            done: list[Any]
             if len(level) == 1:
                 step = level[0]
-                gens[step.index] = await self._call(step, self._context(values, gens, step), runner)
-                continue
-            done = await asyncio.gather(
-                *(self._call(s, self._context(values, gens, s), runner) for s in level),
-                return_exceptions=True,
-            )
-            # Siblings were allowed to finish (their paid results reach the cache) before failing.
+                try:
+                    done = [await self._call(step, self._context(values, gens, step), runner)]
+                except Exception as exc:
+                    done = [exc]
+            else:
+                # Every node of a level runs to its end: a failure keeps its siblings' outputs.
+                done = await asyncio.gather(
+                    *(self._call(s, self._context(values, gens, s), runner) for s in level),
+                    return_exceptions=True,
+                )
             for step, gen in zip(level, done, strict=True):
-                if isinstance(gen, BaseException):
-                    raise gen
-                gens[step.index] = gen
+                if isinstance(gen, Exception):
+                    failed.append((step, gen))
+                    lost.add(step.index)
+                elif isinstance(gen, BaseException):
+                    raise gen  # cancelled or interrupted: not a node's failure
+                else:
+                    gens[step.index] = gen
+        if failed:
+            raise self._partial(values, gens, lost, failed, started)
         return self._result(values, gens, started)
+
+    def _partial(
+        self,
+        values: Mapping[str, str],
+        gens: list[Any],
+        lost: set[int],
+        failed: list[tuple[Step, Exception]],
+        started: float,
+    ) -> Exception:
+        """Return the error of a row where some nodes failed: the first failure, its message
+        naming the node(s), with ``partial`` (a :class:`RunResult` of every output whose nodes
+        all succeeded) and ``failed_nodes`` (the names of the nodes that failed) attached."""
+        plan = self.plan
+        names = [plan.trace_names[step.index] for step, _ in failed]
+        first = failed[0][1]
+        exc: Exception = first
+        if isinstance(first, FlownbError):
+            exc = copy.copy(first)  # the same error, worded for the row
+            label = f"node {names[0]!r}" if len(names) == 1 else f"nodes {names}"
+            exc.message = f"{label} failed: {first.message}"
+            exc.args = (exc.message,)
+            exc.__cause__ = first
+        media_url = self.media_url
+        outputs: dict[str, str] = {}
+        entries: list[tuple[str, str]] = []
+        for name, srcs in plan.output_sources:
+            if any(kind == "step" and ref in lost for kind, ref in srcs):
+                continue
+            value = "\n\n".join(
+                (gens[ref].output if gens[ref].media is None else media_url(gens[ref].media))
+                if kind == "step"
+                else values[ref]
+                for kind, ref in srcs
+            )
+            entries.append((name, value))
+            outputs.setdefault(name, value)
+        partial = make_result(
+            outputs,
+            entries,
+            plan.output_kinds,
+            self.provider.name,
+            frozenset(),
+            time.perf_counter() - started,
+            gens,
+            self.trace_of,
+        )
+        exc.partial = partial  # type: ignore[attr-defined]
+        exc.failed_nodes = tuple(names)  # type: ignore[attr-defined]
+        return exc
 
     async def run_async(
         self,

@@ -32,6 +32,7 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
         max_in_flight=None,
         rate_limit=None,
         rate_window=60.0,
+        faults_first=False,
         replies={},
     )
     fake_server.reset()

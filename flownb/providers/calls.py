@@ -137,28 +137,33 @@ class CallRunner:
 
     async def _attempt(self, call: Call) -> Generation:
         limiter = self.limiter
-        async with limiter, self.gate(call) as settle:
-            level, seq = limiter.in_flight, limiter.started  # what this call's answer speaks to
-            try:
-                if self.timeout is None:
-                    gen = await self.provider.generate(call)
-                else:
-                    async with asyncio.timeout(self.timeout):
-                        gen = await self.provider.generate(call)
-            except TimeoutError as exc:
-                raise ProviderTimeout(
-                    f"{self.provider.name} did not answer within {self.timeout:g} s",
-                    provider=self.provider.name,
-                ) from exc
-            except RateLimited as exc:
-                limiter.rejected(level, seq, exc.rate_limits)
-                raise
-            settle(gen)  # before the slot is freed, so the next call sees the correction
+        async with limiter:
+            # What this call's answer speaks to, read as the limiter logged the start (a gate
+            # may wait, and others start meanwhile).
+            level, seq = limiter.in_flight, limiter.started
+            async with self.gate(call) as settle:
+                gen = await self._generate(call, level, seq)
+                settle(gen)  # before the slot is freed, so the next call sees the correction
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
         )
         return gen
+
+    async def _generate(self, call: Call, level: int, seq: int) -> Generation:
+        try:
+            if self.timeout is None:
+                return await self.provider.generate(call)
+            async with asyncio.timeout(self.timeout):
+                return await self.provider.generate(call)
+        except TimeoutError as exc:
+            raise ProviderTimeout(
+                f"{self.provider.name} did not answer within {self.timeout:g} s",
+                provider=self.provider.name,
+            ) from exc
+        except RateLimited as exc:
+            self.limiter.rejected(level, seq, exc.rate_limits)
+            raise
 
     async def _attempts(self, call: Call) -> Generation:
         try:

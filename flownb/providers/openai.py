@@ -42,6 +42,7 @@ import atexit
 import base64
 import binascii
 import contextlib
+import html
 import json
 import re
 import urllib.parse
@@ -239,10 +240,57 @@ def rate_limits(headers: Mapping[str, str]) -> RateLimits | None:
     )
 
 
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """Return the first line of text in ``text``: an HTML page's title (else its first line of
+    text once tags are dropped), or a plain body's first non-blank line; at most ``limit``
+    characters."""
+    if "<" in text and ">" in text:
+        title = _TITLE.search(text)
+        if title and title.group(1).strip():
+            text = title.group(1)
+        else:
+            text = _TAG.sub("\n", text)
+        text = html.unescape(text)
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
+
+
+def _detail(value: Any) -> str:
+    """Return a FastAPI-style ``detail`` (a string, or a list of ``{"msg": ...}``) as text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = [str(v.get("msg", v)) if isinstance(v, Mapping) else str(v) for v in value]
+        return "; ".join(parts)
+    return "" if value is None else json.dumps(value)[:300]
+
+
+def _wait_asked(headers: Mapping[str, str]) -> float | None:
+    """Return the wait an answer asks for, in seconds: ``retry-after-ms`` (OpenAI's, more
+    precise) first, else ``Retry-After`` (seconds or an HTTP date); ``None`` when neither."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value < float("inf"):
+            return value
+    return parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+
+
 def _translate_status(
-    status: int, body: Any, headers: Mapping[str, str], key: str | None
+    status: int, body: Any, headers: Mapping[str, str], key: str | None, url: str | None = None
 ) -> ProviderError:
-    """Return the flownb error for an HTTP error answer (the one place statuses are mapped)."""
+    """Return the flownb error for an HTTP error answer (the one place statuses are mapped).
+    ``url`` is the address asked for, named in a 404's message (a wrong base URL or path)."""
     message = ""
     code = None
     if isinstance(body, Mapping):
@@ -252,18 +300,22 @@ def _translate_status(
             code = err.get("code") or err.get("type")
         elif isinstance(err, str):
             message = err
+        if not message and "detail" in body:  # FastAPI-style servers
+            message = _detail(body["detail"])
     elif isinstance(body, str):
-        message = body[:500]
+        message = _first_line(body)
     message = _redact(message or "no message", key)
     request_id = headers.get("x-request-id")
     text = f"OpenAI API error {status}: {message}"
+    if status == 404 and url:
+        text += f" (asked for {_redact(url, key)}; is the base URL right?)"
     if request_id:
         text += f" (request id {request_id})"
-    retry_after = parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+    retry_after_s = _wait_asked(headers)
     if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
         return RateLimited(
             text,
-            retry_after=retry_after,
+            retry_after=retry_after_s,
             status=status,
             request_id=request_id,
             provider="openai",
@@ -272,7 +324,100 @@ def _translate_status(
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
     return ProviderError(
-        text, status=status, request_id=request_id, provider="openai", retry_after=retry_after
+        text, status=status, request_id=request_id, provider="openai", retry_after=retry_after_s
+    )
+
+
+def _bad_answer(what: str, request_id: str | None) -> ProviderError:
+    """Return the error for a 200 answer that holds no usable output (not worth a retry)."""
+    text = f"OpenAI API answered 200 with {what}"
+    if request_id:
+        text += f" (request id {request_id})"
+    return ProviderError(text, status=200, request_id=request_id, provider="openai")
+
+
+def _joined(content: Any) -> str:
+    """Return a message's ``content`` as text: a string as is, a list of parts joined (the
+    ``text`` of each text part, in order)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "".join(parts)
+    return str(content)
+
+
+def _refusal_in(content: Any) -> str | None:
+    """Return the text of a refusal part of a list ``content``, if there is one."""
+    if isinstance(content, list):
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "refusal":
+                return str(part.get("refusal") or "no reason given")
+    return None
+
+
+def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) -> tuple[str, Any]:
+    """Return the first choice's text and its ``finish_reason``.
+
+    Raises:
+        ProviderError: no choices; a refusal (the ``refusal`` field, a refusal part, or
+            ``finish_reason: content_filter``); a tool call and no text; no message at all.
+    """
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _bad_answer("no answer (its 'choices' list is empty or missing)", request_id)
+    choice = choices[0]
+    if not isinstance(choice, Mapping):
+        raise _bad_answer("a choice that is not an object", request_id)
+    finish = choice.get("finish_reason")
+    if chat:
+        message = choice.get("message")
+        if not isinstance(message, Mapping):
+            raise _bad_answer("a choice without a message", request_id)
+        content = message.get("content")
+        refusal = message.get("refusal") or _refusal_in(content)
+        if refusal:
+            raise _bad_answer(f"a refusal instead of text: {_first_line(str(refusal))}", request_id)
+        text = _joined(content)
+        calls = message.get("tool_calls") or message.get("function_call")
+        if not text and calls:
+            names = [
+                str((c.get("function") or c).get("name", "?"))
+                for c in (calls if isinstance(calls, list) else [calls])
+                if isinstance(c, Mapping)
+            ]
+            raise _bad_answer(
+                f"a tool call ({', '.join(names) or '?'}) and no text; a node needs a text answer",
+                request_id,
+            )
+    else:
+        text = _joined(choice.get("text"))
+    if finish == "content_filter":
+        raise _bad_answer(
+            "its answer withheld by the provider's content filter (finish_reason "
+            "'content_filter', a refusal)",
+            request_id,
+        )
+    return text, finish
+
+
+def _not_json(status: int, body: Any, request_id: str | None) -> ProviderError:
+    """Return the error for a success answer whose body is not a JSON object (both transports
+    word it alike: its first line, never a parser's traceback)."""
+    shown = _first_line(body) if isinstance(body, str) else type(body).__name__
+    return ProviderError(
+        f"OpenAI API answered {status} with a body that is not a JSON object"
+        + (f": {shown}" if shown else " (empty)"),
+        status=status,
+        request_id=request_id,
+        provider="openai",
     )
 
 
@@ -375,14 +520,9 @@ class _AiohttpTransport:
         except ValueError:
             data = raw.decode("utf-8", "replace")
         if status >= 400:
-            raise _translate_status(status, data, headers, self.key)
+            raise _translate_status(status, data, headers, self.key, self.base_url + endpoint)
         if not isinstance(data, dict):
-            raise ProviderError(
-                f"OpenAI API answered {status} with a body that is not a JSON object",
-                status=status,
-                request_id=headers.get("x-request-id"),
-                provider="openai",
-            )
+            raise _not_json(status, data, headers.get("x-request-id"))
         return data, headers.get("x-request-id"), rate_limits(headers)
 
     async def fetch(self, url: str) -> tuple[bytes, str]:
@@ -461,13 +601,13 @@ class _SdkTransport:
                 raw = await client.images.with_raw_response.generate(
                     model=model, prompt=prompt, extra_body=rest
                 )
-            resp = raw.parse()
         except openai.APIStatusError as exc:
             raise _translate_status(
                 exc.status_code,
-                exc.body if exc.body is not None else exc.message,
+                exc.body if exc.body is not None else exc.response.text,
                 exc.response.headers,
                 self.key,
+                str(exc.response.request.url),
             ) from exc
         except openai.APITimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
@@ -480,7 +620,14 @@ class _SdkTransport:
             raise ProviderError(
                 f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
             ) from exc
-        return resp.to_dict(), getattr(resp, "_request_id", None), rate_limits(raw.headers)
+        request_id = raw.headers.get("x-request-id")
+        try:
+            data = json.loads(raw.content)  # the answer as sent, not the SDK's typed reading
+        except ValueError as exc:
+            raise _not_json(raw.status_code, raw.text, request_id) from exc
+        if not isinstance(data, dict):
+            raise _not_json(raw.status_code, data, request_id)
+        return data, request_id, rate_limits(raw.headers)
 
     async def fetch(self, url: str) -> tuple[bytes, str]:
         """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
@@ -551,6 +698,7 @@ class OpenAIProvider(Provider):
             self.base_url, key
         )
         self._prepared: dict[int, tuple[Mapping[str, Any], Kind, Prepared]] = {}
+        self._cut_warned: set[str] = set()  # nodes already warned about answers cut short
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> OpenAIProvider:
@@ -615,32 +763,41 @@ class OpenAIProvider(Provider):
         else:
             body["prompt"] = call.prompt
         data, request_id, limits = await self._transport.post(prepared.endpoint, body)
-        try:
-            if call.kind == "image":
-                gen = await self._image(data, prepared)
-                gen.limits = limits
-                return gen
-            choice = data["choices"][0]
-            if prepared.endpoint == "/chat/completions":
-                text = choice["message"].get("content") or ""
-            else:
-                text = choice.get("text") or ""
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise ProviderError(
-                f"OpenAI API answered without the expected {exc} field",
-                status=200,
-                request_id=request_id,
-                provider="openai",
-            ) from exc
+        model = data.get("model") or body["model"]
+        if call.kind == "image":
+            gen = await self._image(data, prepared, request_id)
+            gen.limits = limits
+            return gen
+        text, finish = _answer_text(data, prepared.endpoint == "/chat/completions", request_id)
+        if finish == "length":
+            self._warn_cut(call.node_id, model)
         usage = data.get("usage")
         if isinstance(usage, Mapping):
             usage = {k: v for k, v in usage.items() if isinstance(v, int)}
         return Generation(
-            text, model=data.get("model") or body["model"], usage=usage or None, limits=limits
+            text, model=model, usage=usage or None, limits=limits, finish_reason=finish
         )
 
-    async def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
-        item = data["data"][0]
+    def _warn_cut(self, node: str, model: str) -> None:
+        """Warn, once per node, that an answer stopped at the token limit."""
+        if node in self._cut_warned:
+            return
+        self._cut_warned.add(node)
+        warnings.warn(
+            f"node {node!r}: {model} stopped at the token limit (finish_reason 'length'); the "
+            "text is kept but cut short (flagged in RunResult.truncated and the 'truncated' "
+            "column); raise max_tokens to get all of it",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    async def _image(
+        self, data: Mapping[str, Any], prepared: Prepared, request_id: str | None = None
+    ) -> Generation:
+        items = data.get("data")
+        if not isinstance(items, list) or not items or not isinstance(items[0], Mapping):
+            raise _bad_answer("no image (its 'data' list is empty or missing)", request_id)
+        item = items[0]
         model = prepared.body["model"]
         if item.get("b64_json"):
             try:
@@ -660,7 +817,7 @@ class OpenAIProvider(Provider):
             if not self.media.exists(name):
                 self.media.save(name, raw)
             return Generation("", media=name, model=model)
-        raise KeyError("url or b64_json")
+        raise _bad_answer("an image with neither 'url' nor 'b64_json'", request_id)
 
     async def aclose(self) -> None:
         """Close this loop's HTTP session."""

@@ -5,7 +5,7 @@ deterministically from the request (text ``"echo: <prompt>"``, images as a URL i
 itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
-given marker. It records every request body, the prompt of every request it answered with a 200
+given marker, after the latency or at once (``faults_first``). It records every request body, the prompt of every request it answered with a 200
 (once the answer is written), and the peak number of requests in flight.
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
@@ -94,6 +94,9 @@ class FakeConfig:
     max_in_flight: int | None = None  # 429 at once beyond this many requests being served
     rate_limit: int | None = None  # requests per rate_window; 429 (with headers) beyond it
     rate_window: float = 60.0
+    # Faults answered at once, before the latency (as a provider's front door refuses), instead
+    # of after it (as a busy replica does).
+    faults_first: bool = False
     # Scripted text answers: marker -> reply, for every prompt containing the marker (the
     # first marker that matches wins). ``{score}`` in a reply becomes a number in [0, 1] drawn
     # from the prompt's digest, so a fake judge gives different, reproducible grades.
@@ -333,7 +336,7 @@ def make_app(state: _State) -> web.Application:
                         {"x-request-id": "req_fake_limit", **limit_headers},
                     )
             fault = state.pick_fault(prompt)
-            if config.latency:
+            if config.latency and not (fault is not None and config.faults_first):
                 await asyncio.sleep(config.latency)
             if fault is not None:
                 state.faults_sent[fault] += 1
@@ -514,6 +517,9 @@ def main(argv: list[str] | None = None) -> None:
         "--retry-after", default="0", help="Retry-After header of 429s ('' for none)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--faults-first", action="store_true", help="answer faults at once, before the latency"
+    )
     parser.add_argument("--max-in-flight", type=int, help="429 beyond this many in flight")
     parser.add_argument("--rate-limit", type=int, help="requests per --rate-window; 429 beyond")
     parser.add_argument("--rate-window", type=float, default=60.0, help="seconds (default 60)")
@@ -529,6 +535,7 @@ def main(argv: list[str] | None = None) -> None:
             "faults": faults,
             "retry_after": args.retry_after or None,
             "seed": args.seed,
+            "faults_first": args.faults_first,
             "max_in_flight": args.max_in_flight,
             "rate_limit": args.rate_limit,
             "rate_window": args.rate_window,
