@@ -17,13 +17,12 @@ wins).
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, FlownbError
+from .errors import ConfigError, ProviderError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner, Gate
@@ -353,19 +352,14 @@ class Engine:
         failed: list[tuple[Step, Exception]],
         started: float,
     ) -> Exception:
-        """Return the error of a row where some nodes failed: the first failure, its message
-        naming the node(s), with ``partial`` (a :class:`RunResult` of every output whose nodes
-        all succeeded) and ``failed_nodes`` (the names of the nodes that failed) attached."""
+        """Return the error of a row where some nodes failed: the first failure, as
+        :meth:`ProviderError.in_row` words it (naming the node(s), keeping as ``partial`` every
+        output whose nodes all succeeded); any other exception as it is."""
         plan = self.plan
-        names = [plan.trace_names[step.index] for step, _ in failed]
         first = failed[0][1]
-        exc: Exception = first
-        if isinstance(first, FlownbError):
-            exc = copy.copy(first)  # the same error, worded for the row
-            label = f"node {names[0]!r}" if len(names) == 1 else f"nodes {names}"
-            exc.message = f"{label} failed: {first.message}"
-            exc.args = (exc.message,)
-            exc.__cause__ = first
+        if not isinstance(first, ProviderError):
+            return first
+        names = [plan.trace_names[step.index] for step, _ in failed]
         media_url = self.media_url
         outputs: dict[str, str] = {}
         entries: list[tuple[str, str]] = []
@@ -390,9 +384,7 @@ class Engine:
             gens,
             self.trace_of,
         )
-        exc.partial = partial  # type: ignore[attr-defined]
-        exc.failed_nodes = tuple(names)  # type: ignore[attr-defined]
-        return exc
+        return first.in_row(names, partial)
 
     async def run_async(
         self,

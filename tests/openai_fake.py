@@ -34,6 +34,7 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
         rate_window=60.0,
         faults_first=False,
         replies={},
+        answers={},
     )
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

@@ -361,13 +361,17 @@ class AdaptiveLimiter:
             return
         self._record(seq, level, _REFUSED)
         known = self._limit_at
-        if known is not None and level >= known and self.allowed >= known:
-            # A probe at the limit found before: back under it at the first 429, while the
-            # log still shows that level refused more than the ones below (else it is chance).
-            if self._refused_more_at(known)[0]:
-                self._probe_scale = min(2 * self._probe_scale, 8.0)  # probe less often
-                self._cut(known)
-                return
+        # A probe at the limit found before goes back under it at the first 429, while the log
+        # still shows that level refused more than the ones below (else the 429 is chance).
+        if (
+            known is not None
+            and level >= known
+            and self.allowed >= known
+            and self._refused_more_at(known)[0]
+        ):
+            self._probe_scale = min(2 * self._probe_scale, 8.0)  # probe less often
+            self._cut(known)
+            return
         found = self.limit_level()
         if found is None:
             return  # the refusals in the log are scattered among answers: random

@@ -250,10 +250,7 @@ def _first_line(text: str, limit: int = 300) -> str:
     characters."""
     if "<" in text and ">" in text:
         title = _TITLE.search(text)
-        if title and title.group(1).strip():
-            text = title.group(1)
-        else:
-            text = _TAG.sub("\n", text)
+        text = title.group(1) if title and title.group(1).strip() else _TAG.sub("\n", text)
         text = html.unescape(text)
     for line in text.splitlines():
         line = " ".join(line.split())
