@@ -157,9 +157,7 @@ def test_empty_image_data_says_so(fake: FakeOpenAI, transport: str) -> None:
 
 
 def test_a_200_that_is_not_json_is_one_line(fake: FakeOpenAI, transport: str) -> None:
-    exc = failure(
-        fake, "BROKEN", text='{"choices": [ oops\nmore', content_type="application/json"
-    )
+    exc = failure(fake, "BROKEN", text='{"choices": [ oops\nmore', content_type="application/json")
     assert type(exc) is ProviderError and exc.status == 200
     assert 'not a JSON object: {"choices": [ oops' in one_line(exc)
     assert "JSONDecodeError" not in one_line(exc)
@@ -189,7 +187,9 @@ def test_a_failed_node_keeps_the_rows_other_outputs(fake: FakeOpenAI, transport:
 
 
 def test_a_node_downstream_of_a_failed_one_does_not_run(fake: FakeOpenAI) -> None:
-    flow_dict = make_flow({"first": "say {a}", "second": "again {first}", "side": "side {a}"}, ["a"])
+    flow_dict = make_flow(
+        {"first": "say {a}", "second": "again {first}", "side": "side {a}"}, ["a"]
+    )
     flow_dict["edges"].append({"id": "chain", "source": "node-first", "target": "node-second"})
     fake.configure(fail_markers={"500": "say X"})
     flow = flownb.load_flow(flow_dict, cache=False, retries=0)

@@ -35,6 +35,10 @@ def server(fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     flows.mkdir()
     shutil.copy(FLOWS / "blog-intro.json", flows / "blog-intro.json")
     write_flow(flows / "echo.json", make_flow({"say": "say {a}"}, ["a"]))
+    write_flow(
+        flows / "pair.json",
+        make_flow({"text": "say {a}", "pic": "draw {a}"}, ["a"], images=("pic",)),
+    )
     with run_server(flows, tmp_path / "home", provider="openai") as running:
         yield running
 
@@ -70,6 +74,35 @@ def test_partly_failed_batch_keeps_paid_outputs(server: Running) -> None:
     assert body["results"][0] == [{"name": "say", "output": echo("say one"), "type": "output"}]
     assert body["results"][1] is None
     assert body["results"][2][0]["output"] == echo("say three")
+
+
+def test_a_row_with_a_failed_node_keeps_the_other_outputs(
+    server: Running, fake: FakeOpenAI
+) -> None:
+    fake.configure(fail_markers={"500": "draw B"})
+    resp = post_run(server, "pair", [{"a": "A"}, {"a": "B"}])
+    assert resp.status_code == 502
+    body = resp.json()
+    assert [e["index"] for e in body["errors"]] == [1]
+    assert "node 'pic' failed" in body["errors"][0]["message"]
+    assert body["results"][1] == [{"name": "text", "output": echo("say B"), "type": "output"}]
+    assert {i["name"] for i in body["results"][0]} == {"text", "pic"}
+
+
+def test_answers_are_read_right_through_the_contract(server: Running, fake: FakeOpenAI) -> None:
+    parts = [{"type": "text", "text": "two "}, {"type": "text", "text": "parts"}]
+    fake.configure(
+        answers={
+            "PARTS": {"message": {"role": "assistant", "content": parts}},
+            "NO": {"message": {"role": "assistant", "content": None, "refusal": "Cannot."}},
+        }
+    )
+    joined = post_run(server, "echo", {"a": "PARTS"})
+    assert joined.status_code == 200
+    assert joined.json() == [{"name": "say", "output": "two parts", "type": "output"}]
+    refused = post_run(server, "echo", {"a": "NO"})
+    assert refused.status_code == 502
+    assert "refusal instead of text: Cannot." in refused.json()["message"]
 
 
 @pytest.mark.parametrize("cache_on", [False, True])
