@@ -398,10 +398,14 @@ class AdaptiveLimiter:
 
 def retryable(exc: BaseException) -> bool:
     """Return whether a failed call is worth another attempt: rate limits, timeouts, server
-    errors (5xx, 408, 409) and calls that never got an answer (no status)."""
+    errors (5xx, 408, 409) and calls that never got an answer (no status), except those whose
+    endpoint cannot be reached at all (code ``provider_unreachable``: a host name that does
+    not resolve, nothing listening on a local address, a TLS failure)."""
     if isinstance(exc, RateLimited | ProviderTimeout):
         return True
     if isinstance(exc, ProviderError):
+        if exc.code == "provider_unreachable":  # bad host, nothing listening, TLS: setup
+            return False
         return exc.status is None or exc.status >= 500 or exc.status in (408, 409)
     return False
 

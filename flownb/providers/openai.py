@@ -42,9 +42,13 @@ import atexit
 import base64
 import binascii
 import contextlib
+import errno
 import html
+import ipaddress
 import json
 import re
+import socket
+import ssl
 import urllib.parse
 import urllib.request
 import warnings
@@ -325,6 +329,80 @@ def _translate_status(
     )
 
 
+# A ProviderError with this code is a setup problem (bad host name, nothing listening on a
+# local address, no TLS there): reported at once, never retried (see limits.retryable).
+UNREACHABLE = "provider_unreachable"
+_NO_ROUTE = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH})
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """Return ``exc`` and what it was raised from or during (aiohttp's ``os_error`` too)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        nxt = current.__cause__ or current.__context__
+        os_error = getattr(current, "os_error", None)
+        current = nxt if nxt is not None else os_error if isinstance(os_error, OSError) else None
+    return seen
+
+
+def _local(host: str) -> bool:
+    """Return whether ``host`` is a loopback, private, link-local or reserved address (or
+    ``localhost``): nothing listening there is not a passing state of a public service."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_reserved
+
+
+def _unreachable(exc: BaseException, url: str) -> str | None:
+    """Return why ``url`` cannot be reached in a way no retry fixes (the host name does not
+    resolve, nothing listens on a local address, no route, TLS fails), or ``None`` when the
+    failure may pass (a refused connection to a public host, a reset, a timeout)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    where = parts.netloc or host
+    for cause in _causes(exc):
+        if isinstance(cause, socket.gaierror):
+            return f"the host name {host!r} does not resolve (DNS: {cause.strerror or cause})"
+        if isinstance(cause, ssl.SSLError) and type(cause).__module__ == "ssl":
+            reason = getattr(cause, "reason", None) or cause.strerror or str(cause)
+            hint = ": is it http://, not https://?" if "VERSION" in str(reason) else ""
+            return f"the TLS handshake with {where} failed ({reason}{hint})"
+        if isinstance(cause, ssl.CertificateError):
+            return f"the TLS certificate of {where} was not accepted ({cause})"
+        if isinstance(cause, ConnectionRefusedError) and _local(host):
+            return f"nothing is listening at {where} (connection refused)"
+        if isinstance(cause, OSError) and cause.errno in _NO_ROUTE:
+            return f"there is no route to {where} ({cause.strerror})"
+    return None
+
+
+def _connection_failed(exc: BaseException, base_url: str, key: str | None) -> ProviderError:
+    """Return the error for a request that got no answer: one line saying why, and whether a
+    retry can help (:data:`UNREACHABLE` when it cannot)."""
+    why = _unreachable(exc, base_url)
+    if why is not None:
+        return ProviderError(
+            f"could not reach the OpenAI API at {base_url}: {_redact(why, key)} (check "
+            "OPENAI_BASE_URL)",
+            provider="openai",
+            code=UNREACHABLE,
+        )
+    detail = next(
+        (str(c) for c in reversed(_causes(exc)) if str(c)), type(exc).__name__
+    )  # the innermost cause says most ("Connection error." says nothing)
+    return ProviderError(
+        f"could not reach the OpenAI API at {base_url}: {type(exc).__name__}: "
+        f"{_redact(_first_line(detail), key)}",
+        provider="openai",
+    )
+
+
 def _bad_answer(what: str, request_id: str | None) -> ProviderError:
     """Return the error for a 200 answer that holds no usable output (not worth a retry)."""
     text = f"OpenAI API answered 200 with {what}"
@@ -507,11 +585,7 @@ class _AiohttpTransport:
         except aiohttp.ServerTimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except aiohttp.ClientError as exc:
-            raise ProviderError(
-                f"could not reach the OpenAI API at {self.base_url}: {type(exc).__name__}: "
-                f"{_redact(str(exc), self.key)}",
-                provider="openai",
-            ) from exc
+            raise _connection_failed(exc, self.base_url, self.key) from exc
         try:
             data = json.loads(raw)
         except ValueError:
@@ -609,10 +683,7 @@ class _SdkTransport:
         except openai.APITimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except openai.APIConnectionError as exc:
-            raise ProviderError(
-                f"could not reach the OpenAI API at {self.base_url}: {_redact(str(exc), self.key)}",
-                provider="openai",
-            ) from exc
+            raise _connection_failed(exc, self.base_url, self.key) from exc
         except openai.OpenAIError as exc:
             raise ProviderError(
                 f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
