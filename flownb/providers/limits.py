@@ -33,18 +33,17 @@ class Pacer:
         self._lock = threading.Lock()
 
     def take(self) -> float:
-        """Claim the next start slot; return the seconds until it (0.0: now)."""
+        """Claim the next start slot; return its time on the monotonic clock (now, or later)."""
         with self._lock:
-            now = time.monotonic()
-            start = max(now, self._next)
+            start = max(time.monotonic(), self._next)
             self._next = start + self.interval
-        return start - now
+        return start
 
     async def wait(self) -> None:
         """Return when the next request may start."""
         if not self.interval:
             return
-        delay = self.take()
+        delay = self.take() - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
 
@@ -133,7 +132,7 @@ class AdaptiveLimiter:
     # Successes without a recent 429 needed for one slot above the highest level that worked.
     probe_every = 8
     # Refusals at or above a level before it can be called a limit (fewer are chance).
-    min_refusals = 4
+    min_refusals = 6
 
     def __init__(self, limit: int, pacer: Pacer | None = None, cooldown: float = 1.0) -> None:
         if limit < 1:

@@ -52,7 +52,7 @@ import ssl
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
@@ -521,9 +521,45 @@ def _download_failed(url: str, why: str) -> ProviderError:
 
 
 # aiohttp sessions, shared by every provider with the same endpoint and key on the same event
-# loop (a session is bound to its loop): flows loaded one after another reuse connections, and
-# the sessions are closed at exit instead of being garbage-collected open.
+# loop (a session is bound to its loop): flows loaded one after another reuse connections. A
+# session is closed with its loop (see _close_with_loop), or at exit for a loop still running.
 _SESSIONS: dict[tuple[asyncio.AbstractEventLoop, str, str | None], Any] = {}
+# (registry, key) -> the suspended async generator that closes a registry's entry when the
+# entry's loop shuts down; kept here so it lives as long as the entry.
+_WATCHES: dict[tuple[int, Any], AsyncGenerator[None, None]] = {}
+
+
+def _loop_of(ident: Any) -> asyncio.AbstractEventLoop:
+    return ident[0] if isinstance(ident, tuple) else ident
+
+
+async def _close_with_loop(
+    registry: dict[Any, Any], ident: Any, close: Callable[[], Awaitable[Any]]
+) -> None:
+    """Have ``close`` run on the running loop as it shuts down, and ``ident`` leave
+    ``registry`` then: ``asyncio.run`` (and any loop that shuts down its async generators
+    before closing) finishes the generator started here while it can still run coroutines.
+    Also forgets the entries of loops that closed without doing so (nothing can close those
+    any more; at least they are not kept until exit)."""
+    for key in [k for k in _WATCHES if _loop_of(k[1]).is_closed()]:
+        _WATCHES.pop(key, None)
+    for reg in (_SESSIONS, registry):
+        for k in [k for k in reg if _loop_of(k).is_closed()]:
+            reg.pop(k, None)
+    entry = registry[ident]
+
+    async def watch() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if registry.get(ident) is entry:
+                del registry[ident]
+            with contextlib.suppress(Exception):
+                await close()
+
+    gen = watch()
+    await gen.__anext__()  # started on this loop: the loop now finalizes it at shutdown
+    _WATCHES[(id(registry), ident)] = gen
 
 
 @atexit.register
@@ -553,18 +589,23 @@ class _AiohttpTransport:
         bypass = urllib.request.proxy_bypass(host) or host in ("127.0.0.1", "localhost", "::1")
         self.proxy = None if bypass else urllib.request.getproxies().get(parts.scheme)
 
-    def _session(self) -> Any:
+    async def _session(self) -> Any:
+        session = _SESSIONS.get((asyncio.get_running_loop(), self.base_url, self.key))
+        if session is None or session.closed:
+            session = await self._new_session()
+        return session
+
+    async def _new_session(self) -> Any:
         import aiohttp
 
         ident = (asyncio.get_running_loop(), self.base_url, self.key)
-        session = _SESSIONS.get(ident)
-        if session is None or session.closed:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-            session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            )
-            _SESSIONS[ident] = session
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+        session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        )
+        _SESSIONS[ident] = session
+        await _close_with_loop(_SESSIONS, ident, session.close)
         return session
 
     async def post(
@@ -573,7 +614,10 @@ class _AiohttpTransport:
         import aiohttp
 
         try:
-            async with self._session().post(
+            session = _SESSIONS.get((asyncio.get_running_loop(), self.base_url, self.key))
+            if session is None or session.closed:
+                session = await self._new_session()
+            async with session.post(
                 self.base_url + endpoint,
                 data=json.dumps(body),
                 headers={**self.headers, **self.auth} if self.auth else self.headers,
@@ -610,7 +654,8 @@ class _AiohttpTransport:
         if not urllib.request.proxy_bypass(parts.hostname or ""):
             proxy = urllib.request.getproxies().get(parts.scheme)
         try:
-            async with self._session().get(url, proxy=proxy) as resp:
+            session = await self._session()
+            async with session.get(url, proxy=proxy) as resp:
                 if resp.status >= 400:
                     raise _download_failed(url, f"HTTP {resp.status}")
                 if (resp.content_length or 0) > MAX_IMAGE_BYTES:
@@ -621,7 +666,9 @@ class _AiohttpTransport:
             raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        session = _SESSIONS.pop((asyncio.get_running_loop(), self.base_url, self.key), None)
+        ident = (asyncio.get_running_loop(), self.base_url, self.key)
+        session = _SESSIONS.pop(ident, None)
+        _WATCHES.pop((id(_SESSIONS), ident), None)
         if session is not None:
             await session.close()
 
@@ -634,7 +681,7 @@ class _SdkTransport:
         self.key = api_key
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
 
-    def _client(self) -> Any:
+    async def _client(self) -> Any:
         from openai import AsyncOpenAI
 
         loop = asyncio.get_running_loop()
@@ -645,6 +692,7 @@ class _SdkTransport:
                 api_key=self.key or "unused", base_url=self.base_url, max_retries=0, timeout=None
             )
             self._clients[loop] = client
+            await _close_with_loop(self._clients, loop, client.close)  # not kept past its loop
         return client
 
     async def post(
@@ -652,7 +700,7 @@ class _SdkTransport:
     ) -> tuple[Any, str | None, RateLimits | None]:
         import openai
 
-        client = self._client()
+        client = await self._client()
         rest = dict(body)
         model = rest.pop("model")
         try:
@@ -719,7 +767,9 @@ class _SdkTransport:
             raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        client = self._clients.pop(asyncio.get_running_loop(), None)
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        _WATCHES.pop((id(self._clients), loop), None)
         if client is not None:
             await client.close()
 
