@@ -121,9 +121,11 @@ class AdaptiveLimiter:
 
     The allowance regrows by one slot per round of calls up to the highest level known to work
     (:attr:`ceiling`), and probes beyond it slowly (one slot per ``probe_every x allowed``
-    successes), so a real limit costs about one 429 per probe. Each probe that works speeds the
-    next one up (doubling, up to a slot per round), so a cut that turns out wrong is undone in a
-    few hundred calls, not thousands.
+    successes). A probe refused at the limit found before goes back under it at once (while the
+    log still shows that level refused more often than those below it), so a real limit costs
+    about one 429 per probe, and each such probe doubles the wait for the next (up to 8x). Each
+    probe that works speeds the next one up (doubling, up to a slot per round), so a cut that
+    turns out wrong is undone in several hundred calls, not thousands.
 
     :meth:`rate_limited` is the blunt signal (halve, at most once per ``cooldown`` seconds), for
     callers with nothing better to go on. Waiters are served first come, first served.
