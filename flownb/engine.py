@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -210,6 +211,7 @@ class Engine:
         self.retries = retries
         # Tokens per minute (None or 0: no limit), shared by every run of this engine.
         self.tokens: Gate | None = TokenGate(tpm) if tpm else None
+        self._cut_warned: set[str] = set()  # nodes already warned about answers cut short
         # Shared by every result: RunResult.trace is computed from it only when asked for.
         self.trace_of = (plan.trace_names, media_url)
 
@@ -237,6 +239,10 @@ class Engine:
                 )
                 entries.append((name, value))
                 outputs.setdefault(name, value)
+        for g in gens:
+            if g.finish_reason == "length":
+                self._warn_cut(gens)
+                break
         cached: frozenset[str] = frozenset()
         for g in gens:
             if g.cached:
@@ -256,6 +262,19 @@ class Engine:
             gens,
             self.trace_of,
         )
+
+    def _warn_cut(self, gens: Sequence[Generation | None]) -> None:
+        """Warn, once per node and engine, that its answer stopped at the token limit."""
+        for name, g in zip(self.plan.trace_names, gens, strict=True):
+            if g is not None and g.finish_reason == "length" and name not in self._cut_warned:
+                self._cut_warned.add(name)
+                warnings.warn(
+                    f"node {name!r}: the answer stopped at the token limit (finish_reason "
+                    "'length'); its text is kept but cut short (RunResult.truncated, the "
+                    "'truncated' column); raise max_tokens to get all of it",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def _context(
         self, values: Mapping[str, str], gens: list[Generation | None], step: Step
@@ -360,6 +379,8 @@ class Engine:
         if not isinstance(first, ProviderError):
             return first
         names = [plan.trace_names[step.index] for step, _ in failed]
+        if any(g is not None and g.finish_reason == "length" for g in gens):
+            self._warn_cut(gens)
         media_url = self.media_url
         outputs: dict[str, str] = {}
         entries: list[tuple[str, str]] = []

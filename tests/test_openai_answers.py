@@ -100,7 +100,7 @@ def test_an_answer_cut_at_the_token_limit_keeps_its_text_warns_and_is_flagged(
 ) -> None:
     script(fake, "LONG", finish_reason="length")
     flow = flownb.load_flow(make_flow({"out": "say {a}"}, ["a"]), cache=False)
-    with pytest.warns(UserWarning, match="token limit"):
+    with pytest.warns(UserWarning, match="node 'out': the answer stopped at the token limit"):
         frame = flow.run_dataframe(pd.DataFrame({"a": ["LONG", "short"]}), progress=False)
     assert list(frame["out"]) == [echo("say LONG"), echo("say short")]
     assert list(frame["truncated"]) == ["out", None]

@@ -816,7 +816,6 @@ class OpenAIProvider(Provider):
             self.base_url, key
         )
         self._prepared: dict[int, tuple[Mapping[str, Any], Kind, Prepared]] = {}
-        self._cut_warned: set[str] = set()  # nodes already warned about answers cut short
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> OpenAIProvider:
@@ -886,27 +885,13 @@ class OpenAIProvider(Provider):
             gen = await self._image(data, prepared, request_id)
             gen.limits = limits
             return gen
+        # An answer cut at the token limit is kept; the engine warns and flags it.
         text, finish = _answer_text(data, prepared.endpoint == "/chat/completions", request_id)
-        if finish == "length":
-            self._warn_cut(call.node_id, model)
         usage = data.get("usage")
         if isinstance(usage, Mapping):
             usage = {k: v for k, v in usage.items() if isinstance(v, int)}
         return Generation(
             text, model=model, usage=usage or None, limits=limits, finish_reason=finish
-        )
-
-    def _warn_cut(self, node: str, model: str) -> None:
-        """Warn, once per node, that an answer stopped at the token limit."""
-        if node in self._cut_warned:
-            return
-        self._cut_warned.add(node)
-        warnings.warn(
-            f"node {node!r}: {model} stopped at the token limit (finish_reason 'length'); the "
-            "text is kept but cut short (flagged in RunResult.truncated and the 'truncated' "
-            "column); raise max_tokens to get all of it",
-            UserWarning,
-            stacklevel=2,
         )
 
     async def _image(
