@@ -67,6 +67,16 @@ def _connect(path: Path, timeout: float) -> sqlite3.Connection:
     return db
 
 
+def _encode(gen: Generation) -> str:
+    """Return what the cache stores of a generation (JSON)."""
+    stored: dict[str, Any] = {
+        "output": gen.output, "media": gen.media, "model": gen.model, "usage": gen.usage
+    }  # fmt: skip
+    if gen.finish_reason == "length":  # a text cut short stays flagged when read back
+        stored["finish_reason"] = gen.finish_reason
+    return json.dumps(stored)
+
+
 class CallCache:
     """A SQLite table of key -> generation. ``media_dir`` is where image generations' files live:
     an entry whose file is gone is a miss."""
@@ -176,14 +186,13 @@ class CallCache:
             model=data.get("model"),
             usage=data.get("usage"),
             cached=True,
+            finish_reason=data.get("finish_reason"),
         )
 
     def put(self, key: str, gen: Generation) -> None:
         """Store a successful generation: committed before this returns when the database is
         free (one small transaction), else queued for the writer thread."""
-        value = json.dumps(
-            {"output": gen.output, "media": gen.media, "model": gen.model, "usage": gen.usage}
-        )
+        value = _encode(gen)
         with self._lock:
             self._pending[key] = value
         # On the caller's thread: no hand-over to another thread that may wait for the GIL (a
@@ -208,12 +217,7 @@ class CallCache:
     def put_many(self, items: Iterable[tuple[str, Generation]]) -> None:
         """Store many generations and commit them in one transaction (a batch's answers);
         a store failure keeps them queued and is recorded in ``errors``, not raised."""
-        values = {
-            key: json.dumps(
-                {"output": g.output, "media": g.media, "model": g.model, "usage": g.usage}
-            )
-            for key, g in items
-        }
+        values = {key: _encode(g) for key, g in items}
         with self._lock:
             self._pending.update(values)
         self._commit()

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from .errors import ConfigError, ProviderError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner, Gate
@@ -260,6 +261,7 @@ class Engine:
         self.retries = retries
         # Tokens per minute (None or 0: no limit), shared by every run of this engine.
         self.tokens: Gate | None = TokenGate(tpm) if tpm else None
+        self._cut_warned: set[str] = set()  # nodes already warned about answers cut short
         # Shared by every result: RunResult.trace is computed from it only when asked for.
         self.trace_of = (plan.trace_names, media_url)
 
@@ -287,6 +289,10 @@ class Engine:
                 )
                 entries.append((name, value))
                 outputs.setdefault(name, value)
+        for g in gens:
+            if g.finish_reason == "length":
+                self._warn_cut(gens)
+                break
         cached: frozenset[str] = frozenset()
         for g in gens:
             if g.cached:
@@ -306,6 +312,19 @@ class Engine:
             gens,
             self.trace_of,
         )
+
+    def _warn_cut(self, gens: Sequence[Generation | None]) -> None:
+        """Warn, once per node and engine, that its answer stopped at the token limit."""
+        for name, g in zip(self.plan.trace_names, gens, strict=True):
+            if g is not None and g.finish_reason == "length" and name not in self._cut_warned:
+                self._cut_warned.add(name)
+                warnings.warn(
+                    f"node {name!r}: the answer stopped at the token limit (finish_reason "
+                    "'length'); its text is kept but cut short (RunResult.truncated, the "
+                    "'truncated' column); raise max_tokens to get all of it",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def _context(
         self, values: Mapping[str, str], gens: list[Generation | None], step: Step
@@ -355,22 +374,88 @@ class Engine:
 
     async def _run_element(self, values: Mapping[str, str], runner: CallRunner) -> RunResult:
         started = time.perf_counter()
-        gens: list[Any] = [None] * len(self.plan.steps)
-        for level in self.plan.levels:
+        plan = self.plan
+        if len(plan.steps) == 1:  # nothing else to keep when the one node fails
+            step = plan.steps[0]
+            return self._result(values, [await self._call(step, values, runner)], started)
+        gens: list[Any] = [None] * len(plan.steps)
+        failed: list[tuple[Step, Exception]] = []
+        lost: set[int] = set()  # steps that failed, or did not run because an upstream one did
+        for level in plan.levels:
+            if lost:
+                ready = tuple(s for s in level if not lost.intersection(s.upstream))
+                lost.update(s.index for s in level if s not in ready)
+                level = ready
+            if not level:
+                continue
+            done: list[Any]
             if len(level) == 1:
                 step = level[0]
-                gens[step.index] = await self._call(step, self._context(values, gens, step), runner)
-                continue
-            done = await asyncio.gather(
-                *(self._call(s, self._context(values, gens, s), runner) for s in level),
-                return_exceptions=True,
-            )
-            # Siblings were allowed to finish (their paid results reach the cache) before failing.
+                try:
+                    done = [await self._call(step, self._context(values, gens, step), runner)]
+                except Exception as exc:
+                    done = [exc]
+            else:
+                # Every node of a level runs to its end: a failure keeps its siblings' outputs.
+                done = await asyncio.gather(
+                    *(self._call(s, self._context(values, gens, s), runner) for s in level),
+                    return_exceptions=True,
+                )
             for step, gen in zip(level, done, strict=True):
-                if isinstance(gen, BaseException):
-                    raise gen
-                gens[step.index] = gen
+                if isinstance(gen, Exception):
+                    failed.append((step, gen))
+                    lost.add(step.index)
+                elif isinstance(gen, BaseException):
+                    raise gen  # cancelled or interrupted: not a node's failure
+                else:
+                    gens[step.index] = gen
+        if failed:
+            raise self._partial(values, gens, lost, failed, started)
         return self._result(values, gens, started)
+
+    def _partial(
+        self,
+        values: Mapping[str, str],
+        gens: list[Any],
+        lost: set[int],
+        failed: list[tuple[Step, Exception]],
+        started: float,
+    ) -> Exception:
+        """Return the error of a row where some nodes failed: the first failure, as
+        :meth:`ProviderError.in_row` words it (naming the node(s), keeping as ``partial`` every
+        output whose nodes all succeeded); any other exception as it is."""
+        plan = self.plan
+        first = failed[0][1]
+        if not isinstance(first, ProviderError):
+            return first
+        names = [plan.trace_names[step.index] for step, _ in failed]
+        if any(g is not None and g.finish_reason == "length" for g in gens):
+            self._warn_cut(gens)
+        media_url = self.media_url
+        outputs: dict[str, str] = {}
+        entries: list[tuple[str, str]] = []
+        for name, srcs in plan.output_sources:
+            if any(kind == "step" and ref in lost for kind, ref in srcs):
+                continue
+            value = "\n\n".join(
+                (gens[ref].output if gens[ref].media is None else media_url(gens[ref].media))
+                if kind == "step"
+                else values[ref]
+                for kind, ref in srcs
+            )
+            entries.append((name, value))
+            outputs.setdefault(name, value)
+        partial = make_result(
+            outputs,
+            entries,
+            plan.output_kinds,
+            self.provider.name,
+            frozenset(),
+            time.perf_counter() - started,
+            gens,
+            self.trace_of,
+        )
+        return first.in_row(names, partial)
 
     async def run_async(
         self,

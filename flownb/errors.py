@@ -26,6 +26,7 @@ show any error on one line (CLI, DataFrame ``error`` column, run log, form, serv
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -133,9 +134,17 @@ class InputError(FlownbError, ValueError):
 
 class ProviderError(FlownbError):
     """A model provider failed. Keeps the provider's message, HTTP status and request id, and
-    its ``Retry-After`` hint in seconds (``retry_after``), which is honoured on 5xx too."""
+    its ``Retry-After`` hint in seconds (``retry_after``), which is honoured on 5xx too.
+
+    Raised for a row of a flow with several generation nodes, it names the node(s) that failed
+    (``failed_nodes``) and keeps what the row's other nodes produced: ``partial`` is a
+    :class:`~flownb.result.RunResult` of every output whose nodes all succeeded (``None`` when
+    the error is not about a row).
+    """
 
     code = "provider_error"
+    partial: Any = None
+    failed_nodes: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -152,6 +161,18 @@ class ProviderError(FlownbError):
         self.request_id = request_id
         self.provider = provider
         self.retry_after = retry_after
+
+    def in_row(self, nodes: Sequence[str], partial: Any) -> ProviderError:
+        """Return a copy of this error (same class) for a row where ``nodes`` failed: its
+        message names them, and ``partial`` keeps the row's outputs that were produced."""
+        row = copy.copy(self)
+        label = f"node {nodes[0]!r}" if len(nodes) == 1 else f"nodes {', '.join(map(repr, nodes))}"
+        row.message = f"{label} failed: {self.message}"
+        row.args = (row.message,)
+        row.failed_nodes = tuple(nodes)
+        row.partial = partial
+        row.__cause__ = self
+        return row
 
 
 class ProviderTimeout(ProviderError):

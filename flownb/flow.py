@@ -31,6 +31,7 @@ from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
 from .providers.base import Provider
+from .providers.calls import Notice, notices_to
 from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
@@ -189,7 +190,11 @@ class BaseFlow(ABC):
                 bar.update(1)
 
         try:
-            self._execute(batch, report, concurrency)
+            if bar is None:
+                self._execute(batch, report, concurrency)
+            else:
+                with notices_to(_bar_notice(bar)):  # a slow retry says so on the bar
+                    self._execute(batch, report, concurrency)
         finally:
             if bar is not None:
                 bar.close()
@@ -327,6 +332,19 @@ def _progress_bar(total: int, name: str) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=name, unit="row", leave=True)
+
+
+def _bar_notice(bar: Any) -> Notice:
+    """Return where a run with progress bar ``bar`` announces things: the bar's postfix, and
+    in a terminal also a line on stderr above the bar (a postfix is easy to miss there)."""
+    in_notebook = type(bar).__module__.startswith("tqdm.notebook")
+
+    def notice(line: str) -> None:
+        bar.set_postfix_str(line)
+        if not in_notebook:
+            bar.write(f"flownb: {line}", file=sys.stderr)
+
+    return notice
 
 
 class LocalFlow(BaseFlow):

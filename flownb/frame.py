@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]
 
 INTERRUPTED = "interrupted before this row finished; run again to complete it"
+# The column naming, per row, the nodes whose text stopped at the token limit (only present
+# when some did).
+TRUNCATED = "truncated"
 
 
 def rows_to_variables(
@@ -169,8 +172,10 @@ def run_dataframe(
     where that name is already a column).
 
     Returns:
-        A copy of ``df`` with a column per output (``None`` where the row failed) and, when some
-        rows failed or were interrupted, ``error_column`` holding each such row's message. With
+        A copy of ``df`` with a column per output (``None`` where the row failed; a row where
+        one node failed keeps the outputs of the others) and, when some rows failed or were
+        interrupted, ``error_column`` holding each such row's message; when some answers
+        stopped at the token limit, a ``truncated`` column naming those nodes per row. With
         ``fill``, the empty cells of the variables' columns hold ``fill`` (what the flow got).
 
     Raises:
@@ -190,18 +195,25 @@ def run_dataframe(
     values: dict[str, list[str | None]] = {out: [None] * n for out in out_cols}
     traced: dict[str, list[str | None]] = {node: [None] * n for node in trace_cols}
     errors: list[str | None] = [None] * n
+    truncated: list[str | None] = [None] * n
     done = [False] * n
 
     def record(i: int, result: Any, exc: BaseException | None) -> None:
         done[i] = True
         if exc is not None:
             errors[i] = one_line(exc, code=True)
-            return
+            # A row where one node failed keeps the outputs of the nodes that succeeded.
+            result = getattr(exc, "partial", None)
+            if result is None:
+                return
         for out in out_cols:
             values[out][i] = result.get(out)
         if traced:
             for node, output in result.trace.items():
                 traced[node][i] = output
+        cut = getattr(result, "truncated", ())
+        if cut:
+            truncated[i] = ", ".join(cut)
 
     interrupted = False
     try:
@@ -231,6 +243,11 @@ def run_dataframe(
         )
     if any(e is not None for e in errors):
         result[error_column] = pd.Series(errors, index=df.index, dtype=object)
+    if any(t is not None for t in truncated):
+        col = TRUNCATED
+        while col in result.columns:
+            col = f"{col}_output"
+        result[col] = pd.Series(truncated, index=df.index, dtype=object)
     return result
 
 

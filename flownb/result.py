@@ -25,6 +25,7 @@ class RunResult(dict[str, str]):
         provider: the provider that ran ("offline", "openai", or "remote").
         cached: names of the outputs served from the cache without a provider call.
         latency: seconds the run took.
+        truncated: the nodes whose answer stopped at the token limit (see the property).
     """
 
     # Instance attributes on a dict subclass: declared, so typos fail loudly.
@@ -69,7 +70,21 @@ class RunResult(dict[str, str]):
         return {
             name: g.output if g.media is None else media_url(g.media)
             for name, g in zip(names, self.generations, strict=True)
+            if g is not None  # a node that failed or did not run (a partly failed row)
         }
+
+    @property
+    def truncated(self) -> tuple[str, ...]:
+        """The nodes whose text stopped at the token limit (``finish_reason: length``): kept,
+        but cut short. Empty when none was (and for remote runs)."""
+        if self._trace_of is None:
+            return ()
+        names = self._trace_of[0]
+        return tuple(
+            name
+            for name, g in zip(names, self.generations, strict=True)
+            if g is not None and g.finish_reason == "length"
+        )
 
     @property
     def entries(self) -> list[tuple[str, str]]:

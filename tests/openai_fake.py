@@ -32,7 +32,9 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
         max_in_flight=None,
         rate_limit=None,
         rate_window=60.0,
+        faults_first=False,
         replies={},
+        answers={},
     )
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

@@ -6,7 +6,10 @@ headers are read by both transports and pace starts before the provider refuses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,9 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 import flownb
 from flownb.media import MediaStore
 from flownb.providers.base import Call, RateLimits
-from flownb.providers.limits import AdaptiveLimiter
+from flownb.providers.limits import AdaptiveLimiter, Pacer
 from flownb.providers.openai import OpenAIProvider, parse_duration, rate_limits
+from flownb.providers.tokens import Meter
 from flownb.testing.fake_openai import FakeOpenAI, duration, echo
 from tests.conftest import make_flow
 
@@ -121,6 +125,107 @@ def test_refusals_above_a_level_set_the_concurrency_just_under_it() -> None:
     assert limiter.cuts - found <= 1 + 900 // (8 * 8)  # a probe per 8 x allowed successes
 
 
+async def _world(
+    limiter: AdaptiveLimiter,
+    rng: random.Random,
+    calls: int,
+    *,
+    share: float = 0.1,
+    limit: int | None = None,
+    capacities: list[int] | None = None,
+) -> int:
+    """Drive ``limiter`` as a run does, against a provider that answers 429 at once (before any
+    success can arrive) to ``share`` of the calls at random and to every call above ``limit``
+    in flight, and answers the others in the order they started. Return the 429s."""
+    pending: collections.deque[tuple[int, int]] = collections.deque()
+    todo, done, refused = calls, 0, 0
+    while done < calls:
+        while todo and limiter.in_flight < limiter.capacity:
+            await limiter.__aenter__()
+            level, seq = limiter.in_flight, limiter.started
+            if (limit is not None and len(pending) >= limit) or rng.random() < share:
+                limiter.rejected(level, seq)  # the retry goes out at once (Retry-After: 0)
+                await limiter.__aexit__()
+                refused += 1
+            else:
+                pending.append((level, seq))
+                todo -= 1
+        level, seq = pending.popleft()
+        limiter.succeeded(level, seq)
+        await limiter.__aexit__()
+        done += 1
+        if capacities is not None:
+            capacities.append(limiter.capacity)
+    return refused
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_instant_random_429s_do_not_outvote_slower_successes(seed: int) -> None:
+    """In the first burst no success can have arrived when the fast 429s do: calls still out
+    are not refusals, so 10% random refusals never read as a limit (2,000 calls, C=32)."""
+    limiter = AdaptiveLimiter(32)
+    asyncio.run(_world(limiter, random.Random(seed), 2000))
+    assert limiter.cuts == 0 and limiter.capacity == 32
+
+
+def test_a_burst_with_a_few_refusals_among_calls_still_out_is_no_limit() -> None:
+    async def go() -> AdaptiveLimiter:
+        limiter = AdaptiveLimiter(32)
+        for _ in range(32):
+            await limiter.__aenter__()
+        for level in (5, 12, 20, 27, 30, 31):  # refused at once; the other 26 still out
+            limiter.rejected(level, level)
+        return limiter
+
+    limiter = asyncio.run(go())
+    assert limiter.cuts == 0 and limiter.capacity == 32
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_cut_lands_at_the_limit_whatever_order_the_refusals_come_in(seed: int) -> None:
+    """A limit of 8: the 24 calls of the first burst above it are refused in a random order;
+    the allowance ends at 8, never below it on the way."""
+
+    async def go() -> tuple[AdaptiveLimiter, int]:
+        limiter = AdaptiveLimiter(32)
+        for _ in range(32):
+            await limiter.__aenter__()
+        order = list(range(9, 33))
+        random.Random(seed).shuffle(order)
+        lowest = 32
+        for level in order:
+            limiter.rejected(level, level)
+            lowest = min(lowest, limiter.capacity)
+        return limiter, lowest
+
+    limiter, lowest = asyncio.run(go())
+    assert limiter.capacity == 8 and lowest == 8
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_wrong_cut_is_undone_within_a_run_and_random_429s_do_not_redo_it(seed: int) -> None:
+    """A limit of 10 that then goes away (a provider's burst): with 10% random 429s the
+    allowance is back at 32 within 1,500 calls (one slot per 8 x allowed successes took about
+    3,600), and once the log no longer shows the old limit, random 429s above it cut nothing."""
+    limiter = AdaptiveLimiter(32)
+    rng = random.Random(seed)
+    asyncio.run(_world(limiter, rng, 300, share=0.0, limit=10))
+    assert limiter.capacity == 10
+    capacities: list[int] = []
+    asyncio.run(_world(limiter, rng, 1500, capacities=capacities))
+    assert 32 in capacities[:1500]
+    cuts = limiter.cuts
+    asyncio.run(_world(limiter, rng, 1000))
+    assert limiter.cuts == cuts and limiter.capacity == 32
+
+
+def test_a_real_limit_costs_few_429s() -> None:
+    limiter = AdaptiveLimiter(32)
+    refused = asyncio.run(_world(limiter, random.Random(1), 1000, share=0.0, limit=8))
+    assert limiter.capacity == 8
+    assert refused < 0.05 * 1000
+
+
 def test_a_concurrency_limit_is_found_with_few_429s(fake: FakeOpenAI) -> None:
     fake.configure(max_in_flight=4, latency=0.01)
     flow = flownb.load_flow(make_flow(PROMPTS, ["topic"]), cache=False, concurrency=16)
@@ -162,3 +267,51 @@ def test_token_headers_hold_starts_until_the_window_resets() -> None:
 
     limiter = asyncio.run(go())
     assert 0.0 < limiter.held <= 0.05
+
+
+def _hammer(work: object, threads: int = 8) -> None:
+    """Run ``work`` on ``threads`` threads at once, switching between them as often as the
+    interpreter can (so an unguarded read-modify-write loses updates)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        start = threading.Barrier(threads)
+
+        def run() -> None:
+            start.wait()
+            work()  # type: ignore[operator]
+
+        pool = [threading.Thread(target=run) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+
+
+def test_pacer_slots_taken_from_many_threads_are_never_shared() -> None:
+    pacer = Pacer(60)  # one start a second: every slot taken here lies in the future
+    first = pacer.take()
+    slots: list[float] = []
+
+    def work() -> None:
+        for _ in range(2000):
+            slots.append(pacer.take())
+
+    _hammer(work)
+    # One slot a second after the first, each taken once: none shared, none skipped.
+    assert sorted(round(s - first) for s in slots) == list(range(1, 16001))
+
+
+def test_meter_corrections_from_many_threads_all_count() -> None:
+    meter = Meter(60)  # a unit is a second
+    asyncio.run(meter.take(1))
+    before = meter._next
+
+    def work() -> None:
+        for _ in range(2000):
+            meter.adjust(1)
+
+    _hammer(work)
+    assert meter._next == pytest.approx(before + 16000.0)

@@ -381,3 +381,43 @@ def test_an_image_over_the_download_cap_is_refused_not_stored(
     assert not media.exists() or not list(media.glob("*.png"))
     monkeypatch.setattr(mod, "MAX_IMAGE_BYTES", size)  # exactly at the cap: kept
     assert flow.run(topic="owls")["out"].startswith("file://")
+
+
+def test_http_sessions_close_with_their_loop_and_are_not_kept(
+    fake: FakeOpenAI, transport: str
+) -> None:
+    """Each ``asyncio.run`` makes its own loop: its session (aiohttp) or client (SDK) is closed
+    as that loop shuts down, and no longer held (they used to pile up until exit)."""
+    from flownb.providers import openai as mod
+
+    provider = OpenAIProvider(
+        media=MediaStore(Path("unused")), base_url=fake.url, transport=transport
+    )
+    used: list[object] = []
+
+    def held() -> dict:
+        return mod._SESSIONS if transport == "aiohttp" else provider._transport._clients  # type: ignore[attr-defined]
+
+    async def go() -> None:
+        await provider.generate(Call("text", "x", {"model": "m"}))
+        loop = asyncio.get_running_loop()
+        key = (loop, provider.base_url, None) if transport == "aiohttp" else loop
+        used.append(held()[key])
+
+    for _ in range(3):
+        asyncio.run(go())
+    assert len(used) == 3 and len({id(u) for u in used}) == 3
+    assert not any(entry is u for entry in held().values() for u in used)
+    for u in used:
+        assert u.closed if transport == "aiohttp" else u.is_closed()  # type: ignore[attr-defined]
+
+
+def test_a_loop_closed_without_shutting_down_leaves_nothing_behind(fake: FakeOpenAI) -> None:
+    from flownb.providers import openai as mod
+
+    provider = OpenAIProvider(media=MediaStore(Path("unused")), base_url=fake.url)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(provider.generate(Call("text", "x", {"model": "m"})))
+    loop.close()  # no shutdown_asyncgens: nothing could close the session in time
+    asyncio.run(provider.generate(Call("text", "y", {"model": "m"})))
+    assert not any(key[0] is loop for key in mod._SESSIONS)

@@ -46,7 +46,9 @@ def test_openai_runs_are_logged_with_usage_cache_and_errors(fake: FakeOpenAI) ->
     assert set(df["model"].dropna()) == {"gpt-4o-mini"}
 
     failed = first[first["index"] == 3].iloc[0]
-    assert failed["error"].startswith("provider_error: OpenAI API error 500")
+    assert failed["error"].startswith(
+        "provider_error: nodes 'intro', 'title' failed: OpenAI API error 500"
+    )
     assert failed["outputs"] is None and failed["inputs"] == {"topic": "t3"}
 
     ok = first[first["index"] == 0].iloc[0]

@@ -25,18 +25,41 @@ def fake() -> Iterator[FakeOpenAI]:
         yield f
 
 
-@pytest.fixture
-def server(fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
+def _serve(
+    fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timeout: str = "1"
+) -> Iterator[Running]:
     monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-only")
     monkeypatch.setenv("FLOWNB_RETRIES", "0")  # the table's statuses, not the retry layer
-    monkeypatch.setenv("FLOWNB_TIMEOUT", "1")
+    monkeypatch.setenv("FLOWNB_TIMEOUT", timeout)
     flows = tmp_path / "flows"
     flows.mkdir()
     shutil.copy(FLOWS / "blog-intro.json", flows / "blog-intro.json")
     write_flow(flows / "echo.json", make_flow({"say": "say {a}"}, ["a"]))
+    write_flow(
+        flows / "pair.json",
+        make_flow({"text": "say {a}", "pic": "draw {a}"}, ["a"], images=("pic",)),
+    )
     with run_server(flows, tmp_path / "home", provider="openai") as running:
         yield running
+
+
+@pytest.fixture
+def server(fake: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
+    yield from _serve(fake, tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=["aiohttp", "sdk"])
+def both(
+    request: pytest.FixtureRequest,
+    fake: FakeOpenAI,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Running]:
+    """The server of :func:`server`, on each OpenAI transport (no tight timeout: the SDK's
+    first call imports it)."""
+    monkeypatch.setenv("FLOWNB_OPENAI_TRANSPORT", request.param)
+    yield from _serve(fake, tmp_path, monkeypatch, timeout="60")
 
 
 def test_text_and_image_through_the_contract(server: Running) -> None:
@@ -70,6 +93,35 @@ def test_partly_failed_batch_keeps_paid_outputs(server: Running) -> None:
     assert body["results"][0] == [{"name": "say", "output": echo("say one"), "type": "output"}]
     assert body["results"][1] is None
     assert body["results"][2][0]["output"] == echo("say three")
+
+
+def test_a_row_with_a_failed_node_keeps_the_other_outputs(both: Running, fake: FakeOpenAI) -> None:
+    server = both
+    fake.configure(fail_markers={"500": "draw B"})
+    resp = post_run(server, "pair", [{"a": "A"}, {"a": "B"}])
+    assert resp.status_code == 502
+    body = resp.json()
+    assert [e["index"] for e in body["errors"]] == [1], body["errors"]
+    assert "node 'pic' failed" in body["errors"][0]["message"]
+    assert body["results"][1] == [{"name": "text", "output": echo("say B"), "type": "output"}]
+    assert {i["name"] for i in body["results"][0]} == {"text", "pic"}
+
+
+def test_answers_are_read_right_through_the_contract(both: Running, fake: FakeOpenAI) -> None:
+    server = both
+    parts = [{"type": "text", "text": "two "}, {"type": "text", "text": "parts"}]
+    fake.configure(
+        answers={
+            "PARTS": {"message": {"role": "assistant", "content": parts}},
+            "NO": {"message": {"role": "assistant", "content": None, "refusal": "Cannot."}},
+        }
+    )
+    joined = post_run(server, "echo", {"a": "PARTS"})
+    assert joined.status_code == 200
+    assert joined.json() == [{"name": "say", "output": "two parts", "type": "output"}]
+    refused = post_run(server, "echo", {"a": "NO"})
+    assert refused.status_code == 502
+    assert "refusal instead of text: Cannot." in refused.json()["message"]
 
 
 @pytest.mark.parametrize("cache_on", [False, True])

@@ -72,7 +72,8 @@ class Generation:
     an image the provider wrote to the media store instead; the engine turns it into a URL fit
     for where the result goes (``file://`` locally, ``http://.../media/...`` from the server).
     ``limits`` is what the answer said about the provider's rate limits, for the run's limiter
-    (never cached).
+    (never cached). ``finish_reason`` is why the provider stopped (``"length"``: at the token
+    limit, the text is cut short), ``None`` when it did not say.
     """
 
     output: str
@@ -82,6 +83,7 @@ class Generation:
     cached: bool = False
     latency: float = 0.0
     limits: RateLimits | None = None
+    finish_reason: str | None = None
 
 
 # -- provider batches (half price, results within hours; driven by flownb.batching) -----------

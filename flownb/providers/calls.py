@@ -20,18 +20,29 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from ..errors import ProviderTimeout, RateLimited
+from ..errors import ProviderTimeout, RateLimited, one_line
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 
-__all__ = ["SHARED_TWINS", "CallRunner", "Gate", "Settle"]
+__all__ = [
+    "NOTICE_AFTER",
+    "SHARED_TWINS",
+    "CallRunner",
+    "Gate",
+    "Notice",
+    "Settle",
+    "announce",
+    "notices_to",
+]
 
 # Told the generation of an attempt that succeeded (a token limit corrects its estimate by the
 # usage the provider reported).
@@ -39,6 +50,38 @@ Settle = Callable[[Generation], None]
 # An extra admission step around each provider attempt: called with the call, it returns an
 # async context manager that is held while the attempt runs and yields a Settle.
 Gate = Callable[[Call], AbstractAsyncContextManager[Settle]]
+
+
+# A retry that waits longer than this many seconds is announced, once per run and kind of
+# failure, so a slow endpoint is never silence.
+NOTICE_AFTER = 2.0
+# Where announcements go: a callable taking one line (a progress bar's postfix, ...).
+Notice = Callable[[str], None]
+_sinks: list[Notice] = []  # the innermost notices_to block's sink last
+_sinks_lock = threading.Lock()
+
+
+@contextmanager
+def notices_to(sink: Notice) -> Iterator[None]:
+    """Send the announcements of runs made inside this block to ``sink`` (else: stderr)."""
+    with _sinks_lock:
+        _sinks.append(sink)
+    try:
+        yield
+    finally:
+        with _sinks_lock:
+            _sinks.remove(sink)
+
+
+def announce(line: str) -> None:
+    """Say ``line`` where the user looks: the sink of the innermost :func:`notices_to` block,
+    else one ``flownb: ...`` line on stderr."""
+    with _sinks_lock:
+        sink = _sinks[-1] if _sinks else None
+    if sink is not None:
+        sink(line)
+    else:
+        print(f"flownb: {line}", file=sys.stderr, flush=True)
 
 
 class _Open:
@@ -102,6 +145,7 @@ class CallRunner:
         self._in_flight: dict[str, asyncio.Future[Generation]] = (
             shared if shared is not None else {}
         )
+        self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
         self._prefixes: dict[int, bytes] = {}
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
@@ -149,28 +193,49 @@ class CallRunner:
 
     async def _attempt(self, call: Call) -> Generation:
         limiter = self.limiter
-        async with limiter, self.gate(call) as settle:
-            level, seq = limiter.in_flight, limiter.started  # what this call's answer speaks to
-            try:
-                if self.timeout is None:
-                    gen = await self.provider.generate(call)
-                else:
-                    async with asyncio.timeout(self.timeout):
-                        gen = await self.provider.generate(call)
-            except TimeoutError as exc:
-                raise ProviderTimeout(
-                    f"{self.provider.name} did not answer within {self.timeout:g} s",
-                    provider=self.provider.name,
-                ) from exc
-            except RateLimited as exc:
-                limiter.rejected(level, seq, exc.rate_limits)
-                raise
-            settle(gen)  # before the slot is freed, so the next call sees the correction
+        async with limiter:
+            # What this call's answer speaks to, read as the limiter logged the start (a gate
+            # may wait, and others start meanwhile).
+            level, seq = limiter.in_flight, limiter.started
+            async with self.gate(call) as settle:
+                gen = await self._generate(call, level, seq)
+                settle(gen)  # before the slot is freed, so the next call sees the correction
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
         )
         return gen
+
+    async def _generate(self, call: Call, level: int, seq: int) -> Generation:
+        try:
+            if self.timeout is None:
+                return await self.provider.generate(call)
+            async with asyncio.timeout(self.timeout):
+                return await self.provider.generate(call)
+        except TimeoutError as exc:
+            raise ProviderTimeout(
+                f"{self.provider.name} did not answer within {self.timeout:g} s",
+                provider=self.provider.name,
+            ) from exc
+        except RateLimited as exc:
+            self.limiter.rejected(level, seq, exc.rate_limits)
+            raise
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        """Announce a retry that waits over :data:`NOTICE_AFTER` seconds: what failed, which
+        attempt comes next of how many, and the wait (once per run and kind of failure)."""
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if wait <= NOTICE_AFTER or exc is None:
+            return
+        kind = (type(exc).__name__, getattr(exc, "status", None))
+        if kind in self._announced:
+            return
+        self._announced.add(kind)
+        announce(
+            f"{one_line(exc)}; retrying in {wait:.1f} s "
+            f"(attempt {state.attempt_number + 1} of {self.retries + 1})"
+        )
 
     async def _attempts(self, call: Call) -> Generation:
         try:
@@ -185,6 +250,7 @@ class CallRunner:
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_for_retry,
             retry=retry_if_exception(retryable),
+            before_sleep=self._before_sleep,
             reraise=True,
         )
         async for attempt in retrying:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+import threading
 import time
 from typing import Any
 
@@ -22,22 +23,36 @@ __all__ = ["AdaptiveLimiter", "Pacer", "retryable", "wait_for_retry"]
 class Pacer:
     """Spaces request starts at least ``60 / rpm`` seconds apart (``rpm=None``: no pacing).
 
-    Pure arithmetic on a monotonic clock, so one pacer can serve runs on different loops.
+    Pure arithmetic on a monotonic clock, so one pacer can serve runs on different loops (and
+    threads: the next slot is taken under a lock, so two starts never get the same one).
     """
 
     def __init__(self, rpm: float | None) -> None:
         self.interval = 60.0 / rpm if rpm else 0.0
         self._next = 0.0
+        self._lock = threading.Lock()
+
+    def take(self) -> float:
+        """Claim the next start slot; return its time on the monotonic clock (now, or later)."""
+        with self._lock:
+            start = max(time.monotonic(), self._next)
+            self._next = start + self.interval
+        return start
 
     async def wait(self) -> None:
         """Return when the next request may start."""
         if not self.interval:
             return
-        now = time.monotonic()
-        start = max(now, self._next)
-        self._next = start + self.interval
-        if start > now:
-            await asyncio.sleep(start - now)
+        delay = self.take() - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"interval": self.interval, "_next": self._next}  # a lock does not pickle
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 class _Quota:
@@ -79,6 +94,10 @@ class _Quota:
         return 0.0
 
 
+# States of a start in the limiter's log.
+_PENDING, _ANSWERED, _REFUSED = 0, 1, 2
+
+
 class AdaptiveLimiter:
     """At most ``limit`` calls in flight; fewer while the provider is limiting us, and paced by
     the provider's own rate-limit headers when it sends them. Use as ``async with limiter:``.
@@ -89,15 +108,24 @@ class AdaptiveLimiter:
       requests and tokens left in the provider's window, less what we started since, are spent
       by each start; when none is left, starts wait until the window resets. So a provider that
       says how much it allows is paced *before* it answers 429.
-    - **A 429 while most recent calls were answered, also at its in-flight level and above**:
-      a random refusal (a busy replica, a burst on the provider's side). Nothing changes; the
-      retry goes out at once (Retry-After) and usually succeeds. Halving here is what cost a
-      quarter of the run under 10% random 429s.
-    - **A 429 while most recent calls (overall, or at its level and above) were refused, or
-      at a level above the highest that worked**: a real concurrency limit. The allowance drops
-      to just under that level (not halved: the level estimates the provider's limit), and
-      grows past the highest level that worked only slowly (one slot per ``8 x allowed``
-      successes), so probing the limit costs about one 429 per probe.
+    - **A real concurrency limit**: the limiter keeps a log of the last starts (the in-flight
+      level each started at, and whether it was answered, refused or is still out). A limit is
+      declared only when, at some level, *most calls started at or above it* were refused (at
+      least :attr:`min_refusals` of them). A call still out counts as not refused: 429s answered
+      at once cannot outvote the slower successes of the same burst before they arrive. The cut
+      lands at the level that best splits refused from answered calls in the whole log (the
+      fewest calls on the wrong side), so it does not depend on which refusal came in first.
+    - **Any other 429** is random (a busy replica, a burst on the provider's side): nothing
+      changes, above the highest level known to work too; the retry goes out at once
+      (Retry-After) and usually succeeds.
+
+    The allowance regrows by one slot per round of calls up to the highest level known to work
+    (:attr:`ceiling`), and probes beyond it slowly (one slot per ``probe_every x allowed``
+    successes). A probe refused at the limit found before goes back under it at once (while the
+    log still shows that level refused more often than those below it), so a real limit costs
+    about one 429 per probe, and each such probe doubles the wait for the next (up to 8x). Each
+    probe that works speeds the next one up (doubling, up to a slot per round), so a cut that
+    turns out wrong is undone in several hundred calls, not thousands.
 
     :meth:`rate_limited` is the blunt signal (halve, at most once per ``cooldown`` seconds), for
     callers with nothing better to go on. Waiters are served first come, first served.
@@ -105,6 +133,8 @@ class AdaptiveLimiter:
 
     # Successes without a recent 429 needed for one slot above the highest level that worked.
     probe_every = 8
+    # Refusals at or above a level before it can be called a limit (fewer are chance).
+    min_refusals = 6
 
     def __init__(self, limit: int, pacer: Pacer | None = None, cooldown: float = 1.0) -> None:
         if limit < 1:
@@ -120,11 +150,14 @@ class AdaptiveLimiter:
         self._last_cut = -1e9
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.ceiling = float(limit)  # the highest in-flight level known to work
-        # (level a call started at, whether it was refused) of recent calls
-        self._samples: collections.deque[tuple[int, bool]] = collections.deque(
-            maxlen=max(32, 4 * limit)
-        )
-        self._recent: collections.deque[bool] = collections.deque(maxlen=16)  # True: refused
+        self._streak = 0  # probes above the ceiling that worked since the last cut
+        self._probe_scale = 1.0  # doubles with each probe refused at a known limit (up to 8)
+        self._limit_at: int | None = None  # the lowest level the provider was found to refuse
+        # start number -> [level it started at, state], for the last ``_window`` starts.
+        # Answers for numbers not logged (callers that never entered) get a number of their own.
+        self._log: collections.OrderedDict[int, list[int]] = collections.OrderedDict()
+        self._window = max(256, 8 * limit)
+        self._unlogged = 0
         self._requests = _Quota()
         self._tokens = _Quota()
         self._tokens_per_call = 0.0  # running mean of usage.total_tokens, to spend tokens ahead
@@ -157,6 +190,20 @@ class AdaptiveLimiter:
             self._release()
             raise
         self.started += 1
+        self._record(self.started, self.in_flight, _PENDING)
+
+    def _record(self, seq: int, level: int, state: int) -> None:
+        log = self._log
+        entry = log.get(seq) if seq > 0 else None
+        if entry is not None and entry[1] == _PENDING:
+            entry[1] = state
+            return
+        if entry is not None or seq <= 0:  # answered twice, or never logged: a sample of its own
+            self._unlogged -= 1
+            seq = self._unlogged
+        log[seq] = [level, state]
+        if len(log) > self._window:
+            log.popitem(last=False)
 
     async def _hold(self) -> None:
         """Wait while the provider's window has nothing left for this start, then spend."""
@@ -199,14 +246,64 @@ class AdaptiveLimiter:
             seq, since * self._tokens_per_call, now,
         )  # fmt: skip
 
-    def _share_refused(self, level: int) -> tuple[int, int]:
-        """Return (429s, answers) among recent calls that started at ``level`` or above."""
-        bad = total = 0
-        for lvl, refused in self._samples:
+    def _counts(self) -> tuple[list[int], list[int]]:
+        """Return (starts, refusals) in the log per level, 1 to ``limit`` (index 0 unused)."""
+        top = self.limit
+        starts = [0] * (top + 1)
+        refused = [0] * (top + 1)
+        for level, state in self._log.values():
+            lvl = min(max(level, 1), top)
+            starts[lvl] += 1
+            if state == _REFUSED:
+                refused[lvl] += 1
+        return starts, refused
+
+    def limit_level(self) -> int | None:
+        """Return the lowest in-flight level the log says the provider refuses, or ``None``
+        when it says no such thing (the 429s in it are random).
+
+        A level qualifies when most calls started at or above it were refused, and at least
+        :attr:`min_refusals` were; of those, the one with the fewest calls on the wrong side of
+        it (refused below, or answered or still out at or above) wins, the highest on a tie.
+        """
+        starts, refused = self._counts()
+        total_refused = sum(refused)
+        if total_refused < self.min_refusals:
+            return None
+        best: int | None = None
+        best_wrong = total_refused  # "no limit": every refusal is on the wrong side
+        above_starts = above_refused = 0
+        for level in range(self.limit, 0, -1):
+            above_starts += starts[level]
+            above_refused += refused[level]
+            if above_refused < self.min_refusals or 2 * above_refused <= above_starts:
+                continue
+            wrong = (total_refused - above_refused) + (above_starts - above_refused)
+            if wrong < best_wrong:
+                best, best_wrong = level, wrong
+        return best
+
+    def _refused_more_at(self, level: int) -> tuple[bool, int]:
+        """Return whether answered calls started at ``level`` or above were refused markedly
+        more often than those below it (over twice the share, plus 1/16), and how many of them
+        were answered. Random 429s fall on every level alike; a limit's only above it."""
+        good_above = bad_above = good_below = bad_below = 0
+        for lvl, state in self._log.values():
+            if state == _PENDING:
+                continue
+            refused = state == _REFUSED
             if lvl >= level:
-                total += 1
-                bad += refused
-        return bad, total
+                bad_above += refused
+                good_above += not refused
+            else:
+                bad_below += refused
+                good_below += not refused
+        above = good_above + bad_above
+        if not above:
+            return False, 0
+        below = good_below + bad_below
+        share_below = bad_below / below if below else 0.0
+        return bad_above / above > 2.0 * share_below + 1.0 / 16, good_above
 
     def succeeded(
         self,
@@ -225,16 +322,23 @@ class AdaptiveLimiter:
             self._tokens_per_call = mean + (tokens - mean) * 0.1 if mean else float(tokens)
         if limits is not None:
             self._observe(limits, seq)
-        self._recent.append(False)
         if level:
-            self._samples.append((level, False))
+            self._record(seq, level, _ANSWERED)
             if level > self.ceiling:
-                bad, total = self._share_refused(level)
-                if total >= 8 and 8 * bad < total:  # hardly ever refused up there: it works
+                worse, answered = self._refused_more_at(level)
+                if answered >= self.min_refusals and not worse:  # a probe that worked
                     self.ceiling = float(level)
+                    self._streak += 1  # the next may come sooner
+                    self._probe_scale = 1.0
+                    if self._limit_at is not None and level >= self._limit_at:
+                        self._limit_at = None  # the provider's limit moved up
         allowed = self.allowed
         if allowed < self.limit:
-            step = 1.0 / allowed if allowed < self.ceiling else 1.0 / (self.probe_every * allowed)
+            if allowed < self.ceiling:
+                step = 1.0 / allowed
+            else:
+                rounds = self.probe_every * self._probe_scale
+                step = min(2.0**self._streak, self.probe_every) / (rounds * allowed)
             self.allowed = min(float(self.limit), allowed + step)
             self._wake()
 
@@ -242,30 +346,47 @@ class AdaptiveLimiter:
         """Count a 429 for the call that started as number ``seq`` with ``level`` calls in flight.
 
         With rate-limit headers the pace takes it from here (starts wait for the window). Without,
-        a 429 above the highest level known to work, or while most recent calls were refused,
-        lowers the allowance to ``level - 1`` (the estimate of the provider's
-        concurrency limit); any other 429 is random and changes nothing.
+        when the log shows a level most calls at or above which were refused (see
+        :meth:`limit_level`), the allowance drops to just under it (the estimate of the
+        provider's concurrency limit); any other 429 is random and changes nothing.
         """
         if limits is not None and (
             limits.remaining_requests is not None or limits.remaining_tokens is not None
         ):
             self._observe(limits, seq)
+            if level:  # paced by the window: not evidence about concurrency
+                self._record(seq, level, _ANSWERED)
             return
         if level < 1:
             self.rate_limited()
             return
-        self._samples.append((level, True))
-        recent = self._recent
-        recent.append(True)
-        if level <= self.ceiling and (len(recent) < 4 or 2 * sum(recent) < len(recent)):
-            bad, total = self._share_refused(level)
-            if total < 4 or 2 * bad < total:
-                return  # most recent calls were answered, at this level too: a random refusal
+        self._record(seq, level, _REFUSED)
+        known = self._limit_at
+        # A probe at the limit found before goes back under it at the first 429, while the log
+        # still shows that level refused more than the ones below (else the 429 is chance).
+        if (
+            known is not None
+            and level >= known
+            and self.allowed >= known
+            and self._refused_more_at(known)[0]
+        ):
+            self._probe_scale = min(2 * self._probe_scale, 8.0)  # probe less often
+            self._cut(known)
+            return
+        found = self.limit_level()
+        if found is None:
+            return  # the refusals in the log are scattered among answers: random
+        self._limit_at = found
+        self._cut(found)
+
+    def _cut(self, level: int) -> None:
+        """Lower the allowance (and the ceiling) to just under ``level``."""
         ceiling = max(1.0, float(level - 1))
         if ceiling < self.allowed:
             self.allowed = ceiling
             self.cuts += 1
-        self.ceiling = min(self.ceiling, self.allowed)
+            self._streak = 0
+        self.ceiling = min(self.ceiling, ceiling)
 
     def rate_limited(self) -> None:
         """Count a 429 with nothing to go on: halve the limit, unless it was just cut."""
@@ -278,10 +399,14 @@ class AdaptiveLimiter:
 
 def retryable(exc: BaseException) -> bool:
     """Return whether a failed call is worth another attempt: rate limits, timeouts, server
-    errors (5xx, 408, 409) and calls that never got an answer (no status)."""
+    errors (5xx, 408, 409) and calls that never got an answer (no status), except those whose
+    endpoint cannot be reached at all (code ``provider_unreachable``: a host name that does
+    not resolve, nothing listening on a local address, a TLS failure)."""
     if isinstance(exc, RateLimited | ProviderTimeout):
         return True
     if isinstance(exc, ProviderError):
+        if exc.code == "provider_unreachable":  # bad host, nothing listening, TLS: setup
+            return False
         return exc.status is None or exc.status >= 500 or exc.status in (408, 409)
     return False
 

@@ -42,11 +42,16 @@ import atexit
 import base64
 import binascii
 import contextlib
+import errno
+import html
+import ipaddress
 import json
 import re
+import socket
+import ssl
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 from ..error_map import parse_retry_after
@@ -241,10 +246,54 @@ def rate_limits(headers: Mapping[str, str]) -> RateLimits | None:
     )
 
 
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """Return the first line of text in ``text``: an HTML page's title (else its first line of
+    text once tags are dropped), or a plain body's first non-blank line; at most ``limit``
+    characters."""
+    if "<" in text and ">" in text:
+        title = _TITLE.search(text)
+        text = title.group(1) if title and title.group(1).strip() else _TAG.sub("\n", text)
+        text = html.unescape(text)
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
+
+
+def _detail(value: Any) -> str:
+    """Return a FastAPI-style ``detail`` (a string, or a list of ``{"msg": ...}``) as text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = [str(v.get("msg", v)) if isinstance(v, Mapping) else str(v) for v in value]
+        return "; ".join(parts)
+    return "" if value is None else json.dumps(value)[:300]
+
+
+def _wait_asked(headers: Mapping[str, str]) -> float | None:
+    """Return the wait an answer asks for, in seconds: ``retry-after-ms`` (OpenAI's, more
+    precise) first, else ``Retry-After`` (seconds or an HTTP date); ``None`` when neither."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value < float("inf"):
+            return value
+    return parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+
+
 def _translate_status(
-    status: int, body: Any, headers: Mapping[str, str], key: str | None
+    status: int, body: Any, headers: Mapping[str, str], key: str | None, url: str | None = None
 ) -> ProviderError:
-    """Return the flownb error for an HTTP error answer (the one place statuses are mapped)."""
+    """Return the flownb error for an HTTP error answer (the one place statuses are mapped).
+    ``url`` is the address asked for, named in a 404's message (a wrong base URL or path)."""
     message = ""
     code = None
     if isinstance(body, Mapping):
@@ -254,18 +303,22 @@ def _translate_status(
             code = err.get("code") or err.get("type")
         elif isinstance(err, str):
             message = err
+        if not message and "detail" in body:  # FastAPI-style servers
+            message = _detail(body["detail"])
     elif isinstance(body, str):
-        message = body[:500]
+        message = _first_line(body)
     message = _redact(message or "no message", key)
     request_id = headers.get("x-request-id")
     text = f"OpenAI API error {status}: {message}"
+    if status == 404 and url:
+        text += f" (asked for {_redact(url, key)}; is the base URL right?)"
     if request_id:
         text += f" (request id {request_id})"
-    retry_after = parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+    retry_after_s = _wait_asked(headers)
     if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
         return RateLimited(
             text,
-            retry_after=retry_after,
+            retry_after=retry_after_s,
             status=status,
             request_id=request_id,
             provider="openai",
@@ -274,7 +327,174 @@ def _translate_status(
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
     return ProviderError(
-        text, status=status, request_id=request_id, provider="openai", retry_after=retry_after
+        text, status=status, request_id=request_id, provider="openai", retry_after=retry_after_s
+    )
+
+
+# A ProviderError with this code is a setup problem (bad host name, nothing listening on a
+# local address, no TLS there): reported at once, never retried (see limits.retryable).
+UNREACHABLE = "provider_unreachable"
+_NO_ROUTE = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH})
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """Return ``exc`` and what it was raised from or during (aiohttp's ``os_error`` too)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        nxt = current.__cause__ or current.__context__
+        os_error = getattr(current, "os_error", None)
+        current = nxt if nxt is not None else os_error if isinstance(os_error, OSError) else None
+    return seen
+
+
+def _local(host: str) -> bool:
+    """Return whether ``host`` is a loopback, private, link-local or reserved address (or
+    ``localhost``): nothing listening there is not a passing state of a public service."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_reserved
+
+
+def _unreachable(exc: BaseException, url: str) -> str | None:
+    """Return why ``url`` cannot be reached in a way no retry fixes (the host name does not
+    resolve, nothing listens on a local address, no route, TLS fails), or ``None`` when the
+    failure may pass (a refused connection to a public host, a reset, a timeout)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    where = parts.netloc or host
+    for cause in _causes(exc):
+        if isinstance(cause, socket.gaierror):
+            return f"the host name {host!r} does not resolve (DNS: {cause.strerror or cause})"
+        if isinstance(cause, ssl.SSLError) and type(cause).__module__ == "ssl":
+            reason = getattr(cause, "reason", None) or cause.strerror or str(cause)
+            hint = ": is it http://, not https://?" if "VERSION" in str(reason) else ""
+            return f"the TLS handshake with {where} failed ({reason}{hint})"
+        if isinstance(cause, ssl.CertificateError):
+            return f"the TLS certificate of {where} was not accepted ({cause})"
+        if isinstance(cause, ConnectionRefusedError) and _local(host):
+            return f"nothing is listening at {where} (connection refused)"
+        if isinstance(cause, OSError) and cause.errno in _NO_ROUTE:
+            return f"there is no route to {where} ({cause.strerror})"
+    return None
+
+
+def _connection_failed(exc: BaseException, base_url: str, key: str | None) -> ProviderError:
+    """Return the error for a request that got no answer: one line saying why, and whether a
+    retry can help (:data:`UNREACHABLE` when it cannot)."""
+    why = _unreachable(exc, base_url)
+    if why is not None:
+        return ProviderError(
+            f"could not reach the OpenAI API at {base_url}: {_redact(why, key)} (check "
+            "OPENAI_BASE_URL)",
+            provider="openai",
+            code=UNREACHABLE,
+        )
+    detail = next(
+        (str(c) for c in reversed(_causes(exc)) if str(c)), type(exc).__name__
+    )  # the innermost cause says most ("Connection error." says nothing)
+    return ProviderError(
+        f"could not reach the OpenAI API at {base_url}: {type(exc).__name__}: "
+        f"{_redact(_first_line(detail), key)}",
+        provider="openai",
+    )
+
+
+def _bad_answer(what: str, request_id: str | None) -> ProviderError:
+    """Return the error for a 200 answer that holds no usable output (not worth a retry)."""
+    text = f"OpenAI API answered 200 with {what}"
+    if request_id:
+        text += f" (request id {request_id})"
+    return ProviderError(text, status=200, request_id=request_id, provider="openai")
+
+
+def _joined(content: Any) -> str:
+    """Return a message's ``content`` as text: a string as is, a list of parts joined (the
+    ``text`` of each text part, in order)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "".join(parts)
+    return str(content)
+
+
+def _refusal_in(content: Any) -> str | None:
+    """Return the text of a refusal part of a list ``content``, if there is one."""
+    if isinstance(content, list):
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "refusal":
+                return str(part.get("refusal") or "no reason given")
+    return None
+
+
+def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) -> tuple[str, Any]:
+    """Return the first choice's text and its ``finish_reason``.
+
+    Raises:
+        ProviderError: no choices; a refusal (the ``refusal`` field, a refusal part, or
+            ``finish_reason: content_filter``); a tool call and no text; no message at all.
+    """
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _bad_answer("no answer (its 'choices' list is empty or missing)", request_id)
+    choice = choices[0]
+    if not isinstance(choice, Mapping):
+        raise _bad_answer("a choice that is not an object", request_id)
+    finish = choice.get("finish_reason")
+    if chat:
+        message = choice.get("message")
+        if not isinstance(message, Mapping):
+            raise _bad_answer("a choice without a message", request_id)
+        content = message.get("content")
+        refusal = message.get("refusal") or _refusal_in(content)
+        if refusal:
+            raise _bad_answer(f"a refusal instead of text: {_first_line(str(refusal))}", request_id)
+        text = _joined(content)
+        calls = message.get("tool_calls") or message.get("function_call")
+        if not text and calls:
+            names = [
+                str((c.get("function") or c).get("name", "?"))
+                for c in (calls if isinstance(calls, list) else [calls])
+                if isinstance(c, Mapping)
+            ]
+            raise _bad_answer(
+                f"a tool call ({', '.join(names) or '?'}) and no text; a node needs a text answer",
+                request_id,
+            )
+    else:
+        text = _joined(choice.get("text"))
+    if finish == "content_filter":
+        raise _bad_answer(
+            "its answer withheld by the provider's content filter (finish_reason "
+            "'content_filter', a refusal)",
+            request_id,
+        )
+    return text, finish
+
+
+def _not_json(status: int, body: Any, request_id: str | None) -> ProviderError:
+    """Return the error for a success answer whose body is not a JSON object (both transports
+    word it alike: its first line, never a parser's traceback)."""
+    shown = _first_line(body) if isinstance(body, str) else type(body).__name__
+    return ProviderError(
+        f"OpenAI API answered {status} with a body that is not a JSON object"
+        + (f": {shown}" if shown else " (empty)"),
+        status=status,
+        request_id=request_id,
+        provider="openai",
     )
 
 
@@ -303,9 +523,45 @@ def _download_failed(url: str, why: str) -> ProviderError:
 
 
 # aiohttp sessions, shared by every provider with the same endpoint and key on the same event
-# loop (a session is bound to its loop): flows loaded one after another reuse connections, and
-# the sessions are closed at exit instead of being garbage-collected open.
+# loop (a session is bound to its loop): flows loaded one after another reuse connections. A
+# session is closed with its loop (see _close_with_loop), or at exit for a loop still running.
 _SESSIONS: dict[tuple[asyncio.AbstractEventLoop, str, str | None], Any] = {}
+# (registry, key) -> the suspended async generator that closes a registry's entry when the
+# entry's loop shuts down; kept here so it lives as long as the entry.
+_WATCHES: dict[tuple[int, Any], AsyncGenerator[None, None]] = {}
+
+
+def _loop_of(ident: Any) -> asyncio.AbstractEventLoop:
+    return ident[0] if isinstance(ident, tuple) else ident
+
+
+async def _close_with_loop(
+    registry: dict[Any, Any], ident: Any, close: Callable[[], Awaitable[Any]]
+) -> None:
+    """Have ``close`` run on the running loop as it shuts down, and ``ident`` leave
+    ``registry`` then: ``asyncio.run`` (and any loop that shuts down its async generators
+    before closing) finishes the generator started here while it can still run coroutines.
+    Also forgets the entries of loops that closed without doing so (nothing can close those
+    any more; at least they are not kept until exit)."""
+    for key in [k for k in _WATCHES if _loop_of(k[1]).is_closed()]:
+        _WATCHES.pop(key, None)
+    for reg in (_SESSIONS, registry):
+        for k in [k for k in reg if _loop_of(k).is_closed()]:
+            reg.pop(k, None)
+    entry = registry[ident]
+
+    async def watch() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if registry.get(ident) is entry:
+                del registry[ident]
+            with contextlib.suppress(Exception):
+                await close()
+
+    gen = watch()
+    await gen.__anext__()  # started on this loop: the loop now finalizes it at shutdown
+    _WATCHES[(id(registry), ident)] = gen
 
 
 @atexit.register
@@ -335,18 +591,23 @@ class _AiohttpTransport:
         bypass = urllib.request.proxy_bypass(host) or host in ("127.0.0.1", "localhost", "::1")
         self.proxy = None if bypass else urllib.request.getproxies().get(parts.scheme)
 
-    def _session(self) -> Any:
+    async def _session(self) -> Any:
+        session = _SESSIONS.get((asyncio.get_running_loop(), self.base_url, self.key))
+        if session is None or session.closed:
+            session = await self._new_session()
+        return session
+
+    async def _new_session(self) -> Any:
         import aiohttp
 
         ident = (asyncio.get_running_loop(), self.base_url, self.key)
-        session = _SESSIONS.get(ident)
-        if session is None or session.closed:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
-            session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            )
-            _SESSIONS[ident] = session
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+        session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        )
+        _SESSIONS[ident] = session
+        await _close_with_loop(_SESSIONS, ident, session.close)
         return session
 
     async def post(
@@ -355,7 +616,10 @@ class _AiohttpTransport:
         import aiohttp
 
         try:
-            async with self._session().post(
+            session = _SESSIONS.get((asyncio.get_running_loop(), self.base_url, self.key))
+            if session is None or session.closed:
+                session = await self._new_session()
+            async with session.post(
                 self.base_url + endpoint,
                 data=json.dumps(body),
                 headers={**self.headers, **self.auth} if self.auth else self.headers,
@@ -367,24 +631,15 @@ class _AiohttpTransport:
         except aiohttp.ServerTimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except aiohttp.ClientError as exc:
-            raise ProviderError(
-                f"could not reach the OpenAI API at {self.base_url}: {type(exc).__name__}: "
-                f"{_redact(str(exc), self.key)}",
-                provider="openai",
-            ) from exc
+            raise _connection_failed(exc, self.base_url, self.key) from exc
         try:
             data = json.loads(raw)
         except ValueError:
             data = raw.decode("utf-8", "replace")
         if status >= 400:
-            raise _translate_status(status, data, headers, self.key)
+            raise _translate_status(status, data, headers, self.key, self.base_url + endpoint)
         if not isinstance(data, dict):
-            raise ProviderError(
-                f"OpenAI API answered {status} with a body that is not a JSON object",
-                status=status,
-                request_id=headers.get("x-request-id"),
-                provider="openai",
-            )
+            raise _not_json(status, data, headers.get("x-request-id"))
         return data, headers.get("x-request-id"), rate_limits(headers)
 
     async def fetch(self, url: str) -> tuple[bytes, str]:
@@ -401,7 +656,8 @@ class _AiohttpTransport:
         if not urllib.request.proxy_bypass(parts.hostname or ""):
             proxy = urllib.request.getproxies().get(parts.scheme)
         try:
-            async with self._session().get(url, proxy=proxy) as resp:
+            session = await self._session()
+            async with session.get(url, proxy=proxy) as resp:
                 if resp.status >= 400:
                     raise _download_failed(url, f"HTTP {resp.status}")
                 if (resp.content_length or 0) > MAX_IMAGE_BYTES:
@@ -412,7 +668,9 @@ class _AiohttpTransport:
             raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        session = _SESSIONS.pop((asyncio.get_running_loop(), self.base_url, self.key), None)
+        ident = (asyncio.get_running_loop(), self.base_url, self.key)
+        session = _SESSIONS.pop(ident, None)
+        _WATCHES.pop((id(_SESSIONS), ident), None)
         if session is not None:
             await session.close()
 
@@ -425,7 +683,7 @@ class _SdkTransport:
         self.key = api_key
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
 
-    def _client(self) -> Any:
+    async def _client(self) -> Any:
         from openai import AsyncOpenAI
 
         loop = asyncio.get_running_loop()
@@ -436,6 +694,7 @@ class _SdkTransport:
                 api_key=self.key or "unused", base_url=self.base_url, max_retries=0, timeout=None
             )
             self._clients[loop] = client
+            await _close_with_loop(self._clients, loop, client.close)  # not kept past its loop
         return client
 
     async def post(
@@ -443,7 +702,7 @@ class _SdkTransport:
     ) -> tuple[Any, str | None, RateLimits | None]:
         import openai
 
-        client = self._client()
+        client = await self._client()
         rest = dict(body)
         model = rest.pop("model")
         try:
@@ -463,26 +722,30 @@ class _SdkTransport:
                 raw = await client.images.with_raw_response.generate(
                     model=model, prompt=prompt, extra_body=rest
                 )
-            resp = raw.parse()
         except openai.APIStatusError as exc:
             raise _translate_status(
                 exc.status_code,
-                exc.body if exc.body is not None else exc.message,
+                exc.body if exc.body is not None else exc.response.text,
                 exc.response.headers,
                 self.key,
+                str(exc.response.request.url),
             ) from exc
         except openai.APITimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except openai.APIConnectionError as exc:
-            raise ProviderError(
-                f"could not reach the OpenAI API at {self.base_url}: {_redact(str(exc), self.key)}",
-                provider="openai",
-            ) from exc
+            raise _connection_failed(exc, self.base_url, self.key) from exc
         except openai.OpenAIError as exc:
             raise ProviderError(
                 f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
             ) from exc
-        return resp.to_dict(), getattr(resp, "_request_id", None), rate_limits(raw.headers)
+        request_id = raw.headers.get("x-request-id")
+        try:
+            data = json.loads(raw.content)  # the answer as sent, not the SDK's typed reading
+        except ValueError as exc:
+            raise _not_json(raw.status_code, raw.text, request_id) from exc
+        if not isinstance(data, dict):
+            raise _not_json(raw.status_code, data, request_id)
+        return data, request_id, rate_limits(raw.headers)
 
     async def fetch(self, url: str) -> tuple[bytes, str]:
         """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
@@ -506,7 +769,9 @@ class _SdkTransport:
             raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        client = self._clients.pop(asyncio.get_running_loop(), None)
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        _WATCHES.pop((id(self._clients), loop), None)
         if client is not None:
             await client.close()
 
@@ -614,15 +879,7 @@ class OpenAIProvider(Provider):
         prepared, body = self.request(call)
         data, request_id, limits = await self._transport.post(prepared.endpoint, body)
         if call.kind == "image":
-            try:
-                gen = await self._image(data, prepared)
-            except (KeyError, IndexError, TypeError, AttributeError) as exc:
-                raise ProviderError(
-                    f"OpenAI API answered without the expected {exc} field",
-                    status=200,
-                    request_id=request_id,
-                    provider="openai",
-                ) from exc
+            gen = await self._image(data, prepared, request_id)
             gen.limits = limits
             return gen
         return self.text_answer(data, prepared, body, request_id, limits)
@@ -646,29 +903,19 @@ class OpenAIProvider(Provider):
         request_id: str | None = None,
         limits: RateLimits | None = None,
     ) -> Generation:
-        """Return the generation a text answer's JSON body holds (live or from a batch).
+        """Return the generation a text answer's JSON body holds (live or from a batch). An
+        answer cut at the token limit is kept; the engine warns and flags it.
 
         Raises:
-            ProviderError: the body lacks the fields an answer has.
+            ProviderError: the body is not an answer (a refusal, no text, no choices).
         """
-        try:
-            choice = data["choices"][0]
-            if prepared.endpoint == "/chat/completions":
-                text = choice["message"].get("content") or ""
-            else:
-                text = choice.get("text") or ""
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise ProviderError(
-                f"OpenAI API answered without the expected {exc} field",
-                status=200,
-                request_id=request_id,
-                provider="openai",
-            ) from exc
+        model = data.get("model") or body["model"]
+        text, finish = _answer_text(data, prepared.endpoint == "/chat/completions", request_id)
         usage = data.get("usage")
         if isinstance(usage, Mapping):
             usage = {k: v for k, v in usage.items() if isinstance(v, int)}
         return Generation(
-            text, model=data.get("model") or body["model"], usage=usage or None, limits=limits
+            text, model=model, usage=usage or None, limits=limits, finish_reason=finish
         )
 
     def batch_api(self) -> OpenAIBatches:
@@ -683,8 +930,13 @@ class OpenAIProvider(Provider):
         """
         return self.text_answer(data, Prepared(endpoint, {"model": model}, []), {"model": model})
 
-    async def _image(self, data: Mapping[str, Any], prepared: Prepared) -> Generation:
-        item = data["data"][0]
+    async def _image(
+        self, data: Mapping[str, Any], prepared: Prepared, request_id: str | None = None
+    ) -> Generation:
+        items = data.get("data")
+        if not isinstance(items, list) or not items or not isinstance(items[0], Mapping):
+            raise _bad_answer("no image (its 'data' list is empty or missing)", request_id)
+        item = items[0]
         model = prepared.body["model"]
         if item.get("b64_json"):
             try:
@@ -704,7 +956,7 @@ class OpenAIProvider(Provider):
             if not self.media.exists(name):
                 self.media.save(name, raw)
             return Generation("", media=name, model=model)
-        raise KeyError("url or b64_json")
+        raise _bad_answer("an image with neither 'url' nor 'b64_json'", request_id)
 
     async def aclose(self) -> None:
         """Close this loop's HTTP session."""

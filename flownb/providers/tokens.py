@@ -13,6 +13,7 @@ meter spaces charges so that, on average, no more than the budget is spent per m
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -66,26 +67,45 @@ class Meter:
     """Spends a budget of ``per_minute`` units evenly: a charge of ``n`` units is admitted once
     the previous charges are paid off, and pushes the time the budget is free again
     ``n * 60 / per_minute`` seconds ahead (a leaky bucket without burst). Pure arithmetic on a
-    monotonic clock, so one meter serves runs on any loop."""
+    monotonic clock, so one meter serves runs on any loop (and thread: the time the budget is
+    free again is read and moved under one lock, so no charge is lost between the two)."""
 
     def __init__(self, per_minute: float) -> None:
         if per_minute <= 0:
             raise ValueError("per_minute must be positive")
         self.seconds_per_unit = 60.0 / per_minute
         self._next = 0.0
+        self._lock = threading.Lock()
+
+    def try_take(self, units: float) -> float:
+        """Charge ``units`` if the budget is free now and return 0.0; else charge nothing and
+        return the seconds until it is free."""
+        with self._lock:
+            now = time.monotonic()
+            if self._next <= now:
+                self._next = now + units * self.seconds_per_unit
+                return 0.0
+            return self._next - now
 
     async def take(self, units: float) -> None:
         """Return once ``units`` may be spent, having charged them."""
         while True:
-            now = time.monotonic()
-            if self._next <= now:
-                self._next = now + units * self.seconds_per_unit
+            wait = self.try_take(units)
+            if not wait:
                 return
-            await asyncio.sleep(min(self._next - now, POLL))
+            await asyncio.sleep(min(wait, POLL))
 
     def adjust(self, units: float) -> None:
         """Correct the last charges by ``units`` (negative: fewer were used than charged)."""
-        self._next = max(self._next + units * self.seconds_per_unit, time.monotonic() - 1.0)
+        with self._lock:
+            self._next = max(self._next + units * self.seconds_per_unit, time.monotonic() - 1.0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"seconds_per_unit": self.seconds_per_unit, "_next": self._next}  # no lock
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 class TokenGate:

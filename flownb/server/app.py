@@ -433,7 +433,11 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         results = collect.results
         if collect.errors:
-            items = [r.to_items() if r is not None else None for r in results]
+            # A failed element keeps the outputs of its nodes that succeeded (paid for).
+            items = [
+                r.to_items() if r is not None else _partial_items(collect.errors.get(i))
+                for i, r in enumerate(results)
+            ]
             raise batch_problem(collect.errors, items, _rid(request), indexed=not single)
         if single:
             return json_response(results[0].to_items())  # type: ignore[union-attr]
@@ -663,3 +667,10 @@ def app_from_env() -> FastAPI:
             f"FLOWNB_SERVE_CONFIG must be the JSON of flownb serve's options ({exc}); it is set "
             "by `flownb serve --workers N`"
         ) from None
+
+
+def _partial_items(exc: BaseException | None) -> list[dict[str, str]] | None:
+    """Return the run items a failed element kept (outputs of the nodes that succeeded), or
+    ``None`` when it kept none."""
+    partial = getattr(exc, "partial", None)
+    return partial.to_items() if partial else None

@@ -6,8 +6,10 @@ itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configu
 and answers flownb's judge prompts as a judge would (see "Judging" below),
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
-given marker. It records every request body, the prompt of every request it answered with a 200
-(once the answer is written), and the peak number of requests in flight.
+given marker, after the latency or at once (``faults_first``); and it answers whatever a test
+scripts for a marker (``answers``: refusals, content parts, HTML error pages, ...). It records
+every request body, the prompt of every request it answered with a 200 (once the answer is
+written), and the peak number of requests in flight.
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
 to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
@@ -66,6 +68,7 @@ __all__ = [
     "judge_reply",
     "judge_score",
     "main",
+    "scripted_answer",
     "scripted_reply",
 ]
 
@@ -115,6 +118,9 @@ class FakeConfig:
     max_in_flight: int | None = None  # 429 at once beyond this many requests being served
     rate_limit: int | None = None  # requests per rate_window; 429 (with headers) beyond it
     rate_window: float = 60.0
+    # Faults answered at once, before the latency (as a provider's front door refuses), instead
+    # of after it (as a busy replica does).
+    faults_first: bool = False
     # Scripted text answers: marker -> reply, for every prompt containing the marker (the
     # first marker that matches wins). ``{score}`` in a reply becomes a number in [0, 1] drawn
     # from the prompt's digest, so a fake judge gives different, reproducible grades.
@@ -124,6 +130,13 @@ class FakeConfig:
     batch_seconds: float = 1.0
     batch_fail_marker: str = ""
     batch_expire: bool = False
+    # Scripted HTTP answers: marker -> answer, for every prompt containing the marker (the first
+    # marker that matches wins), sent after the latency instead of the usual one. An answer is
+    # a dict of: ``status`` (200), ``headers``, and one of ``json`` (the whole body, sent as
+    # JSON), ``text`` (a raw body; ``content_type`` defaults to text/html when it starts with
+    # "<"), or ``message`` / ``finish_reason`` / ``choices`` / ``data`` (the usual answer with
+    # the first choice's message or finish reason replaced, or its choices / image data list).
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -292,6 +305,40 @@ def judge_reply(prompt: str) -> str | None:
     return None
 
 
+def scripted_answer(prompt: str, answers: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Return the scripted answer for ``prompt`` (see ``FakeConfig.answers``), or None."""
+    for marker, answer in answers.items():
+        if marker and marker in prompt:
+            return answer
+    return None
+
+
+def _scripted_response(
+    answer: Mapping[str, Any], usual: dict[str, Any], headers: Mapping[str, str]
+) -> web.Response:
+    """Return the HTTP answer a scripted ``answer`` describes (``usual``: the normal body)."""
+    status = int(answer.get("status", 200))
+    headers = {**headers, **answer.get("headers", {})}
+    if "text" in answer:
+        text = str(answer["text"])
+        kind = answer.get("content_type") or ("text/html" if text.startswith("<") else "text/plain")
+        return web.Response(text=text, status=status, content_type=kind, headers=headers)
+    if "json" in answer:
+        return web.json_response(answer["json"], status=status, headers=headers)
+    body = dict(usual)
+    for key in ("choices", "data"):
+        if key in answer:
+            body[key] = answer[key]
+    if "choices" in body and ("message" in answer or "finish_reason" in answer):
+        first = dict(body["choices"][0])
+        if "message" in answer:
+            first["message"] = answer["message"]
+        if "finish_reason" in answer:
+            first["finish_reason"] = answer["finish_reason"]
+        body["choices"] = [first, *body["choices"][1:]]
+    return web.json_response(body, status=status, headers=headers)
+
+
 def _answer(
     path: str,
     body: Mapping[str, Any],
@@ -399,7 +446,7 @@ def make_app(state: _State) -> web.Application:
                         {"x-request-id": "req_fake_limit", **limit_headers},
                     )
             fault = state.pick_fault(prompt)
-            if config.latency:
+            if config.latency and not (fault is not None and config.faults_first):
                 await asyncio.sleep(config.latency)
             if fault is not None:
                 state.faults_sent[fault] += 1
@@ -429,18 +476,22 @@ def make_app(state: _State) -> web.Application:
                     request.transport.abort()
                 raise asyncio.CancelledError
             base = str(request.url.origin())
-            response = web.json_response(
-                _answer(request.path, body, prompt, config, base, state.images),
-                headers={"x-request-id": "req_fake_ok", **limit_headers},
-            )
+            usual = _answer(request.path, body, prompt, config, base, state.images)
+            headers = {"x-request-id": "req_fake_ok", **limit_headers}
+            scripted = scripted_answer(prompt, config.answers)
+            if scripted is not None:
+                response = _scripted_response(scripted, usual, headers)
+            else:
+                response = web.json_response(usual, headers=headers)
             # Counted once handed to the connection, not before: "answered" means sent.
             try:
                 await response.prepare(request)
                 await response.write_eof()
             except ConnectionError:  # the client is gone (killed): this answer was never sent
                 raise asyncio.CancelledError from None
-            state.answered += 1
-            state.answered_prompts.append(prompt)
+            if response.status < 400:  # a scripted error answer is not an answer
+                state.answered += 1
+                state.answered_prompts.append(prompt)
             return response
         finally:
             state.in_flight -= 1
@@ -587,6 +638,9 @@ def main(argv: list[str] | None = None) -> None:
         "--retry-after", default="0", help="Retry-After header of 429s ('' for none)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--faults-first", action="store_true", help="answer faults at once, before the latency"
+    )
     parser.add_argument("--max-in-flight", type=int, help="429 beyond this many in flight")
     parser.add_argument("--rate-limit", type=int, help="requests per --rate-window; 429 beyond")
     parser.add_argument("--rate-window", type=float, default=60.0, help="seconds (default 60)")
@@ -602,6 +656,7 @@ def main(argv: list[str] | None = None) -> None:
             "faults": faults,
             "retry_after": args.retry_after or None,
             "seed": args.seed,
+            "faults_first": args.faults_first,
             "max_in_flight": args.max_in_flight,
             "rate_limit": args.rate_limit,
             "rate_window": args.rate_window,
