@@ -18,6 +18,7 @@ raises :class:`~flownb.errors.BatchError`, which keeps the successes, if some el
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping, Sequence
 
 from .aio import run_sync
@@ -152,7 +153,26 @@ class Runner:
             elif len(batch) <= INLINE_ON_LOOP and not self._images:
                 engine.run_inline(batch, on_result)
             else:
-                await asyncio.to_thread(engine.run_inline, batch, on_result)
+                await _inline_in_thread(engine, batch, on_result)
         finally:
             if recorder is not None:
                 recorder.flush()
+
+
+async def _inline_in_thread(
+    engine: Engine, batch: Sequence[Mapping[str, str]], on_result: OnResult
+) -> None:
+    """Run an inline batch in a worker thread; when the caller is cancelled (a server's client
+    went away, the server shuts down), the thread stops before its next element, and this
+    returns (re-raising the cancellation) only once it has: nothing reports after the run."""
+    stop = threading.Event()
+    # to_thread copies the context: the server's media URLs read the current request there.
+    worker = asyncio.ensure_future(asyncio.to_thread(engine.run_inline, batch, on_result, stop))
+    try:
+        await asyncio.shield(worker)
+    except asyncio.CancelledError:
+        stop.set()
+        await asyncio.wait({worker})
+        if not worker.cancelled():
+            worker.exception()  # looked at: the cancellation is what this run reports
+        raise
