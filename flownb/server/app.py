@@ -381,6 +381,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def run_flow(request: Request) -> Response:
         authenticate(request)
+        if not _is_json(request.headers.get("content-type")):
+            raise ApiProblem(
+                415,
+                "unsupported_media_type",
+                "send the body as JSON, with the header Content-Type: application/json",
+            )
         flow = await get_flow(request)
         body = await read_body(request)
         names = flow.plan.spec.names
@@ -521,6 +527,17 @@ async def _disconnected(request: Request) -> None:
     left to receive is the disconnect (the server sends it when the connection drops)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Return whether a Content-Type header says JSON (``application/json``, parameters such
+    as ``charset`` allowed, or a ``+json`` type)."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 def _too_large(limit: int) -> ApiProblem:
