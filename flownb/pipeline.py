@@ -88,6 +88,11 @@ class Runner:
         self.runlog = runlog
         self._images = any(step.kind == "image" for step in engine.plan.steps)
 
+    def on_loop(self, size: int) -> bool:
+        """Return whether :meth:`arun` runs a batch of ``size`` elements synchronously on the
+        caller's loop (a small inline batch without images): quick, and not cancellable."""
+        return self.engine.provider.inline and size <= INLINE_ON_LOOP and not self._images
+
     def _recorder(
         self, batch: Sequence[Mapping[str, str]], run_id: str | None = None
     ) -> RunRecorder | None:
@@ -150,7 +155,7 @@ class Runner:
                 await engine.run_async(
                     batch, on_result, concurrency or self.concurrency, limiter=limiter
                 )
-            elif len(batch) <= INLINE_ON_LOOP and not self._images:
+            elif self.on_loop(len(batch)):
                 engine.run_inline(batch, on_result)
             else:
                 await _inline_in_thread(engine, batch, on_result)

@@ -28,7 +28,7 @@ import flownb
 from flownb.errors import InputError
 from flownb.server import KeyStore
 from tests.conftest import make_flow, write_flow
-from tests.serving import InlineScriptedProvider, free_port, run_server
+from tests.serving import InlineScriptedProvider, ScriptedProvider, free_port, run_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -167,11 +167,13 @@ def _send_and_hold(url: str, key: str, flow_id: str, variables: object) -> socke
     return sock
 
 
+@pytest.mark.parametrize("inline", [True, False], ids=["inline-thread", "async"])
 def test_a_run_whose_client_went_away_is_cancelled(
-    flows: Path, flownb_env: Path, caplog: pytest.LogCaptureFixture
+    flows: Path, flownb_env: Path, caplog: pytest.LogCaptureFixture, inline: bool
 ) -> None:
-    # 100 elements of 0.2 s each, in the server's worker thread: 20 s if nothing stops it.
-    provider = InlineScriptedProvider(delay=0.2)
+    # Inline: 100 elements of 0.2 s each in the server's worker thread, 20 s if nothing stops
+    # it. Async: 100 calls of 2 s, 16 at a time, about 14 s.
+    provider = InlineScriptedProvider(delay=0.2) if inline else ScriptedProvider(delay=2)
     write_flow(flows / "slow.json", make_flow({"say": "SLOW {topic}"}, ["topic"]))
     caplog.set_level(logging.INFO, logger="flownb.server")
     with run_server(flows, flownb_env, provider=provider) as server:

@@ -411,7 +411,10 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         _current_request.set(request)  # media URLs use the address this caller used
         collect = Outcomes(len(batch))
-        if not await _while_connected(request, flow.runner.arun(batch, collect)):
+        work = flow.runner.arun(batch, collect)
+        if flow.runner.on_loop(len(batch)):
+            await work  # done on the loop before anything could notice a disconnect
+        elif not await _while_connected(request, work):
             log.info("request %s: the client went away; its run was cancelled", _rid(request))
             return Response(status_code=499)  # sent nowhere: no one is listening
 
