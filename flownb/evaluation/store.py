@@ -14,6 +14,7 @@ import orjson
 
 from ..errors import ConfigError
 from ..runlog import RUNLOG_FILE
+from ..writable import folder_problem, unwritable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,6 +41,8 @@ def _connect(home: Path) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(_SCHEMA)
     except (sqlite3.Error, OSError) as exc:
+        if folder_problem(path.parent) is not None:
+            raise unwritable(path.parent, exc, f"the run log ({path.name})") from exc
         raise ConfigError(f"the run log {path} cannot be used ({exc})") from exc
     return db
 
