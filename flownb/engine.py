@@ -328,7 +328,9 @@ class Engine:
         prompt = step.template.render(ctx)
         limit = self.limits[step.index]
         if len(prompt) > limit:
-            raise InputError([prompt_problem(step, len(prompt), limit, ctx)])
+            # Blame a variable, not an upstream node's output (which ctx also holds).
+            values = {name: ctx[name] for name in self.plan.variables if name in ctx}
+            raise InputError([prompt_problem(step, len(prompt), limit, values)])
         return prompt
 
     # -- synchronous fast path (inline providers) ---------------------------------------------

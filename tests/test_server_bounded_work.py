@@ -231,3 +231,23 @@ def test_serve_stops_within_its_shutdown_timeout_with_a_run_in_flight(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_prompt_made_long_by_an_upstream_output_is_refused_before_its_call() -> None:
+    # "Draft" (text) echoes the topic offline; "Picture" draws from the draft twice. The topic
+    # alone fits every prompt, so only measuring the rendered prompt can catch it.
+    chain = make_flow(
+        {"Draft": "{topic}", "Picture": "{Draft} / {Draft}"}, ["topic"], images=("Picture",)
+    )
+    chain["edges"].append(
+        {"id": "e-chain", "source": "node-Draft", "sourceHandle": "output",
+         "target": "node-Picture", "targetHandle": "variables"}
+    )  # fmt: skip
+    flow = flownb.load_flow(chain, provider="offline", log=False)
+    assert flow.run(topic="owls")["Picture"].startswith("file://")
+    with pytest.raises(InputError) as caught:
+        flow.run(topic="y" * 3000)
+    message = str(caught.value)
+    assert "the image prompt of node 'Picture' would be 6,003 characters" in message
+    # The prompt uses no variable directly (only Draft's output): none is blamed.
+    assert caught.value.problems[0].variable is None and "variable '" not in message
