@@ -38,6 +38,7 @@ from .errors import ConfigError
 from .notices import warn
 from .providers.base import Generation, Kind
 from .settings import media_dir as media_dir_of
+from .writable import folder_problem, unwritable
 
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
@@ -106,6 +107,13 @@ class CallCache:
             # (the writer thread, with the full timeout, takes over when it would).
             self._idb = _connect(self.path, _INLINE_TIMEOUT)
         except (sqlite3.Error, OSError) as exc:
+            if folder_problem(self.path.parent) is not None:  # deleting the file cannot help
+                raise unwritable(
+                    self.path.parent,
+                    exc,
+                    f"the call cache ({self.path.name})",
+                    switch="run with cache=False / --no-cache / FLOWNB_CACHE=0",
+                ) from exc
             raise ConfigError(
                 f"the call cache {self.path} cannot be used ({exc}); delete the file, or run "
                 "with cache=False / --no-cache / FLOWNB_CACHE=0"

@@ -34,6 +34,7 @@ from .inputs import (
 )
 from .opening import banner, open_flow, usage_error
 from .providers.registry import provider_names
+from .spreadsheet import csv_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -186,6 +187,12 @@ def graph(flow: str, svg_path: str | None) -> None:
     help="Format of --out (default: from its suffix; JSON for '-').",
 )
 @click.option(
+    "--raw-csv",
+    is_flag=True,
+    help="Write CSV cells exactly as they are (by default a cell that would run as a "
+    "spreadsheet formula gets a leading ').",
+)
+@click.option(
     "--provider",
     type=click.Choice(provider_names(), case_sensitive=False),
     default=None,
@@ -221,6 +228,7 @@ def run(
     fill: str | None,
     out_path: str | None,
     out_format: str | None,
+    raw_csv: bool,
     provider: str | None,
     base_url: str | None,
     concurrency: int | None,
@@ -285,7 +293,7 @@ def run(
         if target is None:
             click.echo(str(result))
         else:
-            _write(pd.DataFrame([{**values, **dict(result)}]), *target)
+            _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=not raw_csv)
         return
 
     from .frame import INTERRUPTED, run_dataframe
@@ -308,7 +316,7 @@ def run(
             f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI
         )
     if target is not None:
-        _write(out, *target)
+        _write(out, *target, safe=not raw_csv)
     else:
         with pd.option_context(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
@@ -393,15 +401,16 @@ def _out_target(out_path: str | None, out_format: str | None) -> tuple[str, str]
     return out_path, suffix[1:]
 
 
-def _write(df: Any, target: str, fmt: str) -> None:
-    """Write ``df`` as CSV or JSON records to the file ``target`` (``-``: stdout)."""
+def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
+    """Write ``df`` as CSV or JSON records to the file ``target`` (``-``: stdout); ``safe``
+    neutralises CSV cells a spreadsheet would run as formulas (:mod:`flownb.spreadsheet`)."""
     if fmt == "json":
         # json.dumps rather than DataFrame.to_json: no escaped '/', text kept as written, and
         # NaN (an input cell left empty and filled) written as null.
         records = df.astype(object).where(df.notna(), None).to_dict(orient="records")
         text = json.dumps(records, ensure_ascii=False, indent=2, default=str) + "\n"
     else:
-        text = df.to_csv(index=False)
+        text = csv_text(df, safe=safe)
     if target == "-":
         click.echo(text, nl=False)
         return

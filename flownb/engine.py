@@ -17,13 +17,14 @@ wins).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, ProviderError
+from .errors import ConfigError, InputError, Problem, ProviderError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner, Gate
@@ -36,7 +37,7 @@ from .validate import VariableSpec
 if TYPE_CHECKING:
     from .cache import CallCache
 
-__all__ = ["Engine", "Plan", "Step"]
+__all__ = ["Engine", "Plan", "Step", "prompt_problem"]
 
 MediaUrl = Callable[[str], str]
 
@@ -217,6 +218,29 @@ def _direct(
     return None
 
 
+def prompt_problem(
+    step: Step, size: int, limit: int, values: Mapping[str, str], index: int | None = None
+) -> Problem:
+    """Return the problem of ``step``'s prompt being ``size`` characters, over ``limit``: it
+    names the node, both numbers and the longest variable the prompt uses (never a value)."""
+    used = [name for name in step.template.names if name in values]
+    longest = max(used, key=lambda name: len(values[name]), default=None)
+    where = "" if index is None else f"element {index}: "
+    blame = (
+        f" (variable {longest!r} is {len(values[longest]):,} characters)"
+        if longest is not None
+        else ""
+    )
+    return Problem(
+        "prompt_too_long",
+        f"{where}the {step.kind} prompt of node {step.name or step.node_id!r} would be "
+        f"{size:,} characters, over the limit of {limit:,} for {step.kind} prompts{blame}; "
+        "shorten the variable values",
+        index,
+        longest,
+    )
+
+
 class Engine:
     """Runs a :class:`Plan` with a provider.
 
@@ -224,6 +248,11 @@ class Engine:
     server passes its ``/media/`` URLs). The async path's knobs (see
     :mod:`flownb.providers.calls`) come resolved from the caller's run configuration: a call
     cache (``None``: uncached), requests per minute, seconds per attempt and retries.
+
+    Every prompt is measured once rendered, before the provider sees it: one longer than the
+    provider's ``prompt_limits`` for its kind fails its element with an :class:`InputError`
+    (code ``prompt_too_long``) and costs nothing; :meth:`check_prompts` refuses a whole batch
+    up front.
 
     Raises:
         ConfigError: the provider cannot run this plan: it draws no images and the flow has an
@@ -254,6 +283,7 @@ class Engine:
             provider.check_params(step.kind, step.params, step.name)
         self.plan = plan
         self.provider = provider
+        self.limits = tuple(provider.prompt_limits[step.kind] for step in plan.steps)
         self.media_url = media_url
         self.cache = cache if provider.cacheable else None
         self.pacer = Pacer(rpm)
@@ -335,18 +365,65 @@ class Engine:
         ctx.update(values)
         return ctx
 
+    def check_prompts(self, batch: Sequence[Mapping[str, str]], *, indexed: bool = True) -> None:
+        """Refuse a validated batch in which some prompt would be longer than the provider
+        takes, before anything runs (an upstream node's output, not known yet, counts as empty;
+        the run itself measures again). ``indexed=False``: the batch is one run's variables,
+        and the problems name no element.
+
+        Raises:
+            InputError: code ``prompt_too_long``, every such element and node listed.
+        """
+        checks = [
+            (step, step.template.length, limit)
+            for step, limit in zip(self.plan.steps, self.limits, strict=True)
+        ]
+        problems: list[Problem] = []
+        for i, values in enumerate(batch):
+            for step, length, limit in checks:
+                size = length(values)
+                if size > limit:
+                    where = i if indexed else None
+                    problems.append(prompt_problem(step, size, limit, values, where))
+        if problems:
+            raise InputError(problems)
+
+    def _prompt(self, step: Step, ctx: Mapping[str, str]) -> str:
+        """Return ``step``'s prompt rendered from ``ctx``.
+
+        Raises:
+            InputError: it is longer than the provider takes for its kind.
+        """
+        prompt = step.template.render(ctx)
+        limit = self.limits[step.index]
+        if len(prompt) > limit:
+            # Blame a variable, not an upstream node's output (which ctx also holds).
+            values = {name: ctx[name] for name in self.plan.variables if name in ctx}
+            raise InputError([prompt_problem(step, len(prompt), limit, values)])
+        return prompt
+
     # -- synchronous fast path (inline providers) ---------------------------------------------
 
-    def run_inline(self, batch: Sequence[Mapping[str, str]], on_result: OnResult) -> None:
-        """Run a validated batch synchronously; only for providers with ``inline = True``."""
+    def run_inline(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """Run a validated batch synchronously; only for providers with ``inline = True``.
+        When ``stop`` is set (from another thread) the run ends before its next element."""
         generate = self.provider.generate_inline
         steps = self.plan.steps
         chained = self.plan.chained
         # Hoisted out of the loop: this path runs ~10,000 rows in tens of milliseconds.
-        calls = [(s.kind, s.template.render, s.params, s.node_id) for s in steps]
+        calls = [
+            (s.kind, s.template.render, s.params, s.node_id, self.limits[s.index], s) for s in steps
+        ]
         result = self._result
         clock = time.perf_counter
         for i, values in enumerate(batch):
+            if stop is not None and stop.is_set():
+                return
             started = clock()
             try:
                 if chained:
@@ -354,13 +431,15 @@ class Engine:
                     for step in steps:
                         ctx = self._context(values, gens, step)
                         gens[step.index] = generate(
-                            Call(step.kind, step.template.render(ctx), step.params, step.node_id)
+                            Call(step.kind, self._prompt(step, ctx), step.params, step.node_id)
                         )
                 else:
-                    gens = [
-                        generate(Call(kind, render(values), params, node_id))
-                        for kind, render, params, node_id in calls
-                    ]
+                    gens = []
+                    for kind, render, params, node_id, limit, step in calls:
+                        prompt = render(values)
+                        if len(prompt) > limit:  # measured before the provider does any work
+                            raise InputError([prompt_problem(step, len(prompt), limit, values)])
+                        gens.append(generate(Call(kind, prompt, params, node_id)))
                 outcome = result(values, gens, started)
             except Exception as exc:
                 on_result(i, None, exc)
@@ -370,7 +449,7 @@ class Engine:
     # -- async path -----------------------------------------------------------------------------
 
     async def _call(self, step: Step, ctx: Mapping[str, str], runner: CallRunner) -> Generation:
-        return await runner(Call(step.kind, step.template.render(ctx), step.params, step.node_id))
+        return await runner(Call(step.kind, self._prompt(step, ctx), step.params, step.node_id))
 
     async def _run_element(self, values: Mapping[str, str], runner: CallRunner) -> RunResult:
         started = time.perf_counter()

@@ -42,9 +42,16 @@ HTTP_ERRORS: tuple[tuple[type[FlownbError], int, str], ...] = (
     # whose message names the flow and what is wrong (decoded as a plain ApiError).
     (FlowFileError, 500, "internal_error"),
 )
-# Problem codes of invalid variables: a 422 listing only these is an InputError.
+# Problem codes of invalid variables (values making a prompt longer than the provider takes
+# included): a 422 listing only these is an InputError.
 VARIABLE_CODES = frozenset(
-    {"missing_variable", "unknown_variable", "invalid_variable_type", "invalid_variable_value"}
+    {
+        "missing_variable",
+        "unknown_variable",
+        "invalid_variable_type",
+        "invalid_variable_value",
+        "prompt_too_long",
+    }
 )
 # Statuses whose answers are decoded by status when the code is unknown (another service).
 _BY_STATUS: Mapping[int, type[FlownbError]] = {

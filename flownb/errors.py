@@ -268,7 +268,7 @@ class AuthError(ApiError):
     code = "invalid_api_key"
 
 
-# -- the one error map ----------------------------------------------------------------------------
+# -- one line per error ---------------------------------------------------------------------------
 
 # Line breaks and runs of whitespace inside a message.
 _SPACE = re.compile(r"\s+")

@@ -17,6 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from .errors import ConfigError
+from .writable import unwritable
+
 __all__ = ["MEDIA_KEY_FILE", "MEDIA_NAME", "MediaStore"]
 
 MEDIA_KEY_FILE = "media.key"
@@ -39,24 +42,42 @@ class MediaStore:
         self._key: bytes | None = None
 
     def _secret(self) -> bytes:
-        """Return this home's naming secret, creating it (0600, exactly once) on first use."""
+        """Return this home's naming secret, creating it (0600, exactly once) on first use.
+
+        Raises:
+            ConfigError: the secret cannot be made (its folder cannot be written) or read.
+        """
         if self._key is None:
-            self.key_path.parent.mkdir(parents=True, exist_ok=True)
+            folder = self.key_path.parent
+            what = f"the media key ({MEDIA_KEY_FILE})"
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # FileExistsError too: the "folder" is a file
+                raise unwritable(folder, exc, what) from None
             try:
                 fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:
-                pass  # made before, or by another process just now: read it below
-            else:
+                fd = None  # made before, or by another process just now: read it below
+            except OSError as exc:
+                raise unwritable(folder, exc, what) from None
+            if fd is not None:
                 with os.fdopen(fd, "w", encoding="ascii") as fh:
                     fh.write(secrets.token_hex(32) + "\n")
             text = ""
             for _ in range(50):  # another process may be between its create and its write
-                text = self.key_path.read_text(encoding="ascii").strip()
+                try:
+                    text = self.key_path.read_text(encoding="ascii").strip()
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise ConfigError(
+                        f"cannot read the media key {self.key_path} ({exc})"
+                    ) from None
                 if len(text) == 64:
                     break
                 time.sleep(0.01)
             if len(text) != 64:
-                raise OSError(f"{self.key_path} is not a media key; delete it to make a new one")
+                raise ConfigError(
+                    f"{self.key_path} is not a media key; delete it to make a new one"
+                )
             self._key = bytes.fromhex(text)
         return self._key
 
@@ -81,10 +102,17 @@ class MediaStore:
         return self.path_for(name).is_file()
 
     def save(self, name: str, data: bytes) -> str:
-        """Store ``data`` as ``name`` and return the name."""
+        """Store ``data`` as ``name`` and return the name.
+
+        Raises:
+            ConfigError: the media folder cannot be written.
+        """
         path = self.path_for(name)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+        except OSError as exc:
+            raise unwritable(self.directory, exc, "generated images") from None
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)

@@ -18,6 +18,7 @@ raises :class:`~flownb.errors.BatchError`, which keeps the successes, if some el
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping, Sequence
 
 from .aio import run_sync
@@ -87,6 +88,11 @@ class Runner:
         self.runlog = runlog
         self._images = any(step.kind == "image" for step in engine.plan.steps)
 
+    def on_loop(self, size: int) -> bool:
+        """Return whether :meth:`arun` runs a batch of ``size`` elements synchronously on the
+        caller's loop (a small inline batch without images): quick, and not cancellable."""
+        return self.engine.provider.inline and size <= INLINE_ON_LOOP and not self._images
+
     def _recorder(
         self, batch: Sequence[Mapping[str, str]], run_id: str | None = None
     ) -> RunRecorder | None:
@@ -149,10 +155,29 @@ class Runner:
                 await engine.run_async(
                     batch, on_result, concurrency or self.concurrency, limiter=limiter
                 )
-            elif len(batch) <= INLINE_ON_LOOP and not self._images:
+            elif self.on_loop(len(batch)):
                 engine.run_inline(batch, on_result)
             else:
-                await asyncio.to_thread(engine.run_inline, batch, on_result)
+                await _inline_in_thread(engine, batch, on_result)
         finally:
             if recorder is not None:
                 recorder.flush()
+
+
+async def _inline_in_thread(
+    engine: Engine, batch: Sequence[Mapping[str, str]], on_result: OnResult
+) -> None:
+    """Run an inline batch in a worker thread; when the caller is cancelled (a server's client
+    went away, the server shuts down), the thread stops before its next element, and this
+    returns (re-raising the cancellation) only once it has: nothing reports after the run."""
+    stop = threading.Event()
+    # to_thread copies the context: the server's media URLs read the current request there.
+    worker = asyncio.ensure_future(asyncio.to_thread(engine.run_inline, batch, on_result, stop))
+    try:
+        await asyncio.shield(worker)
+    except asyncio.CancelledError:
+        stop.set()
+        await asyncio.wait({worker})
+        if not worker.cancelled():
+            worker.exception()  # looked at: the cancellation is what this run reports
+        raise

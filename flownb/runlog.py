@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .errors import ConfigError, one_line
+from .writable import folder_problem, unwritable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,6 +100,13 @@ class RunLog:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
+            if folder_problem(self.path.parent) is not None:  # deleting the file cannot help
+                raise unwritable(
+                    self.path.parent,
+                    exc,
+                    f"the run log ({self.path.name})",
+                    switch="run with log=False / FLOWNB_RUNLOG=0",
+                ) from exc
             raise ConfigError(
                 f"the run log {self.path} cannot be used ({exc}); delete the file, or run with "
                 "log=False / FLOWNB_RUNLOG=0"

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
+import regex as regex_engine
+
 from .errors import ConfigError
 from .flow import LocalFlow, load_flow
 from .model import parse_flow
@@ -236,19 +238,58 @@ def contains(output: str, text: Any, *, case: bool = True, name: str | None = No
     return _Compare("contains", output, text, lambda a, b: _text(b).lower() in a.lower(), name)
 
 
+# Seconds one regex match may take. Model output is untrusted input: a pattern that backtracks
+# catastrophically on it (``(a+)+$`` over a long run of ``a``) must not hang an evaluation.
+REGEX_TIMEOUT = 1.0
+
+
+class _Regex(Scorer):
+    """Pass when a pattern matches somewhere in the output, each match bounded in time."""
+
+    def __init__(self, output: str, compiled: Any, name: str | None) -> None:
+        self.output = output
+        self.compiled = compiled
+        self.name = name or f"regex_{output}"
+
+    def score(self, block: Block) -> Scores:
+        search = self.compiled.search
+        scores: list[Any] = []
+        reasons: list[str | None] = []
+        for got in block.column(self.output):
+            if _missing(got):
+                scores.append(None)
+                reasons.append(None)
+                continue
+            text = str(got)
+            try:
+                scores.append(search(text, timeout=REGEX_TIMEOUT) is not None)
+                reasons.append(None)
+            except TimeoutError:
+                scores.append(None)  # an error, not a fail: scored missing, with the reason
+                reasons.append(
+                    f"error: the pattern did not finish matching this output ({len(text):,} "
+                    f"characters) within {REGEX_TIMEOUT:g} s; it may backtrack catastrophically"
+                )
+        return scores, reasons if any(r is not None for r in reasons) else None
+
+
 @_recorded
 def regex(output: str, pattern: str, *, name: str | None = None) -> Scorer:
-    """Pass when ``pattern`` matches somewhere in the output (``re.search``). Column
-    ``regex_<output>``.
+    """Pass when ``pattern`` matches somewhere in the output (a search, with the ``regex``
+    package's syntax, a superset of ``re``'s). Column ``regex_<output>``.
+
+    Each match may take at most :data:`REGEX_TIMEOUT` seconds: a row whose match runs longer
+    (a pattern backtracking catastrophically on that output) scores missing, with the reason in
+    column ``regex_<output>_reason``.
 
     Raises:
         ConfigError: the pattern does not compile.
     """
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex_engine.compile(pattern)
+    except regex_engine.error as exc:
         raise ConfigError(f"regex scorer: bad pattern {pattern!r}: {exc}") from None
-    return _Compare("regex", output, None, lambda a, _: compiled.search(a) is not None, name)
+    return _Regex(output, compiled, name)
 
 
 def _parses(text: str) -> bool:

@@ -45,6 +45,7 @@ DEFAULT_MAX_BODY = 10 * 1024 * 1024  # bytes per run request body
 DEFAULT_HEADER_TIMEOUT = 10.0  # seconds a connection may take to send a request's head
 DEFAULT_KEEP_ALIVE = 5  # seconds an idle keep-alive connection stays open (uvicorn's default)
 DEFAULT_LIMIT_CONCURRENCY = 1000  # connections plus requests in flight before 503s
+DEFAULT_SHUTDOWN_TIMEOUT = 3  # seconds a stopping server lets runs in flight finish
 DEFAULT_OPENAI_TRANSPORT = "aiohttp"
 
 

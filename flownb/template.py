@@ -24,7 +24,7 @@ class Template:
     ``names`` lists the labels the text uses, in order of first use.
     """
 
-    __slots__ = ("_parts", "_slots", "names", "text")
+    __slots__ = ("_fixed", "_parts", "_slots", "names", "text")
 
     def __init__(self, text: str, labels: Iterable[str]) -> None:
         self.text = text
@@ -45,6 +45,7 @@ class Template:
             parts.append(text)
         self._parts = parts
         self._slots = tuple(slots)
+        self._fixed = sum(map(len, parts))  # the literal text's length (slots are "")
         self.names = tuple(dict.fromkeys(name for _, name in slots))
 
     def render(self, values: Mapping[str, str]) -> str:
@@ -59,6 +60,11 @@ class Template:
         for i, name in self._slots:
             parts[i] = values[name]
         return "".join(parts)
+
+    def length(self, values: Mapping[str, str]) -> int:
+        """Return ``len(self.render(values))`` without building the text; a label missing from
+        ``values`` counts as empty (an upstream node's output, not known yet)."""
+        return self._fixed + sum(len(values.get(name, "")) for _, name in self._slots)
 
     def __repr__(self) -> str:
         return f"Template({self.text!r}, names={self.names!r})"

@@ -55,6 +55,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.graph",  # on main since this branch started: draws a flow, imports model
             "flownb.notices",  # warnings pointed at the caller's line
             "flownb.lint",  # flow lint: reads the model, warns through notices
+            "flownb.writable",  # one line for a FLOWNB_HOME that cannot be written
+            "flownb.spreadsheet",  # CSV text a spreadsheet will not run as a formula
         },
     ),
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),

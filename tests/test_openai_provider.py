@@ -15,7 +15,7 @@ import pytest
 from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
-from flownb.errors import ConfigError, ProviderError, RateLimited
+from flownb.errors import ConfigError, InputError, ProviderError, RateLimited
 from flownb.media import MediaStore
 from flownb.providers.base import Call, Generation
 from flownb.providers.openai import OpenAIProvider
@@ -421,3 +421,16 @@ def test_a_loop_closed_without_shutting_down_leaves_nothing_behind(fake: FakeOpe
     loop.close()  # no shutdown_asyncgens: nothing could close the session in time
     asyncio.run(provider.generate(Call("text", "y", {"model": "m"})))
     assert not any(key[0] is loop for key in mod._SESSIONS)
+
+
+def test_image_prompts_go_up_to_gpt_image_1s_limit_and_longer_ones_are_never_sent(
+    fake: FakeOpenAI,
+) -> None:
+    fake.configure(image_format="b64_json")
+    flow = flownb.load_flow(one_node({"model": "gpt-image-1"}, image=True), cache=False)
+    # Over dall-e-3's 4,000 characters (the offline default): the API decides per model.
+    assert flow.run(topic="y" * 10_000)["out"].startswith("file://")
+    assert len(fake.requests[0]["prompt"]) == 10_007
+    with pytest.raises(InputError, match="over the limit of 32,000 for image prompts"):
+        flow.run(topic="y" * 40_000)
+    assert len(fake.requests) == 1  # refused before any request

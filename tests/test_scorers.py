@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,7 +19,7 @@ import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
 from flownb.testing.fake_openai import FakeOpenAI, judge_reply, judge_score, scripted_reply
-from tests.conftest import make_flow
+from tests.conftest import make_flow, write_flow
 from tests.serving import ScriptedProvider
 
 ECHO = make_flow({"say": "{text}"}, ["text"])  # offline: the output is the text itself
@@ -292,3 +295,34 @@ def test_scorers_module_lists_only_its_api() -> None:
     assert set(S.__all__) <= set(names)
     assert all(hasattr(S, n) for n in S.__all__)
     assert {"judge", "pick_best", "col", "JUDGE_MARKER"} <= set(names)
+
+
+def test_regex_that_backtracks_forever_scores_that_row_an_error_with_a_reason() -> None:
+    # (a+)+$ over a long run of "a" then "b" backtracks catastrophically: without a bound the
+    # evaluation never ends. The row times out; the others are graded as usual.
+    data = pd.DataFrame({"text": ["a" * 100_000 + "b", "aaa", "xyz"]})
+    res = scores(S.regex("say", r"(a+)+$"), data=data)
+    assert res["regex_say"].isna().tolist() == [True, False, False]
+    assert res["regex_say"].tolist()[1:] == [True, False]
+    reason = res["regex_say_reason"][0]
+    assert reason.startswith("error:") and "100,001 characters" in reason
+    assert "within 1 s" in reason
+    assert res["regex_say_reason"].isna().tolist() == [False, True, True]
+    assert res["passed"].tolist() == [False, True, False]
+
+
+def test_eval_toml_regex_is_bounded_too(tmp_path: Path) -> None:
+    flow = write_flow(tmp_path / "echo.json", ECHO)
+    pd.DataFrame({"text": ["a" * 100_000 + "b", "aaa"]}).to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "eval.toml").write_text(
+        '[[scorers]]\ntype = "regex"\noutput = "say"\npattern = "(a+)+$"\n', encoding="utf-8"
+    )
+    args = ["--data", "rows.csv", "--scorers", "eval.toml", "--no-progress", "--out", "r.json"]
+    res = subprocess.run(
+        [sys.executable, "-m", "flownb", "eval", str(flow), *args],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    results = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["results"]
+    assert [r["regex_say"] for r in results] == [None, True]
+    assert "did not finish matching" in results[0]["regex_say_reason"]

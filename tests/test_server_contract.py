@@ -156,7 +156,7 @@ def test_health_docs_and_openapi(server: Running) -> None:
     spec = requests.get(f"{server.url}/openapi.json", timeout=10).json()
     run = spec["paths"]["/api/flows/run/{flow_id}"]["post"]
     assert set(run["responses"]) == {
-        "200", "400", "401", "404", "413", "422", "429", "500", "502", "504",
+        "200", "400", "401", "404", "413", "415", "422", "429", "500", "502", "504",
     }  # fmt: skip
     info = spec["paths"]["/api/flows/getFlowInfo/{flow_id}"]["get"]
     assert set(info["responses"]) == {"200", "401", "404", "500"}
@@ -189,7 +189,9 @@ def test_flow_files_are_picked_up_changed_and_dropped_without_restart(server: Ru
     assert _get(server, "late").json()["code"] == "flow_not_found"
 
 
-def test_a_broken_flow_file_names_the_problem_not_the_path(server: Running) -> None:
+def test_a_broken_flow_file_names_its_id_and_logs_the_problem(
+    server: Running, caplog: pytest.LogCaptureFixture
+) -> None:
     flows = server.config.store.directory
     bad = make_flow({"out": "x"}, [])
     bad["edges"].append(
@@ -203,10 +205,12 @@ def test_a_broken_flow_file_names_the_problem_not_the_path(server: Running) -> N
         assert resp.status_code == 500
         body = resp.json()
         assert body["code"] == "internal_error"
-        assert "nowhere" in body["message"] and "broken" in body["message"]
-        assert str(flows) not in body["message"]
+        assert body["message"] == "flow 'broken' cannot be loaded; see the server log"
+        assert "nowhere" not in resp.text and str(flows) not in resp.text  # nothing from the file
+        assert any("nowhere" in r.getMessage() for r in caplog.records)  # the log has it
         resp = post_run(server, "notjson", {})
-        assert resp.status_code == 500 and "not JSON" in resp.json()["message"]
+        assert resp.status_code == 500 and "see the server log" in resp.json()["message"]
+        assert any("not JSON" in r.getMessage() for r in caplog.records)
     finally:
         (flows / "broken.json").unlink()
         (flows / "notjson.json").unlink()
@@ -235,15 +239,16 @@ def test_large_offline_batch_runs_whole(server: Running) -> None:
     assert len(body) == 1000 and body[999][0]["output"] == "A=999 B=" + "x" * 50
 
 
-def test_request_json_content_type_is_not_required(server: Running) -> None:
-    # curl -d sends application/x-www-form-urlencoded; the body is still JSON.
+def test_request_json_content_type_is_required(server: Running) -> None:
+    # curl -d sends application/x-www-form-urlencoded: the answer says which header to add.
     resp = requests.post(
         f"{server.url}/api/flows/run/echo",
         data=json.dumps({"variables": {"a": "1", "b": "2"}}),
         headers={"x-api-key": server.key, "Content-Type": "application/x-www-form-urlencoded"},
         timeout=10,
     )
-    assert resp.status_code == 200
+    assert resp.status_code == 415
+    assert "Content-Type: application/json" in resp.json()["message"]
 
 
 def test_keys_file_holds_no_key(server: Running) -> None:

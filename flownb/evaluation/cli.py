@@ -199,6 +199,12 @@ def summary_text(report: Any) -> str:
 )
 @click.option("--out", "out_path", help="Write the report: .html, .csv or .json.")
 @click.option(
+    "--raw-csv",
+    is_flag=True,
+    help="Write --out .csv cells exactly as they are (by default a cell that would run as a "
+    "spreadsheet formula gets a leading ').",
+)
+@click.option(
     "--min-pass",
     type=click.FloatRange(0, 1),
     default=None,
@@ -233,6 +239,7 @@ def eval_command(
     data_path: str,
     config_path: str,
     out_path: str | None,
+    raw_csv: bool,
     min_pass: float | None,
     fill: str | None,
     map_pairs: tuple[str, ...],
@@ -275,7 +282,7 @@ def eval_command(
         return
     report = result
     if out_path:
-        report.save(out_path)  # type: ignore[union-attr]
+        report.save(out_path, safe_csv=not raw_csv)  # type: ignore[union-attr]
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
     click.echo(summary_text(report))

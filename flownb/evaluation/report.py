@@ -175,10 +175,14 @@ class EvalReport:
         plt.close(fig)  # shown once, as the value returned (not again by pyplot)
         return fig
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, safe_csv: bool = True) -> Path:
         """Write the report: ``.html`` (self-contained: summary and side-by-side view, images
         embedded, no request when opened), ``.csv`` (the results) or ``.json`` (id, summary and
         results). Returns the path.
+
+        A ``.csv`` is made for spreadsheets: a cell that would run as a formula there (text
+        starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading
+        ``'``. ``safe_csv=False`` writes every cell exactly as it is, for programs.
 
         Raises:
             ConfigError: another file extension.
@@ -190,7 +194,9 @@ class EvalReport:
 
             p.write_text(page_html(self), encoding="utf-8")
         elif suffix == ".csv":
-            self.results.to_csv(p, index=False)
+            from ..spreadsheet import csv_text
+
+            p.write_text(csv_text(self.results, safe=safe_csv), encoding="utf-8")
         elif suffix == ".json":
             import orjson
 

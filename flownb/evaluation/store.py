@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError
 from ..runlog import RUNLOG_FILE
+from ..writable import folder_problem, unwritable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,6 +55,8 @@ def _connect(home: Path) -> sqlite3.Connection:
         if "version" not in columns:  # a run log from before the version existed
             db.execute("ALTER TABLE evaluations ADD COLUMN version INTEGER")
     except (sqlite3.Error, OSError) as exc:
+        if folder_problem(path.parent) is not None:
+            raise unwritable(path.parent, exc, f"the run log ({path.name})") from exc
         raise ConfigError(f"the run log {path} cannot be used ({exc})") from exc
     return db
 

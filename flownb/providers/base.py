@@ -11,6 +11,8 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
   are not: recomputing them is cheaper than a cache lookup.
 - ``supports_images``: the provider can serve imageNodes.
 - :meth:`Provider.check_params`: refuses, at flow load, model parameters it would reject.
+- ``prompt_limits``: the longest prompt, in characters, it takes per node kind; a longer one
+  is refused before any work (see :data:`PROMPT_LIMITS`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FINAL_STATES",
+    "PROMPT_LIMITS",
     "BatchAPI",
     "BatchState",
     "Call",
@@ -38,6 +42,12 @@ __all__ = [
 ]
 
 Kind = Literal["text", "image"]
+
+# The longest prompt (characters) a provider takes by default, per node kind: what a real model
+# service accepts, so the work one request can ask for stays in proportion to it. OpenAI's
+# images API takes 4,000 characters for dall-e-3; a text prompt of a million characters is
+# already beyond most models' context windows (about 250,000 tokens).
+PROMPT_LIMITS: Mapping[Kind, int] = MappingProxyType({"text": 1_000_000, "image": 4_000})
 
 
 @dataclass(slots=True)
@@ -153,6 +163,7 @@ class Provider(ABC):
     inline: ClassVar[bool] = False
     cacheable: ClassVar[bool] = True
     supports_images: ClassVar[bool] = True
+    prompt_limits: ClassVar[Mapping[Kind, int]] = PROMPT_LIMITS
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> Self:

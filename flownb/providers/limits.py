@@ -178,7 +178,7 @@ class AdaptiveLimiter:
             except asyncio.CancelledError:
                 if fut.done() and not fut.cancelled():
                     self._release()  # woken and cancelled at once: hand the slot on
-                else:
+                elif fut in self._waiters:  # _wake drops cancelled waiters itself
                     self._waiters.remove(fut)
                 raise
         try:

@@ -52,6 +52,7 @@ import ssl
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ..error_map import parse_retry_after
@@ -59,7 +60,7 @@ from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ..media import MediaStore
 from ..notices import warn
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
-from .base import Call, Generation, Kind, Provider, RateLimits
+from .base import PROMPT_LIMITS, Call, Generation, Kind, Provider, RateLimits
 from .openai_batch import OpenAIBatches
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared", "parse_duration", "rate_limits"]
@@ -791,6 +792,11 @@ class OpenAIProvider(Provider):
     inline: ClassVar[bool] = False
     cacheable: ClassVar[bool] = True
     supports_images: ClassVar[bool] = True
+    # gpt-image-1 takes image prompts of up to 32,000 characters (dall-e-3 4,000, and the API
+    # says so itself for a shorter-limited model); text as every provider.
+    prompt_limits: ClassVar[Mapping[Kind, int]] = MappingProxyType(
+        {**PROMPT_LIMITS, "image": 32_000}
+    )
 
     def __init__(
         self,

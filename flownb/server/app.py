@@ -14,7 +14,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -408,6 +408,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def run_flow(request: Request) -> Response:
         authenticate(request)
+        if not _is_json(request.headers.get("content-type")):
+            raise ApiProblem(
+                415,
+                "unsupported_media_type",
+                "send the body as JSON, with the header Content-Type: application/json",
+            )
         flow = await get_flow(request)
         body = await read_body(request)
         names = flow.plan.spec.names
@@ -426,10 +432,18 @@ def create_app(config: ServerConfig) -> FastAPI:
         batch: list[Any] = [variables] if isinstance(variables, dict) else variables
         if not batch:
             return json_response([])
+        # Work stays in proportion to what a provider would accept: a prompt longer than it
+        # takes is a 422 before anything runs.
+        flow.runner.engine.check_prompts(batch, indexed=not single)
 
         _current_request.set(request)  # media URLs use the address this caller used
         collect = Outcomes(len(batch))
-        await flow.runner.arun(batch, collect)
+        work = flow.runner.arun(batch, collect)
+        if flow.runner.on_loop(len(batch)):
+            await work  # done on the loop before anything could notice a disconnect
+        elif not await _while_connected(request, work):
+            log.info("request %s: the client went away; its run was cancelled", _rid(request))
+            return Response(status_code=499)  # sent nowhere: no one is listening
 
         results = collect.results
         if collect.errors:
@@ -515,6 +529,49 @@ def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
         route.include_in_schema = False
         route.methods = {m for m in route.methods or () if m != "HEAD"}
     app.router.routes[:0] = [run, info]
+
+
+async def _while_connected(request: Request, work: Coroutine[Any, Any, None]) -> bool:
+    """Run ``work`` while the client is still there: return True when it finished, False when
+    the client disconnected first (``work`` is then cancelled, and waited for). When this
+    request is itself cancelled (the server's graceful shutdown ran out of time), ``work`` is
+    cancelled too.
+
+    Raises:
+        Exception: whatever ``work`` raised.
+    """
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            # Waited for: an inline run in a thread stops at its next element, not at once.
+            await asyncio.wait({task})
+    if task.cancelled():
+        return False
+    task.result()
+    return True
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client disconnects. Called once the body is read, so every message
+    left to receive is the disconnect (the server sends it when the connection drops)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Return whether a Content-Type header says JSON (``application/json``, parameters such
+    as ``charset`` allowed, or a ``+json`` type)."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 def _too_large(limit: int) -> ApiProblem:

@@ -15,6 +15,7 @@ from ..settings import (
     DEFAULT_LIMIT_CONCURRENCY,
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY,
+    DEFAULT_SHUTDOWN_TIMEOUT,
     get_settings,
 )
 
@@ -86,6 +87,14 @@ __all__ = ["gc", "keys", "serve"]
     type=click.IntRange(min=1),
     help="Open connections plus requests in flight above which requests get 503 at once.",
 )
+@click.option(
+    "--shutdown-timeout",
+    default=DEFAULT_SHUTDOWN_TIMEOUT,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Seconds a stopping server (Ctrl-C, SIGTERM) lets runs in flight finish before it "
+    "cancels them.",
+)
 def serve(
     flows_dir: str,
     host: str,
@@ -98,6 +107,7 @@ def serve(
     timeout_keep_alive: int,
     header_timeout: float,
     limit_concurrency: int,
+    shutdown_timeout: int,
 ) -> None:
     """Serve the flows of a folder over HTTP, as the flow execution service does."""
     import uvicorn
@@ -159,6 +169,7 @@ def serve(
             server_header=False,
             timeout_keep_alive=timeout_keep_alive,
             limit_concurrency=limit_concurrency,
+            timeout_graceful_shutdown=shutdown_timeout,
             # Imported by each worker process: the default request-head timeout applies.
             http=HTTP_PROTOCOL,
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,
@@ -175,6 +186,9 @@ def serve(
             http=http_protocol(header_timeout),
             timeout_keep_alive=timeout_keep_alive,
             limit_concurrency=limit_concurrency,
+            # Runs still going then are cancelled (their threads stop at the next element): a
+            # stopping server never waits on work whose clients are gone.
+            timeout_graceful_shutdown=shutdown_timeout,
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         )
     )

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..writable import unwritable
 
 try:  # POSIX: serialise writers; elsewhere atomic replace alone has to do.
     import fcntl
@@ -99,21 +100,28 @@ class KeyStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        if fcntl is None:  # pragma: no cover
-            yield
-            return
-        with open(self._lock_path, "a") as fh:
+        with contextlib.ExitStack() as stack:
+            try:
+                self.home.mkdir(parents=True, exist_ok=True)
+                fh = stack.enter_context(open(self._lock_path, "a")) if fcntl else None
+            except OSError as exc:  # a read-only home, or one under a file: one line, no trace
+                raise self._unwritable(exc) from None
+            if fh is None:  # pragma: no cover
+                yield
+                return
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def _unwritable(self, exc: OSError) -> ConfigError:
+        return unwritable(self.home, exc, "the API key file")
+
     def _read_json(self, path: Path) -> Any:
         try:
             text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # none yet (a home under a file: never)
             return None
         try:
             return json.loads(text)
@@ -121,7 +129,10 @@ class KeyStore:
             raise ConfigError(f"{path} is not valid JSON ({exc.msg}); fix or delete it") from None
 
     def _write_json(self, path: Path, data: Any) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.home, prefix=".tmp-keys-")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.home, prefix=".tmp-keys-")
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         try:
             os.chmod(tmp, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -215,7 +226,7 @@ class KeyStore:
     def _refresh(self) -> None:
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             stamp = None
         else:
             stamp = (st.st_mtime_ns, st.st_size, st.st_ino)

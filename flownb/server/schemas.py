@@ -161,11 +161,17 @@ RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_AUTH,
     **_NOT_FOUND,
     413: _error("`payload_too_large`: the body is over the server's limit (default 10 MiB)."),
+    415: _error(
+        "`unsupported_media_type`: the body was not sent as JSON "
+        "(`Content-Type: application/json`)."
+    ),
     422: _error(
         "`invalid_request`: the JSON has the wrong shape; `missing_variable`, "
         "`unknown_variable`, `invalid_variable_type`: variables that do not fit the flow (every "
-        "problem listed, with `index` and `variable`); `batch_too_large`: more elements than the "
-        "server's limit. Nothing ran."
+        "problem listed, with `index` and `variable`); `prompt_too_long`: the values make a "
+        "prompt longer than the provider takes (4,000 characters for an image prompt, 1,000,000 "
+        "for a text prompt, by default); `batch_too_large`: more elements than the server's "
+        "limit. Nothing ran."
     ),
     429: _error(
         "`upstream_rate_limited`: the model provider rate-limited the server; `results` keeps "

@@ -5,16 +5,20 @@ are kept until the file's modification time, size or inode change, so a flow fil
 edited while the server runs is served on the next request, with no restart. A file that fails to
 load is remembered the same way: a broken file costs one load per version, not one per request.
 
-Only regular files of at most :data:`MAX_FLOW_BYTES` (5 MiB) are read: a FIFO, a device (a
-symlink to ``/dev/zero``) or a huge file is a named :class:`~flownb.errors.FlowFileError` without
-being read. :meth:`FlowStore.peek` answers from memory; :meth:`FlowStore.get` may read and parse
-the file, so the server calls it in a worker thread.
+Only regular files inside the folder are served, or symlinks that resolve to one inside it: a
+symlink leading out of the folder, a FIFO or a device is no flow (404), the reason going to the
+server log. A file over :data:`MAX_FLOW_BYTES` (5 MiB) is not read. A flow that fails to load
+answers with its id and "see the server log" only: what is wrong (which can quote the file) is
+logged, never sent to callers. :meth:`FlowStore.peek` answers from memory; :meth:`FlowStore.get`
+may read and parse the file, so the server calls it in a worker thread.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import Plan
-from ..errors import FlowFileError, FlownbError, FlowNotFound
+from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound
 from ..model import MAX_FLOW_BYTES, parse_flow, read_flow_file
 from .keys import KEY_PREFIX
 
@@ -30,6 +34,8 @@ __all__ = ["FLOW_ID", "MAX_FLOW_BYTES", "FlowStore", "StoredFlow"]
 
 # What a flow id may look like; anything else is unknown without touching the disk.
 FLOW_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+log = logging.getLogger("flownb.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,7 @@ class FlowStore:
     ) -> None:
         self.directory = Path(directory)
         self._dir = str(self.directory)
+        self._real_dir = os.path.realpath(self._dir)
         # Built once per version of a flow file: an engine's pacing spans requests. A provider
         # that cannot run the flow (images, params) raises ConfigError here, as a local load does.
         self._make_runner = make_runner
@@ -73,12 +80,33 @@ class FlowStore:
         self._lock = threading.Lock()
 
     def ids(self) -> list[str]:
-        """Return the ids of the flow files in the folder, sorted (valid or not)."""
+        """Return the ids of the flow files the folder serves, sorted (loadable or not): files
+        named ``<flow_id>.json`` that are regular files inside it (or symlinks to one)."""
         try:
             names = os.listdir(self.directory)
         except OSError:
             return []
-        return sorted(n[:-5] for n in names if n.endswith(".json") and FLOW_ID.fullmatch(n[:-5]))
+        return sorted(
+            n[:-5]
+            for n in names
+            if n.endswith(".json")
+            and FLOW_ID.fullmatch(n[:-5])
+            and self._outside(os.path.join(self._dir, n)) is None
+        )
+
+    def _outside(self, path: str) -> str | None:
+        """Return why ``path`` is not served (a symlink leading out of the folder, not a
+        regular file, gone), or ``None`` when it is a regular file inside the folder."""
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(path)
+                if os.path.commonpath([real, self._real_dir]) != self._real_dir:
+                    return "a symlink to a file outside the flows folder"
+                st = os.stat(real)
+        except (OSError, ValueError):
+            return "gone"
+        return None if stat.S_ISREG(st.st_mode) else "not a regular file"
 
     def loadable(self) -> tuple[list[StoredFlow], dict[str, str]]:
         """Return every flow of the folder that loads, in id order, and the problem of each
@@ -107,11 +135,24 @@ class FlowStore:
             raise not_found(flow_id)
         path = os.path.join(self._dir, flow_id + ".json")
         try:
-            st = os.stat(path)
+            st = os.lstat(path)  # one call for the usual case, a regular file
         except OSError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            why = self._outside(path)
+            if why is None:  # a symlink to a regular file inside the folder
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    st = None
+            else:
+                if why != "gone":
+                    log.warning("flow %r is not served: %s is %s", flow_id, path, why)
+                st = None
+        if st is None:
             self._flows.pop(flow_id, None)
             self._failed.pop(flow_id, None)
-            raise not_found(flow_id) from None
+            raise not_found(flow_id)
         return path, (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _remembered(self, flow_id: str, stamp: tuple[int, int, int]) -> StoredFlow | None:
@@ -139,10 +180,11 @@ class FlowStore:
 
         Raises:
             FlowNotFound: the id is not a valid flow id (checked before touching the disk), or
-                there is no such file.
-            FlowFileError: the file exists but is not a valid flow (the message names the flow
-                id and the node or edge, not the server's paths), is not a regular file, or is
-                over :data:`MAX_FLOW_BYTES`.
+                there is no such file, or it is not a regular file inside the folder (nor a
+                symlink to one).
+            FlowFileError: the file is not a valid flow, is over :data:`MAX_FLOW_BYTES`, or the
+                provider cannot run it; the message names the flow id and the server log, which
+                has the details.
         """
         path, stamp = self._stat(flow_id)
         hit = self._remembered(flow_id, stamp)
@@ -154,10 +196,14 @@ class FlowStore:
                 return hit
             try:
                 loaded = self._load(flow_id, path, stamp)
-            except FlowFileError as exc:
-                self._failed[flow_id] = (stamp, exc.message)
+            except (FlowFileError, ConfigError) as exc:
+                # What is wrong can quote the file (a node name, a value): the log has it, and
+                # callers get the id alone. Logged once per version of the file.
+                log.error("flow %r cannot be loaded: %s", flow_id, exc.message)
+                message = f"flow {flow_id!r} cannot be loaded; see the server log"
+                self._failed[flow_id] = (stamp, message)
                 self._flows.pop(flow_id, None)
-                raise
+                raise FlowFileError(message) from None
             self._flows[flow_id] = loaded
             self._failed.pop(flow_id, None)
             return loaded
