@@ -5,23 +5,50 @@ That works whether or not the calling thread has a running loop (never ``asyncio
 kernel), and lets providers keep HTTP connection pools alive across calls, since every
 coroutine they serve from sync code runs on the same loop.
 
-Ctrl-C while waiting cancels the coroutine on the loop and waits for it to unwind, so work it
-finished has been handed over before ``KeyboardInterrupt`` reaches the caller.
+Ctrl-C while waiting cancels the coroutine on the loop and waits (up to :data:`INTERRUPT_WAIT`
+seconds) for it to unwind, so work it finished has been handed over before ``KeyboardInterrupt``
+reaches the caller. A coroutine that takes longer to clean up keeps running on the loop; callers
+that collect results close their hand-over first (see :class:`flownb.pipeline.Handover`), so
+nothing it reports later reaches what they return.
+
+A process forked while the loop runs (multiprocessing's ``fork``, a pre-forking server, a
+Dask/joblib worker) inherits the loop object but not its thread: the child forgets it and
+starts its own on first use (``os.register_at_fork``), so ``run_sync`` works there too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run_sync"]
+__all__ = ["INTERRUPT_WAIT", "run_sync"]
 
 T = TypeVar("T")
 
+# Seconds Ctrl-C waits for the cancelled coroutine to unwind before raising anyway.
+INTERRUPT_WAIT = 10.0
+
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+# What a forked child inherited from its parent and must neither use nor close: the parent's
+# loop (its selector and self-pipe are shared with the parent) stays referenced, never closed.
+_inherited: list[object] = []
+
+
+def _forget_loop_in_child() -> None:
+    """In a forked child: drop the parent's loop (its thread did not survive the fork) and the
+    lock, which another thread of the parent may have held at the moment of the fork."""
+    global _loop, _lock
+    if _loop is not None:
+        _inherited.append(_loop)
+    _loop = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_in_child)
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
@@ -69,5 +96,5 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     except KeyboardInterrupt:
         future.cancel()
         # Let the coroutine unwind (its finally blocks hand over finished work) before raising.
-        finished.wait(timeout=10)
+        finished.wait(timeout=INTERRUPT_WAIT)
         raise

@@ -25,6 +25,7 @@ from ..aio import run_sync
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
+from ..pipeline import Handover
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
@@ -91,9 +92,9 @@ class _Collected:
         self.done: list[bool] = [False] * n
 
     def __call__(self, i: int, result: Any, exc: BaseException | None) -> None:
-        self.done[i] = True
         if exc is not None:
             self.error[i] = one_line(exc, code=True)
+            self.done[i] = True
             return
         for out, column in self.values.items():
             column[i] = result.get(out)
@@ -108,6 +109,7 @@ class _Collected:
                 tokens += usage.get("total_tokens", 0)
         if reported:
             self.tokens[i] = float(tokens)
+        self.done[i] = True  # last: a row is never seen done without its values
 
     def mark_interrupted(self) -> int:
         """Mark every unfinished row as interrupted; return how many finished."""
@@ -137,7 +139,21 @@ def _run_all(
     limiter: AdaptiveLimiter,
 ) -> None:
     """Run every job together: inline flows here first (no I/O to overlap), then the others
-    on the background loop under ``limiter`` (remote flows in a thread each)."""
+    on the background loop under ``limiter`` (remote flows in a thread each). Once this returns
+    or raises (Ctrl-C), no job's ``on_result`` is called again (see :class:`Handover`)."""
+    handovers = [Handover(on_result) for _, _, on_result in jobs]
+    jobs = [(flow, batch, h) for (flow, batch, _), h in zip(jobs, handovers, strict=True)]
+    try:
+        _run_jobs(jobs, limiter)
+    finally:
+        for handover in handovers:
+            handover.close()
+
+
+def _run_jobs(
+    jobs: Sequence[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]],
+    limiter: AdaptiveLimiter,
+) -> None:
     for flow, batch, on_result in jobs:
         if not _uses_loop(flow) and isinstance(flow, LocalFlow):
             _run_sync(flow, batch, on_result, limiter.limit)

@@ -43,6 +43,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import re
 import urllib.parse
 import urllib.request
@@ -665,3 +666,14 @@ class OpenAIProvider(Provider):
     async def aclose(self) -> None:
         """Close this loop's HTTP session."""
         await self._transport.aclose()
+
+
+def _forget_sessions_in_child() -> None:
+    # A forked child must neither use nor close its parent's sessions (their loop and sockets
+    # stay the parent's): they are kept aside unused, and the child's loop opens its own.
+    _INHERITED_SESSIONS.append(dict(_SESSIONS))
+    _SESSIONS.clear()
+
+
+_INHERITED_SESSIONS: list[object] = []
+os.register_at_fork(after_in_child=_forget_sessions_in_child)
