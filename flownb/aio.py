@@ -19,12 +19,13 @@ starts its own on first use (``os.register_at_fork``), so ``run_sync`` works the
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["INTERRUPT_WAIT", "run_sync"]
+__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync"]
 
 T = TypeVar("T")
 
@@ -50,6 +51,51 @@ def _forget_loop_in_child() -> None:
 
 os.register_at_fork(after_in_child=_forget_loop_in_child)
 
+_local = threading.local()
+
+
+class Stopper:
+    """Lets another thread stop the work a thread runs through :func:`run_sync`, as Ctrl-C does.
+
+    ``with stopper:`` on the working thread; :meth:`stop` from any thread (a widget's Stop
+    button, a signal handler) cancels what runs and makes ``run_sync`` raise
+    ``KeyboardInterrupt`` there once it unwound, so callers keep what finished exactly as
+    after Ctrl-C. Work started after ``stop()`` is stopped at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: set[concurrent.futures.Future[Any]] = set()
+        self.stopped = False
+
+    def __enter__(self) -> Stopper:
+        _local.stopper = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.stopper = None
+
+    def stop(self) -> None:
+        """Cancel the work running under this stopper (and any started later)."""
+        with self._lock:
+            self.stopped = True
+            futures = list(self._futures)
+        for future in futures:
+            future.cancel()
+
+    def watch(self, future: concurrent.futures.Future[Any]) -> None:
+        """Cancel ``future`` on :meth:`stop` (at once if already stopped)."""
+        with self._lock:
+            self._futures.add(future)
+            stopped = self.stopped
+        if stopped:
+            future.cancel()
+
+    def forget(self, future: concurrent.futures.Future[Any]) -> None:
+        """Stop watching ``future``."""
+        with self._lock:
+            self._futures.discard(future)
+
 
 def _background_loop() -> asyncio.AbstractEventLoop:
     global _loop
@@ -68,7 +114,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion on flownb's background loop and return its result.
 
     Raises:
-        Whatever ``coro`` raises. ``KeyboardInterrupt`` while waiting cancels ``coro`` first.
+        Whatever ``coro`` raises. ``KeyboardInterrupt`` while waiting cancels ``coro`` first;
+            so does a :class:`Stopper` stopped from another thread, which then raises
+            ``KeyboardInterrupt`` here too.
         RuntimeError: called from a coroutine already running on the background loop (that
             would deadlock; await the async API instead).
     """
@@ -91,10 +139,22 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             finished.set()
 
     future = asyncio.run_coroutine_threadsafe(tracked(), loop)
+    stopper: Stopper | None = getattr(_local, "stopper", None)
+    if stopper is not None:
+        stopper.watch(future)
     try:
         return future.result()
+    except concurrent.futures.CancelledError:
+        if stopper is None or not stopper.stopped:
+            raise
+        # Stopped from another thread: the same unwinding, and the same exception, as Ctrl-C.
+        finished.wait(timeout=INTERRUPT_WAIT)
+        raise KeyboardInterrupt from None
     except KeyboardInterrupt:
         future.cancel()
         # Let the coroutine unwind (its finally blocks hand over finished work) before raising.
         finished.wait(timeout=INTERRUPT_WAIT)
         raise
+    finally:
+        if stopper is not None:
+            stopper.forget(future)

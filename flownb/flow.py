@@ -21,6 +21,7 @@ from .frame import run_dataframe
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
+from .progress import Progress
 from .providers.base import Provider
 from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
@@ -265,10 +266,11 @@ def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
     return chain(RequestGate(rpm) if rpm else None, TokenGate(tpm) if tpm else None)
 
 
-def _progress_bar(total: int, name: str) -> Any:
+def _progress_bar(total: int, name: str) -> Progress:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=name, unit="row", leave=True)
+    # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
+    return Progress(tqdm(total=total, desc=name, unit="row", leave=True))
 
 
 class LocalFlow(BaseFlow):

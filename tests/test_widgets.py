@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -149,3 +150,50 @@ def test_errors_are_shown_in_the_form(blog_flow_path: Path) -> None:
     assert form.wait(10)
     assert form.error is None and "flownb-status-done" in _classes(form.status)
     assert "flownb-status-error" not in _classes(form.status)
+
+
+class HeldProvider(Provider):
+    """Answers at once, except prompts with HOLD: those wait until ``release`` is set."""
+
+    name: ClassVar[str] = "held"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.prompts: list[str] = []
+
+    async def generate(self, call: Call) -> Generation:
+        self.prompts.append(call.prompt)
+        while "HOLD" in call.prompt and not self.release.is_set():
+            await asyncio.sleep(0.01)
+        return Generation(f"said {call.prompt}")
+
+
+def test_stop_button_stops_the_run_and_keeps_what_finished() -> None:
+    provider = HeldProvider()
+    flow = flownb.load_flow(
+        make_flow({"first": "first {text}", "second": "second {text} HOLD"}, ["text"]),
+        provider=provider,
+    )
+    form = flow.form()
+    assert "flownb-stop" in _classes(form.stop_button) and form.stop_button.disabled
+    form.inputs["text"].value = "kelp"
+    form.button.click()
+    deadline = time.monotonic() + 30
+    while len(provider.prompts) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert form.running and not form.stop_button.disabled and form.button.disabled
+    form.stop_button.click()
+    assert form.wait(30)
+    assert "flownb-status-stopped" in _classes(form.status) and "Stopped" in form.status.value
+    assert form.result is None and form.error is None
+    assert not form.button.disabled and form.stop_button.disabled
+    # Run again: the call that finished comes from the cache; the stopped one is asked again.
+    provider.release.set()
+    form.button.click()
+    assert form.wait(30)
+    assert form.result is not None and form.result.cached == {"first"}
+    assert sorted(provider.prompts) == ["first kelp", "second kelp HOLD", "second kelp HOLD"]
+    assert "flownb-status-done" in _classes(form.status)
+    assert "flownb-status-stopped" not in _classes(form.status)
+    form.stop()  # nothing running: nothing happens
+    assert not form.running

@@ -26,6 +26,7 @@ from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
 from ..pipeline import Handover
+from ..progress import Progress
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
@@ -270,7 +271,8 @@ def evaluate(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc="evaluate", unit="call", leave=True)
+        # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
+        bar = Progress(tqdm(total=total, desc="evaluate", unit="call", leave=True))
     collected = {name: _Collected(n, f.outputs) for name, f in variants.items()}
     interrupted = False
     judged: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
