@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import multiprocessing
 import os
 import random
@@ -25,6 +26,7 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 import flownb
 from flownb import aio
 from flownb.frame import INTERRUPTED
+from flownb.progress import Progress
 from flownb.providers.base import Call, Generation, Provider
 from flownb.runlog import RunLog
 from flownb.testing.fake_openai import FakeOpenAI, echo
@@ -226,3 +228,49 @@ def test_three_threads_flushing_at_once_lose_and_repeat_no_row(tmp_path: Path) -
     assert len(indexes) == n
     assert sorted(indexes) == list(range(n))
     assert not log.write_errors
+
+
+# -- progress bars --------------------------------------------------------------------------------
+
+
+class RecordingBar:
+    """A tqdm-like bar that records which threads moved it."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.threads: set[str] = set()
+        self.closed_by: str | None = None
+
+    def update(self, n: int = 1) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.n += n
+
+    def close(self) -> None:
+        self.closed_by = threading.current_thread().name
+
+
+def test_a_progress_bar_is_moved_by_one_thread_whichever_threads_finish_rows() -> None:
+    bar = RecordingBar()
+    progress = Progress(bar, interval=0.01)
+    workers = [
+        threading.Thread(target=lambda: [progress.update() for _ in range(500)], name=f"w{k}")
+        for k in range(4)
+    ]
+    for w in workers:
+        w.start()
+    wait_until(lambda: bar.n > 0, what="the bar moving while rows finish")
+    for w in workers:
+        w.join(60)
+    progress.close()
+    assert bar.n == 2000
+    # Moved only by its updater, then (the final count) by the thread that closed it.
+    assert bar.threads <= {"flownb-progress", threading.current_thread().name}
+    assert "flownb-progress" in bar.threads
+    assert bar.closed_by == threading.current_thread().name
+
+
+def test_a_batch_progress_bar_counts_every_row(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(SAY, provider="openai", cache=False, log=False)
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        flow.run_batch([{"word": f"w{i}"} for i in range(40)], progress=True)
+    assert "40/40" in err.getvalue()
