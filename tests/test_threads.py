@@ -196,11 +196,24 @@ def test_an_interrupted_frame_has_whole_rows_only_and_the_log_keeps_the_late_one
 # -- run-log flush --------------------------------------------------------------------------------
 
 
+class YieldingList(list):  # type: ignore[type-arg]
+    """A list that gives other threads the GIL right after a slice of it is taken."""
+
+    def __getitem__(self, index: Any) -> Any:
+        taken = super().__getitem__(index)
+        if isinstance(index, slice):
+            time.sleep(0)  # after the copy: the window a flush without a lock leaves open
+        return taken
+
+
 def test_three_threads_flushing_at_once_lose_and_repeat_no_row(tmp_path: Path) -> None:
     log = RunLog(tmp_path / "runs.sqlite")
     n = 20_000
     batch = [{"word": str(i)} for i in range(n)]
     recorder = log.recorder("f", "p", batch, detailed=False)
+    # Copying the pending rows lets other threads run half-way, as a free-threaded build or an
+    # unlucky switch would: two flushes then meet in the window between copy and delete.
+    recorder._pending = YieldingList()
     record = recorder.wrap(lambda i, r, e: None)
     failed = ValueError("boom")
     recording = threading.Event()
