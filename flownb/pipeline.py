@@ -147,20 +147,25 @@ class Runner:
             KeyboardInterrupt: Ctrl-C; every element finished before it was reported, and
                 ``on_result`` is not called once this has raised (see :class:`Handover`).
         """
-        handover = Handover(on_result)
-        recorder = self._recorder(batch, run_id)
-        # The run log records every element, even one that ends after Ctrl-C gave up waiting.
-        report = recorder.wrap(handover) if recorder is not None else handover
         engine = self.engine
+        # Inline runs report on this thread and are over when they return; a run on the loop
+        # may go on after Ctrl-C gave up waiting for it, so its reports pass a hand-over.
+        handover = None if engine.provider.inline else Handover(on_result)
+        report = on_result if handover is None else handover
+        recorder = self._recorder(batch, run_id)
+        if recorder is not None:
+            # The run log records every element, even one that ends after the hand-over closed.
+            report = recorder.wrap(report)
         try:
-            if engine.provider.inline:
+            if handover is None:
                 engine.run_inline(batch, report)
             else:
                 run_sync(
                     engine.run_async(batch, report, concurrency or self.concurrency, gate=gate)
                 )
         finally:
-            handover.close()
+            if handover is not None:
+                handover.close()
             if recorder is not None:
                 recorder.flush()
 
