@@ -5,23 +5,96 @@ That works whether or not the calling thread has a running loop (never ``asyncio
 kernel), and lets providers keep HTTP connection pools alive across calls, since every
 coroutine they serve from sync code runs on the same loop.
 
-Ctrl-C while waiting cancels the coroutine on the loop and waits for it to unwind, so work it
-finished has been handed over before ``KeyboardInterrupt`` reaches the caller.
+Ctrl-C while waiting cancels the coroutine on the loop and waits (up to :data:`INTERRUPT_WAIT`
+seconds) for it to unwind, so work it finished has been handed over before ``KeyboardInterrupt``
+reaches the caller. A coroutine that takes longer to clean up keeps running on the loop; callers
+that collect results close their hand-over first (see :class:`flownb.pipeline.Handover`), so
+nothing it reports later reaches what they return.
+
+A process forked while the loop runs (multiprocessing's ``fork``, a pre-forking server, a
+Dask/joblib worker) inherits the loop object but not its thread: the child forgets it and
+starts its own on first use (``os.register_at_fork``), so ``run_sync`` works there too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run_sync"]
+__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync"]
 
 T = TypeVar("T")
 
+# Seconds Ctrl-C waits for the cancelled coroutine to unwind before raising anyway.
+INTERRUPT_WAIT = 10.0
+
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+# What a forked child inherited from its parent and must neither use nor close: the parent's
+# loop (its selector and self-pipe are shared with the parent) stays referenced, never closed.
+_inherited: list[object] = []
+
+
+def _forget_loop_in_child() -> None:
+    """In a forked child: drop the parent's loop (its thread did not survive the fork) and the
+    lock, which another thread of the parent may have held at the moment of the fork."""
+    global _loop, _lock
+    if _loop is not None:
+        _inherited.append(_loop)
+    _loop = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_in_child)
+
+_local = threading.local()
+
+
+class Stopper:
+    """Lets another thread stop the work a thread runs through :func:`run_sync`, as Ctrl-C does.
+
+    ``with stopper:`` on the working thread; :meth:`stop` from any thread (a widget's Stop
+    button, a signal handler) cancels what runs and makes ``run_sync`` raise
+    ``KeyboardInterrupt`` there once it unwound, so callers keep what finished exactly as
+    after Ctrl-C. Work started after ``stop()`` is stopped at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: set[concurrent.futures.Future[Any]] = set()
+        self.stopped = False
+
+    def __enter__(self) -> Stopper:
+        _local.stopper = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.stopper = None
+
+    def stop(self) -> None:
+        """Cancel the work running under this stopper (and any started later)."""
+        with self._lock:
+            self.stopped = True
+            futures = list(self._futures)
+        for future in futures:
+            future.cancel()
+
+    def watch(self, future: concurrent.futures.Future[Any]) -> None:
+        """Cancel ``future`` on :meth:`stop` (at once if already stopped)."""
+        with self._lock:
+            self._futures.add(future)
+            stopped = self.stopped
+        if stopped:
+            future.cancel()
+
+    def forget(self, future: concurrent.futures.Future[Any]) -> None:
+        """Stop watching ``future``."""
+        with self._lock:
+            self._futures.discard(future)
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
@@ -41,7 +114,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion on flownb's background loop and return its result.
 
     Raises:
-        Whatever ``coro`` raises. ``KeyboardInterrupt`` while waiting cancels ``coro`` first.
+        Whatever ``coro`` raises. ``KeyboardInterrupt`` while waiting cancels ``coro`` first;
+            so does a :class:`Stopper` stopped from another thread, which then raises
+            ``KeyboardInterrupt`` here too.
         RuntimeError: called from a coroutine already running on the background loop (that
             would deadlock; await the async API instead).
     """
@@ -64,10 +139,22 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             finished.set()
 
     future = asyncio.run_coroutine_threadsafe(tracked(), loop)
+    stopper: Stopper | None = getattr(_local, "stopper", None)
+    if stopper is not None:
+        stopper.watch(future)
     try:
         return future.result()
+    except concurrent.futures.CancelledError:
+        if stopper is None or not stopper.stopped:
+            raise
+        # Stopped from another thread: the same unwinding, and the same exception, as Ctrl-C.
+        finished.wait(timeout=INTERRUPT_WAIT)
+        raise KeyboardInterrupt from None
     except KeyboardInterrupt:
         future.cancel()
         # Let the coroutine unwind (its finally blocks hand over finished work) before raising.
-        finished.wait(timeout=10)
+        finished.wait(timeout=INTERRUPT_WAIT)
         raise
+    finally:
+        if stopper is not None:
+            stopper.forget(future)

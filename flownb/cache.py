@@ -20,16 +20,18 @@ answers received before a kill.
 
 Lookups see the queue too. One :class:`CallCache` per database file per process (see
 :func:`open_cache`); locks make it safe from several threads, and SQLite's WAL mode lets
-several processes share it.
+several processes share it. A forked child opens connections, locks and a writer of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,29 @@ class CallCache:
         self._writer: threading.Thread | None = None
         self._inline_ok = True  # False after a commit on the caller's thread found a lock
         self._closed = False
+        _open_caches.add(self)
+
+    def after_fork_in_child(self) -> None:
+        """After a fork, in the child: connections, locks and a writer thread of its own.
+
+        SQLite forbids using a connection across a fork, and closing an inherited one would
+        drop the child's own file locks, so those are kept, unused, for the child's lifetime.
+        A store that cannot be opened again counts as failing (misses, nothing stored).
+        """
+        if self._closed:
+            return
+        _inherited.extend((self._db, self._wdb, self._idb))
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._writer = None  # the parent's did not survive the fork; put() starts one
+        try:
+            self._db = _connect(self.path, self.busy_timeout)
+            self._wdb = _connect(self.path, self.busy_timeout)
+            self._idb = _connect(self.path, _INLINE_TIMEOUT)
+        except sqlite3.Error as exc:
+            self._failed(exc)
+            self._db = self._wdb = self._idb = sqlite3.connect(":memory:", check_same_thread=False)
 
     @staticmethod
     def prefix(identity: Mapping[str, Any], kind: Kind, params: Mapping[str, Any]) -> bytes:
@@ -340,6 +365,18 @@ class CallCache:
 
 _caches: dict[Path, CallCache] = {}
 _caches_lock = threading.Lock()
+_open_caches: weakref.WeakSet[CallCache] = weakref.WeakSet()
+_inherited: list[object] = []  # a forked child's copies of its parent's connections
+
+
+def _reopen_caches_in_child() -> None:
+    global _caches_lock
+    _caches_lock = threading.Lock()
+    for cache in list(_open_caches):
+        cache.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reopen_caches_in_child)
 
 
 def open_cache(home: str | Path) -> CallCache:

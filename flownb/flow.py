@@ -30,6 +30,7 @@ from .lint import warn_on_load
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
 from .pipeline import Outcomes, Runner
+from .progress import Progress
 from .providers.base import Provider
 from .providers.calls import Notice, notices_to
 from .providers.limits import AdaptiveLimiter
@@ -328,16 +329,17 @@ def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
     return chain(RequestGate(rpm) if rpm else None, TokenGate(tpm) if tpm else None)
 
 
-def _progress_bar(total: int, name: str) -> Any:
+def _progress_bar(total: int, name: str) -> Progress:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=name, unit="row", leave=True)
+    # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
+    return Progress(tqdm(total=total, desc=name, unit="row", leave=True))
 
 
 def _bar_notice(bar: Any) -> Notice:
     """Return where a run with progress bar ``bar`` announces things: the bar's postfix, and
     in a terminal also a line on stderr above the bar (a postfix is easy to miss there)."""
-    in_notebook = type(bar).__module__.startswith("tqdm.notebook")
+    in_notebook = bar.in_notebook
 
     def notice(line: str) -> None:
         bar.set_postfix_str(line)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 from .errors import ConfigError, InputError, Problem, one_line
 from .inputs import PYTHON, Spelling, to_text
 from .notices import warn
+from .pipeline import Handover
 from .validate import unknown_advice
 
 if TYPE_CHECKING:
@@ -199,28 +200,33 @@ def run_dataframe(
     done = [False] * n
 
     def record(i: int, result: Any, exc: BaseException | None) -> None:
-        done[i] = True
+        # The row's values first, then "done": a row is never seen done without its outputs.
         if exc is not None:
             errors[i] = one_line(exc, code=True)
             # A row where one node failed keeps the outputs of the nodes that succeeded.
             result = getattr(exc, "partial", None)
-            if result is None:
-                return
-        for out in out_cols:
-            values[out][i] = result.get(out)
-        if traced:
-            for node, output in result.trace.items():
-                traced[node][i] = output
-        cut = getattr(result, "truncated", ())
-        if cut:
-            truncated[i] = ", ".join(cut)
+        if result is not None:
+            for out in out_cols:
+                values[out][i] = result.get(out)
+            if traced:
+                for node, output in result.trace.items():
+                    traced[node][i] = output
+            cut = getattr(result, "truncated", ())
+            if cut:
+                truncated[i] = ", ".join(cut)
+        done[i] = True
 
     interrupted = False
+    # Closed before the frame is built: a row the loop thread finishes while it unwinds after
+    # Ctrl-C (or after a form's Stop) cannot change the lists below while they are read.
+    handover = Handover(record)
     try:
         # The rows were made from the frame's columns as strings: no second validation pass.
-        flow.run_each(batch, record, progress=progress, concurrency=concurrency, check=False)
+        flow.run_each(batch, handover, progress=progress, concurrency=concurrency, check=False)
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        handover.close()
     result = df.copy()
     if fill is not None:
         # The filled input cells show what the flow was given (fill="": empty text, not NaN).

@@ -13,6 +13,11 @@ run route all hand a batch to a :class:`Runner`, which
 
 :class:`Outcomes` is the usual ``on_result``: it keeps a batch's results in input order and
 raises :class:`~flownb.errors.BatchError`, which keeps the successes, if some element failed.
+
+After Ctrl-C the cancelled coroutine may go on cleaning up on the loop thread for longer than
+:data:`flownb.aio.INTERRUPT_WAIT`; :class:`Handover` closes the caller's ``on_result`` before the
+caller reads what it collected, so what it returns is never written to at the same time. Rows
+that finish that late still reach the run log and the cache.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from .providers.limits import AdaptiveLimiter
 from .result import OnResult, RunResult
 from .runlog import RunLog, RunRecorder
 
-__all__ = ["INLINE_ON_LOOP", "Outcomes", "Runner"]
+__all__ = ["INLINE_ON_LOOP", "Handover", "Outcomes", "Runner"]
 
 # Inline (offline) batches up to this size run on a caller's event loop; larger ones in a
 # thread, so one big batch does not stall everything else the loop serves.
@@ -70,6 +75,32 @@ class Outcomes:
             results = self.results if self.keep else [None] * self.size
             raise BatchError(results, self.errors)
         return self.results  # type: ignore[return-value]  # no error: every slot is filled
+
+
+class Handover:
+    """An ``on_result`` that passes each outcome on to ``on_result`` until :meth:`close`.
+
+    After ``close()`` returns, ``on_result`` is never called again and no call is in progress,
+    so the thread that closed it may read what ``on_result`` collected: each element is then
+    either reported completely or not at all, however long a cancelled run takes to unwind.
+    """
+
+    __slots__ = ("_lock", "_on_result", "_open")
+
+    def __init__(self, on_result: OnResult) -> None:
+        self._on_result = on_result
+        self._lock = threading.Lock()
+        self._open = True
+
+    def __call__(self, i: int, result: RunResult | None, exc: BaseException | None) -> None:
+        with self._lock:
+            if self._open:
+                self._on_result(i, result, exc)
+
+    def close(self) -> None:
+        """Stop passing outcomes on, after waiting for one being passed on now."""
+        with self._lock:
+            self._open = False
 
 
 class Runner:
@@ -118,20 +149,28 @@ class Runner:
         Dask partition recomputed after its worker died logs under the same id).
 
         Raises:
-            KeyboardInterrupt: Ctrl-C; every element finished before it was reported.
+            KeyboardInterrupt: Ctrl-C; every element finished before it was reported, and
+                ``on_result`` is not called once this has raised (see :class:`Handover`).
         """
+        engine = self.engine
+        # Inline runs report on this thread and are over when they return; a run on the loop
+        # may go on after Ctrl-C gave up waiting for it, so its reports pass a hand-over.
+        handover = None if engine.provider.inline else Handover(on_result)
+        report = on_result if handover is None else handover
         recorder = self._recorder(batch, run_id)
         if recorder is not None:
-            on_result = recorder.wrap(on_result)
-        engine = self.engine
+            # The run log records every element, even one that ends after the hand-over closed.
+            report = recorder.wrap(report)
         try:
-            if engine.provider.inline:
-                engine.run_inline(batch, on_result)
+            if handover is None:
+                engine.run_inline(batch, report)
             else:
                 run_sync(
-                    engine.run_async(batch, on_result, concurrency or self.concurrency, gate=gate)
+                    engine.run_async(batch, report, concurrency or self.concurrency, gate=gate)
                 )
         finally:
+            if handover is not None:
+                handover.close()
             if recorder is not None:
                 recorder.flush()
 

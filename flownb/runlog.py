@@ -11,10 +11,12 @@ once at the end of an offline batch, and when interrupted), so logging stays off
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -86,19 +88,34 @@ COLUMNS = [
 
 
 class RunLog:
-    """The run-log database. Safe from several threads (one lock); WAL for several processes."""
+    """The run-log database. Safe from several threads (one lock); WAL for several processes.
+
+    A forked child gets its own connection, writer thread and lock (the parent's are unusable
+    there), so a flow loaded before the fork keeps logging in the child.
+
+    Raises:
+        ConfigError: the file cannot be used as the run log.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._db = self._connect()
+        # Serialising and inserting happen on one writer thread, off the run's path; pending
+        # writes finish before the interpreter exits, and readers wait for them (``sync``).
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flownb-runlog")
+        self.write_errors: list[BaseException] = []
+        _open_logs.add(self)
+
+    def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
+            db = sqlite3.connect(
                 self.path, check_same_thread=False, timeout=30, isolation_level=None
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             if folder_problem(self.path.parent) is not None:  # deleting the file cannot help
                 raise unwritable(
@@ -113,11 +130,23 @@ class RunLog:
             ) from exc
         # An SQLite without JSON functions cannot make the view; it is a convenience only.
         with contextlib.suppress(sqlite3.OperationalError):
-            self._db.executescript(_VIEW)
-        # Serialising and inserting happen on one writer thread, off the run's path; pending
-        # writes finish before the interpreter exits, and readers wait for them (``sync``).
+            db.executescript(_VIEW)
+        return db
+
+    def after_fork_in_child(self) -> None:
+        """After a fork, in the child: a connection, writer thread and lock of its own.
+
+        SQLite forbids using a connection across a fork, and closing the inherited one would
+        drop the child's own file locks, so it is kept, unused, for the child's lifetime.
+        """
+        _inherited.extend((self._db, self._writer))
+        self._lock = threading.Lock()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flownb-runlog")
-        self.write_errors: list[BaseException] = []
+        try:
+            self._db = self._connect()
+        except ConfigError as exc:  # the writes fail (into write_errors); the run goes on
+            self.write_errors.append(exc)
+            self._db = sqlite3.connect(":memory:", check_same_thread=False)
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` on the writer thread (jobs run one at a time, in order)."""
@@ -182,7 +211,16 @@ class RunLog:
 class RunRecorder:
     """Collects one batch's outcomes as they arrive; serialises and writes them in bulk."""
 
-    __slots__ = ("_batch", "_detailed", "_flow", "_log", "_pending", "_provider", "run_id")
+    __slots__ = (
+        "_batch",
+        "_detailed",
+        "_flow",
+        "_flushing",
+        "_log",
+        "_pending",
+        "_provider",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -199,6 +237,9 @@ class RunRecorder:
         self._provider = provider
         self._batch = batch
         self._pending: list[tuple[int, float, RunResult | None, BaseException | None]] = []
+        # The loop thread, a timer thread and the caller's thread may all flush at once: one
+        # at a time, or two could take the same rows and drop the ones appended in between.
+        self._flushing = threading.Lock()
         self.run_id = run_id or uuid.uuid4().hex[:16]
 
     def wrap(self, on_result: OnResult) -> OnResult:
@@ -227,13 +268,17 @@ class RunRecorder:
         return record
 
     def flush(self) -> None:
-        """Hand what was recorded so far to the writer thread (each outcome is written once)."""
+        """Hand what was recorded so far to the writer thread (each outcome is written once,
+        whichever threads flush at the same time)."""
         pending = self._pending
-        taken = pending[:]
-        if not taken:
-            return
-        del pending[: len(taken)]  # not clear(): the loop thread may append meanwhile
-        self._log.submit(lambda: self._write(taken))
+        with self._flushing:
+            taken = pending[:]
+            if not taken:
+                return
+            # Appends only ever go to the end: deleting the front keeps what arrived meanwhile.
+            del pending[: len(taken)]
+            # Submitted under the lock, so chunks reach the writer in the order they were taken.
+            self._log.submit(lambda: self._write(taken))
 
     def _write(
         self, taken: list[tuple[int, float, RunResult | None, BaseException | None]]
@@ -291,6 +336,18 @@ class RunRecorder:
 
 _logs: dict[Path, RunLog] = {}
 _logs_lock = threading.Lock()
+_open_logs: weakref.WeakSet[RunLog] = weakref.WeakSet()
+_inherited: list[object] = []  # a forked child's copies of its parent's connections and threads
+
+
+def _reopen_logs_in_child() -> None:
+    global _logs_lock
+    _logs_lock = threading.Lock()
+    for log in list(_open_logs):
+        log.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reopen_logs_in_child)
 
 
 def open_runlog(home: str | Path) -> RunLog:

@@ -32,6 +32,15 @@ def flownb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def chromium() -> Path:
+    """Debian's chromium for a real-browser test; the test fails when it is missing (the same
+    way in every browser test, never skipped: see tests/browser/chromium.py)."""
+    from tests.browser.chromium import require_chromium
+
+    return require_chromium()
+
+
+@pytest.fixture
 def blog_flow_path() -> Path:
     """Path of the sample blog-intro flow (two variables, a text and an image node)."""
     return FLOWS / "blog-intro.json"

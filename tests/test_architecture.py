@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.lint",  # flow lint: reads the model, warns through notices
             "flownb.writable",  # one line for a FLOWNB_HOME that cannot be written
             "flownb.spreadsheet",  # CSV text a spreadsheet will not run as a formula
+            "flownb.progress",  # progress bars moved by one thread of their own
         },
     ),
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),

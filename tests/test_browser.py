@@ -21,25 +21,16 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
+from browser.chromium import CHROMIUM_ARGS
 from browser.lab import Lab, running_lab
 
 import flownb
+from tests.conftest import make_flow
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 FORMS_NOTEBOOK = "03-forms-and-magics.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 TYPED = "glass octopus 4821"  # unlikely to appear anywhere else in the page
 
 pytestmark = pytest.mark.timeout(180)
@@ -143,12 +134,87 @@ def _drive_form(page: playwright_sync.Page, lab: Lab, notebook: str) -> None:
     form.screenshot(path=str(ARTIFACTS / "browser-form-widget.png"))
 
 
-def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> None:
+# A form whose second node is held until the run is stopped (once): the Stop button's notebook.
+STOP_NOTEBOOK = "stop-form.ipynb"
+_STOP_CELL = """import asyncio, json
+import flownb
+from flownb.providers.base import Generation, Provider
+
+class HeldOnce(Provider):
+    name = "held-once"
+    stopped = False
+
+    async def generate(self, call):
+        if "HOLD" in call.prompt and not self.stopped:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                type(self).stopped = True
+                raise
+        return Generation("said " + call.prompt)
+
+held_form = flownb.load_flow(json.loads(FLOW), provider=HeldOnce(), name="held").form()
+held_form"""
+
+
+def _write_stop_notebook(work: Path) -> None:
+    flow = make_flow({"first": "first {text}", "second": "second {text} HOLD"}, ["text"])
+    source = f"FLOW = {json.dumps(json.dumps(flow))}\n{_STOP_CELL}"
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "held-form",
+                   "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                    "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }  # fmt: skip
+    (work / STOP_NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+
+def _stop_form(page: playwright_sync.Page, lab: Lab) -> None:
+    """Open the Stop notebook, run it, click Run, then Stop: the form says it stopped, and the
+    next Run completes with the finished node from the cache."""
+    page.goto(lab.notebook_url(STOP_NOTEBOOK), wait_until="domcontentloaded")
+    cell = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt:visible").first
+    cell.wait_for(state="visible", timeout=60_000)
+    # A second notebook may be asked which kernel to start: the default one.
+    select = page.locator(".jp-Dialog .jp-mod-accept")
+    with contextlib.suppress(playwright_sync.TimeoutError):
+        select.wait_for(state="visible", timeout=5_000)
+        select.click()
+    _wait_kernel_idle(lab, timeout=60)
+    cell.click()  # the forms notebook is open in another tab: make this one the current one
+    _run_all_cells(page)
+    # The forms notebook stays open in another tab: this notebook's form is the "held" one.
+    title = page.locator(".flownb-title", has_text="held")
+    form = page.locator(".flownb-form", has=title).first
+    try:
+        form.wait_for(state="visible", timeout=60_000)
+    except playwright_sync.TimeoutError:
+        pytest.fail(f"no held form rendered; errors in page:\n{_page_errors(page)}")
+    _wait_kernel_idle(lab, timeout=60)
+    form.scroll_into_view_if_needed()
+    status = form.locator(".flownb-status").first
+    form.locator(".flownb-run").first.click()
+    playwright_sync.expect(status).to_contain_text("Running", timeout=45_000)
+    stop = form.locator(".flownb-stop").first
+    playwright_sync.expect(stop).to_be_enabled(timeout=45_000)
+    stop.click()
+    playwright_sync.expect(status).to_contain_text("Stopped", timeout=45_000)
+    playwright_sync.expect(stop).to_be_disabled(timeout=45_000)
+    form.locator(".flownb-run").first.click()
+    playwright_sync.expect(status).to_contain_text("Done", timeout=45_000)
+    output = form.locator(".flownb-output").first
+    playwright_sync.expect(output).to_contain_text("said second", timeout=45_000)
+    playwright_sync.expect(output).to_contain_text("first (cached)", timeout=45_000)
+    form.screenshot(path=str(ARTIFACTS / "browser-form-stopped.png"))
+
+
+def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path, chromium: Path) -> None:
     work = _workdir(tmp_path)
+    _write_stop_notebook(work)
     notebook = FORMS_NOTEBOOK
     ARTIFACTS.mkdir(exist_ok=True)
-    # A missing browser is a failure, not a skip: CI must not pass without this test running.
-    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
     for stale in ("browser-failure.png", "browser-failure-jupyterlab.log"):
         (ARTIFACTS / stale).unlink(missing_ok=True)
     env = dict(os.environ)  # conftest: clean of flownb/OpenAI/proxy vars, FLOWNB_HOME temporary
@@ -169,7 +235,7 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
         playwright_sync.sync_playwright() as pw,
     ):
         browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
         )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(45_000)
@@ -185,6 +251,7 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path) -> No
         page.route(re.compile(r"^(https?|wss?)://(?!(127\.0\.0\.1|localhost)[:/])"), refuse)
         try:
             _drive_form(page, lab, notebook)
+            _stop_form(page, lab)
             assert not outside, f"the page requested outside resources: {outside[:5]}"
         except BaseException:
             # Leave evidence for CI: what the page looked like, and the server's log.

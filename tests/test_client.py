@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,13 +190,10 @@ def test_large_batches_are_chunked_to_the_servers_limit_and_sent_in_parallel(
         client = Client(server.url, server.key, max_parallel=4)
         flow = client.flow("echo")  # learns the limit (5) from the describe answer
         batch = [{"a": f"SLOW{i}", "b": ""} for i in range(20)]
-        started = time.perf_counter()
         results = flow.run_batch(batch)
-        elapsed = time.perf_counter() - started
     assert [r["say"] for r in results] == [f"A=SLOW{i} B=" for i in range(20)]
     assert sum(provider.calls.values()) == 20  # each element once
-    assert provider.peak >= 3, provider.peak
-    assert elapsed < 20 * 0.3  # not one request at a time
+    assert provider.peak >= 3, provider.peak  # requests overlapped: not one at a time
 
 
 def test_raw_run_chunks_too(tmp_path: Path) -> None:

@@ -14,22 +14,17 @@ import pytest
 
 import flownb
 from flownb import scorers as S
+from tests.browser.chromium import CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-]
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_saved_report_is_self_contained_in_chromium(tmp_path: Path, blog_flow_path: Path) -> None:
-    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
+def test_saved_report_is_self_contained_in_chromium(
+    tmp_path: Path, blog_flow_path: Path, chromium: Path
+) -> None:
     flow = flownb.load_flow(blog_flow_path)
     variants = {
         "baseline": flow,
@@ -51,7 +46,9 @@ def test_saved_report_is_self_contained_in_chromium(tmp_path: Path, blog_flow_pa
     ARTIFACTS.mkdir(exist_ok=True)
     requested: list[str] = []
     with playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        browser = pw.chromium.launch(
+            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
+        )
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             page.on("request", lambda r: requested.append(r.url))

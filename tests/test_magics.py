@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -417,3 +419,31 @@ def test_a_flow_files_lint_is_one_plain_line_each_once(ip: Any, tmp_path: Path) 
     with capture_output() as captured:
         magic(ip, "run typo.json topic=a tone=b")
     assert captured.stderr == ""  # once per file
+
+
+def test_plain_notices_are_for_the_magics_own_thread_only(ip: Any) -> None:
+    from tests.providers_for_tests import InlineEcho
+    from tests.test_frame import text_flow
+
+    class WarnsElsewhere(InlineEcho):
+        """On its first call, has another thread (a form's run, say) warn, and waits for it."""
+
+        def generate_inline(self, call: Any) -> Any:
+            if not self.calls:
+                other = threading.Thread(target=warnings.warn, args=("from another thread",))
+                other.start()
+                other.join(30)
+            return super().generate_inline(call)
+
+    ip.user_ns["f"] = text_flow(WarnsElsewhere(raise_at=(3, KeyboardInterrupt())))
+    ip.user_ns["df"] = pd.DataFrame({"a": list("abcd"), "b": list("1234")})
+    with warnings.catch_warnings(), capture_output() as captured:
+        warnings.simplefilter("always")
+        shown: list[str] = []
+        warnings.showwarning = lambda message, *_, **__: shown.append(str(message))
+        magic(ip, "batch $f --df df --no-progress")
+    # The magic's own notice is a plain line; the other thread's warning went where warnings
+    # went before (here: the list), not reworded as flownb's.
+    assert "flownb: interrupted: 2 of 4 rows finished" in captured.stderr
+    assert "from another thread" not in captured.stderr
+    assert shown == ["from another thread"]

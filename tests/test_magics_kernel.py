@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jupyter_client.manager import KernelManager
+
+from tests.conftest import make_flow
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -177,3 +180,71 @@ def test_form_in_the_kernel_sends_a_widget_and_runs_on_click(kernel: Any) -> Non
     assert reply["status"] == "ok", messages
     text = outputs(messages, "stream")[0]["text"]
     assert "['image/png', 'text/plain']" in text and "Done in" in text
+
+
+HELD = '''
+import asyncio, json, threading
+import flownb
+from flownb.providers.base import Generation, Provider
+
+class Held(Provider):
+    """Answers at once, except prompts with HOLD: those wait until ``release`` is set."""
+    name = "held"
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.prompts = []
+
+    async def generate(self, call):
+        self.prompts.append(call.prompt)
+        while "HOLD" in call.prompt and not self.release.is_set():
+            await asyncio.sleep(0.01)
+        return Generation("said " + call.prompt)
+
+held = Held()
+flow = flownb.load_flow(json.loads(FLOW), provider=held)
+form = flow.form()
+form.inputs["text"].value = "kelp"
+form.button.click()
+'''
+
+
+def _poll(kc: Any, expression: str, timeout: float = 60) -> None:
+    """Evaluate ``expression`` in the kernel until it is true (or fail after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply, messages = execute(kc, f"print(bool({expression}))")
+        assert reply["status"] == "ok", messages
+        if outputs(messages, "stream")[0]["text"].strip() == "True":
+            return
+        time.sleep(0.1)
+    pytest.fail(f"still false after {timeout:.0f} s in the kernel: {expression}")
+
+
+def test_interrupt_kernel_stops_a_form_run_keeping_what_finished(kernel: Any) -> None:
+    flow = make_flow({"first": "first {text}", "second": "second {text} HOLD"}, ["text"])
+    reply, messages = execute(kernel, f"FLOW = {json.dumps(json.dumps(flow))}\n{HELD}")
+    assert reply["status"] == "ok", messages
+    # The first node answered (and is cached); the second is held. No cell runs now.
+    _poll(kernel, "form.running and len(held.prompts) == 2")
+    kernel.parent.interrupt_kernel()  # Jupyter's "Interrupt kernel": a SIGINT to the kernel
+    _poll(kernel, "not form.running")
+    code = "print(sorted(form.status._dom_classes), form.result, form.error, form.button.disabled)"
+    reply, messages = execute(kernel, code)
+    assert reply["status"] == "ok", messages
+    shown = outputs(messages, "stream")[0]["text"]
+    assert "'flownb-status-stopped'" in shown and shown.endswith("None None False\n"), shown
+    # Run again: the finished call comes from the cache; only the stopped one is asked again.
+    code = (
+        "held.release.set()\nform.button.click()\nassert form.wait(30)\n"
+        "print(sorted(form.result.cached), sorted(held.prompts))"
+    )
+    reply, messages = execute(kernel, code)
+    assert reply["status"] == "ok", messages
+    assert outputs(messages, "stream")[0]["text"] == (
+        "['first'] ['first kelp', 'second kelp HOLD', 'second kelp HOLD']\n"
+    )
+    # With no form running, an idle kernel ignores the interrupt as before.
+    kernel.parent.interrupt_kernel()
+    reply, _ = execute(kernel, "print('still here')")
+    assert reply["status"] == "ok"

@@ -266,7 +266,9 @@ def test_token_headers_hold_starts_until_the_window_resets() -> None:
         return limiter
 
     limiter = asyncio.run(go())
-    assert 0.0 < limiter.held <= 0.05
+    # The seconds the limiter decided to hold (not a wall time): the window's reset, 50 ms, and
+    # at most a sliver more when the loop's clock woke the wait a hair early.
+    assert 0.0 < limiter.held < 0.1
 
 
 def _hammer(work: object, threads: int = 8) -> None:

@@ -13,6 +13,7 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import BatchError, ProviderTimeout
+from flownb.providers import limits
 from flownb.providers.limits import AdaptiveLimiter, Pacer
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
@@ -64,8 +65,12 @@ def test_global_concurrency_setting(fake: FakeOpenAI, monkeypatch: pytest.Monkey
     assert fake.peak_in_flight == 5
 
 
-def test_429_with_retry_after_zero_is_retried_promptly(fake: FakeOpenAI) -> None:
+def test_429_with_retry_after_zero_is_retried_promptly(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake.configure(fail_markers={"429": "t3."}, retry_after="0")
+    # Were Retry-After: 0 taken as absent, each retry would back off 30 s: 2 minutes in all.
+    monkeypatch.setattr(limits, "_backoff", lambda state: 30.0)
     flow = flownb.load_flow(two_nodes(), cache=False, retries=4)
     # Every attempt for t3 gets a 429: 1 + 4 attempts per node, each retried at once.
     started = time.perf_counter()
@@ -75,7 +80,7 @@ def test_429_with_retry_after_zero_is_retried_promptly(fake: FakeOpenAI) -> None
     assert set(info.value.errors) == {3}
     assert info.value.errors[3].code == "upstream_rate_limited"
     assert sum("t3." in str(body) for body in fake.requests) == 2 * 5
-    assert elapsed < 2.0  # Retry-After: 0 means now, not "absent, back off for seconds"
+    assert elapsed < 25.0  # Retry-After: 0 means now, not "absent, back off" (a generous bound)
     assert_all_correct([r for r in info.value.results if r is not None][:3], 3)
 
 
@@ -96,16 +101,18 @@ def test_500s_are_retried_with_backoff_and_succeed(fake: FakeOpenAI) -> None:
     results = flow.run_batch(rows(30))
     assert_all_correct(results, 30)
     assert fake.stats()["faults"]["500"] > 5
+    # The fake counts an answer once it is sent, which may be just after the client read it.
+    deadline = time.monotonic() + 30
+    while fake.stats()["answered"] < 60 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert fake.stats()["answered"] == 60
 
 
 def test_a_hanging_call_times_out_and_is_retried(fake: FakeOpenAI) -> None:
     fake.configure(fail_markers={"hang": "t1."})
     flow = flownb.load_flow(two_nodes(), cache=False, timeout=0.2, retries=1)
-    started = time.perf_counter()
-    with pytest.raises(BatchError) as info:
+    with pytest.raises(BatchError) as info:  # the fake holds t1 for good: only a timeout ends it
         flow.run_batch(rows(3))
-    assert time.perf_counter() - started < 5
     exc = info.value.errors[1]
     assert isinstance(exc, ProviderTimeout) and exc.code == "provider_timeout"
     assert "did not answer within 0.2 s" in str(exc)

@@ -11,9 +11,11 @@ for each call of the other rows once, and must yield the complete, correct resul
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -77,15 +79,26 @@ def _requested(fake: FakeOpenAI) -> list[str]:
     return out
 
 
-def _when_stalled(fake: FakeOpenAI, answered: int, then: Callable[[], None], quiet: float) -> None:
-    """In a thread: once the fake has answered ``answered`` calls (and ``quiet`` more seconds
-    passed), call ``then``; after 60 s call it anyway (the test then fails on its checks)."""
+def _cached_calls(home: Path) -> int:
+    """How many answers the call cache under ``home`` holds on disk (0 before it exists)."""
+    try:
+        with contextlib.closing(sqlite3.connect(home / "cache.sqlite", timeout=5)) as db:
+            return int(db.execute("SELECT count(*) FROM calls").fetchone()[0])
+    except sqlite3.Error:  # not created yet, or its table not made yet
+        return 0
+
+
+def _when_stalled(fake: FakeOpenAI, home: Path, answered: int, then: Callable[[], None]) -> None:
+    """In a thread: once the fake has answered ``answered`` calls and every one of them is in
+    the call cache on disk, call ``then``; after 60 s call it anyway (the test then fails on
+    its checks)."""
 
     def watch() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and fake.stats()["answered"] < answered:
             time.sleep(0.02)
-        time.sleep(quiet)
+        while time.monotonic() < deadline and _cached_calls(home) < answered:
+            time.sleep(0.02)
         then()
 
     threading.Thread(target=watch, name="interrupter", daemon=True).start()
@@ -113,7 +126,9 @@ def _check_resume(fake: FakeOpenAI, rows: list[dict[str, str]]) -> None:
     )
 
 
-def test_ctrl_c_then_rerun_pays_only_for_unfinished_rows(fake: FakeOpenAI) -> None:
+def test_ctrl_c_then_rerun_pays_only_for_unfinished_rows(
+    fake: FakeOpenAI, flownb_env: Path
+) -> None:
     rows = _rows("inproc")
     flow = flownb.load_flow(FLOWS / "blog-intro.json", provider="openai", concurrency=4)
     running = threading.Event()
@@ -125,7 +140,7 @@ def test_ctrl_c_then_rerun_pays_only_for_unfinished_rows(fake: FakeOpenAI) -> No
         if running.is_set():
             os.kill(os.getpid(), signal.SIGINT)
 
-    _when_stalled(fake, 2 * DONE, ctrl_c, quiet=1.0)
+    _when_stalled(fake, flownb_env, 2 * DONE, ctrl_c)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         running.set()
@@ -166,8 +181,8 @@ def test_sigkill_of_cli_run_then_rerun_pays_only_for_unfinished_rows(
     logs.mkdir()
     with (logs / "run1.out").open("wb") as o, (logs / "run1.err").open("wb") as e:
         first = subprocess.Popen(cmd, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL)
-    # Killed well after the last answer: a call paid for two seconds ago must be on disk.
-    _when_stalled(fake, 2 * DONE, lambda: first.send_signal(signal.SIGKILL), quiet=2.0)
+    # Killed once every answer is on disk: none of them may be bought again.
+    _when_stalled(fake, flownb_env, 2 * DONE, lambda: first.send_signal(signal.SIGKILL))
     try:
         code = first.wait(timeout=90)
     finally:

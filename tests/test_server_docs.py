@@ -10,21 +10,13 @@ from urllib.parse import urlsplit
 import pytest
 from serving import run_server
 
+from tests.browser.chromium import CHROMIUM_ARGS
 from tests.conftest import FLOWS
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
-
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing: run scripts/test"),
-]
+pytestmark = pytest.mark.timeout(120)
 
 
-def test_docs_render_offline_with_every_status(tmp_path: Path) -> None:
+def test_docs_render_offline_with_every_status(tmp_path: Path, chromium: Path) -> None:
     from playwright.sync_api import Route, sync_playwright
 
     flows = tmp_path / "flows"
@@ -42,7 +34,7 @@ def test_docs_render_offline_with_every_status(tmp_path: Path) -> None:
                 route.abort()
 
         browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
         )
         try:
             page = browser.new_page()

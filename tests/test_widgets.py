@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -41,7 +42,7 @@ class GateProvider(Provider):
 
     async def generate(self, call: Call) -> Generation:
         self.started.set()
-        await asyncio.get_running_loop().run_in_executor(None, self.gate.wait, 10)
+        await asyncio.get_running_loop().run_in_executor(None, self.gate.wait, 60)
         return Generation(f"{call.kind}:{call.prompt}")
 
 
@@ -82,7 +83,7 @@ def test_click_runs_with_typed_values_and_shows_text_and_image(blog_flow_path: P
     form = flownb.load_flow(blog_flow_path).form()
     form.inputs["topic"].value = "sea otters"
     form.button.click()
-    assert form.wait(15)
+    assert form.wait(60)
     assert form.error is None
     assert (
         form.result["intro"]
@@ -103,19 +104,19 @@ def test_button_disabled_while_running_and_work_runs_off_the_calling_thread() ->
     form = flownb.load_flow(make_flow({"echo": "said {text}"}, ["text"]), provider=provider).form()
     form.inputs["text"].value = "hello"
     form.button.click()  # returns at once: the run waits on the gate in a worker thread
-    assert provider.started.wait(10)
+    assert provider.started.wait(60)
     assert form.running and form.button.disabled
     assert "flownb-status-running" in _classes(form.status)
     form.button.click()  # ignored while running
     provider.gate.set()
-    assert form.wait(10)
+    assert form.wait(60)
     assert not form.button.disabled
     assert [o["data"]["text/markdown"] for o in form.output.outputs] == [
         "#### echo\n\ntext:said hello"
     ]
     # Run again: the previous outputs are replaced, not appended to.
     form.button.click()
-    assert form.wait(10)
+    assert form.wait(60)
     assert len(form.output.outputs) == 1
 
 
@@ -136,7 +137,7 @@ def test_errors_are_shown_in_the_form(blog_flow_path: Path) -> None:
     form = flow.form()
     form.inputs["topic"].value = "boom"
     form.button.click()
-    assert form.wait(10)
+    assert form.wait(60)
     assert form.result is None and form.error is not None
     streams = [o for o in form.output.outputs if o["output_type"] == "stream"]
     assert streams and streams[0]["name"] == "stderr"
@@ -146,6 +147,53 @@ def test_errors_are_shown_in_the_form(blog_flow_path: Path) -> None:
     # The next good run clears the error.
     form.inputs["topic"].value = "calm"
     form.button.click()
-    assert form.wait(10)
+    assert form.wait(60)
     assert form.error is None and "flownb-status-done" in _classes(form.status)
     assert "flownb-status-error" not in _classes(form.status)
+
+
+class HeldProvider(Provider):
+    """Answers at once, except prompts with HOLD: those wait until ``release`` is set."""
+
+    name: ClassVar[str] = "held"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.prompts: list[str] = []
+
+    async def generate(self, call: Call) -> Generation:
+        self.prompts.append(call.prompt)
+        while "HOLD" in call.prompt and not self.release.is_set():
+            await asyncio.sleep(0.01)
+        return Generation(f"said {call.prompt}")
+
+
+def test_stop_button_stops_the_run_and_keeps_what_finished() -> None:
+    provider = HeldProvider()
+    flow = flownb.load_flow(
+        make_flow({"first": "first {text}", "second": "second {text} HOLD"}, ["text"]),
+        provider=provider,
+    )
+    form = flow.form()
+    assert "flownb-stop" in _classes(form.stop_button) and form.stop_button.disabled
+    form.inputs["text"].value = "kelp"
+    form.button.click()
+    deadline = time.monotonic() + 30
+    while len(provider.prompts) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert form.running and not form.stop_button.disabled and form.button.disabled
+    form.stop_button.click()
+    assert form.wait(30)
+    assert "flownb-status-stopped" in _classes(form.status) and "Stopped" in form.status.value
+    assert form.result is None and form.error is None
+    assert not form.button.disabled and form.stop_button.disabled
+    # Run again: the call that finished comes from the cache; the stopped one is asked again.
+    provider.release.set()
+    form.button.click()
+    assert form.wait(30)
+    assert form.result is not None and form.result.cached == {"first"}
+    assert sorted(provider.prompts) == ["first kelp", "second kelp HOLD", "second kelp HOLD"]
+    assert "flownb-status-done" in _classes(form.status)
+    assert "flownb-status-stopped" not in _classes(form.status)
+    form.stop()  # nothing running: nothing happens
+    assert not form.running

@@ -30,6 +30,8 @@ from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
 from ..notices import warn
+from ..pipeline import Handover
+from ..progress import Progress
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
@@ -98,9 +100,9 @@ class _Collected:
         self.models: dict[int, set[str]] = {}
 
     def __call__(self, i: int, result: Any, exc: BaseException | None) -> None:
-        self.done[i] = True
         if exc is not None:
             self.error[i] = one_line(exc, code=True)
+            self.done[i] = True
             return
         for out, column in self.values.items():
             column[i] = result.get(out)
@@ -123,6 +125,7 @@ class _Collected:
                 tokens += usage.get("total_tokens", 0)
         if reported:
             self.tokens[i] = float(tokens)
+        self.done[i] = True  # last: a row is never seen done without its values
 
     def mark_interrupted(self) -> int:
         """Mark every unfinished row as interrupted; return how many finished."""
@@ -177,7 +180,21 @@ def _run_all(
     limiter: AdaptiveLimiter,
 ) -> None:
     """Run every job together: inline flows here first (no I/O to overlap), then the others
-    on the background loop under ``limiter`` (remote flows in a thread each)."""
+    on the background loop under ``limiter`` (remote flows in a thread each). Once this returns
+    or raises (Ctrl-C), no job's ``on_result`` is called again (see :class:`Handover`)."""
+    handovers = [Handover(on_result) for _, _, on_result in jobs]
+    jobs = [(flow, batch, h) for (flow, batch, _), h in zip(jobs, handovers, strict=True)]
+    try:
+        _run_jobs(jobs, limiter)
+    finally:
+        for handover in handovers:
+            handover.close()
+
+
+def _run_jobs(
+    jobs: Sequence[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]],
+    limiter: AdaptiveLimiter,
+) -> None:
     for flow, batch, on_result in jobs:
         if not _uses_loop(flow) and isinstance(flow, LocalFlow):
             _run_sync(flow, batch, on_result, limiter.limit)
@@ -297,7 +314,8 @@ def evaluate(
         from tqdm.auto import tqdm
 
         # The bar counts provider calls: its total is the preview's count on this cache state.
-        bar = tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True)
+        # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
+        bar = Progress(tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True))
     collected = {name: _Collected(n, f.outputs) for name, f in variants.items()}
     interrupted = False
     judged: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
@@ -324,11 +342,8 @@ def evaluate(
                 judged = stop.partial
     finally:
         if bar is not None:
-            if bar.n != bar.total:
-                # Fewer calls than counted (failed runs, outputs that repeated): end at what ran.
-                bar.total = bar.n
-                bar.refresh()
-            bar.close()
+            # Fewer calls than counted (failed runs, outputs that repeated): end at what ran.
+            bar.close(end_at_count=True)
     if interrupted:
         finished = sum(c.mark_interrupted() for c in collected.values())
         warn(

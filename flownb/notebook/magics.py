@@ -23,6 +23,7 @@ import keyword
 import re
 import shlex
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -476,17 +477,47 @@ def _as_text(value: Any, name: str) -> str:
     raise UsageError(f"%flow run: {name}= got a {type(value).__name__}; {hint}")
 
 
+_notices = threading.local()  # .depth: how many _plain_notices blocks this thread is in
+_hook_lock = threading.Lock()
+_passed_on: Any = None  # what showed warnings before _show was put in place
+
+
+def _show(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """``warnings.showwarning`` once a magic ran: plain lines for warnings a magic's own thread
+    raises inside :func:`_plain_notices`; every other warning goes where it went before."""
+    if getattr(_notices, "depth", 0):
+        print(f"flownb: {' '.join(str(message).split())}", file=sys.stderr)
+    elif _passed_on is not None:
+        _passed_on(message, category, filename, lineno, file, line)
+
+
 @contextmanager
 def _plain_notices() -> Iterator[None]:
-    """Show warnings raised meanwhile (an interrupted batch's notice) as plain ``flownb: ...``
-    lines on stderr, without Python's file path and source line."""
+    """Show warnings this thread raises meanwhile (an interrupted batch's notice) as plain
+    ``flownb: ...`` lines on stderr, without Python's file path and source line.
 
-    def show(message: Warning | str, *_: Any, **__: Any) -> None:
-        print(f"flownb: {' '.join(str(message).split())}", file=sys.stderr)
-
-    with warnings.catch_warnings():
-        warnings.showwarning = show
+    Not by swapping ``warnings.showwarning`` for the duration (``catch_warnings``), which would
+    reword the warnings of every other thread (a form's run, a progress bar) and could restore
+    the wrong function when two threads overlap: the hook is put in place once, and decides
+    per thread.
+    """
+    global _passed_on
+    with _hook_lock:
+        if warnings.showwarning is not _show:
+            _passed_on = warnings.showwarning
+            warnings.showwarning = _show
+    _notices.depth = getattr(_notices, "depth", 0) + 1
+    try:
         yield
+    finally:
+        _notices.depth -= 1
 
 
 def _cell_text(cell: str) -> str:

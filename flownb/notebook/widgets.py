@@ -1,26 +1,36 @@
 """``flow.form()``: an ipywidgets form with an input per variable and a Run button.
 
 The run happens in a worker thread, so the kernel stays free while the flow works (the user can
-run other cells); the results are written into the form through ``Output.append_*``, which is
-safe from a thread. Images are embedded as bytes (a browser cannot load the kernel's
-``file://`` URLs), errors are shown in the form and kept on ``form.error``.
+run other cells). Every change to the form's widgets, from the kernel's thread (a click) or the
+worker's, goes through one lock, so the page never gets half of one change and half of another;
+results are written through ``Output.append_*``, which is safe from a thread. Images are
+embedded as bytes (a browser cannot load the kernel's ``file://`` URLs), errors are shown in the
+form and kept on ``form.error``.
+
+The Stop button, :meth:`FlowForm.stop`, and Jupyter's "Interrupt kernel" while no cell runs
+stop a run as Ctrl-C stops a batch: the calls that finished stay in the cache, so running again
+pays only for the rest.
 
 Stable CSS classes for tests and styling: ``flownb-form`` (the whole form), ``flownb-input``
-plus ``flownb-var-<name>`` (each variable's input), ``flownb-run`` (the button),
-``flownb-status`` (the status line; also ``flownb-status-running|done|error``) and
-``flownb-output`` (the outputs area).
+plus ``flownb-var-<name>`` (each variable's input), ``flownb-run`` (the button), ``flownb-stop``
+(the Stop button), ``flownb-status`` (the status line; also
+``flownb-status-running|done|error|stopped``) and ``flownb-output`` (the outputs area).
 """
 
 from __future__ import annotations
 
 import html
 import re
+import signal
+import sys
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ..aio import Stopper
 from ..display import output_bundles
 from ..errors import InputError, one_line
 
@@ -33,7 +43,10 @@ __all__ = ["FlowForm"]
 # A default longer than this (or with a newline) gets a Textarea instead of a one-line Text.
 LONG_TEXT = 60
 
-_STATES = ("ready", "running", "done", "error")
+_STATES = ("ready", "running", "done", "error", "stopped")
+
+_running: weakref.WeakSet[FlowForm] = weakref.WeakSet()  # forms with a run in progress
+_previous_sigint: Any = None  # the kernel's own SIGINT handler while idle, before ours
 
 
 def css_name(variable: str) -> str:
@@ -58,6 +71,7 @@ class FlowForm(widgets.VBox):
         flow: the flow it runs.
         inputs: variable name -> its input widget (``Text``, or ``Textarea`` for long values).
         button: the Run button (disabled while a run is in progress).
+        stop_button: the Stop button (enabled while a run is in progress).
         status: the status line (an ``HTML`` widget).
         output: the ``Output`` widget the results or errors go to.
         result: the last successful :class:`~flownb.RunResult`, or None.
@@ -69,8 +83,11 @@ class FlowForm(widgets.VBox):
         self.result: RunResult | None = None
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._stopper: Stopper | None = None
         self._finished = threading.Event()
         self._finished.set()
+        # Every change to these widgets holds this lock (see the module docstring).
+        self._ui = threading.RLock()
         defaults = flow.defaults
         self.inputs: dict[str, widgets.Text | widgets.Textarea] = {}
         for name in flow.variables:
@@ -79,6 +96,10 @@ class FlowForm(widgets.VBox):
             description="Run", button_style="primary", icon="play", tooltip=f"Run {flow.name}"
         )
         self.button.add_class("flownb-run")
+        self.stop_button = widgets.Button(
+            description="Stop", icon="stop", disabled=True, tooltip=f"Stop {flow.name}"
+        )
+        self.stop_button.add_class("flownb-stop")
         self.status = widgets.HTML(value="")
         self.status.add_class("flownb-status")
         self.output = widgets.Output(layout=widgets.Layout(width="100%"))
@@ -95,13 +116,14 @@ class FlowForm(widgets.VBox):
             children=[
                 title,
                 *self.inputs.values(),
-                widgets.HBox([self.button, self.status]),
+                widgets.HBox([self.button, self.stop_button, self.status]),
                 self.output,
             ],
             **kwargs,
         )
         self.add_class("flownb-form")
         self.button.on_click(self._on_click)
+        self.stop_button.on_click(lambda _button: self.stop())
 
     def __repr__(self) -> str:
         names = ", ".join(self.inputs) or "no variables"
@@ -121,47 +143,103 @@ class FlowForm(widgets.VBox):
         """Block until the current run (if any) ends; return False if ``timeout`` ran out."""
         return self._finished.wait(timeout)
 
+    def stop(self) -> None:
+        """Stop the run in progress, if any (as the Stop button does); the calls that finished
+        stay in the cache. Returns at once; :meth:`wait` for the form to settle."""
+        stopper = self._stopper
+        if stopper is not None and self.running:
+            stopper.stop()
+
     def _set_status(self, state: str, text: str) -> None:
-        for s in _STATES:
-            self.status.remove_class(f"flownb-status-{s}")
-        self.status.add_class(f"flownb-status-{state}")
-        color = {"error": "#b00020", "done": "#1b5e20"}.get(state)
+        color = {"error": "#b00020", "done": "#1b5e20", "stopped": "#8a5300"}.get(state)
         style = f' style="color:{color}"' if color else ""
-        self.status.value = f"<span{style}>{html.escape(text)}</span>"
+        with self._ui:
+            for s in _STATES:
+                self.status.remove_class(f"flownb-status-{s}")
+            self.status.add_class(f"flownb-status-{state}")
+            self.status.value = f"<span{style}>{html.escape(text)}</span>"
+
+    def _set_running(self, running: bool) -> None:
+        with self._ui:
+            self.button.disabled = running
+            self.stop_button.disabled = not running
 
     def _on_click(self, _button: Any = None) -> None:
         if self.running:  # a second click while running does nothing (the button is disabled)
             return
         values = self.values
         self._finished.clear()
-        self.button.disabled = True
+        self._stopper = stopper = Stopper()
+        _running.add(self)
+        _stop_forms_on_kernel_interrupt()
+        self._set_running(True)
         self.error = None
-        self.output.outputs = ()  # the trait itself, so kernel and page agree
+        with self._ui:
+            self.output.outputs = ()  # the trait itself, so kernel and page agree
         self._set_status("running", f"Running {self.flow.name}…")
         self._thread = threading.Thread(
-            target=self._work, args=(values,), name="flownb-form", daemon=True
+            target=self._work, args=(values, stopper), name="flownb-form", daemon=True
         )
         self._thread.start()
 
-    def _work(self, values: dict[str, str]) -> None:
+    def _work(self, values: dict[str, str], stopper: Stopper) -> None:
         started = time.perf_counter()
         try:
-            result = self.flow.run(values)
+            with stopper:
+                result = self.flow.run(values)
+        except KeyboardInterrupt:  # Stop, or "Interrupt kernel": what finished is cached
+            self._set_status(
+                "stopped",
+                "Stopped: the calls that finished are kept in the cache; "
+                "Run again to complete the run.",
+            )
         except Exception as exc:  # shown in the form: a widget callback has nowhere else to go
             self.error = exc
-            self.output.append_stderr(_error_text(exc))
+            with self._ui:
+                self.output.append_stderr(_error_text(exc))
             self._set_status("error", f"Failed: {one_line(exc)}")
         else:
             self.result = result
-            for data, _metadata in output_bundles(result):
-                self.output.append_display_data(_Bundle(data))
+            with self._ui:
+                for data, _metadata in output_bundles(result):
+                    self.output.append_display_data(_Bundle(data))
             seconds = time.perf_counter() - started
             cached = " (cached)" if result.cached and result.cached >= set(result) else ""
             count = _plural(len(result.entries), "output")
             self._set_status("done", f"Done in {seconds:.2f} s: {count}{cached}")
         finally:
-            self.button.disabled = False
+            _running.discard(self)
+            self._set_running(False)
             self._finished.set()
+
+
+def _on_kernel_interrupt(signum: int, frame: Any) -> None:
+    """SIGINT while the kernel is idle ("Interrupt kernel"): stop every form's run, then do
+    what the kernel did before (it ignores the signal while idle)."""
+    for form in list(_running):
+        form.stop()
+    if callable(_previous_sigint):
+        _previous_sigint(signum, frame)
+
+
+def _stop_forms_on_kernel_interrupt() -> None:
+    """Have "Interrupt kernel" stop form runs while no cell runs (in an IPython kernel only).
+
+    While it handles a message the kernel puts Python's SIGINT handler in place, and puts its
+    idle handler (``saved_sigint_handler``) back afterwards; handing it ours as that idle handler
+    means an interrupt with no cell running stops the forms, and one during a cell still
+    interrupts the cell.
+    """
+    global _previous_sigint
+    kernelbase = sys.modules.get("ipykernel.kernelbase")
+    if kernelbase is None or not kernelbase.Kernel.initialized():
+        return
+    kernel = kernelbase.Kernel.instance()
+    idle = getattr(kernel, "saved_sigint_handler", None)
+    if idle is None or idle is _on_kernel_interrupt:
+        return
+    _previous_sigint = idle if idle not in (signal.SIG_DFL, signal.SIG_IGN) else None
+    kernel.saved_sigint_handler = _on_kernel_interrupt
 
 
 def _input(name: str, default: str) -> widgets.Text | widgets.Textarea:

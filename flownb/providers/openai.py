@@ -46,6 +46,7 @@ import errno
 import html
 import ipaddress
 import json
+import os
 import re
 import socket
 import ssl
@@ -967,3 +968,15 @@ class OpenAIProvider(Provider):
     async def aclose(self) -> None:
         """Close this loop's HTTP session."""
         await self._transport.aclose()
+
+
+def _forget_sessions_in_child() -> None:
+    # A forked child must neither use nor close its parent's sessions (their loop and sockets
+    # stay the parent's): they are kept aside unused, and the child's loop opens its own.
+    _INHERITED_SESSIONS.append((dict(_SESSIONS), dict(_WATCHES)))
+    _SESSIONS.clear()
+    _WATCHES.clear()  # the watchers of the parent's loops: never run in the child
+
+
+_INHERITED_SESSIONS: list[object] = []
+os.register_at_fork(after_in_child=_forget_sessions_in_child)
