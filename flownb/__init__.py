@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import scorers
 from .client import Client, RemoteFlow
 from .display import display_frame
+from .endpoints import Endpoint
 from .errors import (
     ApiError,
     AuthError,
@@ -39,6 +40,7 @@ __all__ = [
     "BatchError",
     "Client",
     "ConfigError",
+    "Endpoint",
     "EvalReport",
     "FlowFileError",
     "FlowNotFound",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 
-COLUMNS = ["variant", "row", "node", "kind", "prompt", "cached", "est_tokens"]
+COLUMNS = ["variant", "row", "node", "kind", "prompt", "cached", "est_tokens", "system"]
 
 
 def estimate_tokens(text: str) -> int:
@@ -31,7 +31,8 @@ def estimate_tokens(text: str) -> int:
 class Preview:
     """What a run would do. ``calls`` has one row per provider call: ``variant``, ``row`` (the
     input's position), ``node``, ``kind``, ``prompt`` (None where it cannot be known before
-    the run: remote flows, judges), ``cached`` (answered without a call) and ``est_tokens``.
+    the run: remote flows, judges), ``cached`` (answered without a call), ``est_tokens``
+    (the system message included) and ``system`` (the node's system message, or None).
 
     Attributes:
         n_calls: provider calls that would be made (cache hits and repeats excluded).
@@ -56,6 +57,8 @@ class Preview:
         for rec in self.calls.itertuples(index=False):
             state = "cached" if rec.cached else "call"
             prompt = rec.prompt if isinstance(rec.prompt, str) else "(rendered at run time)"
+            if isinstance(rec.system, str):
+                prompt = f"(system: {rec.system}) {prompt}"
             lines.append(f"[{rec.variant} row {rec.row} {rec.node} {state}] {prompt}")
         return "\n".join(lines)
 
@@ -76,7 +79,9 @@ def _local_calls(flow: Any, batch: Sequence[Mapping[str, str]], variant: str) ->
     cache = engine.cache
     identity = flow.provider.identity()
     prefixes = {
-        s.index: CallCache.prefix(identity, s.kind, s.params) if cache is not None else b""
+        s.index: CallCache.prefix(identity, s.kind, s.params, s.system)
+        if cache is not None
+        else b""
         for s in plan.steps
     }
     seen: set[str] = set()
@@ -100,7 +105,8 @@ def _local_calls(flow: Any, batch: Sequence[Mapping[str, str]], variant: str) ->
                 seen.add(key)
                 output = hit.output if hit is not None and hit.media is None else None
             known[step.index] = output
-            rows.append((variant, r, step.name, step.kind, prompt, cached, estimate_tokens(prompt)))
+            tokens = estimate_tokens(prompt) + (estimate_tokens(step.system) if step.system else 0)
+            rows.append((variant, r, step.name, step.kind, prompt, cached, tokens, step.system))
     return rows
 
 
@@ -108,7 +114,7 @@ def preview_flow(flow: BaseFlow, batch: Sequence[Mapping[str, str]], variant: st
     """Return one record per call ``flow`` would make over a validated ``batch``."""
     if getattr(flow, "plan", None) is None:  # remote: the service renders the prompts
         return [
-            (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())))
+            (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())), None)
             for r, v in enumerate(batch)
         ]
     return _local_calls(flow, batch, variant)
@@ -119,7 +125,8 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
 
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["cached"] = frame["cached"].astype(bool)
-    frame["prompt"] = frame["prompt"].astype(object).where(frame["prompt"].notna(), None)
+    for col in ("prompt", "system"):
+        frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     return frame
 
 
@@ -149,7 +156,7 @@ def preview_many(
         label = f"judge:{s.name}"
         providers[label] = s.flow().provider.name
         per_row = 1 if isinstance(s, PickBest) else len(variants)
-        rows += [(label, r, s.name, "text", None, False, tokens) for r in range(n)] * per_row
+        rows += [(label, r, s.name, "text", None, False, tokens, None) for r in range(n)] * per_row
     return Preview(_frame(rows), providers)
 
 

@@ -12,8 +12,12 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .endpoints import Endpoint
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -28,6 +32,7 @@ __all__ = [
     "SERVE_CONFIG",
     "RunConfig",
     "Settings",
+    "env_secret",
     "export_serve_config",
     "get_settings",
     "media_dir",
@@ -77,6 +82,9 @@ class Settings:
     server_runlog: bool = False
     tokens_per_minute: float | None = None
     serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
+    endpoint: str | None = None  # FLOWNB_ENDPOINT: the name of a flownb.toml endpoint
+    azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT
+    azure_api_version: str | None = None  # OPENAI_API_VERSION
 
     @property
     def media_dir(self) -> Path:
@@ -128,7 +136,23 @@ def get_settings() -> Settings:
         server_runlog=_flag("FLOWNB_SERVER_RUNLOG", env.get("FLOWNB_SERVER_RUNLOG"), False),
         tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
         serve_config=env.get(SERVE_CONFIG) or None,
+        endpoint=(env.get("FLOWNB_ENDPOINT") or "").strip() or None,
+        azure_endpoint=env.get("AZURE_OPENAI_ENDPOINT") or None,
+        azure_api_version=env.get("OPENAI_API_VERSION") or None,
     )
+
+
+def env_secret(name: str) -> str | None:
+    """Return the value of the environment variable ``name``, else of ``name`` in the nearest
+    ``.env`` file (searched from the working folder up); ``None`` when neither has it. Used for
+    an endpoint's key, named by its variable (see :class:`flownb.endpoints.Endpoint`)."""
+    value = os.environ.get(name)
+    if value:
+        return value
+    from dotenv import dotenv_values, find_dotenv
+
+    path = find_dotenv(usecwd=True)
+    return (dotenv_values(path).get(name) or None) if path else None
 
 
 @dataclass(frozen=True)
@@ -152,6 +176,8 @@ class RunConfig:
     openai_base_url: str | None = None
     openai_api_key: str | None = field(default=None, repr=False)
     openai_transport: str = DEFAULT_OPENAI_TRANSPORT
+    # Where calls go (see flownb.endpoints); None: the environment's OPENAI_* settings.
+    endpoint: Endpoint | None = None
 
     @property
     def media_dir(self) -> Path:
@@ -175,15 +201,35 @@ def resolve_run_config(
     retries: int | None = None,
     home: str | Path | None = None,
     server: bool = False,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
 ) -> RunConfig:
     """Return the run configuration: each explicit argument, else the environment, else the
     default. ``server=True`` takes the server's defaults for the cache and the run log
     (``FLOWNB_SERVER_CACHE`` / ``FLOWNB_SERVER_RUNLOG``, both off unless set).
 
+    The endpoint (see :func:`resolve_endpoint`) decides the provider kind and, unless given
+    here, the concurrency, rpm and tpm.
+
     Raises:
-        ConfigError: an argument or variable that cannot work (concurrency below 1, ...).
+        ConfigError: an argument or variable that cannot work (concurrency below 1, ...), an
+            unknown endpoint name, or a provider that contradicts the endpoint.
     """
     s = get_settings()
+    chosen = resolve_endpoint(
+        s, endpoint=endpoint, base_url=base_url, api_key=api_key, provider=provider, home=home
+    )
+    if chosen is not None:
+        if provider and provider.strip().lower() != chosen.provider:
+            raise ConfigError(
+                f"endpoint {chosen.name!r} is an {chosen.provider!r} endpoint; "
+                f"provider={provider!r} contradicts it"
+            )
+        provider = chosen.provider
+        concurrency = concurrency if concurrency is not None else chosen.concurrency
+        rpm = rpm if rpm is not None else chosen.rpm
+        tpm = tpm if tpm is not None else chosen.tpm
     if concurrency is not None and concurrency < 1:
         raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
     if retries is not None and retries < 0:
@@ -209,7 +255,68 @@ def resolve_run_config(
         openai_base_url=s.openai_base_url,
         openai_api_key=s.openai_api_key,
         openai_transport=s.openai_transport,
+        endpoint=chosen,
     )
+
+
+def resolve_endpoint(
+    s: Settings,
+    *,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    provider: str | None = None,
+    home: str | Path | None = None,
+) -> Endpoint | None:
+    """Return the endpoint calls go to: ``endpoint`` (an :class:`Endpoint`, or a name declared
+    in ``flownb.toml``), else ``FLOWNB_ENDPOINT``'s; ``base_url`` / ``api_key`` override its
+    fields (or, alone, make an endpoint named ``"custom"`` of ``provider``'s kind, OpenAI by
+    default, whose key is ``api_key`` or else the provider's usual variable). An ``azure`` provider without an endpoint takes ``AZURE_OPENAI_ENDPOINT``
+    and ``OPENAI_API_VERSION``. ``None``: the environment's ``OPENAI_*`` settings apply.
+
+    Raises:
+        ConfigError: no ``flownb.toml`` declares the name.
+    """
+    from .endpoints import Endpoint, find_endpoint
+
+    where = Path(home).expanduser() if home is not None else s.home
+    chosen: Endpoint | None
+    if isinstance(endpoint, str):
+        chosen = find_endpoint(endpoint.strip(), Path.cwd(), where)
+    elif endpoint is not None:
+        if not isinstance(endpoint, Endpoint):
+            raise ConfigError(
+                f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
+            )
+        chosen = endpoint
+    elif s.endpoint and base_url is None and api_key is None and not provider:
+        chosen = find_endpoint(s.endpoint, Path.cwd(), where)
+    else:
+        chosen = None
+    if chosen is not None:
+        changes: dict[str, object] = {}
+        if base_url is not None:
+            changes["base_url"] = base_url
+        if api_key is not None:
+            changes["api_key"] = api_key
+        return chosen.replace(**changes) if changes else chosen
+    kind = (provider or "").strip().lower()
+    if base_url is not None or api_key is not None:
+        return Endpoint(
+            "custom",
+            kind or "openai",
+            base_url=base_url or (s.azure_endpoint if kind == "azure" else None),
+            api_key=api_key,
+            api_version=s.azure_api_version if kind == "azure" else None,
+        )
+    kind = kind or s.provider
+    if kind == "azure":
+        return Endpoint("azure", "azure", base_url=s.azure_endpoint, api_version=s.azure_api_version)
+    if kind == "openai":
+        # The environment's endpoint, made explicit so a flow keeps it (and its key) wherever
+        # it goes: OPENAI_BASE_URL, the key from OPENAI_API_KEY.
+        return Endpoint("openai", "openai", base_url=s.openai_base_url)
+    return None
 
 
 def export_serve_config(config: str) -> None:

@@ -1,9 +1,11 @@
 """Flows by value: a :class:`FlowSpec` is all a process needs to rebuild a :class:`LocalFlow`.
 
 It holds the exported JSON, the name and the flow's :class:`~flownb.settings.RunConfig` (provider
-name, concurrency, rpm, tpm, timeout, retries, cache, log, the FLOWNB_HOME path, the OpenAI
-base URL). It never holds an API key: a process that rebuilds an OpenAI flow reads
-``OPENAI_API_KEY`` from its own environment. Nothing live travels (threads, sockets, SQLite
+name, endpoint, concurrency, rpm, tpm, timeout, retries, cache, log, the FLOWNB_HOME path, the
+OpenAI base URL). It never holds an API key: the endpoint travels with the *name* of its key's
+variable, and a process that rebuilds the flow reads that variable from its own environment (a
+copy in the same process keeps the key the flow was loaded with; a literal ``api_key=`` never
+leaves its process, see :mod:`flownb.endpoints`). Nothing live travels (threads, sockets, SQLite
 handles): each process builds its flow once per spec (:func:`flow_from_spec` keeps them by the
 spec's digest) and reuses it.
 """

@@ -1,12 +1,15 @@
 """A loopback OpenAI-compatible server for tests, benches and notebooks (no key, no internet).
 
 It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/generations``
-deterministically from the request (text ``"echo: <prompt>"``, images as a URL it serves
+(and Azure OpenAI's ``/openai/deployments/{deployment}/...`` forms of each) deterministically
+from the request (text ``"echo: <prompt>"``, images as a URL it serves
 itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
-given marker. It records every request body, the prompt of every request it answered with a 200
-(once the answer is written), and the peak number of requests in flight.
+given marker. It records every request (:attr:`FakeOpenAI.received`: path, query, headers, body),
+the prompt of every request it answered with a 200 (once the answer is written), and the peak
+number of requests in flight. ``usage_details`` adds usage sections to every text answer (e.g.
+``{"prompt_tokens_details": {"cached_tokens": 3}}``) and images answers report usage too.
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
 to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
@@ -98,6 +101,8 @@ class FakeConfig:
     # first marker that matches wins). ``{score}`` in a reply becomes a number in [0, 1] drawn
     # from the prompt's digest, so a fake judge gives different, reproducible grades.
     replies: dict[str, str] = field(default_factory=dict)
+    # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
+    usage_details: dict[str, Any] = field(default_factory=dict)
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -116,6 +121,7 @@ class _State:
         self.rng = random.Random(config.seed)
         self.requests: list[dict[str, Any]] = []  # every body received, in arrival order
         self.paths: list[str] = []
+        self.queries: list[dict[str, str]] = []
         self.headers: list[dict[str, str]] = []
         self.images: dict[str, str] = {}  # image id -> prompt, for the URLs answered
         self.image_headers: list[dict[str, str]] = []  # headers of every image download
@@ -132,6 +138,7 @@ class _State:
         self.rng = random.Random(self.config.seed)
         self.requests.clear()
         self.paths.clear()
+        self.queries.clear()
         self.headers.clear()
         self.image_headers.clear()
         self.peak_in_flight = self.in_flight
@@ -258,7 +265,7 @@ def _answer(
                 }
                 for i in range(n)
             ],
-            "usage": _usage(prompt, text),
+            "usage": {**_usage(prompt, text), **config.usage_details},
         }
     if path.endswith("/completions"):
         text = echo(prompt)
@@ -288,7 +295,14 @@ def _answer(
             items.append({"url": image_url(p, base)})
             if images is not None:
                 images[image_id(p)] = p
-    return {"created": created, "data": items}
+    tokens = len(prompt.split())
+    usage = {
+        "input_tokens": tokens,
+        "output_tokens": 272 * n,
+        "total_tokens": tokens + 272 * n,
+        "input_tokens_details": {"text_tokens": tokens, "image_tokens": 0},
+    }
+    return {"created": created, "data": items, "usage": usage}
 
 
 def make_app(state: _State) -> web.Application:
@@ -308,6 +322,7 @@ def make_app(state: _State) -> web.Application:
                 )
             state.requests.append(body)
             state.paths.append(request.path)
+            state.queries.append(dict(request.query))
             state.headers.append(dict(request.headers))
             if not isinstance(body, dict) or "model" not in body:
                 return _error(400, "you must provide a model parameter", "invalid_request_error")
@@ -403,6 +418,8 @@ def make_app(state: _State) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/images/generations"):
         app.router.add_post(path, generate)
+        # Azure OpenAI: the deployment in the path, ?api-version=... in the query.
+        app.router.add_post(path.replace("/v1", "/openai/deployments/{deployment}"), generate)
     app.router.add_get("/_fake/stats", stats)
     app.router.add_get("/_fake/images/{name}.png", image)
     app.router.add_post("/_fake/reset", reset)
@@ -435,6 +452,23 @@ class FakeOpenAI:
     def requests(self) -> list[dict[str, Any]]:
         """Every request body received, in arrival order."""
         return self.state.requests
+
+    @property
+    def received(self) -> list[dict[str, Any]]:
+        """Every request received, in arrival order: ``path``, ``query`` (dict), ``headers``
+        (dict) and ``body``."""
+        state = self.state
+        return [
+            {"path": p, "query": q, "headers": h, "body": b}
+            for p, q, h, b in zip(
+                state.paths, state.queries, state.headers, state.requests, strict=False
+            )
+        ]
+
+    @property
+    def origin(self) -> str:
+        """The server's address without ``/v1`` (an Azure-shaped base URL)."""
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def answered_prompts(self) -> list[str]:
