@@ -64,6 +64,7 @@ def open_flow(
     concurrency: int | None = None,
     cache: bool | None = None,
     base_url: str | None = None,
+    endpoint: str | None = None,
 ) -> BaseFlow:
     """Return the flow FLOW names: a local file, or a flow id on the server at ``base_url`` (or
     FLOWNB_BASE_URL).
@@ -71,15 +72,18 @@ def open_flow(
     Raises:
         FlownbError: the file is not a valid flow (or a directory), no server is set for an
             id, or the server cannot be reached or refuses.
-        click.UsageError: ``--provider`` with a flow id.
+        click.UsageError: ``--provider`` / ``--endpoint`` with a flow id.
     """
     location = flow_location(flow)
     if isinstance(location, Path):
         from .flow import load_flow
 
-        return load_flow(location, provider=provider, concurrency=concurrency, cache=cache)
-    if provider is not None:
-        raise click.UsageError("--provider applies to local flow files; the server picks its own")
+        return load_flow(
+            location, provider=provider, concurrency=concurrency, cache=cache, endpoint=endpoint
+        )
+    if provider is not None or endpoint is not None:
+        option = "--provider" if provider is not None else "--endpoint"
+        raise click.UsageError(f"{option} applies to local flow files; the server picks its own")
     from .settings import get_settings
 
     settings = get_settings()
@@ -109,6 +113,15 @@ _BASE_URL = click.option(
     default=None,
     metavar="URL",
     help="The flow server for a flow id (default: FLOWNB_BASE_URL); the key: FLOWNB_API_KEY.",
+)
+
+
+# --endpoint NAME: an endpoint declared in flownb.toml (run, eval, serve).
+ENDPOINT_OPTION = click.option(
+    "--endpoint",
+    metavar="NAME",
+    default=None,
+    help="Endpoint declared as [endpoints.NAME] in flownb.toml (default: FLOWNB_ENDPOINT).",
 )
 
 
@@ -179,6 +192,7 @@ def info(flow: str, base_url: str | None) -> None:
     help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
 )
 @_BASE_URL
+@ENDPOINT_OPTION
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
@@ -204,6 +218,7 @@ def run(
     out_format: str | None,
     provider: str | None,
     base_url: str | None,
+    endpoint: str | None,
     concurrency: int | None,
     no_progress: bool,
     no_cache: bool,
@@ -250,6 +265,7 @@ def run(
         concurrency=concurrency,
         cache=False if no_cache else None,
         base_url=base_url,
+        endpoint=endpoint,
     )
     defaults = f.defaults if use_defaults else {}
     if df is None and batch is None:

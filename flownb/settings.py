@@ -271,8 +271,10 @@ def resolve_endpoint(
     """Return the endpoint calls go to: ``endpoint`` (an :class:`Endpoint`, or a name declared
     in ``flownb.toml``), else ``FLOWNB_ENDPOINT``'s; ``base_url`` / ``api_key`` override its
     fields (or, alone, make an endpoint named ``"custom"`` of ``provider``'s kind, OpenAI by
-    default, whose key is ``api_key`` or else the provider's usual variable). An ``azure`` provider without an endpoint takes ``AZURE_OPENAI_ENDPOINT``
-    and ``OPENAI_API_VERSION``. ``None``: the environment's ``OPENAI_*`` settings apply.
+    default, whose key is ``api_key`` or else the provider's usual variable). Without any of
+    these, the provider kind decides: ``azure`` takes ``AZURE_OPENAI_ENDPOINT`` and
+    ``OPENAI_API_VERSION``, ``openai`` ``OPENAI_BASE_URL`` (its key from ``OPENAI_API_KEY``);
+    ``None`` for the others (offline, plugins: they read their own settings).
 
     Raises:
         ConfigError: no ``flownb.toml`` declares the name.
@@ -311,7 +313,9 @@ def resolve_endpoint(
         )
     kind = kind or s.provider
     if kind == "azure":
-        return Endpoint("azure", "azure", base_url=s.azure_endpoint, api_version=s.azure_api_version)
+        return Endpoint(
+            "azure", "azure", base_url=s.azure_endpoint, api_version=s.azure_api_version
+        )
     if kind == "openai":
         # The environment's endpoint, made explicit so a flow keeps it (and its key) wherever
         # it goes: OPENAI_BASE_URL, the key from OPENAI_API_KEY.

@@ -211,7 +211,7 @@ def test_endpoints_from_flownb_toml_nearest_first(
     assert a.received[-1]["headers"].get("X-Team") == "evals"
     near.with_endpoint("far").run(topic="x")
     assert auth(b.received[-1]) == f"Bearer {KEY_B}"
-    with pytest.raises(ConfigError, match="no endpoint named 'nowhere'.*far, near"):
+    with pytest.raises(ConfigError, match=r"no endpoint named 'nowhere'.*far, near"):
         flownb.load_flow(text_flow(), endpoint="nowhere")
 
 

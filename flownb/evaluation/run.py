@@ -263,8 +263,9 @@ def evaluate(
     are as in ``run_dataframe``.
     ``concurrency`` bounds the provider calls in flight across every variant and judge (default:
     the sum over endpoints of the largest limit of each endpoint's flows). Each endpoint keeps
-    its own limit and back-off, so a 429 from one endpoint never slows another. ``dry_run=True`` returns a
-    :class:`~flownb.preview.Preview` of the calls instead, making none. ``log=False`` keeps the
+    its own limit and back-off, so a 429 from one endpoint never slows another.
+    ``dry_run=True`` returns a :class:`~flownb.preview.Preview` of the calls instead, making
+    none. ``log=False`` keeps the
     evaluation out of the run log (``report.diff(id)`` reads it back from there).
 
     Returns:

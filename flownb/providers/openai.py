@@ -732,8 +732,7 @@ class OpenAIProvider(Provider):
 
     def __repr__(self) -> str:  # never the key
         return (
-            f"<{type(self).__name__} base_url={self.base_url!r} "
-            f"transport={self.transport_name!r}>"
+            f"<{type(self).__name__} base_url={self.base_url!r} transport={self.transport_name!r}>"
         )
 
     def identity(self) -> Mapping[str, Any]:
