@@ -377,3 +377,88 @@ def test_with_model_per_kind_and_per_node() -> None:
     assert models(flow) == before  # untouched
     with pytest.raises(ConfigError, match="needs a model"):
         flow.with_model()
+
+
+# -- the command line and the magics ---------------------------------------------------------------
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flownb", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=dict(os.environ),
+    )
+
+
+def endpoints_toml(a: FakeOpenAI, b: FakeOpenAI) -> str:
+    return (
+        f'[endpoints.alpha]\nprovider = "openai"\nbase_url = "{a.url}"\napi_key_env = "KEY_A"\n'
+        f'[endpoints.beta]\nprovider = "azure"\nbase_url = "{b.origin}"\napi_key_env = "KEY_B"\n'
+        'api_version = "2024-10-21"\ndeployments = { "small" = "small-dep" }\n'
+    )
+
+
+def test_cli_run_and_eval_take_endpoints_by_name(
+    fakes: tuple[FakeOpenAI, FakeOpenAI], tmp_path: Path
+) -> None:
+    import json
+
+    a, b = fakes
+    (tmp_path / "flownb.toml").write_text(endpoints_toml(a, b))
+    (tmp_path / "flow.json").write_text(json.dumps(text_flow()))
+    ran = cli("run", "flow.json", "--endpoint", "alpha", "--var", "topic=owls", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "echo: About owls." in ran.stdout
+    assert [auth(r) for r in a.received] == [f"Bearer {KEY_A}"]
+
+    (tmp_path / "rows.csv").write_text("topic\nowls\nbees\n")
+    (tmp_path / "eval.toml").write_text(
+        '[[scorers]]\ntype = "contains"\noutput = "Intro"\ntext = { col = "topic" }\n'
+        '[variants.azure-small]\nendpoint = "beta"\nmodel = "small"\nsystem = "Be brief."\n'
+    )
+    args = ["flow.json", "--data", "rows.csv", "--scorers", "eval.toml", "--no-progress"]
+    done = cli("eval", *args, "--endpoint", "alpha", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "azure-small" in done.stdout
+    # The first variant's rows on alpha: "owls" is in the cache since the run above.
+    assert [r["body"]["messages"][-1]["content"] for r in a.received[1:]] == ["About bees."]
+    assert [r["path"] for r in b.received] == ["/openai/deployments/small-dep/chat/completions"] * 2
+    assert {r["body"]["messages"][0]["content"] for r in b.received} == {"Be brief."}
+    bad = cli("run", "flow.json", "--endpoint", "gamma", "--var", "topic=x", cwd=tmp_path)
+    assert bad.returncode != 0 and "no endpoint named 'gamma'" in bad.stderr
+
+
+def test_flow_magic_takes_an_endpoint(
+    fakes: tuple[FakeOpenAI, FakeOpenAI], tmp_path: Path
+) -> None:
+    import json
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    a, b = fakes
+    (tmp_path / "flownb.toml").write_text(endpoints_toml(a, b))
+    (tmp_path / "flow.json").write_text(json.dumps(text_flow()))
+    start_ipython()
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "flownb")
+    result = ip.run_line_magic("flow", "run flow.json topic=owls --endpoint alpha")
+    assert result["Intro"] == "echo: About owls."
+    assert [auth(r) for r in a.received] == [f"Bearer {KEY_A}"]
+    assert b.received == []
+
+
+def test_serve_config_takes_an_endpoint(
+    fakes: tuple[FakeOpenAI, FakeOpenAI], tmp_path: Path
+) -> None:
+    from flownb.server.app import ServerConfig
+
+    a, b = fakes
+    (tmp_path / "flownb.toml").write_text(endpoints_toml(a, b))
+    (tmp_path / "flows").mkdir()
+    config = ServerConfig(tmp_path / "flows", endpoint="beta")
+    assert config.provider.name == "azure"
+    assert "127.0.0.1" in config.provider.banner()
