@@ -20,6 +20,7 @@ BENCHMARKS = {
     "memory_frame": "peak memory of a 100,000-row DataFrame batch vs the frame",
     "evaluate_batch": "evaluation: 2 variants + judge vs the ideal; 100,000 x 2 peak memory",
     "dask_scale": "Dask on 2 process workers vs pandas; cluster C=32 vs ideal; serve --workers",
+    "endpoints": "2 endpoints x 1,000 calls, one with 10% 429s: the clean one vs alone",
 }
 
 

@@ -431,9 +431,7 @@ def test_cli_run_and_eval_take_endpoints_by_name(
     assert bad.returncode != 0 and "no endpoint named 'gamma'" in bad.stderr
 
 
-def test_flow_magic_takes_an_endpoint(
-    fakes: tuple[FakeOpenAI, FakeOpenAI], tmp_path: Path
-) -> None:
+def test_flow_magic_takes_an_endpoint(fakes: tuple[FakeOpenAI, FakeOpenAI], tmp_path: Path) -> None:
     import json
 
     from IPython.core.interactiveshell import InteractiveShell
@@ -462,3 +460,15 @@ def test_serve_config_takes_an_endpoint(
     config = ServerConfig(tmp_path / "flows", endpoint="beta")
     assert config.provider.name == "azure"
     assert "127.0.0.1" in config.provider.banner()
+
+
+def test_the_report_says_what_each_variant_ran_on(fakes: tuple[FakeOpenAI, FakeOpenAI]) -> None:
+    a, _ = fakes
+    base = flownb.load_flow(text_flow(), endpoint=Endpoint("vendor-a", "openai", base_url=a.url))
+    variants = {"plain": base, "brief": base.with_system("Be brief.").with_model("m-small")}
+    data = pd.DataFrame({"topic": ["owls"]})
+    report = flownb.evaluate(variants, data, progress=False, log=False)
+    setup = report.summary[["endpoint", "model", "system"]]
+    assert setup.loc["brief"].tolist() == ["vendor-a", "m-small", "Be brief."]
+    assert pd.isna(setup.loc["plain", "system"])
+    assert "<td>Be brief.</td>" in report._repr_html_()

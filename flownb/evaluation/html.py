@@ -201,7 +201,23 @@ def summary_html(report: EvalReport) -> str:
         f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
         f"<th>latency_s</th><th>total_tokens</th></tr></thead><tbody>{''.join(rows)}</tbody>"
         "</table><p class='inp'>mean (pass rate for pass/fail) [95% interval]; p: paired test "
-        "against the first variant over the same rows</p>"
+        "against the first variant over the same rows</p>" + _setup_html(report)
+    )
+
+
+def _setup_html(report: EvalReport) -> str:
+    """Return a table of what each variant ran on (endpoint, model, system message), or ''."""
+    if not report.setup:
+        return ""
+    rows = []
+    for variant in report.variants:
+        known = report.setup.get(variant, {})
+        cells = "".join(f"<td>{_esc(known.get(f) or '–')}</td>" for f in ("endpoint", "model"))
+        cells += f"<td>{_esc(known.get('system') or '–')}</td>"
+        rows.append(f"<tr><th>{_esc(variant)}</th>{cells}</tr>")
+    return (
+        "<table class='flownb-eval'><thead><tr><th>variant</th><th>endpoint</th><th>model</th>"
+        f"<th>system</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 

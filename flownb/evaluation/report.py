@@ -42,6 +42,8 @@ class EvalReport:
             columns, every output, one column per scorer (``<name>_reason`` where reasons
             exist), ``passed``, ``latency_s``, ``total_tokens``, ``cached``, ``error``.
         variants: the variant names, in the order given (the first is the baseline).
+        setup: per variant, what it ran on (``endpoint``, ``model``, ``system``: the system
+            message, ``None`` when it has none); shown in the summary and the HTML report.
     """
 
     def __init__(
@@ -56,7 +58,9 @@ class EvalReport:
         inputs: list[str] | None = None,
         id: str | None = None,
         home: Path | None = None,
+        setup: dict[str, dict[str, str | None]] | None = None,
     ) -> None:
+        self.setup = setup or {}
         self.results = results
         self.variants = variants
         self.scorers = scorers
@@ -78,7 +82,8 @@ class EvalReport:
         (``_low``/``_high``: Wilson for rates, Student t for means); mean ``latency_s``; summed
         ``total_tokens``. With two or more variants, ``<name>_p`` and ``<name>_differs``: a
         paired test against the first variant over the same rows (McNemar exact for pass/fail,
-        Wilcoxon signed-rank or a sign test for scores), differing when p < 0.05.
+        Wilcoxon signed-rank or a sign test for scores), differing when p < 0.05. Where known,
+        ``endpoint``, ``model`` and ``system`` say what each variant ran on.
         """
         import numpy as np
         import pandas as pd
@@ -109,6 +114,10 @@ class EvalReport:
                 float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
             )
             row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
+            if self.setup:
+                known = self.setup.get(v, {})
+                for field in ("endpoint", "model", "system"):
+                    row[field] = known.get(field)
             rows.append(row)
         return pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
 

@@ -534,7 +534,23 @@ def _assemble(
         kinds={out_cols[o]: k for o, k in kinds.items()},
         index_name=index_name,
         inputs=[str(c) for c in data.columns],
+        setup={name: _setup(flow) for name, flow in variants.items()},
     )
+
+
+def _setup(flow: BaseFlow) -> dict[str, str | None]:
+    """Return what a variant runs on: endpoint (or provider), models, system message(s)."""
+    if not isinstance(flow, LocalFlow):
+        return {"endpoint": "remote", "model": None, "system": None}
+    endpoint = flow.config.endpoint
+    steps = flow.plan.steps
+    models = dict.fromkeys(str(s.params["model"]) for s in steps if s.params.get("model"))
+    systems = dict.fromkeys(s.system for s in steps if s.system)
+    return {
+        "endpoint": endpoint.name if endpoint is not None else flow.provider.name,
+        "model": ", ".join(models) or None,
+        "system": " | ".join(systems) or None,
+    }
 
 
 def _as_column(scores: Sequence[Any], scorer: Scorer) -> Any:

@@ -101,6 +101,8 @@ class FakeConfig:
     # first marker that matches wins). ``{score}`` in a reply becomes a number in [0, 1] drawn
     # from the prompt's digest, so a fake judge gives different, reproducible grades.
     replies: dict[str, str] = field(default_factory=dict)
+    # Share of requests answered 429 at once, before any latency (a provider shedding load).
+    instant_429: float = 0.0
     # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
     usage_details: dict[str, Any] = field(default_factory=dict)
 
@@ -347,6 +349,14 @@ def make_app(state: _State) -> web.Application:
                         "rate_limit_exceeded",
                         {"x-request-id": "req_fake_limit", **limit_headers},
                     )
+            if config.instant_429 and state.rng.random() < config.instant_429:
+                state.faults_sent["429"] += 1
+                return _error(
+                    429,
+                    "Rate limit reached for requests",
+                    "rate_limit_exceeded",
+                    {"x-request-id": "req_fake_429", "Retry-After": "0"},
+                )
             fault = state.pick_fault(prompt)
             if config.latency:
                 await asyncio.sleep(config.latency)
