@@ -325,6 +325,11 @@ class Endpoint:
         literal = self._key is not None or self._withheld
         return (_rebuild, (self._fields(), token, literal))
 
+    def fingerprint(self) -> str:
+        """Return a text telling this endpoint from any other, keys included, without any key:
+        its repr and the random token standing for its key (set once it is pickled)."""
+        return f"{self!r} key={self._token or self.key_env or '-'}"
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Endpoint):
             return NotImplemented
@@ -354,9 +359,9 @@ class Endpoint:
 
 def _rebuild(fields: dict[str, Any], token: str | None, literal: bool) -> Endpoint:
     endpoint = Endpoint(**fields)
+    endpoint._token = token  # names the key (not secret): flows with other keys stay apart
     key = _KEYS.get(token) if token is not None else None
     if key is not None:  # the same process: the very key the original held
-        endpoint._token = token
         if literal:
             endpoint._key = key
         else:

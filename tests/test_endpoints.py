@@ -472,3 +472,14 @@ def test_the_report_says_what_each_variant_ran_on(fakes: tuple[FakeOpenAI, FakeO
     assert setup.loc["brief"].tolist() == ["vendor-a", "m-small", "Be brief."]
     assert pd.isna(setup.loc["plain", "system"])
     assert "<td>Be brief.</td>" in report._repr_html_()
+
+
+def test_pickled_flows_that_differ_only_in_their_key_stay_apart(
+    fakes: tuple[FakeOpenAI, FakeOpenAI],
+) -> None:
+    a, _ = fakes
+    first = flownb.load_flow(text_flow(), base_url=a.url, api_key="sk-first-key-1", cache=False)
+    second = flownb.load_flow(text_flow(), base_url=a.url, api_key="sk-second-key-2", cache=False)
+    pickle.loads(pickle.dumps(first)).run(topic="x")
+    pickle.loads(pickle.dumps(second)).run(topic="x")
+    assert [auth(r) for r in a.received] == ["Bearer sk-first-key-1", "Bearer sk-second-key-2"]

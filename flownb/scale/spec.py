@@ -44,7 +44,7 @@ class FlowSpec:
     @property
     def digest(self) -> str:
         """A SHA-256 over every field: equal specs build equal flows."""
-        material = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
+        material = json.dumps(dataclasses.asdict(self), sort_keys=True, default=_material)
         return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
     def build(self) -> LocalFlow:
@@ -90,6 +90,13 @@ def spec_of(flow: LocalFlow, **changes: Any) -> FlowSpec:
         **changes,
     )
     return FlowSpec(flow=flow.source, name=flow.name, config=config)
+
+
+def _material(value: Any) -> str:
+    from ..endpoints import Endpoint
+
+    # An endpoint's fingerprint tells apart two flows that differ only in their key.
+    return value.fingerprint() if isinstance(value, Endpoint) else str(value)
 
 
 _flows: dict[str, LocalFlow] = {}
