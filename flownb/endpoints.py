@@ -104,6 +104,21 @@ def _positive(value: Any, what: str) -> Any:
     return value
 
 
+class _Held:
+    """Where an endpoint's key is, in memory only: the literal ``key``; the random ``token``
+    standing for it in pickles; ``withheld``: a literal key that stayed in another process;
+    ``bound``/``resolved``: the key read from its variable when a flow was loaded."""
+
+    __slots__ = ("bound", "key", "resolved", "token", "withheld")
+
+    def __init__(self, key: str | None) -> None:
+        self.key = key
+        self.token: str | None = None
+        self.withheld = False
+        self.bound = False
+        self.resolved: str | None = None
+
+
 class Endpoint:
     """A named way to reach a model (see the module docstring).
 
@@ -120,11 +135,7 @@ class Endpoint:
     """
 
     __slots__ = (
-        "_bound",
-        "_key",
-        "_resolved",
-        "_token",
-        "_withheld",
+        "_held",
         "api_key_env",
         "api_version",
         "base_url",
@@ -178,11 +189,7 @@ class Endpoint:
         self.name = name
         self.provider = provider.strip().lower()
         self.base_url = base_url.rstrip("/") if base_url else None
-        self._key = api_key or None
-        self._token: str | None = None  # stands for the key in pickles
-        self._withheld = False  # a literal key that stayed in another process
-        self._bound = False  # the key was read (bind), and is kept in memory
-        self._resolved: str | None = None
+        self._held = _Held(api_key or None)
         self.api_key_env = api_key_env
         self.api_version = api_version
         self.deployments = _str_map(deployments, f"endpoint {name!r}: deployments")
@@ -198,19 +205,19 @@ class Endpoint:
     @property
     def api_key(self) -> str | None:
         """The literal key given in Python, if any (never shown, written or pickled)."""
-        return self._key
+        return self._held.key
 
     @property
     def key_env(self) -> str | None:
         """The name of the variable the key is read from (``None`` for a literal key)."""
-        if self._key is not None or self._withheld:
+        if self._held.key is not None or self._held.withheld:
             return None
         return self.api_key_env or DEFAULT_KEY_ENV.get(self.provider)
 
     @property
     def bound(self) -> bool:
         """Whether the key was read and is held in memory (see :meth:`bind`)."""
-        return self._bound or self._key is not None
+        return self._held.bound or self._held.key is not None
 
     def bind(self) -> Endpoint:
         """Return a copy that holds its key in memory, read now (a flow binds its endpoint when
@@ -222,8 +229,7 @@ class Endpoint:
         if self.bound:
             return self
         new = self.replace()
-        new._resolved = self.key()
-        new._bound = True
+        new._held.resolved, new._held.bound = self.key(), True
         return new
 
     def key(self) -> str | None:
@@ -237,11 +243,11 @@ class Endpoint:
         """
         from .settings import env_secret
 
-        if self._key is not None:
-            return self._key
-        if self._bound:
-            return self._resolved
-        if self._withheld:
+        if self._held.key is not None:
+            return self._held.key
+        if self._held.bound:
+            return self._held.resolved
+        if self._held.withheld:
             raise ConfigError(
                 f"endpoint {self.name!r} was given a literal api_key, which stays in the process "
                 "that set it; name the environment variable holding it (api_key_env=...) to use "
@@ -284,19 +290,20 @@ class Endpoint:
     def replace(self, **changes: Any) -> Endpoint:
         """Return a copy with ``changes`` (constructor arguments) applied. A copy keeps the
         literal key unless ``api_key`` or ``api_key_env`` is changed."""
-        fields = self._fields()
+        fields = self.fields()
         rekeyed = "api_key" in changes or "api_key_env" in changes
         if rekeyed:
             fields.pop("api_key_env", None)
         else:
-            fields["api_key"] = self._key
+            fields["api_key"] = self._held.key
         fields.update(changes)
         new = Endpoint(**fields)
         if not rekeyed:
-            new._withheld = self._withheld  # a key withheld from this copy stays withheld
+            new._held.withheld = self._held.withheld  # a key withheld stays withheld
         return new
 
-    def _fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, Any]:
+        """Return the constructor arguments that rebuild this endpoint (never its key)."""
         return {
             "name": self.name,
             "provider": self.provider,
@@ -315,25 +322,26 @@ class Endpoint:
     def __reduce__(self) -> tuple[Any, ...]:
         # A key never goes into a pickle: a random token stands in for it, which this process
         # can trade back for the key and any other process cannot.
-        key = self._key if self._key is not None else self._resolved if self._bound else None
+        held = self._held
+        key = held.key if held.key is not None else held.resolved if held.bound else None
         token = None
         if key is not None:
-            if self._token is None:
-                self._token = secrets.token_hex(16)
-            token = self._token
+            if held.token is None:
+                held.token = secrets.token_hex(16)
+            token = held.token
             _KEYS[token] = key
-        literal = self._key is not None or self._withheld
-        return (_rebuild, (self._fields(), token, literal))
+        literal = held.key is not None or held.withheld
+        return (_rebuild, (self.fields(), token, literal))
 
     def fingerprint(self) -> str:
         """Return a text telling this endpoint from any other, keys included, without any key:
         its repr and the random token standing for its key (set once it is pickled)."""
-        return f"{self!r} key={self._token or self.key_env or '-'}"
+        return f"{self!r} key={self._held.token or self.key_env or '-'}"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Endpoint):
             return NotImplemented
-        return self._fields() == other._fields() and self.key_env == other.key_env
+        return self.fields() == other.fields() and self.key_env == other.key_env
 
     def __hash__(self) -> int:
         return hash((self.name, self.provider, self.base_url))
@@ -342,7 +350,7 @@ class Endpoint:
         parts = [repr(self.name), repr(self.provider)]
         if self.base_url:
             parts.append(f"base_url={self.base_url!r}")
-        if self._key is not None or self._withheld:
+        if self._held.key is not None or self._held.withheld:
             parts.append("api_key=***")
         elif self.api_key_env:
             parts.append(f"api_key_env={self.api_key_env!r}")
@@ -359,15 +367,16 @@ class Endpoint:
 
 def _rebuild(fields: dict[str, Any], token: str | None, literal: bool) -> Endpoint:
     endpoint = Endpoint(**fields)
-    endpoint._token = token  # names the key (not secret): flows with other keys stay apart
+    held = endpoint._held
+    held.token = token  # names the key (not secret): flows with other keys stay apart
     key = _KEYS.get(token) if token is not None else None
     if key is not None:  # the same process: the very key the original held
         if literal:
-            endpoint._key = key
+            held.key = key
         else:
-            endpoint._resolved, endpoint._bound = key, True
+            held.resolved, held.bound = key, True
     elif literal:  # another process: the literal key stayed behind
-        endpoint._withheld = True
+        held.withheld = True
     return endpoint
 
 

@@ -208,6 +208,9 @@ PRIVATE_ALLOWED = {
     ("flownb.result", "_trace_of"),
     # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).
     ("flownb.scale.dask", "_meta"),
+    # An endpoint's copies and unpickled twins take over where its key is held (in memory
+    # only); the holder never leaves flownb.endpoints.
+    ("flownb.endpoints", "_held"),
 }
 
 
