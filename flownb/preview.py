@@ -32,7 +32,8 @@ class Preview:
     """What a run would do. ``calls`` has one row per provider call: ``variant``, ``row`` (the
     input's position), ``node``, ``kind``, ``prompt`` (None where it cannot be known before
     the run: remote flows, judges), ``cached`` (answered without a call), ``est_tokens``
-    (the system message included) and ``system`` (the node's system message, or None).
+    (the system message included) and, when some node has one, ``system`` (the node's system
+    message, or None).
 
     Attributes:
         n_calls: provider calls that would be made (cache hits and repeats excluded).
@@ -57,8 +58,9 @@ class Preview:
         for rec in self.calls.itertuples(index=False):
             state = "cached" if rec.cached else "call"
             prompt = rec.prompt if isinstance(rec.prompt, str) else "(rendered at run time)"
-            if isinstance(rec.system, str):
-                prompt = f"(system: {rec.system}) {prompt}"
+            system = getattr(rec, "system", None)
+            if isinstance(system, str):
+                prompt = f"(system: {system}) {prompt}"
             lines.append(f"[{rec.variant} row {rec.row} {rec.node} {state}] {prompt}")
         return "\n".join(lines)
 
@@ -127,6 +129,8 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     frame["cached"] = frame["cached"].astype(bool)
     for col in ("prompt", "system"):
         frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
+    if frame["system"].isna().all():  # no system messages: the column would say nothing
+        frame = frame.drop(columns="system")
     return frame
 
 
