@@ -36,6 +36,7 @@ __all__ = [
     "export_serve_config",
     "get_settings",
     "media_dir",
+    "resolve_endpoint",
     "resolve_run_config",
 ]
 

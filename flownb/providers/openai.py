@@ -437,7 +437,9 @@ class _AiohttpTransport:
 
     def _headers(self) -> dict[str, str]:
         azure = self.azure
-        if azure is not None and azure.token_provider is not None:  # Entra ID: a fresh token
+        # Entra ID: azure-identity caches the token and refreshes it (a blocking call, about
+        # once an hour) shortly before it expires.
+        if azure is not None and azure.token_provider is not None:
             return {**self.headers, "Authorization": f"Bearer {azure.token_provider()}"}
         return {**self.headers, **self.auth} if self.auth else self.headers
 
