@@ -11,6 +11,7 @@ from . import wiring as _wiring  # noqa: F401  (plugs the features into the flow
 from .batching import list_batches as batches
 from .client import Client, RemoteFlow
 from .display import display_frame
+from .endpoints import Endpoint
 from .errors import (
     ApiError,
     AuthError,
@@ -41,6 +42,7 @@ __all__ = [
     "BatchError",
     "Client",
     "ConfigError",
+    "Endpoint",
     "EvalReport",
     "FlowFileError",
     "FlowNotFound",

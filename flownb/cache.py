@@ -151,11 +151,19 @@ class CallCache:
             self._db = self._wdb = self._idb = sqlite3.connect(":memory:", check_same_thread=False)
 
     @staticmethod
-    def prefix(identity: Mapping[str, Any], kind: Kind, params: Mapping[str, Any]) -> bytes:
-        """Return the key material shared by every call of one node (all but the prompt)."""
-        material = json.dumps(
-            [_VERSION, dict(identity), kind, dict(params)], sort_keys=True, default=str
-        )
+    def prefix(
+        identity: Mapping[str, Any],
+        kind: Kind,
+        params: Mapping[str, Any],
+        system: str | None = None,
+    ) -> bytes:
+        """Return the key material shared by every call of one node (all but the prompt): the
+        provider's identity, the kind, the params and the node's system message (left out when
+        there is none, so keys made before system messages existed still match)."""
+        parts: list[Any] = [_VERSION, dict(identity), kind, dict(params)]
+        if system is not None:
+            parts.append({"system": system})
+        material = json.dumps(parts, sort_keys=True, default=str)
         return material.encode("utf-8") + b"\0"
 
     @staticmethod

@@ -67,6 +67,15 @@ _BASE_URL = click.option(
 )
 
 
+# --endpoint NAME: an endpoint declared in flownb.toml (run, eval, serve).
+ENDPOINT_OPTION = click.option(
+    "--endpoint",
+    metavar="NAME",
+    default=None,
+    help="Endpoint declared as [endpoints.NAME] in flownb.toml (default: FLOWNB_ENDPOINT).",
+)
+
+
 @click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flownb")
 def cli() -> None:
@@ -199,6 +208,7 @@ def graph(flow: str, svg_path: str | None) -> None:
     help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
 )
 @_BASE_URL
+@ENDPOINT_OPTION
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
@@ -231,6 +241,7 @@ def run(
     raw_csv: bool,
     provider: str | None,
     base_url: str | None,
+    endpoint: str | None,
     concurrency: int | None,
     no_progress: bool,
     no_cache: bool,
@@ -280,6 +291,7 @@ def run(
         concurrency=concurrency,
         cache=False if no_cache else None,
         base_url=base_url,
+        endpoint=endpoint,
     )
     defaults = f.defaults if use_defaults else {}
     if df is None and batch is None:

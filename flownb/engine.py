@@ -53,6 +53,7 @@ class Step:
     template: Template
     params: Mapping[str, Any]
     upstream: tuple[int, ...]  # indices of steps whose outputs this prompt may use
+    system: str | None = None  # the node's system message (flow.with_system)
 
 
 class Plan:
@@ -161,6 +162,7 @@ def _steps(
                 template=Template(node.data.prompt, labels),
                 params=node.data.modelParams.as_dict(),
                 upstream=upstream,
+                system=node.data.system or None,
             )
         )
     return steps
@@ -431,7 +433,13 @@ class Engine:
                     for step in steps:
                         ctx = self._context(values, gens, step)
                         gens[step.index] = generate(
-                            Call(step.kind, self._prompt(step, ctx), step.params, step.node_id)
+                            Call(
+                                step.kind,
+                                self._prompt(step, ctx),
+                                step.params,
+                                step.node_id,
+                                step.system,
+                            )
                         )
                 else:
                     gens = []
@@ -439,7 +447,7 @@ class Engine:
                         prompt = render(values)
                         if len(prompt) > limit:  # measured before the provider does any work
                             raise InputError([prompt_problem(step, len(prompt), limit, values)])
-                        gens.append(generate(Call(kind, prompt, params, node_id)))
+                        gens.append(generate(Call(kind, prompt, params, node_id, step.system)))
                 outcome = result(values, gens, started)
             except Exception as exc:
                 on_result(i, None, exc)
@@ -449,7 +457,9 @@ class Engine:
     # -- async path -----------------------------------------------------------------------------
 
     async def _call(self, step: Step, ctx: Mapping[str, str], runner: CallRunner) -> Generation:
-        return await runner(Call(step.kind, self._prompt(step, ctx), step.params, step.node_id))
+        return await runner(
+            Call(step.kind, self._prompt(step, ctx), step.params, step.node_id, step.system)
+        )
 
     async def _run_element(self, values: Mapping[str, str], runner: CallRunner) -> RunResult:
         started = time.perf_counter()

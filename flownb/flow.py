@@ -43,6 +43,7 @@ from .validate import VariableSpec
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .endpoints import Endpoint
     from .providers.calls import Gate
 
 __all__ = ["BaseFlow", "LocalFlow", "load_flow"]
@@ -373,6 +374,21 @@ class LocalFlow(BaseFlow):
         source: Mapping[str, Any] | None = None,
     ) -> None:
         config = config if config is not None else resolve_run_config()
+        plan = Plan(graph)
+        endpoint = config.endpoint
+        if endpoint is not None and provider is None and not endpoint.bound:
+            # The key is read once, now: copies of this flow keep it (see flownb.endpoints).
+            endpoint = endpoint.bind()
+            config = config.replace(endpoint=endpoint)
+        if endpoint is not None and endpoint.images is False:
+            # Declared, not discovered at run time: refused before any call is paid for.
+            images = [s.name or s.node_id for s in plan.steps if s.kind == "image"]
+            if images:
+                raise ConfigError(
+                    f"endpoint {endpoint.name!r} has no images (images=false), and this flow's "
+                    f"image node{'s' * (len(images) > 1)} {', '.join(map(repr, images))} would "
+                    "need it; run it on an endpoint that draws images"
+                )
         if provider is None:
             provider = make_provider(config)
         self.name = name
@@ -383,7 +399,7 @@ class LocalFlow(BaseFlow):
         )
         self.config = config
         self.media_url = media_url
-        self.plan = Plan(graph)
+        self.plan = plan
         self.provider = provider
         self.concurrency = config.concurrency
         self.engine = Engine(
@@ -491,6 +507,69 @@ class LocalFlow(BaseFlow):
         """
         return self.variant(variants.with_params(self.graph, per_node, params))
 
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """The endpoint calls go to (``None``: the environment's ``OPENAI_*`` settings)."""
+        return self.config.endpoint
+
+    def with_endpoint(self, endpoint: Endpoint | str, model: str | None = None) -> LocalFlow:
+        """Return this flow on another endpoint (an :class:`~flownb.Endpoint`, or a name
+        declared in ``flownb.toml``), with its own provider and connection pool; ``model``
+        sets the model of every text node. This flow is left untouched.
+
+        Raises:
+            ConfigError: an unknown endpoint name, its key cannot be found, or it cannot run
+                this flow (image nodes on ``images=False``).
+        """
+        chosen = _endpoint(endpoint, self.config)
+        # Limits this flow was given explicitly stay; the endpoint's own apply otherwise.
+        config = self.config.replace(
+            endpoint=chosen,
+            provider=chosen.provider,
+            concurrency=chosen.concurrency or self.config.concurrency,
+            rpm=chosen.rpm if chosen.rpm is not None else self.config.rpm,
+            tpm=chosen.tpm if chosen.tpm is not None else self.config.tpm,
+        )
+        graph = self.graph
+        if model is not None:
+            from . import variants
+
+            graph = variants.with_model(graph, model, None)
+        return LocalFlow(
+            graph,
+            name=self.name,
+            config=config,
+            media_url=self.media_url,
+            source=self.source if graph is self.graph else None,
+        )
+
+    def with_model(
+        self, model: str | Mapping[str, str] | None = None, *, image: str | None = None
+    ) -> LocalFlow:
+        """Return a variant with other models: ``with_model("m")`` on every text node,
+        ``with_model(image="m")`` on every image node, ``with_model({"Node": "m"})`` on the
+        named nodes. This flow is left untouched; cache keys follow the model.
+
+        Raises:
+            ConfigError: no model given, an unknown node, or a model that is not a string.
+        """
+        from . import variants
+
+        return self.variant(variants.with_model(self.graph, model, image))
+
+    def with_system(self, system: str | Mapping[str, str | None] | None) -> LocalFlow:
+        """Return a variant whose text nodes send a system message: ``with_system("...")`` on
+        every text node, ``with_system({"Node": "..."})`` on the named ones (``None`` removes
+        it). It goes as the provider's system instruction, is part of the cache key and shows in
+        previews. This flow is left untouched.
+
+        Raises:
+            ConfigError: an unknown node, an image node, or a message that is not a string.
+        """
+        from . import variants
+
+        return self.variant(variants.with_system(self.graph, system))
+
     def with_prompts(self, prompts: Mapping[str, str]) -> LocalFlow:
         """Return a variant whose named nodes (name or id -> prompt) have other prompts, with
         the same ``{variable}`` rules; this flow is left untouched.
@@ -507,11 +586,16 @@ class LocalFlow(BaseFlow):
         *,
         concurrency: int | None = None,
         limiter: AdaptiveLimiter | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """Run an already-validated batch on the caller's loop, reporting each element to
         ``on_result`` as it ends (and to the run log, as :meth:`run_batch` does). ``limiter``
-        shares one concurrency limit with other runs (see :func:`flownb.evaluate`)."""
-        await self.runner.arun(batch, on_result, concurrency=concurrency, limiter=limiter)
+        shares one concurrency limit with other runs on the same endpoint, ``gate`` is entered
+        around each provider attempt (an evaluation's bound over every endpoint; see
+        :func:`flownb.evaluate`)."""
+        await self.runner.arun(
+            batch, on_result, concurrency=concurrency, limiter=limiter, gate=gate
+        )
 
     def run_gated(
         self,
@@ -585,6 +669,9 @@ def load_flow(
     retries: int | None = None,
     log: bool | None = None,
     tpm: float | None = None,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
 
@@ -599,14 +686,24 @@ def load_flow(
     ``cache=False`` bypasses the call cache (``FLOWNB_CACHE=0``); ``log=False`` keeps runs out
     of the run log (``FLOWNB_RUNLOG=0``).
 
+    ``endpoint`` says where calls go: a :class:`~flownb.Endpoint`, or the name of one declared
+    in ``flownb.toml`` (``FLOWNB_ENDPOINT``); it decides the provider kind and, unless given
+    here, the concurrency, rpm and tpm. ``base_url`` / ``api_key`` are the quick case (an
+    OpenAI-compatible endpoint), or override the endpoint's. A literal ``api_key`` stays in
+    this process's memory (see :mod:`flownb.endpoints`).
+
     Returns:
         A :class:`LocalFlow`.
 
     Raises:
         FlowFileError: the file is missing, not JSON, or not a valid graph.
-        ConfigError: the provider cannot be set up.
+        ConfigError: the provider or endpoint cannot be set up (unknown name, missing key,
+            image nodes on an endpoint without images).
     """
     config = resolve_run_config(
+        endpoint=endpoint,
+        base_url=base_url,
+        api_key=api_key,
         provider=provider if isinstance(provider, str) else None,
         concurrency=concurrency,
         cache=cache,
@@ -633,6 +730,18 @@ def load_flow(
         config=config,
         provider=provider if isinstance(provider, Provider) else None,
         source=data,
+    )
+
+
+def _endpoint(endpoint: Endpoint | str, config: RunConfig) -> Endpoint:
+    from .endpoints import Endpoint, find_endpoint
+
+    if isinstance(endpoint, Endpoint):
+        return endpoint
+    if isinstance(endpoint, str):
+        return find_endpoint(endpoint.strip(), Path.cwd(), config.home)
+    raise ConfigError(
+        f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
     )
 
 

@@ -1,9 +1,11 @@
 """Flows by value: a :class:`FlowSpec` is all a process needs to rebuild a local flow.
 
 It holds the exported JSON, the name and the flow's :class:`~flownb.settings.RunConfig` (provider
-name, concurrency, rpm, tpm, timeout, retries, cache, log, the FLOWNB_HOME path, the OpenAI
-base URL). It never holds an API key: a process that rebuilds an OpenAI flow reads
-``OPENAI_API_KEY`` from its own environment. Nothing live travels (threads, sockets, SQLite
+name, endpoint, concurrency, rpm, tpm, timeout, retries, cache, log, the FLOWNB_HOME path, the
+OpenAI base URL). It never holds an API key: the endpoint travels with the *name* of its key's
+variable, and a process that rebuilds the flow reads that variable from its own environment (a
+copy in the same process keeps the key the flow was loaded with; a literal ``api_key=`` never
+leaves its process, see :mod:`flownb.endpoints`). Nothing live travels (threads, sockets, SQLite
 handles): each process builds its flow once per spec (:func:`flow_from_spec` keeps them by the
 spec's digest) and reuses it.
 
@@ -20,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from .endpoints import Endpoint
 from .errors import ConfigError
 from .providers.base import Provider
 from .providers.registry import provider_class, provider_names
@@ -66,7 +69,7 @@ class FlowSpec:
     @property
     def digest(self) -> str:
         """A SHA-256 over every field: equal specs build equal flows."""
-        material = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
+        material = json.dumps(dataclasses.asdict(self), sort_keys=True, default=_material)
         return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
     def replace(self, **changes: Any) -> FlowSpec:
@@ -95,6 +98,11 @@ def spec_of(flow: Rebuildable, **changes: Any) -> FlowSpec:
         **changes,
     )
     return FlowSpec(flow=flow.source, name=flow.name, config=config)
+
+
+def _material(value: Any) -> str:
+    # An endpoint's fingerprint tells apart two flows that differ only in their key.
+    return value.fingerprint() if isinstance(value, Endpoint) else str(value)
 
 
 _flows: dict[str, Any] = {}

@@ -94,6 +94,8 @@ class GenerationData(_Model):
     prompt: str = ""
     modelParams: ModelParams = Field(default_factory=ModelParams)
     variables: list[VariableRef] = Field(default_factory=list)
+    # A flownb extension (flow.with_system): the node's system message; exports have none.
+    system: str | None = None
 
     _empty = field_validator("name", "prompt", mode="before")(_none_to_empty)
 

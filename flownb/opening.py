@@ -38,6 +38,7 @@ def open_flow(
     concurrency: int | None = None,
     cache: bool | None = None,
     base_url: str | None = None,
+    endpoint: str | None = None,
 ) -> BaseFlow:
     """Return the flow FLOW names: a local file, or a flow id on the server at ``base_url`` (or
     FLOWNB_BASE_URL).
@@ -45,13 +46,16 @@ def open_flow(
     Raises:
         FlownbError: the file is not a valid flow (or a directory), no server is set for an
             id, or the server cannot be reached or refuses.
-        click.UsageError: ``--provider`` with a flow id.
+        click.UsageError: ``--provider`` / ``--endpoint`` with a flow id.
     """
     location = flow_location(flow)
     if isinstance(location, Path):
-        return load_flow(location, provider=provider, concurrency=concurrency, cache=cache)
-    if provider is not None:
-        raise click.UsageError("--provider applies to local flow files; the server picks its own")
+        return load_flow(
+            location, provider=provider, concurrency=concurrency, cache=cache, endpoint=endpoint
+        )
+    if provider is not None or endpoint is not None:
+        option = "--provider" if provider is not None else "--endpoint"
+        raise click.UsageError(f"{option} applies to local flow files; the server picks its own")
     settings = get_settings()
     base_url = base_url or settings.base_url
     if not base_url:

@@ -181,10 +181,12 @@ class Runner:
         *,
         concurrency: int | None = None,
         limiter: AdaptiveLimiter | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """Run ``batch`` on the caller's event loop, reporting each element to ``on_result``.
         ``limiter`` shares one concurrency limit with other runs (an evaluation's variants and
-        judges); ``concurrency`` is then ignored."""
+        judges on one endpoint); ``concurrency`` is then ignored. ``gate`` is entered around
+        each provider attempt."""
         recorder = self._recorder(batch)
         if recorder is not None:
             on_result = recorder.wrap(on_result)
@@ -192,7 +194,7 @@ class Runner:
         try:
             if not engine.provider.inline:
                 await engine.run_async(
-                    batch, on_result, concurrency or self.concurrency, limiter=limiter
+                    batch, on_result, concurrency or self.concurrency, limiter=limiter, gate=gate
                 )
             elif self.on_loop(len(batch)):
                 engine.run_inline(batch, on_result)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 
-COLUMNS = ["variant", "row", "node", "kind", "prompt", "cached", "est_tokens"]
+COLUMNS = ["variant", "row", "node", "kind", "prompt", "cached", "est_tokens", "system"]
 
 
 def estimate_tokens(text: str) -> int:
@@ -36,7 +36,8 @@ class Preview:
     """What a run would do. ``calls`` has one row per provider call: ``variant``, ``row`` (the
     input's position), ``node``, ``kind``, ``prompt`` (None where it cannot be known before
     the run: remote flows, judges of outputs not generated yet), ``cached`` (answered without a
-    call) and ``est_tokens``.
+    call), ``est_tokens`` (the system message included) and, when some node has one,
+    ``system`` (the node's system message, or None).
 
     Attributes:
         n_calls: provider calls that would be made (cache hits and repeats excluded), judges
@@ -85,6 +86,9 @@ class Preview:
                 prompt = "(unknown: grades an output not generated yet)"
             else:
                 prompt = "(rendered by the service)"
+            system = getattr(rec, "system", None)
+            if isinstance(system, str):
+                prompt = f"(system: {system}) {prompt}"
             lines.append(f"[{rec.variant} row {rec.row} {rec.node} {state}] {prompt}")
         return "\n".join(lines)
 
@@ -132,7 +136,8 @@ def _local_calls(
     keyed = cache is not None or outputs is not None
     identity = flow.provider.identity()
     prefixes = {
-        s.index: CallCache.prefix(identity, s.kind, s.params) if keyed else b"" for s in plan.steps
+        s.index: CallCache.prefix(identity, s.kind, s.params, s.system) if keyed else b""
+        for s in plan.steps
     }
     seen = seen if seen is not None else set()
     rows: list[tuple] = []
@@ -165,7 +170,8 @@ def _local_calls(
                 if hit is not None:
                     output = hit.output if hit.media is None else engine.media_url(hit.media)
             known[step.index] = output if output is not None else _unknown(key or f"{r}")
-            rows.append((variant, r, step.name, step.kind, prompt, cached, estimate_tokens(prompt)))
+            tokens = estimate_tokens(prompt) + (estimate_tokens(step.system) if step.system else 0)
+            rows.append((variant, r, step.name, step.kind, prompt, cached, tokens, step.system))
         if outputs is not None:
             outputs.append(_outputs(plan, values, known))
     return rows
@@ -200,7 +206,7 @@ def preview_flow(
         if outputs is not None:
             outputs.extend({} for _ in batch)
         return [
-            (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())))
+            (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())), None)
             for r, v in enumerate(batch)
         ]
     return _local_calls(flow, batch, variant, outputs, seen)
@@ -211,7 +217,10 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
 
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["cached"] = frame["cached"].astype(bool)
-    frame["prompt"] = frame["prompt"].astype(object).where(frame["prompt"].notna(), None)
+    for col in ("prompt", "system"):
+        frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
+    if frame["system"].isna().all():  # no system messages: the column would say nothing
+        frame = frame.drop(columns="system")
     return frame
 
 
@@ -240,7 +249,7 @@ def _judge_calls(
 
     def record(r: int, prompt: str | None) -> None:
         if prompt is None:  # an output of a served flow: nothing known of it
-            rows.append((label, r, judge.name, "text", None, False, unknown))
+            rows.append((label, r, judge.name, "text", None, False, unknown, None))
             return
         known_prompt = is_known(prompt)
         cached = False
@@ -249,9 +258,11 @@ def _judge_calls(
             cached = key in seen or (known_prompt and cache.get(key) is not None)
             seen.add(key)
         if known_prompt:
-            rows.append((label, r, judge.name, "text", prompt, cached, estimate_tokens(prompt)))
+            rows.append(
+                (label, r, judge.name, "text", prompt, cached, estimate_tokens(prompt), None)
+            )
         else:  # built from outputs made during the run: its text is not known yet
-            rows.append((label, r, judge.name, "text", None, cached, unknown))
+            rows.append((label, r, judge.name, "text", None, cached, unknown, None))
 
     if isinstance(judge, PickBest):
         for r, row in enumerate(inputs):

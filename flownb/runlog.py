@@ -2,7 +2,8 @@
 read back as a DataFrame with :func:`runs`.
 
 Each row keeps the flow, the inputs, the outputs, the provider and model(s), the latency, the
-token usage the provider reported (fresh calls only: cached outputs cost nothing), which outputs
+token usage the provider reported (fresh calls only: cached outputs cost nothing; the details
+such as ``cached_tokens``, ``reasoning_tokens`` and ``image_tokens`` kept apart), which outputs
 came from the cache, and the error of a failed run. Rows are collected in memory while a batch
 runs and written by a writer thread, one INSERT per chunk of rows (every 500 rows of real calls,
 once at the end of an offline batch, and when interrupted), so logging stays off the run's path.
@@ -63,7 +64,7 @@ SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
        json_extract(r.value, '$[6]') AS prompt_tokens,
        json_extract(r.value, '$[7]') AS completion_tokens,
        json_extract(r.value, '$[8]') AS total_tokens, json_extract(r.value, '$[9]') AS cached,
-       json_extract(r.value, '$[10]') AS error
+       json_extract(r.value, '$[10]') AS error, json_extract(r.value, '$[11]') AS usage_details
 FROM chunks AS c, json_each(c.rows) AS r;
 """
 _INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
@@ -84,7 +85,10 @@ COLUMNS = [
     "cached",
     "cached_outputs",
     "error",
+    "usage_details",
 ]
+# Usage counts kept in their own columns; any other the provider reported goes to usage_details.
+_TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 
 
 class RunLog:
@@ -307,6 +311,7 @@ class RunRecorder:
             models: dict[str, None] = {}
             p = c = t = 0
             reported = False
+            details: dict[str, int] = {}
             for g in result.generations:
                 if g.model:
                     models[g.model] = None
@@ -316,6 +321,9 @@ class RunRecorder:
                     p += usage.get("prompt_tokens", 0)
                     c += usage.get("completion_tokens", 0)
                     t += usage.get("total_tokens", 0)
+                    for name, count in usage.items():
+                        if name not in _TOKEN_COLUMNS:
+                            details[name] = details.get(name, 0) + count
             append(
                 [
                     i,
@@ -329,6 +337,7 @@ class RunRecorder:
                     t if reported else None,
                     sorted(result.cached) if result.cached else None,
                     None,
+                    details or None,
                 ]
             )
         self._log.write(self.run_id, self._flow, self._provider, rows)
@@ -367,7 +376,10 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
     (timestamp), ``flow``, ``provider``, ``model``, ``inputs`` and ``outputs`` (dicts),
     ``latency`` (seconds), ``prompt_tokens`` / ``completion_tokens`` / ``total_tokens`` (as the
     provider reported them for fresh calls; missing otherwise), ``cached`` (every output came
-    from the cache), ``cached_outputs`` (their names) and ``error`` (``code: message``).
+    from the cache), ``cached_outputs`` (their names), ``error`` (``code: message``) and
+    ``usage_details`` (a dict of the other token counts the provider reported for fresh calls,
+    summed over the run's calls: ``cached_tokens``, ``reasoning_tokens``, ``image_tokens``, ...;
+    ``None`` when there were none).
 
     ``flow`` keeps one flow's runs (its file name without ``.json``); ``limit`` the last ones.
     A row logged twice under one ``run_id`` and ``index`` (a Dask partition recomputed after
@@ -381,7 +393,7 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
     chunks = open_runlog(home).read(flow) if (home / RUNLOG_FILE).exists() else []
     records = []
     for run_id, flow_name, provider, rows in chunks:
-        for idx, finished, model, inputs, out, latency, pt, ct, tt, cached, error in rows:
+        for idx, finished, model, inputs, out, latency, pt, ct, tt, cached, error, *more in rows:
             cached_names = cached or []
             records.append(
                 (
@@ -400,6 +412,7 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
                     bool(out) and len(cached_names) >= len(out),
                     cached_names,
                     error,
+                    more[0] if more else None,  # rows logged before usage details: none
                 )
             )
     # Keep the last write of each (run_id, index): a recomputed partition logs its rows again.

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .endpoints import Endpoint, find_endpoint, read_secrets_with
 from .errors import ConfigError
 
 __all__ = [
@@ -28,9 +29,11 @@ __all__ = [
     "SERVE_CONFIG",
     "RunConfig",
     "Settings",
+    "env_secret",
     "export_serve_config",
     "get_settings",
     "media_dir",
+    "resolve_endpoint",
     "resolve_run_config",
 ]
 
@@ -80,6 +83,9 @@ class Settings:
     tokens_per_minute: float | None = None
     serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
     batch_poll: float = DEFAULT_BATCH_POLL  # FLOWNB_BATCH_POLL
+    endpoint: str | None = None  # FLOWNB_ENDPOINT: the name of a flownb.toml endpoint
+    azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT
+    azure_api_version: str | None = None  # OPENAI_API_VERSION
 
     @property
     def media_dir(self) -> Path:
@@ -134,7 +140,26 @@ def get_settings() -> Settings:
         batch_poll=float(
             _number("FLOWNB_BATCH_POLL", env.get("FLOWNB_BATCH_POLL"), float) or DEFAULT_BATCH_POLL
         ),
+        endpoint=(env.get("FLOWNB_ENDPOINT") or "").strip() or None,
+        azure_endpoint=env.get("AZURE_OPENAI_ENDPOINT") or None,
+        azure_api_version=env.get("OPENAI_API_VERSION") or None,
     )
+
+
+def env_secret(name: str) -> str | None:
+    """Return the value of the environment variable ``name``, else of ``name`` in the nearest
+    ``.env`` file (searched from the working folder up); ``None`` when neither has it. Used for
+    an endpoint's key, named by its variable (see :class:`flownb.endpoints.Endpoint`)."""
+    value = os.environ.get(name)
+    if value:
+        return value
+    from dotenv import dotenv_values, find_dotenv
+
+    path = find_dotenv(usecwd=True)
+    return (dotenv_values(path).get(name) or None) if path else None
+
+
+read_secrets_with(env_secret)
 
 
 @dataclass(frozen=True)
@@ -159,6 +184,8 @@ class RunConfig:
     openai_api_key: str | None = field(default=None, repr=False)
     openai_transport: str = DEFAULT_OPENAI_TRANSPORT
     batch_poll: float = DEFAULT_BATCH_POLL  # seconds between a provider batch's status checks
+    # Where calls go (see flownb.endpoints); None: the environment's OPENAI_* settings.
+    endpoint: Endpoint | None = None
 
     @property
     def media_dir(self) -> Path:
@@ -182,15 +209,35 @@ def resolve_run_config(
     retries: int | None = None,
     home: str | Path | None = None,
     server: bool = False,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
 ) -> RunConfig:
     """Return the run configuration: each explicit argument, else the environment, else the
     default. ``server=True`` takes the server's defaults for the cache and the run log
     (``FLOWNB_SERVER_CACHE`` / ``FLOWNB_SERVER_RUNLOG``, both off unless set).
 
+    The endpoint (see :func:`resolve_endpoint`) decides the provider kind and, unless given
+    here, the concurrency, rpm and tpm.
+
     Raises:
-        ConfigError: an argument or variable that cannot work (concurrency below 1, ...).
+        ConfigError: an argument or variable that cannot work (concurrency below 1, ...), an
+            unknown endpoint name, or a provider that contradicts the endpoint.
     """
     s = get_settings()
+    chosen = resolve_endpoint(
+        s, endpoint=endpoint, base_url=base_url, api_key=api_key, provider=provider, home=home
+    )
+    if chosen is not None:
+        if provider and provider.strip().lower() != chosen.provider:
+            raise ConfigError(
+                f"endpoint {chosen.name!r} is an {chosen.provider!r} endpoint; "
+                f"provider={provider!r} contradicts it"
+            )
+        provider = chosen.provider
+        concurrency = concurrency if concurrency is not None else chosen.concurrency
+        rpm = rpm if rpm is not None else chosen.rpm
+        tpm = tpm if tpm is not None else chosen.tpm
     if concurrency is not None and concurrency < 1:
         raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
     if retries is not None and retries < 0:
@@ -217,7 +264,70 @@ def resolve_run_config(
         openai_api_key=s.openai_api_key,
         openai_transport=s.openai_transport,
         batch_poll=s.batch_poll,
+        endpoint=chosen,
     )
+
+
+def resolve_endpoint(
+    s: Settings,
+    *,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    provider: str | None = None,
+    home: str | Path | None = None,
+) -> Endpoint | None:
+    """Return the endpoint calls go to: ``endpoint`` (an :class:`Endpoint`, or a name declared
+    in ``flownb.toml``), else ``FLOWNB_ENDPOINT``'s; ``base_url`` / ``api_key`` override its
+    fields (or, alone, make an endpoint named ``"custom"`` of ``provider``'s kind, OpenAI by
+    default, whose key is ``api_key`` or else the provider's usual variable). Without any of
+    these, the provider kind decides: ``azure`` takes ``AZURE_OPENAI_ENDPOINT`` and
+    ``OPENAI_API_VERSION``, ``openai`` ``OPENAI_BASE_URL`` (its key from ``OPENAI_API_KEY``);
+    ``None`` for the others (offline, plugins: they read their own settings).
+
+    Raises:
+        ConfigError: no ``flownb.toml`` declares the name.
+    """
+    where = Path(home).expanduser() if home is not None else s.home
+    chosen: Endpoint | None
+    if isinstance(endpoint, str):
+        chosen = find_endpoint(endpoint.strip(), Path.cwd(), where)
+    elif endpoint is not None:
+        if not isinstance(endpoint, Endpoint):
+            raise ConfigError(
+                f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
+            )
+        chosen = endpoint
+    elif s.endpoint and base_url is None and api_key is None and not provider:
+        chosen = find_endpoint(s.endpoint, Path.cwd(), where)
+    else:
+        chosen = None
+    if chosen is not None:
+        changes: dict[str, object] = {}
+        if base_url is not None:
+            changes["base_url"] = base_url
+        if api_key is not None:
+            changes["api_key"] = api_key
+        return chosen.replace(**changes) if changes else chosen
+    kind = (provider or "").strip().lower()
+    if base_url is not None or api_key is not None:
+        return Endpoint(
+            "custom",
+            kind or "openai",
+            base_url=base_url or (s.azure_endpoint if kind == "azure" else None),
+            api_key=api_key,
+            api_version=s.azure_api_version if kind == "azure" else None,
+        )
+    kind = kind or s.provider
+    if kind == "azure":
+        return Endpoint(
+            "azure", "azure", base_url=s.azure_endpoint, api_version=s.azure_api_version
+        )
+    if kind == "openai":
+        # The environment's endpoint, made explicit so a flow keeps it (and its key) wherever
+        # it goes: OPENAI_BASE_URL, the key from OPENAI_API_KEY.
+        return Endpoint("openai", "openai", base_url=s.openai_base_url)
+    return None
 
 
 def export_serve_config(config: str) -> None:

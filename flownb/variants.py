@@ -1,4 +1,5 @@
-"""Variants of a flow without editing its JSON: other model parameters or other prompts.
+"""Variants of a flow without editing its JSON: other model parameters, models, prompts or
+system messages.
 
 Each function takes a parsed :class:`~flownb.model.FlowGraph` and returns a new one (the models
 are frozen; ``model_copy`` shares every untouched node), so the original flow is never changed.
@@ -14,7 +15,14 @@ from typing import Any
 from .errors import ConfigError
 from .model import ActionNode, FlowGraph, ImageNode, ModelParams
 
-__all__ = ["generation_nodes", "resolve_node", "with_params", "with_prompts"]
+__all__ = [
+    "generation_nodes",
+    "resolve_node",
+    "with_model",
+    "with_params",
+    "with_prompts",
+    "with_system",
+]
 
 
 def generation_nodes(graph: FlowGraph) -> list[ActionNode | ImageNode]:
@@ -107,4 +115,74 @@ def with_prompts(graph: FlowGraph, prompts: Mapping[str, str]) -> FlowGraph:
                 f"the prompt for {ref!r} must be a string, got {type(prompt).__name__}"
             )
         changes[resolve_node(graph, ref)] = {"prompt": prompt}
+    return _replace(graph, changes)
+
+
+def with_model(
+    graph: FlowGraph, model: str | Mapping[str, str] | None, image: str | None
+) -> FlowGraph:
+    """Return ``graph`` with other models: ``model`` (a string) on every text node, ``image``
+    on every image node, or ``model`` as a mapping (node name or id -> model) on those nodes.
+
+    Raises:
+        ConfigError: nothing to change, a node is unknown, or a model is not a string.
+    """
+    per_node: dict[str, dict[str, Any]] = {}
+    if isinstance(model, Mapping):
+        for ref, name in model.items():
+            per_node[ref] = {"model": _model_name(name, f"node {ref!r}")}
+    elif model is not None:
+        name = _model_name(model, "with_model")
+        for node in generation_nodes(graph):
+            if isinstance(node, ActionNode):
+                per_node[node.id] = {"model": name}
+    if image is not None:
+        name = _model_name(image, "with_model(image=...)")
+        for node in generation_nodes(graph):
+            if isinstance(node, ImageNode):
+                per_node[node.id] = {"model": name}
+    if model is None and image is None:
+        raise ConfigError('with_model needs a model: with_model("gpt-4o-mini"), image="..."')
+    if not per_node:
+        return graph  # e.g. a text model for a flow with only image nodes: nothing to change
+    return with_params(graph, per_node, {})
+
+
+def _model_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: a model must be a non-empty string, got {value!r}")
+    return value
+
+
+def with_system(graph: FlowGraph, system: str | Mapping[str, str | None] | None) -> FlowGraph:
+    """Return ``graph`` with a system message: ``system`` (a string) on every text node, or a
+    mapping (node name or id -> message) on those nodes; ``None`` removes it.
+
+    Raises:
+        ConfigError: a node is unknown, names an image node (images take no system message), or
+            a message is not a string.
+    """
+    changes: dict[str, dict[str, Any]] = {}
+    if system is None or isinstance(system, str):
+        for node in generation_nodes(graph):
+            if isinstance(node, ActionNode):
+                changes[node.id] = {"system": system or None}
+    elif isinstance(system, Mapping):
+        if not system:
+            raise ConfigError('with_system takes a message, or {"Node": "message"}')
+        nodes = {n.id: n for n in generation_nodes(graph)}
+        for ref, text in system.items():
+            if text is not None and not isinstance(text, str):
+                raise ConfigError(
+                    f"the system message for {ref!r} must be a string, got {type(text).__name__}"
+                )
+            node_id = resolve_node(graph, ref)
+            if isinstance(nodes[node_id], ImageNode):
+                raise ConfigError(f"node {ref!r} draws images, which take no system message")
+            changes[node_id] = {"system": text or None}
+    else:
+        raise ConfigError(
+            f"with_system takes a string or a mapping of node -> string, got "
+            f"{type(system).__name__}"
+        )
     return _replace(graph, changes)

@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.writable",  # one line for a FLOWNB_HOME that cannot be written
             "flownb.spreadsheet",  # CSV text a spreadsheet will not run as a formula
             "flownb.progress",  # progress bars moved by one thread of their own
+            "flownb.endpoints",  # named ways to reach a model; settings resolves them
         },
     ),
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),
@@ -326,6 +327,9 @@ PRIVATE_ALLOWED = {
     ("flownb.result", "_trace_of"),
     # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).
     ("flownb.scale.dask", "_meta"),
+    # An endpoint's copies and unpickled twins take over where its key is held (in memory
+    # only); the holder never leaves flownb.endpoints.
+    ("flownb.endpoints", "_held"),
 }
 
 

@@ -345,3 +345,54 @@ def test_without_a_distributed_client_the_limits_hold_in_the_process(fake: FakeO
         got = flow.run_dataframe(ddf, concurrency=2).compute()
     assert got["say"].tolist() == [echo(f"say w{i}") for i in range(24)]
     assert fake.peak_in_flight == 2
+
+
+# -- endpoints: each flow takes its own endpoint and key's name to the workers -------------------
+
+
+def test_two_vendors_with_two_keys_in_one_dask_computation(
+    client: distributed.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flownb.endpoints import Endpoint
+
+    keys = {"DASK_KEY_A": "sk-dask-vendor-A-1111", "DASK_KEY_B": "sk-dask-vendor-B-2222"}
+
+    def set_keys(values: dict[str, str | None]) -> None:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    client.run(set_keys, keys)  # the workers' own environment holds the variables
+    try:
+        with FakeOpenAI() as a, FakeOpenAI() as b:
+            flow_a = flownb.load_flow(
+                SAY,
+                endpoint=Endpoint("a", "openai", base_url=a.url, api_key_env="DASK_KEY_A"),
+                cache=False,
+                log=False,
+            )
+            flow_b = flow_a.with_endpoint(
+                Endpoint("b", "openai", base_url=b.url, api_key_env="DASK_KEY_B")
+            )
+            ddf = dd.from_pandas(words(24), npartitions=4)
+            got_a, got_b = dask.compute(flow_a.run_dataframe(ddf), flow_b.run_dataframe(ddf))
+            assert got_a["error"].isna().all() and got_b["error"].isna().all()
+            assert len(a.requests) == 24 and len(b.requests) == 24
+            for fake, key in ((a, keys["DASK_KEY_A"]), (b, keys["DASK_KEY_B"])):
+                sent = {
+                    {k.lower(): v for k, v in r["headers"].items()}["authorization"]
+                    for r in fake.received
+                }
+                assert sent == {f"Bearer {key}"}
+
+            # A literal key stays in this process: the workers' flow fails in one line.
+            literal = flownb.load_flow(SAY, base_url=a.url, api_key="sk-literal-0000", log=False)
+            with pytest.raises(ConfigError, match="api_key_env") as info:
+                literal.run_dataframe(ddf).compute()
+            assert "sk-literal" not in str(info.value)
+    finally:
+        client.run(set_keys, dict.fromkeys(keys))

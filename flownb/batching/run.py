@@ -50,7 +50,8 @@ def _calls(
     (their upstream nodes' answers are cached), by cache key."""
     found: dict[str, Call] = {}
     prefixes = {
-        step.index: cache.prefix(provider.identity(), step.kind, step.params) for step in plan.steps
+        step.index: cache.prefix(provider.identity(), step.kind, step.params, step.system)
+        for step in plan.steps
     }
     outputs: list[dict[int, str | None]] = [{} for _ in rows]
     for level in plan.levels:  # a level's prompts need the answers of the levels above
@@ -68,7 +69,8 @@ def _calls(
                     if o is not None
                 }
                 ctx.update(values)
-                call = Call(step.kind, step.template.render(ctx), step.params, step.node_id)
+                prompt = step.template.render(ctx)
+                call = Call(step.kind, prompt, step.params, step.node_id, step.system)
                 keyed.append((r, step.index, cache.key(prefixes[step.index], call.prompt), call))
         hits = cache.get_many(k for _, _, k, _ in keyed)
         for r, index, key, call in keyed:
@@ -223,7 +225,7 @@ class _FromBatches(Provider):
         self.real = real
         self.cache = cache
         self.reasons = reasons
-        self._prefixes: dict[tuple[int, str], bytes] = {}
+        self._prefixes: dict[tuple[int, str | None], bytes] = {}
 
     def identity(self) -> Mapping[str, Any]:
         return self.real.identity()  # the same cache keys as the real provider's
@@ -236,10 +238,10 @@ class _FromBatches(Provider):
 
     async def generate(self, call: Call) -> Generation:
         if call.kind == "text":
-            slot = (id(call.params), call.kind)
+            slot = (id(call.params), call.system)
             prefix = self._prefixes.get(slot)
             if prefix is None:
-                prefix = self.cache.prefix(self.identity(), call.kind, call.params)
+                prefix = self.cache.prefix(self.identity(), call.kind, call.params, call.system)
                 self._prefixes[slot] = prefix
             reason = self.reasons.get(self.cache.key(prefix, call.prompt))
             if reason is not None:

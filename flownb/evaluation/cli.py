@@ -14,6 +14,11 @@ The scorers file (JSON or TOML) lists scorers and, optionally, variants of the f
     params = { temperature = 0 }
     prompts = { "Blog intro" = "Write about {topic}." }
 
+    [variants.azure-mini]        # the first flow on another endpoint, model or system message
+    endpoint = "azure-eu"        # an [endpoints.NAME] of flownb.toml
+    model = "gpt-4o-mini"        # every text node's model (or { "Node" = "model" })
+    system = "Answer in one sentence."  # (or { "Node" = "message" })
+
 The provider banner (each variant's provider, and the one each judge uses) goes to stderr before
 anything runs; the summary (each metric's mean or rate with its 95% interval) to stdout. Exit
 status: 0, or 1 when some variant's pass rate is under ``--min-pass`` (or a run failed), 2 for
@@ -100,6 +105,9 @@ def make_scorer(spec: Mapping[str, Any]) -> Scorer:
         raise ConfigError(f"scorer {kind!r}: {exc}") from None
 
 
+_VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "system"})
+
+
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
     variants: dict[str, BaseFlow] = {}
     for ref in flows:
@@ -114,7 +122,22 @@ def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any)
             raise ConfigError(f"variant {name!r} must be a table with params and/or prompts")
         base = open_flow(spec["flow"], **options) if "flow" in spec else first
         if not isinstance(base, LocalFlow):
-            raise ConfigError(f"variant {name!r}: params and prompts need a local flow file")
+            raise ConfigError(
+                f"variant {name!r}: params, prompts, endpoint, model and system need a local "
+                "flow file"
+            )
+        unknown = sorted(set(spec) - _VARIANT_FIELDS)
+        if unknown:
+            raise ConfigError(
+                f"variant {name!r}: unknown field{'s' * (len(unknown) > 1)} "
+                f"{', '.join(unknown)}; known: {', '.join(sorted(_VARIANT_FIELDS))}"
+            )
+        if spec.get("endpoint") is not None:
+            base = base.with_endpoint(str(spec["endpoint"]))
+        if spec.get("model") is not None:
+            base = base.with_model(spec["model"])
+        if "system" in spec:
+            base = base.with_system(spec["system"] or None)
         params = spec.get("params") or {}
         if params:
             if all(isinstance(v, Mapping) for v in params.values()):
@@ -225,6 +248,12 @@ def summary_text(report: Any) -> str:
     help="Model provider for local flow files.",
 )
 @click.option(
+    "--endpoint",
+    metavar="NAME",
+    default=None,
+    help="Endpoint declared as [endpoints.NAME] in flownb.toml, for the flow files.",
+)
+@click.option(
     "--concurrency",
     type=click.IntRange(min=1),
     default=None,
@@ -244,6 +273,7 @@ def eval_command(
     fill: str | None,
     map_pairs: tuple[str, ...],
     provider: str | None,
+    endpoint: str | None,
     concurrency: int | None,
     no_progress: bool,
     dry_run: bool,
@@ -262,7 +292,9 @@ def eval_command(
     if not isinstance(specs, list):
         raise ConfigError(f"{config_path}: 'scorers' must be a list")
     graders = [make_scorer(s) for s in specs]
-    variants = _variants(flows, config, provider=provider, concurrency=concurrency)
+    variants = _variants(
+        flows, config, provider=provider, concurrency=concurrency, endpoint=endpoint
+    )
     data = _read_data(data_path)
     data.attrs["name"] = Path(data_path).name  # the data set's name in the report
     _bind_judges([g for g in graders if isinstance(g, JudgeScorer)], variants)

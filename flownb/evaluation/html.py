@@ -263,7 +263,23 @@ def summary_html(report: ReportView) -> str:
         "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
         "interval: Wilson for rates, Student t for means]; p: paired test against the first "
         "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
-        "</p>"
+        "</p>" + _setup_html(report)
+    )
+
+
+def _setup_html(report: ReportView) -> str:
+    """Return a table of what each variant ran on (endpoint, model, system message), or ''."""
+    if not report.setup:
+        return ""
+    rows = []
+    for variant in report.variants:
+        known = report.setup.get(variant, {})
+        cells = "".join(f"<td>{_esc(known.get(f) or '–')}</td>" for f in ("endpoint", "model"))
+        cells += f"<td>{_esc(known.get('system') or '–')}</td>"
+        rows.append(f"<tr><th>{_esc(variant)}</th>{cells}</tr>")
+    return (
+        "<table class='flownb-eval'><thead><tr><th>variant</th><th>endpoint</th><th>model</th>"
+        f"<th>system</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 

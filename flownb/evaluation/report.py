@@ -35,6 +35,8 @@ class EvalReport:
         context: what was evaluated, for a report read later: ``title``, ``dataset`` (name,
             rows, columns), and per variant its flow, provider, endpoint, models and nodes
             (name, kind, prompt, model parameters); empty when not known.
+        setup: per variant, what it ran on (``endpoint``, ``model``, ``system``: the system
+            message, ``None`` when it has none); shown in the summary and the HTML report.
     """
 
     def __init__(
@@ -50,7 +52,9 @@ class EvalReport:
         id: str | None = None,
         home: Path | None = None,
         context: dict[str, Any] | None = None,
+        setup: dict[str, dict[str, str | None]] | None = None,
     ) -> None:
+        self.setup = setup or {}
         self.results = results
         self.variants = variants
         self.scorers = scorers
@@ -74,7 +78,8 @@ class EvalReport:
         mean ``latency_s``; summed ``total_tokens``. With two or more variants, ``<name>_p`` and
         ``<name>_differs``: a paired test against the first variant over the same rows (McNemar
         exact for rates, Wilcoxon signed-rank or a sign test for scores), differing when
-        p < 0.05.
+        p < 0.05. Where known, ``endpoint``, ``model`` and ``system`` say what each variant ran
+        on.
         """
         import numpy as np
         import pandas as pd
@@ -108,6 +113,10 @@ class EvalReport:
                 float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
             )
             row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
+            if self.setup:
+                known = self.setup.get(v, {})
+                for field in ("endpoint", "model", "system"):
+                    row[field] = known.get(field)
             rows.append(row)
         return pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
 

@@ -2,10 +2,12 @@
 under one concurrency limit and one progress bar.
 
 1. Every variant's rows are validated before anything runs.
-2. Variants run together: local flows with an async provider on flownb's background loop,
-   sharing one :class:`~flownb.providers.limits.AdaptiveLimiter` and one set of calls in flight
-   (a call two variants make alike is paid once); remote flows in a thread (the service has its
-   own limits); inline (offline) flows on the calling thread (no I/O).
+2. Variants run together: local flows with an async provider on flownb's background loop, with
+   one :class:`~flownb.providers.limits.AdaptiveLimiter` per endpoint (variants on one endpoint
+   share it; a 429 from one endpoint never slows another), one bound on the sum of calls in
+   flight and one set of calls in flight (a call two variants make alike is paid once); remote
+   flows in a thread (the service has its own limits); inline (offline) flows on the calling
+   thread (no I/O).
 3. Judges (``judge``: one call per variant and row; ``pick_best``: one per row) run after, through
    their own one-node flows, so their calls are cached, limited and logged like any other. A
    judge without ``provider=`` borrows the provider of the flow it grades; one that would run
@@ -20,6 +22,8 @@ pays only for what is missing.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +36,7 @@ from ..frame import INTERRUPTED, rows_to_variables
 from ..notices import warn
 from ..pipeline import Handover
 from ..progress import Progress
+from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
@@ -175,17 +180,84 @@ def _uses_loop(flow: BaseFlow) -> bool:
     return isinstance(flow, LocalFlow) and not flow.provider.inline
 
 
+def _endpoint_key(flow: LocalFlow) -> str:
+    """Return what tells one endpoint from another (its name and identity; never the key)."""
+    endpoint = flow.config.endpoint
+    return json.dumps(
+        [endpoint.name if endpoint is not None else "", dict(flow.provider.identity())],
+        sort_keys=True,
+        default=str,
+    )
+
+
+class _Bound:
+    """The evaluation's bound on provider calls in flight, summed over every endpoint: a gate
+    (see :data:`flownb.providers.calls.Gate`) entered after each endpoint's own limiter."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._slots: asyncio.Semaphore | None = None
+
+    def __call__(self, call: Any) -> _Bound:
+        return self
+
+    async def __aenter__(self) -> Callable[[Any], None]:
+        if self._slots is None:  # made on the loop that runs the calls
+            self._slots = asyncio.Semaphore(self.limit)
+        await self._slots.acquire()
+        return _settled
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._slots is not None
+        self._slots.release()
+
+
+def _settled(gen: Any) -> None:
+    return None
+
+
+class _Limits:
+    """Concurrency for an evaluation: each endpoint its own :class:`AdaptiveLimiter` (its own
+    back-off: a 429 from one endpoint never slows another), and ``total`` bounding the sum.
+
+    ``concurrency`` given: every endpoint may use up to it, and the sum stays within it. Not
+    given: each endpoint gets the largest limit of its flows, and ``total`` is their sum.
+    """
+
+    def __init__(self, concurrency: int | None, flows: Sequence[BaseFlow]) -> None:
+        if concurrency is not None and concurrency < 0:
+            raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
+        self.concurrency = concurrency or None  # 0: the default, as before
+        self._limiters: dict[str, AdaptiveLimiter] = {}
+        self._sizes: dict[str, int] = {}
+        for flow in flows:
+            if isinstance(flow, LocalFlow):
+                key = _endpoint_key(flow)
+                self._sizes[key] = max(self._sizes.get(key, 0), flow.concurrency)
+        self.total = concurrency or sum(self._sizes.values()) or 16
+
+    def limiter(self, flow: LocalFlow) -> AdaptiveLimiter:
+        """Return the limiter of ``flow``'s endpoint (made on first use)."""
+        key = _endpoint_key(flow)
+        limiter = self._limiters.get(key)
+        if limiter is None:
+            size = self.concurrency or self._sizes.get(key) or flow.concurrency
+            limiter = self._limiters[key] = AdaptiveLimiter(size, flow.engine.pacer)
+        return limiter
+
+
 def _run_all(
     jobs: Sequence[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]],
-    limiter: AdaptiveLimiter,
+    limits: _Limits,
 ) -> None:
     """Run every job together: inline flows here first (no I/O to overlap), then the others
-    on the background loop under ``limiter`` (remote flows in a thread each). Once this returns
-    or raises (Ctrl-C), no job's ``on_result`` is called again (see :class:`Handover`)."""
+    on the background loop under their endpoint's limiter and ``limits.total`` (remote flows in
+    a thread each). Once this returns or raises (Ctrl-C), no job's ``on_result`` is called
+    again (see :class:`Handover`)."""
     handovers = [Handover(on_result) for _, _, on_result in jobs]
     jobs = [(flow, batch, h) for (flow, batch, _), h in zip(jobs, handovers, strict=True)]
     try:
-        _run_jobs(jobs, limiter)
+        _run_jobs(jobs, limits)
     finally:
         for handover in handovers:
             handover.close()
@@ -193,31 +265,35 @@ def _run_all(
 
 def _run_jobs(
     jobs: Sequence[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]],
-    limiter: AdaptiveLimiter,
+    limits: _Limits,
 ) -> None:
+    total = limits.total
     for flow, batch, on_result in jobs:
         if not _uses_loop(flow) and isinstance(flow, LocalFlow):
-            _run_sync(flow, batch, on_result, limiter.limit)
+            _run_sync(flow, batch, on_result, total)
     rest = [job for job in jobs if not isinstance(job[0], LocalFlow) or _uses_loop(job[0])]
     if not rest:
         return
+    local = [job[0] for job in rest if isinstance(job[0], LocalFlow)]
+    # The sum needs a bound of its own only when several endpoints run at once.
+    several = len({_endpoint_key(f) for f in local}) > 1
 
     async def together() -> None:
-        import asyncio
-
-        from ..providers.calls import SHARED_TWINS
-
         # A call two variants (or judges) make alike is paid once, even when both are in
         # flight at the same moment: what the preview counts.
         SHARED_TWINS.set({})
+        bound = _Bound(total) if several else None
         tasks = []
         for flow, batch, on_result in rest:
             if isinstance(flow, LocalFlow):
+                limiter = limits.limiter(flow)
                 tasks.append(
-                    flow.arun_each(batch, on_result, concurrency=limiter.limit, limiter=limiter)
+                    flow.arun_each(
+                        batch, on_result, concurrency=limiter.limit, limiter=limiter, gate=bound
+                    )
                 )
             else:
-                tasks.append(asyncio.to_thread(_run_sync, flow, batch, on_result, limiter.limit))
+                tasks.append(asyncio.to_thread(_run_sync, flow, batch, on_result, total))
         await asyncio.gather(*tasks)
 
     run_sync(together())
@@ -248,12 +324,13 @@ def evaluate(
     are as in ``run_dataframe``; ``data.attrs["name"]``, when set, names the data set in the
     report.
     ``concurrency`` bounds the provider calls in flight across every variant and judge (default:
-    the largest of the local flows' limits). ``dry_run=True`` returns a
-    :class:`~flownb.preview.Preview` of the calls instead, making none: its ``n_calls`` is the
-    number of calls the run then makes on the same cache state (judges included), and the
-    progress bar's total. A judge without ``provider=`` uses the provider of the flow it grades.
-    ``log=False`` keeps the evaluation out of the run log (``report.diff(id)`` reads it back
-    from there).
+    the sum over endpoints of the largest limit of each endpoint's flows). Each endpoint keeps
+    its own limit and back-off, so a 429 from one endpoint never slows another.
+    ``dry_run=True`` returns a :class:`~flownb.preview.Preview` of the calls instead, making
+    none: its ``n_calls`` is the number of calls the run then makes on the same cache state
+    (judges included), and the progress bar's total. A judge without ``provider=`` uses the
+    provider of the flow it grades. ``log=False`` keeps the evaluation out of the run log
+    (``report.diff(id)`` reads it back from there).
 
     Returns:
         An :class:`EvalReport` (``results``, ``summary``, ``compare()``, ``plot()``,
@@ -301,13 +378,8 @@ def evaluate(
         preview = preview_many(variants, batches, graders, inputs)
         if dry_run:
             return preview
-    limit = concurrency or max(
-        (f.concurrency for f in variants.values() if isinstance(f, LocalFlow)), default=16
-    )
-    if limit < 1:
-        raise ConfigError(f"concurrency must be at least 1, got {limit}")
-    pacer = next((f.engine.pacer for f in variants.values() if _uses_loop(f)), None)  # type: ignore[attr-defined]
-    limiter = AdaptiveLimiter(limit, pacer)
+    judge_flows = [j.flow() for j in judges]
+    limiter = _Limits(concurrency, [*variants.values(), *judge_flows])
     n = len(data)
     bar = None
     if progress:
@@ -386,7 +458,7 @@ def _run_judges(
     collected: Mapping[str, _Collected],
     data: pd.DataFrame,
     bar: Any,
-    limiter: AdaptiveLimiter,
+    limiter: _Limits,
 ) -> dict[str, dict[str, tuple[list[Any], list[str | None]]]]:
     """Ask every judge; return scorer name -> variant -> (scores, reasons)."""
     inputs = _input_block(data)
@@ -537,6 +609,7 @@ def _assemble(
         index_name=index_name,
         inputs=[str(c) for c in data.columns],
         context=context,
+        setup={name: _setup(flow) for name, flow in variants.items()},
     )
 
 
@@ -596,6 +669,21 @@ def describe_evaluation(
             "columns": [str(c) for c in data.columns],
         },
         "variants": shown,
+    }
+
+
+def _setup(flow: BaseFlow) -> dict[str, str | None]:
+    """Return what a variant runs on: endpoint (or provider), models, system message(s)."""
+    if not isinstance(flow, LocalFlow):
+        return {"endpoint": "remote", "model": None, "system": None}
+    endpoint = flow.config.endpoint
+    steps = flow.plan.steps
+    models = dict.fromkeys(str(s.params["model"]) for s in steps if s.params.get("model"))
+    systems = dict.fromkeys(s.system for s in steps if s.system)
+    return {
+        "endpoint": endpoint.name if endpoint is not None else flow.provider.name,
+        "model": ", ".join(models) or None,
+        "system": " | ".join(systems) or None,
     }
 
 

@@ -77,6 +77,10 @@ class ReportView(Protocol):
     def context(self) -> Mapping[str, Any]:
         """What was evaluated: title, data set, variants' providers, models, prompts."""
 
+    @property
+    def setup(self) -> Mapping[str, Mapping[str, str | None]]:
+        """Per variant, what it ran on: endpoint, model, system message."""
+
     def plot(self) -> Any:
         """A matplotlib figure of the scores per variant."""
 

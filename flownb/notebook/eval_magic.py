@@ -73,6 +73,12 @@ def _parser() -> MagicParser:
         "--concurrency", type=int, default=None, metavar="N", help="provider calls in flight"
     )
     p.add_argument(
+        "--endpoint",
+        metavar="NAME",
+        default=None,
+        help="an [endpoints.NAME] of flownb.toml, for the flow files",
+    )
+    p.add_argument(
         "--fill", default=None, metavar="TEXT", help="use TEXT for empty cells instead of refusing"
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -95,7 +101,9 @@ class EvalMagics:
         shell: Any
 
         def _expand(self, ref: str, what: str) -> Any: ...
-        def _resolve(self, source: str, provider: str | None) -> Any: ...
+        def _resolve(
+            self, source: str, provider: str | None, endpoint: str | None = None
+        ) -> Any: ...
         def _dataframe(self, ref: str) -> Any: ...
 
     def _eval_scorers(self, refs: list[str]) -> list[Scorer]:
@@ -116,7 +124,7 @@ class EvalMagics:
             found += list(items)
         return found
 
-    def _eval_variants(self, refs: list[str]) -> dict[str, BaseFlow]:
+    def _eval_variants(self, refs: list[str], endpoint: str | None = None) -> dict[str, BaseFlow]:
         variants: dict[str, BaseFlow] = {}
         for ref in refs:
             name, sep, source = ref.partition("=")
@@ -126,7 +134,9 @@ class EvalMagics:
             if isinstance(value, Mapping):
                 variants.update(value)
                 continue
-            flow = value if isinstance(value, BaseFlow) else self._resolve(source, None)[0]
+            flow = (
+                value if isinstance(value, BaseFlow) else self._resolve(source, None, endpoint)[0]
+            )
             variants[name or flow.name] = flow
         return variants
 
@@ -139,7 +149,7 @@ class EvalMagics:
         if not args.scorers:
             raise UsageError("%flow eval: give --scorers $name (a scorer or a list of scorers)")
         report = evaluate(
-            self._eval_variants(args.flows),
+            self._eval_variants(args.flows, args.endpoint),
             self._dataframe(args.df),
             self._eval_scorers(args.scorers),
             fill=args.fill,

@@ -78,6 +78,7 @@ def _parser(sub: str) -> MagicParser:
         p.add_argument("-o", "--out", dest="out", metavar="VAR", default=None)
         p.add_argument("-q", "--quiet", dest="quiet", action="store_true")
         p.add_argument("--provider", choices=provider_names(), default=None)
+        p.add_argument("--endpoint", metavar="NAME", default=None)
     if sub == "run":
         # default=[]: argparse otherwise reports a '*' positional as required.
         p.add_argument("pairs", nargs="*", metavar="name=value", default=[])
@@ -92,6 +93,7 @@ def _parser(sub: str) -> MagicParser:
         p.add_argument("--batch-api", dest="batch_api", action="store_true")
     if sub in ("info", "form"):
         p.add_argument("--provider", choices=provider_names(), default=None)
+        p.add_argument("--endpoint", metavar="NAME", default=None)
     return p
 
 
@@ -167,8 +169,9 @@ class FlowMagics(EvalMagics, Magics):
 
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
-        # (resolved path, provider) -> (mtime_ns, size, flow): reloaded when the file changes.
-        self._local: dict[tuple[Path, str | None], tuple[int, int, LocalFlow]] = {}
+        # (resolved path, provider[, endpoint]) -> (mtime_ns, size, flow): reloaded when the
+        # file changes.
+        self._local: dict[tuple[Any, ...], tuple[int, int, LocalFlow]] = {}
         self.client: Any = None
 
     # ---- the magic --------------------------------------------------------------------------
@@ -203,7 +206,8 @@ class FlowMagics(EvalMagics, Magics):
         quotes: ``tone="very dry"``. ``$name`` passes a Python variable (``topic=$t``); ``$$``
         is a literal ``$``. ``-o VAR`` stores the result in VAR and shows it; ``-q`` shows
         nothing; a trailing ``;`` hides the output. ``--provider offline|openai`` picks the model
-        provider for a local flow file.
+        provider for a local flow file; ``--endpoint NAME`` an endpoint declared as
+        ``[endpoints.NAME]`` in ``flownb.toml``.
 
         The API key for ``%flow connect`` comes from FLOWNB_API_KEY, a ``.env`` file, or a
         hidden prompt. It is never typed on the magic line.
@@ -268,7 +272,9 @@ class FlowMagics(EvalMagics, Magics):
             if len(body_vars) > 1:
                 raise UsageError("%%flow run: the cell body fills one variable; give --var once")
             args.var = body_vars[0] if body_vars else None
-        flow, source = self._resolve(args.flow, getattr(args, "provider", None))
+        flow, source = self._resolve(
+            args.flow, getattr(args, "provider", None), getattr(args, "endpoint", None)
+        )
         if sub == "info":
             return FlowInfo(flow, source)
         if sub == "form":
@@ -412,7 +418,9 @@ class FlowMagics(EvalMagics, Magics):
             raise UsageError(f"%flow batch: --df {ref} is a {type(df).__name__}, not a DataFrame")
         return df
 
-    def _resolve(self, ref: str, provider: str | None) -> tuple[BaseFlow, str]:
+    def _resolve(
+        self, ref: str, provider: str | None, endpoint: str | None = None
+    ) -> tuple[BaseFlow, str]:
         """Return the flow FLOW names and a note of where it came from."""
         __tracebackhide__ = True
         from ..flow import BaseFlow
@@ -428,9 +436,10 @@ class FlowMagics(EvalMagics, Magics):
             )
         location = flow_location(target)
         if isinstance(location, Path):
-            return self._local_flow(location, provider), "local engine"
-        if provider is not None:
-            raise UsageError("%flow: --provider applies to local flow files; servers choose")
+            return self._local_flow(location, provider, endpoint), "local engine"
+        if provider is not None or endpoint is not None:
+            option = "--provider" if provider is not None else "--endpoint"
+            raise UsageError(f"%flow: {option} applies to local flow files; servers choose")
         client = self.client
         if client is None:
             if not get_settings().base_url:
@@ -440,21 +449,24 @@ class FlowMagics(EvalMagics, Magics):
             client = self.client = Client()
         return client.flow(target), f"server {getattr(client, 'base_url', '')}".strip()
 
-    def _local_flow(self, path: Path, provider: str | None) -> LocalFlow:
+    def _local_flow(
+        self, path: Path, provider: str | None, endpoint: str | None = None
+    ) -> LocalFlow:
         __tracebackhide__ = True
         from ..flow import load_flow
 
         resolved = path.expanduser().resolve()
+        key = (resolved, provider) if endpoint is None else (resolved, provider, endpoint)
         try:
             st = resolved.stat()
         except OSError:
-            self._local.pop((resolved, provider), None)
-            return load_flow(path, provider=provider)  # raises FlowFileError naming the file
-        key = (resolved, provider)
+            self._local.pop(key, None)
+            # Raises FlowFileError naming the file.
+            return load_flow(path, provider=provider, endpoint=endpoint)
         cached = self._local.get(key)
         if cached is not None and cached[:2] == (st.st_mtime_ns, st.st_size):
             return cached[2]
-        flow = load_flow(resolved, provider=provider)
+        flow = load_flow(resolved, provider=provider, endpoint=endpoint)
         self._local[key] = (st.st_mtime_ns, st.st_size, flow)
         return flow
 

@@ -52,12 +52,15 @@ PROMPT_LIMITS: Mapping[Kind, int] = MappingProxyType({"text": 1_000_000, "image"
 
 @dataclass(slots=True)
 class Call:
-    """One node execution: what to generate (``kind``), from which ``prompt``, with which params."""
+    """One node execution: what to generate (``kind``), from which ``prompt``, with which params.
+    ``system`` is the node's system message (a flownb extension), sent as the provider's system
+    instruction; ``None`` when the node has none."""
 
     kind: Kind
     prompt: str
     params: Mapping[str, Any] = field(default_factory=dict)
     node_id: str = ""
+    system: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -153,7 +153,7 @@ class CallRunner:
         prefix = self._prefixes.get(id(params))
         if prefix is None:
             # Keyed by the params object: one per node for the plan's life.
-            prefix = cache.prefix(self.provider.identity(), call.kind, params)
+            prefix = cache.prefix(self.provider.identity(), call.kind, params, call.system)
             self._prefixes[id(params)] = prefix
         return prefix
 

@@ -64,9 +64,21 @@ from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import PROMPT_LIMITS, Call, Generation, Kind, Provider, RateLimits
 from .openai_batch import OpenAIBatches
 
-__all__ = ["OPENAI_BASE_URL", "OpenAIProvider", "Prepared", "parse_duration", "rate_limits"]
+__all__ = [
+    "DEFAULT_AZURE_API_VERSION",
+    "OPENAI_BASE_URL",
+    "Azure",
+    "AzureOpenAIProvider",
+    "OpenAIProvider",
+    "Prepared",
+    "parse_duration",
+    "rate_limits",
+    "usage_of",
+]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_AZURE_API_VERSION = "2024-10-21"  # Azure OpenAI's current GA data-plane version
+ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
 DEFAULT_TEXT_MODEL = "gpt-4o-mini"
 DEFAULT_IMAGE_MODEL = "dall-e-3"
 TRANSPORTS = ("aiohttp", "sdk")
@@ -155,7 +167,13 @@ def _prepare_text(params: Mapping[str, Any], node: str) -> Prepared:
             raise ConfigError(f"node {node!r}: best_of ({best_of}) must be at least n ({n})")
         body["n"] = n  # the first choice becomes the output
     max_tokens = p.pop("max_tokens", None)
-    if max_tokens is not None:
+    max_completion = p.pop("max_completion_tokens", None)
+    if max_completion is not None:
+        # Written in the node: sent as written (the current name; /completions has only the old).
+        body["max_tokens" if completions else "max_completion_tokens"] = max_completion
+        if max_tokens is not None:
+            notes.append("max_tokens dropped: max_completion_tokens is set")
+    elif max_tokens is not None:
         body["max_completion_tokens" if reasoning else "max_tokens"] = max_tokens
     for name in _SAMPLING:
         value = p.pop(name, None)
@@ -289,6 +307,41 @@ def _wait_asked(headers: Mapping[str, str]) -> float | None:
         if 0.0 <= value < float("inf"):
             return value
     return parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+
+
+# Usage details promoted under their own names (the rest keep their section as a prefix).
+_DETAILS = frozenset({"cached_tokens", "reasoning_tokens", "image_tokens"})
+
+
+def usage_of(usage: Any) -> dict[str, int] | None:
+    """Return the answer's usage as flat token counts, for the run log and pricing.
+
+    Top-level counts keep their names; ``*_tokens_details`` sections are flattened:
+    ``cached_tokens``, ``reasoning_tokens`` and ``image_tokens`` under those names, anything
+    else as ``<section>_<name>`` (``prompt_audio_tokens``). The images API's
+    ``input_tokens`` / ``output_tokens`` also count as ``prompt_tokens`` /
+    ``completion_tokens``. ``None`` when the answer reported no usage.
+    """
+    if not isinstance(usage, Mapping):
+        return None
+    flat: dict[str, int] = {}
+    for name, value in usage.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            flat[name] = value
+    for name, value in usage.items():
+        if not (isinstance(value, Mapping) and name.endswith("_tokens_details")):
+            continue
+        section = name.removesuffix("_tokens_details")
+        for detail, count in value.items():
+            if not isinstance(count, int) or isinstance(count, bool):
+                continue
+            key = detail if detail in _DETAILS and detail not in flat else f"{section}_{detail}"
+            flat[key] = flat.get(key, 0) + count
+    if "input_tokens" in flat and "prompt_tokens" not in flat:
+        flat["prompt_tokens"] = flat["input_tokens"]
+    if "output_tokens" in flat and "completion_tokens" not in flat:
+        flat["completion_tokens"] = flat["output_tokens"]
+    return flat or None
 
 
 def _translate_status(
@@ -577,15 +630,59 @@ def _close_sessions() -> None:
     _SESSIONS.clear()
 
 
+class Azure:
+    """What makes a request Azure's: the api-version, the model -> deployment map, and an Entra
+    ID token provider (``None`` when an ``api-key`` is sent instead)."""
+
+    __slots__ = ("api_version", "deployments", "token_provider")
+
+    def __init__(
+        self,
+        api_version: str,
+        deployments: Mapping[str, str] | None = None,
+        token_provider: Callable[[], str] | None = None,
+    ) -> None:
+        self.api_version = api_version
+        self.deployments = dict(deployments or {})
+        self.token_provider = token_provider
+
+    def deployment(self, model: str) -> str:
+        """Return the deployment serving ``model``: the mapped name, else the model's."""
+        return self.deployments.get(model, model)
+
+    def url(self, base_url: str, endpoint: str, model: str) -> str:
+        """Return ``{base}/openai/deployments/{deployment}{endpoint}?api-version=V``."""
+        deployment = urllib.parse.quote(self.deployment(model), safe="")
+        version = urllib.parse.quote(self.api_version, safe="")
+        return f"{base_url}/openai/deployments/{deployment}{endpoint}?api-version={version}"
+
+
 class _AiohttpTransport:
     """POSTs JSON with one aiohttp session per event loop, endpoint and key."""
 
-    def __init__(self, base_url: str, api_key: str | None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        azure: Azure | None = None,
+        pool: str = "",
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.key = api_key
-        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        self.azure = azure
+        self.pool = pool
+        self.headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            **(headers or {}),
+        }
         # Per request, not on the session: image downloads go to other hosts, without the key.
-        self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        if api_key and azure is not None:
+            self.auth: dict[str, str] | None = {"api-key": api_key}
+        else:
+            self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         # The proxy from HTTP(S)_PROXY / NO_PROXY, worked out once: aiohttp's trust_env would
         # look it up again in a worker thread for every request (a third of our CPU per call).
         parts = urllib.parse.urlsplit(self.base_url)
@@ -593,8 +690,25 @@ class _AiohttpTransport:
         bypass = urllib.request.proxy_bypass(host) or host in ("127.0.0.1", "localhost", "::1")
         self.proxy = None if bypass else urllib.request.getproxies().get(parts.scheme)
 
+    def _url(self, endpoint: str, body: Mapping[str, Any]) -> str:
+        if self.azure is None:
+            return self.base_url + endpoint
+        return self.azure.url(self.base_url, endpoint, str(body.get("model", "")))
+
+    def _headers(self) -> dict[str, str]:
+        azure = self.azure
+        # Entra ID: azure-identity caches the token and refreshes it (a blocking call, about
+        # once an hour) shortly before it expires.
+        if azure is not None and azure.token_provider is not None:
+            return {**self.headers, "Authorization": f"Bearer {azure.token_provider()}"}
+        return {**self.headers, **self.auth} if self.auth else self.headers
+
+    def _ident(self) -> tuple[Any, str, str | None]:
+        # One session per loop, endpoint (its pool: endpoints on one host stay apart) and key.
+        return (asyncio.get_running_loop(), self.pool + self.base_url, self.key)
+
     async def _session(self) -> Any:
-        session = _SESSIONS.get((asyncio.get_running_loop(), self.base_url, self.key))
+        session = _SESSIONS.get(self._ident())
         if session is None or session.closed:
             session = await self._new_session()
         return session
@@ -602,7 +716,7 @@ class _AiohttpTransport:
     async def _new_session(self) -> Any:
         import aiohttp
 
-        ident = (asyncio.get_running_loop(), self.base_url, self.key)
+        ident = self._ident()
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
         session = aiohttp.ClientSession(
             connector=connector,
@@ -618,13 +732,13 @@ class _AiohttpTransport:
         import aiohttp
 
         try:
-            session = _SESSIONS.get((asyncio.get_running_loop(), self.base_url, self.key))
+            session = _SESSIONS.get(self._ident())
             if session is None or session.closed:
                 session = await self._new_session()
             async with session.post(
-                self.base_url + endpoint,
+                self._url(endpoint, body),
                 data=json.dumps(body),
-                headers={**self.headers, **self.auth} if self.auth else self.headers,
+                headers=self._headers(),
                 proxy=self.proxy,
             ) as resp:
                 raw = await resp.read()
@@ -670,7 +784,7 @@ class _AiohttpTransport:
             raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        ident = (asyncio.get_running_loop(), self.base_url, self.key)
+        ident = self._ident()
         session = _SESSIONS.pop(ident, None)
         _WATCHES.pop((id(_SESSIONS), ident), None)
         if session is not None:
@@ -680,21 +794,50 @@ class _AiohttpTransport:
 class _SdkTransport:
     """The same calls through the official SDK's ``AsyncOpenAI`` (its own retries off)."""
 
-    def __init__(self, base_url: str, api_key: str | None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        azure: Azure | None = None,
+        pool: str = "",
+    ) -> None:
         self.base_url = base_url
         self.key = api_key
+        self.headers = dict(headers or {}) or None
+        self.azure = azure
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
 
     async def _client(self) -> Any:
-        from openai import AsyncOpenAI
-
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            # A placeholder key for local servers that need none (the SDK insists on one).
-            client = AsyncOpenAI(
-                api_key=self.key or "unused", base_url=self.base_url, max_retries=0, timeout=None
-            )
+            azure = self.azure
+            if azure is not None:
+                from openai import AsyncAzureOpenAI
+
+                # The SDK puts the deployment (the body's model) and api-version in the URL.
+                client = AsyncAzureOpenAI(
+                    azure_endpoint=self.base_url,
+                    api_version=azure.api_version,
+                    api_key=self.key if azure.token_provider is None else None,
+                    azure_ad_token_provider=azure.token_provider,
+                    default_headers=self.headers,
+                    max_retries=0,
+                    timeout=None,
+                )
+            else:
+                from openai import AsyncOpenAI
+
+                # A placeholder key for local servers that need none (the SDK insists on one).
+                client = AsyncOpenAI(
+                    api_key=self.key or "unused",
+                    base_url=self.base_url,
+                    default_headers=self.headers,
+                    max_retries=0,
+                    timeout=None,
+                )
             self._clients[loop] = client
             await _close_with_loop(self._clients, loop, client.close)  # not kept past its loop
         return client
@@ -707,6 +850,8 @@ class _SdkTransport:
         client = await self._client()
         rest = dict(body)
         model = rest.pop("model")
+        if self.azure is not None:
+            model = self.azure.deployment(model)  # the SDK routes by deployment name
         try:
             # with_raw_response: the same call, with the answer's headers (rate limits) kept.
             if endpoint == "/chat/completions":
@@ -806,6 +951,8 @@ class OpenAIProvider(Provider):
         api_key: str | None = None,
         base_url: str | None = None,
         transport: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        pool: str = "",
     ) -> None:
         self.media = media
         self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
@@ -815,6 +962,16 @@ class OpenAIProvider(Provider):
                 "the openai provider needs OPENAI_API_KEY (or OPENAI_BASE_URL pointing at an "
                 "OpenAI-compatible server that needs no key)"
             )
+        self._setup(key, transport, headers, None, pool)
+
+    def _setup(
+        self,
+        key: str | None,
+        transport: str | None,
+        headers: Mapping[str, str] | None,
+        azure: Azure | None,
+        pool: str,
+    ) -> None:
         chosen = (transport or DEFAULT_OPENAI_TRANSPORT).strip().lower()
         if chosen not in TRANSPORTS:
             raise ConfigError(
@@ -823,26 +980,40 @@ class OpenAIProvider(Provider):
         self.transport_name = chosen
         self._api_key = key  # for the Batch API's client; never shown
         self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(
-            self.base_url, key
+            self.base_url, key, headers=headers, azure=azure, pool=pool
         )
         self._prepared: dict[int, tuple[Mapping[str, Any], Kind, Prepared]] = {}
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> OpenAIProvider:
-        """Return the provider for ``config``'s key, endpoint and transport.
+        """Return the provider for ``config``'s endpoint (else ``OPENAI_API_KEY`` /
+        ``OPENAI_BASE_URL``) and transport.
 
         Raises:
-            ConfigError: no API key for api.openai.com, or an unknown transport.
+            ConfigError: no API key for api.openai.com, the endpoint's named key is missing,
+                or an unknown transport.
         """
+        endpoint = config.endpoint
+        if endpoint is None:
+            return cls(
+                media=media,
+                api_key=config.openai_api_key,
+                base_url=config.openai_base_url,
+                transport=config.openai_transport,
+            )
         return cls(
             media=media,
-            api_key=config.openai_api_key,
-            base_url=config.openai_base_url,
+            api_key=endpoint.key(),
+            base_url=endpoint.base_url,
             transport=config.openai_transport,
+            headers=endpoint.headers,
+            pool=endpoint.name,
         )
 
     def __repr__(self) -> str:  # never the key
-        return f"<OpenAIProvider base_url={self.base_url!r} transport={self.transport_name!r}>"
+        return (
+            f"<{type(self).__name__} base_url={self.base_url!r} transport={self.transport_name!r}>"
+        )
 
     def identity(self) -> Mapping[str, Any]:
         """Return the provider and endpoint: the key is not part of what decides an output."""
@@ -850,7 +1021,7 @@ class OpenAIProvider(Provider):
 
     def banner(self) -> str:
         """Return the line naming the endpoint calls go to."""
-        return f"provider: openai at {self.base_url} (transport {self.transport_name})"
+        return f"provider: {self.name} at {self.base_url} (transport {self.transport_name})"
 
     def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> Prepared:
         """Return the request a node's params map to, warning once about each dropped param.
@@ -888,6 +1059,7 @@ class OpenAIProvider(Provider):
         if call.kind == "image":
             gen = await self._image(data, prepared, request_id)
             gen.limits = limits
+            gen.usage = usage_of(data.get("usage"))
             return gen
         return self.text_answer(data, prepared, body, request_id, limits)
 
@@ -896,8 +1068,13 @@ class OpenAIProvider(Provider):
         :meth:`generate` posts, and what a batch line holds)."""
         prepared = self.prepare(call.kind, call.params, call.node_id)
         body = dict(prepared.body)
+        system = call.system
         if prepared.endpoint == "/chat/completions":
-            body["messages"] = [{"role": "user", "content": call.prompt}]
+            user = {"role": "user", "content": call.prompt}
+            body["messages"] = [{"role": "system", "content": system}, user] if system else [user]
+        elif system and call.kind == "text":
+            # /completions has no system role: the instruction goes first, a blank line apart.
+            body["prompt"] = f"{system}\n\n{call.prompt}"
         else:
             body["prompt"] = call.prompt
         return prepared, body
@@ -918,11 +1095,12 @@ class OpenAIProvider(Provider):
         """
         model = data.get("model") or body["model"]
         text, finish = _answer_text(data, prepared.endpoint == "/chat/completions", request_id)
-        usage = data.get("usage")
-        if isinstance(usage, Mapping):
-            usage = {k: v for k, v in usage.items() if isinstance(v, int)}
         return Generation(
-            text, model=model, usage=usage or None, limits=limits, finish_reason=finish
+            text,
+            model=model,
+            usage=usage_of(data.get("usage")),
+            limits=limits,
+            finish_reason=finish,
         )
 
     def batch_api(self) -> OpenAIBatches:
@@ -968,6 +1146,103 @@ class OpenAIProvider(Provider):
     async def aclose(self) -> None:
         """Close this loop's HTTP session."""
         await self._transport.aclose()
+
+
+class AzureOpenAIProvider(OpenAIProvider):
+    """Azure OpenAI: ``{base}/openai/deployments/{deployment}/chat/completions?api-version=V``
+    (and ``/images/generations``), the key in an ``api-key`` header, on both transports.
+
+    The deployment is the endpoint's ``deployments[model]``, else the model's name. Without a
+    key, an Entra ID token from ``azure-identity``'s default credential is sent as a bearer token
+    (``pip install flownb[azure]``).
+
+    Raises:
+        ConfigError: no base URL, the named key is missing, or no key and no azure-identity.
+    """
+
+    name: ClassVar[str] = "azure"
+
+    def __init__(
+        self,
+        *,
+        media: MediaStore,
+        base_url: str,
+        api_key: str | None = None,
+        api_version: str | None = None,
+        deployments: Mapping[str, str] | None = None,
+        transport: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        pool: str = "",
+        endpoint_name: str = "azure",
+    ) -> None:
+        self.media = media
+        # The resource's address; a trailing /openai (as some portals show it) is the API root.
+        self.base_url = base_url.rstrip("/").removesuffix("/openai")
+        self.api_version = api_version or DEFAULT_AZURE_API_VERSION
+        self.deployments = dict(deployments or {})
+        token = None if api_key else _entra_token_provider(endpoint_name)
+        azure = Azure(self.api_version, self.deployments, token)
+        self._setup(api_key, transport, headers, azure, pool)
+
+    @classmethod
+    def create(cls, config: RunConfig, media: MediaStore) -> AzureOpenAIProvider:
+        """Return the provider for ``config``'s azure endpoint.
+
+        Raises:
+            ConfigError: no base URL, the named key is missing, or no key and no azure-identity.
+        """
+        endpoint = config.endpoint
+        if endpoint is None or not endpoint.base_url:
+            name = endpoint.name if endpoint is not None else "azure"
+            raise ConfigError(
+                f"azure endpoint {name!r} needs base_url (https://<resource>.openai.azure.com), "
+                "or AZURE_OPENAI_ENDPOINT"
+            )
+        return cls(
+            media=media,
+            base_url=endpoint.base_url,
+            api_key=endpoint.key(),
+            api_version=endpoint.api_version,
+            deployments=endpoint.deployments,
+            transport=config.openai_transport,
+            headers=endpoint.headers,
+            pool=endpoint.name,
+            endpoint_name=endpoint.name,
+        )
+
+    def batch_api(self) -> None:  # type: ignore[override]
+        """Azure's Batch API (its own routes and deployments) is not supported yet: ``None``."""
+        return None
+
+    def identity(self) -> Mapping[str, Any]:
+        """Return the provider kind, resource, api-version and deployments (never the key)."""
+        return {
+            "provider": self.name,
+            "base_url": self.base_url,
+            "api_version": self.api_version,
+            "deployments": dict(sorted(self.deployments.items())),
+        }
+
+
+def _entra_token_provider(endpoint: str) -> Callable[[], str]:
+    """Return a callable giving Entra ID bearer tokens for Azure OpenAI (cached and refreshed
+    by azure-identity).
+
+    Raises:
+        ConfigError: azure-identity is not installed.
+    """
+    try:
+        from azure.identity import (  # type: ignore[import-not-found,unused-ignore]
+            DefaultAzureCredential,
+            get_bearer_token_provider,
+        )
+    except ImportError:
+        raise ConfigError(
+            f"azure endpoint {endpoint!r} has no key: set AZURE_OPENAI_API_KEY (or the "
+            "endpoint's api_key_env), or pip install 'flownb[azure]' to sign in with Entra ID"
+        ) from None
+    provider: Callable[[], str] = get_bearer_token_provider(DefaultAzureCredential(), ENTRA_SCOPE)
+    return provider
 
 
 def _forget_sessions_in_child() -> None:

@@ -43,6 +43,7 @@ ENTRY_POINT_GROUP = "flownb.providers"
 _BUILTIN: Mapping[str, str] = {
     "offline": "flownb.providers.offline:OfflineProvider",
     "openai": "flownb.providers.openai:OpenAIProvider",
+    "azure": "flownb.providers.openai:AzureOpenAIProvider",
 }
 
 

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from ..cache import open_cache
+from ..endpoints import Endpoint
 from ..engine import Engine, Plan
 from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
 from ..media import MEDIA_NAME, MediaStore
@@ -118,10 +119,12 @@ class ServerConfig:
         concurrency: int | None = None,
         cache: bool | None = None,
         log: bool | None = None,
+        endpoint: Endpoint | str | None = None,
     ) -> None:
         if max_batch < 1 or max_body_bytes < 1:
             raise ConfigError("--max-batch and --max-body-bytes must be at least 1")
         self.run_config = resolve_run_config(
+            endpoint=endpoint,
             provider=provider if isinstance(provider, str) else None,
             concurrency=concurrency,
             cache=cache,

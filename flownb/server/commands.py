@@ -19,6 +19,14 @@ from ..settings import (
     get_settings,
 )
 
+# --endpoint NAME (as on flownb run and eval): an endpoint declared in flownb.toml.
+ENDPOINT_OPTION = click.option(
+    "--endpoint",
+    metavar="NAME",
+    default=None,
+    help="Endpoint declared as [endpoints.NAME] in flownb.toml (default: FLOWNB_ENDPOINT).",
+)
+
 __all__ = ["gc", "keys", "serve"]
 
 
@@ -38,6 +46,7 @@ __all__ = ["gc", "keys", "serve"]
     default=None,
     help="Model provider (default: FLOWNB_PROVIDER or offline).",
 )
+@ENDPOINT_OPTION
 @click.option(
     "--max-batch",
     default=DEFAULT_MAX_BATCH,
@@ -100,6 +109,7 @@ def serve(
     host: str,
     port: int,
     provider: str | None,
+    endpoint: str | None,
     max_batch: int,
     max_body_bytes: int,
     workers: int,
@@ -117,7 +127,11 @@ def serve(
     from .protocol import HTTP_PROTOCOL, MAX_HEADER_BYTES, bind, http_protocol
 
     config = ServerConfig(
-        flows_dir, provider=provider, max_batch=max_batch, max_body_bytes=max_body_bytes
+        flows_dir,
+        provider=provider,
+        max_batch=max_batch,
+        max_body_bytes=max_body_bytes,
+        endpoint=endpoint,
     )
     app = create_app(config)
     # Bound before anything is announced: a busy port is one error line, not a false
@@ -152,6 +166,8 @@ def serve(
         home = str(config.home.resolve())
         options = {"provider": config.provider.name, "max_batch": max_batch, "home": home}
         options.update(flows_dir=str(flows_dir), max_body_bytes=max_body_bytes)
+        if endpoint is not None:  # by name: each worker reads the same flownb.toml
+            options["endpoint"] = endpoint
         export_serve_config(json.dumps(options))
         say(f"{workers} worker processes")
         # uvicorn's supervisor binds the port itself for its workers: hand it back (the check

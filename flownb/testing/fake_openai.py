@@ -1,15 +1,18 @@
 """A loopback OpenAI-compatible server for tests, benches and notebooks (no key, no internet).
 
 It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/generations``
-deterministically from the request (text ``"echo: <prompt>"``, images as a URL it serves
+(and Azure OpenAI's ``/openai/deployments/{deployment}/...`` forms of each) deterministically
+from the request (text ``"echo: <prompt>"``, images as a URL it serves
 itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
 and answers flownb's judge prompts as a judge would (see "Judging" below),
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
 given marker, after the latency or at once (``faults_first``); and it answers whatever a test
 scripts for a marker (``answers``: refusals, content parts, HTML error pages, ...). It records
-every request body, the prompt of every request it answered with a 200 (once the answer is
-written), and the peak number of requests in flight.
+every request (:attr:`FakeOpenAI.received`: path, query, headers, body), the prompt of every
+request it answered with a 200 (once the answer is written), and the peak number of requests in
+flight. ``usage_details`` adds usage sections to every text answer (e.g.
+``{"prompt_tokens_details": {"cached_tokens": 3}}``) and images answers report usage too.
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
 to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
@@ -137,6 +140,10 @@ class FakeConfig:
     # "<"), or ``message`` / ``finish_reason`` / ``choices`` / ``data`` (the usual answer with
     # the first choice's message or finish reason replaced, or its choices / image data list).
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Share of requests answered 429 at once, before any latency (a provider shedding load).
+    instant_429: float = 0.0
+    # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
+    usage_details: dict[str, Any] = field(default_factory=dict)
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -155,6 +162,7 @@ class _State:
         self.rng = random.Random(config.seed)
         self.requests: list[dict[str, Any]] = []  # every body received, in arrival order
         self.paths: list[str] = []
+        self.queries: list[dict[str, str]] = []
         self.headers: list[dict[str, str]] = []
         self.images: dict[str, str] = {}  # image id -> prompt, for the URLs answered
         self.image_headers: list[dict[str, str]] = []  # headers of every image download
@@ -177,6 +185,7 @@ class _State:
         self.batches.reset()
         self.requests.clear()
         self.paths.clear()
+        self.queries.clear()
         self.headers.clear()
         self.image_headers.clear()
         self.peak_in_flight = self.in_flight
@@ -371,7 +380,7 @@ def _answer(
                 }
                 for i in range(n)
             ],
-            "usage": _usage(prompt, text),
+            "usage": {**_usage(prompt, text), **config.usage_details},
         }
     if path.endswith("/completions"):
         text = echo(prompt)
@@ -401,7 +410,14 @@ def _answer(
             items.append({"url": image_url(p, base)})
             if images is not None:
                 images[image_id(p)] = p
-    return {"created": created, "data": items}
+    tokens = len(prompt.split())
+    usage = {
+        "input_tokens": tokens,
+        "output_tokens": 272 * n,
+        "total_tokens": tokens + 272 * n,
+        "input_tokens_details": {"text_tokens": tokens, "image_tokens": 0},
+    }
+    return {"created": created, "data": items, "usage": usage}
 
 
 def make_app(state: _State) -> web.Application:
@@ -421,6 +437,7 @@ def make_app(state: _State) -> web.Application:
                 )
             state.requests.append(body)
             state.paths.append(request.path)
+            state.queries.append(dict(request.query))
             state.headers.append(dict(request.headers))
             if not isinstance(body, dict) or "model" not in body:
                 return _error(400, "you must provide a model parameter", "invalid_request_error")
@@ -445,6 +462,14 @@ def make_app(state: _State) -> web.Application:
                         "rate_limit_exceeded",
                         {"x-request-id": "req_fake_limit", **limit_headers},
                     )
+            if config.instant_429 and state.rng.random() < config.instant_429:
+                state.faults_sent["429"] += 1
+                return _error(
+                    429,
+                    "Rate limit reached for requests",
+                    "rate_limit_exceeded",
+                    {"x-request-id": "req_fake_429", "Retry-After": "0"},
+                )
             fault = state.pick_fault(prompt)
             if config.latency and not (fault is not None and config.faults_first):
                 await asyncio.sleep(config.latency)
@@ -520,6 +545,8 @@ def make_app(state: _State) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/images/generations"):
         app.router.add_post(path, generate)
+        # Azure OpenAI: the deployment in the path, ?api-version=... in the query.
+        app.router.add_post(path.replace("/v1", "/openai/deployments/{deployment}"), generate)
     state.batches.add_routes(app)
     app.router.add_get("/_fake/stats", stats)
     app.router.add_get("/_fake/images/{name}.png", image)
@@ -559,6 +586,23 @@ class FakeOpenAI:
         """The Files and Batches the fake holds (``.uploads``: every batch file's bytes;
         ``.created``: how many batches were created)."""
         return self.state.batches
+
+    @property
+    def received(self) -> list[dict[str, Any]]:
+        """Every request received, in arrival order: ``path``, ``query`` (dict), ``headers``
+        (dict) and ``body``."""
+        state = self.state
+        return [
+            {"path": p, "query": q, "headers": h, "body": b}
+            for p, q, h, b in zip(
+                state.paths, state.queries, state.headers, state.requests, strict=False
+            )
+        ]
+
+    @property
+    def origin(self) -> str:
+        """The server's address without ``/v1`` (an Azure-shaped base URL)."""
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def answered_prompts(self) -> list[str]:
