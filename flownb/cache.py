@@ -146,13 +146,20 @@ class CallCache:
             model=data.get("model"),
             usage=data.get("usage"),
             cached=True,
+            cost=data.get("cost"),
         )
 
     def put(self, key: str, gen: Generation) -> None:
         """Store a successful generation: committed before this returns when the database is
         free (one small transaction), else queued for the writer thread."""
         value = json.dumps(
-            {"output": gen.output, "media": gen.media, "model": gen.model, "usage": gen.usage}
+            {
+                "output": gen.output,
+                "media": gen.media,
+                "model": gen.model,
+                "usage": gen.usage,
+                "cost": gen.cost,  # a hit's saving (null: priced before flownb kept prices)
+            }
         )
         with self._lock:
             self._pending[key] = value

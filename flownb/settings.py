@@ -12,8 +12,12 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .endpoints import Endpoint
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -28,6 +32,8 @@ __all__ = [
     "SERVE_CONFIG",
     "RunConfig",
     "Settings",
+    "VendorKeys",
+    "env_value",
     "export_serve_config",
     "get_settings",
     "media_dir",
@@ -77,6 +83,7 @@ class Settings:
     server_runlog: bool = False
     tokens_per_minute: float | None = None
     serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
+    vendors: VendorKeys | None = None
 
     @property
     def media_dir(self) -> Path:
@@ -128,7 +135,31 @@ def get_settings() -> Settings:
         server_runlog=_flag("FLOWNB_SERVER_RUNLOG", env.get("FLOWNB_SERVER_RUNLOG"), False),
         tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
         serve_config=env.get(SERVE_CONFIG) or None,
+        vendors=VendorKeys(
+            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            gemini_api_key=env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY") or None,
+            gemini_base_url=env.get("GEMINI_BASE_URL") or env.get("GOOGLE_GEMINI_BASE_URL") or None,
+        ),
     )
+
+
+def env_value(name: str) -> str | None:
+    """Return the environment variable ``name`` (``None`` when unset or empty): for an endpoint
+    whose key is named by a variable, read when its provider is built."""
+    return os.environ.get(name) or None
+
+
+@dataclass(frozen=True)
+class VendorKeys:
+    """Where the Anthropic and Gemini providers go without an endpoint: ``ANTHROPIC_API_KEY`` /
+    ``ANTHROPIC_BASE_URL``, ``GEMINI_API_KEY`` (else ``GOOGLE_API_KEY``) / ``GEMINI_BASE_URL``
+    (else ``GOOGLE_GEMINI_BASE_URL``). Keys are kept out of the repr."""
+
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    anthropic_base_url: str | None = None
+    gemini_api_key: str | None = field(default=None, repr=False)
+    gemini_base_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +183,8 @@ class RunConfig:
     openai_base_url: str | None = None
     openai_api_key: str | None = field(default=None, repr=False)
     openai_transport: str = DEFAULT_OPENAI_TRANSPORT
+    endpoint: Endpoint | None = None
+    vendors: VendorKeys = field(default_factory=lambda: VendorKeys())
 
     @property
     def media_dir(self) -> Path:
@@ -209,6 +242,7 @@ def resolve_run_config(
         openai_base_url=s.openai_base_url,
         openai_api_key=s.openai_api_key,
         openai_transport=s.openai_transport,
+        vendors=s.vendors or VendorKeys(),
     )
 
 

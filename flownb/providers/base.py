@@ -11,6 +11,8 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
   are not: recomputing them is cheaper than a cache lookup.
 - ``supports_images``: the provider can serve imageNodes.
 - :meth:`Provider.check_params`: refuses, at flow load, model parameters it would reject.
+- :meth:`Provider.cost`: what a generation cost in US dollars, from its usage and the price
+  table (:mod:`flownb.pricing`) under ``price_kind``, or an endpoint's ``prices``.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class Generation:
     an image the provider wrote to the media store instead; the engine turns it into a URL fit
     for where the result goes (``file://`` locally, ``http://.../media/...`` from the server).
     ``limits`` is what the answer said about the provider's rate limits, for the run's limiter
-    (never cached).
+    (never cached). ``cost`` is what the call cost in US dollars when it was paid for (NaN:
+    price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving.
     """
 
     output: str
@@ -73,6 +76,7 @@ class Generation:
     cached: bool = False
     latency: float = 0.0
     limits: RateLimits | None = None
+    cost: float | None = None
 
 
 class Provider(ABC):
@@ -82,6 +86,10 @@ class Provider(ABC):
     inline: ClassVar[bool] = False
     cacheable: ClassVar[bool] = True
     supports_images: ClassVar[bool] = True
+    # Which price table prices this provider's calls (see flownb.pricing; None: its name), and
+    # an endpoint's own prices (model -> USD per million tokens), which come first.
+    price_kind: str | None = None
+    prices: Mapping[str, Mapping[str, Any]] | None = None
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> Self:
@@ -108,6 +116,12 @@ class Provider(ABC):
         Raises:
             ProviderError: the provider failed (or a subclass: timeout, rate limited).
         """
+
+    def cost(self, gen: Generation) -> float:
+        """Return what ``gen`` cost in US dollars, from its model and usage (NaN: unknown)."""
+        from ..pricing import call_cost
+
+        return call_cost(self.price_kind or self.name, gen.model, gen.usage, self.prices)
 
     def generate_inline(self, call: Call) -> Generation:
         """Return the generation synchronously; only for providers with ``inline = True``."""

@@ -154,6 +154,8 @@ class CallRunner:
                 limiter.rejected(level, seq, exc.rate_limits)
                 raise
             settle(gen)  # before the slot is freed, so the next call sees the correction
+        if gen.cost is None:
+            gen.cost = self.provider.cost(gen)
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
