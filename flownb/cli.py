@@ -32,6 +32,7 @@ from .inputs import (
     read_csv,
     read_json_batch,
 )
+from .meter import CostMeter
 from .providers.registry import provider_names
 
 if TYPE_CHECKING:
@@ -264,6 +265,9 @@ def run(
             click.echo(str(result))
         else:
             _write(pd.DataFrame([{**values, **dict(result)}]), *target)
+        meter = CostMeter()
+        meter.add(result)
+        click.echo(f"flownb: {meter.total_line()}", err=True)
         return
 
     from .frame import INTERRUPTED, run_dataframe
@@ -273,7 +277,10 @@ def run(
     if dry_run:
         click.echo(str(f.preview(rows, mapping or None, fill=fill)))
         return
-    out = run_dataframe(f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI)
+    meter = CostMeter()
+    out = run_dataframe(
+        f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI, meter=meter
+    )
     if target is not None:
         _write(out, *target)
     else:
@@ -281,6 +288,7 @@ def run(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
         ):
             click.echo(out.to_string())
+    click.echo(f"flownb: {meter.total_line()}", err=True)  # stdout stays the results alone
     errors = out["error"].dropna() if "error" in out.columns else pd.Series(dtype=object)
     if (errors == INTERRUPTED).any():
         sys.exit(130)

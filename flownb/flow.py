@@ -142,9 +142,11 @@ class BaseFlow(ABC):
         bar = _progress_bar(len(batch), self.name) if progress else None
         report = on_result
         if bar is not None:
+            from .meter import show
 
             def report(i: int, result: RunResult | None, exc: BaseException | None) -> None:
                 on_result(i, result, exc)
+                show(bar, result)  # money spent so far and the cache's saving, beside the bar
                 bar.update(1)
 
         try:

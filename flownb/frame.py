@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from .flow import BaseFlow
+    from .meter import CostMeter
 
 __all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]
 
@@ -163,9 +164,10 @@ def run_dataframe(
     error_column: str = "error",
     trace: bool = False,
     spelling: Spelling = PYTHON,
+    meter: CostMeter | None = None,
 ) -> pd.DataFrame:
     """Run ``flow`` once per row of ``df``. ``spelling`` words input errors for the surface
-    calling (see :func:`rows_to_variables`).
+    calling (see :func:`rows_to_variables`); ``meter`` counts each finished row's cost.
 
     ``trace=True`` adds one column per generation node that runs (its output, intermediate
     nodes included; see :attr:`RunResult.trace`), named like the node (`` (node)`` appended
@@ -196,6 +198,8 @@ def run_dataframe(
 
     def record(i: int, result: Any, exc: BaseException | None) -> None:
         done[i] = True
+        if meter is not None:
+            meter.add(result)
         if exc is not None:
             errors[i] = one_line(exc, code=True)
             return

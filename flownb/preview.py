@@ -1,6 +1,11 @@
 """Previewing a run before paying for it: the prompts each call would send, how many provider
-calls would be made (cache hits and repeats excluded) and an estimate of their prompt tokens.
-Nothing here calls a provider.
+calls would be made (cache hits and repeats excluded), an estimate of their tokens and an
+estimate of what they would cost. Nothing here calls a provider.
+
+Estimates, not quotes: prompt tokens are ``ceil(characters / 4)``, each text call is assumed to
+write its node's ``max_tokens`` (or :data:`~flownb.pricing.ESTIMATE_OUTPUT_TOKENS`), and the
+price is the table's (or the endpoint's ``prices``) for the model the provider would send.
+Image calls, judges without a known model and remote flows are not priced (NaN, shown ``-``).
 
 A prompt that uses an upstream node's output is rendered with that output when the upstream
 call is cached, else with a ``«output of NODE»`` placeholder (and counted as a call).
@@ -20,12 +25,42 @@ if TYPE_CHECKING:
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 
-COLUMNS = ["variant", "row", "node", "kind", "prompt", "cached", "est_tokens"]
+COLUMNS = [
+    "variant",
+    "row",
+    "node",
+    "kind",
+    "prompt",
+    "cached",
+    "est_tokens",
+    "est_output_tokens",
+    "est_cost_usd",
+]
 
 
 def estimate_tokens(text: str) -> int:
     """Return a rough token count for ``text`` (about four characters a token)."""
     return math.ceil(len(text) / 4)
+
+
+def _pricer(provider: Any) -> Any:
+    """Return ``price(kind, params, prompt_tokens) -> (output_tokens, usd)`` for ``provider``'s
+    calls (NaN where they cannot be estimated)."""
+    from .pricing import ESTIMATE_OUTPUT_TOKENS, NAN, estimate_cost
+
+    if provider is None:
+        return lambda kind, params, tokens: (0, NAN)
+    kind_name = provider.price_kind or provider.name
+
+    def price(kind: str, params: Mapping[str, Any], tokens: int) -> tuple[int, float]:
+        if kind != "text":
+            return 0, 0.0 if kind_name == "offline" else NAN
+        out = params.get("max_tokens") or params.get("max_completion_tokens")
+        out = int(out) if out else ESTIMATE_OUTPUT_TOKENS
+        model = provider.priced_model(kind, params)
+        return out, estimate_cost(kind_name, model, tokens, out, provider.prices)
+
+    return price
 
 
 class Preview:
@@ -37,6 +72,10 @@ class Preview:
         n_calls: provider calls that would be made (cache hits and repeats excluded).
         n_cached: calls the cache (or an identical call of the same run) would answer.
         est_tokens: estimated prompt tokens of the calls that would be made.
+        est_cost: estimated US dollars of the calls that would be made (an estimate: see the
+            module docstring; NaN when some call's price is unknown).
+        est_cost_known: the part of ``est_cost`` that could be priced (calls without a
+            price left out).
     """
 
     def __init__(self, calls: pd.DataFrame, providers: Mapping[str, str]) -> None:
@@ -46,12 +85,28 @@ class Preview:
         self.n_calls = len(paid)
         self.n_cached = len(calls) - len(paid)
         self.est_tokens = int(paid["est_tokens"].sum())
+        costs = paid["est_cost_usd"].astype(float)
+        self.est_cost = float(costs.sum(skipna=False)) if len(costs) else 0.0
+        self.est_cost_known = float(costs.sum()) if len(costs) else 0.0
+        self.n_unpriced = int(costs.isna().sum())
+
+    def cost_line(self) -> str:
+        """Return the estimate of the money in one line, saying it is an estimate."""
+        from .meter import usd
+
+        if self.n_calls and self.n_unpriced == self.n_calls:
+            return "estimated cost: unknown (no price for these models)"
+        line = f"estimated cost: about {usd(self.est_cost_known)}"
+        if self.n_unpriced:
+            line += f" for the priced calls ({self.n_unpriced} call(s) without a price)"
+        return line + " (estimate: prompt chars/4 tokens, output = max_tokens)"
 
     def __str__(self) -> str:
         lines = [
             f"preview: {self.n_calls} provider call(s) would be made, {self.n_cached} answered "
             f"by the cache; about {self.est_tokens} prompt tokens "
-            f"({', '.join(f'{v}: {p}' for v, p in self.providers.items())})"
+            f"({', '.join(f'{v}: {p}' for v, p in self.providers.items())})",
+            self.cost_line(),
         ]
         for rec in self.calls.itertuples(index=False):
             state = "cached" if rec.cached else "call"
@@ -60,13 +115,16 @@ class Preview:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<Preview calls={self.n_calls} cached={self.n_cached} est_tokens={self.est_tokens}>"
+        return (
+            f"<Preview calls={self.n_calls} cached={self.n_cached} est_tokens={self.est_tokens} "
+            f"est_cost={self.est_cost_known:.6f}>"
+        )
 
     def _repr_html_(self) -> str:
         import html
 
-        head = html.escape(str(self).splitlines()[0])
-        return f"<p><b>{head}</b></p>" + self.calls.to_html(max_rows=50)
+        head, cost = (html.escape(line) for line in str(self).splitlines()[:2])
+        return f"<p><b>{head}</b><br>{cost}</p>" + self.calls.to_html(max_rows=50)
 
 
 def _local_calls(flow: Any, batch: Sequence[Mapping[str, str]], variant: str) -> list[tuple]:
@@ -81,6 +139,7 @@ def _local_calls(flow: Any, batch: Sequence[Mapping[str, str]], variant: str) ->
     }
     seen: set[str] = set()
     rows: list[tuple] = []
+    price = _pricer(flow.provider)
     for r, values in enumerate(batch):
         known: dict[int, str | None] = {}
         for step in plan.steps:
@@ -100,7 +159,21 @@ def _local_calls(flow: Any, batch: Sequence[Mapping[str, str]], variant: str) ->
                 seen.add(key)
                 output = hit.output if hit is not None and hit.media is None else None
             known[step.index] = output
-            rows.append((variant, r, step.name, step.kind, prompt, cached, estimate_tokens(prompt)))
+            tokens = estimate_tokens(prompt)
+            out, cost = price(step.kind, step.params, tokens)
+            rows.append(
+                (
+                    variant,
+                    r,
+                    step.name,
+                    step.kind,
+                    prompt,
+                    cached,
+                    tokens,
+                    out,
+                    0.0 if cached else cost,
+                )
+            )
     return rows
 
 
@@ -108,7 +181,17 @@ def preview_flow(flow: BaseFlow, batch: Sequence[Mapping[str, str]], variant: st
     """Return one record per call ``flow`` would make over a validated ``batch``."""
     if getattr(flow, "plan", None) is None:  # remote: the service renders the prompts
         return [
-            (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())))
+            (
+                variant,
+                r,
+                "(remote)",
+                "run",
+                None,
+                False,
+                estimate_tokens("".join(v.values())),
+                0,
+                math.nan,  # the service's models and prices are not known here
+            )
             for r, v in enumerate(batch)
         ]
     return _local_calls(flow, batch, variant)
@@ -147,9 +230,15 @@ def preview_many(
             continue
         tokens = estimate_tokens(s.rubric) + 60  # the rubric, the instructions; output unknown
         label = f"judge:{s.name}"
-        providers[label] = s.flow().provider.name
+        judge = s.flow()
+        providers[label] = judge.provider.name
         per_row = 1 if isinstance(s, PickBest) else len(variants)
-        rows += [(label, r, s.name, "text", None, False, tokens) for r in range(n)] * per_row
+        steps = getattr(getattr(judge, "plan", None), "steps", ())
+        params = steps[0].params if steps else {}
+        out, cost = _pricer(judge.provider)("text", params, tokens)
+        rows += [
+            (label, r, s.name, "text", None, False, tokens, out, cost) for r in range(n)
+        ] * per_row
     return Preview(_frame(rows), providers)
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "ESTIMATE_OUTPUT_TOKENS",
     "NAN",
     "call_cost",
+    "costs_of",
     "estimate_cost",
     "estimate_tokens",
     "table_id",
@@ -187,3 +188,20 @@ def estimate_cost(
     (NaN when the model's price is unknown)."""
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": output_tokens}
     return call_cost(provider, model, usage, prices)
+
+
+def costs_of(provider: str, generations: Any) -> tuple[float, float]:
+    """Return ``(spent, saved)`` in US dollars for one run's generations: what the fresh calls
+    cost, and what the cached ones would have cost (each NaN when some price is unknown). The
+    offline provider's runs cost 0."""
+    if provider == "offline":
+        return 0.0, 0.0
+    spent = saved = 0.0
+    for g in generations:
+        cost = g.cost
+        value = NAN if cost is None else cost
+        if g.cached:
+            saved += value
+        else:
+            spent += value
+    return spent, saved

@@ -121,8 +121,11 @@ def _with_bar(on_result: OnResult, bar: Any) -> OnResult:
     if bar is None:
         return on_result
 
+    from ..meter import show
+
     def report(i: int, result: Any, exc: BaseException | None) -> None:
         on_result(i, result, exc)
+        show(bar, result)  # money spent so far and the cache's saving, beside the bar
         bar.update(1)
 
     return report

@@ -197,6 +197,10 @@ class AnthropicProvider(Provider):
         self._prepared[id(params)] = (params, body)
         return body
 
+    def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
+        """Return the model the node's calls are sent to (defaults and replacements applied)."""
+        return str(self.prepare(params)["model"])
+
     def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
         """Refuse, at load, params Anthropic would reject (see :meth:`prepare`).
 
@@ -228,9 +232,7 @@ class AnthropicProvider(Provider):
             )
         except anthropic.AnthropicError as exc:
             raise _translate(exc, self._key, self.base_url) from exc
-        text = "".join(
-            getattr(block, "text", "") for block in msg.content if block.type == "text"
-        )
+        text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
         return Generation(text, model=msg.model or body["model"], usage=_usage(msg.usage))
 
     async def aclose(self) -> None:

@@ -123,6 +123,11 @@ class Provider(ABC):
 
         return call_cost(self.price_kind or self.name, gen.model, gen.usage, self.prices)
 
+    def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
+        """Return the model a node's call would be priced as (for estimates): its ``model``."""
+        model = params.get("model")
+        return str(model) if model else None
+
     def generate_inline(self, call: Call) -> Generation:
         """Return the generation synchronously; only for providers with ``inline = True``."""
         raise NotImplementedError(f"{self.name} cannot generate inline")

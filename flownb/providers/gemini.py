@@ -225,6 +225,10 @@ class GeminiProvider(Provider):
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared
 
+    def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
+        """Return the model the node's calls are sent to (defaults and replacements applied)."""
+        return str(self.prepare(kind, params)["model"])
+
     def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
         """Work out each node's request at load, so warnings come before anything runs."""
         self.prepare(kind, params, node)

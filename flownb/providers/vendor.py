@@ -44,9 +44,7 @@ class Reach:
         return f"Reach(base_url={self.base_url!r}, headers={sorted(self.headers)!r})"
 
     @classmethod
-    def of(
-        cls, config: RunConfig, kind: str, env_key: str | None, env_base: str | None
-    ) -> Reach:
+    def of(cls, config: RunConfig, kind: str, env_key: str | None, env_base: str | None) -> Reach:
         """Return the endpoint in ``config`` when it is one of ``kind``, else the vendor's
         environment values (read by :mod:`flownb.settings`).
 

@@ -98,7 +98,11 @@ class _Gemini:
         c = sum(words(t) for t in texts) if not parts else 1290  # Gemini bills an image so
         return {
             "candidates": candidates,
-            "usageMetadata": {"promptTokenCount": p, "candidatesTokenCount": c, "totalTokenCount": p + c},
+            "usageMetadata": {
+                "promptTokenCount": p,
+                "candidatesTokenCount": c,
+                "totalTokenCount": p + c,
+            },
             "modelVersion": model,
         }
 
