@@ -196,13 +196,22 @@ def summary_html(report: EvalReport) -> str:
             cells.append(f"<td>{text}</td>")
         latency = row["latency_s"]
         cells.append(f"<td>{_num(latency)}</td><td>{_num(row['total_tokens'])}</td>")
+        cells.append(f"<td>{_money(row.get('cost_usd'))}<br>{_money(row.get('cost_per_row'))}</td>")
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
     return (
         f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
-        f"<th>latency_s</th><th>total_tokens</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+        f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody>"
         "</table><p class='inp'>mean (pass rate for pass/fail) [95% interval]; p: paired test "
         "against the first variant over the same rows</p>"
     )
+
+
+def _money(value: Any) -> str:
+    """Return US dollars for the report (``–`` when unknown: never a 0 that reads as free)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
 
 
 def _num(value: Any) -> str:
