@@ -36,7 +36,7 @@ from .vendor import OPENAI_MODEL, Reach, Warner, clients_per_loop, need_extra, r
 __all__ = ["ANTHROPIC_BASE_URL", "DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "AnthropicProvider"]
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 # Anthropic refuses a request without max_tokens; a node that sets none gets this many.
 DEFAULT_MAX_TOKENS = 1024
 _PASS = frozenset({"top_p", "top_k", "metadata", "service_tier", "thinking", "stop_sequences"})

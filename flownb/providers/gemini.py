@@ -12,9 +12,10 @@ What a node's modelParams become (decided once per node, at flow load):
   (the system instruction) are sent; ``n`` > 1 asks for that many candidates and the first
   becomes the output; what Gemini lacks (``best_of``, ``logit_bias``, ...) is dropped with one
   warning per flow for each;
-- image nodes use Imagen (``imagen-*`` models, ``predict``) or a Gemini image model
-  (:data:`DEFAULT_IMAGE_MODEL`, ``generateContent`` answering an image); the image is kept in
-  the media store.
+- image nodes call a Gemini image model (:data:`DEFAULT_IMAGE_MODEL`; ``generateContent``
+  answering an image, priced by its tokens); the image is kept in the media store. Imagen
+  models (``imagen-*``) are refused at load: the Gemini API no longer serves them (Vertex AI
+  does).
 
 Errors are translated at one boundary (:func:`_translate`): 429 ``RESOURCE_EXHAUSTED`` becomes
 :class:`~flownb.errors.RateLimited` with the wait Google gives (``Retry-After``, or the
@@ -52,7 +53,6 @@ _TEXT = {
     "n": "candidate_count",
     "response_mime_type": "response_mime_type",
 }
-_IMAGEN = {"n": "number_of_images", "aspect_ratio": "aspect_ratio", "size": "image_size"}
 _EXT = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
 _DELAY = re.compile(r"^\s*(\d+(?:\.\d*)?)s\s*$")
 
@@ -186,7 +186,7 @@ class GeminiProvider(Provider):
         fields), warning once per flow about each parameter dropped or replaced.
 
         Raises:
-            ConfigError: never today; kept for the load-time check's contract.
+            ConfigError: an Imagen model (the Gemini API does not serve them).
         """
         entry = self._prepared.get(id(params))
         if entry is not None and entry[0] is params and entry[1] == kind:
@@ -201,27 +201,29 @@ class GeminiProvider(Provider):
                 "(choose one with flow.with_model)",
             )
             model = default
-        imagen = kind == "image" and model.startswith("imagen")
-        mapping = _IMAGEN if imagen else _TEXT
+        if model.startswith("imagen"):
+            raise ConfigError(
+                f"node {node!r}: Imagen ({model!r}) is not served by the Gemini API; use a Gemini "
+                f"image model such as {DEFAULT_IMAGE_MODEL!r}"
+            )
         config: dict[str, Any] = {}
         system = p.pop("system", None)
-        if system and not imagen:
+        if system:
             config["system_instruction"] = str(system)
         if p.get("best_of") == 1:
             del p["best_of"]  # the default everywhere: nothing to say
         stop = p.pop("stop", None)
-        if stop is not None and not imagen:
+        if stop is not None:
             config["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
         for name, value in p.items():
-            field = mapping.get(name)
+            field = _TEXT.get(name)
             if field is not None:
                 config[field] = value
             else:
-                what = "Imagen" if imagen else "Gemini"
-                self._warn(name, f"{name} dropped: not a {what} parameter flownb sends")
-        if kind == "image" and not imagen:
+                self._warn(name, f"{name} dropped: not a Gemini parameter flownb sends")
+        if kind == "image":
             config["response_modalities"] = ["IMAGE"]
-        prepared = {"model": model, "config": config, "imagen": imagen}
+        prepared = {"model": model, "config": config}
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared
 
@@ -230,7 +232,11 @@ class GeminiProvider(Provider):
         return str(self.prepare(kind, params)["model"])
 
     def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
-        """Work out each node's request at load, so warnings come before anything runs."""
+        """Work out each node's request at load, so warnings come before anything runs.
+
+        Raises:
+            ConfigError: an Imagen model (see :meth:`prepare`).
+        """
         self.prepare(kind, params, node)
 
     async def generate(self, call: Call) -> Generation:
@@ -244,8 +250,6 @@ class GeminiProvider(Provider):
         prepared = self.prepare(call.kind, call.params, call.node_id)
         models = self._client().aio.models
         try:
-            if prepared["imagen"]:
-                return await self._imagen(models, prepared, call.prompt)
             resp = await models.generate_content(
                 model=prepared["model"], contents=call.prompt, config=prepared["config"]
             )
@@ -276,21 +280,6 @@ class GeminiProvider(Provider):
                     return Generation("", media=name, model=model, usage=usage)
         raise ProviderError(
             f"Gemini model {model!r} answered without an image", status=200, provider="gemini"
-        )
-
-    async def _imagen(self, models: Any, prepared: Mapping[str, Any], prompt: str) -> Generation:
-        resp = await models.generate_images(
-            model=prepared["model"], prompt=prompt, config=prepared["config"] or None
-        )
-        for item in resp.generated_images or []:
-            image = item.image
-            if image is not None and image.image_bytes:
-                name = self._keep(image.image_bytes, image.mime_type)
-                return Generation("", media=name, model=prepared["model"])
-        raise ProviderError(
-            f"Imagen model {prepared['model']!r} answered without an image",
-            status=200,
-            provider="gemini",
         )
 
     async def aclose(self) -> None:

@@ -5,7 +5,6 @@ no internet).
   reply) as one candidate per ``candidateCount``; asked for ``responseModalities: ["IMAGE"]`` it
   answers the prompt's small PNG (:func:`~flownb.testing.fake_openai.image_bytes`) as
   ``inlineData``. ``usageMetadata`` counts words as tokens.
-- ``POST /v1beta/models/{model}:predict`` (Imagen) answers ``bytesBase64Encoded`` PNGs.
 
 Errors have Google's shape (``{"error": {"code", "message", "status"}}``); a 429 is
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail whose ``retryDelay`` is the
@@ -44,37 +43,18 @@ def _texts(content: Any) -> str:
 
 class _Gemini:
     def check(self, body: Mapping[str, Any]) -> str | None:
-        if "instances" in body:
-            return None
         contents = body.get("contents")
         if not isinstance(contents, list) or not contents:
             return "* GenerateContentRequest.contents: contents is not specified"
         return None
 
     def prompt_of(self, request: web.Request, body: Mapping[str, Any]) -> str:
-        if "instances" in body:
-            first = (body.get("instances") or [{}])[0]
-            return str(first.get("prompt", "")) if isinstance(first, dict) else ""
         return _texts(body["contents"][-1])
 
     def answer(
         self, request: web.Request, body: Mapping[str, Any], prompt: str, config: FakeConfig
     ) -> dict[str, Any]:
-        model, _, action = request.match_info["target"].partition(":")
-        if action == "predict":
-            params = body.get("parameters") or {}
-            n = int(params.get("sampleCount") or 1)
-            return {
-                "predictions": [
-                    {
-                        "bytesBase64Encoded": base64.b64encode(
-                            image_bytes(prompt if i == 0 else f"{prompt} #{i}")
-                        ).decode("ascii"),
-                        "mimeType": "image/png",
-                    }
-                    for i in range(n)
-                ]
-            }
+        model = request.match_info["target"].partition(":")[0]
         gen = body.get("generationConfig") or {}
         n = int(gen.get("candidateCount") or 1)
         system = _texts(body.get("systemInstruction") or {})
@@ -127,6 +107,7 @@ def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake Gemini API over ``state``."""
     vendor = _Gemini()
     app = web.Application(client_max_size=64 * 1024 * 1024)
+    # One route: the model and the method share the last path segment ("m:generateContent").
     app.router.add_post("/v1beta/models/{target}", handler(state, vendor))
     control_routes(app, state, vendor)
     return app
