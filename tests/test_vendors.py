@@ -1,5 +1,6 @@
 """The Anthropic and Gemini providers, through their official SDKs, against loopback fakes of
 each vendor's HTTP API: what goes on the wire, what comes back, errors, retries, cache, usage."""
+# ruff: noqa: F811
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import warnings
 
 import pytest
 from genai_prices import Usage, calc_price
-from vendor_fakes import ANTHROPIC_KEY, GEMINI_KEY, flow_with
-from vendor_fakes import anthropic_fake, anthropic_server, gemini_fake, gemini_server  # noqa: F401
+from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
     ANTHROPIC_KEY,
     GEMINI_KEY,
     anthropic_fake,
