@@ -116,19 +116,21 @@ def _rates(provider_id: str, model: str) -> tuple[Decimal, ...] | None:
     prices are linear in tokens, else None (unknown, or tiered: each call is then priced by the
     table itself). A table lookup costs about 0.3 ms; a run pays it once per model, not once per
     call. Decimals, as the table computes: the total is the table's to the last digit."""
-    per_in = _exact(provider_id, model, _PROBE, 0, 0, 0)
-    per_out = _exact(provider_id, model, 0, _PROBE, 0, 0)
-    far_in = _exact(provider_id, model, _FAR, 0, 0, 0)
-    far_out = _exact(provider_id, model, 0, _FAR, 0, 0)
-    read = _exact(provider_id, model, _PROBE, 0, _PROBE, 0)
-    write = _exact(provider_id, model, _PROBE, 0, 0, _PROBE)
-    probes = (per_in, per_out, far_in, far_out, read, write)
-    if any(p is None for p in probes):
+    found = [
+        _exact(provider_id, model, _PROBE, 0, 0, 0),
+        _exact(provider_id, model, 0, _PROBE, 0, 0),
+        _exact(provider_id, model, _FAR, 0, 0, 0),
+        _exact(provider_id, model, 0, _FAR, 0, 0),
+        _exact(provider_id, model, _PROBE, 0, _PROBE, 0),
+        _exact(provider_id, model, _PROBE, 0, 0, _PROBE),
+    ]
+    probes = [p for p in found if p is not None]
+    if len(probes) < len(found):
         return None
-    per_in, per_out, far_in, far_out, read, write = (p / _PROBE for p in probes)  # type: ignore[operator]
-    if far_in * _PROBE / _FAR != per_in or far_out * _PROBE / _FAR != per_out:
+    per_in, per_out, far_in, far_out, read, write = probes
+    if far_in / _FAR != per_in / _PROBE or far_out / _FAR != per_out / _PROBE:
         return None
-    return (per_in, per_out, read, write)
+    return (per_in / _PROBE, per_out / _PROBE, read / _PROBE, write / _PROBE)
 
 
 def _table_price(

@@ -56,7 +56,8 @@ def _translate(exc: Exception, key: str | None, base_url: str) -> ProviderError:
 
     if isinstance(exc, anthropic.APIStatusError):
         body = exc.body if isinstance(exc.body, Mapping) else {}
-        err = body.get("error") if isinstance(body.get("error"), Mapping) else {}
+        found = body.get("error")
+        err: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         message = str(err.get("message") or exc.message)
         quota = "credit balance" in message.lower()
         return status_error(
