@@ -113,9 +113,10 @@ _FAR = 400_000  # past every tier the table knows (Gemini's 200k-token prompts)
 @functools.lru_cache(maxsize=256)
 def _rates(provider_id: str, model: str) -> tuple[Decimal, ...] | None:
     """Return the model's USD per token for (input, output, cache read, cache write) when its
-    prices are linear in tokens, else None (unknown, or tiered: each call is then priced by the
-    table itself). A table lookup costs about 0.3 ms; a run pays it once per model, not once per
-    call. Decimals, as the table computes: the total is the table's to the last digit."""
+    prices are linear in tokens; ``()`` when the table does not know the model; None when its
+    prices are tiered (each call is then priced by the table itself). A table lookup costs
+    about 0.3 ms; a run pays it once per model, not once per call. Decimals, as the table
+    computes: the total is the table's to the last digit."""
     found = [
         _exact(provider_id, model, _PROBE, 0, 0, 0),
         _exact(provider_id, model, 0, _PROBE, 0, 0),
@@ -124,9 +125,11 @@ def _rates(provider_id: str, model: str) -> tuple[Decimal, ...] | None:
         _exact(provider_id, model, _PROBE, 0, _PROBE, 0),
         _exact(provider_id, model, _PROBE, 0, 0, _PROBE),
     ]
+    if found[0] is None or found[1] is None:
+        return ()  # unknown: remembered, so a local model's calls do not search the table
     probes = [p for p in found if p is not None]
     if len(probes) < len(found):
-        return None
+        return None  # some usage kinds unpriced: let the table decide call by call
     per_in, per_out, far_in, far_out, read, write = probes
     if far_in / _FAR != per_in / _PROBE or far_out / _FAR != per_out / _PROBE:
         return None
@@ -137,7 +140,9 @@ def _table_price(
     provider_id: str, model: str, inp: int, out: int, cached: int, written: int
 ) -> float:
     rates = _rates(provider_id, model)
-    if rates is None:
+    if not rates:
+        if rates == ():
+            return NAN
         exact = _exact(provider_id, model, inp, out, cached, written)
         return NAN if exact is None else float(exact)
     per_in, per_out, per_read, per_write = rates

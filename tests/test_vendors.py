@@ -250,3 +250,21 @@ def test_unknown_price_is_nan_never_zero(anthropic_fake: FakeAnthropic) -> None:
     result = f.run({"topic": "x"})
     assert math.isnan(result.cost)
     assert math.isnan(flownb.runs()["cost_usd"].iloc[-1])
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "gemini"])
+def test_dropped_connections_are_retried_and_hangs_time_out(
+    vendor: str, anthropic_fake: FakeAnthropic, gemini_fake: FakeGemini
+) -> None:
+    from flownb.errors import ProviderTimeout
+
+    fake = anthropic_fake if vendor == "anthropic" else gemini_fake
+    fake.configure(faults={"drop": 0.2}, seed=3)
+    f = flownb.load_flow(flow_with({"A": {}}), provider=vendor, cache=False)
+    out = f.run_batch([{"topic": str(i)} for i in range(10)])
+    assert [r["A"] for r in out] == [f"echo: A about {i}" for i in range(10)]
+    assert fake.stats()["faults"]["drop"] > 0
+    fake.configure(faults={}, fail_markers={"hang": "SLOW"})
+    f = flownb.load_flow(flow_with({"A": {}}), provider=vendor, timeout=0.5, retries=0)
+    with pytest.raises(ProviderTimeout):
+        f.run({"topic": "SLOW"})

@@ -168,7 +168,8 @@ class GeminiProvider(Provider):
             headers=self._headers or None,
             retry_options=types.HttpRetryOptions(attempts=1),
         )
-        return genai.Client(api_key=self._key or "unused", http_options=options)
+        # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
+        return genai.Client(api_key=self._key or "unused", vertexai=False, http_options=options)
 
     def __repr__(self) -> str:  # never the key
         return f"<GeminiProvider base_url={self.base_url!r}>"
