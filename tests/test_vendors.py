@@ -259,7 +259,8 @@ def test_dropped_connections_are_retried_and_hangs_time_out(
     from flownb.errors import ProviderTimeout
 
     fake = anthropic_fake if vendor == "anthropic" else gemini_fake
-    fake.configure(faults={"drop": 0.2}, seed=3)
+    fake.configure(faults={"drop": 0.3}, seed=3)
+    fake.reset()  # the seed takes effect
     f = flownb.load_flow(flow_with({"A": {}}), provider=vendor, cache=False)
     out = f.run_batch([{"topic": str(i)} for i in range(10)])
     assert [r["A"] for r in out] == [f"echo: A about {i}" for i in range(10)]
@@ -268,3 +269,12 @@ def test_dropped_connections_are_retried_and_hangs_time_out(
     f = flownb.load_flow(flow_with({"A": {}}), provider=vendor, timeout=0.5, retries=0)
     with pytest.raises(ProviderTimeout):
         f.run({"topic": "SLOW"})
+
+
+def test_anthropic_rate_limit_headers_reach_the_limiter(anthropic_fake: FakeAnthropic) -> None:
+    anthropic_fake.configure(rate_limit=100, rate_window=60.0)
+    f = flownb.load_flow(flow_with({"A": {}}), provider="anthropic", cache=False)
+    limits = f.run({"topic": "x"}).generations[0].limits
+    assert limits is not None
+    assert (limits.limit_requests, limits.remaining_requests) == (100, 99)
+    assert 0 < limits.reset_requests <= 60

@@ -16,6 +16,9 @@ What a text node's modelParams become (decided once per node, at flow load):
 
 Image nodes are refused when the flow is loaded: Claude draws no images.
 
+Anthropic's ``anthropic-ratelimit-*`` headers are read into the generation's rate limits, so
+the run's limiter paces before Anthropic refuses, as with OpenAI's headers.
+
 Errors are translated at one boundary (:func:`_translate`): a 429 becomes
 :class:`~flownb.errors.RateLimited` with its ``Retry-After``, 529 "overloaded" and 5xx a
 retryable :class:`~flownb.errors.ProviderError`, timeouts :class:`~flownb.errors.ProviderTimeout`;
@@ -25,15 +28,22 @@ the SDK's own retries are off, so retries, back-off and limits are the engine's,
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
-from .base import Call, Generation, Kind, Provider
+from .base import Call, Generation, Kind, Provider, RateLimits
 from .vendor import OPENAI_MODEL, Reach, Warner, clients_per_loop, need_extra, redact, status_error
 
-__all__ = ["ANTHROPIC_BASE_URL", "DEFAULT_MAX_TOKENS", "DEFAULT_MODEL", "AnthropicProvider"]
+__all__ = [
+    "ANTHROPIC_BASE_URL",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_MODEL",
+    "AnthropicProvider",
+    "rate_limits",
+]
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -68,6 +78,7 @@ def _translate(exc: Exception, key: str | None, base_url: str) -> ProviderError:
             key,
             request_id_header="request-id",
             quota_exhausted=quota,
+            limits=rate_limits(exc.response.headers),
         )
     if isinstance(exc, anthropic.APITimeoutError):
         return ProviderTimeout("Anthropic API timed out", provider="anthropic")
@@ -225,16 +236,23 @@ class AnthropicProvider(Provider):
         try:
             # Sampling fields go as extra_body: SDK releases differ in which they take as
             # keywords (newer ones dropped temperature/top_p/top_k), the API takes them all.
-            msg = await self._client().messages.create(
+            # with_raw_response: the same call, with the answer's rate-limit headers kept.
+            raw = await self._client().messages.with_raw_response.create(
                 model=body["model"],
                 max_tokens=body["max_tokens"],
                 messages=messages,
                 extra_body=rest or None,
             )
+            msg = await raw.parse()
         except anthropic.AnthropicError as exc:
             raise _translate(exc, self._key, self.base_url) from exc
         text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
-        return Generation(text, model=msg.model or body["model"], usage=_usage(msg.usage))
+        return Generation(
+            text,
+            model=msg.model or body["model"],
+            usage=_usage(msg.usage),
+            limits=rate_limits(raw.headers),
+        )
 
     async def aclose(self) -> None:
         """Close the clients of this provider (one per event loop it ran on)."""
@@ -244,6 +262,42 @@ class AnthropicProvider(Provider):
         client = self._client.clients.pop(loop, None)  # type: ignore[attr-defined]
         if client is not None:
             await client.close()
+
+
+def _seconds_until(stamp: str | None) -> float | None:
+    """Return seconds from now until an RFC 3339 time (Anthropic's ``*-reset`` headers)."""
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def rate_limits(headers: Mapping[str, str]) -> RateLimits | None:
+    """Return what Anthropic's ``anthropic-ratelimit-*`` headers say, for the run's limiter
+    (as OpenAI's ``x-ratelimit-*`` are read), or None when there are none."""
+    get = headers.get
+    requests = get("anthropic-ratelimit-requests-remaining")
+    tokens = get("anthropic-ratelimit-tokens-remaining")
+    if requests is None and tokens is None:
+        return None
+    return RateLimits(
+        remaining_requests=_int(requests),
+        reset_requests=_seconds_until(get("anthropic-ratelimit-requests-reset")),
+        limit_requests=_int(get("anthropic-ratelimit-requests-limit")),
+        remaining_tokens=_int(tokens),
+        reset_tokens=_seconds_until(get("anthropic-ratelimit-tokens-reset")),
+        limit_tokens=_int(get("anthropic-ratelimit-tokens-limit")),
+    )
 
 
 def _usage(usage: Any) -> dict[str, int] | None:

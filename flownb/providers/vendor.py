@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited, parse_retry_after
 from ..settings import RunConfig
+from .base import RateLimits
 
 __all__ = [
     "OPENAI_MODEL",
@@ -103,6 +104,7 @@ def status_error(
     *,
     request_id_header: str,
     quota_exhausted: bool = False,
+    limits: RateLimits | None = None,
 ) -> ProviderError:
     """Return the flownb error for a vendor's HTTP error answer: 429 is :class:`RateLimited`
     (with the Retry-After hint) unless the account is out of credit, 408/504 a
@@ -121,6 +123,7 @@ def status_error(
             status=status,
             request_id=request_id,
             provider=vendor.lower(),
+            rate_limits=limits,
         )
     if status in (408, 504):
         return ProviderTimeout(text, status=status, request_id=request_id, provider=vendor.lower())

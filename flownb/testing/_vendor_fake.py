@@ -48,6 +48,11 @@ class Vendor(Protocol):
         """Return why a well-formed JSON body is an invalid request, or None."""
         ...
 
+    def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
+        """Return the vendor's rate-limit headers for the OpenAI-shaped ``limits`` of the
+        fake's ``rate_limit`` window (empty: the vendor sends none)."""
+        ...
+
 
 def handler(
     state: _State, vendor: Vendor
@@ -76,6 +81,7 @@ def handler(
                 return vendor.error(429, "Too many requests in flight", "rate_limit")
             if config.rate_limit is not None:
                 within, limit_headers = state.take_quota()
+                limit_headers = {**limit_headers, **vendor.limit_headers(limit_headers)}
                 if not within:
                     state.limited += 1
                     return vendor.error(429, "Rate limit reached", "rate_limit", limit_headers)
@@ -103,7 +109,11 @@ def handler(
                 raise asyncio.CancelledError
             response = web.json_response(
                 vendor.answer(request, body, prompt, config),
-                headers={"request-id": "req_fake_ok", "x-request-id": "req_fake_ok"},
+                headers={
+                    "request-id": "req_fake_ok",
+                    "x-request-id": "req_fake_ok",
+                    **limit_headers,
+                },
             )
             try:
                 await response.prepare(request)

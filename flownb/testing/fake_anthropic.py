@@ -8,7 +8,8 @@ counting words as tokens (``input_tokens``: the prompt's and the system prompt's
 ``max_tokens`` or ``messages`` (400 ``invalid_request_error``); errors have Anthropic's shape
 (``{"type": "error", "error": {"type", "message"}}``) and 429s carry ``retry-after``. It
 misbehaves on purpose as the OpenAI fake does (``faults``, ``fail_markers``, latency,
-``max_in_flight``, ``rate_limit``) and records every request body, path and header set.
+``max_in_flight``, ``rate_limit``, the latter with Anthropic's ``anthropic-ratelimit-requests-*``
+headers) and records every request body, path and header set.
 
 In a test::
 
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 
+from ..providers.openai import parse_duration
 from ._vendor_fake import control_routes, handler, words
 from .fake_openai import FakeConfig, FakeOpenAI, _State, echo, scripted_reply
 
@@ -84,6 +87,17 @@ class _Anthropic:
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,
             },
+        }
+
+    def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
+        if "x-ratelimit-limit-requests" not in limits:
+            return {}
+        reset = parse_duration(limits.get("x-ratelimit-reset-requests")) or 0.0
+        when = datetime.now(UTC) + timedelta(seconds=reset)
+        return {
+            "anthropic-ratelimit-requests-limit": limits["x-ratelimit-limit-requests"],
+            "anthropic-ratelimit-requests-remaining": limits["x-ratelimit-remaining-requests"],
+            "anthropic-ratelimit-requests-reset": when.isoformat().replace("+00:00", "Z"),
         }
 
     def error(

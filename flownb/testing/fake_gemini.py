@@ -86,6 +86,9 @@ class _Gemini:
             "modelVersion": model,
         }
 
+    def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
+        return {}  # Google sends no rate-limit headers
+
     def error(
         self, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
     ) -> web.Response:
