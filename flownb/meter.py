@@ -13,10 +13,14 @@ __all__ = ["CostMeter", "attach", "show", "usd"]
 
 
 def usd(value: float) -> str:
-    """Return US dollars for people: ``$0.0123``, ``$12.34``; ``-`` when unknown (NaN)."""
+    """Return US dollars for people: ``$0``, ``$0.000042`` (a call costs fractions of a cent),
+    ``$0.0123``, ``$12.34``; ``-`` when unknown (NaN)."""
     if math.isnan(value):
         return "-"
-    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
+    if value == 0:
+        return "$0"
+    size = abs(value)
+    return f"${value:.6f}" if size < 0.01 else f"${value:.4f}" if size < 1 else f"${value:,.2f}"
 
 
 class CostMeter:

@@ -148,7 +148,8 @@ def test_meter_counts_spent_saved_and_unpriced() -> None:
     assert (meter.spent, meter.saved, meter.unpriced, meter.runs) == (0.5, 0.25, 1, 3)
     assert meter.text() == "$0.5000 spent, $0.2500 saved by cache, 1 unpriced"
     assert "1 run(s) without a known price not counted" in meter.total_line()
-    assert usd(math.nan) == "-" and usd(12.345) == "$12.35"
+    assert usd(math.nan) == "-" and usd(12.345) == "$12.35" and usd(0) == "$0"
+    assert usd(0.0000284) == "$0.000028" and usd(0.0123) == "$0.0123"
 
 
 def test_evaluation_report_has_cost_per_row_and_per_variant(fake: FakeOpenAI) -> None:
@@ -165,3 +166,24 @@ def test_evaluation_report_has_cost_per_row_and_per_variant(fake: FakeOpenAI) ->
     assert summary.loc["big", "cost_usd"] == pytest.approx(2 * _table("openai", "gpt-4o", 3, 4))
     html = report._repr_html_()
     assert "cost (total / per row)" in html and usd(2 * mini) in html
+
+
+def test_progress_bar_shows_money_spent_and_saved(fake: FakeOpenAI, capsys) -> None:
+    f = flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}}))
+    rows = [{"topic": "owls"}, {"topic": "cats"}]
+    f.run_batch(rows, progress=True)
+    first = capsys.readouterr().err
+    spent = 2 * _table("openai", "gpt-4o-mini", 3, 4)
+    assert f"{usd(spent)} spent" in first
+    f.run_batch(rows, progress=True)  # all from the cache
+    again = capsys.readouterr().err
+    assert f"$0 spent, {usd(spent)} saved by cache" in again
+
+
+def test_a_result_keeps_its_cost_when_pickled(fake: FakeOpenAI) -> None:
+    import pickle
+
+    result = flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}})).run({"topic": "owls"})
+    copy = pickle.loads(pickle.dumps(result))
+    assert copy.cost == result.cost == _table("openai", "gpt-4o-mini", 3, 4)
+    assert copy.cache_saving == 0.0

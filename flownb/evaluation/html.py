@@ -211,7 +211,9 @@ def _money(value: Any) -> str:
     """Return US dollars for the report (``–`` when unknown: never a 0 that reads as free)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
+    from ..meter import usd
+
+    return usd(float(value))
 
 
 def _num(value: Any) -> str:
