@@ -35,7 +35,16 @@ from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
 from .base import Call, Generation, Kind, Provider, RateLimits
-from .vendor import OPENAI_MODEL, Reach, Warner, clients_per_loop, need_extra, redact, status_error
+from .vendor import (
+    OPENAI_MODEL,
+    Reach,
+    Warner,
+    clients_per_loop,
+    need_extra,
+    redact,
+    split_version,
+    status_error,
+)
 
 __all__ = [
     "ANTHROPIC_BASE_URL",
@@ -114,7 +123,8 @@ class AnthropicProvider(Provider):
             import anthropic  # noqa: F401 - imported here: an optional extra
         except ImportError as exc:
             raise need_extra("anthropic", "anthropic", "anthropic") from exc
-        self.base_url = (base_url or ANTHROPIC_BASE_URL).rstrip("/")
+        # The SDK adds /v1/messages: a base URL given with its /v1 works too.
+        self.base_url = split_version(base_url or ANTHROPIC_BASE_URL, ("v1",))[0]
         if not api_key and self.base_url == ANTHROPIC_BASE_URL:
             raise ConfigError(
                 "the anthropic provider needs ANTHROPIC_API_KEY (or an endpoint with a key)"

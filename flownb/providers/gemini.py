@@ -33,7 +33,16 @@ from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
 from .base import Call, Generation, Kind, Provider
-from .vendor import OPENAI_MODEL, Reach, Warner, clients_per_loop, need_extra, redact, status_error
+from .vendor import (
+    OPENAI_MODEL,
+    Reach,
+    Warner,
+    clients_per_loop,
+    need_extra,
+    redact,
+    split_version,
+    status_error,
+)
 
 __all__ = ["DEFAULT_IMAGE_MODEL", "DEFAULT_MODEL", "GEMINI_BASE_URL", "GeminiProvider"]
 
@@ -130,7 +139,9 @@ class GeminiProvider(Provider):
         except ImportError as exc:
             raise need_extra("gemini", "google-genai", "gemini") from exc
         self.media = media
-        self.base_url = (base_url or GEMINI_BASE_URL).rstrip("/")
+        # The SDK adds /{api_version}/models/...: a base URL given with its version keeps it.
+        self.base_url, version = split_version(base_url or GEMINI_BASE_URL, ("v1beta", "v1"))
+        self.api_version = version or "v1beta"
         if not api_key and self.base_url == GEMINI_BASE_URL:
             raise ConfigError(
                 "the gemini provider needs GEMINI_API_KEY or GOOGLE_API_KEY (or an endpoint "
@@ -164,7 +175,7 @@ class GeminiProvider(Provider):
         # dropped connections); a placeholder key for local servers that need none.
         options = types.HttpOptions(
             base_url=self.base_url + "/",
-            api_version="v1beta",
+            api_version=self.api_version,
             headers=self._headers or None,
             retry_options=types.HttpRetryOptions(attempts=1),
         )

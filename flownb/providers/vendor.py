@@ -23,6 +23,7 @@ __all__ = [
     "clients_per_loop",
     "need_extra",
     "redact",
+    "split_version",
     "status_error",
 ]
 
@@ -46,16 +47,27 @@ class Reach:
 
     @classmethod
     def of(cls, config: RunConfig, kind: str, env_key: str | None, env_base: str | None) -> Reach:
-        """Return the endpoint in ``config`` when it is one of ``kind``, else the vendor's
-        environment values (read by :mod:`flownb.settings`).
+        """Return the endpoint in ``config`` (the one this provider was made for), else the
+        vendor's environment values (read by :mod:`flownb.settings`).
 
         Raises:
             ConfigError: the endpoint's key variable is unset.
         """
         endpoint = config.endpoint
-        if endpoint is not None and endpoint.provider == kind:
+        if endpoint is not None:
             return cls(endpoint.base_url, endpoint.key(), dict(endpoint.headers or {}))
         return cls(env_base, env_key, {})
+
+
+def split_version(base_url: str, versions: tuple[str, ...]) -> tuple[str, str | None]:
+    """Return ``base_url`` without a trailing API version the SDK adds itself (``/v1``,
+    ``/v1beta``), and that version (None when there was none): a base URL written either way
+    reaches the same paths."""
+    base = base_url.rstrip("/")
+    for version in versions:
+        if base.endswith("/" + version):
+            return base[: -len(version) - 1], version
+    return base, None
 
 
 def redact(text: str, key: str | None) -> str:
