@@ -161,6 +161,18 @@ class VendorKeys:
     gemini_api_key: str | None = field(default=None, repr=False)
     gemini_base_url: str | None = None
 
+    def without_keys(self) -> VendorKeys:
+        """Return these settings with the keys left out (what may be pickled or shipped)."""
+        return dataclasses.replace(self, anthropic_api_key=None, gemini_api_key=None)
+
+    def keys_from(self, other: VendorKeys | None) -> VendorKeys:
+        """Return these settings with the keys of ``other`` (this process's environment)."""
+        if other is None:
+            return self
+        return dataclasses.replace(
+            self, anthropic_api_key=other.anthropic_api_key, gemini_api_key=other.gemini_api_key
+        )
+
 
 @dataclass(frozen=True)
 class RunConfig:

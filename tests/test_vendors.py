@@ -278,3 +278,17 @@ def test_anthropic_rate_limit_headers_reach_the_limiter(anthropic_fake: FakeAnth
     assert limits is not None
     assert (limits.limit_requests, limits.remaining_requests) == (100, 99)
     assert 0 < limits.reset_requests <= 60
+
+
+def test_a_pickled_flow_carries_no_vendor_key(
+    anthropic_fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+
+    f = flownb.load_flow(flow_with({"A": {}}), provider="anthropic", cache=False)
+    data = pickle.dumps(f)
+    assert ANTHROPIC_KEY.encode() not in data
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-other-process-key")
+    copy = pickle.loads(data)  # rebuilt here: the key comes from this process's environment
+    copy.run({"topic": "x"})
+    assert any("sk-ant-other-process-key" in v for v in anthropic_fake.state.headers[-1].values())

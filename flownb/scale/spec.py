@@ -36,8 +36,11 @@ class FlowSpec:
     config: RunConfig
 
     def __post_init__(self) -> None:
-        if self.config.openai_api_key is not None:  # never pickled, never sent to a worker
-            object.__setattr__(self, "config", self.config.replace(openai_api_key=None))
+        vendors = self.config.vendors
+        if self.config.openai_api_key is not None or vendors != vendors.without_keys():
+            # Keys are never pickled, never sent to a worker.
+            keyless = self.config.replace(openai_api_key=None, vendors=vendors.without_keys())
+            object.__setattr__(self, "config", keyless)
 
     @property
     def digest(self) -> str:
@@ -57,7 +60,10 @@ class FlowSpec:
         from ..flow import LocalFlow
         from ..model import parse_flow
 
-        config = self.config.replace(openai_api_key=get_settings().openai_api_key)
+        here = get_settings()
+        config = self.config.replace(
+            openai_api_key=here.openai_api_key, vendors=self.config.vendors.keys_from(here.vendors)
+        )
         return LocalFlow(
             parse_flow(self.flow, self.name), name=self.name, config=config, source=self.flow
         )
