@@ -75,7 +75,8 @@ class _Gemini:
             for i, text in enumerate(texts)
         ]
         p = words(prompt) + words(system)
-        c = sum(words(t) for t in texts) if not parts else 1290  # Gemini bills an image so
+        # An image counts 1290 output tokens, as Gemini bills a 1024x1024 one.
+        c = sum(words(t) for t in texts) if not parts else 1290
         return {
             "candidates": candidates,
             "usageMetadata": {
