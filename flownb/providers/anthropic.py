@@ -217,6 +217,7 @@ class AnthropicProvider(Provider):
                 why = _LACKS.get(name, "not an Anthropic Messages parameter")
                 self._warn(name, f"{name} dropped: {why}")
         self._prepared[id(params)] = (params, body)
+        self._warn.flush()
         return body
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:

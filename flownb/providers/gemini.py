@@ -237,6 +237,7 @@ class GeminiProvider(Provider):
             config["response_modalities"] = ["IMAGE"]
         prepared = {"model": model, "config": config}
         self._prepared[id(params)] = (params, kind, prepared)
+        self._warn.flush()
         return prepared
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:

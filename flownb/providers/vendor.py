@@ -78,17 +78,26 @@ def redact(text: str, key: str | None) -> str:
 
 
 class Warner:
-    """Warns once per provider (so once per flow) about each parameter dropped or replaced."""
+    """Says once per provider (so once per flow) what was dropped or replaced: each node's new
+    notes are gathered while its request is worked out, then said in one warning."""
 
     def __init__(self, vendor: str) -> None:
         self.vendor = vendor
         self._said: set[str] = set()
+        self._pending: list[str] = []
 
     def __call__(self, topic: str, message: str) -> None:
+        """Note ``message`` unless ``topic`` was already said or noted."""
         if topic in self._said:
             return
         self._said.add(topic)
-        warnings.warn(f"flownb {self.vendor}: {message}", UserWarning, stacklevel=4)
+        self._pending.append(message)
+
+    def flush(self) -> None:
+        """Say the notes gathered since the last flush, in one warning (nothing if none)."""
+        if self._pending:
+            notes, self._pending = self._pending, []
+            warnings.warn(f"flownb {self.vendor}: {'; '.join(notes)}", UserWarning, stacklevel=4)
 
 
 def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:
