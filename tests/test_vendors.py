@@ -52,8 +52,9 @@ def test_anthropic_maps_params_and_prices_the_usage_reported(anthropic_fake: Fak
     assert (a["temperature"], a["top_p"]) == (0.2, 0.9)
     assert b["max_tokens"] == 77 and b["stop_sequences"] == ["END"]
     assert a["model"] == "claude-3-5-haiku-latest"
-    # The key went to the fake (in whichever header this SDK release uses), and nowhere else.
-    assert any(ANTHROPIC_KEY in v for v in anthropic_fake.state.headers[0].values())
+    # The key went to the fake in the Messages API's header.
+    headers = {k.lower(): v for k, v in anthropic_fake.state.headers[0].items()}
+    assert headers["x-api-key"] == ANTHROPIC_KEY
     # Usage as the server reported it (words as tokens: 3 in, 4 out), priced by the table.
     gens = result.generations
     assert [g.usage["prompt_tokens"] for g in gens] == [3, 3]

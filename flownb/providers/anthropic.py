@@ -152,12 +152,16 @@ class AnthropicProvider(Provider):
 
         # Keys and URL passed explicitly, so the SDK reads nothing from the environment; a
         # placeholder key for local servers that need none (the SDK insists on one).
+        headers = dict(self._headers)
+        if self._key:
+            # The Messages API's own key header, whichever header this SDK release sends.
+            headers.setdefault("x-api-key", self._key)
         return AsyncAnthropic(
             api_key=self._key or "unused",
             base_url=self.base_url,
             max_retries=0,
             timeout=None,
-            default_headers=self._headers or None,
+            default_headers=headers or None,
         )
 
     def __repr__(self) -> str:  # never the key
