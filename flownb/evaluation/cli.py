@@ -207,6 +207,11 @@ def eval_command(
     shown = ["n", "errors", "pass_rate"] + [s.name for s in report.scorers]  # type: ignore[union-attr]
     with pd.option_context("display.width", 160, "display.max_columns", 30):
         click.echo(summary[shown].to_string(float_format=lambda x: f"{x:.3f}"))
+    if "cost_usd" in summary.columns:  # what each variant cost ("-": no known price)
+        from ..meter import usd
+
+        costs = ", ".join(f"{v} {usd(float(c))}" for v, c in summary["cost_usd"].items())
+        click.echo(f"flownb: cost per variant: {costs}", err=True)
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]
