@@ -325,12 +325,12 @@ def runs(
     ``completion_tokens``, ``cost_usd`` and ``saved_usd`` (sums of the known values; NaN when
     none is known) and ``unpriced`` (successful runs whose cost is unknown, left out of the sum).
 
-    Raises:
-        ConfigError: ``by`` names something other than flow, model or day.
-
     ``flow`` keeps one flow's runs (its file name without ``.json``); ``limit`` the last ones.
     A row logged twice under one ``run_id`` and ``index`` (a Dask partition recomputed after
     its worker died) appears once, as its last write.
+
+    Raises:
+        ConfigError: ``by`` names something other than flow, model or day.
     """
     import pandas as pd
 
