@@ -73,8 +73,12 @@ def _connect(path: Path, timeout: float) -> sqlite3.Connection:
 def _encode(gen: Generation) -> str:
     """Return what the cache stores of a generation (JSON)."""
     stored: dict[str, Any] = {
-        "output": gen.output, "media": gen.media, "model": gen.model, "usage": gen.usage
-    }  # fmt: skip
+        "output": gen.output,
+        "media": gen.media,
+        "model": gen.model,
+        "usage": gen.usage,
+        "cost": gen.cost,  # a hit's saving (null: priced before flownb kept prices)
+    }
     if gen.finish_reason == "length":  # a text cut short stays flagged when read back
         stored["finish_reason"] = gen.finish_reason
     return json.dumps(stored)
@@ -228,6 +232,7 @@ class CallCache:
             usage=data.get("usage"),
             cached=True,
             finish_reason=data.get("finish_reason"),
+            cost=data.get("cost"),
         )
 
     def put(self, key: str, gen: Generation) -> None:

@@ -32,6 +32,7 @@ from .inputs import (
     read_csv,
     read_json_batch,
 )
+from .meter import CostMeter
 from .opening import banner, open_flow, usage_error
 from .providers.registry import provider_names
 from .spreadsheet import csv_text
@@ -306,6 +307,9 @@ def run(
             click.echo(str(result))
         else:
             _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=not raw_csv)
+        meter = CostMeter()
+        meter.add(result)
+        click.echo(f"flownb: {meter.total_line()}", err=True)
         return
 
     from .frame import INTERRUPTED, run_dataframe
@@ -315,6 +319,7 @@ def run(
     if dry_run:
         click.echo(str(f.preview(rows, mapping or None, fill=fill)))
         return
+    meter = CostMeter()
     if batch_api:
         if not isinstance(f, LocalFlow):
             raise click.UsageError("--batch-api runs flow files (a served flow runs on its server)")
@@ -325,7 +330,7 @@ def run(
         )
     else:
         out = run_dataframe(
-            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI
+            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI, meter=meter
         )
     if target is not None:
         _write(out, *target, safe=not raw_csv)
@@ -334,6 +339,7 @@ def run(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
         ):
             click.echo(out.to_string())
+    click.echo(f"flownb: {meter.total_line()}", err=True)  # stdout stays the results alone
     errors = out["error"].dropna() if "error" in out.columns else pd.Series(dtype=object)
     if (errors == INTERRUPTED).any():
         sys.exit(130)

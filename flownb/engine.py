@@ -279,7 +279,7 @@ class Engine:
                 raise ConfigError(
                     f"provider {provider.name!r} cannot generate images, and this flow's image "
                     f"node{'s' * (len(images) > 1)} {', '.join(map(repr, images))} would need it; "
-                    "choose a provider that does (offline or openai)"
+                    "choose a provider that does (offline, openai or gemini)"
                 )
         for step in plan.steps:  # refuse params the provider would reject, before anything runs
             provider.check_params(step.kind, step.params, step.name)

@@ -186,9 +186,11 @@ class BaseFlow(ABC):
         bar = _progress_bar(len(batch), self.name) if progress else None
         report = on_result
         if bar is not None:
+            from .meter import show
 
             def report(i: int, result: RunResult | None, exc: BaseException | None) -> None:
                 on_result(i, result, exc)
+                show(bar, result)  # money spent so far and the cache's saving, beside the bar
                 bar.update(1)
 
         try:
@@ -636,7 +638,10 @@ class LocalFlow(BaseFlow):
             ConfigError: the provider cannot be set up here (e.g. no OpenAI key in this
                 process's environment).
         """
-        config = spec.config.replace(openai_api_key=get_settings().openai_api_key)
+        here = get_settings()
+        config = spec.config.replace(
+            openai_api_key=here.openai_api_key, vendors=spec.config.vendors.keys_from(here.vendors)
+        )
         return LocalFlow(
             parse_flow(spec.flow, spec.name), name=spec.name, config=config, source=spec.flow
         )

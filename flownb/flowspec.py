@@ -63,8 +63,11 @@ class FlowSpec:
     config: RunConfig
 
     def __post_init__(self) -> None:
-        if self.config.openai_api_key is not None:  # never pickled, never sent to a worker
-            object.__setattr__(self, "config", self.config.replace(openai_api_key=None))
+        vendors = self.config.vendors
+        if self.config.openai_api_key is not None or vendors != vendors.without_keys():
+            # Keys are never pickled, never sent to a worker.
+            keyless = self.config.replace(openai_api_key=None, vendors=vendors.without_keys())
+            object.__setattr__(self, "config", keyless)
 
     @property
     def digest(self) -> str:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from .flow import BaseFlow
+    from .meter import CostMeter
 
 __all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]
 
@@ -164,9 +165,10 @@ def run_dataframe(
     error_column: str = "error",
     trace: bool = False,
     spelling: Spelling = PYTHON,
+    meter: CostMeter | None = None,
 ) -> pd.DataFrame:
     """Run ``flow`` once per row of ``df``. ``spelling`` words input errors for the surface
-    calling (see :func:`rows_to_variables`).
+    calling (see :func:`rows_to_variables`); ``meter`` counts each finished row's cost.
 
     ``trace=True`` adds one column per generation node that runs (its output, intermediate
     nodes included; see :attr:`RunResult.trace`), named like the node (`` (node)`` appended
@@ -214,6 +216,8 @@ def run_dataframe(
             cut = getattr(result, "truncated", ())
             if cut:
                 truncated[i] = ", ".join(cut)
+            if meter is not None:
+                meter.add(result)
         done[i] = True
 
     interrupted = False

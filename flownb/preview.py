@@ -1,6 +1,11 @@
 """Previewing a run before paying for it: the prompts each call would send, how many provider
-calls would be made (cache hits and repeats excluded) and an estimate of their prompt tokens.
-Nothing here calls a provider.
+calls would be made (cache hits and repeats excluded), an estimate of their tokens and an
+estimate of what they would cost. Nothing here calls a provider.
+
+Estimates, not quotes: prompt tokens are ``ceil(characters / 4)``, each text call is assumed to
+write its node's ``max_tokens`` (or :data:`~flownb.pricing.ESTIMATE_OUTPUT_TOKENS`), and the
+price is the table's (or the endpoint's ``prices``) for the model the provider would send.
+Image calls, judges without a known model and remote flows are not priced (NaN, shown ``-``).
 
 A prompt that uses an upstream node's output is rendered with that output when the upstream
 call is cached, else with a ``«output of NODE»`` placeholder (and counted as a call).
@@ -24,12 +29,43 @@ if TYPE_CHECKING:
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 
-COLUMNS = ["variant", "row", "node", "kind", "prompt", "cached", "est_tokens", "system"]
+COLUMNS = [
+    "variant",
+    "row",
+    "node",
+    "kind",
+    "prompt",
+    "cached",
+    "est_tokens",
+    "est_output_tokens",
+    "est_cost_usd",
+    "system",
+]
 
 
 def estimate_tokens(text: str) -> int:
     """Return a rough token count for ``text`` (about four characters a token)."""
     return math.ceil(len(text) / 4)
+
+
+def _pricer(provider: Any) -> Any:
+    """Return ``price(kind, params, prompt_tokens) -> (output_tokens, usd)`` for ``provider``'s
+    calls (NaN where they cannot be estimated)."""
+    from .pricing import ESTIMATE_OUTPUT_TOKENS, NAN, estimate_cost
+
+    if provider is None:
+        return lambda kind, params, tokens: (0, NAN)
+    kind_name = provider.price_kind or provider.name
+
+    def price(kind: str, params: Mapping[str, Any], tokens: int) -> tuple[int, float]:
+        if kind != "text":
+            return 0, 0.0 if kind_name == "offline" else NAN
+        out = params.get("max_tokens") or params.get("max_completion_tokens")
+        out = int(out) if out else ESTIMATE_OUTPUT_TOKENS
+        model = provider.priced_model(kind, params)
+        return out, estimate_cost(kind_name, model, tokens, out, provider.prices)
+
+    return price
 
 
 class Preview:
@@ -48,6 +84,10 @@ class Preview:
             outputs that are neither cached nor computable offline): each is counted as a call;
             fewer are made when outputs turn out identical (the repeat is not paid twice).
         est_tokens: estimated prompt tokens of the calls that would be made.
+        est_cost: estimated US dollars of the calls that would be made (an estimate: see the
+            module docstring; NaN when some call's price is unknown).
+        est_cost_known: the part of ``est_cost`` that could be priced (calls without a
+            price left out).
     """
 
     def __init__(self, calls: pd.DataFrame, providers: Mapping[str, str]) -> None:
@@ -60,6 +100,21 @@ class Preview:
             (paid["prompt"].isna() & paid["variant"].str.startswith("judge:")).sum()
         )
         self.est_tokens = int(paid["est_tokens"].sum())
+        costs = paid["est_cost_usd"].astype(float)
+        self.est_cost = float(costs.sum(skipna=False)) if len(costs) else 0.0
+        self.est_cost_known = float(costs.sum()) if len(costs) else 0.0
+        self.n_unpriced = int(costs.isna().sum())
+
+    def cost_line(self) -> str:
+        """Return the estimate of the money in one line, saying it is an estimate."""
+        from .meter import usd
+
+        if self.n_calls and self.n_unpriced == self.n_calls:
+            return "estimated cost: unknown (no price for these models)"
+        line = f"estimated cost: about {usd(self.est_cost_known)}"
+        if self.n_unpriced:
+            line += f" for the priced calls ({self.n_unpriced} call(s) without a price)"
+        return line + " (estimate: prompt chars/4 tokens, output = max_tokens)"
 
     def headline(self) -> str:
         """Return the one-line summary: calls, cache hits, unknown judge prompts, tokens."""
@@ -77,7 +132,7 @@ class Preview:
         return line
 
     def __str__(self) -> str:
-        lines = [self.headline()]
+        lines = [self.headline(), self.cost_line()]
         for rec in self.calls.itertuples(index=False):
             state = "cached" if rec.cached else "call"
             if isinstance(rec.prompt, str):
@@ -95,14 +150,14 @@ class Preview:
     def __repr__(self) -> str:
         return (
             f"<Preview calls={self.n_calls} cached={self.n_cached} unknown={self.n_unknown} "
-            f"est_tokens={self.est_tokens}>"
+            f"est_tokens={self.est_tokens} est_cost={self.est_cost_known:.6f}>"
         )
 
     def _repr_html_(self) -> str:
         import html
 
-        head = html.escape(self.headline())
-        return f"<p><b>{head}</b></p>" + self.calls.to_html(max_rows=50)
+        head, cost = html.escape(self.headline()), html.escape(self.cost_line())
+        return f"<p><b>{head}</b><br>{cost}</p>" + self.calls.to_html(max_rows=50)
 
 
 # One variant's outputs per row, where known before the run (None: not known).
@@ -141,6 +196,7 @@ def _local_calls(
     }
     seen = seen if seen is not None else set()
     rows: list[tuple] = []
+    price = _pricer(flow.provider)
     for r, values in enumerate(batch):
         known: dict[int, str] = {}  # step -> its output, or the stand-in of an unknown one
         for step in plan.steps:
@@ -171,7 +227,21 @@ def _local_calls(
                     output = hit.output if hit.media is None else engine.media_url(hit.media)
             known[step.index] = output if output is not None else _unknown(key or f"{r}")
             tokens = estimate_tokens(prompt) + (estimate_tokens(step.system) if step.system else 0)
-            rows.append((variant, r, step.name, step.kind, prompt, cached, tokens, step.system))
+            out, cost = price(step.kind, step.params, tokens)
+            rows.append(
+                (
+                    variant,
+                    r,
+                    step.name,
+                    step.kind,
+                    prompt,
+                    cached,
+                    tokens,
+                    out,
+                    0.0 if cached else cost,
+                    step.system,
+                )
+            )
         if outputs is not None:
             outputs.append(_outputs(plan, values, known))
     return rows
@@ -206,7 +276,18 @@ def preview_flow(
         if outputs is not None:
             outputs.extend({} for _ in batch)
         return [
-            (variant, r, "(remote)", "run", None, False, estimate_tokens("".join(v.values())), None)
+            (
+                variant,
+                r,
+                "(remote)",
+                "run",
+                None,
+                False,
+                estimate_tokens("".join(v.values())),
+                0,
+                math.nan,  # the service's models and prices are not known here
+                None,
+            )
             for r, v in enumerate(batch)
         ]
     return _local_calls(flow, batch, variant, outputs, seen)
@@ -247,9 +328,16 @@ def _judge_calls(
     names = list(known)
     rows: list[tuple] = []
 
+    price = _pricer(flow.provider)
+
+    def add(r: int, prompt: str | None, cached: bool, tokens: int) -> None:
+        out, cost = price("text", step.params, tokens)
+        shown = (label, r, judge.name, "text", prompt, cached, tokens, out, 0.0 if cached else cost)
+        rows.append((*shown, None))
+
     def record(r: int, prompt: str | None) -> None:
         if prompt is None:  # an output of a served flow: nothing known of it
-            rows.append((label, r, judge.name, "text", None, False, unknown, None))
+            add(r, None, False, unknown)
             return
         known_prompt = is_known(prompt)
         cached = False
@@ -258,11 +346,9 @@ def _judge_calls(
             cached = key in seen or (known_prompt and cache.get(key) is not None)
             seen.add(key)
         if known_prompt:
-            rows.append(
-                (label, r, judge.name, "text", prompt, cached, estimate_tokens(prompt), None)
-            )
+            add(r, prompt, cached, estimate_tokens(prompt))
         else:  # built from outputs made during the run: its text is not known yet
-            rows.append((label, r, judge.name, "text", None, cached, unknown, None))
+            add(r, None, cached, unknown)
 
     if isinstance(judge, PickBest):
         for r, row in enumerate(inputs):

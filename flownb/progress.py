@@ -43,8 +43,9 @@ class Progress:
         """Whether the bar is a notebook widget (else a terminal bar)."""
         return type(self.bar).__module__.startswith("tqdm.notebook")
 
-    def set_postfix_str(self, text: str) -> None:
-        """Show ``text`` after the count (from any thread; shown by the updater)."""
+    def set_postfix_str(self, text: str, refresh: bool = False) -> None:
+        """Show ``text`` after the count (from any thread; shown by the updater, so
+        ``refresh`` is accepted for tqdm's signature and changes nothing)."""
         with self._lock:
             self._postfix = text
 

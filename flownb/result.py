@@ -7,6 +7,7 @@ as one; the metadata lives in attributes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,10 +27,14 @@ class RunResult(dict[str, str]):
         cached: names of the outputs served from the cache without a provider call.
         latency: seconds the run took.
         truncated: the nodes whose answer stopped at the token limit (see the property).
+        cost: US dollars this run's provider calls cost (NaN when a price is unknown; 0 when
+            everything came from the cache, or offline). ``cache_saving``: what the cached
+            outputs would have cost.
     """
 
     # Instance attributes on a dict subclass: declared, so typos fail loudly.
     __slots__ = (
+        "_costs",
         "_entries",
         "_trace_of",
         "cached",
@@ -58,6 +63,26 @@ class RunResult(dict[str, str]):
         self.latency = latency
         self.generations = generations
         self._trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None
+        self._costs: tuple[float, float] | None = None
+
+    def _money(self) -> tuple[float, float]:
+        if self._costs is None:
+            if not self.generations:  # remote runs: the service does not say
+                return (math.nan, math.nan)
+            from .pricing import costs_of
+
+            self._costs = costs_of(self.provider, self.generations)
+        return self._costs
+
+    @property
+    def cost(self) -> float:
+        """US dollars this run's provider calls cost (NaN: a price is unknown)."""
+        return self._money()[0]
+
+    @property
+    def cache_saving(self) -> float:
+        """US dollars the outputs served from the cache would have cost (NaN: unknown)."""
+        return self._money()[1]
 
     @property
     def trace(self) -> dict[str, str]:
@@ -117,7 +142,15 @@ class RunResult(dict[str, str]):
         # Pickle as a plain dict plus attributes; the default dict-subclass path drops slots.
         return (
             _rebuild,
-            (dict(self), self.entries, dict(self.kinds), self.provider, self.cached, self.latency),
+            (
+                dict(self),
+                self.entries,
+                dict(self.kinds),
+                self.provider,
+                self.cached,
+                self.latency,
+                self._money(),
+            ),
         )
 
 
@@ -128,10 +161,13 @@ def _rebuild(
     provider: str,
     cached: frozenset[str],
     latency: float,
+    costs: tuple[float, float] | None = None,
 ) -> RunResult:
-    return RunResult(
+    result = RunResult(
         outputs, entries=entries, kinds=kinds, provider=provider, cached=cached, latency=latency
     )
+    result._costs = costs
+    return result
 
 
 # Called as each element of a batch finishes: (index, result, None) or (index, None, exception).
@@ -164,4 +200,5 @@ def make_result(
     result.latency = latency
     result.generations = generations
     result._trace_of = trace_of
+    result._costs = None
     return result

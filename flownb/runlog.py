@@ -4,7 +4,9 @@ read back as a DataFrame with :func:`runs`.
 Each row keeps the flow, the inputs, the outputs, the provider and model(s), the latency, the
 token usage the provider reported (fresh calls only: cached outputs cost nothing; the details
 such as ``cached_tokens``, ``reasoning_tokens`` and ``image_tokens`` kept apart), which outputs
-came from the cache, and the error of a failed run. Rows are collected in memory while a batch
+came from the cache, the error of a failed run, and the money: ``cost_usd`` (what the run's
+calls cost, from :mod:`flownb.pricing`; NaN when a price is unknown, never 0) and
+``saved_usd`` (what its cached outputs would have cost). Rows are collected in memory while a batch
 runs and written by a writer thread, one INSERT per chunk of rows (every 500 rows of real calls,
 once at the end of an offline batch, and when interrupted), so logging stays off the run's path.
 """
@@ -12,6 +14,7 @@ once at the end of an offline batch, and when interrupted), so logging stays off
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sqlite3
 import threading
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .errors import ConfigError, one_line
+from .pricing import costs_of
 from .writable import folder_problem, unwritable
 
 if TYPE_CHECKING:
@@ -64,7 +68,8 @@ SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
        json_extract(r.value, '$[6]') AS prompt_tokens,
        json_extract(r.value, '$[7]') AS completion_tokens,
        json_extract(r.value, '$[8]') AS total_tokens, json_extract(r.value, '$[9]') AS cached,
-       json_extract(r.value, '$[10]') AS error, json_extract(r.value, '$[11]') AS usage_details
+       json_extract(r.value, '$[10]') AS error, json_extract(r.value, '$[11]') AS usage_details,
+       json_extract(r.value, '$[12]') AS cost_usd, json_extract(r.value, '$[13]') AS saved_usd
 FROM chunks AS c, json_each(c.rows) AS r;
 """
 _INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
@@ -86,6 +91,8 @@ COLUMNS = [
     "cached_outputs",
     "error",
     "usage_details",
+    "cost_usd",
+    "saved_usd",
 ]
 # Usage counts kept in their own columns; any other the provider reported goes to usage_details.
 _TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
@@ -296,8 +303,24 @@ class RunRecorder:
             gens = first.generations if first is not None else ()
             model = ",".join(dict.fromkeys(g.model for g in gens if g.model)) or None
             if all(r is not None for _, _, r, _ in taken):
+                spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
                 rows = [
-                    [i, f, model, batch[i], r, r.latency, None, None, None, None, None]
+                    [
+                        i,
+                        f,
+                        model,
+                        batch[i],
+                        r,
+                        r.latency,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        spent,
+                        0.0,
+                    ]
                     for i, f, r, _ in taken
                     if r is not None  # all are; says so to the type checker
                 ]
@@ -308,6 +331,7 @@ class RunRecorder:
                 error = one_line(exc, code=True) if exc is not None else None
                 append([i, finished, None, batch[i], None, None, None, None, None, None, error])
                 continue
+            spent, saved = costs_of(self._provider, result.generations)
             models: dict[str, None] = {}
             p = c = t = 0
             reported = False
@@ -338,6 +362,8 @@ class RunRecorder:
                     sorted(result.cached) if result.cached else None,
                     None,
                     details or None,
+                    None if math.isnan(spent) else spent,  # JSON has no NaN: null is unknown
+                    None if math.isnan(saved) else saved,
                 ]
             )
         self._log.write(self.run_id, self._flow, self._provider, rows)
@@ -369,21 +395,33 @@ def open_runlog(home: str | Path) -> RunLog:
         return log
 
 
-def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
-    """Return the run log as a DataFrame, oldest first: one row per run (batch element).
+def runs(
+    flow: str | None = None, *, limit: int | None = None, by: str | Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Return the run log as a DataFrame, oldest first: one row per run (batch element); with
+    ``by``, the totals per ``"flow"``, ``"model"`` or ``"day"`` (UTC), or a list of those.
 
     Columns: ``run_id`` (one per batch), ``index`` (position in the batch), ``finished``
     (timestamp), ``flow``, ``provider``, ``model``, ``inputs`` and ``outputs`` (dicts),
     ``latency`` (seconds), ``prompt_tokens`` / ``completion_tokens`` / ``total_tokens`` (as the
     provider reported them for fresh calls; missing otherwise), ``cached`` (every output came
-    from the cache), ``cached_outputs`` (their names), ``error`` (``code: message``) and
+    from the cache), ``cached_outputs`` (their names), ``error`` (``code: message``),
     ``usage_details`` (a dict of the other token counts the provider reported for fresh calls,
     summed over the run's calls: ``cached_tokens``, ``reasoning_tokens``, ``image_tokens``, ...;
-    ``None`` when there were none).
+    ``None`` when there were none), ``cost_usd`` (US dollars the run's calls cost; NaN when a
+    price is unknown or the run failed, 0 for fully cached and offline runs) and ``saved_usd``
+    (what its cached outputs would have cost).
+
+    The totals (``by=``) have one row per group: ``runs``, ``errors``, ``prompt_tokens``,
+    ``completion_tokens``, ``cost_usd`` and ``saved_usd`` (sums of the known values; NaN when
+    none is known) and ``unpriced`` (successful runs whose cost is unknown, left out of the sum).
 
     ``flow`` keeps one flow's runs (its file name without ``.json``); ``limit`` the last ones.
     A row logged twice under one ``run_id`` and ``index`` (a Dask partition recomputed after
     its worker died) appears once, as its last write.
+
+    Raises:
+        ConfigError: ``by`` names something other than flow, model or day.
     """
     import pandas as pd
 
@@ -393,7 +431,12 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
     chunks = open_runlog(home).read(flow) if (home / RUNLOG_FILE).exists() else []
     records = []
     for run_id, flow_name, provider, rows in chunks:
-        for idx, finished, model, inputs, out, latency, pt, ct, tt, cached, error, *more in rows:
+        for row in rows:
+            idx, finished, model, inputs, out, latency, pt, ct, tt, cached, error = row[:11]
+            # Rows logged before usage details (11 fields) have none; failed runs and rows
+            # logged before costs were kept (under 14 fields) have an unknown cost (NaN).
+            details = row[11] if len(row) > 11 else None
+            cost, saved = (row[12], row[13]) if len(row) > 13 else (None, None)
             cached_names = cached or []
             records.append(
                 (
@@ -412,7 +455,9 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
                     bool(out) and len(cached_names) >= len(out),
                     cached_names,
                     error,
-                    more[0] if more else None,  # rows logged before usage details: none
+                    details,
+                    math.nan if cost is None else cost,
+                    math.nan if saved is None else saved,
                 )
             )
     # Keep the last write of each (run_id, index): a recomputed partition logs its rows again.
@@ -435,4 +480,45 @@ def runs(flow: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
         df[col] = df[col].astype("Int64")
     df["cached"] = df["cached"].astype(bool)
     df["latency"] = df["latency"].astype(float)
-    return df
+    df["cost_usd"] = df["cost_usd"].astype(float)
+    df["saved_usd"] = df["saved_usd"].astype(float)
+    return df if by is None else _totals(df, by)
+
+
+_GROUPS = ("flow", "model", "day")
+
+
+def _totals(df: pd.DataFrame, by: str | Sequence[str]) -> pd.DataFrame:
+    keys = [by] if isinstance(by, str) else list(by)
+    unknown = [k for k in keys if k not in _GROUPS]
+    if unknown or not keys:
+        raise ConfigError(f"runs(by=...) takes flow, model or day (or a list), got {by!r}")
+    frame = df.assign(
+        day=df["finished"].dt.strftime("%Y-%m-%d"),
+        model=df["model"].fillna("-"),
+        errors=df["error"].notna(),
+        unpriced=df["error"].isna() & df["cost_usd"].isna(),
+        runs=1,
+    )
+    grouped = frame.groupby(keys, sort=True)
+    out = grouped.agg(
+        runs=("runs", "sum"),
+        errors=("errors", "sum"),
+        prompt_tokens=("prompt_tokens", "sum"),
+        completion_tokens=("completion_tokens", "sum"),
+        unpriced=("unpriced", "sum"),
+    )
+    # min_count=1: a group with no known price sums to NaN, never to a 0 that reads as free.
+    out["cost_usd"] = grouped["cost_usd"].sum(min_count=1)
+    out["saved_usd"] = grouped["saved_usd"].sum(min_count=1)
+    return out[
+        [
+            "runs",
+            "errors",
+            "prompt_tokens",
+            "completion_tokens",
+            "cost_usd",
+            "saved_usd",
+            "unpriced",
+        ]
+    ]

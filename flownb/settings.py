@@ -12,9 +12,13 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .endpoints import Endpoint, find_endpoint, read_secrets_with
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .endpoints import Endpoint
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -29,7 +33,9 @@ __all__ = [
     "SERVE_CONFIG",
     "RunConfig",
     "Settings",
+    "VendorKeys",
     "env_secret",
+    "env_value",
     "export_serve_config",
     "get_settings",
     "media_dir",
@@ -86,6 +92,7 @@ class Settings:
     endpoint: str | None = None  # FLOWNB_ENDPOINT: the name of a flownb.toml endpoint
     azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT
     azure_api_version: str | None = None  # OPENAI_API_VERSION
+    vendors: VendorKeys | None = None
 
     @property
     def media_dir(self) -> Path:
@@ -143,6 +150,12 @@ def get_settings() -> Settings:
         endpoint=(env.get("FLOWNB_ENDPOINT") or "").strip() or None,
         azure_endpoint=env.get("AZURE_OPENAI_ENDPOINT") or None,
         azure_api_version=env.get("OPENAI_API_VERSION") or None,
+        vendors=VendorKeys(
+            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            gemini_api_key=env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY") or None,
+            gemini_base_url=env.get("GEMINI_BASE_URL") or env.get("GOOGLE_GEMINI_BASE_URL") or None,
+        ),
     )
 
 
@@ -160,6 +173,36 @@ def env_secret(name: str) -> str | None:
 
 
 read_secrets_with(env_secret)
+
+
+def env_value(name: str) -> str | None:
+    """Return the environment variable ``name`` (``None`` when unset or empty): for an endpoint
+    whose key is named by a variable, read when its provider is built."""
+    return os.environ.get(name) or None
+
+
+@dataclass(frozen=True)
+class VendorKeys:
+    """Where the Anthropic and Gemini providers go without an endpoint: ``ANTHROPIC_API_KEY`` /
+    ``ANTHROPIC_BASE_URL``, ``GEMINI_API_KEY`` (else ``GOOGLE_API_KEY``) / ``GEMINI_BASE_URL``
+    (else ``GOOGLE_GEMINI_BASE_URL``). Keys are kept out of the repr."""
+
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    anthropic_base_url: str | None = None
+    gemini_api_key: str | None = field(default=None, repr=False)
+    gemini_base_url: str | None = None
+
+    def without_keys(self) -> VendorKeys:
+        """Return these settings with the keys left out (what may be pickled or shipped)."""
+        return dataclasses.replace(self, anthropic_api_key=None, gemini_api_key=None)
+
+    def keys_from(self, other: VendorKeys | None) -> VendorKeys:
+        """Return these settings with the keys of ``other`` (this process's environment)."""
+        if other is None:
+            return self
+        return dataclasses.replace(
+            self, anthropic_api_key=other.anthropic_api_key, gemini_api_key=other.gemini_api_key
+        )
 
 
 @dataclass(frozen=True)
@@ -186,6 +229,7 @@ class RunConfig:
     batch_poll: float = DEFAULT_BATCH_POLL  # seconds between a provider batch's status checks
     # Where calls go (see flownb.endpoints); None: the environment's OPENAI_* settings.
     endpoint: Endpoint | None = None
+    vendors: VendorKeys = field(default_factory=lambda: VendorKeys())
 
     @property
     def media_dir(self) -> Path:
@@ -265,6 +309,7 @@ def resolve_run_config(
         openai_transport=s.openai_transport,
         batch_poll=s.batch_poll,
         endpoint=chosen,
+        vendors=s.vendors or VendorKeys(),
     )
 
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FLOWS = ROOT / "notebooks" / "flows"
 DATA = ROOT / "notebooks" / "data"
 
-_CLEARED_PREFIXES = ("FLOWNB_", "OPENAI_", "AZURE_OPENAI_")
+_CLEARED_PREFIXES = ("FLOWNB_", "OPENAI_", "AZURE_OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_")
 _CLEARED = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 

@@ -59,6 +59,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.spreadsheet",  # CSV text a spreadsheet will not run as a formula
             "flownb.progress",  # progress bars moved by one thread of their own
             "flownb.endpoints",  # named ways to reach a model; settings resolves them
+            "flownb.pricing",  # what a call costs, from the maintained price table
+            "flownb.meter",  # money spent so far, for bars and the CLI's total line
         },
     ),
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),
@@ -325,6 +327,8 @@ PRIVATE_ALLOWED = {
     # make_result fills a RunResult it made with dict.__new__ (the engine's per-row fast path).
     ("flownb.result", "_entries"),
     ("flownb.result", "_trace_of"),
+    # ... and sets (or, unpickling, restores) the cost it computes lazily.
+    ("flownb.result", "_costs"),
     # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).
     ("flownb.scale.dask", "_meta"),
     # An endpoint's copies and unpickled twins take over where its key is held (in memory

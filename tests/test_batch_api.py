@@ -236,3 +236,19 @@ def test_the_batch_magic_takes_batch_api(
         shell.user_ns.pop("words", None)
     assert list(out["echo"]) == ["echo: said: hi", "echo: said: there"]
     assert fake.batches.created == 1 and len(_uploaded_lines(fake)) == 2
+
+
+def test_batch_answers_are_priced_at_half_the_live_price(fake: FakeOpenAI) -> None:
+    from flownb.cache import open_cache
+    from flownb.pricing import call_cost
+
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))  # gpt-4o-mini
+    flow.run_dataframe(pd.DataFrame({"word": ["priced"]}), batch_api=True, progress=False)
+    key = (
+        json.loads(_uploaded_lines(fake)[0]["custom_id"] and "null")
+        or _uploaded_lines(fake)[0]["custom_id"]
+    )
+    gen = open_cache(flow.config.home).get(key)
+    assert gen is not None and gen.cost is not None
+    live = call_cost("openai", gen.model, gen.usage, None)
+    assert live > 0 and gen.cost == pytest.approx(live / 2)

@@ -100,7 +100,7 @@ def test_load_flow_takes_a_plugin_provider_by_name(env: dict[str, str], text_flo
     )
     assert done.returncode == 0, done.stderr
     names, out = done.stdout.splitlines()
-    assert names == "['offline', 'openai', 'azure', 'shout']"
+    assert names == "['offline', 'openai', 'azure', 'anthropic', 'gemini', 'shout']"
     assert out == "HELLO OWLS"
 
 

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 
 __all__ = ["run_dataframe_batched"]
 
+# What a batch call costs against the same call made live: OpenAI's and Anthropic's batch APIs
+# charge half.
+BATCH_RATE = 0.5
+
 # HTTP-like statuses on the errors of calls a batch did not answer: none is retried by the run.
 _PENDING, _GONE = 202, 410
 
@@ -138,8 +142,11 @@ def _line_error(line: Mapping[str, Any]) -> str:
     return str(error)
 
 
-def collect(api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any) -> None:
-    """Read a finished batch's answers into the cache and its failures into the record.
+def collect(
+    api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any, provider: Provider
+) -> None:
+    """Read a finished batch's answers into the cache and its failures into the record. Each
+    answer is priced at the batch rate (:data:`BATCH_RATE` of the provider's price).
 
     Raises:
         ProviderError: a result file cannot be downloaded (the record stays uncollected).
@@ -163,6 +170,8 @@ def collect(api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any) -> 
                 except ProviderError as exc:
                     failures[key] = str(exc)
                     continue
+                # The batch rate; NaN (an unknown price) stays NaN, never 0.
+                gen.cost = provider.cost(gen) * BATCH_RATE
                 answers[key] = gen
             else:
                 status = response.get("status_code")
@@ -311,7 +320,7 @@ def run_dataframe_batched(
             ended = _wait(api, active, home, flow.config.batch_poll, deadline, bar)
             for record in active:
                 if record.status in FINAL:
-                    collect(api, record, cache, home)
+                    collect(api, record, cache, home, provider)
                     for key, why in record.failures.items():
                         reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
                 else:

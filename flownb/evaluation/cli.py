@@ -318,6 +318,11 @@ def eval_command(
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
     click.echo(summary_text(report))
+    if "cost_usd" in summary.columns:  # what each variant cost ("-": no known price)
+        from ..meter import usd
+
+        costs = ", ".join(f"{v} {usd(float(c))}" for v, c in summary["cost_usd"].items())
+        click.echo(f"flownb: cost per variant: {costs}", err=True)
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from ..meter import usd
+
 if TYPE_CHECKING:
     from .shape import ReportView
 
@@ -256,10 +258,12 @@ def summary_html(report: ReportView) -> str:
         tokens = row["total_tokens"]
         tokens_text = "–" if tokens != tokens else f"{int(tokens):,}"
         cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
+        cells.append(f"<td>{_money(row.get('cost_usd'))}<br>{_money(row.get('cost_per_row'))}</td>")
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
     return (
         f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
-        f"<th>latency_s</th><th>total_tokens</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+        f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody>"
         "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
         "interval: Wilson for rates, Student t for means]; p: paired test against the first "
         "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
@@ -290,6 +294,13 @@ def _missing(value: Any) -> bool:
         return math.isnan(float(value))
     except (TypeError, ValueError):
         return False
+
+
+def _money(value: Any) -> str:
+    """Return US dollars for the report (``–`` when unknown: never a 0 that reads as free)."""
+    if _missing(value):
+        return "–"
+    return usd(float(value))
 
 
 def fmt_number(value: Any) -> str:

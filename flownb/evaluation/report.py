@@ -30,7 +30,9 @@ class EvalReport:
         id: the evaluation's id in the run log (``report.diff(id)`` reads it back).
         results: one row per (variant, input row): ``variant``, the input row's index and
             columns, every output, one column per scorer (``<name>_reason`` where reasons
-            exist), ``passed``, ``latency_s``, ``total_tokens``, ``cached``, ``error``.
+            exist), ``passed``, ``latency_s``, ``total_tokens``, ``cost_usd`` (US dollars the
+            row's calls cost: 0 when cached, NaN when the price is unknown), ``cached``,
+            ``error``.
         variants: the variant names, in the order given (the first is the baseline).
         context: what was evaluated, for a report read later: ``title``, ``dataset`` (name,
             rows, columns), and per variant its flow, provider, endpoint, models and nodes
@@ -75,11 +77,12 @@ class EvalReport:
         """One row per variant (index: variant name): ``n``, ``errors``, ``pass_rate`` and per
         scorer its mean (the pass rate for pass/fail scorers, the win rate for ``pick_best``),
         each with a 95% interval (``_low``/``_high``: Wilson for rates, Student t for means);
-        mean ``latency_s``; summed ``total_tokens``. With two or more variants, ``<name>_p`` and
-        ``<name>_differs``: a paired test against the first variant over the same rows (McNemar
-        exact for rates, Wilcoxon signed-rank or a sign test for scores), differing when
-        p < 0.05. Where known, ``endpoint``, ``model`` and ``system`` say what each variant ran
-        on.
+        mean ``latency_s``; summed ``total_tokens``; ``cost_usd`` (the variant's total, NaN when
+        no row has a known price) and ``cost_per_row`` (its mean over the rows with a known
+        price). With two or more variants, ``<name>_p`` and ``<name>_differs``: a paired test
+        against the first variant over the same rows (McNemar exact for rates, Wilcoxon
+        signed-rank or a sign test for scores), differing when p < 0.05. Where known,
+        ``endpoint``, ``model`` and ``system`` say what each variant ran on.
         """
         import numpy as np
         import pandas as pd
@@ -113,6 +116,10 @@ class EvalReport:
                 float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
             )
             row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
+            if "cost_usd" in g.columns:  # reports stored before costs were kept have none
+                row["cost_usd"] = float(g["cost_usd"].sum(min_count=1))
+                known = g["cost_usd"].dropna()
+                row["cost_per_row"] = float(known.mean()) if len(known) else math.nan
             if self.setup:
                 known = self.setup.get(v, {})
                 for field in ("endpoint", "model", "system"):

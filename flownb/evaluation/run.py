@@ -98,6 +98,7 @@ class _Collected:
         self.values: dict[str, list[Any]] = {o: [None] * n for o in self.outputs}
         self.latency: list[float] = [math.nan] * n
         self.tokens: list[float] = [math.nan] * n
+        self.cost: list[float] = [math.nan] * n
         self.cached: list[bool] = [False] * n
         self.error: list[str | None] = [None] * n
         self.done: list[bool] = [False] * n
@@ -112,6 +113,7 @@ class _Collected:
         for out, column in self.values.items():
             column[i] = result.get(out)
         self.latency[i] = result.latency
+        self.cost[i] = result.cost
         self.cached[i] = bool(result) and len(result.cached) >= len(result)
         tokens = 0
         reported = False
@@ -152,9 +154,12 @@ def _with_bar(on_result: OnResult, bar: Any, *, remote: bool = False) -> OnResul
     if bar is None:
         return on_result
 
+    from ..meter import show
+
     def report(i: int, result: Any, exc: BaseException | None) -> None:
         on_result(i, result, exc)
         if exc is None:
+            show(bar, result)  # money spent so far and the cache's saving, beside the bar
             made = 1 if remote else _paid(result)
             if made:
                 bar.update(made)
@@ -588,6 +593,7 @@ def _assemble(
         cols["passed"] = passed
         cols["latency_s"] = np.array(got.latency, dtype=float)
         cols["total_tokens"] = np.array(got.tokens, dtype=float)
+        cols["cost_usd"] = np.array(got.cost, dtype=float)
         cols["cached"] = np.array(got.cached, dtype=bool)
         cols["error"] = pd.array(got.error, dtype=object)
         parts.append(pd.DataFrame(cols))
@@ -598,7 +604,7 @@ def _assemble(
         ordered.append(s.name)
         if f"{s.name}_reason" in results.columns:
             ordered.append(f"{s.name}_reason")
-    ordered += ["passed", "latency_s", "total_tokens", "cached", "error"]
+    ordered += ["passed", "latency_s", "total_tokens", "cost_usd", "cached", "error"]
     results = results[ordered]
     return EvalReport(
         results,

@@ -13,6 +13,8 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
 - :meth:`Provider.check_params`: refuses, at flow load, model parameters it would reject.
 - ``prompt_limits``: the longest prompt, in characters, it takes per node kind; a longer one
   is refused before any work (see :data:`PROMPT_LIMITS`).
+- :meth:`Provider.cost`: what a generation cost in US dollars, from its usage and the price
+  table (:mod:`flownb.pricing`) under ``price_kind``, or an endpoint's ``prices``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ class Generation:
     ``limits`` is what the answer said about the provider's rate limits, for the run's limiter
     (never cached). ``finish_reason`` is why the provider stopped (``"length"``: at the token
     limit, the text is cut short), ``None`` when it did not say.
+    ``cost`` is what the call cost in US dollars when it was paid for (NaN:
+    price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving.
     """
 
     output: str
@@ -96,6 +100,7 @@ class Generation:
     cached: bool = False
     latency: float = 0.0
     limits: RateLimits | None = None
+    cost: float | None = None
     finish_reason: str | None = None
 
 
@@ -167,6 +172,10 @@ class Provider(ABC):
     cacheable: ClassVar[bool] = True
     supports_images: ClassVar[bool] = True
     prompt_limits: ClassVar[Mapping[Kind, int]] = PROMPT_LIMITS
+    # Which price table prices this provider's calls (see flownb.pricing; None: its name), and
+    # an endpoint's own prices (model -> USD per million tokens), which come first.
+    price_kind: str | None = None
+    prices: Mapping[str, Mapping[str, Any]] | None = None
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> Self:
@@ -193,6 +202,17 @@ class Provider(ABC):
         Raises:
             ProviderError: the provider failed (or a subclass: timeout, rate limited).
         """
+
+    def cost(self, gen: Generation) -> float:
+        """Return what ``gen`` cost in US dollars, from its model and usage (NaN: unknown)."""
+        from ..pricing import call_cost
+
+        return call_cost(self.price_kind or self.name, gen.model, gen.usage, self.prices)
+
+    def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
+        """Return the model a node's call would be priced as (for estimates): its ``model``."""
+        model = params.get("model")
+        return str(model) if model else None
 
     def generate_inline(self, call: Call) -> Generation:
         """Return the generation synchronously; only for providers with ``inline = True``."""

@@ -200,6 +200,8 @@ class CallRunner:
             async with self.gate(call) as settle:
                 gen = await self._generate(call, level, seq)
                 settle(gen)  # before the slot is freed, so the next call sees the correction
+        if gen.cost is None:
+            gen.cost = self.provider.cost(gen)
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None

@@ -44,6 +44,9 @@ _BUILTIN: Mapping[str, str] = {
     "offline": "flownb.providers.offline:OfflineProvider",
     "openai": "flownb.providers.openai:OpenAIProvider",
     "azure": "flownb.providers.openai:AzureOpenAIProvider",
+    # Optional extras (flownb[anthropic], flownb[gemini]): the SDK is imported when chosen.
+    "anthropic": "flownb.providers.anthropic:AnthropicProvider",
+    "gemini": "flownb.providers.gemini:GeminiProvider",
 }
 
 
@@ -155,7 +158,16 @@ def provider_class(name: str) -> type[Provider]:
 def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
     """Return a new provider: ``name``, else ``config.provider``, set up from ``config``.
 
+    An endpoint in ``config`` prices the provider's calls: its ``prices`` override the price
+    table, which is chosen by its provider kind.
+
     Raises:
         ConfigError: the name is not a provider, or the provider cannot be configured.
     """
-    return provider_class(name or config.provider).create(config, MediaStore(config.media_dir))
+    provider = provider_class(name or config.provider).create(config, MediaStore(config.media_dir))
+    endpoint = config.endpoint
+    if endpoint is not None:
+        provider.price_kind = endpoint.provider
+        if endpoint.prices is not None:
+            provider.prices = endpoint.prices
+    return provider

@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -626,14 +626,18 @@ class FakeOpenAI:
         """Change the latency, faults, markers, ... while running."""
         self.config.update(config)
 
-    def start(self) -> FakeOpenAI:
+    def _make_app(self) -> web.Application:
+        """Return the application to serve (the other vendors' fakes serve their own)."""
+        return make_app(self.state)
+
+    def start(self) -> Self:
         """Start serving; returns self once the port is bound."""
         ready = threading.Event()
         loop = asyncio.new_event_loop()
         self._loop = loop
 
         async def serve() -> None:
-            runner = web.AppRunner(make_app(self.state), access_log=None, shutdown_timeout=0.1)
+            runner = web.AppRunner(self._make_app(), access_log=None, shutdown_timeout=0.1)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", self.port)
             await site.start()
@@ -663,7 +667,7 @@ class FakeOpenAI:
             self._thread.join(10)
         self._loop = self._runner = None
 
-    def __enter__(self) -> FakeOpenAI:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

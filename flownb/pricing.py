@@ -1,0 +1,214 @@
+"""Money: what a provider call cost, from the usage the provider reported and a price table.
+
+Prices come from pydantic's maintained table, ``genai-prices`` (bundled with the package: no
+network), looked up by the provider's table id (``openai``, ``azure``, ``anthropic``,
+``google``) and the model the provider said it used. An endpoint's ``prices=`` overrides the
+table, as a mapping of model name (``"*"`` for every model) to US dollars **per million
+tokens**::
+
+    flownb.Endpoint("local", "openai", base_url=..., prices={"*": {"input": 0, "output": 0}})
+    flownb.Endpoint("azure-eu", "azure", ..., prices={"gpt-4o": {"input": 2.75, "output": 11,
+                                                              "cached_input": 1.375}})
+
+Keys of a model's prices: ``input``, ``output`` and optionally ``cached_input`` (cache reads;
+defaults to ``input``) and ``cache_write`` (defaults to ``input``).
+
+A price that cannot be found is ``NaN``, never 0: an unknown cost must not read as free. The
+offline provider's calls cost exactly 0.
+
+Estimates (previews, dry runs) count a prompt's tokens as ``ceil(characters / 4)`` (OpenAI's
+rule of thumb for English; tiktoken's encodings are downloaded at first use, which flownb does
+not rely on) and assume each call writes its ``max_tokens`` (or :data:`ESTIMATE_OUTPUT_TOKENS`
+when the node sets none): an upper bound where ``max_tokens`` is set.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+__all__ = [
+    "ESTIMATE_OUTPUT_TOKENS",
+    "NAN",
+    "call_cost",
+    "costs_of",
+    "estimate_cost",
+    "estimate_tokens",
+    "table_id",
+]
+
+NAN = float("nan")
+# Output tokens a preview assumes for a text node without max_tokens.
+ESTIMATE_OUTPUT_TOKENS = 256
+
+# Provider kind -> the price table's provider id.
+_TABLE_IDS: Mapping[str, str] = {
+    "openai": "openai",
+    "azure": "azure",
+    "anthropic": "anthropic",
+    "gemini": "google",
+}
+
+
+def table_id(provider: str) -> str | None:
+    """Return the price table's id for a provider kind (``gemini`` -> ``google``), or None."""
+    return _TABLE_IDS.get(provider)
+
+
+def estimate_tokens(text: str) -> int:
+    """Return an estimate of ``text``'s tokens: ``ceil(len(text) / 4)``."""
+    return math.ceil(len(text) / 4)
+
+
+def _override(prices: Mapping[str, Mapping[str, Any]], model: str | None) -> Mapping[str, Any]:
+    entry = prices.get(model or "") if model else None
+    if entry is None:
+        entry = prices.get("*")
+    return entry or {}
+
+
+def _from_override(entry: Mapping[str, Any], usage: Mapping[str, int]) -> float:
+    try:
+        per_in = float(entry["input"])
+        per_out = float(entry["output"])
+    except (KeyError, TypeError, ValueError):
+        return NAN
+    cached = int(usage.get("cached_tokens", 0) or 0)
+    written = int(usage.get("cache_write_tokens", 0) or 0)
+    fresh = max(0, int(usage.get("prompt_tokens", 0) or 0) - cached - written)
+    per_cached = float(entry.get("cached_input", per_in))
+    per_write = float(entry.get("cache_write", per_in))
+    out = int(usage.get("completion_tokens", 0) or 0)
+    return (fresh * per_in + cached * per_cached + written * per_write + out * per_out) / 1e6
+
+
+def _exact(
+    provider_id: str, model: str, inp: int, out: int, cached: int, written: int
+) -> Decimal | None:
+    from genai_prices import Usage, calc_price
+
+    usage = Usage(
+        input_tokens=inp,
+        output_tokens=out,
+        cache_read_tokens=cached or None,
+        cache_write_tokens=written or None,
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "prices may be out of date" is not the user's news
+            calc = calc_price(usage, model, provider_id=provider_id)
+    except (LookupError, ValueError):
+        return None
+    return Decimal(calc.total_price)
+
+
+_PROBE = 1_000
+_FAR = 400_000  # past every tier the table knows (Gemini's 200k-token prompts)
+
+
+@functools.lru_cache(maxsize=256)
+def _rates(provider_id: str, model: str) -> tuple[Decimal, ...] | None:
+    """Return the model's USD per token for (input, output, cache read, cache write) when its
+    prices are linear in tokens; ``()`` when the table does not know the model; None when its
+    prices are tiered (each call is then priced by the table itself). A table lookup costs
+    about 0.3 ms; a run pays it once per model, not once per call. Decimals, as the table
+    computes: the total is the table's to the last digit."""
+    found = [
+        _exact(provider_id, model, _PROBE, 0, 0, 0),
+        _exact(provider_id, model, 0, _PROBE, 0, 0),
+        _exact(provider_id, model, _FAR, 0, 0, 0),
+        _exact(provider_id, model, 0, _FAR, 0, 0),
+        _exact(provider_id, model, _PROBE, 0, _PROBE, 0),
+        _exact(provider_id, model, _PROBE, 0, 0, _PROBE),
+    ]
+    if found[0] is None or found[1] is None:
+        return ()  # unknown: remembered, so a local model's calls do not search the table
+    probes = [p for p in found if p is not None]
+    if len(probes) < len(found):
+        return None  # some usage kinds unpriced: let the table decide call by call
+    per_in, per_out, far_in, far_out, read, write = probes
+    if far_in / _FAR != per_in / _PROBE or far_out / _FAR != per_out / _PROBE:
+        return None
+    return (per_in / _PROBE, per_out / _PROBE, read / _PROBE, write / _PROBE)
+
+
+def _table_price(
+    provider_id: str, model: str, inp: int, out: int, cached: int, written: int
+) -> float:
+    rates = _rates(provider_id, model)
+    if not rates:
+        if rates == ():
+            return NAN
+        exact = _exact(provider_id, model, inp, out, cached, written)
+        return NAN if exact is None else float(exact)
+    per_in, per_out, per_read, per_write = rates
+    fresh = max(0, inp - cached - written)
+    return float(fresh * per_in + out * per_out + cached * per_read + written * per_write)
+
+
+def call_cost(
+    provider: str,
+    model: str | None,
+    usage: Mapping[str, int] | None,
+    prices: Mapping[str, Mapping[str, Any]] | None = None,
+) -> float:
+    """Return the US dollars one call cost, or NaN when it cannot be known.
+
+    ``usage`` is flownb's form of what the provider reported: ``prompt_tokens`` (every input
+    token, cache reads and writes included), ``completion_tokens`` (every output token,
+    reasoning included), and optionally ``cached_tokens`` and ``cache_write_tokens``.
+    ``prices`` is an endpoint's override (see the module docstring), used first.
+    """
+    if provider == "offline":
+        return 0.0
+    if prices:
+        entry = _override(prices, model)
+        if entry:
+            return _from_override(entry, usage or {}) if usage else NAN
+    if not usage or not model:
+        return NAN
+    provider_id = table_id(provider)
+    if provider_id is None:
+        return NAN
+    return _table_price(
+        provider_id,
+        model,
+        int(usage.get("prompt_tokens", 0) or 0),
+        int(usage.get("completion_tokens", 0) or 0),
+        int(usage.get("cached_tokens", 0) or 0),
+        int(usage.get("cache_write_tokens", 0) or 0),
+    )
+
+
+def estimate_cost(
+    provider: str,
+    model: str | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    prices: Mapping[str, Mapping[str, Any]] | None = None,
+) -> float:
+    """Return an estimate, in US dollars, of a call with that many input and output tokens
+    (NaN when the model's price is unknown)."""
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": output_tokens}
+    return call_cost(provider, model, usage, prices)
+
+
+def costs_of(provider: str, generations: Any) -> tuple[float, float]:
+    """Return ``(spent, saved)`` in US dollars for one run's generations: what the fresh calls
+    cost, and what the cached ones would have cost (each NaN when some price is unknown). The
+    offline provider's runs cost 0."""
+    if provider == "offline":
+        return 0.0, 0.0
+    spent = saved = 0.0
+    for g in generations:
+        cost = g.cost
+        value = NAN if cost is None else cost
+        if g.cached:
+            saved += value
+        else:
+            spent += value
+    return spent, saved

@@ -1,0 +1,325 @@
+"""The Gemini provider: Google's Gemini API through the official ``google-genai`` SDK
+(``pip install 'flownb[gemini]'``), at generativelanguage.googleapis.com or ``GEMINI_BASE_URL``
+/ an endpoint's ``base_url``, with ``GEMINI_API_KEY`` (else ``GOOGLE_API_KEY``) or the
+endpoint's key.
+
+What a node's modelParams become (decided once per node, at flow load):
+
+- text nodes call ``generateContent``; ``model`` is sent as written, and an OpenAI model name
+  (as exported flows carry) is replaced by :data:`DEFAULT_MODEL` with a warning;
+- ``temperature``, ``top_p``, ``top_k``, ``max_tokens`` (as ``maxOutputTokens``), ``stop``
+  (``stopSequences``), ``seed``, ``presence_penalty``, ``frequency_penalty`` and ``system``
+  (the system instruction) are sent; ``n`` > 1 asks for that many candidates and the first
+  becomes the output; what Gemini lacks (``best_of``, ``logit_bias``, ...) is dropped with one
+  warning per flow for each;
+- image nodes call a Gemini image model (:data:`DEFAULT_IMAGE_MODEL`; ``generateContent``
+  answering an image, priced by its tokens); the image is kept in the media store. Imagen
+  models (``imagen-*``) are refused at load: the Gemini API no longer serves them (Vertex AI
+  does).
+
+Errors are translated at one boundary (:func:`_translate`): 429 ``RESOURCE_EXHAUSTED`` becomes
+:class:`~flownb.errors.RateLimited` with the wait Google gives (``Retry-After``, or the
+``RetryInfo`` detail's ``retryDelay``), 5xx a retryable :class:`~flownb.errors.ProviderError`.
+The SDK's own retries are off: retries, back-off and limits are the engine's, as for OpenAI.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..errors import ConfigError, ProviderError, ProviderTimeout
+from ..media import MediaStore
+from ..settings import RunConfig
+from .base import Call, Generation, Kind, Provider
+from .vendor import (
+    OPENAI_MODEL,
+    Reach,
+    Warner,
+    clients_per_loop,
+    need_extra,
+    redact,
+    split_version,
+    status_error,
+)
+
+__all__ = ["DEFAULT_IMAGE_MODEL", "DEFAULT_MODEL", "GEMINI_BASE_URL", "GeminiProvider"]
+
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
+DEFAULT_MODEL = "gemini-2.5-flash"
+DEFAULT_IMAGE_MODEL = "gemini-2.5-flash-image"
+# modelParams name -> GenerateContentConfig field.
+_TEXT = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "n": "candidate_count",
+    "response_mime_type": "response_mime_type",
+}
+_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
+_DELAY = re.compile(r"^\s*(\d+(?:\.\d*)?)s\s*$")
+
+
+def _retry_delay(details: Any) -> str | None:
+    """Return the seconds of a google.rpc.RetryInfo in an error body, as text, or None."""
+    err = details.get("error", details) if isinstance(details, Mapping) else None
+    items = err.get("details") if isinstance(err, Mapping) else None
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, Mapping) and "retryDelay" in item:
+            match = _DELAY.match(str(item["retryDelay"]))
+            if match:
+                return match.group(1)
+    return None
+
+
+def _translate(exc: BaseException, key: str | None, base_url: str) -> ProviderError:
+    """Return the flownb error for an exception of the SDK or its HTTP library (the one place
+    they are mapped)."""
+    from google.genai import errors
+
+    if isinstance(exc, errors.APIError):
+        response = getattr(exc, "response", None)
+        headers = dict(getattr(response, "headers", None) or {})
+        headers = {k.lower(): v for k, v in headers.items()}
+        if "retry-after" not in headers:
+            delay = _retry_delay(exc.details)
+            if delay is not None:
+                headers["retry-after"] = delay
+        return status_error(
+            "Gemini",
+            int(exc.code or 0),
+            str(exc.message or exc.status or ""),
+            headers,
+            key,
+            request_id_header="x-request-id",
+        )
+    if isinstance(exc, TimeoutError):
+        return ProviderTimeout("Gemini API timed out", provider="gemini")
+    return ProviderError(
+        f"could not reach the Gemini API at {base_url}: {type(exc).__name__}: "
+        f"{redact(str(exc), key)}",
+        provider="gemini",
+    )
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import aiohttp
+    import httpx
+    from google.genai import errors
+
+    return (errors.APIError, aiohttp.ClientError, httpx.TransportError, TimeoutError)
+
+
+class GeminiProvider(Provider):
+    """Text and images from Gemini (see the module docstring for the parameter mapping).
+
+    Raises:
+        ConfigError: ``google-genai`` is missing, or no key for Google's endpoint.
+    """
+
+    name: ClassVar[str] = "gemini"
+    supports_images: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        media: MediaStore,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        try:
+            from google import genai  # noqa: F401 - imported here: an optional extra
+        except ImportError as exc:
+            raise need_extra("gemini", "google-genai", "gemini") from exc
+        self.media = media
+        # The SDK adds /{api_version}/models/...: a base URL given with its version keeps it.
+        self.base_url, version = split_version(base_url or GEMINI_BASE_URL, ("v1beta", "v1"))
+        self.api_version = version or "v1beta"
+        if not api_key and self.base_url == GEMINI_BASE_URL:
+            raise ConfigError(
+                "the gemini provider needs GEMINI_API_KEY or GOOGLE_API_KEY (or an endpoint "
+                "with a key)"
+            )
+        self._key = api_key
+        self._headers = dict(headers or {})
+        self._warn = Warner("gemini")
+        self._prepared: dict[int, tuple[Mapping[str, Any], Kind, dict[str, Any]]] = {}
+        self._client = clients_per_loop(self._new_client)
+        self._errors: tuple[type[BaseException], ...] | None = None
+
+    @classmethod
+    def create(cls, config: RunConfig, media: MediaStore) -> GeminiProvider:
+        """Return the provider for ``config``'s endpoint, else ``GEMINI_API_KEY`` /
+        ``GOOGLE_API_KEY`` and ``GEMINI_BASE_URL``.
+
+        Raises:
+            ConfigError: the SDK is missing, or there is no key for Google's endpoint.
+        """
+        v = config.vendors
+        reach = Reach.of(config, "gemini", v.gemini_api_key, v.gemini_base_url)
+        return cls(media=media, api_key=reach.key, base_url=reach.base_url, headers=reach.headers)
+
+    def _new_client(self) -> Any:
+        from google import genai
+        from google.genai import types
+
+        # Everything explicit, so the SDK reads nothing from the environment; one attempt per
+        # call (retry_options with one attempt also stops the SDK's own hidden retries of
+        # dropped connections); a placeholder key for local servers that need none.
+        options = types.HttpOptions(
+            base_url=self.base_url + "/",
+            api_version=self.api_version,
+            headers=self._headers or None,
+            retry_options=types.HttpRetryOptions(attempts=1),
+        )
+        # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
+        return genai.Client(api_key=self._key or "unused", vertexai=False, http_options=options)
+
+    def __repr__(self) -> str:  # never the key
+        return f"<GeminiProvider base_url={self.base_url!r}>"
+
+    def identity(self) -> Mapping[str, Any]:
+        """Return the provider and endpoint (never the key): part of cache keys."""
+        return {"provider": self.name, "base_url": self.base_url}
+
+    def banner(self) -> str:
+        """Return the line naming where calls go."""
+        return f"provider: gemini at {self.base_url}"
+
+    def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:
+        """Return ``{"model": ..., "config": {...}}`` for a node's params (the SDK's config
+        fields), warning once per flow about each parameter dropped or replaced.
+
+        Raises:
+            ConfigError: an Imagen model (the Gemini API does not serve them).
+        """
+        entry = self._prepared.get(id(params))
+        if entry is not None and entry[0] is params and entry[1] == kind:
+            return entry[2]
+        p = dict(params)
+        default = DEFAULT_MODEL if kind == "text" else DEFAULT_IMAGE_MODEL
+        model = p.pop("model", None) or default
+        if OPENAI_MODEL.match(model):
+            self._warn(
+                f"model:{model}",
+                f"node {node!r}: {model!r} is an OpenAI model; sending {default!r} instead "
+                "(choose one with flow.with_model)",
+            )
+            model = default
+        if model.startswith("imagen"):
+            raise ConfigError(
+                f"node {node!r}: Imagen ({model!r}) is not served by the Gemini API; use a Gemini "
+                f"image model such as {DEFAULT_IMAGE_MODEL!r}"
+            )
+        config: dict[str, Any] = {}
+        system = p.pop("system", None)
+        if system:
+            config["system_instruction"] = str(system)
+        if p.get("best_of") == 1:
+            del p["best_of"]  # the default everywhere: nothing to say
+        stop = p.pop("stop", None)
+        if stop is not None:
+            config["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        for name, value in p.items():
+            field = _TEXT.get(name)
+            if field is not None:
+                config[field] = value
+            else:
+                self._warn(name, f"{name} dropped: not a Gemini parameter flownb sends")
+        if kind == "image":
+            config["response_modalities"] = ["IMAGE"]
+        prepared = {"model": model, "config": config}
+        self._prepared[id(params)] = (params, kind, prepared)
+        self._warn.flush()
+        return prepared
+
+    def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
+        """Return the model the node's calls are sent to (defaults and replacements applied)."""
+        return str(self.prepare(kind, params)["model"])
+
+    def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
+        """Work out each node's request at load, so warnings come before anything runs.
+
+        Raises:
+            ConfigError: an Imagen model (see :meth:`prepare`).
+        """
+        self.prepare(kind, params, node)
+
+    async def generate(self, call: Call) -> Generation:
+        """Return one generation: a single attempt (retries are the engine's).
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: translated from the SDK.
+        """
+        if self._errors is None:
+            self._errors = _transport_errors()
+        prepared = self.prepare(call.kind, call.params, call.node_id)
+        models = self._client().aio.models
+        try:
+            resp = await models.generate_content(
+                model=prepared["model"], contents=call.prompt, config=prepared["config"]
+            )
+        except self._errors as exc:
+            raise _translate(exc, self._key, self.base_url) from exc
+        model = resp.model_version or prepared["model"]
+        usage = _usage(resp.usage_metadata)
+        if call.kind == "image":
+            return self._image_part(resp, model, usage)
+        try:
+            text = resp.text or ""
+        except ValueError as exc:  # several candidates mixed with non-text parts
+            raise ProviderError(f"Gemini answered no text: {exc}", provider="gemini") from exc
+        return Generation(text, model=model, usage=usage)
+
+    def _keep(self, raw: bytes, mime: str | None) -> str:
+        name = self.media.name_for(raw, _EXT.get((mime or "").lower(), "png"))
+        if not self.media.exists(name):
+            self.media.save(name, raw)
+        return name
+
+    def _image_part(self, resp: Any, model: str, usage: dict[str, int] | None) -> Generation:
+        for cand in resp.candidates or []:
+            for part in (cand.content.parts if cand.content else None) or []:
+                blob = part.inline_data
+                if blob is not None and blob.data:
+                    name = self._keep(blob.data, blob.mime_type)
+                    return Generation("", media=name, model=model, usage=usage)
+        raise ProviderError(
+            f"Gemini model {model!r} answered without an image", status=200, provider="gemini"
+        )
+
+    async def aclose(self) -> None:
+        """Close the client of the running event loop."""
+        import asyncio
+
+        client = self._client.clients.pop(asyncio.get_running_loop(), None)  # type: ignore[attr-defined]
+        if client is not None:
+            await client.aio.aclose()
+
+
+def _usage(meta: Any) -> dict[str, int] | None:
+    """Return flownb's usage form of Gemini's ``usageMetadata``: thinking tokens are billed as
+    output, so ``completion_tokens`` counts them (as OpenAI's counts reasoning tokens)."""
+    if meta is None:
+        return None
+    prompt = int(meta.prompt_token_count or 0)
+    answer = int(meta.candidates_token_count or 0)
+    thoughts = int(meta.thoughts_token_count or 0)
+    cached = int(meta.cached_content_token_count or 0)
+    found = {
+        "prompt_tokens": prompt,
+        "completion_tokens": answer + thoughts,
+        "total_tokens": int(meta.total_token_count or prompt + answer + thoughts),
+    }
+    if thoughts:
+        found["reasoning_tokens"] = thoughts
+    if cached:
+        found["cached_tokens"] = cached
+    return found

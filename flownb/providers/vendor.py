@@ -1,0 +1,165 @@
+"""What the SDK-based vendor providers (Anthropic, Gemini) share: where their endpoint and key
+come from, one SDK client per event loop, warnings once per flow, and the translation of an
+HTTP error answer into flownb's error tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..error_map import parse_retry_after
+from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
+from ..settings import RunConfig
+from .base import RateLimits
+
+__all__ = [
+    "OPENAI_MODEL",
+    "Reach",
+    "Warner",
+    "clients_per_loop",
+    "need_extra",
+    "redact",
+    "split_version",
+    "status_error",
+]
+
+# Model names of OpenAI's families, as exported flows carry them: a vendor provider replaces
+# them with its own default (with a warning) instead of sending a name the vendor refuses.
+OPENAI_MODEL = re.compile(r"^(gpt-|chatgpt|o\d|dall-e|text-|davinci|babbage|gpt-image)")
+_KEY_LIKE = re.compile(r"(sk-ant-|AIza)[A-Za-z0-9_\-]{3,}")
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Where a vendor provider's calls go: base URL (``None``: the SDK's own default), key,
+    extra headers. ``repr`` never shows the key."""
+
+    base_url: str | None
+    key: str | None
+    headers: Mapping[str, str]
+
+    def __repr__(self) -> str:
+        return f"Reach(base_url={self.base_url!r}, headers={sorted(self.headers)!r})"
+
+    @classmethod
+    def of(cls, config: RunConfig, kind: str, env_key: str | None, env_base: str | None) -> Reach:
+        """Return the endpoint in ``config`` (the one this provider was made for), else the
+        vendor's environment values (read by :mod:`flownb.settings`).
+
+        Raises:
+            ConfigError: the endpoint's key variable is unset.
+        """
+        endpoint = config.endpoint
+        if endpoint is not None:
+            return cls(endpoint.base_url, endpoint.key(), dict(endpoint.headers or {}))
+        return cls(env_base, env_key, {})
+
+
+def split_version(base_url: str, versions: tuple[str, ...]) -> tuple[str, str | None]:
+    """Return ``base_url`` without a trailing API version the SDK adds itself (``/v1``,
+    ``/v1beta``), and that version (None when there was none): a base URL written either way
+    reaches the same paths."""
+    base = base_url.rstrip("/")
+    for version in versions:
+        if base.endswith("/" + version):
+            return base[: -len(version) - 1], version
+    return base, None
+
+
+def redact(text: str, key: str | None) -> str:
+    """Return ``text`` with ``key`` and anything shaped like a vendor key masked."""
+    if key:
+        text = text.replace(key, "***")
+    return _KEY_LIKE.sub(lambda m: m.group(1) + "***", text)
+
+
+class Warner:
+    """Says once per provider (so once per flow) what was dropped or replaced: each node's new
+    notes are gathered while its request is worked out, then said in one warning."""
+
+    def __init__(self, vendor: str) -> None:
+        self.vendor = vendor
+        self._said: set[str] = set()
+        self._pending: list[str] = []
+
+    def __call__(self, topic: str, message: str) -> None:
+        """Note ``message`` unless ``topic`` was already said or noted."""
+        if topic in self._said:
+            return
+        self._said.add(topic)
+        self._pending.append(message)
+
+    def flush(self) -> None:
+        """Say the notes gathered since the last flush, in one warning (nothing if none)."""
+        if self._pending:
+            notes, self._pending = self._pending, []
+            warnings.warn(f"flownb {self.vendor}: {'; '.join(notes)}", UserWarning, stacklevel=4)
+
+
+def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:
+    """Return a getter of one SDK client per running event loop (a client's connection pool
+    is bound to the loop that opened it)."""
+    clients: dict[asyncio.AbstractEventLoop, Any] = {}
+
+    def get() -> Any:
+        loop = asyncio.get_running_loop()
+        client = clients.get(loop)
+        if client is None:
+            client = clients[loop] = factory()
+        return client
+
+    get.clients = clients  # type: ignore[attr-defined]  # for aclose
+    return get
+
+
+def status_error(
+    vendor: str,
+    status: int,
+    message: str,
+    headers: Mapping[str, str] | None,
+    key: str | None,
+    *,
+    request_id_header: str,
+    quota_exhausted: bool = False,
+    limits: RateLimits | None = None,
+) -> ProviderError:
+    """Return the flownb error for a vendor's HTTP error answer: 429 is :class:`RateLimited`
+    (with the Retry-After hint) unless the account is out of credit, 408/504 a
+    :class:`ProviderTimeout`, anything else a :class:`ProviderError` keeping the status (5xx
+    and 529 "overloaded" are retried by the engine)."""
+    get = (headers or {}).get
+    request_id = get(request_id_header)
+    text = f"{vendor} API error {status}: {redact(message or 'no message', key)}"
+    if request_id:
+        text += f" (request id {request_id})"
+    retry_after = parse_retry_after(get("retry-after") or get("Retry-After"))
+    if status == 429 and not quota_exhausted:
+        return RateLimited(
+            text,
+            retry_after=retry_after,
+            status=status,
+            request_id=request_id,
+            provider=vendor.lower(),
+            rate_limits=limits,
+        )
+    if status in (408, 504):
+        return ProviderTimeout(text, status=status, request_id=request_id, provider=vendor.lower())
+    return ProviderError(
+        text,
+        status=status,
+        request_id=request_id,
+        provider=vendor.lower(),
+        retry_after=retry_after,
+    )
+
+
+def need_extra(vendor: str, package: str, extra: str) -> ConfigError:
+    """Return the error for a vendor provider whose SDK is not installed."""
+    return ConfigError(
+        f"the {vendor} provider needs the {package!r} package: pip install 'flownb[{extra}]'"
+    )

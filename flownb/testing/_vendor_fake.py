@@ -1,0 +1,151 @@
+"""The request loop the Anthropic and Gemini fakes share with the OpenAI one's behaviour:
+latency, faults (429, 500, hang, drop) by share or marker, ``max_in_flight`` and
+``rate_limit`` refusals, and the counters (requests, paths, headers, answered prompts, peak in
+flight). Each vendor supplies how a prompt is read from a request, how an answer and an error
+body look, and its routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from .fake_openai import FakeConfig, _State
+
+__all__ = ["Vendor", "handler", "words"]
+
+
+def words(text: str) -> int:
+    """Return the fake's token count of ``text``: its whitespace-separated words."""
+    return len(text.split())
+
+
+class Vendor(Protocol):
+    """What one vendor's fake answers with."""
+
+    def prompt_of(self, request: web.Request, body: Mapping[str, Any]) -> str:
+        """Return the prompt of a request body."""
+        ...
+
+    def answer(
+        self, request: web.Request, body: Mapping[str, Any], prompt: str, config: FakeConfig
+    ) -> dict[str, Any]:
+        """Return the JSON body of a successful answer."""
+        ...
+
+    def error(
+        self, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        """Return an error answer in the vendor's shape. ``kind`` is one of
+        ``invalid_request``, ``rate_limit``, ``server_error``."""
+        ...
+
+    def check(self, body: Mapping[str, Any]) -> str | None:
+        """Return why a well-formed JSON body is an invalid request, or None."""
+        ...
+
+    def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
+        """Return the vendor's rate-limit headers for the OpenAI-shaped ``limits`` of the
+        fake's ``rate_limit`` window (empty: the vendor sends none)."""
+        ...
+
+
+def handler(
+    state: _State, vendor: Vendor
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """Return the aiohttp handler of the vendor's generation routes."""
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        state.in_flight += 1
+        state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+        try:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return vendor.error(400, "the body is not JSON", "invalid_request")
+            state.requests.append(body)
+            state.paths.append(request.path)
+            state.headers.append(dict(request.headers))
+            why = vendor.check(body) if isinstance(body, dict) else "the body is not an object"
+            if why is not None:
+                return vendor.error(400, why, "invalid_request")
+            prompt = vendor.prompt_of(request, body)
+            config = state.config
+            limit_headers: dict[str, str] = {}
+            if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
+                state.limited += 1
+                return vendor.error(429, "Too many requests in flight", "rate_limit")
+            if config.rate_limit is not None:
+                within, limit_headers = state.take_quota()
+                limit_headers = {**limit_headers, **vendor.limit_headers(limit_headers)}
+                if not within:
+                    state.limited += 1
+                    return vendor.error(429, "Rate limit reached", "rate_limit", limit_headers)
+            fault = state.pick_fault(prompt)
+            if config.latency:
+                await asyncio.sleep(config.latency)
+            if fault is not None:
+                state.faults_sent[fault] += 1
+            if fault == "429":
+                headers = {}
+                if config.retry_after is not None:
+                    headers["Retry-After"] = config.retry_after
+                return vendor.error(429, "Rate limit reached", "rate_limit", headers)
+            if fault == "500":
+                return vendor.error(500, "Internal server error", "server_error")
+            if fault == "hang":
+                for _ in range(36000):
+                    if request.transport is None or request.transport.is_closing():
+                        break
+                    await asyncio.sleep(0.1)
+                raise asyncio.CancelledError
+            if fault == "drop":
+                if request.transport is not None:
+                    request.transport.abort()
+                raise asyncio.CancelledError
+            response = web.json_response(
+                vendor.answer(request, body, prompt, config),
+                headers={
+                    "request-id": "req_fake_ok",
+                    "x-request-id": "req_fake_ok",
+                    **limit_headers,
+                },
+            )
+            try:
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError:
+                raise asyncio.CancelledError from None
+            state.answered += 1
+            state.answered_prompts.append(prompt)
+            return response
+        finally:
+            state.in_flight -= 1
+
+    return generate
+
+
+def control_routes(app: web.Application, state: _State, vendor: Vendor) -> None:
+    """Add the control routes (``/_fake/stats``, ``/_fake/reset``, ``/_fake/config``)."""
+
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response(state.stats())
+
+    async def reset(_: web.Request) -> web.Response:
+        state.reset()
+        return web.json_response(state.stats())
+
+    async def configure(request: web.Request) -> web.Response:
+        try:
+            state.config.update(await request.json())
+        except (ValueError, TypeError) as exc:
+            return vendor.error(400, str(exc), "invalid_request")
+        return web.json_response({"ok": True})
+
+    app.router.add_get("/_fake/stats", stats)
+    app.router.add_post("/_fake/reset", reset)
+    app.router.add_post("/_fake/config", configure)

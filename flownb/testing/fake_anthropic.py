@@ -1,0 +1,150 @@
+"""A loopback server speaking Anthropic's Messages API, for tests, benches and notebooks (no key,
+no internet).
+
+``POST /v1/messages`` answers ``"echo: <prompt>"`` (or a scripted reply, see
+:class:`~flownb.testing.fake_openai.FakeConfig`) as a Messages response, with ``usage``
+counting words as tokens (``input_tokens``: the prompt's and the system prompt's words;
+``output_tokens``: the answer's). Like the real API it refuses a request without ``model``,
+``max_tokens`` or ``messages`` (400 ``invalid_request_error``); errors have Anthropic's shape
+(``{"type": "error", "error": {"type", "message"}}``) and 429s carry ``retry-after``. It
+misbehaves on purpose as the OpenAI fake does (``faults``, ``fail_markers``, latency,
+``max_in_flight``, ``rate_limit``, the latter with Anthropic's ``anthropic-ratelimit-requests-*``
+headers) and records every request body, path and header set.
+
+In a test::
+
+    with FakeAnthropic() as fake:
+        flow = flownb.load_flow(path, provider="anthropic")  # ANTHROPIC_BASE_URL=fake.url
+
+From a shell: ``python -m flownb.testing.fake_anthropic --port 8124``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from ..providers.openai import parse_duration
+from ._vendor_fake import control_routes, handler, words
+from .fake_openai import FakeConfig, FakeOpenAI, _State, echo, scripted_reply
+
+__all__ = ["FakeAnthropic", "main", "make_app"]
+
+_KINDS = {
+    "invalid_request": "invalid_request_error",
+    "rate_limit": "rate_limit_error",
+    "server_error": "api_error",
+}
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+class _Anthropic:
+    def check(self, body: Mapping[str, Any]) -> str | None:
+        for name in ("model", "max_tokens", "messages"):
+            if name not in body:
+                return f"{name}: Field required"
+        if not isinstance(body["messages"], list) or not body["messages"]:
+            return "messages: at least one message is required"
+        return None
+
+    def prompt_of(self, request: web.Request, body: Mapping[str, Any]) -> str:
+        last = body["messages"][-1]
+        return _text_of(last.get("content") if isinstance(last, dict) else "")
+
+    def answer(
+        self, request: web.Request, body: Mapping[str, Any], prompt: str, config: FakeConfig
+    ) -> dict[str, Any]:
+        scripted = scripted_reply(prompt, config.replies)
+        text = scripted if scripted is not None else echo(prompt)
+        system = body.get("system")
+        system_text = _text_of(system) if system is not None else ""
+        return {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": words(prompt) + words(system_text),
+                "output_tokens": words(text),
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
+
+    def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
+        if "x-ratelimit-limit-requests" not in limits:
+            return {}
+        reset = parse_duration(limits.get("x-ratelimit-reset-requests")) or 0.0
+        when = datetime.now(UTC) + timedelta(seconds=reset)
+        return {
+            "anthropic-ratelimit-requests-limit": limits["x-ratelimit-limit-requests"],
+            "anthropic-ratelimit-requests-remaining": limits["x-ratelimit-remaining-requests"],
+            "anthropic-ratelimit-requests-reset": when.isoformat().replace("+00:00", "Z"),
+        }
+
+    def error(
+        self, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        body = {"type": "error", "error": {"type": _KINDS.get(kind, kind), "message": message}}
+        head = {"request-id": f"req_fake_{status}", **(headers or {})}
+        return web.json_response(body, status=status, headers=head)
+
+
+def make_app(state: _State) -> web.Application:
+    """Return the aiohttp application serving the fake Messages API over ``state``."""
+    vendor = _Anthropic()
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/messages", handler(state, vendor))
+    control_routes(app, state, vendor)
+    return app
+
+
+class FakeAnthropic(FakeOpenAI):
+    """The fake Messages API on 127.0.0.1 in a daemon thread (a context manager). ``url`` is
+    the base URL for the SDK or ``ANTHROPIC_BASE_URL`` (``http://127.0.0.1:<port>``)."""
+
+    @property
+    def url(self) -> str:
+        """The base URL (the SDK adds ``/v1/messages``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _make_app(self) -> web.Application:
+        return make_app(self.state)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the fake from the command line until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m flownb.testing.fake_anthropic")
+    parser.add_argument("--port", type=int, default=8124)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+    config = FakeConfig(latency=args.latency)
+    web.run_app(
+        make_app(_State(config)),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"fake Anthropic on http://127.0.0.1:{args.port}", flush=True),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""A loopback server speaking the Gemini API (``v1beta``), for tests, benches and notebooks (no key,
+no internet).
+
+- ``POST /v1beta/models/{model}:generateContent`` answers ``"echo: <prompt>"`` (or a scripted
+  reply) as one candidate per ``candidateCount``; asked for ``responseModalities: ["IMAGE"]`` it
+  answers the prompt's small PNG (:func:`~flownb.testing.fake_openai.image_bytes`) as
+  ``inlineData``. ``usageMetadata`` counts words as tokens.
+
+Errors have Google's shape (``{"error": {"code", "message", "status"}}``); a 429 is
+``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail whose ``retryDelay`` is the
+configured ``retry_after``, as Google sends it (no ``Retry-After`` header). Faults, latency and
+limits as in the OpenAI fake; every request body, path and header set is recorded.
+
+In a test::
+
+    with FakeGemini() as fake:
+        flow = flownb.load_flow(path, provider="gemini")  # GEMINI_BASE_URL=fake.url
+
+From a shell: ``python -m flownb.testing.fake_gemini --port 8125``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from ._vendor_fake import control_routes, handler, words
+from .fake_openai import FakeConfig, FakeOpenAI, _State, echo, image_bytes, scripted_reply
+
+__all__ = ["FakeGemini", "main", "make_app"]
+
+_STATUS = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
+
+
+def _texts(content: Any) -> str:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return "".join(str(p.get("text", "")) for p in parts or [] if isinstance(p, dict))
+
+
+class _Gemini:
+    def check(self, body: Mapping[str, Any]) -> str | None:
+        contents = body.get("contents")
+        if not isinstance(contents, list) or not contents:
+            return "* GenerateContentRequest.contents: contents is not specified"
+        return None
+
+    def prompt_of(self, request: web.Request, body: Mapping[str, Any]) -> str:
+        return _texts(body["contents"][-1])
+
+    def answer(
+        self, request: web.Request, body: Mapping[str, Any], prompt: str, config: FakeConfig
+    ) -> dict[str, Any]:
+        model = request.match_info["target"].partition(":")[0]
+        gen = body.get("generationConfig") or {}
+        n = int(gen.get("candidateCount") or 1)
+        system = _texts(body.get("systemInstruction") or {})
+        if "IMAGE" in (gen.get("responseModalities") or []):
+            data = base64.b64encode(image_bytes(prompt)).decode("ascii")
+            parts: list[dict[str, Any]] = [{"inlineData": {"mimeType": "image/png", "data": data}}]
+            texts = [""]
+        else:
+            scripted = scripted_reply(prompt, config.replies)
+            texts = [scripted if scripted is not None else echo(prompt, i) for i in range(n)]
+            parts = []
+        candidates = [
+            {
+                "content": {"role": "model", "parts": parts or [{"text": text}]},
+                "finishReason": "STOP",
+                "index": i,
+            }
+            for i, text in enumerate(texts)
+        ]
+        p = words(prompt) + words(system)
+        # An image counts 1290 output tokens, as Gemini bills a 1024x1024 one.
+        c = sum(words(t) for t in texts) if not parts else 1290
+        return {
+            "candidates": candidates,
+            "usageMetadata": {
+                "promptTokenCount": p,
+                "candidatesTokenCount": c,
+                "totalTokenCount": p + c,
+            },
+            "modelVersion": model,
+        }
+
+    def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
+        return {}  # Google sends no rate-limit headers
+
+    def error(
+        self, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        err: dict[str, Any] = {
+            "code": status,
+            "message": message,
+            "status": _STATUS.get(status, "UNKNOWN"),
+        }
+        head = dict(headers or {})
+        delay = head.pop("Retry-After", None)
+        if status == 429 and delay is not None:
+            err["details"] = [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{delay}s"}
+            ]
+        return web.json_response({"error": err}, status=status, headers=head)
+
+
+def make_app(state: _State) -> web.Application:
+    """Return the aiohttp application serving the fake Gemini API over ``state``."""
+    vendor = _Gemini()
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    # One route: the model and the method share the last path segment ("m:generateContent").
+    app.router.add_post("/v1beta/models/{target}", handler(state, vendor))
+    control_routes(app, state, vendor)
+    return app
+
+
+class FakeGemini(FakeOpenAI):
+    """The fake Gemini API on 127.0.0.1 in a daemon thread (a context manager). ``url`` is the
+    base URL for the SDK or ``GEMINI_BASE_URL`` (``http://127.0.0.1:<port>``)."""
+
+    @property
+    def url(self) -> str:
+        """The base URL (the SDK adds ``/v1beta/models/...``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _make_app(self) -> web.Application:
+        return make_app(self.state)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the fake from the command line until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m flownb.testing.fake_gemini")
+    parser.add_argument("--port", type=int, default=8125)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+    config = FakeConfig(latency=args.latency)
+    web.run_app(
+        make_app(_State(config)),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"fake Gemini on http://127.0.0.1:{args.port}", flush=True),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Cost in money: the price table, the run log's cost_usd and its totals, estimates before a
+run, the meter and the CLI's total line, the evaluation report's cost columns."""
+
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from genai_prices import Usage, calc_price
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
+    anthropic_fake,
+    anthropic_server,
+    flow_with,
+)
+
+import flownb
+from flownb.cli import cli as main
+from flownb.errors import ConfigError
+from flownb.meter import CostMeter, usd
+from flownb.pricing import ESTIMATE_OUTPUT_TOKENS, call_cost, estimate_tokens
+from flownb.testing.fake_anthropic import FakeAnthropic
+from flownb.testing.fake_openai import FakeOpenAI
+from tests.conftest import write_flow
+
+
+def _table(provider_id: str, model: str, inp: int, out: int, **kw: int) -> float:
+    usage = Usage(input_tokens=inp, output_tokens=out, **kw)
+    return float(calc_price(usage, model, provider_id=provider_id).total_price)
+
+
+@pytest.mark.parametrize(
+    ("kind", "table", "model"),
+    [
+        ("openai", "openai", "gpt-4o-mini"),
+        ("anthropic", "anthropic", "claude-3-5-haiku-latest"),
+        ("anthropic", "anthropic", "claude-sonnet-4-5"),  # tiered: priced call by call
+        ("gemini", "google", "gemini-2.5-pro"),  # tiered past 200k prompt tokens
+        ("gemini", "google", "gemini-2.5-flash"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("inp", "out", "cached"), [(7, 13, 0), (1234, 567, 0), (250_000, 900, 0), (2000, 40, 1500)]
+)
+def test_call_cost_is_the_table_to_the_last_digit(
+    kind: str, table: str, model: str, inp: int, out: int, cached: int
+) -> None:
+    usage = {"prompt_tokens": inp, "completion_tokens": out, "cached_tokens": cached}
+    expected = _table(table, model, inp, out, cache_read_tokens=cached)
+    assert call_cost(kind, model, usage) == expected
+
+
+def test_unknown_prices_are_nan_and_offline_is_free() -> None:
+    usage = {"prompt_tokens": 10, "completion_tokens": 10}
+    assert math.isnan(call_cost("openai", "my-local-llama", usage))
+    assert math.isnan(call_cost("some-plugin", "gpt-4o-mini", usage))
+    assert math.isnan(call_cost("openai", "gpt-4o-mini", None))  # no usage reported
+    assert call_cost("offline", None, None) == 0.0
+    # An endpoint's prices (USD per million tokens) come first, "*" for every model.
+    prices = {"*": {"input": 0, "output": 0}, "big": {"input": 3, "output": 15}}
+    assert call_cost("openai", "my-local-llama", usage, prices) == 0.0
+    assert call_cost("openai", "big", usage, prices) == pytest.approx((10 * 3 + 10 * 15) / 1e6)
+
+
+def test_openai_runs_are_priced_in_the_run_log_and_totalled(fake: FakeOpenAI, tmp_path) -> None:
+    flow = flow_with({"A": {"model": "gpt-4o-mini"}, "B": {"model": "gpt-4o"}})
+    f = flownb.load_flow(flow, name="priced")
+    f.run_batch([{"topic": "owls"}, {"topic": "cats"}])
+    f.run({"topic": "owls"})  # every call from the cache
+    log = flownb.runs()
+    # "X about owls": 3 words in; "echo: X about owls": 4 words out (the fake's usage).
+    one = _table("openai", "gpt-4o-mini", 3, 4) + _table("openai", "gpt-4o", 3, 4)
+    assert list(log["cost_usd"]) == [pytest.approx(one)] * 2 + [0.0]
+    assert list(log["saved_usd"]) == [0.0, 0.0, pytest.approx(one)]
+    by_flow = flownb.runs(by="flow")
+    assert by_flow.loc["priced", "cost_usd"] == pytest.approx(2 * one)
+    assert by_flow.loc["priced", "saved_usd"] == pytest.approx(one)
+    assert by_flow.loc["priced", "runs"] == 3
+    by_day = flownb.runs(by="day")
+    assert list(by_day.index) == [pd.Timestamp.now(tz="UTC").strftime("%Y-%m-%d")]
+    with pytest.raises(ConfigError, match="flow, model or day"):
+        flownb.runs(by="vendor")
+
+
+def test_totals_never_turn_unknown_into_zero(fake: FakeOpenAI) -> None:
+    flownb.load_flow(flow_with({"A": {"model": "my-local-llama"}}), name="local").run(
+        {"topic": "x"}
+    )
+    flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}}), name="known").run({"topic": "x"})
+    by_model = flownb.runs(by="model")
+    assert math.isnan(by_model.loc["my-local-llama", "cost_usd"])
+    assert by_model.loc["my-local-llama", "unpriced"] == 1
+    assert by_model.loc["gpt-4o-mini", "cost_usd"] > 0
+
+
+def test_preview_estimates_cost_from_prompt_tokens_and_max_tokens(fake: FakeOpenAI) -> None:
+    flow = flow_with(
+        {"A": {"model": "gpt-4o-mini", "max_tokens": 100}, "B": {"model": "gpt-4o-mini"}}
+    )
+    f = flownb.load_flow(flow)
+    preview = f.preview([{"topic": "owls and more owls"}])
+    calls = preview.calls.set_index("node")
+    a_tokens = estimate_tokens("A about owls and more owls")
+    assert calls.loc["A", "est_output_tokens"] == 100
+    assert calls.loc["B", "est_output_tokens"] == ESTIMATE_OUTPUT_TOKENS
+    assert calls.loc["A", "est_cost_usd"] == pytest.approx(
+        _table("openai", "gpt-4o-mini", a_tokens, 100)
+    )
+    assert preview.est_cost == pytest.approx(calls["est_cost_usd"].sum())
+    assert "estimated cost: about $" in str(preview) and "estimate" in str(preview).splitlines()[1]
+    assert fake.requests == []  # nothing was called
+    # A cached call would cost nothing.
+    f.run({"topic": "owls and more owls"})
+    again = f.preview([{"topic": "owls and more owls"}])
+    assert again.n_calls == 0 and again.est_cost == 0.0
+
+
+def test_dry_run_prints_the_estimate_and_a_run_ends_with_its_total(
+    anthropic_fake: FakeAnthropic, tmp_path
+) -> None:
+    path = write_flow(tmp_path / "f.json", flow_with({"A": {"model": "claude-3-5-haiku-latest"}}))
+    runner = CliRunner()
+    dry = runner.invoke(
+        main, ["run", str(path), "--provider", "anthropic", "--var", "topic=owls", "--dry-run"]
+    )
+    assert dry.exit_code == 0, dry.output
+    assert "estimated cost: about $" in dry.stdout
+    assert anthropic_fake.requests == []
+    done = runner.invoke(main, ["run", str(path), "--provider", "anthropic", "--var", "topic=owls"])
+    assert done.exit_code == 0, done.output
+    expected = _table("anthropic", "claude-3-5-haiku-latest", 3, 4)
+    assert done.stderr.strip().splitlines()[-1] == f"flownb: cost: {usd(expected)} for 1 run(s)"
+    assert "cost:" not in done.stdout  # stdout stays the results
+
+
+def test_meter_counts_spent_saved_and_unpriced() -> None:
+    class R:
+        def __init__(self, cost: float, saving: float) -> None:
+            self.cost, self.cache_saving = cost, saving
+
+    meter = CostMeter()
+    for r in (R(0.5, 0.0), R(0.0, 0.25), R(math.nan, math.nan), None):
+        meter.add(r)
+    assert (meter.spent, meter.saved, meter.unpriced, meter.runs) == (0.5, 0.25, 1, 3)
+    assert meter.text() == "$0.5000 spent, $0.2500 saved by cache, 1 unpriced"
+    assert "1 run(s) without a known price not counted" in meter.total_line()
+    assert usd(math.nan) == "-" and usd(12.345) == "$12.35" and usd(0) == "$0"
+    assert usd(0.0000284) == "$0.000028" and usd(0.0123) == "$0.0123"
+
+
+def test_evaluation_report_has_cost_per_row_and_per_variant(fake: FakeOpenAI) -> None:
+    base = flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}}))
+    big = base.with_params(model="gpt-4o")
+    data = pd.DataFrame({"topic": ["owls", "cats"]})
+    report = flownb.evaluate({"mini": base, "big": big}, data, progress=False)
+    rows = report.results
+    mini = _table("openai", "gpt-4o-mini", 3, 4)
+    assert list(rows[rows["variant"] == "mini"]["cost_usd"]) == [pytest.approx(mini)] * 2
+    summary = report.summary
+    assert summary.loc["mini", "cost_usd"] == pytest.approx(2 * mini)
+    assert summary.loc["mini", "cost_per_row"] == pytest.approx(mini)
+    assert summary.loc["big", "cost_usd"] == pytest.approx(2 * _table("openai", "gpt-4o", 3, 4))
+    html = report._repr_html_()
+    assert "cost (total / per row)" in html and usd(2 * mini) in html
+
+
+def test_progress_bar_shows_money_spent_and_saved(fake: FakeOpenAI, capsys) -> None:
+    f = flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}}))
+    rows = [{"topic": "owls"}, {"topic": "cats"}]
+    f.run_batch(rows, progress=True)
+    first = capsys.readouterr().err
+    spent = 2 * _table("openai", "gpt-4o-mini", 3, 4)
+    assert f"{usd(spent)} spent" in first
+    f.run_batch(rows, progress=True)  # all from the cache
+    again = capsys.readouterr().err
+    assert f"$0 spent, {usd(spent)} saved by cache" in again
+
+
+def test_a_result_keeps_its_cost_when_pickled(fake: FakeOpenAI) -> None:
+    import pickle
+
+    result = flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}})).run({"topic": "owls"})
+    copy = pickle.loads(pickle.dumps(result))
+    assert copy.cost == result.cost == _table("openai", "gpt-4o-mini", 3, 4)
+    assert copy.cache_saving == 0.0
