@@ -24,6 +24,7 @@ ENTRY_POINTS = {
     "flownb.notebook.magics",
     "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
     "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
+    "flownb.evaluation.history",  # load_report() / reports(): the run log of FLOWNB_HOME
     "flownb.flow",  # LocalFlow.from_spec: a worker process rebuilding a flow, its own key
     "flownb.server.app",  # app_from_env(): each `serve --workers` process starts there
     "flownb.server.commands",

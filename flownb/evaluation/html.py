@@ -197,12 +197,24 @@ def summary_html(report: ReportView) -> str:
         latency = row["latency_s"]
         cells.append(f"<td>{_num(latency)}</td><td>{_num(row['total_tokens'])}</td>")
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
-    return (
+    return _labels_note(summary) + (
         f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
         f"<th>latency_s</th><th>total_tokens</th></tr></thead><tbody>{''.join(rows)}</tbody>"
         "</table><p class='inp'>mean (pass rate for pass/fail) [95% interval]; p: paired test "
         "against the first variant over the same rows</p>"
     )
+
+
+def _labels_note(summary: Any) -> str:
+    """Return a line saying how many rows carry human labels per variant (what the human
+    figures and any agreement rest on), or nothing before there are labels."""
+    if "labels" not in summary.columns:
+        return ""
+    parts = ", ".join(
+        f"{_esc(v)}: {int(k)} of {int(n)}"
+        for v, k, n in zip(summary.index, summary["labels"], summary["n"], strict=True)
+    )
+    return f"<p class='inp'>human labels (rows labelled per variant): {parts}</p>"
 
 
 def _num(value: Any) -> str:

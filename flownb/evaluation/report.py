@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from . import stats
+from .labelling import Labelled
 from .shape import ScorerInfo
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ __all__ = ["EvalReport", "ScorerInfo"]
 ALPHA = 0.05  # a paired test's p-value below this marks a variant as differing from the first
 
 
-class EvalReport:
+class EvalReport(Labelled):
     """An evaluation's results.
 
     Attributes:
@@ -68,7 +69,8 @@ class EvalReport:
         (``_low``/``_high``: Wilson for rates, Student t for means); mean ``latency_s``; summed
         ``total_tokens``. With two or more variants, ``<name>_p`` and ``<name>_differs``: a
         paired test against the first variant over the same rows (McNemar exact for pass/fail,
-        Wilcoxon signed-rank or a sign test for scores), differing when p < 0.05.
+        Wilcoxon signed-rank or a sign test for scores), differing when p < 0.05. Once rows carry
+        human labels, ``labels``: how many of the variant's rows are labelled.
         """
         import numpy as np
         import pandas as pd
@@ -100,7 +102,8 @@ class EvalReport:
             )
             row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
             rows.append(row)
-        return pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
+        summary = pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
+        return self._with_label_counts(summary)  # how many labels the human figures rest on
 
     @staticmethod
     def _paired(first: pd.DataFrame, other: pd.DataFrame, name: str, kind: str) -> float:
@@ -211,6 +214,7 @@ class EvalReport:
             raise ConfigError("this evaluation has no run log; pass store(home=...)")
         self.home = home
         save_scores(self, home)
+        self._store_labels(home)
 
     def diff(self, other: EvalReport | str) -> pd.DataFrame:
         """Return the (variant, input row) pairs whose scores or pass changed from ``other``

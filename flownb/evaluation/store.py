@@ -6,6 +6,11 @@ What is kept is an :class:`EvalLog`, a pydantic model that reads and writes itse
 its schema version (:data:`EVAL_LOG_VERSION`) in its JSON and in the table's ``version``
 column. Rows written before there was a version (no column, or ``NULL``) have the same layout
 and are read as version 1; a version newer than this flownb knows is refused in one line.
+
+Version 2 keeps the whole report (its results, scorers, outputs and input columns, in the
+``report`` column), so :func:`flownb.load_report` can bring it back; a version 1 log comes back
+with its scores only. Human labels go to their own table, ``eval_labels``, one row per label
+as it was given (the latest for a (row, variant) is the one in force).
 """
 
 from __future__ import annotations
@@ -27,10 +32,24 @@ if TYPE_CHECKING:
 
     from .shape import ReportView
 
-__all__ = ["EVAL_LOG_VERSION", "EvalLog", "diff_frames", "load_scores", "save_scores"]
+__all__ = [
+    "EVAL_LOG_VERSION",
+    "LABEL_COLUMNS",
+    "EvalLog",
+    "diff_frames",
+    "list_logs",
+    "load_scores",
+    "read_labels",
+    "save_labels",
+    "save_scores",
+]
 
 # The layout of a kept evaluation; raise it when the layout changes, and read older ones.
-EVAL_LOG_VERSION = 1
+# 1: scores only. 2: the whole report (results, scorers, outputs, inputs) as well.
+EVAL_LOG_VERSION = 2
+
+# The columns of ``report.labels``, in order.
+LABEL_COLUMNS = ["row", "variant", "passed", "score", "note", "labelled_at"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
@@ -41,6 +60,19 @@ CREATE TABLE IF NOT EXISTS evaluations (
     version INTEGER
 )
 """
+_LABELS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS eval_labels (
+    id INTEGER PRIMARY KEY,
+    eval_id TEXT NOT NULL,
+    row TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    passed INTEGER,
+    score REAL,
+    note TEXT NOT NULL,
+    labelled_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS eval_labels_eval ON eval_labels (eval_id);
+"""
 
 
 def _connect(home: Path) -> sqlite3.Connection:
@@ -50,9 +82,12 @@ def _connect(home: Path) -> sqlite3.Connection:
         db = sqlite3.connect(path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(_SCHEMA)
+        db.executescript(_LABELS_SCHEMA)
         columns = {row[1] for row in db.execute("PRAGMA table_info(evaluations)")}
         if "version" not in columns:  # a run log from before the version existed
             db.execute("ALTER TABLE evaluations ADD COLUMN version INTEGER")
+        if "report" not in columns:  # a run log from before version 2
+            db.execute("ALTER TABLE evaluations ADD COLUMN report TEXT")
     except (sqlite3.Error, OSError) as exc:
         raise ConfigError(f"the run log {path} cannot be used ({exc})") from exc
     return db
@@ -61,6 +96,15 @@ def _connect(home: Path) -> sqlite3.Connection:
 def _columns(frame: pd.DataFrame) -> dict[str, list[Any]]:
     clean = frame.astype(object).where(frame.notna(), None)
     return {str(c): clean[c].tolist() for c in clean.columns}
+
+
+def _json(value: Any) -> str:
+    # Input columns may hold anything a DataFrame can (dates, numpy scalars): kept as text then.
+    return orjson.dumps(value, default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+# What version 2 keeps besides the scores (the ``report`` column).
+_REPORT_FIELDS = ("results", "scorers", "outputs", "kinds", "index_name", "inputs")
 
 
 class EvalLog(BaseModel):
@@ -74,13 +118,39 @@ class EvalLog(BaseModel):
     created: float = Field(default_factory=time.time)
     variants: list[str]
     scores: dict[str, list[Any]]
+    # Version 2: the whole report (None / empty in a version 1 log).
+    results: dict[str, list[Any]] | None = None
+    scorers: list[dict[str, Any]] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list)
+    kinds: dict[str, str] = Field(default_factory=dict)
+    index_name: str = "index"
+    inputs: list[str] = Field(default_factory=list)
 
     @classmethod
     def of(cls, report: ReportView) -> EvalLog:
-        """Return the log of ``report``: its score frame, as of now."""
+        """Return the log of ``report``: its score frame and results, as of now."""
+        created = getattr(report, "created", None)
         return cls(
-            id=report.id, variants=list(report.variants), scores=_columns(report.score_frame())
+            created=created if isinstance(created, float) else time.time(),
+            id=report.id,
+            variants=list(report.variants),
+            scores=_columns(report.score_frame()),
+            results=_columns(report.results),
+            scorers=[dict(vars(s)) for s in report.scorers],
+            outputs=list(report.outputs),
+            kinds=dict(report.kinds),
+            index_name=report.index_name,
+            inputs=list(report.inputs),
         )
+
+    def results_frame(self) -> pd.DataFrame:
+        """Return the report's results (version 1: the score frame, its index column named
+        ``index_name``)."""
+        import pandas as pd
+
+        if self.results is None:
+            return self.frame().rename(columns={"index": self.index_name})
+        return pd.DataFrame(self.results)
 
     def frame(self) -> pd.DataFrame:
         """Return the score frame (variant, index, scorers, passed, error)."""
@@ -125,14 +195,15 @@ class EvalLog(BaseModel):
         """
         with closing(_connect(home)) as db:
             db.execute(
-                "INSERT OR REPLACE INTO evaluations (id, created, variants, scores, version) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO evaluations (id, created, variants, scores, version, "
+                "report) VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     self.id,
                     self.created,
                     orjson.dumps(self.variants).decode(),
-                    orjson.dumps(self.scores).decode(),
+                    _json(self.scores),
                     self.version,
+                    _json({k: getattr(self, k) for k in _REPORT_FIELDS}),
                 ),
             )
 
@@ -145,7 +216,8 @@ class EvalLog(BaseModel):
         """
         with closing(_connect(home)) as db:
             row = db.execute(
-                "SELECT id, created, variants, scores, version FROM evaluations WHERE id = ?",
+                "SELECT id, created, variants, scores, version, report FROM evaluations "
+                "WHERE id = ?",
                 (eval_id,),
             ).fetchone()
             if row is None:
@@ -159,6 +231,7 @@ class EvalLog(BaseModel):
                 "variants": orjson.loads(row[2]),
                 "scores": orjson.loads(row[3]),
                 "version": row[4],
+                **(orjson.loads(row[5]) if row[5] else {}),
             }
         )
 
@@ -175,6 +248,84 @@ def load_scores(eval_id: str, home: Path) -> pd.DataFrame:
         ConfigError: no evaluation with that id, or one kept by a newer flownb.
     """
     return EvalLog.read(eval_id, home).frame()
+
+
+def list_logs(home: Path) -> list[tuple[str, float, list[str], int, int]]:
+    """Return every evaluation kept in the run log of ``home``, oldest first: its id, when, its
+    variants, its input rows and how many (row, variant) pairs carry a label."""
+    if not (Path(home) / RUNLOG_FILE).exists():
+        return []
+    with closing(_connect(home)) as db:
+        labelled = dict(
+            db.execute(
+                "SELECT eval_id, COUNT(DISTINCT row || char(0) || variant) FROM eval_labels "
+                "GROUP BY eval_id"
+            ).fetchall()
+        )
+        found = []
+        for eval_id, created, variants, scores in db.execute(
+            "SELECT id, created, variants, scores FROM evaluations ORDER BY created"
+        ):
+            names = orjson.loads(variants)
+            runs = len(orjson.loads(scores).get("variant", []))
+            rows = runs // len(names) if names else 0
+            found.append((eval_id, created, names, rows, int(labelled.get(eval_id, 0))))
+    return found
+
+
+def save_labels(eval_id: str, labels: list[dict[str, Any]], home: Path) -> None:
+    """Append ``labels`` (dicts with the :data:`LABEL_COLUMNS`) to the run log of ``home``
+    under ``eval_id``, in one transaction.
+
+    Raises:
+        ConfigError: the run log cannot be used.
+    """
+    with closing(_connect(home)) as db:
+        try:
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT INTO eval_labels (eval_id, row, variant, passed, score, note, "
+                "labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        eval_id,
+                        _json(lab["row"]),
+                        lab["variant"],
+                        None if lab["passed"] is None else int(lab["passed"]),
+                        lab["score"],
+                        lab["note"],
+                        lab["labelled_at"],
+                    )
+                    for lab in labels
+                ],
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise ConfigError(f"the labels could not be kept in the run log ({exc})") from exc
+
+
+def read_labels(eval_id: str, home: Path) -> list[dict[str, Any]]:
+    """Return every label kept for ``eval_id`` in the run log of ``home``, in the order given."""
+    if not (Path(home) / RUNLOG_FILE).exists():
+        return []
+    with closing(_connect(home)) as db:
+        rows = db.execute(
+            "SELECT row, variant, passed, score, note, labelled_at FROM eval_labels "
+            "WHERE eval_id = ? ORDER BY id",
+            (eval_id,),
+        ).fetchall()
+    return [
+        {
+            "row": orjson.loads(row),
+            "variant": variant,
+            "passed": None if passed is None else bool(passed),
+            "score": score,
+            "note": note,
+            "labelled_at": at,
+        }
+        for row, variant, passed, score, note, at in rows
+    ]
 
 
 def _same(a: Any, b: Any) -> bool:
