@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import tracing
 from .errors import ConfigError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
@@ -320,7 +321,8 @@ class Engine:
 
     def run_inline(self, batch: Sequence[Mapping[str, str]], on_result: OnResult) -> None:
         """Run a validated batch synchronously; only for providers with ``inline = True``."""
-        generate = self.provider.generate_inline
+        # Traced only when a tracer provider is configured (checked once per batch, not per call).
+        generate = tracing.traced(self.provider.name, self.provider.generate_inline)
         steps = self.plan.steps
         chained = self.plan.chained
         # Hoisted out of the loop: this path runs ~10,000 rows in tens of milliseconds.

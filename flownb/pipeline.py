@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
+from . import tracing
 from .aio import run_sync
 from .engine import Engine
 from .errors import BatchError
@@ -118,6 +119,18 @@ class Runner:
         if recorder is not None:
             on_result = recorder.wrap(on_result)
         engine = self.engine
+        with tracing.flow_span(self.name, engine.provider.name, len(batch)):
+            self._run(batch, on_result, recorder, concurrency, gate)
+
+    def _run(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        recorder: RunRecorder | None,
+        concurrency: int | None,
+        gate: Gate | None,
+    ) -> None:
+        engine = self.engine
         try:
             if engine.provider.inline:
                 engine.run_inline(batch, on_result)
@@ -143,6 +156,17 @@ class Runner:
         recorder = self._recorder(batch)
         if recorder is not None:
             on_result = recorder.wrap(on_result)
+        with tracing.flow_span(self.name, self.engine.provider.name, len(batch)):
+            await self._arun(batch, on_result, recorder, concurrency, limiter)
+
+    async def _arun(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        recorder: RunRecorder | None,
+        concurrency: int | None,
+        limiter: AdaptiveLimiter | None,
+    ) -> None:
         engine = self.engine
         try:
             if not engine.provider.inline:

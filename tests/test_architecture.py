@@ -56,7 +56,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.graph",  # on main since this branch started: draws a flow, imports model
         },
     ),
-    ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),
+    # flownb.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
+    ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog", "flownb.tracing"}),
     ("engine/pipeline", {"flownb.engine", "flownb.pipeline"}),
     ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client"}),
     (
