@@ -55,6 +55,7 @@ def load_report(id: str, home: str | Path | None = None) -> EvalReport:
         home=where,
     )
     report.created = log.created
+    report.variant_params = log.variant_params
     report.reload_labels()
     return report
 

@@ -59,6 +59,8 @@ class EvalReport(Labelled):
         self.created = time.time()
         # The FLOWNB_HOME whose run log keeps this evaluation (None: not kept).
         self.home = home
+        # Variant name -> its set-up as text (provider, model, prompts, params), for trackers.
+        self.variant_params: dict[str, dict[str, str]] = {}
 
     # -- summary ---------------------------------------------------------------------------------
 
@@ -248,6 +250,19 @@ class EvalReport(Labelled):
         frame = self.results[keep].rename(columns={self.index_name: "index"})
         frame["index"] = frame["index"].astype(str)
         return frame
+
+    def to_mlflow(self, experiment: str | None = None) -> dict[str, str]:
+        """Log this evaluation to MLflow (``pip install flownb[mlflow]``): one run per variant
+        in ``experiment`` (default: MLflow's active one) with its set-up as parameters (provider,
+        model, prompts, model parameters), its summary as metrics (means, pass rates, cost when
+        known) and the results and the HTML report as artifacts. Returns variant -> run id.
+
+        Raises:
+            ConfigError: MLflow is not installed, or cannot log where it is pointed.
+        """
+        from .tracking import to_mlflow
+
+        return to_mlflow(self, experiment)
 
     def _repr_html_(self) -> str:
         from .html import STYLE, summary_html

@@ -28,6 +28,7 @@ from ..frame import INTERRUPTED, rows_to_variables
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
+from .params import variant_params
 from .report import EvalReport, ScorerInfo
 
 if TYPE_CHECKING:
@@ -287,6 +288,7 @@ def evaluate(
             stacklevel=2,
         )
     report = _assemble(data, variants, collected, graders, judged)
+    report.variant_params = {name: variant_params(f) for name, f in variants.items()}
     if log:
         report.store(_home(variants))
     return report

@@ -104,7 +104,15 @@ def _json(value: Any) -> str:
 
 
 # What version 2 keeps besides the scores (the ``report`` column).
-_REPORT_FIELDS = ("results", "scorers", "outputs", "kinds", "index_name", "inputs")
+_REPORT_FIELDS = (
+    "results",
+    "scorers",
+    "outputs",
+    "kinds",
+    "index_name",
+    "inputs",
+    "variant_params",
+)
 
 
 class EvalLog(BaseModel):
@@ -125,6 +133,7 @@ class EvalLog(BaseModel):
     kinds: dict[str, str] = Field(default_factory=dict)
     index_name: str = "index"
     inputs: list[str] = Field(default_factory=list)
+    variant_params: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, report: ReportView) -> EvalLog:
@@ -141,6 +150,7 @@ class EvalLog(BaseModel):
             kinds=dict(report.kinds),
             index_name=report.index_name,
             inputs=list(report.inputs),
+            variant_params=dict(getattr(report, "variant_params", {})),
         )
 
     def results_frame(self) -> pd.DataFrame:
