@@ -31,9 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 TWO = make_flow({"intro": "Intro about {topic}.", "title": "Title: {topic}"}, ["topic"])
 
 
+def unset_tracer_provider() -> None:
+    """Put back the API's unconfigured global provider. The API lets a process set it once; this
+    is what OpenTelemetry's own test utilities do, so each test starts (and leaves) untraced,
+    whatever ran before it in this process (README's example sets one)."""
+    trace._TRACER_PROVIDER = None
+    trace._TRACER_PROVIDER_SET_ONCE._done = False
+
+
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     """A configured SDK tracer provider exporting to memory, removed again afterwards."""
+    unset_tracer_provider()
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -42,10 +51,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
         yield exporter
     finally:
         provider.shutdown()
-        # The API sets its global provider once per process; tests put the default back the way
-        # OpenTelemetry's own test utilities do, so other tests run untraced.
-        trace._TRACER_PROVIDER = None
-        trace._TRACER_PROVIDER_SET_ONCE._done = False
+        unset_tracer_provider()
 
 
 def by_operation(exporter: InMemorySpanExporter, name: str) -> list:
@@ -104,6 +110,7 @@ def test_offline_runs_are_traced_too(spans: InMemorySpanExporter, tmp_path: Path
 
 
 def test_nothing_is_traced_without_a_configured_provider(tmp_path: Path) -> None:
+    unset_tracer_provider()
     assert tracing.tracer() is None
     flow = flownb.load_flow(TWO, provider="offline")
     assert flow.run(topic="x")["intro"]

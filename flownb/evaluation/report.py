@@ -251,6 +251,21 @@ class EvalReport(Labelled):
         frame["index"] = frame["index"].astype(str)
         return frame
 
+    def review(
+        self, output: str | list[str] | None = None, variants: list[str] | None = None
+    ) -> Any:
+        """Return a widget that walks the rows for labelling: the inputs, each variant's
+        ``output`` side by side (default: every output; images inline), pass / fail buttons, a
+        1-5 score, a note, keyboard shortcuts and a progress count; the scorers' values and
+        reasons show for a variant only once it is labelled. Each answer is a :meth:`label`.
+
+        Raises:
+            ConfigError: an unknown output or variant.
+        """
+        from .review import LabelReview
+
+        return LabelReview(self, output, variants)
+
     def to_mlflow(self, experiment: str | None = None) -> dict[str, str]:
         """Log this evaluation to MLflow (``pip install flownb[mlflow]``): one run per variant
         in ``experiment`` (default: MLflow's active one) with its set-up as parameters (provider,
