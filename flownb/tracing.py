@@ -31,25 +31,36 @@ _cached: tuple[Any, Any] = (None, None)  # (tracer provider, its flownb tracer)
 
 
 def _trace_api() -> Any:
-    global _api
+    global _api, _get_provider, _unconfigured
     if _api is _UNSET:
         trace: Any
         try:
             from opentelemetry import trace
         except ImportError:  # the otel extra is not installed: tracing stays off
             trace = None
+        if trace is not None:
+            _get_provider = trace.get_tracer_provider
+            _unconfigured = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
         _api = trace
     return _api
 
 
+_get_provider: Any = None
+_unconfigured: tuple[type, ...] = ()
+
+
 def tracer() -> Any:
-    """Return flownb's tracer when a tracer provider is configured, else ``None``."""
+    """Return flownb's tracer when a tracer provider is configured, else ``None``.
+
+    Called once per run and per batch of calls, so kept cheap (about a microsecond).
+    """
     global _cached
-    api = _trace_api()
-    if api is None:
+    if _api is _UNSET:
+        _trace_api()
+    if _api is None:
         return None
-    provider = api.get_tracer_provider()
-    if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
+    provider = _get_provider()
+    if type(provider) in _unconfigured:
         return None  # nothing configured: spans would go nowhere
     if _cached[0] is not provider:
         _cached = (provider, provider.get_tracer(_TRACER_NAME))
