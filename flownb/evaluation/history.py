@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..settings import get_settings
 from .report import EvalReport
 from .shape import ScorerInfo
-from .store import EvalLog, list_logs
+from .store import EvalLog, list_logs, read_results
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,7 +31,9 @@ def load_report(id: str, home: str | Path | None = None) -> EvalReport:
     where = Path(home) if home is not None else get_settings().home
     log = EvalLog.read(id, where)
     scorers = [ScorerInfo(**s) for s in log.scorers]
-    results = log.results_frame()
+    results = read_results(log.id, where)
+    if results is None:  # a version 1 log: the scores only
+        results = log.frame().rename(columns={"index": log.index_name})
     # JSON keeps values, not dtypes: give the columns the ones evaluate() made.
     for s in scorers:
         if s.name in results.columns:

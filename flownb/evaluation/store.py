@@ -7,16 +7,19 @@ its schema version (:data:`EVAL_LOG_VERSION`) in its JSON and in the table's ``v
 column. Rows written before there was a version (no column, or ``NULL``) have the same layout
 and are read as version 1; a version newer than this flownb knows is refused in one line.
 
-Version 2 keeps the whole report (its results, scorers, outputs and input columns, in the
-``report`` column), so :func:`flownb.load_report` can bring it back; a version 1 log comes back
-with its scores only. Human labels go to their own table, ``eval_labels``, one row per label
-as it was given (the latest for a (row, variant) is the one in force).
+Version 2 keeps the whole report, so :func:`flownb.load_report` can bring it back: its
+scorers, outputs, input columns and variants' set-up (the ``report`` column), and its results
+in ``eval_results``, in chunks of rows (so keeping 100,000 rows never holds a second copy of
+them in memory); a version 1 log comes back with its scores only. Human labels go to their
+own table, ``eval_labels``, one row per label as it was given (the latest for a (row, variant)
+is the one in force).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +43,9 @@ __all__ = [
     "list_logs",
     "load_scores",
     "read_labels",
+    "read_results",
     "save_labels",
+    "save_results",
     "save_scores",
 ]
 
@@ -72,7 +77,15 @@ CREATE TABLE IF NOT EXISTS eval_labels (
     labelled_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS eval_labels_eval ON eval_labels (eval_id);
+CREATE TABLE IF NOT EXISTS eval_results (
+    eval_id TEXT NOT NULL,
+    chunk INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    PRIMARY KEY (eval_id, chunk)
+);
 """
+# Rows of the results frame per eval_results chunk: one small JSON document each.
+_RESULT_CHUNK = 5_000
 
 
 def _connect(home: Path) -> sqlite3.Connection:
@@ -105,7 +118,6 @@ def _json(value: Any) -> str:
 
 # What version 2 keeps besides the scores (the ``report`` column).
 _REPORT_FIELDS = (
-    "results",
     "scorers",
     "outputs",
     "kinds",
@@ -126,8 +138,8 @@ class EvalLog(BaseModel):
     created: float = Field(default_factory=time.time)
     variants: list[str]
     scores: dict[str, list[Any]]
-    # Version 2: the whole report (None / empty in a version 1 log).
-    results: dict[str, list[Any]] | None = None
+    # Version 2: what the report is made of (empty in a version 1 log; its results are kept
+    # apart, see save_results).
     scorers: list[dict[str, Any]] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
     kinds: dict[str, str] = Field(default_factory=dict)
@@ -137,14 +149,13 @@ class EvalLog(BaseModel):
 
     @classmethod
     def of(cls, report: ReportView) -> EvalLog:
-        """Return the log of ``report``: its score frame and results, as of now."""
+        """Return the log of ``report``: its score frame and make-up, as of now."""
         created = getattr(report, "created", None)
         return cls(
             created=created if isinstance(created, float) else time.time(),
             id=report.id,
             variants=list(report.variants),
             scores=_columns(report.score_frame()),
-            results=_columns(report.results),
             scorers=[dict(vars(s)) for s in report.scorers],
             outputs=list(report.outputs),
             kinds=dict(report.kinds),
@@ -152,15 +163,6 @@ class EvalLog(BaseModel):
             inputs=list(report.inputs),
             variant_params=dict(getattr(report, "variant_params", {})),
         )
-
-    def results_frame(self) -> pd.DataFrame:
-        """Return the report's results (version 1: the score frame, its index column named
-        ``index_name``)."""
-        import pandas as pd
-
-        if self.results is None:
-            return self.frame().rename(columns={"index": self.index_name})
-        return pd.DataFrame(self.results)
 
     def frame(self) -> pd.DataFrame:
         """Return the score frame (variant, index, scorers, passed, error)."""
@@ -247,8 +249,51 @@ class EvalLog(BaseModel):
 
 
 def save_scores(report: ReportView, home: Path) -> None:
-    """Store the report's score frame under its id, as an :class:`EvalLog`."""
+    """Store the report under its id: an :class:`EvalLog`, and its results frame."""
     EvalLog.of(report).write(home)
+    save_results(report.id, report.results, home)
+
+
+def _chunks(frame: pd.DataFrame) -> Iterator[bytes]:
+    for start in range(0, len(frame), _RESULT_CHUNK):
+        yield _json(_columns(frame.iloc[start : start + _RESULT_CHUNK])).encode()
+
+
+def save_results(eval_id: str, frame: pd.DataFrame, home: Path) -> None:
+    """Keep ``frame`` (a report's results) under ``eval_id``, replacing any kept before: one
+    transaction, one chunk of rows in memory at a time.
+
+    Raises:
+        ConfigError: the run log cannot be used.
+    """
+    with closing(_connect(home)) as db:
+        try:
+            db.execute("BEGIN")
+            db.execute("DELETE FROM eval_results WHERE eval_id = ?", (eval_id,))
+            db.executemany(
+                "INSERT INTO eval_results (eval_id, chunk, rows) VALUES (?, ?, ?)",
+                ((eval_id, k, rows) for k, rows in enumerate(_chunks(frame))),
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise ConfigError(f"the results could not be kept in the run log ({exc})") from exc
+
+
+def read_results(eval_id: str, home: Path) -> pd.DataFrame | None:
+    """Return the results frame kept under ``eval_id``, or None (kept by a version 1 log)."""
+    import pandas as pd
+
+    with closing(_connect(home)) as db:
+        chunks = [
+            pd.DataFrame(orjson.loads(rows))
+            for (rows,) in db.execute(
+                "SELECT rows FROM eval_results WHERE eval_id = ? ORDER BY chunk", (eval_id,)
+            )
+        ]
+    if not chunks:
+        return None
+    return pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
 
 
 def load_scores(eval_id: str, home: Path) -> pd.DataFrame:
