@@ -56,6 +56,7 @@ def test_each_variant_is_an_mlflow_run_with_params_metrics_and_artifacts(
     assert warm["params.provider"] == "openai" and warm["params.model"] == "gpt-small"
     assert warm["params.intro.temperature"] == "0.9"
     assert warm["params.prompt.intro"] == "Intro about {topic}."
+    assert warm["params.endpoint"].startswith("http://127.0.0.1:")
     summary = report.summary.loc["warm"]
     assert warm["metrics.contains_intro"] == pytest.approx(summary["contains_intro"])
     assert warm["metrics.pass_rate"] == pytest.approx(summary["pass_rate"])
@@ -67,6 +68,12 @@ def test_each_variant_is_an_mlflow_run_with_params_metrics_and_artifacts(
     csv = Path(client.download_artifacts(runs["warm"], "results.csv", str(tmp_path)))
     logged = pd.read_csv(csv)
     assert logged["variant"].unique().tolist() == ["warm"] and len(logged) == 3
+    # A report read back from the run log knows its set-up too, and logs the same parameters.
+    again = flownb.load_report(report.id)
+    assert again.variant_params == report.variant_params
+    rerun = again.to_mlflow("flownb-again")
+    back = client.get_run(rerun["warm"]).data.params
+    assert back["model"] == "gpt-small" and back["intro.temperature"] == "0.9"
     html = Path(client.download_artifacts(runs["base"], "report.html", str(tmp_path)))
     assert html.read_text(encoding="utf-8") == page_html(report)  # the whole report, one file
 
