@@ -68,6 +68,7 @@ class Labelled:
         if variant not in self.variants:
             raise ConfigError(f"no variant {variant!r}; the variants are {self.variants}")
         key = self._row_key(row)
+        passed = _native(passed)  # numpy's bool_ (a value read from a frame) is a bool here
         if passed is not None and not isinstance(passed, bool):
             raise ConfigError(f"passed is True, False or None, not {passed!r}")
         if score is not None:
