@@ -27,7 +27,7 @@ from .errors import (
     ServiceTimeout,
     ServiceUnavailable,
 )
-from .evaluation import EvalReport, evaluate
+from .evaluation import EvalReport, evaluate, load_report, reports
 from .flow import BaseFlow, LocalFlow, load_flow
 from .pipeline import Outcomes
 from .result import RunResult
@@ -62,6 +62,8 @@ __all__ = [
     "display_frame",
     "evaluate",
     "load_flow",
+    "load_report",
+    "reports",
     "runs",
     "scorers",
 ]

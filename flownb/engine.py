@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import tracing
 from .errors import ConfigError, InputError, Problem, ProviderError
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
@@ -414,7 +415,8 @@ class Engine:
     ) -> None:
         """Run a validated batch synchronously; only for providers with ``inline = True``.
         When ``stop`` is set (from another thread) the run ends before its next element."""
-        generate = self.provider.generate_inline
+        # Traced only when a tracer provider is configured (checked once per batch, not per call).
+        generate = tracing.traced(self.provider.name, self.provider.generate_inline)
         steps = self.plan.steps
         chained = self.plan.chained
         # Hoisted out of the loop: this path runs ~10,000 rows in tens of milliseconds.

@@ -26,6 +26,7 @@ import asyncio
 import threading
 from collections.abc import Mapping, Sequence
 
+from . import tracing
 from .aio import run_sync
 from .engine import Engine
 from .errors import BatchError
@@ -161,18 +162,19 @@ class Runner:
         if recorder is not None:
             # The run log records every element, even one that ends after the hand-over closed.
             report = recorder.wrap(report)
-        try:
-            if handover is None:
-                engine.run_inline(batch, report)
-            else:
-                run_sync(
-                    engine.run_async(batch, report, concurrency or self.concurrency, gate=gate)
-                )
-        finally:
-            if handover is not None:
-                handover.close()
-            if recorder is not None:
-                recorder.flush()
+        with tracing.flow_span(self.name, engine.provider.name, len(batch)):
+            try:
+                if handover is None:
+                    engine.run_inline(batch, report)
+                else:
+                    run_sync(
+                        engine.run_async(batch, report, concurrency or self.concurrency, gate=gate)
+                    )
+            finally:
+                if handover is not None:
+                    handover.close()
+                if recorder is not None:
+                    recorder.flush()
 
     async def arun(
         self,
@@ -190,6 +192,18 @@ class Runner:
         recorder = self._recorder(batch)
         if recorder is not None:
             on_result = recorder.wrap(on_result)
+        with tracing.flow_span(self.name, self.engine.provider.name, len(batch)):
+            await self._arun(batch, on_result, recorder, concurrency, limiter, gate)
+
+    async def _arun(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        recorder: RunRecorder | None,
+        concurrency: int | None,
+        limiter: AdaptiveLimiter | None,
+        gate: Gate | None,
+    ) -> None:
         engine = self.engine
         try:
             if not engine.provider.inline:

@@ -48,6 +48,7 @@ __all__ = [
     "col",
     "contains",
     "equals",
+    "human",
     "is_json",
     "judge",
     "length",
@@ -662,3 +663,30 @@ def pick_best(
     1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``).
     ``provider`` and ``model`` are chosen as for :func:`judge`."""
     return PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}")
+
+
+class _Human(Scorer):
+    """A column read from the evaluation's human labels (see ``report.label``), not computed:
+    NaN until a row is labelled. No threshold, so it never decides ``passed``."""
+
+    kind: Kind = "float"
+
+    def __init__(self, field: Literal["passed", "score"], name: str | None) -> None:
+        if field not in ("passed", "score"):
+            raise ConfigError(f"human() reads 'passed' or 'score', not {field!r}")
+        self.name = name or ("human" if field == "passed" else "human_score")
+        # The report fills the column from its labels; this marks which field it reads.
+        self.output = f"labels:{field}"
+
+    def columns(self) -> list[str]:
+        return []
+
+    def score(self, block: Block) -> Scores:
+        return [None] * block.n, None
+
+
+def human(field: Literal["passed", "score"] = "passed", *, name: str | None = None) -> Scorer:
+    """The human labels as a scorer column (``human``, or ``human_score`` for
+    ``field="score"``): 1.0 / 0.0 for a pass / fail label, or the label's score; NaN where the
+    row is not labelled. It follows ``report.label`` and ``report.review``."""
+    return _Human(field, name)

@@ -24,6 +24,7 @@ ENTRY_POINTS = {
     "flownb.notebook.magics",
     "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
     "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
+    "flownb.evaluation.history",  # load_report() / reports(): the run log of FLOWNB_HOME
     "flownb.flow",  # LocalFlow.from_spec: a worker process rebuilding a flow, its own key
     "flownb.server.app",  # app_from_env(): each `serve --workers` process starts there
     "flownb.server.commands",
@@ -63,7 +64,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.meter",  # money spent so far, for bars and the CLI's total line
         },
     ),
-    ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog"}),
+    # flownb.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
+    ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog", "flownb.tracing"}),
     ("engine/pipeline", {"flownb.engine", "flownb.pipeline"}),
     ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client"}),
     (

@@ -35,12 +35,12 @@ def test_a_stored_evaluation_carries_its_version_and_reads_back(tmp_path: Path) 
         (version,) = db.execute(
             "SELECT version FROM evaluations WHERE id = ?", (report.id,)
         ).fetchone()
-    assert version == EVAL_LOG_VERSION == 1
+    assert version == EVAL_LOG_VERSION == 2
     log = EvalLog.read(report.id, tmp_path)
     assert log.variants == ["v"]
     assert log.frame()["contains_say"].tolist() == [True, False]
     again = EvalLog.from_json(log.to_json())
-    assert again == log and orjson.loads(log.to_json())["version"] == 1
+    assert again == log and orjson.loads(log.to_json())["version"] == 2
 
 
 def test_a_run_log_kept_before_the_version_is_read_and_then_extended(tmp_path: Path) -> None:
@@ -58,7 +58,7 @@ def test_a_run_log_kept_before_the_version_is_read_and_then_extended(tmp_path: P
     assert load_scores("old1", tmp_path).to_dict("list") == scores
     assert EvalLog.read("old1", tmp_path).version == 1
     report = evaluated(tmp_path)  # the same table, now with its version column
-    assert EvalLog.read(report.id, tmp_path).version == 1
+    assert EvalLog.read(report.id, tmp_path).version == 2
     assert EvalLog.from_json(b'{"id": "x", "variants": [], "scores": {}}').version == 1
 
 

@@ -260,7 +260,7 @@ def summary_html(report: ReportView) -> str:
         cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
         cells.append(f"<td>{_money(row.get('cost_usd'))}<br>{_money(row.get('cost_per_row'))}</td>")
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
-    return (
+    return _labels_note(summary) + (
         f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
         f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody>"
@@ -285,6 +285,18 @@ def _setup_html(report: ReportView) -> str:
         "<table class='flownb-eval'><thead><tr><th>variant</th><th>endpoint</th><th>model</th>"
         f"<th>system</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def _labels_note(summary: Any) -> str:
+    """Return a line saying how many rows carry human labels per variant (what the human
+    figures and any agreement rest on), or nothing before there are labels."""
+    if "labels" not in summary.columns:
+        return ""
+    parts = ", ".join(
+        f"{_esc(v)}: {int(k)} of {int(n)}"
+        for v, k, n in zip(summary.index, summary["labels"], summary["n"], strict=True)
+    )
+    return f"<p class='inp'>human labels (rows labelled per variant): {parts}</p>"
 
 
 def _missing(value: Any) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from . import stats
+from .labelling import Labelled
 from .shape import ScorerInfo
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ __all__ = ["EvalReport", "ScorerInfo"]
 ALPHA = 0.05  # a paired test's p-value below this marks a variant as differing from the first
 
 
-class EvalReport:
+class EvalReport(Labelled):
     """An evaluation's results.
 
     Attributes:
@@ -69,6 +70,8 @@ class EvalReport:
         # The FLOWNB_HOME whose run log keeps this evaluation (None: not kept).
         self.home = home
         self.context: dict[str, Any] = context or {}
+        # Variant name -> its set-up as text (provider, model, prompts, params), for trackers.
+        self.variant_params: dict[str, dict[str, str]] = {}
 
     # -- summary ---------------------------------------------------------------------------------
 
@@ -82,7 +85,8 @@ class EvalReport:
         price). With two or more variants, ``<name>_p`` and ``<name>_differs``: a paired test
         against the first variant over the same rows (McNemar exact for rates, Wilcoxon
         signed-rank or a sign test for scores), differing when p < 0.05. Where known,
-        ``endpoint``, ``model`` and ``system`` say what each variant ran on.
+        ``endpoint``, ``model`` and ``system`` say what each variant ran on. Once rows carry human
+        labels, ``labels``: how many of the variant's rows are labelled.
         """
         import numpy as np
         import pandas as pd
@@ -125,7 +129,8 @@ class EvalReport:
                 for field in ("endpoint", "model", "system"):
                     row[field] = known.get(field)
             rows.append(row)
-        return pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
+        summary = pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
+        return self._with_label_counts(summary)  # how many labels the human figures rest on
 
     @staticmethod
     def _paired(first: pd.DataFrame, other: pd.DataFrame, name: str, kind: str) -> float:
@@ -245,6 +250,7 @@ class EvalReport:
             raise ConfigError("this evaluation has no run log; pass store(home=...)")
         self.home = home
         save_scores(self, home)
+        self._store_labels(home)
 
     def diff(self, other: EvalReport | str) -> pd.DataFrame:
         """Return the (variant, input row) pairs whose scores or pass changed from ``other``
@@ -278,6 +284,34 @@ class EvalReport:
         frame = self.results[keep].rename(columns={self.index_name: "index"})
         frame["index"] = frame["index"].astype(str)
         return frame
+
+    def review(
+        self, output: str | list[str] | None = None, variants: list[str] | None = None
+    ) -> Any:
+        """Return a widget that walks the rows for labelling: the inputs, each variant's
+        ``output`` side by side (default: every output; images inline), pass / fail buttons, a
+        1-5 score, a note, keyboard shortcuts and a progress count; the scorers' values and
+        reasons show for a variant only once it is labelled. Each answer is a :meth:`label`.
+
+        Raises:
+            ConfigError: an unknown output or variant.
+        """
+        from .review import LabelReview
+
+        return LabelReview(self, output, variants)
+
+    def to_mlflow(self, experiment: str | None = None) -> dict[str, str]:
+        """Log this evaluation to MLflow (``pip install flownb[mlflow]``): one run per variant
+        in ``experiment`` (default: MLflow's active one) with its set-up as parameters (provider,
+        model, prompts, model parameters), its summary as metrics (means, pass rates, cost when
+        known) and the results and the HTML report as artifacts. Returns variant -> run id.
+
+        Raises:
+            ConfigError: MLflow is not installed, or cannot log where it is pointed.
+        """
+        from .tracking import to_mlflow
+
+        return to_mlflow(self, experiment)
 
     def _repr_html_(self) -> str:
         import html

@@ -40,6 +40,7 @@ from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import get_settings
+from .params import variant_params
 from .report import EvalReport, ScorerInfo
 
 if TYPE_CHECKING:
@@ -430,6 +431,7 @@ def evaluate(
         )
     context = describe_evaluation(names, variants, data, collected)
     report = _assemble(data, variants, collected, graders, judged, context)
+    report.variant_params = {name: variant_params(f) for name, f in variants.items()}
     if log:
         report.store(_home(variants))
     return report

@@ -84,5 +84,9 @@ class ReportView(Protocol):
     def plot(self) -> Any:
         """A matplotlib figure of the scores per variant."""
 
+    @property
+    def variant_params(self) -> Mapping[str, Mapping[str, str]]:
+        """Variant name -> its set-up as text (provider, model, prompts, model parameters)."""
+
     def score_frame(self) -> pd.DataFrame:
         """The scores, one row per (variant, input row)."""

@@ -6,12 +6,20 @@ What is kept is an :class:`EvalLog`, a pydantic model that reads and writes itse
 its schema version (:data:`EVAL_LOG_VERSION`) in its JSON and in the table's ``version``
 column. Rows written before there was a version (no column, or ``NULL``) have the same layout
 and are read as version 1; a version newer than this flownb knows is refused in one line.
+
+Version 2 keeps the whole report, so :func:`flownb.load_report` can bring it back: its
+scorers, outputs, input columns and variants' set-up (the ``report`` column), and its results
+in ``eval_results``, in chunks of rows (so keeping 100,000 rows never holds a second copy of
+them in memory); a version 1 log comes back with its scores only. Human labels go to their
+own table, ``eval_labels``, one row per label as it was given (the latest for a (row, variant)
+is the one in force).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,10 +36,26 @@ if TYPE_CHECKING:
 
     from .shape import ReportView
 
-__all__ = ["EVAL_LOG_VERSION", "EvalLog", "diff_frames", "load_scores", "save_scores"]
+__all__ = [
+    "EVAL_LOG_VERSION",
+    "LABEL_COLUMNS",
+    "EvalLog",
+    "diff_frames",
+    "list_logs",
+    "load_scores",
+    "read_labels",
+    "read_results",
+    "save_labels",
+    "save_results",
+    "save_scores",
+]
 
 # The layout of a kept evaluation; raise it when the layout changes, and read older ones.
-EVAL_LOG_VERSION = 1
+# 1: scores only. 2: the whole report (results, scorers, outputs, inputs) as well.
+EVAL_LOG_VERSION = 2
+
+# The columns of ``report.labels``, in order.
+LABEL_COLUMNS = ["row", "variant", "passed", "score", "note", "labelled_at"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
@@ -42,6 +66,27 @@ CREATE TABLE IF NOT EXISTS evaluations (
     version INTEGER
 )
 """
+_LABELS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS eval_labels (
+    id INTEGER PRIMARY KEY,
+    eval_id TEXT NOT NULL,
+    row TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    passed INTEGER,
+    score REAL,
+    note TEXT NOT NULL,
+    labelled_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS eval_labels_eval ON eval_labels (eval_id);
+CREATE TABLE IF NOT EXISTS eval_results (
+    eval_id TEXT NOT NULL,
+    chunk INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    PRIMARY KEY (eval_id, chunk)
+);
+"""
+# Rows of the results frame per eval_results chunk: one small JSON document each.
+_RESULT_CHUNK = 5_000
 
 
 def _connect(home: Path) -> sqlite3.Connection:
@@ -51,9 +96,12 @@ def _connect(home: Path) -> sqlite3.Connection:
         db = sqlite3.connect(path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(_SCHEMA)
+        db.executescript(_LABELS_SCHEMA)
         columns = {row[1] for row in db.execute("PRAGMA table_info(evaluations)")}
         if "version" not in columns:  # a run log from before the version existed
             db.execute("ALTER TABLE evaluations ADD COLUMN version INTEGER")
+        if "report" not in columns:  # a run log from before version 2
+            db.execute("ALTER TABLE evaluations ADD COLUMN report TEXT")
     except (sqlite3.Error, OSError) as exc:
         if folder_problem(path.parent) is not None:
             raise unwritable(path.parent, exc, f"the run log ({path.name})") from exc
@@ -64,6 +112,22 @@ def _connect(home: Path) -> sqlite3.Connection:
 def _columns(frame: pd.DataFrame) -> dict[str, list[Any]]:
     clean = frame.astype(object).where(frame.notna(), None)
     return {str(c): clean[c].tolist() for c in clean.columns}
+
+
+def _json(value: Any) -> str:
+    # Input columns may hold anything a DataFrame can (dates, numpy scalars): kept as text then.
+    return orjson.dumps(value, default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+# What version 2 keeps besides the scores (the ``report`` column).
+_REPORT_FIELDS = (
+    "scorers",
+    "outputs",
+    "kinds",
+    "index_name",
+    "inputs",
+    "variant_params",
+)
 
 
 class EvalLog(BaseModel):
@@ -77,12 +141,30 @@ class EvalLog(BaseModel):
     created: float = Field(default_factory=time.time)
     variants: list[str]
     scores: dict[str, list[Any]]
+    # Version 2: what the report is made of (empty in a version 1 log; its results are kept
+    # apart, see save_results).
+    scorers: list[dict[str, Any]] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list)
+    kinds: dict[str, str] = Field(default_factory=dict)
+    index_name: str = "index"
+    inputs: list[str] = Field(default_factory=list)
+    variant_params: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, report: ReportView) -> EvalLog:
-        """Return the log of ``report``: its score frame, as of now."""
+        """Return the log of ``report``: its score frame and make-up, as of now."""
+        created = getattr(report, "created", None)
         return cls(
-            id=report.id, variants=list(report.variants), scores=_columns(report.score_frame())
+            created=created if isinstance(created, float) else time.time(),
+            id=report.id,
+            variants=list(report.variants),
+            scores=_columns(report.score_frame()),
+            scorers=[dict(vars(s)) for s in report.scorers],
+            outputs=list(report.outputs),
+            kinds=dict(report.kinds),
+            index_name=report.index_name,
+            inputs=list(report.inputs),
+            variant_params=dict(getattr(report, "variant_params", {})),
         )
 
     def frame(self) -> pd.DataFrame:
@@ -128,14 +210,15 @@ class EvalLog(BaseModel):
         """
         with closing(_connect(home)) as db:
             db.execute(
-                "INSERT OR REPLACE INTO evaluations (id, created, variants, scores, version) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO evaluations (id, created, variants, scores, version, "
+                "report) VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     self.id,
                     self.created,
                     orjson.dumps(self.variants).decode(),
-                    orjson.dumps(self.scores).decode(),
+                    _json(self.scores),
                     self.version,
+                    _json({k: getattr(self, k) for k in _REPORT_FIELDS}),
                 ),
             )
 
@@ -148,7 +231,8 @@ class EvalLog(BaseModel):
         """
         with closing(_connect(home)) as db:
             row = db.execute(
-                "SELECT id, created, variants, scores, version FROM evaluations WHERE id = ?",
+                "SELECT id, created, variants, scores, version, report FROM evaluations "
+                "WHERE id = ?",
                 (eval_id,),
             ).fetchone()
             if row is None:
@@ -162,13 +246,57 @@ class EvalLog(BaseModel):
                 "variants": orjson.loads(row[2]),
                 "scores": orjson.loads(row[3]),
                 "version": row[4],
+                **(orjson.loads(row[5]) if row[5] else {}),
             }
         )
 
 
 def save_scores(report: ReportView, home: Path) -> None:
-    """Store the report's score frame under its id, as an :class:`EvalLog`."""
+    """Store the report under its id: an :class:`EvalLog`, and its results frame."""
     EvalLog.of(report).write(home)
+    save_results(report.id, report.results, home)
+
+
+def _chunks(frame: pd.DataFrame) -> Iterator[bytes]:
+    for start in range(0, len(frame), _RESULT_CHUNK):
+        yield _json(_columns(frame.iloc[start : start + _RESULT_CHUNK])).encode()
+
+
+def save_results(eval_id: str, frame: pd.DataFrame, home: Path) -> None:
+    """Keep ``frame`` (a report's results) under ``eval_id``, replacing any kept before: one
+    transaction, one chunk of rows in memory at a time.
+
+    Raises:
+        ConfigError: the run log cannot be used.
+    """
+    with closing(_connect(home)) as db:
+        try:
+            db.execute("BEGIN")
+            db.execute("DELETE FROM eval_results WHERE eval_id = ?", (eval_id,))
+            db.executemany(
+                "INSERT INTO eval_results (eval_id, chunk, rows) VALUES (?, ?, ?)",
+                ((eval_id, k, rows) for k, rows in enumerate(_chunks(frame))),
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise ConfigError(f"the results could not be kept in the run log ({exc})") from exc
+
+
+def read_results(eval_id: str, home: Path) -> pd.DataFrame | None:
+    """Return the results frame kept under ``eval_id``, or None (kept by a version 1 log)."""
+    import pandas as pd
+
+    with closing(_connect(home)) as db:
+        chunks = [
+            pd.DataFrame(orjson.loads(rows))
+            for (rows,) in db.execute(
+                "SELECT rows FROM eval_results WHERE eval_id = ? ORDER BY chunk", (eval_id,)
+            )
+        ]
+    if not chunks:
+        return None
+    return pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
 
 
 def load_scores(eval_id: str, home: Path) -> pd.DataFrame:
@@ -178,6 +306,84 @@ def load_scores(eval_id: str, home: Path) -> pd.DataFrame:
         ConfigError: no evaluation with that id, or one kept by a newer flownb.
     """
     return EvalLog.read(eval_id, home).frame()
+
+
+def list_logs(home: Path) -> list[tuple[str, float, list[str], int, int]]:
+    """Return every evaluation kept in the run log of ``home``, oldest first: its id, when, its
+    variants, its input rows and how many (row, variant) pairs carry a label."""
+    if not (Path(home) / RUNLOG_FILE).exists():
+        return []
+    with closing(_connect(home)) as db:
+        labelled = dict(
+            db.execute(
+                "SELECT eval_id, COUNT(DISTINCT row || char(0) || variant) FROM eval_labels "
+                "GROUP BY eval_id"
+            ).fetchall()
+        )
+        found = []
+        for eval_id, created, variants, scores in db.execute(
+            "SELECT id, created, variants, scores FROM evaluations ORDER BY created"
+        ):
+            names = orjson.loads(variants)
+            runs = len(orjson.loads(scores).get("variant", []))
+            rows = runs // len(names) if names else 0
+            found.append((eval_id, created, names, rows, int(labelled.get(eval_id, 0))))
+    return found
+
+
+def save_labels(eval_id: str, labels: list[dict[str, Any]], home: Path) -> None:
+    """Append ``labels`` (dicts with the :data:`LABEL_COLUMNS`) to the run log of ``home``
+    under ``eval_id``, in one transaction.
+
+    Raises:
+        ConfigError: the run log cannot be used.
+    """
+    with closing(_connect(home)) as db:
+        try:
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT INTO eval_labels (eval_id, row, variant, passed, score, note, "
+                "labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        eval_id,
+                        _json(lab["row"]),
+                        lab["variant"],
+                        None if lab["passed"] is None else int(lab["passed"]),
+                        lab["score"],
+                        lab["note"],
+                        lab["labelled_at"],
+                    )
+                    for lab in labels
+                ],
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise ConfigError(f"the labels could not be kept in the run log ({exc})") from exc
+
+
+def read_labels(eval_id: str, home: Path) -> list[dict[str, Any]]:
+    """Return every label kept for ``eval_id`` in the run log of ``home``, in the order given."""
+    if not (Path(home) / RUNLOG_FILE).exists():
+        return []
+    with closing(_connect(home)) as db:
+        rows = db.execute(
+            "SELECT row, variant, passed, score, note, labelled_at FROM eval_labels "
+            "WHERE eval_id = ? ORDER BY id",
+            (eval_id,),
+        ).fetchall()
+    return [
+        {
+            "row": orjson.loads(row),
+            "variant": variant,
+            "passed": None if passed is None else bool(passed),
+            "score": score,
+            "note": note,
+            "labelled_at": at,
+        }
+        for row, variant, passed, score, note, at in rows
+    ]
 
 
 def _same(a: Any, b: Any) -> bool:

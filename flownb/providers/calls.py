@@ -29,6 +29,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from .. import tracing
 from ..errors import ProviderTimeout, RateLimited, one_line
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
@@ -158,11 +159,24 @@ class CallRunner:
         return prefix
 
     async def __call__(self, call: Call) -> Generation:
-        """Return the generation for ``call`` (from the cache, a twin call, or the provider).
+        """Return the generation for ``call`` (from the cache, a twin call, or the provider),
+        as an OpenTelemetry span when a tracer provider is configured (see flownb.tracing).
 
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
+        span = tracing.call_span(self.provider.name, call)
+        if span is None:
+            return await self._answer(call)
+        try:
+            gen = await self._answer(call)
+        except BaseException as exc:
+            tracing.end_call(span, None, exc)
+            raise
+        tracing.end_call(span, gen)
+        return gen
+
+    async def _answer(self, call: Call) -> Generation:
         cache = self.cache
         if cache is None:
             return await self._attempts(call)

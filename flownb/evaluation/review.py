@@ -1,0 +1,274 @@
+"""``report.review()``: an ipywidgets widget to label an evaluation's outputs row by row.
+
+Each row shows its inputs and every variant's output side by side (images inline), with pass /
+fail buttons, a 1-5 score, a note per variant, a progress count, and keyboard shortcuts typed
+into the keys box (``p`` pass, ``f`` fail, ``1``-``5`` score, ``v`` next variant, ``n`` / ``b``
+next and back). The scorers' values and reasons (a judge's, above all) stay hidden for a
+variant until it has a label, so they cannot anchor the person labelling. Every answer is a
+``report.label(...)``: kept in the run log at once.
+
+Stable CSS classes for tests and styling: ``flownb-review`` (the widget), ``flownb-progress``,
+``flownb-review-inputs``, ``flownb-review-variant`` (one per variant), ``flownb-pass``,
+``flownb-fail``, ``flownb-score``, ``flownb-note``, ``flownb-judge`` (the hidden scores),
+``flownb-keys``, ``flownb-prev``, ``flownb-next``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as widgets
+
+from ..errors import ConfigError
+from .html import thumbnail
+from .labelling import HUMAN_OUTPUT
+
+__all__ = ["LabelReview"]
+
+
+def _missing(value: Any) -> bool:
+    """Whether ``value`` is missing (None, NaN, NA); a list or other non-scalar is not."""
+    import pandas as pd
+
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _shown(value: Any, image: bool) -> str:
+    if _missing(value):
+        return "<i>no output</i>"
+    text = str(value)
+    if image or text.startswith(("data:image/", "file://")):
+        src = thumbnail(text)
+        if src is not None:
+            return f'<img src="{src}" alt="image output" style="max-width:100%">'
+    return f"<div style='white-space:pre-wrap'>{html.escape(text)}</div>"
+
+
+class _VariantPanel:
+    """One variant's column: its output, the answer controls and its hidden scores."""
+
+    def __init__(self, review: LabelReview, variant: str) -> None:
+        self.variant = variant
+        self.title = widgets.HTML(f"<b>{html.escape(variant)}</b>")
+        self.output = widgets.HTML()
+        self.passed = widgets.Button(description="pass (p)", button_style="")
+        self.failed = widgets.Button(description="fail (f)", button_style="")
+        self.score = widgets.ToggleButtons(
+            options=[("–", 0), ("1", 1), ("2", 2), ("3", 3), ("4", 4), ("5", 5)],
+            value=0,
+            style={"button_width": "2.2em"},
+        )
+        self.note = widgets.Text(placeholder="note (saved with the answer)")
+        self.judge = widgets.HTML()
+        self.state = widgets.HTML()
+        self.passed.add_class("flownb-pass")
+        self.failed.add_class("flownb-fail")
+        self.score.add_class("flownb-score")
+        self.note.add_class("flownb-note")
+        self.judge.add_class("flownb-judge")
+        self.passed.on_click(lambda _b: review.answer(variant, passed=True))
+        self.failed.on_click(lambda _b: review.answer(variant, passed=False))
+        self.score.observe(self._scored(review), names="value")
+        self.box = widgets.VBox(
+            [
+                self.title,
+                self.output,
+                widgets.HBox([self.passed, self.failed]),
+                self.score,
+                self.note,
+                self.state,
+                self.judge,
+            ],
+            layout=widgets.Layout(flex="1 1 0", border="1px solid #ddd", padding="4px"),
+        )
+        self.box.add_class("flownb-review-variant")
+        self.quiet = False  # set while the widget itself moves the score buttons
+
+    def _scored(self, review: LabelReview) -> Any:
+        def changed(change: dict[str, Any]) -> None:
+            if not self.quiet and change["new"]:
+                review.answer(self.variant, score=int(change["new"]))
+
+        return changed
+
+
+class LabelReview(widgets.VBox):
+    """Walks an evaluation's rows for labelling (see the module docstring).
+
+    Attributes:
+        report: the evaluation (an ``EvalReport``); its ``label`` keeps every answer.
+        rows: the input rows' index labels, in order; ``position``: the row shown.
+        variants: the variants shown; ``active``: the one the keys answer for.
+        panels: variant -> its controls (``passed``, ``failed``, ``score``, ``note``,
+            ``judge``: buttons and fields a test can click or fill).
+        shortcuts: the text box the keyboard shortcuts are typed into.
+    """
+
+    def __init__(
+        self,
+        report: Any,  # an EvalReport (not imported: report.py opens this module)
+        output: str | Sequence[str] | None = None,
+        variants: Sequence[str] | None = None,
+    ) -> None:
+        outputs = [output] if isinstance(output, str) else list(output or report.outputs)
+        unknown = [o for o in outputs if o not in report.outputs]
+        if unknown:
+            raise ConfigError(f"no output {unknown[0]!r}; the outputs are {report.outputs}")
+        chosen = list(variants or report.variants)
+        wrong = [v for v in chosen if v not in report.variants]
+        if wrong:
+            raise ConfigError(f"no variant {wrong[0]!r}; the variants are {report.variants}")
+        self.report = report
+        self.outputs = outputs
+        self.variants = chosen
+        res = report.results
+        self.rows = list(dict.fromkeys(res[res["variant"] == chosen[0]][report.index_name]))
+        self.position = 0
+        self.active = 0
+        self.progress = widgets.HTML()
+        self.progress.add_class("flownb-progress")
+        self.inputs = widgets.HTML()
+        self.inputs.add_class("flownb-review-inputs")
+        self.panels = {v: _VariantPanel(self, v) for v in chosen}
+        self.back = widgets.Button(description="◀ back (b)")
+        self.next = widgets.Button(description="next (n) ▶")
+        self.back.add_class("flownb-prev")
+        self.next.add_class("flownb-next")
+        self.back.on_click(lambda _b: self.go(self.position - 1))
+        self.next.on_click(lambda _b: self.go(self.position + 1))
+        self.shortcuts = widgets.Text(
+            placeholder="keys: p f 1-5 v n b", continuous_update=True, layout={"width": "14em"}
+        )
+        self.shortcuts.add_class("flownb-keys")
+        self.shortcuts.observe(self._typed, names="value")
+        super().__init__(
+            [
+                widgets.HBox([self.back, self.next, self.shortcuts, self.progress]),
+                self.inputs,
+                widgets.HBox([p.box for p in self.panels.values()]),
+            ]
+        )
+        self.add_class("flownb-review")
+        self._show()
+
+    # -- answering -------------------------------------------------------------------------------
+
+    def answer(
+        self,
+        variant: str,
+        *,
+        passed: bool | None = None,
+        score: int | None = None,
+    ) -> None:
+        """Label the shown row for ``variant``: what is given now, with the note typed and what
+        its label already held (a score after a pass keeps the pass)."""
+        row = self.rows[self.position]
+        before = self._label(row, variant)
+        if passed is None and before is not None and not _missing(before["passed"]):
+            passed = bool(before["passed"])
+        if score is None and before is not None and not _missing(before["score"]):
+            score = int(before["score"])
+        note = self.panels[variant].note.value
+        self.report.label(row, variant, passed=passed, score=score, note=note)
+        if variant in self.variants:
+            self.active = (self.variants.index(variant) + 1) % len(self.variants)
+        self._show()
+
+    def go(self, position: int) -> None:
+        """Show row number ``position`` (clipped to the rows)."""
+        self.position = max(0, min(position, len(self.rows) - 1))
+        self.active = 0
+        self._show()
+
+    def _typed(self, change: dict[str, Any]) -> None:
+        text = change["new"]
+        if not text:
+            return
+        key, variant = text[-1].lower(), self.variants[self.active]
+        self.shortcuts.value = ""  # one key, one action
+        if key == "p":
+            self.answer(variant, passed=True)
+        elif key == "f":
+            self.answer(variant, passed=False)
+        elif key in "12345":
+            self.answer(variant, score=int(key))
+        elif key == "v":
+            self.active = (self.active + 1) % len(self.variants)
+            self._show()
+        elif key == "n":
+            self.go(self.position + 1)
+        elif key == "b":
+            self.go(self.position - 1)
+
+    # -- showing ---------------------------------------------------------------------------------
+
+    def _label(self, row: Any, variant: str) -> dict[str, Any] | None:
+        labels = self.report.labels
+        mine = labels[(labels["variant"] == variant) & (labels["row"].map(str) == str(row))]
+        if mine.empty:
+            return None
+        return mine.iloc[-1].to_dict()
+
+    def _show(self) -> None:
+        report, row = self.report, self.rows[self.position]
+        res = report.results
+        at = res[res[report.index_name].map(str) == str(row)]
+        labels = report.labels
+        done = sum(
+            1
+            for r in self.rows
+            for v in self.variants
+            if ((labels["row"].map(str) == str(r)) & (labels["variant"] == v)).any()
+        )
+        total = len(self.rows) * len(self.variants)
+        self.progress.value = (
+            f"row {self.position + 1} of {len(self.rows)} · {done} of {total} labelled · "
+            f"keys answer for <b>{html.escape(self.variants[self.active])}</b>"
+        )
+        first = at.iloc[0]
+        cells = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(c)}</th>"
+            f"<td>{html.escape(str(first[c]))}</td></tr>"
+            for c in [report.index_name, *report.inputs]
+            if c in at.columns
+        )
+        self.inputs.value = f"<table>{cells}</table>"
+        for variant, panel in self.panels.items():
+            mine = at[at["variant"] == variant]
+            record = mine.iloc[0] if not mine.empty else None
+            shown = []
+            for out in self.outputs:
+                value = None if record is None else record[out]
+                image = report.kinds.get(out) == "image"
+                head = f"<small>{html.escape(out)}</small>" if len(self.outputs) > 1 else ""
+                shown.append(head + _shown(value, image))
+            panel.output.value = "".join(shown)
+            label = self._label(row, variant)
+            panel.quiet = True
+            score = label["score"] if label is not None else None
+            panel.score.value = 0 if score is None or _missing(score) else int(score)
+            panel.quiet = False
+            passed = None if label is None or _missing(label["passed"]) else bool(label["passed"])
+            panel.passed.button_style = "success" if passed is True else ""
+            panel.failed.button_style = "danger" if passed is False else ""
+            panel.note.value = "" if label is None else str(label["note"] or "")
+            panel.state.value = "<i>labelled</i>" if label is not None else "<i>not labelled</i>"
+            panel.judge.value = "" if label is None or record is None else self._scores(record)
+
+    def _scores(self, record: Any) -> str:
+        """The scorers' values and reasons for one output: shown only once it is labelled."""
+        parts = []
+        for s in self.report.scorers:
+            if s.output.startswith(HUMAN_OUTPUT) or s.name not in record.index:
+                continue
+            value = record[s.name]
+            text = "–" if _missing(value) else f"{value}"
+            reason = record.get(f"{s.name}_reason")
+            why = "" if _missing(reason) else f": {html.escape(str(reason))}"
+            parts.append(f"<div><small><b>{html.escape(s.name)}</b> {text}{why}</small></div>")
+        return "".join(parts)

@@ -1,0 +1,127 @@
+"""report.review() in a real browser: JupyterLab on loopback, Debian's chromium via Playwright.
+
+A notebook evaluates two variants and shows the labelling widget; the test clicks a variant's
+pass button and types shortcuts into the keys box, checks the progress count and that the
+scores appear only once answered, then reads the labels back from the run log in this process
+with ``flownb.load_report``. The screenshot goes to ``test-artifacts/review-widget.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+from pathlib import Path
+
+import playwright.sync_api as playwright_sync
+import pytest
+from browser.lab import Lab, running_lab
+
+import flownb
+from tests.conftest import make_flow
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
+
+pytestmark = pytest.mark.timeout(240)
+
+CELL = """\
+import flownb, pandas as pd
+from flownb import scorers as S
+flow = flownb.load_flow("flow.json", provider="offline")
+data = pd.DataFrame({"topic": ["owls", "tides"]}, index=["r0", "r1"])
+report = flownb.evaluate({"a": flow, "b": flow}, data, [S.length("intro")], progress=False)
+open("report_id.txt", "w").write(report.id)
+report.review()
+"""
+
+
+def _notebook(work: Path) -> str:
+    work.mkdir()
+    (work / "flow.json").write_text(
+        json.dumps(make_flow({"intro": "An intro about {topic}."}, ["topic"])), encoding="utf-8"
+    )
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": CELL,
+                "outputs": [],
+                "execution_count": None,
+            }
+        ],
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (work / "review.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    return "review.ipynb"
+
+
+def _idle(lab: Lab, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            kernels = lab.api("/api/kernels")
+        except urllib.error.URLError:
+            time.sleep(1)
+            continue
+        assert isinstance(kernels, list)
+        if kernels and all(k.get("execution_state") == "idle" for k in kernels):
+            lab.track()
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"kernel not idle after {timeout:.0f}s:\n{lab.log_tail()}")
+
+
+def test_labelling_in_the_browser_reaches_the_run_log(tmp_path: Path, flownb_env: Path) -> None:
+    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
+    work = tmp_path / "work"
+    notebook = _notebook(work)
+    ARTIFACTS.mkdir(exist_ok=True)
+    env = {**os.environ, "FLOWNB_HOME": str(flownb_env)}
+    with (
+        running_lab(work, tmp_path / "jupyter", env) as lab,
+        playwright_sync.sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(60_000)
+            page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
+            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible")
+            _idle(lab, 60)
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            widget = page.locator(".flownb-review").first
+            widget.wait_for(state="visible")
+            _idle(lab, 60)
+            progress = widget.locator(".flownb-progress")
+            playwright_sync.expect(progress).to_contain_text("row 1 of 2")
+            playwright_sync.expect(widget.locator(".flownb-review-inputs")).to_contain_text("owls")
+            panels = widget.locator(".flownb-review-variant")
+            playwright_sync.expect(panels.first).to_contain_text("An intro about owls.")
+            judge = panels.first.locator(".flownb-judge")
+            assert "length_intro" not in judge.inner_text()  # hidden before the answer
+            panels.first.locator(".flownb-pass").click()
+            playwright_sync.expect(progress).to_contain_text("1 of 4 labelled")
+            playwright_sync.expect(judge).to_contain_text("length_intro")
+            keys = widget.locator(".flownb-keys input")
+            keys.click()
+            keys.press_sequentially("n")
+            playwright_sync.expect(progress).to_contain_text("row 2 of 2")
+            keys.press_sequentially("f")
+            playwright_sync.expect(progress).to_contain_text("2 of 4 labelled")
+            widget.screenshot(path=str(ARTIFACTS / "review-widget.png"))
+        finally:
+            browser.close()
+    eval_id = (work / "report_id.txt").read_text().strip()
+    labels = flownb.load_report(eval_id, flownb_env).labels
+    got = {(r.row, r.variant): bool(r.passed) for r in labels.itertuples()}
+    assert got == {("r0", "a"): True, ("r1", "a"): False}

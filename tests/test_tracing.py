@@ -1,0 +1,138 @@
+# ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
+"""OpenTelemetry spans (GenAI semantic conventions) for flow runs and provider calls, collected
+with the SDK's in-memory exporter: real calls to the loopback fake, cache hits, failures, the
+offline provider; and no tracing at all when OpenTelemetry is missing or not configured."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+import flownb
+from flownb import tracing
+from flownb.testing.fake_openai import FakeOpenAI
+from tests.conftest import make_flow
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[1]
+TWO = make_flow({"intro": "Intro about {topic}.", "title": "Title: {topic}"}, ["topic"])
+
+
+def unset_tracer_provider() -> None:
+    """Put back the API's unconfigured global provider. The API lets a process set it once; this
+    is what OpenTelemetry's own test utilities do, so each test starts (and leaves) untraced,
+    whatever ran before it in this process (README's example sets one)."""
+    trace._TRACER_PROVIDER = None
+    trace._TRACER_PROVIDER_SET_ONCE._done = False
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """A configured SDK tracer provider exporting to memory, removed again afterwards."""
+    unset_tracer_provider()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+        unset_tracer_provider()
+
+
+def by_operation(exporter: InMemorySpanExporter, name: str) -> list:
+    found = exporter.get_finished_spans()
+    return [s for s in found if s.attributes["gen_ai.operation.name"] == name]
+
+
+def test_provider_calls_and_flow_runs_are_genai_spans(
+    fake: FakeOpenAI, spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    flow = flownb.load_flow(TWO).with_params(model="gpt-test", temperature=0.5)
+    flow.run_batch([{"topic": "a"}, {"topic": "b"}])
+    (run,) = by_operation(spans, "invoke_workflow")
+    calls = by_operation(spans, "chat")
+    assert len(calls) == 4 == len(fake.requests)
+    assert run.attributes["gen_ai.workflow.name"] == flow.name
+    assert run.attributes["gen_ai.provider.name"] == "openai" and run.attributes["flownb.rows"] == 2
+    for span in calls:
+        a = span.attributes
+        assert span.parent is not None and span.parent.span_id == run.context.span_id
+        assert span.kind == trace.SpanKind.CLIENT and span.name == "chat gpt-test"
+        assert a["gen_ai.provider.name"] == a["gen_ai.system"] == "openai"
+        assert a["gen_ai.request.model"] == a["gen_ai.response.model"] == "gpt-test"
+        assert a["gen_ai.request.temperature"] == 0.5
+        assert a["gen_ai.usage.input_tokens"] > 0 and a["gen_ai.usage.output_tokens"] > 0
+        assert a["flownb.cache_hit"] is False and span.status.status_code != StatusCode.ERROR
+    # Run again: every answer comes from the cache, as spans that say so and used no tokens.
+    spans.clear()
+    fake.reset()
+    flow.run_batch([{"topic": "a"}, {"topic": "b"}])
+    calls = by_operation(spans, "chat")
+    assert len(calls) == 4 and fake.requests == []
+    assert all(s.attributes["flownb.cache_hit"] for s in calls)
+    assert not any("gen_ai.usage.input_tokens" in s.attributes for s in calls)
+
+
+def test_a_failed_call_is_an_error_span(
+    fake: FakeOpenAI, spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    fake.configure(fail_markers={"500": "BROKEN"})
+    flow = flownb.load_flow(TWO, retries=0)
+    with pytest.raises(flownb.ProviderError):
+        flow.run(topic="BROKEN")
+    failed = [s for s in by_operation(spans, "chat") if s.status.status_code == StatusCode.ERROR]
+    assert failed and all(s.attributes["error.type"] for s in failed)
+    assert all(s.attributes["flownb.error"] for s in failed)
+
+
+def test_offline_runs_are_traced_too(spans: InMemorySpanExporter, tmp_path: Path) -> None:
+    flow = flownb.load_flow(TWO, provider="offline")
+    flow.run(topic="x")
+    (run,) = by_operation(spans, "invoke_workflow")
+    calls = by_operation(spans, "chat")
+    assert len(calls) == 2 and {s.attributes["gen_ai.provider.name"] for s in calls} == {"offline"}
+    assert all(s.parent.span_id == run.context.span_id for s in calls)
+
+
+def test_nothing_is_traced_without_a_configured_provider(tmp_path: Path) -> None:
+    unset_tracer_provider()
+    assert tracing.tracer() is None
+    flow = flownb.load_flow(TWO, provider="offline")
+    assert flow.run(topic="x")["intro"]
+
+
+def test_flownb_runs_without_opentelemetry_installed(tmp_path: Path) -> None:
+    code = f"""
+        import sys
+        sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+        import flownb
+        from flownb import tracing
+        flow = flownb.load_flow({TWO!r}, provider="offline")
+        print(flow.run(topic="x")["title"], tracing.tracer())
+    """
+    env = {**os.environ, "FLOWNB_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "None" and "Title" in done.stdout
