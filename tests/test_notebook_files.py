@@ -18,6 +18,7 @@ NAMES = [
     "05-evaluation.ipynb",
     "06-scale-out.ipynb",
     "07-vendors.ipynb",
+    "08-batch-api.ipynb",
 ]
 # An API key from `flownb keys create` or an OpenAI key; a few leading characters are fine.
 SECRET = re.compile(r"\b(fnb_[A-Za-z0-9_-]{8,}|sk-[A-Za-z0-9_-]{16,})")
