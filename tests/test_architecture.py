@@ -53,7 +53,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.media",
             "flownb.aio",
             "flownb.hooks",
-            "flownb.graph",  # on main since this branch started: draws a flow, imports model
+            "flownb.graph",  # draws a flow: imports only the model
             "flownb.notices",  # warnings pointed at the caller's line
             "flownb.lint",  # flow lint: reads the model, warns through notices
             "flownb.writable",  # one line for a FLOWNB_HOME that cannot be written
@@ -76,7 +76,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.scorers",
             "flownb.scale",
             "flownb.evaluation",
-            "flownb.batching",  # on main since this branch started: provider batches of a frame
+            "flownb.batching",  # a frame through a provider's batch API
         },
     ),
     (
