@@ -536,15 +536,20 @@ class Engine:
             )
             entries.append((name, value))
             outputs.setdefault(name, value)
-        partial = make_result(
-            outputs,
-            entries,
-            plan.output_kinds,
-            self.provider.name,
-            frozenset(),
-            time.perf_counter() - started,
-            gens,
-            self.trace_of,
+        # Nothing kept (every output lost a node): the row has no result, only the error.
+        partial = (
+            make_result(
+                outputs,
+                entries,
+                plan.output_kinds,
+                self.provider.name,
+                frozenset(),
+                time.perf_counter() - started,
+                gens,
+                self.trace_of,
+            )
+            if entries
+            else None
         )
         return first.in_row(names, partial)
 

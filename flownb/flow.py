@@ -345,7 +345,7 @@ def _bar_notice(bar: Any) -> Notice:
     in_notebook = bar.in_notebook
 
     def notice(line: str) -> None:
-        bar.set_postfix_str(line)
+        bar.notice(line)
         if not in_notebook:
             bar.write(f"flownb: {line}", file=sys.stderr)
 

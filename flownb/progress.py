@@ -27,7 +27,11 @@ class Progress:
         self._lock = threading.Lock()
         self._done = 0
         self._shown = 0  # only the thread moving the bar reads or writes this
-        self._postfix: str | None = None  # the next postfix to show (None: no change)
+        # What follows the count: the running meter (set_postfix_str) and the last notice (a
+        # slow retry); both stay, the notice last. ``_changed``: not drawn yet.
+        self._main = ""
+        self._notice = ""
+        self._changed = False
         self._closed = threading.Event()
         self._interval = interval
         self._updater = threading.Thread(target=self._run, name="flownb-progress", daemon=True)
@@ -47,7 +51,12 @@ class Progress:
         """Show ``text`` after the count (from any thread; shown by the updater, so
         ``refresh`` is accepted for tqdm's signature and changes nothing)."""
         with self._lock:
-            self._postfix = text
+            self._main, self._changed = text, True
+
+    def notice(self, line: str) -> None:
+        """Show ``line`` after the count and the meter, until the next notice (a slow retry)."""
+        with self._lock:
+            self._notice, self._changed = line, True
 
     def write(self, line: str, file: Any = None) -> None:
         """Print ``line`` above a terminal bar (tqdm keeps the bar below it)."""
@@ -59,7 +68,11 @@ class Progress:
 
     def _show(self) -> None:
         with self._lock:
-            done, postfix, self._postfix = self._done, self._postfix, None
+            done = self._done
+            postfix = (
+                ", ".join(p for p in (self._main, self._notice) if p) if self._changed else None
+            )
+            self._changed = False
         if postfix is not None:
             self.bar.set_postfix_str(postfix, refresh=False)
         if done > self._shown:

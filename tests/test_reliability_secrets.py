@@ -129,7 +129,8 @@ def test_server_cli_and_client_never_show_a_key(
                     http.post(run_url, content=b"{oops", headers={"x-api-key": key}),
                 ]  # fmt: skip
             statuses = [a.status_code for a in answers]
-            assert statuses == [200, 502, 401, 401, 401, 401, 401, 400], statuses
+            # The last body is not JSON and says nothing of its type: 415 (issue 20).
+            assert statuses == [200, 502, 401, 401, 401, 401, 401, 415], statuses
             texts += [a.text + "\n" + str(a.headers) for a in answers]
 
             # The Python client against the same server: results, then a refused key.
