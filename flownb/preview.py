@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cache import CallCache
 from .frame import rows_to_variables
+from .pricing import BATCH_RATE
 from .providers.offline import OfflineProvider
 from .scorers import JudgeScorer, PickBest, Scorer
 
@@ -90,9 +91,17 @@ class Preview:
             price left out).
     """
 
-    def __init__(self, calls: pd.DataFrame, providers: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        calls: pd.DataFrame,
+        providers: Mapping[str, str],
+        batchable: frozenset[str] = frozenset(),
+    ) -> None:
         self.calls = calls
         self.providers = dict(providers)
+        # Variants (and judges) whose provider has a batch API: their text calls could go at
+        # the batch rate instead (flownb.batching).
+        self.batchable = batchable
         paid = calls[~calls["cached"]]
         self.n_calls = len(paid)
         self.n_cached = len(calls) - len(paid)
@@ -104,6 +113,10 @@ class Preview:
         self.est_cost = float(costs.sum(skipna=False)) if len(costs) else 0.0
         self.est_cost_known = float(costs.sum()) if len(costs) else 0.0
         self.n_unpriced = int(costs.isna().sum())
+        at_batch_rate = paid["variant"].isin(batchable) & paid["kind"].eq("text")
+        self.est_cost_batch = float(
+            (costs.where(~at_batch_rate, costs * BATCH_RATE)).sum() if len(costs) else 0.0
+        )
 
     def cost_line(self) -> str:
         """Return the estimate of the money in one line, saying it is an estimate."""
@@ -114,6 +127,8 @@ class Preview:
         line = f"estimated cost: about {usd(self.est_cost_known)}"
         if self.n_unpriced:
             line += f" for the priced calls ({self.n_unpriced} call(s) without a price)"
+        if self.batchable and self.est_cost_batch < self.est_cost_known:
+            line += f", about {usd(self.est_cost_batch)} through the batch API (batch_api=True)"
         return line + " (estimate: prompt chars/4 tokens, output = max_tokens)"
 
     def headline(self) -> str:
@@ -305,6 +320,12 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return frame
 
 
+def _batches(flow: BaseFlow) -> bool:
+    """Whether ``flow``'s text calls could go through its provider's batch API."""
+    provider = getattr(flow, "provider", None)
+    return bool(provider is not None and provider.supports_batches)
+
+
 def _provider(flow: BaseFlow) -> str:
     provider = getattr(flow, "provider", None)
     return provider.name if provider is not None else "remote"
@@ -388,7 +409,10 @@ def preview_many(
         for j in judges:
             providers[f"judge:{j.name}"] = j.flow().provider.name
             rows += _judge_calls(j, rows_in, known, seen)
-    return Preview(_frame(rows), providers)
+    batchable = frozenset(
+        name for name, f in variants.items() if getattr(f, "provider", None) and _batches(f)
+    ) | frozenset(f"judge:{j.name}" for j in judges if _batches(j.flow()))
+    return Preview(_frame(rows), providers, batchable)
 
 
 def preview_data(
@@ -413,4 +437,7 @@ def preview_data(
         if not all(isinstance(v, Mapping) for v in batch):
             raise TypeError("preview takes a DataFrame, a list of variable mappings, or one")
         flow.spec.check_batch(batch)
-    return Preview(_frame(preview_flow(flow, batch, flow.name)), {flow.name: _provider(flow)})
+    batchable = frozenset({flow.name}) if _batches(flow) else frozenset()
+    return Preview(
+        _frame(preview_flow(flow, batch, flow.name)), {flow.name: _provider(flow)}, batchable
+    )

@@ -32,6 +32,7 @@ from decimal import Decimal
 from typing import Any
 
 __all__ = [
+    "BATCH_RATE",
     "ESTIMATE_OUTPUT_TOKENS",
     "NAN",
     "call_cost",
@@ -40,6 +41,10 @@ __all__ = [
     "estimate_tokens",
     "table_id",
 ]
+
+# What a batch call costs against the same call made live: OpenAI's and Anthropic's batch APIs
+# charge half.
+BATCH_RATE = 0.5
 
 NAN = float("nan")
 # Output tokens a preview assumes for a text node without max_tokens.

@@ -249,3 +249,37 @@ def test_batch_answers_are_priced_at_half_the_live_price(fake: FakeOpenAI) -> No
     assert gen is not None and gen.cost is not None
     live = call_cost("openai", gen.model, gen.usage, None)
     assert live > 0 and gen.cost == pytest.approx(live / 2)
+
+
+def test_evaluate_sends_variants_then_judges_in_batches_and_a_rerun_pays_nothing(
+    fake: FakeOpenAI,
+) -> None:
+    from flownb import scorers as S
+
+    flow = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]))
+    variants = {"plain": flow, "loud": flow.with_prompts({"say": "SAY {word}!"})}
+    data = pd.DataFrame({"word": ["owl", "bat", "elk"]})
+    scorers = [S.judge("say", "Is it short?", threshold=0.5)]
+    report = flownb.evaluate(variants, data, scorers, batch_api=True, progress=False, log=False)
+    # One batch per variant's calls, then (a second stage) one for the judges'.
+    assert fake.batches.created == 3
+    uploads = [[json.loads(ln) for ln in up.splitlines()] for up in fake.batches.uploads]
+    prompts = [[ln["body"]["messages"][-1]["content"] for ln in up] for up in uploads]
+    assert [len(p) for p in prompts] == [3, 3, 6]
+    assert not any(S.JUDGE_MARKER in t for p in prompts[:2] for t in p)
+    assert all(S.JUDGE_MARKER in t for t in prompts[2])
+    assert len(fake.requests) == 0  # nothing was called live
+    assert report.results["judge_say"].notna().all()
+    again = flownb.evaluate(variants, data, scorers, batch_api=True, progress=False, log=False)
+    assert fake.batches.created == 3 and len(fake.requests) == 0
+    pd.testing.assert_series_equal(again.results["judge_say"], report.results["judge_say"])
+
+
+def test_the_preview_shows_the_batch_price_beside_the_live_one(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]))  # gpt-4o-mini: priced
+    preview = flow.preview(pd.DataFrame({"word": ["owl", "bat"]}))
+    assert preview.est_cost_known > 0
+    assert preview.est_cost_batch == pytest.approx(preview.est_cost_known / 2)
+    assert "through the batch API" in preview.cost_line()
+    offline = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]), provider="offline")
+    assert "batch API" not in offline.preview(pd.DataFrame({"word": ["owl"]})).cost_line()

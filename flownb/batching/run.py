@@ -27,6 +27,7 @@ import orjson
 from ..errors import ConfigError, ProviderError
 from ..frame import rows_to_variables, run_dataframe
 from ..inputs import PYTHON, Spelling
+from ..pricing import BATCH_RATE
 from ..providers.base import BatchAPI, BatchState, Call, Generation, Provider
 from .store import BatchRecord, load_records, save_record
 
@@ -37,11 +38,7 @@ if TYPE_CHECKING:
     from ..engine import Plan
     from ..flow import LocalFlow
 
-__all__ = ["run_dataframe_batched"]
-
-# What a batch call costs against the same call made live: OpenAI's and Anthropic's batch APIs
-# charge half.
-BATCH_RATE = 0.5
+__all__ = ["prefill", "run_dataframe_batched"]
 
 # HTTP-like statuses on the errors of calls a batch did not answer: none is retried by the run.
 _PENDING, _GONE = 202, 410
@@ -261,30 +258,20 @@ class _FromBatches(Provider):
         await self.real.aclose()
 
 
-def run_dataframe_batched(
+def prefill(
     flow: LocalFlow,
-    df: pd.DataFrame,
-    columns: Mapping[str, str] | None = None,
+    rows: Sequence[Mapping[str, str]],
     *,
-    fill: str | None = None,
     poll: float | None = None,
     progress: bool = True,
-    concurrency: int | None = None,
-    error_column: str = "error",
-    trace: bool = False,
-    spelling: Spelling = PYTHON,
-) -> pd.DataFrame:
-    """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring).
-    ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
-    return); Ctrl-C while waiting returns at once, leaving them running.
-
-    Returns:
-        What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
-        (yet) are named in ``error_column``.
+) -> dict[str, tuple[int, str]]:
+    """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
+    batch API (only the calls the cache lacks; batches still running are waited for, not sent
+    again). Returns, by cache key, why a call has no answer yet: ``(202, ...)`` still running,
+    ``(410, ...)`` the batch failed it.
 
     Raises:
         ConfigError: the provider has no batch API, or the cache is off.
-        InputError: columns missing or cells empty without ``fill``.
         ProviderError: a batch could not be submitted or read.
     """
     provider, cache = flow.provider, flow.engine.cache
@@ -298,7 +285,6 @@ def run_dataframe_batched(
             "batch_api=True needs the call cache (the batches' answers arrive through it): "
             "turn it on (FLOWNB_CACHE=1, no --no-cache)"
         )
-    rows = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)
     home = flow.config.home
     deadline = None if poll is None else time.monotonic() + poll
     reasons: dict[str, tuple[int, str]] = {}
@@ -335,6 +321,38 @@ def run_dataframe_batched(
     finally:
         if bar is not None:
             bar.close()
+    return reasons
+
+
+def run_dataframe_batched(
+    flow: LocalFlow,
+    df: pd.DataFrame,
+    columns: Mapping[str, str] | None = None,
+    *,
+    fill: str | None = None,
+    poll: float | None = None,
+    progress: bool = True,
+    concurrency: int | None = None,
+    error_column: str = "error",
+    trace: bool = False,
+    spelling: Spelling = PYTHON,
+) -> pd.DataFrame:
+    """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring).
+    ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
+    return); Ctrl-C while waiting returns at once, leaving them running.
+
+    Returns:
+        What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
+        (yet) are named in ``error_column``.
+
+    Raises:
+        ConfigError: the provider has no batch API, or the cache is off.
+        InputError: columns missing or cells empty without ``fill``.
+        ProviderError: a batch could not be submitted or read.
+    """
+    provider, cache = flow.provider, flow.engine.cache
+    rows = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)
+    reasons = prefill(flow, rows, poll=poll, progress=progress)
     # Named (and able) like the real provider, so results and checks read as a plain run's.
     kind = type(
         "FromBatches",

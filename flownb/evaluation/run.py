@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..aio import run_sync
+from ..batching.run import prefill
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
@@ -322,6 +323,8 @@ def evaluate(
     progress: bool = True,
     dry_run: bool = False,
     log: bool = True,
+    batch_api: bool = False,
+    poll: float | None = None,
 ) -> EvalReport | Preview:
     """Run every variant over every row of ``data`` and grade the outputs with ``scorers``.
 
@@ -335,7 +338,11 @@ def evaluate(
     ``dry_run=True`` returns a :class:`~flownb.preview.Preview` of the calls instead, making
     none: its ``n_calls`` is the number of calls the run then makes on the same cache state
     (judges included), and the progress bar's total. A judge without ``provider=`` uses the
-    provider of the flow it grades. ``log=False`` keeps the evaluation out of the run log
+    provider of the flow it grades. ``batch_api=True`` first sends the calls the cache lacks
+    through the providers' batch APIs (half price, results within 24 hours; waiting ``poll``
+    seconds at most, None: until done): the variants' calls, then the judges' in a second
+    stage; the evaluation then runs from the cache (what a batch did not answer runs live).
+    ``log=False`` keeps the evaluation out of the run log
     (``report.diff(id)`` reads it back from there).
 
     Returns:
@@ -377,6 +384,8 @@ def evaluate(
     }
     judges = [s for s in graders if isinstance(s, JudgeScorer)]
     _bind_judges(judges, variants)
+    if batch_api and not dry_run:
+        _through_batches(variants, batches, judges, data, graders, poll, progress)
     if dry_run or progress:
         from ..preview import preview_many
 
@@ -445,6 +454,46 @@ class _Interrupted(Exception):
 
 def _input_block(data: pd.DataFrame) -> dict[str, list[Any]]:
     return {str(c): data[c].tolist() for c in data.columns}
+
+
+def _through_batches(
+    variants: Mapping[str, BaseFlow],
+    batches: Mapping[str, Sequence[Mapping[str, str]]],
+    judges: Sequence[JudgeScorer],
+    data: pd.DataFrame,
+    graders: Sequence[Scorer],
+    poll: float | None,
+    progress: bool,
+) -> None:
+    """Fill the cache through the providers' batch APIs before the evaluation runs: first every
+    variant's calls, then (a second stage, once the outputs they grade are in) the judges'.
+    What the batches did not answer (a failed line, a batch still running when ``poll`` ran out)
+    is then run live by the evaluation, as any uncached call is."""
+    from ..preview import preview_many
+
+    def batchable(flow: BaseFlow) -> bool:
+        return (
+            isinstance(flow, LocalFlow)
+            and flow.provider.supports_batches
+            and flow.engine.cache is not None
+        )
+
+    for name, flow in variants.items():
+        if batchable(flow):
+            prefill(flow, batches[name], poll=poll, progress=progress)  # type: ignore[arg-type]
+    if not judges:
+        return
+    # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
+    calls = preview_many(variants, batches, graders, _input_rows(data)).calls
+    for judge in judges:
+        flow = judge.flow()
+        if not batchable(flow):
+            continue
+        mine = calls[(calls["variant"] == f"judge:{judge.name}") & calls["prompt"].notna()]
+        prompts = list(dict.fromkeys(mine["prompt"]))
+        if prompts:
+            rows = [{flow.variables[0]: prompt} for prompt in prompts]
+            prefill(flow, rows, poll=poll, progress=progress)
 
 
 def _input_rows(data: pd.DataFrame) -> list[dict[str, Any]]:

@@ -218,6 +218,9 @@ class Provider(ABC):
         """Return the generation synchronously; only for providers with ``inline = True``."""
         raise NotImplementedError(f"{self.name} cannot generate inline")
 
+    # Whether :meth:`batch_api` returns one (checked without building its client).
+    supports_batches: ClassVar[bool] = False
+
     def batch_api(self) -> BatchAPI | None:
         """Return the provider's batch API (half price, results within hours; see
         :mod:`flownb.batching`), or ``None``: it has none."""

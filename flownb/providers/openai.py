@@ -1103,6 +1103,8 @@ class OpenAIProvider(Provider):
             finish_reason=finish,
         )
 
+    supports_batches: ClassVar[bool] = True
+
     def batch_api(self) -> OpenAIBatches:
         """Return this endpoint's Batch API (half price, results within 24 hours)."""
         return OpenAIBatches(self, self._api_key)
@@ -1209,6 +1211,8 @@ class AzureOpenAIProvider(OpenAIProvider):
             pool=endpoint.name,
             endpoint_name=endpoint.name,
         )
+
+    supports_batches: ClassVar[bool] = False
 
     def batch_api(self) -> None:  # type: ignore[override]
         """Azure's Batch API (its own routes and deployments) is not supported yet: ``None``."""
