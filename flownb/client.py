@@ -467,7 +467,9 @@ class Client:
             if isinstance(results, list) and len(results) == len(pending):
                 failed = []
                 for j, i in enumerate(pending):
-                    if results[j] is not None:
+                    # A row with a result *and* an error kept only part of its outputs (a node
+                    # failed): it failed, and is retried like any failed row.
+                    if results[j] is not None and j not in element_errors:
                         out[i] = (results[j], None)
                     else:
                         failed.append(i)
