@@ -7,6 +7,7 @@ body look, and its routes.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -14,9 +15,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from .fake_openai import FakeConfig, _State
+from .fake_openai import FakeConfig, _State, add_control_routes
 
-__all__ = ["Vendor", "handler", "words"]
+__all__ = ["Vendor", "control_routes", "handler", "serve_until_interrupted", "words"]
 
 
 def words(text: str) -> int:
@@ -130,22 +131,29 @@ def handler(
 
 
 def control_routes(app: web.Application, state: _State, vendor: Vendor) -> None:
-    """Add the control routes (``/_fake/stats``, ``/_fake/reset``, ``/_fake/config``)."""
+    """Add the control routes (``/_fake/stats``, ``/_fake/reset``, ``/_fake/config``), as the
+    OpenAI fake has them, with the vendor's error body for a refused setting."""
+    add_control_routes(app, state, lambda message: vendor.error(400, message, "invalid_request"))
 
-    async def stats(_: web.Request) -> web.Response:
-        return web.json_response(state.stats())
 
-    async def reset(_: web.Request) -> web.Response:
-        state.reset()
-        return web.json_response(state.stats())
-
-    async def configure(request: web.Request) -> web.Response:
-        try:
-            state.config.update(await request.json())
-        except (ValueError, TypeError) as exc:
-            return vendor.error(400, str(exc), "invalid_request")
-        return web.json_response({"ok": True})
-
-    app.router.add_get("/_fake/stats", stats)
-    app.router.add_post("/_fake/reset", reset)
-    app.router.add_post("/_fake/config", configure)
+def serve_until_interrupted(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    port: int,
+    name: str,
+    make_app: Callable[[_State], web.Application],
+) -> None:
+    """Serve a vendor's fake from the command line (``--port``, ``--latency``) until
+    interrupted; ``name`` is how its start line names it."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+    web.run_app(
+        make_app(_State(FakeConfig(latency=args.latency))),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=lambda *_: print(f"fake {name} on http://127.0.0.1:{args.port}", flush=True),
+    )

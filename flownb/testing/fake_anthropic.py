@@ -21,7 +21,6 @@ From a shell: ``python -m flownb.testing.fake_anthropic --port 8124``.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from ..providers.openai import parse_duration
-from ._vendor_fake import control_routes, handler, words
+from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
 from .fake_openai import FakeConfig, FakeOpenAI, _State, echo, scripted_reply
 
 __all__ = ["FakeAnthropic", "main", "make_app"]
@@ -132,17 +131,12 @@ class FakeAnthropic(FakeOpenAI):
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the fake from the command line until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m flownb.testing.fake_anthropic")
-    parser.add_argument("--port", type=int, default=8124)
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
-    args = parser.parse_args(argv)
-    config = FakeConfig(latency=args.latency)
-    web.run_app(
-        make_app(_State(config)),
-        host="127.0.0.1",
-        port=args.port,
-        access_log=None,
-        print=lambda *_: print(f"fake Anthropic on http://127.0.0.1:{args.port}", flush=True),
+    serve_until_interrupted(
+        argv,
+        prog="python -m flownb.testing.fake_anthropic",
+        port=8124,
+        name="Anthropic",
+        make_app=make_app,
     )
 
 

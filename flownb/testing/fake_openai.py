@@ -55,7 +55,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -66,6 +66,7 @@ from .fake_batches import BatchBackend
 __all__ = [
     "FakeConfig",
     "FakeOpenAI",
+    "add_control_routes",
     "echo",
     "image_bytes",
     "judge_reply",
@@ -528,6 +529,24 @@ def make_app(state: _State) -> web.Application:
             return _error(404, "no such image (or it expired)", "not_found")
         return web.Response(body=image_bytes(prompt), content_type="image/png")
 
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/images/generations"):
+        app.router.add_post(path, generate)
+        # Azure OpenAI: the deployment in the path, ?api-version=... in the query.
+        app.router.add_post(path.replace("/v1", "/openai/deployments/{deployment}"), generate)
+    state.batches.add_routes(app)
+    app.router.add_get("/_fake/images/{name}.png", image)
+    add_control_routes(app, state, lambda message: _error(400, message, "invalid_request_error"))
+    return app
+
+
+def add_control_routes(
+    app: web.Application, state: _State, bad_request: Callable[[str], web.Response]
+) -> None:
+    """Add the routes that drive a fake from another process: ``GET /_fake/stats`` (the
+    counters), ``POST /_fake/reset`` and ``POST /_fake/config`` (answered with
+    ``bad_request(message)``, in the vendor's error shape, when a setting is refused)."""
+
     async def stats(_: web.Request) -> web.Response:
         return web.json_response(state.stats())
 
@@ -539,20 +558,12 @@ def make_app(state: _State) -> web.Application:
         try:
             state.config.update(await request.json())
         except (ValueError, TypeError) as exc:
-            return _error(400, str(exc), "invalid_request_error")
+            return bad_request(str(exc))
         return web.json_response({"ok": True})
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    for path in ("/v1/chat/completions", "/v1/completions", "/v1/images/generations"):
-        app.router.add_post(path, generate)
-        # Azure OpenAI: the deployment in the path, ?api-version=... in the query.
-        app.router.add_post(path.replace("/v1", "/openai/deployments/{deployment}"), generate)
-    state.batches.add_routes(app)
     app.router.add_get("/_fake/stats", stats)
-    app.router.add_get("/_fake/images/{name}.png", image)
     app.router.add_post("/_fake/reset", reset)
     app.router.add_post("/_fake/config", configure)
-    return app
 
 
 class FakeOpenAI:
