@@ -34,9 +34,10 @@ from typing import Any, ClassVar
 from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
-from .base import Call, Generation, Kind, Provider, RateLimits
+from .base import Call, Generation, Kind, RateLimits
 from .vendor import (
     OPENAI_MODEL,
+    HostedProvider,
     Reach,
     Warner,
     clients_per_loop,
@@ -102,7 +103,7 @@ def _translate(exc: Exception, key: str | None, base_url: str) -> ProviderError:
     )
 
 
-class AnthropicProvider(Provider):
+class AnthropicProvider(HostedProvider):
     """Text from Claude models (see the module docstring for the parameter mapping).
 
     Raises:
@@ -163,17 +164,6 @@ class AnthropicProvider(Provider):
             timeout=None,
             default_headers=headers or None,
         )
-
-    def __repr__(self) -> str:  # never the key
-        return f"<AnthropicProvider base_url={self.base_url!r}>"
-
-    def identity(self) -> Mapping[str, Any]:
-        """Return the provider and endpoint (never the key): part of cache keys."""
-        return {"provider": self.name, "base_url": self.base_url}
-
-    def banner(self) -> str:
-        """Return the line naming where calls go."""
-        return f"provider: anthropic at {self.base_url}"
 
     def prepare(self, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:
         """Return the request fields (all but the prompt) for a node's params.

@@ -32,9 +32,10 @@ from typing import Any, ClassVar
 from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
-from .base import Call, Generation, Kind, Provider
+from .base import Call, Generation, Kind
 from .vendor import (
     OPENAI_MODEL,
+    HostedProvider,
     Reach,
     Warner,
     clients_per_loop,
@@ -116,7 +117,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return (errors.APIError, aiohttp.ClientError, httpx.TransportError, TimeoutError)
 
 
-class GeminiProvider(Provider):
+class GeminiProvider(HostedProvider):
     """Text and images from Gemini (see the module docstring for the parameter mapping).
 
     Raises:
@@ -181,17 +182,6 @@ class GeminiProvider(Provider):
         )
         # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
         return genai.Client(api_key=self._key or "unused", vertexai=False, http_options=options)
-
-    def __repr__(self) -> str:  # never the key
-        return f"<GeminiProvider base_url={self.base_url!r}>"
-
-    def identity(self) -> Mapping[str, Any]:
-        """Return the provider and endpoint (never the key): part of cache keys."""
-        return {"provider": self.name, "base_url": self.base_url}
-
-    def banner(self) -> str:
-        """Return the line naming where calls go."""
-        return f"provider: gemini at {self.base_url}"
 
     def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:
         """Return ``{"model": ..., "config": {...}}`` for a node's params (the SDK's config

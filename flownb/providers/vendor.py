@@ -15,10 +15,11 @@ from typing import Any
 from ..error_map import parse_retry_after
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ..settings import RunConfig
-from .base import RateLimits
+from .base import Provider, RateLimits
 
 __all__ = [
     "OPENAI_MODEL",
+    "HostedProvider",
     "Reach",
     "Warner",
     "clients_per_loop",
@@ -32,6 +33,24 @@ __all__ = [
 # them with its own default (with a warning) instead of sending a name the vendor refuses.
 OPENAI_MODEL = re.compile(r"^(gpt-|chatgpt|o\d|dall-e|text-|davinci|babbage|gpt-image)")
 _KEY_LIKE = re.compile(r"(sk-ant-|AIza)[A-Za-z0-9_\-]{3,}")
+
+
+class HostedProvider(Provider):
+    """A vendor's provider reached at ``base_url`` (Anthropic, Gemini): its repr, cache identity
+    and banner, none of which ever holds the key."""
+
+    base_url: str
+
+    def __repr__(self) -> str:  # never the key
+        return f"<{type(self).__name__} base_url={self.base_url!r}>"
+
+    def identity(self) -> Mapping[str, Any]:
+        """Return the provider and endpoint (never the key): part of cache keys."""
+        return {"provider": self.name, "base_url": self.base_url}
+
+    def banner(self) -> str:
+        """Return the line naming where calls go."""
+        return f"provider: {self.name} at {self.base_url}"
 
 
 @dataclass(frozen=True)
