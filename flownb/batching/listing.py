@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..providers.base import BatchAPI
+from ..providers.base import FINAL_STATES, BatchAPI
 from ..providers.registry import make_provider
 from ..settings import RunConfig, resolve_run_config
 from .store import BatchRecord, load_records, save_record
@@ -48,7 +48,7 @@ def list_batches(*, home: str | Path | None = None, refresh: bool = False) -> pd
     records = load_records(config.home)
     if refresh:
         for record in records:
-            if record.collected or record.status in ("completed", "failed", "expired", "cancelled"):
+            if record.collected or record.status in FINAL_STATES:
                 continue
             api = _api(record, config)
             if api is not None:

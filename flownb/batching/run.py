@@ -28,7 +28,7 @@ from ..errors import ConfigError, ProviderError
 from ..frame import rows_to_variables, run_dataframe
 from ..inputs import PYTHON, Spelling
 from ..pricing import BATCH_RATE
-from ..providers.base import BatchAPI, BatchState, Call, Generation, Provider
+from ..providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
 from .store import BatchRecord, load_records, save_record
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def _wait(
     try:
         while True:
             for record in records:
-                if record.status not in FINAL:
+                if record.status not in FINAL_STATES:
                     _update(record, api.status(record.id))
                     save_record(record, home)
             if bar is not None:
@@ -206,7 +206,7 @@ def _wait(
                 states = sorted({r.status for r in records})
                 bar.set_postfix_str(f"{len(records)} batch(es): {', '.join(states)}", refresh=False)
                 bar.refresh()
-            if all(r.status in FINAL for r in records):
+            if all(r.status in FINAL_STATES for r in records):
                 return True
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -215,9 +215,6 @@ def _wait(
             time.sleep(max(pause, 0.0))
     except KeyboardInterrupt:
         return False
-
-
-FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
 class _FromBatches(Provider):
@@ -305,7 +302,7 @@ def prefill(
                 bar.total = sum(r.total or len(r.keys) for r in active)
             ended = _wait(api, active, home, flow.config.batch_poll, deadline, bar)
             for record in active:
-                if record.status in FINAL:
+                if record.status in FINAL_STATES:
                     collect(api, record, cache, home, provider)
                     for key, why in record.failures.items():
                         reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
