@@ -8,10 +8,14 @@ examples reach the judge's prompt."""
 from __future__ import annotations
 
 import base64
+import io
+import re
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from PIL import Image, ImageChops, ImageStat
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from vendor_fakes import (  # noqa: F401 (fixtures)
     anthropic_fake,
@@ -25,6 +29,7 @@ import flownb
 from flownb import scorers as S
 from flownb.display import image_bytes
 from flownb.errors import ConfigError
+from flownb.evaluation.html import THUMB
 from flownb.testing.fake_openai import (
     FakeOpenAI,
     data_url_bytes,
@@ -177,3 +182,46 @@ def test_examples_without_a_usable_label_are_refused() -> None:
         S.judge("say", "ok?", examples=frame)
     with pytest.raises(ConfigError, match="no column 'other'"):
         S.judge("other", "ok?", examples=frame)
+
+
+def test_image_outputs_are_a_grid_of_embedded_thumbnails(tmp_path: Path) -> None:
+    flow = flownb.load_flow(PICS, provider="offline")
+    other = flow.with_prompts({"pic": "a drawing of {topic}"})
+    report = flownb.evaluate({"a": flow, "b": other}, topics(3), progress=False, log=False)
+    page = report.save(tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "file://" not in page
+    grid = re.search(
+        r"<table class='flownb-eval flownb-grid' data-output='pic'>(.*?)</table>", page
+    )
+    assert grid is not None
+    head = re.findall(r"<th>(\w+)</th>", grid.group(1).split("</thead>")[0])
+    assert head == ["pic", "a", "b"]  # variants across
+    rows = grid.group(1).split("</thead>")[1].split("<tr>")[1:]
+    assert len(rows) == 3  # input rows down
+    res = report.results
+    for i, row in enumerate(rows):
+        cells = re.findall(
+            r'<td data-variant="(\w+)" data-row="(\w+)"><img src="data:image/(png|jpeg);base64,'
+            r'([^"]+)"',
+            row,
+        )
+        assert [(v, r) for v, r, _, _ in cells] == [("a", f"r{i}"), ("b", f"r{i}")]
+        for v, r, _, data in cells:
+            url = res[(res["variant"] == v) & (res[report.index_name] == r)]["pic"].item()
+            original = image_bytes(url)
+            assert original is not None
+            with (
+                Image.open(io.BytesIO(base64.b64decode(data))) as thumb,
+                Image.open(io.BytesIO(original[0])) as full,
+            ):
+                # Downscaled to at most THUMB pixels, and a picture of this very image.
+                assert max(thumb.size) <= THUMB < max(full.size)
+                small = full.convert("RGB").resize(thumb.size)
+                assert _distance(thumb.convert("RGB"), small) < 12
+    assert len(page) < 6 * 40_000  # six thumbnails and the page around them
+
+
+def _distance(a: Image.Image, b: Image.Image) -> float:
+    """Mean absolute difference of two same-sized RGB images' pixel values (0..255)."""
+    bands = ImageStat.Stat(ImageChops.difference(a, b)).mean
+    return sum(bands) / len(bands)
