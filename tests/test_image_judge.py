@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from PIL import Image, ImageChops, ImageStat
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from PIL import Image, ImageChops, ImageStat
 from vendor_fakes import (  # noqa: F401 (fixtures)
     anthropic_fake,
     anthropic_server,
@@ -136,7 +136,8 @@ def test_gemini_judge_sends_the_image_inline(gemini_fake: Any) -> None:
 def test_a_model_that_reads_no_images_is_refused_before_any_call(fake: FakeOpenAI) -> None:
     flow = flownb.load_flow(PICS, provider="offline")
     judge = S.judge("pic", RUBRIC, provider="openai", model="gpt-3.5-turbo")
-    with pytest.raises(ConfigError, match="'gpt-3.5-turbo', a model that reads no images"):
+    refused = re.escape("'gpt-3.5-turbo', a model that reads no images")
+    with pytest.raises(ConfigError, match=refused):
         flownb.evaluate(flow, topics(2), [judge], progress=False, log=False)
     assert fake.requests == []
 

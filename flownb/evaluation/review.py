@@ -64,7 +64,8 @@ def _thumb(value: Any) -> str:
     src = thumbnail(str(value))
     if src is None:
         return html.escape(str(value)[:40])
-    return f'<img src="{src}" alt="image output" style="max-width:96px;max-height:96px;display:block">'
+    style = "max-width:96px;max-height:96px;display:block"
+    return f'<img src="{src}" alt="image output" style="{style}">'
 
 
 def _said(passed: Any, score: Any) -> str:
