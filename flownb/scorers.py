@@ -14,7 +14,9 @@ scores missing (NaN / NA) and does not pass.
 
 ``judge`` and ``pick_best`` ask a model (through flownb's providers: cached, limited and logged
 like every call); an answer they cannot parse scores NaN with the raw answer as the reason,
-never an exception.
+never an exception. An image output is shown to the model as an image (see
+:mod:`flownb.providers.images`); ``judge(..., examples=report.labels)`` adds people's labels to
+the prompt as few-shot examples.
 """
 
 from __future__ import annotations
@@ -824,9 +826,15 @@ class PickBest(JudgeScorer):
         return self.setup.flow(f"pick_best:{self.name}")
 
     def prompt_all(self, row: Row, outputs: Sequence[Any]) -> str | None:
-        """Return the prompt comparing ``outputs`` (one per variant) for one input row."""
+        """Return the prompt comparing ``outputs`` (one per variant) for one input row; image
+        outputs are shown as images."""
         if any(_missing(o) for o in outputs):
             return None
+        if any(self._is_image(o) for o in outputs):
+            refs = [self._image_ref(str(o)) for o in outputs]
+            if any(r is None for r in refs):
+                return None
+            outputs = refs
         candidates = "\n\n".join(
             f"Candidate {i}:\n<<<\n{o}\n>>>" for i, o in enumerate(outputs, start=1)
         )

@@ -226,3 +226,26 @@ def _distance(a: Image.Image, b: Image.Image) -> float:
     """Mean absolute difference of two same-sized RGB images' pixel values (0..255)."""
     bands = ImageStat.Stat(ImageChops.difference(a, b)).mean
     return sum(bands) / len(bands)
+
+
+def test_pick_best_sees_every_variant_s_image(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(PICS, provider="offline")
+    variants = {"a": flow, "b": flow.with_prompts({"pic": "a drawing of {topic}"})}
+    picker = S.pick_best("pic", "Which shows {topic} best?", provider="openai")
+    report = flownb.evaluate(variants, topics(2), [picker], progress=False, log=False)
+    res = report.results
+    made = images_of(report)  # a's rows, then b's
+    # Per input row, candidate 1 is a's image and candidate 2 is b's (calls may come in any order).
+    wanted = {i: [made[i], made[i + 2]] for i in range(2)}
+    bodies = [b for b in fake.requests if S.PICK_MARKER in str(b)]
+    seen = []
+    for body in bodies:
+        parts = body["messages"][-1]["content"]
+        seen.append(
+            [data_url_bytes(p["image_url"]["url"]) for p in parts if p["type"] == "image_url"]
+        )
+    assert sorted(seen) == sorted(wanted.values())  # type: ignore[type-var]
+    for i, pair in wanted.items():
+        best = 0 if verdicts(pair)[0] >= verdicts(pair)[1] else 1
+        got = res[res[report.index_name] == f"r{i}"]["pick_best_pic"].tolist()
+        assert got == [1.0 if k == best else 0.0 for k in range(2)]
