@@ -608,7 +608,9 @@ def select_examples(examples: Any, output: str, limit: int) -> tuple[list[Exampl
         if (passed is None and score is None) or got is None:
             continue
         inputs = tuple(
-            (str(n), str(_cell(rec.get(n)) or "")) for n in names if n in rec and n != column
+            (str(n), "" if (v := _cell(rec.get(n))) is None else str(v))
+            for n in names
+            if n in rec and n != column
         )
         note = _cell(rec.get("note")) or ""
         example = Example(

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from PIL import Image, ImageChops, ImageStat
+from serving import ScriptedProvider
 from vendor_fakes import (  # noqa: F401 (fixtures)
     anthropic_fake,
     anthropic_server,
@@ -30,6 +31,7 @@ from flownb import scorers as S
 from flownb.display import image_bytes
 from flownb.errors import ConfigError
 from flownb.evaluation.html import THUMB
+from flownb.providers.images import ImagePart, image_ref, prompt_parts
 from flownb.testing.fake_openai import (
     FakeOpenAI,
     data_url_bytes,
@@ -249,3 +251,32 @@ def test_pick_best_sees_every_variant_s_image(fake: FakeOpenAI) -> None:
         best = 0 if verdicts(pair)[0] >= verdicts(pair)[1] else 1
         got = res[res[report.index_name] == f"r{i}"]["pick_best_pic"].tolist()
         assert got == [1.0 if k == best else 0.0 for k in range(2)]
+
+
+def test_a_provider_that_shows_no_images_is_refused_before_any_call() -> None:
+    flow = flownb.load_flow(PICS, provider="offline")
+    blind = ScriptedProvider()  # a provider that does not declare supports_vision
+    judge = S.judge("pic", RUBRIC, provider=blind)
+    with pytest.raises(ConfigError, match="shows a model no images"):
+        flownb.evaluate(flow, topics(2), [judge], progress=False, log=False)
+    assert not blind.calls
+
+
+def test_images_by_url_go_as_urls_in_each_vendor_s_format() -> None:
+    from flownb.providers.anthropic import _block
+    from flownb.providers.gemini import _part
+    from flownb.providers.openai import _content_parts
+
+    url = "https://example.invalid/cat.jpg"
+    prompt = f"Grade:\n{image_ref(url)}\nnow"
+    parts = prompt_parts(prompt, None)
+    assert parts[0] == "Grade:\n" and parts[2] == "\nnow"
+    assert parts[1] == ImagePart(None, "image/jpeg", url)
+    assert _content_parts(prompt, None)[1] == {"type": "image_url", "image_url": {"url": url}}  # type: ignore[arg-type]
+    assert _block(parts[1]) == {"type": "image", "source": {"type": "url", "url": url}}
+    gemini = _part(parts[1])
+    assert gemini.file_data.file_uri == url and gemini.file_data.mime_type == "image/jpeg"
+    # Text that only looks like a reference stays text; a local path is never one.
+    assert prompt_parts("[[flownb-image:/etc/passwd]]", None) == ["[[flownb-image:/etc/passwd]]"]
+    with pytest.raises(ConfigError, match="by media name or http"):
+        image_ref("file:///etc/passwd")

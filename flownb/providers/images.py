@@ -32,7 +32,10 @@ __all__ = [
     "text_only_model",
 ]
 
-IMAGE_REF = re.compile(r"\[\[flownb-image:([^\]\s]+)\]\]")
+# Only a media name or an http(s) URL makes a reference: other text stays text.
+IMAGE_REF = re.compile(
+    r"\[\[flownb-image:(https?://[^\]\s]+|[0-9a-f]{32,64}\.(?:png|jpg|jpeg|webp|gif))\]\]"
+)
 _OPEN = "[[flownb-image:"
 _MIME = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif"}
 _MIME["webp"] = "image/webp"
