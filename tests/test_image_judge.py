@@ -280,3 +280,20 @@ def test_images_by_url_go_as_urls_in_each_vendor_s_format() -> None:
     assert prompt_parts("[[flownb-image:/etc/passwd]]", None) == ["[[flownb-image:/etc/passwd]]"]
     with pytest.raises(ConfigError, match="by media name or http"):
         image_ref("file:///etc/passwd")
+
+
+def test_image_examples_are_shown_as_images(fake: FakeOpenAI) -> None:
+    flow = flownb.load_flow(PICS, provider="offline")
+    first = flownb.evaluate(flow, topics(2), progress=False)
+    first.label("r0", first.variants[0], passed=True, note="clear")
+    judge = S.judge("pic", RUBRIC, provider="openai", examples=first.labels)
+    report = flownb.evaluate(flow, topics(2), [judge], progress=False)
+    made = images_of(report)
+    for body in judge_bodies(fake):
+        parts = body["messages"][-1]["content"]
+        sent = [data_url_bytes(p["image_url"]["url"]) for p in parts if p["type"] == "image_url"]
+        assert sent[0] == made[0]  # the labelled example's image, before the one graded
+        assert len(sent) == 2 and sent[1] in made
+        text = "".join(p["text"] for p in parts if p["type"] == "text")
+        assert text.index('Human label: pass, note: "clear"') < text.index("Output to grade:")
+    assert report.results["judge_pic"].tolist() == verdicts(made)
