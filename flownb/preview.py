@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .cache import CallCache
 from .frame import rows_to_variables
 from .pricing import BATCH_RATE
+from .providers.images import image_tokens
 from .providers.offline import OfflineProvider
 from .scorers import JudgeScorer, PickBest, Scorer
 
@@ -45,8 +46,9 @@ COLUMNS = [
 
 
 def estimate_tokens(text: str) -> int:
-    """Return a rough token count for ``text`` (about four characters a token)."""
-    return math.ceil(len(text) / 4)
+    """Return a rough token count for ``text`` (about four characters a token, and the images a
+    judge's prompt shows the model)."""
+    return math.ceil(len(text) / 4) + image_tokens(text)
 
 
 def _pricer(provider: Any) -> Any:

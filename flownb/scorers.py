@@ -14,7 +14,9 @@ scores missing (NaN / NA) and does not pass.
 
 ``judge`` and ``pick_best`` ask a model (through flownb's providers: cached, limited and logged
 like every call); an answer they cannot parse scores NaN with the raw answer as the reason,
-never an exception.
+never an exception. An image output is shown to the model as an image (see
+:mod:`flownb.providers.images`); ``judge(..., examples=report.labels)`` adds people's labels to
+the prompt as few-shot examples.
 """
 
 from __future__ import annotations
@@ -154,6 +156,8 @@ class Scorer:
 
 
 def _show(value: Any) -> str:
+    if hasattr(value, "columns") and hasattr(value, "__len__"):  # a frame: the labels given
+        return f"<{len(value)} labels>"
     if isinstance(value, str | int | float | bool | Col | list | tuple | dict) or value is None:
         return repr(value)
     if callable(value):
@@ -432,6 +436,15 @@ Reply with only a JSON object with "best", the number of the best candidate, and
 
 
 _JUDGE = Template(_JUDGE_TEMPLATE, ["rubric", "output"])
+# The same prompt with the human-labelled examples (few-shot) before the output to grade.
+_JUDGE_EXAMPLES = Template(
+    _JUDGE_TEMPLATE.replace("\nOutput to grade:", "\n{examples}\n\nOutput to grade:"),
+    ["rubric", "examples", "output"],
+)
+# What an image output reads as in a rubric's {output}: the image itself goes as an image part.
+IMAGE_OUTPUT = "(the image shown)"
+# The most labelled examples a judge puts in its prompt (see judge(examples=...)).
+MAX_EXAMPLES = 6
 _PICK = Template(_PICK_TEMPLATE, ["rubric", "candidates"])
 
 
@@ -524,10 +537,110 @@ class _JudgeSetup:
         return flow
 
 
+_LABEL_FIELDS = frozenset({"row", "variant", "passed", "score", "note", "labelled_at"})
+# Image MIME type -> the extension of the media file a judge keeps it under.
+_IMAGE_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One human-labelled output a judge shows the model as a few-shot example."""
+
+    inputs: tuple[tuple[str, str], ...]
+    output: str
+    passed: bool | None
+    score: float | None
+    note: str
+
+    def verdict(self) -> str:
+        """Return the person's label in words (``pass, score 4, note: "..."``)."""
+        said = [] if self.passed is None else ["pass" if self.passed else "fail"]
+        if self.score is not None:
+            said.append(f"score {self.score:g}")
+        if self.note:
+            said.append(f"note: {json.dumps(self.note, ensure_ascii=False)}")
+        return ", ".join(said)
+
+
+def _cell(value: Any) -> Any:
+    """Return a frame cell as a Python value, ``None`` where it is missing (NaN, NA, None)."""
+    import pandas as pd
+
+    if value is None or (not isinstance(value, list | tuple | dict) and pd.isna(value)):
+        return None
+    item = getattr(value, "item", None)
+    return item() if callable(item) and not isinstance(value, str | bytes) else value
+
+
+def select_examples(examples: Any, output: str, limit: int) -> tuple[list[Example], int]:
+    """Return the labelled examples a judge of ``output`` shows (at most ``limit``) and how many
+    usable labels ``examples`` holds.
+
+    ``examples`` is a labels frame (``report.labels``: ``row``, ``variant``, ``passed``,
+    ``score``, ``note``, then the input and output columns). A usable label has a ``passed`` or
+    ``score`` and the graded output. The choice is deterministic: labels sorted by (variant,
+    row), then taken in turn from the passes, the fails and the score-only labels, so both
+    verdicts are shown when both exist.
+
+    Raises:
+        ConfigError: not a frame, or one without the graded output's column or any verdict.
+    """
+    import pandas as pd
+
+    if not isinstance(examples, pd.DataFrame):
+        raise ConfigError(
+            f"examples= takes a labels frame (report.labels), not {type(examples).__name__}"
+        )
+    column = next((c for c in (output, f"{output}_output") if c in examples.columns), None)
+    if column is None:
+        raise ConfigError(
+            f"examples= has no column {output!r} (the graded output): pass the labels of an "
+            "evaluation of that output (report.labels)"
+        )
+    if not {"passed", "score"} & set(examples.columns):
+        raise ConfigError("examples= needs a 'passed' or 'score' column (report.labels)")
+    names = examples.attrs.get("flownb_inputs") or [
+        c for c in examples.columns if c not in _LABEL_FIELDS and c != column
+    ]
+    found: list[tuple[tuple[str, str], Example]] = []
+    for rec in examples.to_dict("records"):
+        passed, score, got = (_cell(rec.get(k)) for k in ("passed", "score", column))
+        if (passed is None and score is None) or got is None:
+            continue
+        inputs = tuple(
+            (str(n), "" if (v := _cell(rec.get(n))) is None else str(v))
+            for n in names
+            if n in rec and n != column
+        )
+        note = _cell(rec.get("note")) or ""
+        example = Example(
+            inputs,
+            str(got),
+            None if passed is None else bool(passed),
+            None if score is None else float(score),
+            str(note),
+        )
+        found.append(((str(rec.get("variant", "")), str(rec.get("row", ""))), example))
+    found.sort(key=lambda pair: pair[0])
+    groups = [
+        [e for _, e in found if e.passed is True],
+        [e for _, e in found if e.passed is False],
+        [e for _, e in found if e.passed is None],
+    ]
+    chosen: list[Example] = []
+    while len(chosen) < limit and any(groups):
+        for group in groups:
+            if group and len(chosen) < limit:
+                chosen.append(group.pop(0))
+    return chosen, len(found)
+
+
 class JudgeScorer(Scorer):
     """LLM-as-judge: one call per (variant, row); score in 0..1 and a reason."""
 
     kind: Kind = "float"
+    # Whether the graded output is an image (None: not known until a value is seen).
+    image: bool | None = None
 
     def __init__(
         self,
@@ -537,14 +650,36 @@ class JudgeScorer(Scorer):
         provider: Provider | str | None,
         threshold: float | None,
         name: str | None,
+        examples: Any = None,
+        max_examples: int = MAX_EXAMPLES,
     ) -> None:
         if not isinstance(rubric, str) or not rubric.strip():
             raise ConfigError("judge() needs a rubric: what a good output does")
+        if not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1:
+            raise ConfigError(f"max_examples is a whole number of at least 1, not {max_examples!r}")
         self.output = output
         self.rubric = rubric
         self.threshold = threshold
         self.name = name or f"judge_{output}"
         self.setup = _JudgeSetup(model, provider)
+        self.examples: list[Example] = []
+        self.labels_given = 0  # usable labels in examples=, of which self.examples are shown
+        if examples is not None:
+            self.examples, self.labels_given = select_examples(examples, output, max_examples)
+            if not self.examples:
+                raise ConfigError(
+                    f"examples= holds no label with passed= or score= for output {output!r}"
+                )
+        self._shown_examples: str | None = None
+        self._media: Any = None
+
+    def describe(self) -> str:
+        """Return how this judge was defined, and how many labels its few-shot examples rest
+        on."""
+        said = super().describe()
+        if self.examples:
+            said += f" [few-shot: {len(self.examples)} of {self.labels_given} labels]"
+        return said
 
     def flow(self) -> LocalFlow:
         """Return the flow the judge's calls go through."""
@@ -557,6 +692,12 @@ class JudgeScorer(Scorer):
         from .flow import LocalFlow
 
         self.setup.graded = flow if isinstance(flow, LocalFlow) else None
+        # A local flow says which outputs are images; a served one's are told by their values.
+        self.image = (
+            flow.plan.output_kinds.get(self.output) == "image"
+            if isinstance(flow, LocalFlow)
+            else None
+        )
 
     def check(self) -> None:
         """Refuse a judge that would run on the offline provider (it echoes its prompt: every
@@ -575,13 +716,92 @@ class JudgeScorer(Scorer):
                 "provider='openai', model='gpt-4o-mini'; in a scorers file provider = \"openai\"), "
                 "or run the flows it grades on a model provider"
             )
+        if self.image:
+            self._check_vision()
+
+    def _check_vision(self) -> None:
+        """Refuse, before any call, a judge of an image output whose provider shows the model no
+        images, or whose model is known to read none.
+
+        Raises:
+            ConfigError: one line naming the judge, the output and what to change.
+        """
+        from .providers.images import text_only_model
+
+        flow = self.flow()
+        provider = flow.provider
+        if not provider.supports_vision:
+            raise ConfigError(
+                f"scorer {self.name!r} grades the image output {self.output!r}, but the "
+                f"{provider.name} provider shows a model no images: judge it with provider= "
+                "'openai', 'anthropic' or 'gemini' and a model that reads images"
+            )
+        model = provider.priced_model("text", flow.plan.steps[0].params)
+        if text_only_model(model):
+            raise ConfigError(
+                f"scorer {self.name!r} grades the image output {self.output!r} with {model!r}, "
+                "a model that reads no images: give it model= a vision model (e.g. "
+                "gpt-4o-mini, claude-sonnet-4-5, gemini-2.5-flash)"
+            )
+
+    def _image_ref(self, url: str) -> str | None:
+        """Return the prompt line showing the image at ``url``: its bytes kept in the judge's
+        media store under a name made from them (so the prompt changes with the image), or an
+        http(s) URL the kernel cannot read as it is; ``None`` when it cannot be shown."""
+        from .display import image_bytes
+        from .media import MediaStore
+        from .providers.images import image_ref
+
+        found = image_bytes(url)
+        if found is None:
+            return image_ref(url) if url.startswith(("http://", "https://")) else None
+        data, mime = found
+        if self._media is None:
+            self._media = MediaStore(self.flow().config.media_dir)
+        media: MediaStore = self._media
+        name = media.name_for(data, _IMAGE_EXT.get(mime, "png"))
+        if not media.exists(name):
+            media.save(name, data)
+        return image_ref(name)
+
+    def _is_image(self, value: Any) -> bool:
+        from .display import is_image_url
+
+        return self.image if self.image is not None else is_image_url(value)
+
+    def _examples_text(self) -> str:
+        """Return the few-shot block of the prompt (rendered once: image examples are shown
+        as images)."""
+        if self._shown_examples is None:
+            blocks = ["Examples graded by people (grade consistently with them):"]
+            for i, ex in enumerate(self.examples, start=1):
+                shown = ex.output
+                if self._is_image(shown):
+                    shown = self._image_ref(shown) or "(image not available)"
+                lines = [f"Example {i}"]
+                if ex.inputs:
+                    lines.append("Input: " + "; ".join(f"{k}: {v}" for k, v in ex.inputs))
+                lines += ["Output:", "<<<", shown, ">>>", f"Human label: {ex.verdict()}"]
+                blocks.append("\n".join(lines))
+            self._shown_examples = "\n\n".join(blocks)
+        return self._shown_examples
 
     def prompt(self, row: Row) -> str | None:
         """Return the judge prompt for ``row`` (None when its output is missing)."""
         got = row.get(self.output)
         if _missing(got):
             return None
-        return _JUDGE.render({"rubric": _render(self.rubric, row, str(got)), "output": str(got)})
+        shown = graded = str(got)
+        if self._is_image(got):
+            ref = self._image_ref(graded)
+            if ref is None:
+                return None
+            shown, graded = IMAGE_OUTPUT, ref
+        values = {"rubric": _render(self.rubric, row, shown), "output": graded}
+        if self.examples:
+            values["examples"] = self._examples_text()
+            return _JUDGE_EXAMPLES.render(values)
+        return _JUDGE.render(values)
 
     def parse(self, answer: str | None) -> tuple[float, str]:
         """Return ``(score, reason)``; NaN and the raw answer when it does not parse."""
@@ -608,9 +828,15 @@ class PickBest(JudgeScorer):
         return self.setup.flow(f"pick_best:{self.name}")
 
     def prompt_all(self, row: Row, outputs: Sequence[Any]) -> str | None:
-        """Return the prompt comparing ``outputs`` (one per variant) for one input row."""
+        """Return the prompt comparing ``outputs`` (one per variant) for one input row; image
+        outputs are shown as images."""
         if any(_missing(o) for o in outputs):
             return None
+        if any(self._is_image(o) for o in outputs):
+            refs = [self._image_ref(str(o)) for o in outputs]
+            if any(r is None for r in refs):
+                return None
+            outputs = refs
         candidates = "\n\n".join(
             f"Candidate {i}:\n<<<\n{o}\n>>>" for i, o in enumerate(outputs, start=1)
         )
@@ -640,14 +866,28 @@ def judge(
     *,
     threshold: float | None = None,
     name: str | None = None,
+    examples: Any = None,
+    max_examples: int = MAX_EXAMPLES,
 ) -> JudgeScorer:
     """Grade ``output`` with a model against ``rubric`` (which may use ``{output}`` and the
     input row's ``{column}``s): a score in 0..1 and a reason (column ``judge_<output>`` and
     ``judge_<output>_reason``). Without ``provider`` the judge uses the provider of the flow it
     grades (the first variant's) and, without ``model``, that flow's text model, else the
     provider's default. A judge that would run offline is refused before any call. An
-    unparseable answer scores NaN with the raw answer as the reason."""
-    return JudgeScorer(output, rubric, model, provider, threshold, name)
+    unparseable answer scores NaN with the raw answer as the reason.
+
+    An image output is shown to the model as an image (OpenAI, Anthropic and Gemini; the
+    bytes sent inline). A judge whose provider shows no images, or whose model is known to read
+    none, is refused before any call.
+
+    ``examples`` (``report.labels``) puts people's labels in the prompt as few-shot examples:
+    at most ``max_examples``, chosen as :func:`select_examples` says. They are part of the
+    prompt, so of the cache key: other examples, other calls.
+
+    Raises:
+        ConfigError: no rubric, or ``examples`` without a usable label.
+    """
+    return JudgeScorer(output, rubric, model, provider, threshold, name, examples, max_examples)
 
 
 @_recorded

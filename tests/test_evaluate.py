@@ -192,7 +192,9 @@ def test_save_html_csv_json_and_diff_from_the_run_log(tmp_path: Path, blog_flow_
         progress=False,
     )
     html = first.save(tmp_path / "r.html").read_text(encoding="utf-8")
-    assert html.count("data:image/png;base64,") >= 4 and "file://" not in html
+    # Thumbnails embedded, PNG or JPEG (whichever is smaller: a gradient's JPEG, here).
+    assert len(re.findall(r"data:image/(?:png|jpeg);base64,", html)) >= 4
+    assert "file://" not in html
     assert "Content-Security-Policy" in html and "http://" not in html and "https://" not in html
     csv = pd.read_csv(first.save(tmp_path / "r.csv"))
     assert len(csv) == 4 and "contains_intro" in csv.columns

@@ -150,6 +150,8 @@ def test_bad_labels_are_refused_in_one_line(tmp_path: Path) -> None:
         "score",
         "note",
         "labelled_at",
+        "word",  # what was labelled: the input row's columns, then the outputs
+        "say",
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -87,4 +88,15 @@ def test_image_outputs_are_shown_inline(tmp_path: Path) -> None:
     report.results["say"] = [uri]
     report.kinds["say"] = "image"
     review = report.review()
-    assert f'<img src="{uri}"' in review.panels[report.variants[0]].output.value
+    first = report.variants[0]
+    shown = re.search(
+        r'<img src="data:image/\w+;base64,([^"]+)"', review.panels[first].output.value
+    )
+    assert shown is not None
+    with Image.open(io.BytesIO(base64.b64decode(shown.group(1)))) as img:
+        assert img.size == (4, 4) and img.convert("RGB").getpixel((0, 0)) == (255, 0, 0)
+    # The image overview: variants by rows, the person's labels only (no scorer's).
+    assert (
+        review.grid in review.children
+        and f"data-variant='{first}' data-row='0'" in review.grid.value
+    )

@@ -39,17 +39,26 @@ report.review()
 """
 
 
-def _notebook(work: Path) -> str:
+IMAGE_CELL = """\
+import flownb, pandas as pd
+flow = flownb.load_flow("flow.json", provider="offline")
+other = flow.with_prompts({"pic": "a drawing of {topic}"})
+data = pd.DataFrame({"topic": ["owls", "tides", "moss"]}, index=["r0", "r1", "r2"])
+report = flownb.evaluate({"a": flow, "b": other}, data, progress=False)
+report.review()
+"""
+
+
+def _notebook(work: Path, cell: str = CELL, flow: dict | None = None) -> str:
     work.mkdir()
-    (work / "flow.json").write_text(
-        json.dumps(make_flow({"intro": "An intro about {topic}."}, ["topic"])), encoding="utf-8"
-    )
+    flow = flow or make_flow({"intro": "An intro about {topic}."}, ["topic"])
+    (work / "flow.json").write_text(json.dumps(flow), encoding="utf-8")
     nb = {
         "cells": [
             {
                 "cell_type": "code",
                 "metadata": {},
-                "source": CELL,
+                "source": cell,
                 "outputs": [],
                 "execution_count": None,
             }
@@ -125,3 +134,45 @@ def test_labelling_in_the_browser_reaches_the_run_log(tmp_path: Path, flownb_env
     labels = flownb.load_report(eval_id, flownb_env).labels
     got = {(r.row, r.variant): bool(r.passed) for r in labels.itertuples()}
     assert got == {("r0", "a"): True, ("r1", "a"): False}
+
+
+def test_image_outputs_show_as_a_grid_in_the_browser(tmp_path: Path, flownb_env: Path) -> None:
+    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
+    work = tmp_path / "work"
+    pics = make_flow({"pic": "a picture of {topic}"}, ["topic"], images=("pic",))
+    notebook = _notebook(work, IMAGE_CELL, pics)
+    ARTIFACTS.mkdir(exist_ok=True)
+    env = {**os.environ, "FLOWNB_HOME": str(flownb_env)}
+    with (
+        running_lab(work, tmp_path / "jupyter", env) as lab,
+        playwright_sync.sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1200})
+            page.set_default_timeout(60_000)
+            page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
+            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible")
+            _idle(lab, 60)
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            widget = page.locator(".flownb-review").first
+            widget.wait_for(state="visible")
+            _idle(lab, 60)
+            grid = widget.locator(".flownb-review-grid")
+            cells = grid.locator("td[data-variant]")
+            playwright_sync.expect(cells).to_have_count(6)  # 3 rows x 2 variants
+            where = cells.evaluate_all("tds => tds.map(t => t.dataset.variant + t.dataset.row)")
+            assert where == ["ar0", "br0", "ar1", "br1", "ar2", "br2"]
+            images = grid.locator("img")
+            playwright_sync.expect(images).to_have_count(6)
+            sizes = images.evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth])")
+            assert all(done and width > 0 for done, width in sizes), sizes
+            # The image being labelled is shown large in its variant's panel.
+            panel = widget.locator(".flownb-review-variant").first.locator("img")
+            assert panel.evaluate("i => i.complete && i.naturalWidth > 160")
+            widget.locator(".flownb-review-variant").first.locator(".flownb-pass").click()
+            playwright_sync.expect(cells.first).to_contain_text("pass")
+            widget.screenshot(path=str(ARTIFACTS / "review-image-grid.png"))
+        finally:
+            browser.close()

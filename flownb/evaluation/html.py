@@ -9,7 +9,9 @@ One number style throughout: three significant digits (``0.0968``, ``12.3``, ``1
 percentages (``83.9%``), p-values as ``p=0.0123`` or ``p<0.001``. Everything that came from data
 (outputs, inputs, names, prompts, reasons) is escaped.
 
-Nothing here makes or causes a network request: local images and the plot are embedded as data
+An image output is shown as an embedded thumbnail (see :func:`thumbnail`); an output that is
+only images as a grid, variants by rows (:func:`image_grid_html`). The saved page makes no
+request: local images (and loopback ones, read by the kernel) and the plot are embedded as data
 URIs, remote image URLs are shown as text links, and the saved page carries a
 Content-Security-Policy that forbids loading anything.
 """
@@ -18,15 +20,15 @@ from __future__ import annotations
 
 import base64
 import difflib
+import functools
 import html
 import io
 import math
 import re
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from ..meter import usd
 
@@ -39,6 +41,7 @@ __all__ = [
     "fmt_p",
     "fmt_rate",
     "header_html",
+    "image_grid_html",
     "page_html",
     "plot_svg",
     "summary_html",
@@ -118,23 +121,37 @@ def _diff(base: str, text: str) -> str:
     return "".join(out)
 
 
-def thumbnail(url: str) -> str | None:
-    """Return a small PNG data URI for a local image (``file://`` URL or data URI), or None
-    when it is not a readable local image."""
-    if url.startswith("data:image/"):
-        return url
-    if not url.startswith("file://"):
+def thumbnail(url: str, size: int = THUMB) -> str | None:
+    """Return a small data URI of an image the kernel can read (a ``file://`` URL, a data URI,
+    or an http URL on this machine's loopback interface, e.g. a local flownb server's media),
+    its longest side at most ``size`` pixels: PNG or JPEG, whichever is smaller (a photo's
+    JPEG thumbnail is a few kB), so a report of many images stays one file of sane size. None
+    when it is not a readable image."""
+    if not url.startswith(("data:image/", "file://", "http://")):
+        return None
+    return _thumbnail(url, size)
+
+
+@functools.lru_cache(maxsize=2048)
+def _thumbnail(url: str, size: int) -> str | None:
+    from ..display import image_bytes
+
+    found = image_bytes(url)
+    if found is None:
         return None
     try:
         from PIL import Image
 
-        with Image.open(Path(unquote(urlparse(url).path))) as img:
-            img.thumbnail((THUMB, THUMB))
-            buf = io.BytesIO()
-            img.convert("RGB").save(buf, format="PNG")
-    except (OSError, ValueError):
+        with Image.open(io.BytesIO(found[0])) as img:
+            img.thumbnail((size, size))
+            rgb = img.convert("RGB")
+            png, jpeg = io.BytesIO(), io.BytesIO()
+            rgb.save(png, format="PNG", optimize=True)
+            rgb.save(jpeg, format="JPEG", quality=80)
+    except (OSError, ValueError, Image.DecompressionBombError):
         return None
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    mime, data = min(("png", png.getvalue()), ("jpeg", jpeg.getvalue()), key=lambda m: len(m[1]))
+    return f"data:image/{mime};base64," + base64.b64encode(data).decode("ascii")
 
 
 def _image(url: str) -> str:
@@ -196,13 +213,56 @@ def _cell(report: ReportView, row: Any, outputs: Sequence[str], base: Any) -> st
     return "".join(pieces)
 
 
+def image_grid_html(report: ReportView, output: str, limit: int | None = 100) -> str:
+    """Return the grid of an image output: one row per input row (up to ``limit``), one column
+    per variant, each cell the image's embedded thumbnail (``data-variant`` and ``data-row``
+    say whose) with its scores under it."""
+    results = report.results
+    by_variant = {v: results[results["variant"] == v] for v in report.variants}
+    n = len(next(iter(by_variant.values()))) if by_variant else 0
+    shown = n if limit is None else min(n, limit)
+    frames = {v: f.iloc[:shown].to_dict("records") for v, f in by_variant.items()}
+    first = report.variants[0]
+    head = "".join(f"<th>{_esc(v)}</th>" for v in report.variants)
+    rows = []
+    for i in range(shown):
+        base = frames[first][i]
+        row = base[report.index_name]
+        inputs = "<br>".join(f"{_esc(c)}: {_esc(_short(base[c]))}" for c in report.inputs)
+        cells = []
+        for v in report.variants:
+            record = frames[v][i]
+            value = record[output]
+            if isinstance(record["error"], str):
+                body = f'<div class="err">{_esc(record["error"])}</div>'
+            elif value is None or (isinstance(value, float) and math.isnan(value)):
+                body = "–"
+            else:
+                body = _image(str(value))
+            if report.scorers:
+                body += f'<div class="scores">{_score_line(report, record)}</div>'
+            cells.append(f'<td data-variant="{_esc(v)}" data-row="{_esc(row)}">{body}</td>')
+        rows.append(f'<tr><th>{_esc(row)}<div class="inp">{inputs}</div></th>{"".join(cells)}</tr>')
+    note = ""
+    if shown < n:
+        note = f"<p>showing {shown} of {n} input rows (compare(limit=None) shows all)</p>"
+    return (
+        f"{note}<table class='flownb-eval flownb-grid' data-output='{_esc(output)}'><thead>"
+        f"<tr><th>{_esc(output)}</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def compare_html(
     report: ReportView, output: str | Sequence[str] | None = None, limit: int | None = 100
 ) -> str:
     """Return the comparison table: one row per input row (up to ``limit``), one column per
-    variant, ``output`` (one name, several, or every output by default) in each cell."""
+    variant, ``output`` (one name, several, or every output by default) in each cell. When
+    every output shown is an image, each is shown as its grid (:func:`image_grid_html`)."""
     results = report.results
     outputs = [output] if isinstance(output, str) else list(output or report.outputs)
+    if outputs and all(report.kinds.get(o) == "image" for o in outputs):
+        grids = "".join(image_grid_html(report, o, limit) for o in outputs)
+        return f"<style>{STYLE}</style>{grids}"
     by_variant = {v: results[results["variant"] == v] for v in report.variants}
     n = len(next(iter(by_variant.values()))) if by_variant else 0
     shown = n if limit is None else min(n, limit)

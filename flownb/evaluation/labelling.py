@@ -100,7 +100,10 @@ class Labelled:
     def labels(self) -> pd.DataFrame:
         """The labels in force, one row per labelled (row, variant), in the order first given:
         ``row`` (the input row's index label), ``variant``, ``passed`` (True/False/NA),
-        ``score`` (NaN when not given), ``note``, ``labelled_at`` (UTC)."""
+        ``score`` (NaN when not given), ``note``, ``labelled_at`` (UTC), then what was labelled:
+        the row's input columns and the variant's outputs (as in :attr:`results`; one whose name
+        is a label column's is left out). This is what ``S.judge(..., examples=report.labels)``
+        takes as few-shot examples."""
         import pandas as pd
 
         from .store import LABEL_COLUMNS
@@ -114,6 +117,27 @@ class Labelled:
         frame["note"] = frame["note"].astype(object)
         at = frame["labelled_at"].astype(float)
         frame["labelled_at"] = pd.to_datetime(at, unit="s", utc=True)
+        return self._with_context(frame)
+
+    def _with_context(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Return the labels with the inputs and outputs of the (row, variant) each labels."""
+        import pandas as pd
+
+        from .store import LABEL_COLUMNS
+
+        inputs = [c for c in self.inputs if c not in LABEL_COLUMNS]
+        outputs = [c for c in self.outputs if c not in LABEL_COLUMNS and c not in inputs]
+        res = self.results
+        if not (inputs or outputs) or self.index_name not in res.columns:
+            return frame
+        keyed = res.assign(_row=res[self.index_name].map(str)).drop_duplicates(["variant", "_row"])
+        keyed = keyed.set_index(["variant", "_row"])[[*inputs, *outputs]]
+        at = list(zip(frame["variant"], frame["row"].map(str), strict=True))
+        found = keyed.reindex(pd.MultiIndex.from_tuples(at) if at else keyed.index[:0])
+        for name in [*inputs, *outputs]:
+            frame[name] = found[name].to_numpy(dtype=object) if at else pd.Series(dtype=object)
+        # Which columns are inputs: a judge given these labels as examples shows them as such.
+        frame.attrs["flownb_inputs"] = inputs
         return frame
 
     # -- checking a scorer against them -----------------------------------------------------------

@@ -10,7 +10,9 @@ variant until it has a label, so they cannot anchor the person labelling. Every 
 Stable CSS classes for tests and styling: ``flownb-review`` (the widget), ``flownb-progress``,
 ``flownb-review-inputs``, ``flownb-review-variant`` (one per variant), ``flownb-pass``,
 ``flownb-fail``, ``flownb-score``, ``flownb-note``, ``flownb-judge`` (the hidden scores),
-``flownb-keys``, ``flownb-prev``, ``flownb-next``.
+``flownb-keys``, ``flownb-prev``, ``flownb-next``, and ``flownb-review-grid``: for image outputs, a
+grid of thumbnails (variants by rows, the page of rows around the one shown) with the labels
+given so far.
 """
 
 from __future__ import annotations
@@ -43,10 +45,35 @@ def _shown(value: Any, image: bool) -> str:
         return "<i>no output</i>"
     text = str(value)
     if image or text.startswith(("data:image/", "file://")):
-        src = thumbnail(text)
+        src = thumbnail(text, REVIEW_SIZE)
         if src is not None:
             return f'<img src="{src}" alt="image output" style="max-width:100%">'
     return f"<div style='white-space:pre-wrap'>{html.escape(text)}</div>"
+
+
+# The longest side, in pixels, of the image being labelled (large enough to judge by).
+REVIEW_SIZE = 512
+# Rows of the image overview grid shown at once (the page holding the row being labelled).
+GRID_ROWS = 8
+
+
+def _thumb(value: Any) -> str:
+    """Return one small image of the overview grid (nothing when there is none)."""
+    if _missing(value):
+        return "–"
+    src = thumbnail(str(value))
+    if src is None:
+        return html.escape(str(value)[:40])
+    style = "max-width:96px;max-height:96px;display:block"
+    return f'<img src="{src}" alt="image output" style="{style}">'
+
+
+def _said(passed: Any, score: Any) -> str:
+    """Return the label a person gave, in short (``✓ pass 4``)."""
+    parts = [] if _missing(passed) else ["✓ pass" if bool(passed) else "✗ fail"]
+    if not _missing(score):
+        parts.append(f"{float(score):g}")
+    return " ".join(parts) or "note"
 
 
 class _VariantPanel:
@@ -146,11 +173,17 @@ class LabelReview(widgets.VBox):
         )
         self.shortcuts.add_class("flownb-keys")
         self.shortcuts.observe(self._typed, names="value")
+        # Image outputs also get an overview: a grid of thumbnails, variants by rows, around
+        # the row shown (which is marked), with the person's own labels (never a scorer's).
+        self.images = [o for o in outputs if report.kinds.get(o) == "image"]
+        self.grid = widgets.HTML()
+        self.grid.add_class("flownb-review-grid")
         super().__init__(
             [
                 widgets.HBox([self.back, self.next, self.shortcuts, self.progress]),
                 self.inputs,
                 widgets.HBox([p.box for p in self.panels.values()]),
+                *([self.grid] if self.images else []),
             ]
         )
         self.add_class("flownb-review")
@@ -238,6 +271,8 @@ class LabelReview(widgets.VBox):
             if c in at.columns
         )
         self.inputs.value = f"<table>{cells}</table>"
+        if self.images:
+            self.grid.value = self._grid(labels)
         for variant, panel in self.panels.items():
             mine = at[at["variant"] == variant]
             record = mine.iloc[0] if not mine.empty else None
@@ -259,6 +294,39 @@ class LabelReview(widgets.VBox):
             panel.note.value = "" if label is None else str(label["note"] or "")
             panel.state.value = "<i>labelled</i>" if label is not None else "<i>not labelled</i>"
             panel.judge.value = "" if label is None or record is None else self._scores(record)
+
+    def _grid(self, labels: Any) -> str:
+        """Return the overview grid of the image outputs: the :data:`GRID_ROWS` rows around the
+        one shown, one column per variant, each cell its thumbnails and the label given."""
+        report = self.report
+        res = report.results
+        start = self.position // GRID_ROWS * GRID_ROWS
+        window = self.rows[start : start + GRID_ROWS]
+        wanted = res[res[report.index_name].isin(window)]
+        by_key = {(str(r[report.index_name]), r["variant"]): r for _, r in wanted.iterrows()}
+        given = {
+            (str(r), v): (p, s)
+            for r, v, p, s in labels[["row", "variant", "passed", "score"]].itertuples(index=False)
+        }
+        head = "".join(f"<th>{html.escape(v)}</th>" for v in self.variants)
+        lines = []
+        for k, row in enumerate(window, start=start):
+            mark = " style='background:#fff3c4'" if k == self.position else ""
+            cells = []
+            for variant in self.variants:
+                record = by_key.get((str(row), variant))
+                images = "".join(_thumb(None if record is None else record[o]) for o in self.images)
+                label = given.get((str(row), variant))
+                said = "" if label is None else _said(*label)
+                cells.append(
+                    f"<td data-variant='{html.escape(variant)}' data-row='{html.escape(str(row))}'>"
+                    f"{images}<small>{said}</small></td>"
+                )
+            lines.append(f"<tr{mark}><th>{html.escape(str(row))}</th>{''.join(cells)}</tr>")
+        return (
+            f"<table style='border-collapse:collapse'><thead><tr><th>row</th>{head}</tr></thead>"
+            f"<tbody>{''.join(lines)}</tbody></table>"
+        )
 
     def _scores(self, record: Any) -> str:
         """The scorers' values and reasons for one output: shown only once it is labelled."""

@@ -54,7 +54,7 @@ __all__ = [
 # 1: scores only. 2: the whole report (results, scorers, outputs, inputs) as well.
 EVAL_LOG_VERSION = 2
 
-# The columns of ``report.labels``, in order.
+# The label columns of ``report.labels``, in order (the inputs and outputs labelled follow).
 LABEL_COLUMNS = ["row", "variant", "passed", "score", "note", "labelled_at"]
 
 _SCHEMA = """

@@ -35,6 +35,7 @@ from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
 from .base import Call, Generation, Kind, RateLimits
+from .images import ImagePart, has_images, prompt_parts
 from .vendor import (
     OPENAI_MODEL,
     HostedProvider,
@@ -68,6 +69,17 @@ _LACKS = {
     "logit_bias": "Claude has no logit_bias",
     "logprobs": "Claude returns no logprobs",
 }
+
+
+def _block(part: str | ImagePart) -> dict[str, Any]:
+    """Return one part of a prompt as a Messages content block: text, or an image (its bytes in
+    base64, or its http(s) URL)."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if part.data is None:
+        return {"type": "image", "source": {"type": "url", "url": part.url}}
+    source = {"type": "base64", "media_type": part.mime, "data": part.b64()}
+    return {"type": "image", "source": source}
 
 
 def _translate(exc: Exception, key: str | None, base_url: str) -> ProviderError:
@@ -112,6 +124,7 @@ class AnthropicProvider(HostedProvider):
 
     name: ClassVar[str] = "anthropic"
     supports_images: ClassVar[bool] = False
+    supports_vision: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -119,6 +132,7 @@ class AnthropicProvider(HostedProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         headers: Mapping[str, str] | None = None,
+        media: MediaStore | None = None,
     ) -> None:
         try:
             import anthropic  # noqa: F401 - imported here: an optional extra
@@ -131,6 +145,7 @@ class AnthropicProvider(HostedProvider):
                 "the anthropic provider needs ANTHROPIC_API_KEY (or an endpoint with a key)"
             )
         self._key = api_key
+        self.media = media  # where the images a judge shows the model are read from
         self._headers = dict(headers or {})
         self._warn = Warner("anthropic")
         self._prepared: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
@@ -146,7 +161,7 @@ class AnthropicProvider(HostedProvider):
         """
         v = config.vendors
         reach = Reach.of(config, "anthropic", v.anthropic_api_key, v.anthropic_base_url)
-        return cls(api_key=reach.key, base_url=reach.base_url, headers=reach.headers)
+        return cls(api_key=reach.key, base_url=reach.base_url, headers=reach.headers, media=media)
 
     def _new_client(self) -> Any:
         from anthropic import AsyncAnthropic
@@ -236,7 +251,10 @@ class AnthropicProvider(HostedProvider):
         import anthropic
 
         body = self.prepare(call.params, call.node_id)
-        messages = [{"role": "user", "content": call.prompt}]
+        content: Any = call.prompt
+        if has_images(call.prompt):
+            content = [_block(part) for part in prompt_parts(call.prompt, self.media)]
+        messages = [{"role": "user", "content": content}]
         rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
         try:
             # Sampling fields go as extra_body: SDK releases differ in which they take as

@@ -10,6 +10,8 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
 - ``cacheable``: results are worth caching (they cost money or time). The offline provider's
   are not: recomputing them is cheaper than a cache lookup.
 - ``supports_images``: the provider can serve imageNodes.
+- ``supports_vision``: the provider shows a text call's images to the model (the image
+  references of :mod:`flownb.providers.images`, which a judge of an image output writes).
 - :meth:`Provider.check_params`: refuses, at flow load, model parameters it would reject.
 - ``prompt_limits``: the longest prompt, in characters, it takes per node kind; a longer one
   is refused before any work (see :data:`PROMPT_LIMITS`).
@@ -171,6 +173,7 @@ class Provider(ABC):
     inline: ClassVar[bool] = False
     cacheable: ClassVar[bool] = True
     supports_images: ClassVar[bool] = True
+    supports_vision: ClassVar[bool] = False
     prompt_limits: ClassVar[Mapping[Kind, int]] = PROMPT_LIMITS
     # Which price table prices this provider's calls (see flownb.pricing; None: its name), and
     # an endpoint's own prices (model -> USD per million tokens), which come first.

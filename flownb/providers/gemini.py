@@ -33,6 +33,7 @@ from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
 from .base import Call, Generation, Kind
+from .images import ImagePart, has_images, prompt_parts
 from .vendor import (
     OPENAI_MODEL,
     HostedProvider,
@@ -126,6 +127,7 @@ class GeminiProvider(HostedProvider):
 
     name: ClassVar[str] = "gemini"
     supports_images: ClassVar[bool] = True
+    supports_vision: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -252,9 +254,12 @@ class GeminiProvider(HostedProvider):
             self._errors = _transport_errors()
         prepared = self.prepare(call.kind, call.params, call.node_id)
         models = self._client().aio.models
+        contents: Any = call.prompt
+        if call.kind == "text" and has_images(call.prompt):
+            contents = [_part(part) for part in prompt_parts(call.prompt, self.media)]
         try:
             resp = await models.generate_content(
-                model=prepared["model"], contents=call.prompt, config=prepared["config"]
+                model=prepared["model"], contents=contents, config=prepared["config"]
             )
         except self._errors as exc:
             raise _translate(exc, self._key, self.base_url) from exc
@@ -292,6 +297,18 @@ class GeminiProvider(HostedProvider):
         client = self._client.clients.pop(asyncio.get_running_loop(), None)  # type: ignore[attr-defined]
         if client is not None:
             await client.aio.aclose()
+
+
+def _part(part: str | ImagePart) -> Any:
+    """Return one part of a prompt as a Gemini ``Part``: text, the image's bytes (sent inline,
+    base64 on the wire), or its http(s) URL."""
+    from google.genai import types
+
+    if isinstance(part, str):
+        return types.Part.from_text(text=part)
+    if part.data is None:
+        return types.Part.from_uri(file_uri=part.url or "", mime_type=part.mime)
+    return types.Part.from_bytes(data=part.data, mime_type=part.mime)
 
 
 def _usage(meta: Any) -> dict[str, int] | None:

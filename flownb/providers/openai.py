@@ -62,6 +62,7 @@ from ..media import MediaStore
 from ..notices import warn
 from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import PROMPT_LIMITS, Call, Generation, Kind, Provider, RateLimits
+from .images import has_images, prompt_parts
 from .openai_batch import OpenAIBatches
 
 __all__ = [
@@ -493,6 +494,17 @@ def _refusal_in(content: Any) -> str | None:
             if isinstance(part, Mapping) and part.get("type") == "refusal":
                 return str(part.get("refusal") or "no reason given")
     return None
+
+
+def _content_parts(prompt: str, media: MediaStore) -> list[dict[str, Any]]:
+    """Return a prompt with images as chat content parts: ``text`` parts and ``image_url``
+    parts (the bytes as a ``data:`` URL, or the image's http(s) URL)."""
+    return [
+        {"type": "text", "text": part}
+        if isinstance(part, str)
+        else {"type": "image_url", "image_url": {"url": part.data_url()}}
+        for part in prompt_parts(prompt, media)
+    ]
 
 
 def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) -> tuple[str, Any]:
@@ -938,6 +950,7 @@ class OpenAIProvider(Provider):
     inline: ClassVar[bool] = False
     cacheable: ClassVar[bool] = True
     supports_images: ClassVar[bool] = True
+    supports_vision: ClassVar[bool] = True
     # gpt-image-1 takes image prompts of up to 32,000 characters (dall-e-3 4,000, and the API
     # says so itself for a shorter-limited model); text as every provider.
     prompt_limits: ClassVar[Mapping[Kind, int]] = MappingProxyType(
@@ -1069,7 +1082,15 @@ class OpenAIProvider(Provider):
         prepared = self.prepare(call.kind, call.params, call.node_id)
         body = dict(prepared.body)
         system = call.system
-        if prepared.endpoint == "/chat/completions":
+        if call.kind == "text" and has_images(call.prompt):
+            if prepared.endpoint != "/chat/completions":
+                raise ConfigError(
+                    f"model {body.get('model')!r} is called through /completions, which takes no "
+                    "images: judge images with a chat model that reads them (e.g. gpt-4o-mini)"
+                )
+            user = {"role": "user", "content": _content_parts(call.prompt, self.media)}
+            body["messages"] = [{"role": "system", "content": system}, user] if system else [user]
+        elif prepared.endpoint == "/chat/completions":
             user = {"role": "user", "content": call.prompt}
             body["messages"] = [{"role": "system", "content": system}, user] if system else [user]
         elif system and call.kind == "text":

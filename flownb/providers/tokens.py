@@ -21,6 +21,7 @@ from typing import Any
 
 from .base import Call, Generation
 from .calls import Gate, Settle
+from .images import image_tokens
 
 __all__ = [
     "DEFAULT_COMPLETION_TOKENS",
@@ -38,10 +39,12 @@ DEFAULT_COMPLETION_TOKENS = 256
 
 def estimate_tokens(call: Call) -> int:
     """Return the tokens ``call`` is expected to use: prompt characters / 4 (rounded up), plus
-    ``max_tokens`` (or ``max_completion_tokens``) for text nodes."""
+    ``max_tokens`` (or ``max_completion_tokens``) for text nodes, and the images a text call
+    shows the model (:func:`~flownb.providers.images.image_tokens`)."""
     prompt = (len(call.prompt) + 3) // 4
     if call.kind != "text":
         return prompt
+    prompt += image_tokens(call.prompt)
     params: Mapping[str, Any] = call.params
     limit = params.get("max_tokens") or params.get("max_completion_tokens")
     return prompt + (int(limit) if limit else DEFAULT_COMPLETION_TOKENS)

@@ -2,7 +2,9 @@
 no internet).
 
 ``POST /v1/messages`` answers ``"echo: <prompt>"`` (or a scripted reply, see
-:class:`~flownb.testing.fake_openai.FakeConfig`) as a Messages response, with ``usage``
+:class:`~flownb.testing.fake_openai.FakeConfig`, or a judge's verdict as the OpenAI fake gives
+one; an image block reads as :func:`~flownb.testing.fake_openai.seen_image` of its bytes) as a
+Messages response, with ``usage``
 counting words as tokens (``input_tokens``: the prompt's and the system prompt's words;
 ``output_tokens``: the answer's). Like the real API it refuses a request without ``model``,
 ``max_tokens`` or ``messages`` (400 ``invalid_request_error``); errors have Anthropic's shape
@@ -21,6 +23,7 @@ From a shell: ``python -m flownb.testing.fake_anthropic --port 8124``.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,7 +32,15 @@ from aiohttp import web
 
 from ..providers.openai import parse_duration
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
-from .fake_openai import FakeConfig, FakeOpenAI, _State, echo, scripted_reply
+from .fake_openai import (
+    FakeConfig,
+    FakeOpenAI,
+    _State,
+    echo,
+    judge_reply,
+    scripted_reply,
+    seen_image,
+)
 
 __all__ = ["FakeAnthropic", "main", "make_app"]
 
@@ -40,15 +51,24 @@ _KINDS = {
 }
 
 
+def _block_text(block: Mapping[str, Any]) -> str:
+    """Return a content block as the fake reads it: its text, or an image block (base64 or
+    URL source) as :func:`~flownb.testing.fake_openai.seen_image` says."""
+    if block.get("type") == "text":
+        return str(block.get("text", ""))
+    if block.get("type") == "image":
+        source = block.get("source") or {}
+        if source.get("type") == "base64":
+            return seen_image(base64.b64decode(str(source.get("data", ""))))
+        return seen_image(None, str(source.get("url", "")))
+    return ""
+
+
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "text"
-        )
+        return "".join(_block_text(b) for b in content if isinstance(b, dict))
     return ""
 
 
@@ -69,6 +89,8 @@ class _Anthropic:
         self, request: web.Request, body: Mapping[str, Any], prompt: str, config: FakeConfig
     ) -> dict[str, Any]:
         scripted = scripted_reply(prompt, config.replies)
+        if scripted is None:
+            scripted = judge_reply(prompt)  # flownb's judge prompts get a verdict
         text = scripted if scripted is not None else echo(prompt)
         system = body.get("system")
         system_text = _text_of(system) if system is not None else ""

@@ -28,16 +28,37 @@ from typing import Any
 from aiohttp import web
 
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
-from .fake_openai import FakeConfig, FakeOpenAI, _State, echo, image_bytes, scripted_reply
+from .fake_openai import (
+    FakeConfig,
+    FakeOpenAI,
+    _State,
+    echo,
+    image_bytes,
+    judge_reply,
+    scripted_reply,
+    seen_image,
+)
 
 __all__ = ["FakeGemini", "main", "make_app"]
 
 _STATUS = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
 
 
+def _part_text(part: Mapping[str, Any]) -> str:
+    """Return a part as the fake reads it: its text, or an image (``inlineData`` bytes or a
+    ``fileData`` URI) as :func:`~flownb.testing.fake_openai.seen_image` says."""
+    inline = part.get("inlineData") or part.get("inline_data")
+    if isinstance(inline, dict):
+        return seen_image(base64.b64decode(str(inline.get("data", ""))))
+    file = part.get("fileData") or part.get("file_data")
+    if isinstance(file, dict):
+        return seen_image(None, str(file.get("fileUri") or file.get("file_uri") or ""))
+    return str(part.get("text", ""))
+
+
 def _texts(content: Any) -> str:
     parts = content.get("parts") if isinstance(content, dict) else None
-    return "".join(str(p.get("text", "")) for p in parts or [] if isinstance(p, dict))
+    return "".join(_part_text(p) for p in parts or [] if isinstance(p, dict))
 
 
 class _Gemini:
@@ -63,6 +84,8 @@ class _Gemini:
             texts = [""]
         else:
             scripted = scripted_reply(prompt, config.replies)
+            if scripted is None:
+                scripted = judge_reply(prompt)  # flownb's judge prompts get a verdict
             texts = [scripted if scripted is not None else echo(prompt, i) for i in range(n)]
             parts = []
         candidates = [

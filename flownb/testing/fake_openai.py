@@ -34,7 +34,9 @@ From a shell (another process, so the server does not share the client's GIL)::
 Judging: a prompt built by ``flownb.scorers.judge`` gets a valid verdict,
 ``{"score": S, "reason": "..."}``, where ``S`` is :func:`judge_score` of the graded text (the
 first two bytes of its SHA-256 over 65535, to two decimals): the same text always gets the same
-score, different texts spread over 0..1. A ``pick_best`` prompt gets ``{"best": K, ...}``, the
+score, different texts spread over 0..1. An image a chat request shows (an ``image_url`` part,
+as a judge of an image output sends) reads as :func:`seen_image` of its bytes, so an image
+gets the score of that text. A ``pick_best`` prompt gets ``{"best": K, ...}``, the
 candidate with the highest such score (the first on ties). The grades mean nothing about quality;
 they make evaluations against the fake show real, reproducible numbers. Scripted ``replies``
 (below) take precedence.
@@ -67,6 +69,7 @@ __all__ = [
     "FakeConfig",
     "FakeOpenAI",
     "add_control_routes",
+    "data_url_bytes",
     "echo",
     "image_bytes",
     "judge_reply",
@@ -74,6 +77,7 @@ __all__ = [
     "main",
     "scripted_answer",
     "scripted_reply",
+    "seen_image",
 ]
 
 FAULTS = ("429", "500", "hang", "drop")
@@ -253,11 +257,46 @@ def duration(seconds: float) -> str:
     return f"{rest:.3g}s"
 
 
+def seen_image(data: bytes | None, url: str = "") -> str:
+    """Return how the fakes read an image a request shows the model, in the prompt text they
+    answer: ``[image sha256:<hex>]`` of its bytes (``[image url:<url>]`` when it came as an
+    http(s) URL), so a judge's verdict on it follows the image."""
+    if data is None:
+        return f"[image url:{url}]"
+    return f"[image sha256:{hashlib.sha256(data).hexdigest()}]"
+
+
+def data_url_bytes(url: str) -> bytes | None:
+    """Return the bytes of a base64 ``data:`` URL, None for any other URL."""
+    header, sep, payload = url.partition(",")
+    if not (url.startswith("data:") and sep and header.endswith(";base64")):
+        return None
+    return base64.b64decode(payload)
+
+
+def _chat_text(content: Any) -> str:
+    """Return a chat message's content as the fake reads it: the text parts, and each
+    ``image_url`` part as :func:`seen_image` says."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
+        return json.dumps(content)
+    out = []
+    for part in content:
+        if part.get("type") == "text":
+            out.append(str(part.get("text", "")))
+        elif part.get("type") == "image_url":
+            url = str((part.get("image_url") or {}).get("url", ""))
+            out.append(seen_image(data_url_bytes(url), url))
+        else:
+            out.append(json.dumps(part))
+    return "".join(out)
+
+
 def _prompt_of(path: str, body: Mapping[str, Any]) -> str:
     if path.endswith("/chat/completions"):
         messages = body.get("messages") or [{}]
-        content = messages[-1].get("content", "")
-        return content if isinstance(content, str) else json.dumps(content)
+        return _chat_text(messages[-1].get("content", ""))
     prompt = body.get("prompt", "")
     return prompt if isinstance(prompt, str) else json.dumps(prompt)
 
