@@ -37,7 +37,7 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .settings import RunConfig, get_settings, resolve_run_config
+from .settings import RunConfig, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
@@ -638,7 +638,7 @@ class LocalFlow(BaseFlow):
             ConfigError: the provider cannot be set up here (e.g. no OpenAI key in this
                 process's environment).
         """
-        here = get_settings()
+        here = resolve_run_config(local=False)
         config = spec.config.replace(
             openai_api_key=here.openai_api_key, vendors=spec.config.vendors.keys_from(here.vendors)
         )

@@ -40,7 +40,7 @@ from ..flow import LocalFlow
 from ..frame import run_dataframe
 from ..inputs import MAGIC, flow_location, no_server, parse_map, parse_values, read_csv, to_text
 from ..providers.registry import provider_names
-from ..settings import get_settings
+from ..settings import resolve_run_config
 from .args import MagicParser
 from .eval_magic import EvalMagics, eval_help
 from .failures import one_line_failure
@@ -107,7 +107,7 @@ def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
     Raises:
         UsageError: no key anywhere and no way to prompt (e.g. a notebook run without stdin).
     """
-    key = get_settings().api_key
+    key = resolve_run_config(local=False).service_key
     if key:
         return key, "FLOWNB_API_KEY"
     from dotenv import dotenv_values, find_dotenv
@@ -365,7 +365,7 @@ class FlowMagics(EvalMagics, Magics):
                 "%flow connect takes only a URL; the API key never goes on the magic line "
                 "(set FLOWNB_API_KEY, use a .env file, or answer the prompt)"
             )
-        url = args.url or get_settings().base_url
+        url = args.url or resolve_run_config(local=False).service_url
         if not url:
             raise UsageError("%flow connect: give the server URL (or set FLOWNB_BASE_URL)")
         url = str(self._expand(url))
@@ -442,7 +442,7 @@ class FlowMagics(EvalMagics, Magics):
             raise UsageError(f"%flow: {option} applies to local flow files; servers choose")
         client = self.client
         if client is None:
-            if not get_settings().base_url:
+            if not resolve_run_config(local=False).service_url:
                 raise UsageError(f"%flow: {no_server(target, MAGIC).message}")
             from ..client import Client
 

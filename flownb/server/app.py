@@ -41,7 +41,12 @@ from ..pipeline import INLINE_ON_LOOP, Outcomes, Runner
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runlog import open_runlog
-from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, get_settings, resolve_run_config
+from ..settings import (
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY,
+    imported_serve_config,
+    resolve_run_config,
+)
 from ..validate import VariableSpec, json_type
 from . import keys as keys_module
 from .errors import (
@@ -716,7 +721,7 @@ def app_from_env() -> FastAPI:
     Raises:
         ConfigError: the variable is missing or not such a JSON object.
     """
-    raw = get_settings().serve_config
+    raw = imported_serve_config()
     try:
         options = json.loads(raw) if raw else None
         if not isinstance(options, dict):
