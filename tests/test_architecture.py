@@ -363,3 +363,28 @@ def test_providers_are_chosen_from_the_registry_everywhere() -> None:
                 c.value for c in node.elts if isinstance(c, ast.Constant)
             } >= {"offline", "openai"}:
                 raise AssertionError(f"{name}:{node.lineno} lists providers by hand")
+
+
+def test_run_dataframe_options_are_written_once() -> None:
+    # The public signature stays explicit (help(), IDE completion); what passes through the
+    # doors behind it is hooks.DataFrameOptions, so the two must name the same options.
+    import inspect
+
+    from flownb import BaseFlow
+    from flownb.hooks import DataFrameOptions, FrameOptions
+
+    public = inspect.signature(BaseFlow.run_dataframe).parameters
+    keywords = {n for n, p in public.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == set(DataFrameOptions.__optional_keys__)
+    assert set(FrameOptions.__optional_keys__) < keywords
+    for name in ("flownb.frame", "flownb.scale.dask", "flownb.batching.run"):
+        tree = modules()[name]
+        runners = [
+            f
+            for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef) and f.name.startswith("run_dataframe")
+        ]
+        assert runners, name
+        for f in runners:
+            written = {a.arg for a in f.args.kwonlyargs}
+            assert not written & set(FrameOptions.__optional_keys__), (name, written)
