@@ -49,7 +49,7 @@ from .errors import (
 )
 from .flow import BaseFlow
 from .result import OnResult, RunResult
-from .settings import DEFAULT_MAX_BATCH, get_settings
+from .settings import DEFAULT_MAX_BATCH, resolve_run_config
 from .validate import VariableSpec
 
 __all__ = ["Client", "RemoteFlow"]
@@ -95,8 +95,8 @@ class Client:
         batch_size: int | None = None,
         backoff: float = 0.5,
     ) -> None:
-        settings = get_settings()
-        base_url = base_url or settings.base_url
+        config = resolve_run_config(local=False)
+        base_url = base_url or config.service_url
         if not base_url:
             raise ConfigError(
                 "no service address: pass base_url=... or set FLOWNB_BASE_URL "
@@ -105,7 +105,7 @@ class Client:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"base_url must be an http(s) address, got {base_url!r}")
-        key = api_key or settings.api_key
+        key = api_key or config.service_key
         if not key:
             raise ConfigError(
                 "no API key: pass api_key=... or set FLOWNB_API_KEY "

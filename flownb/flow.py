@@ -25,7 +25,7 @@ from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
 from .flowspec import FlowSpec, flow_from_spec, spec_of
 from .graph import to_mermaid, to_svg
-from .hooks import HOOKS
+from .hooks import HOOKS, FrameOptions
 from .lint import warn_on_load
 from .media import MediaStore
 from .model import FlowGraph, describe, parse_flow, read_flow_file
@@ -37,7 +37,7 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .settings import RunConfig, get_settings, resolve_run_config
+from .settings import RunConfig, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
@@ -238,51 +238,28 @@ class BaseFlow(ABC):
             ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally, or
                 ``trace=True`` on a Dask frame.
         """
+        options: FrameOptions = {
+            "fill": fill,
+            "progress": progress,
+            "concurrency": concurrency,
+            "error_column": error_column,
+            "trace": trace,
+        }
         if _is_dask_frame(df):
-            if trace:
-                raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
-            return HOOKS["run_dask_dataframe"](
-                self,
-                df,
-                columns,
-                fill=fill,
-                concurrency=concurrency,
-                rpm=rpm,
-                tpm=tpm,
-                error_column=error_column,
-            )
+            return HOOKS["run_dask_dataframe"](self, df, columns, rpm=rpm, tpm=tpm, **options)
         if batch_api:
             if not isinstance(self, LocalFlow) or _is_dask_frame(df) or rpm or tpm:
                 raise ConfigError(
                     "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
                     "provider schedules a batch itself)"
                 )
-            return HOOKS["run_dataframe_batched"](
-                self,
-                df,
-                columns,
-                fill=fill,
-                poll=poll,
-                progress=progress,
-                concurrency=concurrency,
-                error_column=error_column,
-                trace=trace,
-            )
+            return HOOKS["run_dataframe_batched"](self, df, columns, poll=poll, **options)
         flow: BaseFlow = self
         if rpm or tpm:
             if not isinstance(self, LocalFlow):
                 raise ConfigError("rpm= and tpm= per run apply to local flows only")
             flow = self.gated(_run_limits(rpm, tpm))
-        return HOOKS["run_dataframe"](
-            flow,
-            df,
-            columns,
-            fill=fill,
-            progress=progress,
-            concurrency=concurrency,
-            error_column=error_column,
-            trace=trace,
-        )
+        return HOOKS["run_dataframe"](flow, df, columns, **options)
 
     def preview(
         self,
@@ -638,7 +615,7 @@ class LocalFlow(BaseFlow):
             ConfigError: the provider cannot be set up here (e.g. no OpenAI key in this
                 process's environment).
         """
-        here = get_settings()
+        here = resolve_run_config(local=False)
         config = spec.config.replace(
             openai_api_key=here.openai_api_key, vendors=spec.config.vendors.keys_from(here.vendors)
         )

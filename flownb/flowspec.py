@@ -64,9 +64,13 @@ class FlowSpec:
 
     def __post_init__(self) -> None:
         vendors = self.config.vendors
-        if self.config.openai_api_key is not None or vendors != vendors.without_keys():
+        config = self.config
+        keyed = config.openai_api_key is not None or config.service_key is not None
+        if keyed or vendors != vendors.without_keys():
             # Keys are never pickled, never sent to a worker.
-            keyless = self.config.replace(openai_api_key=None, vendors=vendors.without_keys())
+            keyless = config.replace(
+                openai_api_key=None, service_key=None, vendors=vendors.without_keys()
+            )
             object.__setattr__(self, "config", keyless)
 
     @property

@@ -11,9 +11,10 @@ unfinished rows marked, so nothing paid for is lost (and with the cache, re-runn
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 from .errors import ConfigError, InputError, Problem, one_line
+from .hooks import FrameOptions
 from .inputs import PYTHON, Spelling, to_text
 from .notices import warn
 from .pipeline import Handover
@@ -159,16 +160,14 @@ def run_dataframe(
     df: pd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
-    fill: str | None = None,
-    progress: bool = True,
-    concurrency: int | None = None,
-    error_column: str = "error",
-    trace: bool = False,
     spelling: Spelling = PYTHON,
     meter: CostMeter | None = None,
+    **options: Unpack[FrameOptions],
 ) -> pd.DataFrame:
-    """Run ``flow`` once per row of ``df``. ``spelling`` words input errors for the surface
-    calling (see :func:`rows_to_variables`); ``meter`` counts each finished row's cost.
+    """Run ``flow`` once per row of ``df`` with ``options`` (``fill``, ``progress``,
+    ``concurrency``, ``error_column``, ``trace``: see :class:`~flownb.hooks.FrameOptions`).
+    ``spelling`` words input errors for the surface calling (see :func:`rows_to_variables`);
+    ``meter`` counts each finished row's cost.
 
     ``trace=True`` adds one column per generation node that runs (its output, intermediate
     nodes included; see :attr:`RunResult.trace`), named like the node (`` (node)`` appended
@@ -189,6 +188,9 @@ def run_dataframe(
     """
     import pandas as pd
 
+    fill, concurrency = options.get("fill"), options.get("concurrency")
+    progress, trace = options.get("progress", True), options.get("trace", False)
+    error_column = options.get("error_column", "error")
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"run_dataframe takes a pandas DataFrame, got {type(df).__name__}")
     batch = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)

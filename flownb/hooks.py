@@ -7,14 +7,48 @@ features that use a flow: running over a pandas or Dask DataFrame (:mod:`flownb.
 ``preview``, ``form``) call the function registered here under that name, with the flow first;
 ``import flownb`` registers them (:mod:`flownb.wiring`). So every import points down:
 the features import the flows, never the reverse.
+
+What goes through the ``run_dataframe`` doors is written here once: :class:`FrameOptions`, the
+keyword options every runner of a flow over a frame takes (the pandas one, the Dask one, the
+provider batches' one), and :class:`DataFrameOptions`, all of ``run_dataframe``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
-__all__ = ["HOOKS", "Hooks"]
+__all__ = ["HOOKS", "DataFrameOptions", "FrameOptions", "Hooks"]
+
+
+class FrameOptions(TypedDict, total=False):
+    """The keyword options every run of a flow over a frame takes, as ``**options`` (the
+    runner that reads an option supplies its default)."""
+
+    fill: str | None
+    """Text for the empty cells of the variables' columns (default: such cells are refused)."""
+    progress: bool
+    """Show a progress bar (default ``True``)."""
+    concurrency: int | None
+    """Provider calls in flight at once (default: the flow's own)."""
+    error_column: str
+    """The column naming each failed row's error (default ``"error"``)."""
+    trace: bool
+    """One more column per generation node (default ``False``; pandas frames only)."""
+
+
+class DataFrameOptions(FrameOptions, total=False):
+    """Every keyword option of :meth:`flownb.BaseFlow.run_dataframe` (what ``df.flownb.run``
+    passes on): :class:`FrameOptions` and the run's own limits and batch API."""
+
+    rpm: float | None
+    """Requests per minute for this run (local flows; across the cluster on a Dask frame)."""
+    tpm: float | None
+    """Tokens per minute for this run (local flows; across the cluster on a Dask frame)."""
+    batch_api: bool
+    """Send the calls through the provider's batch API (default ``False``)."""
+    poll: float | None
+    """With ``batch_api``: seconds to wait for the batches (``None``: until they end)."""
 
 
 class Hooks:

@@ -15,7 +15,7 @@ from .client import Client
 from .errors import ConfigError, FlownbError
 from .flow import BaseFlow, load_flow
 from .inputs import CLI, flow_location, no_server
-from .settings import get_settings
+from .settings import resolve_run_config
 
 __all__ = ["banner", "open_flow", "usage_error"]
 
@@ -56,15 +56,15 @@ def open_flow(
     if provider is not None or endpoint is not None:
         option = "--provider" if provider is not None else "--endpoint"
         raise click.UsageError(f"{option} applies to local flow files; the server picks its own")
-    settings = get_settings()
-    base_url = base_url or settings.base_url
+    config = resolve_run_config(local=False)
+    base_url = base_url or config.service_url
     if not base_url:
         raise no_server(flow, CLI)
     if not base_url.startswith(("http://", "https://")):
         raise click.UsageError(f"--base-url: {base_url!r} is not an http(s) URL")
-    if not settings.api_key:  # checked here to give the advice in command-line terms
+    if not config.service_key:  # checked here to give the advice in command-line terms
         raise ConfigError(
             f"no API key for {base_url}: set FLOWNB_API_KEY "
             "(for flownb serve, create one with: flownb keys create --name NAME)"
         )
-    return Client(base_url, settings.api_key).flow(flow)
+    return Client(base_url, config.service_key).flow(flow)

@@ -425,9 +425,9 @@ def runs(
     """
     import pandas as pd
 
-    from .settings import get_settings
+    from .settings import resolve_run_config
 
-    home = get_settings().home
+    home = resolve_run_config(local=False).home
     chunks = open_runlog(home).read(flow) if (home / RUNLOG_FILE).exists() else []
     records = []
     for run_id, flow_name, provider, rows in chunks:

@@ -1,9 +1,10 @@
 """The one module that reads environment variables, and the home of every default.
 
-Precedence everywhere is: explicit argument > environment > default. Only the entry points
-(``load_flow``, ``ServerConfig``, ``Client``, the CLI and the magics) read the environment, through
-:func:`get_settings` or :func:`resolve_run_config`; they build a frozen :class:`RunConfig` once
-and pass it down, so nothing below them looks at ``os.environ`` or re-reads a setting.
+Precedence everywhere is: explicit argument > environment > default. Every surface (``load_flow``,
+``flownb.Client``, ``ServerConfig`` and ``flownb serve``, the CLI, the magics, ``runs()``,
+``reports()``, ``evaluate()``, the provider batches' listing) calls one function,
+:func:`resolve_run_config`, once, and passes the frozen :class:`RunConfig` it returns down; nothing
+else calls :func:`get_settings` or looks at ``os.environ``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "env_value",
     "export_serve_config",
     "get_settings",
+    "imported_serve_config",
     "media_dir",
     "resolve_endpoint",
     "resolve_run_config",
@@ -230,6 +232,9 @@ class RunConfig:
     # Where calls go (see flownb.endpoints); None: the environment's OPENAI_* settings.
     endpoint: Endpoint | None = None
     vendors: VendorKeys = field(default_factory=lambda: VendorKeys())
+    # The flow service flow ids run on (FLOWNB_BASE_URL / FLOWNB_API_KEY): the client's.
+    service_url: str | None = None
+    service_key: str | None = field(default=None, repr=False)
 
     @property
     def media_dir(self) -> Path:
@@ -256,21 +261,29 @@ def resolve_run_config(
     endpoint: Endpoint | str | None = None,
     base_url: str | None = None,
     api_key: str | None = None,
+    local: bool = True,
 ) -> RunConfig:
     """Return the run configuration: each explicit argument, else the environment, else the
-    default. ``server=True`` takes the server's defaults for the cache and the run log
-    (``FLOWNB_SERVER_CACHE`` / ``FLOWNB_SERVER_RUNLOG``, both off unless set).
+    default. Every surface builds its configuration here, once. ``server=True`` takes the
+    server's defaults for the cache and the run log (``FLOWNB_SERVER_CACHE`` /
+    ``FLOWNB_SERVER_RUNLOG``, both off unless set).
 
     The endpoint (see :func:`resolve_endpoint`) decides the provider kind and, unless given
-    here, the concurrency, rpm and tpm.
+    here, the concurrency, rpm and tpm. ``local=False`` is for a surface that runs no flow in
+    this process (the client, the readers of ``FLOWNB_HOME``, a worker taking this process's
+    keys): no endpoint is looked up (no ``flownb.toml`` is read) and ``endpoint`` is ``None``.
 
     Raises:
         ConfigError: an argument or variable that cannot work (concurrency below 1, ...), an
             unknown endpoint name, or a provider that contradicts the endpoint.
     """
     s = get_settings()
-    chosen = resolve_endpoint(
-        s, endpoint=endpoint, base_url=base_url, api_key=api_key, provider=provider, home=home
+    chosen = (
+        resolve_endpoint(
+            s, endpoint=endpoint, base_url=base_url, api_key=api_key, provider=provider, home=home
+        )
+        if local
+        else None
     )
     if chosen is not None:
         if provider and provider.strip().lower() != chosen.provider:
@@ -310,6 +323,8 @@ def resolve_run_config(
         batch_poll=s.batch_poll,
         endpoint=chosen,
         vendors=s.vendors or VendorKeys(),
+        service_url=s.base_url,
+        service_key=s.api_key,
     )
 
 
@@ -379,6 +394,17 @@ def export_serve_config(config: str) -> None:
     """Put ``config`` (JSON) where the worker processes of ``flownb serve --workers`` find it:
     the environment they inherit."""
     os.environ[SERVE_CONFIG] = config
+
+
+def imported_serve_config() -> str | None:
+    """Return what :func:`export_serve_config` put in this worker process's environment
+    (``None`` when nothing did): the options ``flownb serve --workers`` handed down, not a
+    setting.
+
+    Raises:
+        ConfigError: a flownb variable is set to something unusable (see :func:`get_settings`).
+    """
+    return get_settings().serve_config
 
 
 def _flag(name: str, raw: str | None, default: bool) -> bool:

@@ -1,6 +1,6 @@
 """The package's shape, read from its source: layers that import only downwards, no import
-circles, the core never imports notebook code, settings read only at the entry points, no private
-member used across modules, providers found through the registry.
+circles, the core never imports notebook code, settings resolved by one function that only the
+surfaces call, no private member used across modules, providers found through the registry.
 
 These read the code as text (``ast``), so they fail the moment someone adds an import or a call
 that breaks a rule, whether or not a test happens to exercise that path. An import counts
@@ -17,20 +17,20 @@ import flownb
 
 PACKAGE = Path(flownb.__file__).parent
 
-# Modules users enter through: only these may read the environment (settings.py itself aside).
-ENTRY_POINTS = {
+# The surfaces: each builds its run configuration with settings.resolve_run_config, the one
+# function that does, and only they call it; nothing but settings.py reads the environment.
+SURFACES = {
+    "flownb.flow",  # load_flow, LocalFlow(), LocalFlow.from_spec (a worker takes its own keys)
+    "flownb.client",  # flownb.Client: the service address and key
     "flownb.opening",  # what FLOW on a command line opens (flownb info / run / eval)
-    "flownb.client",
-    "flownb.notebook.magics",
-    "flownb.runlog",  # runs(): reads the run log of the current FLOWNB_HOME
+    "flownb.notebook.magics",  # %flow connect, flow ids without a connection
+    "flownb.runlog",  # runs(): the run log of FLOWNB_HOME
     "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
-    "flownb.evaluation.history",  # load_report() / reports(): the run log of FLOWNB_HOME
-    "flownb.flow",  # LocalFlow.from_spec: a worker process rebuilding a flow, its own key
-    "flownb.server.app",  # app_from_env(): each `serve --workers` process starts there
-    "flownb.server.commands",
+    "flownb.evaluation.history",  # load_report() / reports()
+    "flownb.batching.listing",  # list_batches() / cancel_batch()
+    "flownb.server.app",  # ServerConfig (each `serve --workers` process starts there)
+    "flownb.server.commands",  # flownb keys / gc
 }
-# What may resolve a RunConfig from the environment: the flow loader and the server's config.
-CONFIG_BUILDERS = {"flownb.flow", "flownb.server.app", "flownb.batching.listing"}
 # Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
 NOT_CORE = {"flownb", "flownb.wiring"}
 
@@ -314,12 +314,12 @@ def _calls(tree: ast.Module, func: str) -> bool:
     )
 
 
-def test_settings_are_read_only_at_the_entry_points() -> None:
+def test_settings_are_resolved_once_per_surface() -> None:
     mods = modules()
     readers = {name for name, tree in mods.items() if _calls(tree, "get_settings")}
-    assert readers <= ENTRY_POINTS | {"flownb.settings"}, readers - ENTRY_POINTS
+    assert readers == {"flownb.settings"}
     builders = {name for name, tree in mods.items() if _calls(tree, "resolve_run_config")}
-    assert builders <= CONFIG_BUILDERS, builders - CONFIG_BUILDERS
+    assert builders == SURFACES, builders ^ SURFACES
     text = {p: p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
     assert [p.name for p, t in text.items() if "os.environ" in t] == ["settings.py"]
 
@@ -363,3 +363,28 @@ def test_providers_are_chosen_from_the_registry_everywhere() -> None:
                 c.value for c in node.elts if isinstance(c, ast.Constant)
             } >= {"offline", "openai"}:
                 raise AssertionError(f"{name}:{node.lineno} lists providers by hand")
+
+
+def test_run_dataframe_options_are_written_once() -> None:
+    # The public signature stays explicit (help(), IDE completion); what passes through the
+    # doors behind it is hooks.DataFrameOptions, so the two must name the same options.
+    import inspect
+
+    from flownb import BaseFlow
+    from flownb.hooks import DataFrameOptions, FrameOptions
+
+    public = inspect.signature(BaseFlow.run_dataframe).parameters
+    keywords = {n for n, p in public.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == set(DataFrameOptions.__optional_keys__)
+    assert set(FrameOptions.__optional_keys__) < keywords
+    for name in ("flownb.frame", "flownb.scale.dask", "flownb.batching.run"):
+        tree = modules()[name]
+        runners = [
+            f
+            for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef) and f.name.startswith("run_dataframe")
+        ]
+        assert runners, name
+        for f in runners:
+            written = {a.arg for a in f.args.kwonlyargs}
+            assert not written & set(FrameOptions.__optional_keys__), (name, written)

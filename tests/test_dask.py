@@ -133,6 +133,8 @@ def test_missing_columns_are_refused_before_anything_runs(client: distributed.Cl
         flow.run_dataframe(ddf)
     with pytest.raises(ConfigError, match="concurrency must be positive"):
         flow.run_dataframe(dd.from_pandas(words(2), npartitions=1), concurrency=0)
+    with pytest.raises(ConfigError, match="trace=True is for pandas frames"):
+        flow.run_dataframe(dd.from_pandas(words(2), npartitions=1), trace=True)
 
 
 def test_missing_cells_fail_the_partition_with_the_pandas_message(

@@ -483,3 +483,29 @@ def test_pickled_flows_that_differ_only_in_their_key_stay_apart(
     pickle.loads(pickle.dumps(first)).run(topic="x")
     pickle.loads(pickle.dumps(second)).run(topic="x")
     assert [auth(r) for r in a.received] == ["Bearer sk-first-key-1", "Bearer sk-second-key-2"]
+
+
+def test_surfaces_that_run_no_flow_here_do_not_look_the_endpoint_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # FLOWNB_ENDPOINT names no endpoint of any flownb.toml: a flow cannot load, but reading the
+    # run log, the evaluations and the batches of FLOWNB_HOME never needed an endpoint.
+    monkeypatch.setenv("FLOWNB_ENDPOINT", "nowhere")
+    with pytest.raises(ConfigError, match="nowhere"):
+        flownb.load_flow(text_flow())
+    assert flownb.runs().empty
+    assert flownb.reports().empty
+    client = flownb.Client("http://127.0.0.1:9", "sk-service-key-0123")
+    assert client.base_url == "http://127.0.0.1:9"
+
+
+def test_the_service_key_stays_out_of_a_flow_sent_to_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service_key = "fnb-service-key-0123456789"
+    monkeypatch.setenv("FLOWNB_API_KEY", service_key)
+    flow = flownb.load_flow(text_flow(), cache=False)
+    assert flow.config.service_key == service_key
+    assert service_key not in repr(flow.config)
+    assert service_key.encode() not in pickle.dumps(flow)
+    assert flow.to_spec().config.service_key is None

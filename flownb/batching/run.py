@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 import orjson
 
 from ..errors import ConfigError, ProviderError
 from ..frame import rows_to_variables, run_dataframe
+from ..hooks import FrameOptions
 from ..inputs import PYTHON, Spelling
 from ..pricing import BATCH_RATE
 from ..providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
@@ -326,15 +327,12 @@ def run_dataframe_batched(
     df: pd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
-    fill: str | None = None,
     poll: float | None = None,
-    progress: bool = True,
-    concurrency: int | None = None,
-    error_column: str = "error",
-    trace: bool = False,
     spelling: Spelling = PYTHON,
+    **options: Unpack[FrameOptions],
 ) -> pd.DataFrame:
-    """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring).
+    """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring),
+    with ``options`` (see :class:`~flownb.hooks.FrameOptions`).
     ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
     return); Ctrl-C while waiting returns at once, leaving them running.
 
@@ -348,8 +346,8 @@ def run_dataframe_batched(
         ProviderError: a batch could not be submitted or read.
     """
     provider, cache = flow.provider, flow.engine.cache
-    rows = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)
-    reasons = prefill(flow, rows, poll=poll, progress=progress)
+    rows = rows_to_variables(df, flow.variables, columns, options.get("fill"), spelling=spelling)
+    reasons = prefill(flow, rows, poll=poll, progress=options.get("progress", True))
     # Named (and able) like the real provider, so results and checks read as a plain run's.
     kind = type(
         "FromBatches",
@@ -364,17 +362,7 @@ def run_dataframe_batched(
         media_url=flow.media_url,
         source=flow.source,
     )
-    return run_dataframe(
-        final,
-        df,
-        columns,
-        fill=fill,
-        progress=progress,
-        concurrency=concurrency,
-        error_column=error_column,
-        trace=trace,
-        spelling=spelling,
-    )
+    return run_dataframe(final, df, columns, spelling=spelling, **options)
 
 
 def _bar(name: str) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..settings import get_settings
+from ..settings import resolve_run_config
 from .report import EvalReport
 from .shape import ScorerInfo
 from .store import EvalLog, list_logs, read_results
@@ -28,7 +28,7 @@ def load_report(id: str, home: str | Path | None = None) -> EvalReport:
     """
     import numpy as np
 
-    where = Path(home) if home is not None else get_settings().home
+    where = Path(home) if home is not None else resolve_run_config(local=False).home
     log = EvalLog.read(id, where)
     scorers = [ScorerInfo(**s) for s in log.scorers]
     results = read_results(log.id, where)
@@ -68,7 +68,7 @@ def reports(home: str | Path | None = None) -> pd.DataFrame:
     rows) and ``labels`` (labelled (row, variant) pairs)."""
     import pandas as pd
 
-    where = Path(home) if home is not None else get_settings().home
+    where = Path(home) if home is not None else resolve_run_config(local=False).home
     frame = pd.DataFrame(list_logs(where), columns=["id", "created", "variants", "rows", "labels"])
     frame["created"] = pd.to_datetime(frame["created"].astype(float), unit="s", utc=True)
     return frame

@@ -40,7 +40,7 @@ from ..progress import Progress
 from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
-from ..settings import get_settings
+from ..settings import resolve_run_config
 from .params import variant_params
 from .report import EvalReport, ScorerInfo
 
@@ -576,7 +576,7 @@ def _home(variants: Mapping[str, BaseFlow]) -> Path:
     for flow in variants.values():
         if isinstance(flow, LocalFlow):
             return flow.config.home
-    return get_settings().home
+    return resolve_run_config(local=False).home
 
 
 def _assemble(

@@ -10,9 +10,11 @@ alone does not import pandas::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
 import pandas as pd
+
+from ..hooks import DataFrameOptions
 
 if TYPE_CHECKING:
     from ..display import FrameView
@@ -32,12 +34,13 @@ class FlownbAccessor:
         self,
         flow: BaseFlow | str,
         columns: Mapping[str, str] | None = None,
-        **kwargs: Any,
+        **options: Unpack[DataFrameOptions],
     ) -> pd.DataFrame:
         """Run ``flow`` (a flow object, or a path to a flow file) once per row.
 
         Takes the keyword arguments of :meth:`flownb.BaseFlow.run_dataframe` (``fill``,
-        ``progress``, ``concurrency``, ``error_column``).
+        ``progress``, ``concurrency``, ``error_column``, ...; see
+        :class:`~flownb.hooks.DataFrameOptions`).
 
         Returns:
             A copy of the DataFrame with one column per output (and an error column if rows
@@ -50,7 +53,7 @@ class FlownbAccessor:
             from ..flow import load_flow
 
             flow = load_flow(flow)
-        return flow.run_dataframe(self._df, columns, **kwargs)
+        return flow.run_dataframe(self._df, columns, **options)
 
     def show(self, columns: Iterable[str] | None = None, *, size: int = 96) -> FrameView:
         """Return the DataFrame for display with image columns as thumbnails ``size`` px wide."""

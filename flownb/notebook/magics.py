@@ -40,7 +40,7 @@ from ..flow import LocalFlow
 from ..frame import run_dataframe
 from ..inputs import MAGIC, flow_location, no_server, parse_map, parse_values, read_csv, to_text
 from ..providers.registry import provider_names
-from ..settings import get_settings
+from ..settings import resolve_run_config
 from .args import MagicParser
 from .eval_magic import EvalMagics, eval_help
 from .failures import one_line_failure
@@ -107,7 +107,7 @@ def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
     Raises:
         UsageError: no key anywhere and no way to prompt (e.g. a notebook run without stdin).
     """
-    key = get_settings().api_key
+    key = resolve_run_config(local=False).service_key
     if key:
         return key, "FLOWNB_API_KEY"
     from dotenv import dotenv_values, find_dotenv
@@ -231,47 +231,20 @@ class FlowMagics(EvalMagics, Magics):
     def _dispatch(self, line: str, cell: str | None) -> Any:
         """Run one ``%flow`` line (and cell body); return what the cell shows."""
         __tracebackhide__ = True
-        # IPython hides the output of a line ending in ';' but still passes the ';' to magics:
-        # it is that convention, never data (a value ending in ';' is quoted).
-        quiet = line.rstrip().endswith(";")
-        if quiet:
-            line = line.rstrip()[:-1]
-        try:
-            tokens = shlex.split(line)
-        except ValueError as exc:
-            raise UsageError(f"%flow: cannot split the line: {exc}") from None
+        quiet, tokens = _split_line(line)
         if not tokens or tokens[0] in ("help", "-h", "--help"):
             print(type(self).flow.__doc__ or _USAGE)
             return None
         sub, rest = tokens[0], tokens[1:]
-        if sub not in _SUBCOMMANDS:
-            raise UsageError(
-                f"%flow: unknown command {sub!r}; use one of {', '.join(_SUBCOMMANDS)} (see %flow?)"
-            )
-        if cell is not None and sub != "run":
-            raise UsageError(f"%%flow {sub}: only %%flow run takes a cell body")
+        _check_subcommand(sub, cell)
         if any(t in ("-h", "--help") for t in rest):
             print(eval_help() if sub == "eval" else _USAGE)
             return None
         if sub == "eval":  # parsed and run by EvalMagics (eval_magic.py)
             return self._eval(rest)
-        parser = _parser(sub)
-        args = parser.parse_intermixed_args(rest) if sub == "run" else parser.parse_args(rest)
-        if getattr(args, "out", None) is not None:
-            _check_identifier(args.out, "-o")
+        args = _parse_args(sub, rest, cell)
         if sub == "connect":
             return self._connect(args)
-        if sub == "run":
-            args.pairs += [v for v in args.var if "=" in v]
-            body_vars = [v for v in args.var if "=" not in v]
-            if cell is None and body_vars:
-                raise UsageError(
-                    "%flow run: --var NAME names the variable a %%flow run cell body fills; "
-                    "on one line, give name=value"
-                )
-            if len(body_vars) > 1:
-                raise UsageError("%%flow run: the cell body fills one variable; give --var once")
-            args.var = body_vars[0] if body_vars else None
         flow, source = self._resolve(
             args.flow, getattr(args, "provider", None), getattr(args, "endpoint", None)
         )
@@ -280,14 +253,7 @@ class FlowMagics(EvalMagics, Magics):
         if sub == "form":
             return flow.form()
         result = self._batch(flow, args) if sub == "batch" else self._run(flow, args, cell)
-        if args.out is None:
-            return None if args.quiet else result  # IPython shows a returned value if last
-        # Kept in VAR; shown here, since the magic may not be the cell's last line.
-        if not (args.quiet or quiet):
-            from IPython.display import display
-
-            display(result)
-        return None
+        return _shown(result, args, quiet)
 
     # ---- subcommands ------------------------------------------------------------------------
 
@@ -365,7 +331,7 @@ class FlowMagics(EvalMagics, Magics):
                 "%flow connect takes only a URL; the API key never goes on the magic line "
                 "(set FLOWNB_API_KEY, use a .env file, or answer the prompt)"
             )
-        url = args.url or get_settings().base_url
+        url = args.url or resolve_run_config(local=False).service_url
         if not url:
             raise UsageError("%flow connect: give the server URL (or set FLOWNB_BASE_URL)")
         url = str(self._expand(url))
@@ -442,7 +408,7 @@ class FlowMagics(EvalMagics, Magics):
             raise UsageError(f"%flow: {option} applies to local flow files; servers choose")
         client = self.client
         if client is None:
-            if not get_settings().base_url:
+            if not resolve_run_config(local=False).service_url:
                 raise UsageError(f"%flow: {no_server(target, MAGIC).message}")
             from ..client import Client
 
@@ -469,6 +435,78 @@ class FlowMagics(EvalMagics, Magics):
         flow = load_flow(resolved, provider=provider, endpoint=endpoint)
         self._local[key] = (st.st_mtime_ns, st.st_size, flow)
         return flow
+
+
+def _split_line(line: str) -> tuple[bool, list[str]]:
+    """Return ``(quiet, tokens)`` of a ``%flow`` line: ``quiet`` when it ends in ``;``.
+
+    Raises:
+        UsageError: the line cannot be split like a shell line (an unclosed quote).
+    """
+    __tracebackhide__ = True
+    # IPython hides the output of a line ending in ';' but still passes the ';' to magics:
+    # it is that convention, never data (a value ending in ';' is quoted).
+    quiet = line.rstrip().endswith(";")
+    if quiet:
+        line = line.rstrip()[:-1]
+    try:
+        return quiet, shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"%flow: cannot split the line: {exc}") from None
+
+
+def _check_subcommand(sub: str, cell: str | None) -> None:
+    """Refuse an unknown subcommand, or a cell body for one other than ``run``.
+
+    Raises:
+        UsageError: naming the subcommands, or the one that takes a cell body.
+    """
+    __tracebackhide__ = True
+    if sub not in _SUBCOMMANDS:
+        raise UsageError(
+            f"%flow: unknown command {sub!r}; use one of {', '.join(_SUBCOMMANDS)} (see %flow?)"
+        )
+    if cell is not None and sub != "run":
+        raise UsageError(f"%%flow {sub}: only %%flow run takes a cell body")
+
+
+def _parse_args(sub: str, rest: list[str], cell: str | None) -> argparse.Namespace:
+    """Return the arguments of subcommand ``sub`` (not ``eval``); for ``run``, ``args.var`` is
+    the variable a cell body fills (``--var name=value`` are pairs, as in the CLI).
+
+    Raises:
+        UsageError: arguments that do not fit the subcommand.
+    """
+    __tracebackhide__ = True
+    parser = _parser(sub)
+    args = parser.parse_intermixed_args(rest) if sub == "run" else parser.parse_args(rest)
+    if getattr(args, "out", None) is not None:
+        _check_identifier(args.out, "-o")
+    if sub == "run":
+        args.pairs += [v for v in args.var if "=" in v]
+        body_vars = [v for v in args.var if "=" not in v]
+        if cell is None and body_vars:
+            raise UsageError(
+                "%flow run: --var NAME names the variable a %%flow run cell body fills; "
+                "on one line, give name=value"
+            )
+        if len(body_vars) > 1:
+            raise UsageError("%%flow run: the cell body fills one variable; give --var once")
+        args.var = body_vars[0] if body_vars else None
+    return args
+
+
+def _shown(result: Any, args: argparse.Namespace, quiet: bool) -> Any:
+    """Return what the cell shows of a run's or batch's ``result`` (``None`` when it is hidden
+    by ``-q``, or kept in ``-o VAR`` by the subcommand and displayed here instead)."""
+    if args.out is None:
+        return None if args.quiet else result  # IPython shows a returned value if last
+    # Kept in VAR; shown here, since the magic may not be the cell's last line.
+    if not (args.quiet or quiet):
+        from IPython.display import display
+
+        display(result)
+    return None
 
 
 def _check_identifier(name: str, option: str) -> None:

@@ -26,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import ConfigError
 from ..flow import BaseFlow, LocalFlow
 from ..flowspec import FlowSpec, flow_from_spec
 from ..frame import _output_columns, rows_to_variables
 from ..frame import run_dataframe as run_pandas
+from ..hooks import FrameOptions
 from .limits import ClusterLimits, start_meters
 
 if TYPE_CHECKING:
@@ -108,13 +109,12 @@ def run_dataframe(
     ddf: dd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
-    fill: str | None = None,
-    concurrency: int | None = None,
     rpm: float | None = None,
     tpm: float | None = None,
-    error_column: str = "error",
+    **options: Unpack[FrameOptions],
 ) -> dd.DataFrame:
-    """Run ``flow`` once per row of the Dask DataFrame ``ddf``, lazily, one task per partition.
+    """Run ``flow`` once per row of the Dask DataFrame ``ddf``, lazily, one task per partition,
+    with ``options`` (see :class:`~flownb.hooks.FrameOptions`; no progress bar, no trace).
 
     ``concurrency``, ``rpm`` and ``tpm`` (default: the flow's own) hold across all workers
     together, for all partitions of this result.
@@ -126,8 +126,13 @@ def run_dataframe(
     Raises:
         TypeError: ``flow`` does not run locally (a remote flow cannot travel to workers).
         InputError: a variable has no column.
-        ConfigError: a limit is not positive, or the flow's provider cannot be rebuilt by name.
+        ConfigError: a limit is not positive, the flow's provider cannot be rebuilt by name, or
+            ``trace=True``.
     """
+    if options.get("trace"):
+        raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
+    fill, concurrency = options.get("fill"), options.get("concurrency")
+    error_column = options.get("error_column", "error")
     if not isinstance(flow, LocalFlow):
         raise TypeError(
             f"run_dataframe over a Dask DataFrame needs a local flow (load_flow), got "

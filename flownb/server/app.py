@@ -14,8 +14,8 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,12 @@ from ..pipeline import INLINE_ON_LOOP, Outcomes, Runner
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runlog import open_runlog
-from ..settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_BODY, get_settings, resolve_run_config
+from ..settings import (
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY,
+    imported_serve_config,
+    resolve_run_config,
+)
 from ..validate import VariableSpec, json_type
 from . import keys as keys_module
 from .errors import (
@@ -234,15 +239,38 @@ def _reject_constant(name: str) -> Any:
 
 
 def create_app(config: ServerConfig) -> FastAPI:
-    """Return the ASGI app serving ``config``'s flows."""
-    keys = config.keys
-    store = config.store
-    provider = config.provider
-    media = config.media
-    max_batch = config.max_batch
-    max_body = config.max_body_bytes
-    limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
+    """Return the ASGI app serving ``config``'s flows: the error answers, the flow routes, the
+    images, the health check and the OpenAPI document, each group added by a function below."""
     decoders = DecodePool()
+    # FastAPIOffline: /docs served from bundled Swagger UI files, so it works without internet.
+    app = FastAPIOffline(
+        redoc_url=None,
+        title="flownb flow execution service",
+        version=__version__,
+        description=(
+            "Runs the flows of a folder of exported flow files, as the flow execution service "
+            "contract describes. Send your API key in the `x-api-key` header; create one with "
+            "`flownb keys create --name NAME`."
+        ),
+        lifespan=_lifespan(config, decoders),
+    )
+    app.add_middleware(RequestIdMiddleware)
+    _add_error_handlers(app)
+    run_flow, get_flow_info = _add_flow_routes(app, config, decoders)
+    _add_media_route(app, config.media)
+    _add_health_route(app, config.provider)
+    app.openapi = _openapi(app)  # type: ignore[method-assign]
+    _mount_hot_routes(app, run_flow, get_flow_info)
+    return app
+
+
+def _lifespan(
+    config: ServerConfig, decoders: DecodePool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Return the app's lifespan: key use flushed every FLUSH_EVERY seconds while it runs; at
+    the end the keys flushed, the decoders stopped and the provider closed."""
+    keys = config.keys
+    provider = config.provider
 
     async def flush_keys_periodically() -> None:
         # `flownb keys list` shows LAST USED at most FLUSH_EVERY seconds stale while we run.
@@ -263,21 +291,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             decoders.shutdown()
             await provider.aclose()
 
-    # FastAPIOffline: /docs served from bundled Swagger UI files, so it works without internet.
-    app = FastAPIOffline(
-        redoc_url=None,
-        title="flownb flow execution service",
-        version=__version__,
-        description=(
-            "Runs the flows of a folder of exported flow files, as the flow execution service "
-            "contract describes. Send your API key in the `x-api-key` header; create one with "
-            "`flownb keys create --name NAME`."
-        ),
-        lifespan=lifespan,
-    )
-    app.add_middleware(RequestIdMiddleware)
+    return lifespan
 
-    # -- errors --------------------------------------------------------------------------------
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Answer every error in the contract's JSON shape: flownb's problems, a broken flow file
+    (logged), Starlette's 404/405 and a body FastAPI could not read (422)."""
 
     async def on_problem(request: Request, exc: Exception) -> Response:
         return error_response(from_exception(exc, _rid(request)), _rid(request))
@@ -321,7 +340,17 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
 
-    # -- helpers -------------------------------------------------------------------------------
+
+def _add_flow_routes(
+    app: FastAPI, config: ServerConfig, decoders: DecodePool
+) -> tuple[Callable[[Request], Awaitable[Response]], Callable[[Request], Awaitable[Response]]]:
+    """Add the flow routes (list, describe, run; each needs a key); return the run and
+    describe handlers, which :func:`_mount_hot_routes` also puts first in the router."""
+    keys = config.keys
+    store = config.store
+    max_batch = config.max_batch
+    max_body = config.max_body_bytes
+    limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
 
     def authenticate(request: Request) -> None:
         try:
@@ -463,6 +492,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             return await run_in_threadpool(json_response, answer)
         return json_response(answer)
 
+    return run_flow, get_flow_info
+
+
+def _add_media_route(app: FastAPI, media: MediaStore) -> None:
+    """Add ``/media/{name}``: generated images, no key needed (names are unguessable digests)."""
+
     @app.get(
         "/media/{name}",
         summary="A generated image (no key needed: names are unguessable digests)",
@@ -482,6 +517,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             headers={"Cache-Control": "public, max-age=31536000, immutable"},
         )
 
+
+def _add_health_route(app: FastAPI, provider: Provider) -> None:
+    """Add ``/healthz``: the service is up, and with which provider."""
+
     @app.get(
         "/healthz",
         summary="Health check",
@@ -491,6 +530,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     async def healthz() -> Response:
         return json_response({"status": "ok", "provider": provider.name})
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """Return the app's OpenAPI document maker: FastAPI's, less the 422 that only the run
+    route can answer, with the ``x-api-key`` scheme; made once."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -512,9 +556,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
-    _mount_hot_routes(app, run_flow, get_flow_info)
-    return app
+    return openapi
 
 
 def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
@@ -716,7 +758,7 @@ def app_from_env() -> FastAPI:
     Raises:
         ConfigError: the variable is missing or not such a JSON object.
     """
-    raw = get_settings().serve_config
+    raw = imported_serve_config()
     try:
         options = json.loads(raw) if raw else None
         if not isinstance(options, dict):

@@ -5,6 +5,8 @@ Heavy imports (FastAPI, uvicorn) happen inside the commands, so ``flownb --help`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..clickhelp import FullHelpGroup
@@ -16,7 +18,7 @@ from ..settings import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY,
     DEFAULT_SHUTDOWN_TIMEOUT,
-    get_settings,
+    resolve_run_config,
 )
 
 # --endpoint NAME (as on flownb run and eval): an endpoint declared in flownb.toml.
@@ -214,6 +216,11 @@ def serve(
         sock.close()
 
 
+def _home() -> Path:
+    """Return the FLOWNB_HOME the keys and gc commands work on (resolved as every surface does)."""
+    return resolve_run_config(local=False).home
+
+
 @click.group(cls=FullHelpGroup)
 def keys() -> None:
     """Create, list and revoke the API keys `flownb serve` accepts (stored in FLOWNB_HOME)."""
@@ -225,7 +232,7 @@ def keys_create(name: str) -> None:
     """Create a key and print it, alone, on stdout. It is shown this once: store it now."""
     from .keys import KeyStore
 
-    store = KeyStore(get_settings().home)
+    store = KeyStore(_home())
     key = store.create(name)
     click.echo(key)
     click.echo(
@@ -240,7 +247,7 @@ def keys_list() -> None:
     """List keys: name, prefix, created, last used, revoked."""
     from .keys import KeyStore
 
-    records = KeyStore(get_settings().home).load()
+    records = KeyStore(_home()).load()
     if not records:
         click.echo("no API keys; create one with: flownb keys create --name NAME", err=True)
         return
@@ -258,7 +265,7 @@ def keys_revoke(name_or_prefix: str) -> None:
     """Revoke the key with this name (or whose key starts with this prefix)."""
     from .keys import KeyStore
 
-    revoked = KeyStore(get_settings().home).revoke(name_or_prefix)
+    revoked = KeyStore(_home()).revoke(name_or_prefix)
     for r in revoked:
         click.echo(f"flownb: revoked API key {r.name!r} ({r.prefix}...)", err=True)
 
@@ -281,7 +288,7 @@ def gc(older_than: str | None, max_size: str | None, dry_run: bool) -> None:
 
     if older_than is None and max_size is None:
         raise click.UsageError("say what to prune: --older-than AGE and/or --max-size SIZE")
-    home = get_settings().home
+    home = _home()
     pruned = prune(
         home,
         older_than=parse_age(older_than) if older_than is not None else None,
