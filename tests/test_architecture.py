@@ -28,6 +28,7 @@ ENTRY_POINTS = {
     "flownb.flow",  # LocalFlow.from_spec: a worker process rebuilding a flow, its own key
     "flownb.server.app",  # app_from_env(): each `serve --workers` process starts there
     "flownb.server.commands",
+    "flownb.notebook.live",  # FLOWNB_LIVE: whether a batch shows the live results view
 }
 # What may resolve a RunConfig from the environment: the flow loader and the server's config.
 CONFIG_BUILDERS = {"flownb.flow", "flownb.server.app", "flownb.batching.listing"}
@@ -89,6 +90,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.wiring",
             "flownb.evaluation.cli",
             "flownb.notebook",
+            "flownb.notebook.live",  # the live results view (ipywidgets), reached via hooks
             "flownb.server",
             "flownb.testing",
         },
