@@ -39,7 +39,8 @@ CLIP = 80  # characters of a text cell shown in the live table; the rest on hove
 TITLE_MAX = 2000  # characters of a cell kept for the hover text (the frame has all of it)
 THUMBS = 12  # the newest rows' images drawn as thumbnails (older ones as a hover link)
 THUMB_SIZE = 64
-MAX_SHOWN = 1000  # rows in the live table; beyond, the failed and the newest ones
+LIVE_ROWS = 200  # rows in the table while the batch runs: the failed and the newest ones
+MAX_SHOWN = 1000  # rows in the last update, drawn as the batch ends (all, up to this many)
 _FAILED = 'style="background:#fdecea"'
 
 
@@ -179,12 +180,12 @@ class LiveView:
         while not self._closed.wait(self._interval):
             self._draw()
 
-    def _draw(self) -> None:
+    def _draw(self, *, last: bool = False) -> None:
         records = self._records
         new = [records.popleft() for _ in range(len(records))]
         if new:
             self.board.add(new)
-        value = self._html(self.board.live_html())
+        value = self._html(self.board.live_html(last=last))
         if value != self._shown:
             self._widget.value = value
             self._shown = value
@@ -231,7 +232,7 @@ class LiveView:
         if self._updater is not threading.current_thread():
             self._updater.join()
         self._scope.close()
-        self._draw()  # the last update holds every finished element
+        self._draw(last=True)  # the last update holds every finished element
         self._replace(self.board.final_html())
         slot = getattr(_current, "slot", None)
         if slot is not None and slot.view is None:
@@ -342,8 +343,9 @@ class RowsBoard:
             found = cache[i] = f"<tr{style}><th>{self._label(i)}</th>{tds}</tr>"
         return found
 
-    def live_html(self) -> str:
-        """Return the table of the finished rows: failed first, then the newest first."""
+    def live_html(self, *, last: bool = False) -> str:
+        """Return the table of the finished rows: failed first, then the newest first (while
+        running, :data:`LIVE_ROWS` of them; ``last``: every one, up to :data:`MAX_SHOWN`)."""
         if not self.order:
             return ""
         newest = self.order[::-1]
@@ -354,12 +356,13 @@ class RowsBoard:
         failed = self.failed[::-1]
         bad = set(failed)
         shown = failed + [i for i in newest if i not in bad]
-        more = len(shown) - MAX_SHOWN
-        rows = "".join(self._row(i, i in fresh) for i in shown[:MAX_SHOWN])
+        limit = MAX_SHOWN if last else LIVE_ROWS
+        more = len(shown) - limit
+        rows = "".join(self._row(i, i in fresh) for i in shown[:limit])
         head = "".join(
             f"<th>{html.escape(str(c))}</th>" for c in ["", *self.inputs, *self.outputs, "error"]
         )
-        note = f"<p>… {more} earlier rows not shown here</p>" if more > 0 else ""
+        note = f"<p>… {more} earlier rows (in the final table)</p>" if more > 0 else ""
         return (
             '<div class="flownb-live-rows" style="max-height:24em;overflow:auto">'
             f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>'
@@ -479,8 +482,8 @@ class EvalBoard:
             "done</small></p>"
         )
 
-    def live_html(self) -> str:
-        """Return the running summary table."""
+    def live_html(self, *, last: bool = False) -> str:
+        """Return the running summary table (``last`` changes nothing)."""
         return self._table()
 
     def final_html(self) -> str:
