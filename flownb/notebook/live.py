@@ -146,6 +146,7 @@ class LiveView:
         self._scope.enter_context(retries_to(self._retried))
         self._closed = threading.Event()
         self._finished = False
+        self._broken = False
         self._updater = threading.Thread(target=self._run, name="flownb-live", daemon=True)
         self._updater.start()
 
@@ -177,8 +178,11 @@ class LiveView:
 
     # the updater
     def _run(self) -> None:
-        while not self._closed.wait(self._interval):
-            self._draw()
+        try:
+            while not self._closed.wait(self._interval):
+                self._draw()
+        except Exception:  # a view that cannot draw must never fail the batch paying for rows
+            self._broken = True
 
     def _draw(self, *, last: bool = False) -> None:
         records = self._records
@@ -232,15 +236,23 @@ class LiveView:
         if self._updater is not threading.current_thread():
             self._updater.join()
         self._scope.close()
-        self._draw(last=True)  # the last update holds every finished element
-        self._replace(self.board.final_html())
+        try:
+            if not self._broken:
+                self._draw(last=True)  # the last update holds every finished element
+            self._replace(self.board.final_html())
+        except Exception:  # as in _run: the rows are in what the batch returns, whatever this does
+            self._widget.close()
+            return
         slot = getattr(_current, "slot", None)
         if slot is not None and slot.view is None:
             slot.view = self
 
     def finish_with(self, frame: Any) -> None:
         """Replace the final table by ``frame``'s (what the returned DataFrame shows)."""
-        self._replace(_frame_html(frame))
+        try:
+            self._replace(_frame_html(frame))
+        except Exception:  # the frame is returned all the same; the view keeps its own table
+            return
 
     def _replace(self, table: str) -> None:
         from IPython.display import HTML
