@@ -202,8 +202,10 @@ class LiveView:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         parts = [f"{done}/{self.total} {self.unit}s" if self.total else f"{done} {self.unit}s"]
         parts.append(f"{done / elapsed:.1f} {self.unit}s/s" if not final else f"{elapsed:.1f} s")
-        cached = self.board.cached
-        parts.append(f"{cached} cached")
+        failed = self.board.n_failed
+        if failed:
+            parts.append(f"{failed} failed")
+        parts.append(f"{self.board.cached} cached")
         parts.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
         for extra in (self._postfix, self._notice):
             if extra:
@@ -338,6 +340,11 @@ class RowsBoard:
             if error is not None:
                 self.failed.append(i)
 
+    @property
+    def n_failed(self) -> int:
+        """How many finished rows failed."""
+        return len(self.failed)
+
     def _label(self, i: int) -> str:
         return html.escape(str(self.labels[i] if self.labels is not None else i))
 
@@ -460,6 +467,11 @@ class EvalBoard:
                         total[0] += float(value)
                         total[1] += 1
             self.stats[variant]["passed"] += sum(passed)
+
+    @property
+    def n_failed(self) -> int:
+        """How many finished runs failed, over every variant."""
+        return int(sum(st["errors"] for st in self.stats.values()))
 
     def _table(self) -> str:
         from ..meter import usd
