@@ -210,6 +210,22 @@ def test_ctrl_c_keeps_the_view_with_the_finished_rows(lab_kernel: Any) -> None:
     assert all(t in final["text/html"] for t in finished)
 
 
+def test_a_frame_shown_as_the_cell_value_is_not_shown_twice(lab_kernel: Any) -> None:
+    code = "%load_ext flownb\nsmall = pd.DataFrame({'topic': ['elk', 'yak'], 'tone': 'dry'})\n"
+    reply, messages = run(lab_kernel, code + "flow.run_dataframe(small)")
+    assert reply["status"] == "ok", messages
+    view, value = saved_outputs(messages)
+    # The view keeps its bar line; the table is the cell's value, below it.
+    assert "2/2 rows" in view["text/html"] and "<table" not in view["text/html"]
+    assert rows_in(value["text/html"]) == 2
+    # Through the magic too (%flow batch runs run_dataframe), and kept with -o: the whole table.
+    reply, messages = run(lab_kernel, "%flow batch blog.json --df small -o kept")
+    assert reply["status"] == "ok", messages
+    assert updates(messages)
+    view = saved_outputs(messages)[0]
+    assert WIDGET not in view and rows_in(view["text/html"]) == 2
+
+
 def test_run_batch_and_evaluate_show_the_view_too(lab_kernel: Any) -> None:
     rows = "[{'topic': f'owl{i}', 'tone': 'wry'} for i in range(5)]"
     code = f"rs = flow.run_batch({rows}, progress=True)"
@@ -223,19 +239,21 @@ def test_run_batch_and_evaluate_show_the_view_too(lab_kernel: Any) -> None:
         "data = pd.DataFrame({'topic': [f'fern{i}' for i in range(6)] + ['BROKEN'], 'tone': 'x'})\n"
         "rep = flownb.evaluate({'a': flow, 'b': flow.with_prompts({'Blog intro': 'Say {topic}'})},"
         " data, [S.contains('intro', S.col('topic')), S.length('intro', max=1000)], log=False)\n"
-        "print(rep.summary['pass_rate'].round(3).to_dict())"
+        "print(rep.summary['pass_rate'].to_dict())"
     )
     reply, messages = run(lab_kernel, code)
     assert reply["status"] == "ok", messages
     live = updates(messages)
     assert live
     last = value(live[-1])
-    # The running summary per variant: rows done, errors, pass rate so far.
+    printed = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
+    rates = eval(printed.strip().splitlines()[-1])  # the report's pass rates, a dict literal
+    # The running summary per variant: rows done, errors, pass rate so far (as the report's).
     for variant in ("a", "b"):
         row = re.search(rf"<th>{variant}</th>(.*?)</tr>", last)
         assert row is not None, last
         cells = re.findall(r"<td>(.*?)</td>", row.group(1))
-        assert cells[:3] == ["7/7", "1", "86%"], cells
+        assert cells[:3] == ["7/7", "1", f"{rates[variant]:.0%}"], (cells, rates)
     [final] = saved_outputs(messages)
     assert WIDGET not in final and "<th>a</th>" in final["text/html"]
 

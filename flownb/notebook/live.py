@@ -147,6 +147,7 @@ class LiveView:
         self._closed = threading.Event()
         self._finished = False
         self._broken = False
+        self._final_bar = ""
         self._updater = threading.Thread(target=self._run, name="flownb-live", daemon=True)
         self._updater.start()
 
@@ -253,14 +254,33 @@ class LiveView:
         """Replace the final table by ``frame``'s (what the returned DataFrame shows)."""
         try:
             self._replace(_frame_html(frame))
+            self._shrink_if_shown(frame)
         except Exception:  # the frame is returned all the same; the view keeps its own table
             return
 
     def _replace(self, table: str) -> None:
         from IPython.display import HTML
 
-        self._handle.update(HTML(f'<div class="flownb-live">{self._bar(final=True)}{table}</div>'))
+        self._final_bar = self._bar(final=True)
+        self._handle.update(HTML(f'<div class="flownb-live">{self._final_bar}{table}</div>'))
         self._widget.close()
+
+    def _shrink_if_shown(self, frame: Any) -> None:
+        """When ``frame`` turns out to be the cell's value (shown right below the view), keep
+        only the view's bar line, so the table is not shown twice."""
+        from IPython import get_ipython
+        from IPython.display import HTML
+
+        shell = get_ipython()
+        if shell is None:
+            return
+
+        def after(result: Any) -> None:
+            shell.events.unregister("post_run_cell", after)
+            if result.result is frame:
+                self._handle.update(HTML(f'<div class="flownb-live">{self._final_bar}</div>'))
+
+        shell.events.register("post_run_cell", after)
 
 
 def _frame_html(frame: Any) -> str:
