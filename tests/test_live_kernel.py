@@ -167,6 +167,7 @@ def test_a_batch_fills_the_view_in_and_ends_as_the_returned_frame(lab_kernel: An
     assert any(m["msg_type"] == "comm_close" for m in messages)
     [final] = saved_outputs(messages)
     assert WIDGET not in final and "text/html" in final
+    assert "1 failed" in final["text/html"] and "stopped" not in final["text/html"]
     reply, messages = run(lab_kernel, "print(html)")
     assert reply["status"] == "ok"
     frame_html = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
@@ -256,6 +257,7 @@ def test_run_batch_and_evaluate_show_the_view_too(lab_kernel: Any) -> None:
         assert cells[:3] == ["7/7", "1", f"{rates[variant]:.0%}"], (cells, rates)
     [final] = saved_outputs(messages)
     assert WIDGET not in final and "<th>a</th>" in final["text/html"]
+    assert "stopped" not in final["text/html"]  # failed runs are not a stop
 
 
 def test_auto_is_off_in_an_nbclient_kernel_and_the_setting_decides(

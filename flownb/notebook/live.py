@@ -130,7 +130,6 @@ class LiveView:
         self.unit = unit
         self.board = board
         self.n = 0  # the count drawn last (tqdm's name)
-        self.draws = 0
         self._lock = threading.Lock()
         self._done = 0
         self._retries = 0
@@ -147,7 +146,8 @@ class LiveView:
         self._closed = threading.Event()
         self._finished = False
         self._broken = False
-        self._final_bar = ""
+        self._final_bar = ""  # the bar line as the batch ended
+        self._stopped = False
         self._updater = threading.Thread(target=self._run, name="flownb-live", daemon=True)
         self._updater.start()
 
@@ -194,7 +194,6 @@ class LiveView:
         if value != self._shown:
             self._widget.value = value
             self._shown = value
-            self.draws += 1
 
     def _bar(self, *, final: bool) -> str:
         with self._lock:
@@ -211,9 +210,7 @@ class LiveView:
         for extra in (self._postfix, self._notice):
             if extra:
                 parts.append(extra)
-        state = ""
-        if final and self.total and done < self.total:
-            state = " <b>stopped</b>"
+        state = " <b>stopped</b>" if final and self._stopped else ""
         meter = (
             f'<progress value="{done}" max="{self.total or 1}" style="width:12em"></progress> '
             if not final
@@ -230,8 +227,9 @@ class LiveView:
 
     def close(self, *, end_at_count: bool = False) -> None:
         """Stop the updater, draw every finished element once more, then replace the widget by
-        static HTML (the board's final table) and close it. ``end_at_count`` is Progress's,
-        and changes nothing here (the bar reads what finished)."""
+        static HTML (the board's final table) and close it. Without ``end_at_count``, a count
+        short of the total reads "stopped" (Ctrl-C); with it (Progress's meaning: fewer steps
+        than counted, as when runs failed), the count is the total."""
         if self._finished:
             return
         self._finished = True
@@ -239,9 +237,15 @@ class LiveView:
         if self._updater is not threading.current_thread():
             self._updater.join()
         self._scope.close()
+        with self._lock:
+            done = self._done
+        if end_at_count:
+            self.total = done
+        self._stopped = bool(self.total) and done < self.total
         try:
             if not self._broken:
                 self._draw(last=True)  # the last update holds every finished element
+            self._final_bar = self._bar(final=True)
             self._replace(self.board.final_html())
         except Exception:  # as in _run: the rows are in what the batch returns, whatever this does
             self._widget.close()
@@ -261,7 +265,6 @@ class LiveView:
     def _replace(self, table: str) -> None:
         from IPython.display import HTML
 
-        self._final_bar = self._bar(final=True)
         self._handle.update(HTML(f'<div class="flownb-live">{self._final_bar}{table}</div>'))
         self._widget.close()
 
