@@ -344,7 +344,7 @@ class RowsBoard:
         self.values: dict[int, tuple[dict[str, Any], str | None]] = {}
         self.order: list[int] = []  # finished, oldest first
         self.failed: list[int] = []
-        self._plain: dict[int, str] = {}  # each row's HTML without thumbnails, made once
+        self._plain: dict[int, str] = {}  # the shown rows' HTML without thumbnails
         self._thumbs: dict[int, str] = {}  # the newest rows' HTML with them
 
     def add(self, records: Sequence[tuple[Any, ...]]) -> None:
@@ -400,7 +400,11 @@ class RowsBoard:
         shown = failed + [i for i in newest if i not in bad]
         limit = MAX_SHOWN if last else LIVE_ROWS
         more = len(shown) - limit
-        rows = "".join(self._row(i, i in fresh) for i in shown[:limit])
+        shown = shown[:limit]
+        rows = "".join(self._row(i, i in fresh) for i in shown)
+        if len(self._plain) > len(shown):  # rows that left the table are not drawn again
+            kept = set(shown)
+            self._plain = {i: row for i, row in self._plain.items() if i in kept}
         head = "".join(
             f"<th>{html.escape(str(c))}</th>" for c in ["", *self.inputs, *self.outputs, "error"]
         )
