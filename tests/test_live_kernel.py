@@ -167,6 +167,9 @@ def test_a_batch_fills_the_view_in_and_ends_as_the_returned_frame(lab_kernel: An
     assert any(m["msg_type"] == "comm_close" for m in messages)
     [final] = saved_outputs(messages)
     assert WIDGET not in final and "text/html" in final
+    # Readers of plain text (a terminal, nbconvert --to markdown) get the bar and the frame.
+    assert final["text/plain"].startswith("blog: 15/15 rows")
+    assert all(t in final["text/plain"] for t in topics)
     assert "1 failed" in final["text/html"] and "stopped" not in final["text/html"]
     reply, messages = run(lab_kernel, "print(html)")
     assert reply["status"] == "ok"

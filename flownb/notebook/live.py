@@ -146,7 +146,8 @@ class LiveView:
         self._closed = threading.Event()
         self._finished = False
         self._broken = False
-        self._final_bar = ""  # the bar line as the batch ended
+        self._final_bar = ""  # the bar line as the batch ended (HTML, and text below)
+        self._final_line = ""
         self._stopped = False
         self._updater = threading.Thread(target=self._run, name="flownb-live", daemon=True)
         self._updater.start()
@@ -195,7 +196,8 @@ class LiveView:
             self._widget.value = value
             self._shown = value
 
-    def _bar(self, *, final: bool) -> str:
+    def _parts(self, *, final: bool) -> tuple[int, list[str]]:
+        """Return the count and what the bar says about it."""
         with self._lock:
             done, retries = self._done, self._retries
         self.n = done
@@ -210,6 +212,10 @@ class LiveView:
         for extra in (self._postfix, self._notice):
             if extra:
                 parts.append(extra)
+        return done, parts
+
+    def _bar(self, *, final: bool) -> str:
+        done, parts = self._parts(final=final)
         state = " <b>stopped</b>" if final and self._stopped else ""
         meter = (
             f'<progress value="{done}" max="{self.total or 1}" style="width:12em"></progress> '
@@ -246,7 +252,10 @@ class LiveView:
             if not self._broken:
                 self._draw(last=True)  # the last update holds every finished element
             self._final_bar = self._bar(final=True)
-            self._replace(self.board.final_html())
+            _, parts = self._parts(final=True)
+            stopped = " (stopped)" if self._stopped else ""
+            self._final_line = f"{self.desc}{stopped}: {', '.join(parts)}"
+            self._replace(*self.board.final())
         except Exception:  # as in _run: the rows are in what the batch returns, whatever this does
             self._widget.close()
             return
@@ -257,22 +266,25 @@ class LiveView:
     def finish_with(self, frame: Any) -> None:
         """Replace the final table by ``frame``'s (what the returned DataFrame shows)."""
         try:
-            self._replace(_frame_html(frame))
+            self._replace(*_frame_view(frame))
             self._shrink_if_shown(frame)
         except Exception:  # the frame is returned all the same; the view keeps its own table
             return
 
-    def _replace(self, table: str) -> None:
-        from IPython.display import HTML
-
-        self._handle.update(HTML(f'<div class="flownb-live">{self._final_bar}{table}</div>'))
+    def _replace(self, table: str = "", text: str = "") -> None:
+        """Show the final bar and ``table`` (``text`` for plain-text readers) as static output
+        in the widget's place, and close the widget."""
+        bundle = {
+            "text/html": f'<div class="flownb-live">{self._final_bar}{table}</div>',
+            "text/plain": "\n".join(t for t in (self._final_line, text) if t),
+        }
+        self._handle.update(bundle, raw=True)
         self._widget.close()
 
     def _shrink_if_shown(self, frame: Any) -> None:
         """When ``frame`` turns out to be the cell's value (shown right below the view), keep
         only the view's bar line, so the table is not shown twice."""
         from IPython import get_ipython
-        from IPython.display import HTML
 
         shell = get_ipython()
         if shell is None:
@@ -281,17 +293,18 @@ class LiveView:
         def after(result: Any) -> None:
             shell.events.unregister("post_run_cell", after)
             if result.result is frame:
-                self._handle.update(HTML(f'<div class="flownb-live">{self._final_bar}</div>'))
+                self._replace()
 
         shell.events.register("post_run_cell", after)
 
 
-def _frame_html(frame: Any) -> str:
-    """Return the HTML a notebook shows for ``frame`` under ``%load_ext flownb``: thumbnails for
-    image columns, else pandas' own."""
+def _frame_view(frame: Any) -> tuple[str, str]:
+    """Return the HTML a notebook shows for ``frame`` under ``%load_ext flownb`` (thumbnails for
+    image columns, else pandas' own) and its text."""
     if image_columns(frame):
-        return FrameView(frame)._repr_html_()
-    return str(frame._repr_html_())
+        view = FrameView(frame)
+        return view._repr_html_(), repr(view)
+    return str(frame._repr_html_()), repr(frame)
 
 
 # -- boards ----------------------------------------------------------------------------------
@@ -415,20 +428,21 @@ class RowsBoard:
             f"</table>{note}</div>"
         )
 
-    def final_html(self) -> str:
-        """Return the static table of the finished rows, in input order (the frame's view)."""
+    def final(self) -> tuple[str, str]:
+        """Return the static table of the finished rows, in input order (the frame's view), as
+        HTML and as text."""
         import pandas as pd
 
         done = sorted(self.values)
         if not done:
-            return ""
+            return "", ""
         cols: dict[str, list[Any]] = {n: [self.batch[i].get(n) for i in done] for n in self.inputs}
         for o in self.outputs:
             cols.setdefault(o, [self.values[i][0].get(o) for i in done])
         if self.failed:
             cols.setdefault("error", [self.values[i][1] for i in done])
         labels = [self.labels[i] for i in done] if self.labels is not None else done
-        return _frame_html(pd.DataFrame(cols, index=labels))
+        return _frame_view(pd.DataFrame(cols, index=labels))
 
 
 class EvalBoard:
@@ -500,12 +514,13 @@ class EvalBoard:
         """How many finished runs failed, over every variant."""
         return int(sum(st["errors"] for st in self.stats.values()))
 
-    def _table(self) -> str:
+    def _table(self) -> tuple[str, str]:
         from ..meter import usd
 
         head = ["variant", "done", "errors", "pass rate", *(f"mean {s.name}" for s in self.floats)]
         head.append("cost")
         body = []
+        lines = []
         for v in self.variants:
             st = self.stats[v]
             done = int(st["done"])
@@ -524,21 +539,25 @@ class EvalBoard:
             ]
             tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
             body.append(f"<tr{style}><th>{html.escape(v)}</th>{tds}</tr>")
+            lines.append(
+                f"{v}: " + ", ".join(f"{h} {c}" for h, c in zip(head[1:], cells, strict=True))
+            )
         note = " (before the judges)" if self.judged else ""
         heads = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        return (
+        table = (
             f'<table class="dataframe"><thead><tr>{heads}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>"
             f"<p><small>pass rate so far{note}: rows passing every scorer, of the rows "
             "done</small></p>"
         )
+        return table, "\n".join(lines)
 
     def live_html(self, *, last: bool = False) -> str:
         """Return the running summary table (``last`` changes nothing)."""
-        return self._table()
+        return self._table()[0]
 
-    def final_html(self) -> str:
-        """Return the summary as it stood when the runs ended (static)."""
+    def final(self) -> tuple[str, str]:
+        """Return the summary as it stood when the runs ended, as HTML and as text."""
         return self._table()
 
 
