@@ -222,11 +222,17 @@ def test_a_frame_shown_as_the_cell_value_is_not_shown_twice(lab_kernel: Any) -> 
     # The view keeps its bar line; the table is the cell's value, below it.
     assert "2/2 rows" in view["text/html"] and "<table" not in view["text/html"]
     assert rows_in(value["text/html"]) == 2
-    # Through the magic too (%flow batch runs run_dataframe), and kept with -o: the whole table.
-    reply, messages = run(lab_kernel, "%flow batch blog.json --df small -o kept")
-    assert reply["status"] == "ok", messages
-    assert updates(messages)
-    view = saved_outputs(messages)[0]
+    # Through the magic too (%flow batch runs run_dataframe): -o shows the frame itself, and
+    # -q nothing; the view keeps its bar line either way. Kept in a variable: the whole table.
+    for line, shown in (("-o kept", 2), ("-q", 1), ("-o kept -q", 1)):
+        reply, messages = run(lab_kernel, f"%flow batch blog.json --df small {line}")
+        assert reply["status"] == "ok", messages
+        assert updates(messages)
+        outs = saved_outputs(messages)
+        assert len(outs) == shown and "<table" not in outs[0]["text/html"], (line, outs)
+        assert "2/2 rows" in outs[0]["text/html"]
+    reply, messages = run(lab_kernel, "kept2 = flow.run_dataframe(small)")
+    [view] = saved_outputs(messages)
     assert WIDGET not in view and rows_in(view["text/html"]) == 2
 
 

@@ -31,7 +31,15 @@ from ..providers.calls import retries_to
 from ..scorers import JudgeScorer, Scorer
 from ..settings import get_settings
 
-__all__ = ["EvalBoard", "LiveView", "RowsBoard", "TableSlot", "enabled", "open_slot"]
+__all__ = [
+    "EvalBoard",
+    "LiveView",
+    "RowsBoard",
+    "TableSlot",
+    "enabled",
+    "keep_bar_only",
+    "open_slot",
+]
 
 # Seconds between two draws: at most 4 widget updates a second, whatever the batch's pace.
 INTERVAL = 0.25
@@ -104,6 +112,15 @@ def open_slot(labels: Sequence[Any] | None = None) -> TableSlot:
     slot = TableSlot(labels)
     _current.slot = slot
     return slot
+
+
+def keep_bar_only(frame: Any) -> None:
+    """Reduce the live view that ended as ``frame``'s table (on this thread) to its bar line:
+    for a caller that shows the frame itself, or shows nothing (``%flow batch -o`` / ``-q``)."""
+    finished = getattr(_current, "finished", None)
+    if finished is not None and finished[0] is frame:
+        _current.finished = None
+        finished[1].keep_bar_only()
 
 
 # -- the view --------------------------------------------------------------------------------
@@ -267,6 +284,7 @@ class LiveView:
         """Replace the final table by ``frame``'s (what the returned DataFrame shows)."""
         try:
             self._replace(*_frame_view(frame))
+            _current.finished = (frame, self)
             self._shrink_if_shown(frame)
         except Exception:  # the frame is returned all the same; the view keeps its own table
             return
@@ -281,6 +299,10 @@ class LiveView:
         self._handle.update(bundle, raw=True)
         self._widget.close()
 
+    def keep_bar_only(self) -> None:
+        """Show only the final bar line (the table is shown elsewhere, or not wanted)."""
+        self._replace()
+
     def _shrink_if_shown(self, frame: Any) -> None:
         """When ``frame`` turns out to be the cell's value (shown right below the view), keep
         only the view's bar line, so the table is not shown twice."""
@@ -293,7 +315,7 @@ class LiveView:
         def after(result: Any) -> None:
             shell.events.unregister("post_run_cell", after)
             if result.result is frame:
-                self._replace()
+                self.keep_bar_only()
 
         shell.events.register("post_run_cell", after)
 
