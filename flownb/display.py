@@ -36,6 +36,7 @@ __all__ = [
     "output_bundles",
     "result_bundle",
     "result_text",
+    "thumbnail_src",
 ]
 
 Bundle = tuple[dict[str, Any], dict[str, Any]]
@@ -259,6 +260,13 @@ def _thumbnail_src(url: str, size: int) -> str:
     except Exception:  # any image Pillow cannot read: embed the bytes as they are
         pass
     return f"data:image/png;base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def thumbnail_src(url: str, size: int = 96) -> str:
+    """Return an ``<img>`` ``src`` for a thumbnail of the image at ``url``: a small PNG data URL
+    when the kernel can read the image, else the URL itself (a ``file://`` URL a page cannot
+    load stays as it is; callers show it as text)."""
+    return _thumbnail_src(url, size)
 
 
 class FrameView:

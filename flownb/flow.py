@@ -183,13 +183,20 @@ class BaseFlow(ABC):
         """
         if check:
             self.spec.check_batch(batch)
-        bar = _progress_bar(len(batch), self.name) if progress else None
+        bar: Any = None
+        if progress:
+            # In a notebook front end, the live view (bar and finished rows) instead of the bar.
+            bar = HOOKS["live_rows"](self, batch) or _progress_bar(len(batch), self.name)
         report = on_result
         if bar is not None:
             from .meter import show
 
+            live = getattr(bar, "record", None)
+
             def report(i: int, result: RunResult | None, exc: BaseException | None) -> None:
                 on_result(i, result, exc)
+                if live is not None:
+                    live(i, result, exc)
                 show(bar, result)  # money spent so far and the cache's saving, beside the bar
                 bar.update(1)
 

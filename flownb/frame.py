@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 from .errors import ConfigError, InputError, Problem, one_line
-from .hooks import FrameOptions
+from .hooks import HOOKS, FrameOptions
 from .inputs import PYTHON, Spelling, to_text
 from .notices import warn
 from .pipeline import Handover
@@ -226,6 +226,8 @@ def run_dataframe(
     # Closed before the frame is built: a row the loop thread finishes while it unwinds after
     # Ctrl-C (or after a form's Stop) cannot change the lists below while they are read.
     handover = Handover(record)
+    # In a notebook's live view, the returned frame's table is what the view ends as.
+    slot = HOOKS["live_slot"](df.index) if progress else None
     try:
         # The rows were made from the frame's columns as strings: no second validation pass.
         flow.run_each(batch, handover, progress=progress, concurrency=concurrency, check=False)
@@ -260,6 +262,8 @@ def run_dataframe(
         while col in result.columns:
             col = f"{col}_output"
         result[col] = pd.Series(truncated, index=df.index, dtype=object)
+    if slot is not None:
+        slot.show(result)
     return result
 
 

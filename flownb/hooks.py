@@ -3,8 +3,10 @@
 The flow classes (:mod:`flownb.flow`, and the remote flow in :mod:`flownb.client`) sit below the
 features that use a flow: running over a pandas or Dask DataFrame (:mod:`flownb.frame`,
 :mod:`flownb.scale.dask`), previewing (:mod:`flownb.preview`), the notebook form
-(:mod:`flownb.notebook.widgets`). A flow's methods that open one of these (``run_dataframe``,
-``preview``, ``form``) call the function registered here under that name, with the flow first;
+(:mod:`flownb.notebook.widgets`), the notebook's live results view
+(:mod:`flownb.notebook.live`, which batches and evaluations open instead of a progress bar).
+A flow's methods that open one of these (``run_dataframe``, ``preview``, ``form``) call the
+function registered here under that name, with the flow first;
 ``import flownb`` registers them (:mod:`flownb.wiring`). So every import points down:
 the features import the flows, never the reverse.
 

@@ -92,6 +92,9 @@ class Settings:
     serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
     batch_poll: float = DEFAULT_BATCH_POLL  # FLOWNB_BATCH_POLL
     endpoint: str | None = None  # FLOWNB_ENDPOINT: the name of a flownb.toml endpoint
+    # FLOWNB_LIVE: the notebook's live results view; "auto" (a front end that renders widgets),
+    # "on" (any Jupyter kernel with ipywidgets) or "off" (the plain progress bar, as before).
+    live: str = "auto"
     azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT
     azure_api_version: str | None = None  # OPENAI_API_VERSION
     vendors: VendorKeys | None = None
@@ -150,6 +153,7 @@ def get_settings() -> Settings:
             _number("FLOWNB_BATCH_POLL", env.get("FLOWNB_BATCH_POLL"), float) or DEFAULT_BATCH_POLL
         ),
         endpoint=(env.get("FLOWNB_ENDPOINT") or "").strip() or None,
+        live=_live(env.get("FLOWNB_LIVE")),
         azure_endpoint=env.get("AZURE_OPENAI_ENDPOINT") or None,
         azure_api_version=env.get("OPENAI_API_VERSION") or None,
         vendors=VendorKeys(
@@ -244,6 +248,16 @@ class RunConfig:
     def replace(self, **changes: object) -> RunConfig:
         """Return a copy with ``changes`` applied (the config itself is frozen)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def live_view_mode() -> str:
+    """Return ``FLOWNB_LIVE`` as ``"auto"``, ``"on"`` or ``"off"``, read now: the notebook's
+    live results view decides when each batch starts, not when its flow was loaded.
+
+    Raises:
+        ConfigError: ``FLOWNB_LIVE`` is set to something else than auto, 1 or 0.
+    """
+    return get_settings().live
 
 
 def resolve_run_config(
@@ -416,6 +430,17 @@ def _flag(name: str, raw: str | None, default: bool) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name} must be 1/0 (true/false, on/off), got {raw!r}")
+
+
+def _live(raw: str | None) -> str:
+    value = (raw or "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value in ("1", "true", "yes", "on"):
+        return "on"
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    raise ConfigError(f"FLOWNB_LIVE must be auto, 1 or 0 (on/off), got {raw!r}")
 
 
 def _retries(raw: str | None) -> int:

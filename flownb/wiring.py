@@ -6,6 +6,7 @@ registers each feature under the name of the flow method that opens it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from . import frame, preview
@@ -23,8 +24,48 @@ def _form(flow: BaseFlow) -> Any:
     return FlowForm(flow)
 
 
+def _in_kernel() -> bool:
+    # The live view lives in a Jupyter kernel; elsewhere (scripts, a terminal IPython, the CLI)
+    # no notebook code is even imported, so nothing changes there.
+    return "ipykernel.zmqshell" in sys.modules
+
+
+def _live_rows(flow: BaseFlow, batch: Any) -> Any:
+    if not _in_kernel():
+        return None
+    from .notebook import live
+
+    return live.rows_view(flow.name, batch, flow.outputs)
+
+
+def _live_evaluate(variants: Any, data: Any, scorers: Any, total: int) -> Any:
+    if not _in_kernel():
+        return None
+    from .notebook import live
+
+    return live.eval_view(variants, data, scorers, total)
+
+
+class _NoSlot:
+    def show(self, frame: Any) -> None:
+        return None
+
+
+def _live_slot(labels: Any) -> Any:
+    if not _in_kernel():
+        return _NoSlot()
+    from .notebook import live
+
+    return live.open_slot(labels)
+
+
 HOOKS.register("run_dataframe", frame.run_dataframe)
 HOOKS.register("run_dask_dataframe", dask.run_dataframe)
 HOOKS.register("run_dataframe_batched", batching.run_dataframe_batched)
 HOOKS.register("preview", preview.preview_data)
 HOOKS.register("form", _form)
+# The notebook's live results view (flownb.notebook.live): a progress bar's replacement, None
+# where it is not used; the slot lets run_dataframe show its returned frame in it at the end.
+HOOKS.register("live_rows", _live_rows)
+HOOKS.register("live_evaluate", _live_evaluate)
+HOOKS.register("live_slot", _live_slot)

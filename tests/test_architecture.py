@@ -89,6 +89,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.wiring",
             "flownb.evaluation.cli",
             "flownb.notebook",
+            "flownb.notebook.live",  # the live results view (ipywidgets), reached via hooks
             "flownb.server",
             "flownb.testing",
         },

@@ -34,6 +34,7 @@ from ..batching.run import prefill
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
+from ..hooks import HOOKS
 from ..notices import warn
 from ..pipeline import Handover
 from ..progress import Progress
@@ -150,16 +151,23 @@ def _paid(result: Any) -> int:
     return sum(1 for g in result.generations if not g.cached)
 
 
-def _with_bar(on_result: OnResult, bar: Any, *, remote: bool = False) -> OnResult:
+def _with_bar(
+    on_result: OnResult, bar: Any, *, remote: bool = False, key: str | None = None
+) -> OnResult:
     """Return ``on_result`` that also advances ``bar`` by the provider calls each run made (the
-    bar counts calls, as the preview does, not rows; a served flow's run is one call)."""
+    bar counts calls, as the preview does, not rows; a served flow's run is one call). With
+    ``key`` (a variant's name), a live view's summary also gets the run."""
     if bar is None:
         return on_result
 
     from ..meter import show
 
+    live = getattr(bar, "record", None) if key is not None else None
+
     def report(i: int, result: Any, exc: BaseException | None) -> None:
         on_result(i, result, exc)
+        if live is not None:
+            live(key, i, result, exc)
         if exc is None:
             show(bar, result)  # money spent so far and the cache's saving, beside the bar
             made = 1 if remote else _paid(result)
@@ -396,8 +404,11 @@ def evaluate(
     judge_flows = [j.flow() for j in judges]
     limiter = _Limits(concurrency, [*variants.values(), *judge_flows])
     n = len(data)
-    bar = None
+    bar: Any = None
     if progress:
+        # In a notebook front end, the live view: the bar and the running summary per variant.
+        bar = HOOKS["live_evaluate"](list(variants), data, graders, preview.n_calls)
+    if progress and bar is None:
         from tqdm.auto import tqdm
 
         # The bar counts provider calls: its total is the preview's count on this cache state.
@@ -413,7 +424,9 @@ def evaluate(
                     (
                         flow,
                         batches[name],
-                        _with_bar(collected[name], bar, remote=not isinstance(flow, LocalFlow)),
+                        _with_bar(
+                            collected[name], bar, remote=not isinstance(flow, LocalFlow), key=name
+                        ),
                     )
                     for name, flow in variants.items()
                 ],

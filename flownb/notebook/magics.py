@@ -253,6 +253,10 @@ class FlowMagics(EvalMagics, Magics):
         if sub == "form":
             return flow.form()
         result = self._batch(flow, args) if sub == "batch" else self._run(flow, args, cell)
+        if sub == "batch" and (args.out is not None or args.quiet or quiet):
+            from .live import keep_bar_only
+
+            keep_bar_only(result)  # shown below by -o, or not at all: the live view's bar stays
         return _shown(result, args, quiet)
 
     # ---- subcommands ------------------------------------------------------------------------

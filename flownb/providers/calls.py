@@ -43,6 +43,7 @@ __all__ = [
     "Settle",
     "announce",
     "notices_to",
+    "retries_to",
 ]
 
 # Told the generation of an attempt that succeeded (a token limit corrects its estimate by the
@@ -72,6 +73,22 @@ def notices_to(sink: Notice) -> Iterator[None]:
     finally:
         with _sinks_lock:
             _sinks.remove(sink)
+
+
+_counters: list[Callable[[], None]] = []  # the open retries_to blocks' counters
+
+
+@contextmanager
+def retries_to(counter: Callable[[], None]) -> Iterator[None]:
+    """Call ``counter()`` once per retry of a provider call made while this block is open (from
+    the thread that runs the call; a live view counts them). ``counter`` must not raise."""
+    with _sinks_lock:
+        _counters.append(counter)
+    try:
+        yield
+    finally:
+        with _sinks_lock:
+            _counters.remove(counter)
 
 
 def announce(line: str) -> None:
@@ -238,8 +255,11 @@ class CallRunner:
             raise
 
     def _before_sleep(self, state: RetryCallState) -> None:
-        """Announce a retry that waits over :data:`NOTICE_AFTER` seconds: what failed, which
-        attempt comes next of how many, and the wait (once per run and kind of failure)."""
+        """Count the retry (see :func:`retries_to`) and announce one that waits over
+        :data:`NOTICE_AFTER` seconds: what failed, which attempt comes next of how many, and the
+        wait (once per run and kind of failure)."""
+        for count in tuple(_counters):
+            count()
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         exc = state.outcome.exception() if state.outcome is not None else None
         if wait <= NOTICE_AFTER or exc is None:
