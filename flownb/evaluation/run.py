@@ -26,6 +26,7 @@ import asyncio
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["evaluate"]
 
 OnResult = Callable[[int, Any, BaseException | None], None]
+# Scorer name -> variant -> (scores, reasons), one of each per input row: the judges' answers.
+Judged = dict[str, dict[str, tuple[list[Any], list[str | None]]]]
 
 
 def _variants(
@@ -359,21 +362,58 @@ def evaluate(
 
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"evaluate takes a pandas DataFrame, got {type(data).__name__}")
+    setup = _prepare(flows, data, scorers, columns, fill)
+    if batch_api and not dry_run:
+        _through_batches(
+            setup.variants, setup.batches, setup.judges, data, setup.graders, poll, progress
+        )
+    preview = _preview(setup, data) if dry_run or progress else None
+    if dry_run:
+        assert preview is not None
+        return preview
+    collected, judged = _run(setup, data, concurrency, preview if progress else None)
+    variants = setup.variants
+    context = describe_evaluation(setup.names, variants, data, collected)
+    report = _assemble(data, variants, collected, setup.graders, judged, context)
+    report.variant_params = {name: variant_params(f) for name, f in variants.items()}
+    if log:
+        report.store(_home(variants))
+    return report
+
+
+@dataclass
+class _Setup:
+    """What an evaluation runs, checked before any call: the variants (renamed for the run
+    log), their names as given, each variant's rows, the scorers and, among them, the judges
+    (bound to the flows they grade)."""
+
+    variants: dict[str, BaseFlow]
+    names: dict[str, str]
+    batches: Mapping[str, Sequence[Mapping[str, str]]]
+    graders: list[Scorer]
+    judges: list[JudgeScorer]
+
+
+def _prepare(
+    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+    data: pd.DataFrame,
+    scorers: Scorer | Sequence[Scorer] | None,
+    columns: Mapping[str, str] | None,
+    fill: str | None,
+) -> _Setup:
+    """Return the evaluation's :class:`_Setup`, every check made before anything runs.
+
+    Raises:
+        ConfigError: see :func:`evaluate`.
+        InputError: a variant's variables are missing from ``data``.
+    """
     variants = _variants(flows)
     graders = _scorers(scorers)
     batches = {
         name: rows_to_variables(data, flow.variables, columns, fill)
         for name, flow in variants.items()
     }
-    outputs = list(dict.fromkeys(o for f in variants.values() for o in f.outputs))
-    known = set(map(str, data.columns)) | set(outputs)
-    for s in graders:
-        missing = [c for c in s.columns() if c not in known]
-        if missing:
-            raise ConfigError(
-                f"scorer {s.name!r} reads {', '.join(map(repr, missing))}, which is neither an "
-                f"output ({', '.join(map(repr, outputs))}) nor a column of the data"
-            )
+    _check_scorer_columns(graders, variants, data)
     names = {name: flow.name for name, flow in variants.items()}  # before the renaming below
     # In the run log, a variant's runs go under "<flow>:<variant>" so variants stay apart.
     variants = {
@@ -384,20 +424,48 @@ def evaluate(
     }
     judges = [s for s in graders if isinstance(s, JudgeScorer)]
     _bind_judges(judges, variants)
-    if batch_api and not dry_run:
-        _through_batches(variants, batches, judges, data, graders, poll, progress)
-    if dry_run or progress:
-        from ..preview import preview_many
+    return _Setup(variants, names, batches, graders, judges)
 
-        inputs = _input_rows(data) if judges else None
-        preview = preview_many(variants, batches, graders, inputs)
-        if dry_run:
-            return preview
-    judge_flows = [j.flow() for j in judges]
+
+def _check_scorer_columns(
+    graders: Sequence[Scorer], variants: Mapping[str, BaseFlow], data: pd.DataFrame
+) -> None:
+    """Refuse a scorer reading a column that is neither an output nor a column of the data.
+
+    Raises:
+        ConfigError: naming the scorer and the columns it lacks.
+    """
+    outputs = list(dict.fromkeys(o for f in variants.values() for o in f.outputs))
+    known = set(map(str, data.columns)) | set(outputs)
+    for s in graders:
+        missing = [c for c in s.columns() if c not in known]
+        if missing:
+            raise ConfigError(
+                f"scorer {s.name!r} reads {', '.join(map(repr, missing))}, which is neither an "
+                f"output ({', '.join(map(repr, outputs))}) nor a column of the data"
+            )
+
+
+def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
+    """Return the evaluation's dry run: its calls on the cache's state now (judges included)."""
+    from ..preview import preview_many
+
+    inputs = _input_rows(data) if setup.judges else None
+    return preview_many(setup.variants, setup.batches, setup.graders, inputs)
+
+
+def _run(
+    setup: _Setup, data: pd.DataFrame, concurrency: int | None, preview: Preview | None
+) -> tuple[dict[str, _Collected], Judged]:
+    """Run the variants, then the judges, under one limit and (with ``preview``: its count as
+    the total) one progress bar. Return each variant's outcomes and the judges' answers; on
+    Ctrl-C, what finished (the rest marked as interrupted, and a warning said so)."""
+    variants = setup.variants
+    judge_flows = [j.flow() for j in setup.judges]
     limiter = _Limits(concurrency, [*variants.values(), *judge_flows])
     n = len(data)
     bar = None
-    if progress:
+    if preview is not None:
         from tqdm.auto import tqdm
 
         # The bar counts provider calls: its total is the preview's count on this cache state.
@@ -405,14 +473,14 @@ def evaluate(
         bar = Progress(tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True))
     collected = {name: _Collected(n, f.outputs) for name, f in variants.items()}
     interrupted = False
-    judged: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
+    judged: Judged = {}
     try:
         try:
             _run_all(
                 [
                     (
                         flow,
-                        batches[name],
+                        setup.batches[name],
                         _with_bar(collected[name], bar, remote=not isinstance(flow, LocalFlow)),
                     )
                     for name, flow in variants.items()
@@ -421,9 +489,9 @@ def evaluate(
             )
         except KeyboardInterrupt:
             interrupted = True
-        if judges and not interrupted:
+        if setup.judges and not interrupted:
             try:
-                judged = _run_judges(judges, collected, data, bar, limiter)
+                judged = _run_judges(setup.judges, collected, data, bar, limiter)
             except _Interrupted as stop:
                 interrupted = True
                 judged = stop.partial
@@ -438,16 +506,11 @@ def evaluate(
             "that did not answer score NaN). Run again to complete them; the cache makes the "
             "finished ones free."
         )
-    context = describe_evaluation(names, variants, data, collected)
-    report = _assemble(data, variants, collected, graders, judged, context)
-    report.variant_params = {name: variant_params(f) for name, f in variants.items()}
-    if log:
-        report.store(_home(variants))
-    return report
+    return collected, judged
 
 
 class _Interrupted(Exception):
-    def __init__(self, partial: dict[str, dict[str, tuple[list[Any], list[str | None]]]]) -> None:
+    def __init__(self, partial: Judged) -> None:
         super().__init__("interrupted")
         self.partial = partial
 
@@ -515,7 +578,7 @@ def _run_judges(
     data: pd.DataFrame,
     bar: Any,
     limiter: _Limits,
-) -> dict[str, dict[str, tuple[list[Any], list[str | None]]]]:
+) -> Judged:
     """Ask every judge; return scorer name -> variant -> (scores, reasons)."""
     inputs = _input_block(data)
     n = len(data)
@@ -550,7 +613,7 @@ def _run_judges(
         _run_all(jobs, limiter)
     except KeyboardInterrupt:
         stopped = True
-    out: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
+    out: Judged = {}
     for j in judges:
         per: dict[str, tuple[list[Any], list[str | None]]] = {
             v: ([math.nan] * n, [None] * n) for v in names
