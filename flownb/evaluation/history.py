@@ -56,6 +56,8 @@ def load_report(id: str, home: str | Path | None = None) -> EvalReport:
         id=log.id,
         home=where,
     )
+    if log.repeats > 1:  # the kept results are every run: the per-row ones are made again
+        report.set_runs(results)
     report.created = log.created
     report.variant_params = log.variant_params
     report.reload_labels()

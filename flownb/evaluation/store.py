@@ -13,6 +13,10 @@ in ``eval_results``, in chunks of rows (so keeping 100,000 rows never holds a se
 them in memory); a version 1 log comes back with its scores only. Human labels go to their
 own table, ``eval_labels``, one row per label as it was given (the latest for a (row, variant)
 is the one in force).
+
+Version 3 adds ``repeats`` (``evaluate(..., repeats=k)``): with k > 1 the results kept are every
+run (a ``repeat`` column), from which the report's per-row results are made again when it is
+read; version 2 and 1 logs read as one repeat.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ __all__ = [
 ]
 
 # The layout of a kept evaluation; raise it when the layout changes, and read older ones.
-# 1: scores only. 2: the whole report (results, scorers, outputs, inputs) as well.
-EVAL_LOG_VERSION = 2
+# 1: scores only. 2: the whole report (results, scorers, outputs, inputs) as well. 3: repeats
+# (the results kept are every run when there are several).
+EVAL_LOG_VERSION = 3
 
 # The columns of ``report.labels``, in order.
 LABEL_COLUMNS = ["row", "variant", "passed", "score", "note", "labelled_at"]
@@ -127,6 +132,7 @@ _REPORT_FIELDS = (
     "index_name",
     "inputs",
     "variant_params",
+    "repeats",
 )
 
 
@@ -149,6 +155,8 @@ class EvalLog(BaseModel):
     index_name: str = "index"
     inputs: list[str] = Field(default_factory=list)
     variant_params: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Version 3: runs per (variant, row); the kept results hold every run when above 1.
+    repeats: int = 1
 
     @classmethod
     def of(cls, report: ReportView) -> EvalLog:
@@ -165,6 +173,7 @@ class EvalLog(BaseModel):
             index_name=report.index_name,
             inputs=list(report.inputs),
             variant_params=dict(getattr(report, "variant_params", {})),
+            repeats=int(getattr(report, "repeats", 1)),
         )
 
     def frame(self) -> pd.DataFrame:
@@ -252,9 +261,11 @@ class EvalLog(BaseModel):
 
 
 def save_scores(report: ReportView, home: Path) -> None:
-    """Store the report under its id: an :class:`EvalLog`, and its results frame."""
-    EvalLog.of(report).write(home)
-    save_results(report.id, report.results, home)
+    """Store the report under its id: an :class:`EvalLog`, and its results frame (every run,
+    when the evaluation repeated its rows)."""
+    log = EvalLog.of(report)
+    log.write(home)
+    save_results(report.id, report.runs if log.repeats > 1 else report.results, home)
 
 
 def _chunks(frame: pd.DataFrame) -> Iterator[bytes]:
