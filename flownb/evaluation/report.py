@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from . import stats
 from .labelling import Labelled
+from .preferences import Preferring
 from .shape import ScorerInfo
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ __all__ = ["EvalReport", "ScorerInfo"]
 ALPHA = 0.05  # a paired test's p-value below this marks a variant as differing from the first
 
 
-class EvalReport(Labelled):
+class EvalReport(Labelled, Preferring):
     """An evaluation's results.
 
     Attributes:
@@ -316,6 +317,7 @@ class EvalReport(Labelled):
         self.home = home
         save_scores(self, home)
         self._store_labels(home)
+        self._store_preferences(home)
 
     def diff(self, other: EvalReport | str) -> pd.DataFrame:
         """Return the (variant, input row) pairs whose scores or pass changed from ``other``
@@ -351,16 +353,30 @@ class EvalReport(Labelled):
         return frame
 
     def review(
-        self, output: str | list[str] | None = None, variants: list[str] | None = None
+        self,
+        output: str | list[str] | None = None,
+        variants: list[str] | None = None,
+        *,
+        pairwise: tuple[str, str] | list[str] | None = None,
     ) -> Any:
         """Return a widget that walks the rows for labelling: the inputs, each variant's
         ``output`` side by side (default: every output; images inline), pass / fail buttons, a
         1-5 score, a note, keyboard shortcuts and a progress count; the scorers' values and
         reasons show for a variant only once it is labelled. Each answer is a :meth:`label`.
 
+        ``pairwise=(a, b)`` asks instead, blind, which of two variants' outputs is better: per
+        row the two are shown as "A" and "B" in an order shuffled per row (seeded by the
+        evaluation's id and the row, so the same each time, and recorded), with "A better",
+        "B better" and "tie" (keys ``1``, ``2``, ``t``); which was which shows once answered.
+        Each answer is a :meth:`prefer`; :meth:`win_rates` sums them up.
+
         Raises:
-            ConfigError: an unknown output or variant.
+            ConfigError: an unknown output or variant, or a pair that is not two variants.
         """
+        if pairwise is not None:
+            from .pairwise import PairwiseReview
+
+            return PairwiseReview(self, self._pair(pairwise), output)
         from .review import LabelReview
 
         return LabelReview(self, output, variants)
