@@ -68,6 +68,18 @@ def test_preferences_in_python_give_win_rates_and_survive_a_new_process(
     assert out.stdout.split() == ["3", "6"]
 
 
+def test_preferences_given_before_a_run_log_are_kept_when_it_is_stored(tmp_path: Path) -> None:
+    flow = flownb.load_flow(FLOW, provider="offline")
+    data = pd.DataFrame({"word": ["x", "y"]})
+    report = flownb.evaluate({"a": flow, "b": flow}, data, progress=False, log=False)
+    assert isinstance(report, flownb.EvalReport) and report.home is None
+    report.prefer(1, "a")
+    assert report.win_rates().loc["a", "wins"] == 1
+    report.store(tmp_path)
+    back = flownb.load_report(report.id, tmp_path)
+    assert back.preferences[["row", "winner"]].values.tolist() == [[1, "a"]]
+
+
 def test_a_one_sided_pair_is_beyond_chance_and_pairs_are_checked() -> None:
     report = evaluated(n=8, variants=("a", "b", "c"))
     with pytest.raises(ConfigError, match="say which two are compared"):
