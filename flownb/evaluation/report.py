@@ -42,7 +42,8 @@ class EvalReport(Labelled, Preferring):
         variants: the variant names, in the order given (the first is the baseline).
         context: what was evaluated, for a report read later: ``title``, ``dataset`` (name,
             rows, columns), and per variant its flow, provider, endpoint, models and nodes
-            (name, kind, prompt, model parameters); empty when not known.
+            (name, kind, prompt, model parameters), and ``repeats`` when the rows ran several
+            times; empty when not known.
         setup: per variant, what it ran on (``endpoint``, ``model``, ``system``: the system
             message, ``None`` when it has none); shown in the summary and the HTML report.
     """

@@ -16,6 +16,10 @@ under one concurrency limit and one progress bar.
    :func:`flownb.preview.preview_many`).
 4. Deterministic scorers grade each variant's columns; everything lands in one long frame.
 
+With ``repeats=k`` each repeat is a round of steps 2-4 whose calls carry the repeat number in
+their cache keys (:mod:`.repeats`); the rounds' variants run together, then their judges, and
+the report is made of the per-row means of the rounds.
+
 Ctrl-C keeps what finished (the rest is marked as interrupted) and, with the cache, a re-run
 pays only for what is missing.
 """
