@@ -49,6 +49,7 @@ def test_preferences_in_python_give_win_rates_and_survive_a_new_process(
     assert rates.loc["b", "win_rate"] == pytest.approx(3.5 / 6)
     assert rates.loc["a", "win_rate"] == pytest.approx(2.5 / 6)
     assert rates.loc["b", "p"] == pytest.approx(stats.sign_test(3, 2)) == 1.0
+    assert "pairwise win rates (ties count half): a 41.7%" in report._repr_html_()
     low, high = stats.wilson(3.5, 6)
     assert rates.loc["b", ["win_rate_low", "win_rate_high"]].tolist() == [
         pytest.approx(low),

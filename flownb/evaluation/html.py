@@ -271,6 +271,7 @@ def summary_html(report: ReportView) -> str:
     return (
         _labels_note(summary)
         + _repeats_note(summary)
+        + _wins_note(report)
         + (
             f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
             f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
@@ -297,6 +298,20 @@ def _setup_html(report: ReportView) -> str:
         "<table class='flownb-eval'><thead><tr><th>variant</th><th>endpoint</th><th>model</th>"
         f"<th>system</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def _wins_note(report: Any) -> str:
+    """Return a line with the people's pairwise win rates (``report.prefer``), or nothing
+    before there are any."""
+    rates = report.win_rates() if hasattr(report, "win_rates") else None
+    if rates is None or rates.empty:
+        return ""
+    parts = ", ".join(
+        f"{_esc(v)} {fmt_rate(r['win_rate'])} [{fmt_rate(r['win_rate_low'])}, "
+        f"{fmt_rate(r['win_rate_high'])}] of {int(r['n'])}"
+        for v, r in rates.iterrows()
+    )
+    return f"<p class='inp'>people's pairwise win rates (ties count half): {parts}</p>"
 
 
 def _repeats_note(summary: Any) -> str:
