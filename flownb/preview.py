@@ -22,6 +22,7 @@ from .frame import rows_to_variables
 from .pricing import BATCH_RATE
 from .providers.images import image_tokens
 from .providers.offline import OfflineProvider
+from .providers.repeat import unrepeated
 from .scorers import JudgeScorer, PickBest, Scorer
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ def _local_calls(
     flows of the same evaluation): a repeat is not paid twice, as the run does not pay it."""
     plan, engine = flow.plan, flow.engine
     cache = engine.cache
-    offline = isinstance(flow.provider, OfflineProvider)
+    offline = isinstance(unrepeated(flow.provider), OfflineProvider)  # a repeat's too
     keyed = cache is not None or outputs is not None
     identity = flow.provider.identity()
     prefixes = {

@@ -38,12 +38,12 @@ def _live_rows(flow: BaseFlow, batch: Any) -> Any:
     return live.rows_view(flow.name, batch, flow.outputs)
 
 
-def _live_evaluate(variants: Any, data: Any, scorers: Any, total: int) -> Any:
+def _live_evaluate(variants: Any, data: Any, scorers: Any, total: int, repeats: int = 1) -> Any:
     if not _in_kernel():
         return None
     from .notebook import live
 
-    return live.eval_view(variants, data, scorers, total)
+    return live.eval_view(variants, data, scorers, total, repeats)
 
 
 class _NoSlot:

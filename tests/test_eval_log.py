@@ -35,12 +35,12 @@ def test_a_stored_evaluation_carries_its_version_and_reads_back(tmp_path: Path) 
         (version,) = db.execute(
             "SELECT version FROM evaluations WHERE id = ?", (report.id,)
         ).fetchone()
-    assert version == EVAL_LOG_VERSION == 2
+    assert version == EVAL_LOG_VERSION == 3
     log = EvalLog.read(report.id, tmp_path)
     assert log.variants == ["v"]
     assert log.frame()["contains_say"].tolist() == [True, False]
     again = EvalLog.from_json(log.to_json())
-    assert again == log and orjson.loads(log.to_json())["version"] == 2
+    assert again == log and orjson.loads(log.to_json())["version"] == 3
 
 
 def test_a_run_log_kept_before_the_version_is_read_and_then_extended(tmp_path: Path) -> None:
@@ -58,8 +58,26 @@ def test_a_run_log_kept_before_the_version_is_read_and_then_extended(tmp_path: P
     assert load_scores("old1", tmp_path).to_dict("list") == scores
     assert EvalLog.read("old1", tmp_path).version == 1
     report = evaluated(tmp_path)  # the same table, now with its version column
-    assert EvalLog.read(report.id, tmp_path).version == 2
+    assert EvalLog.read(report.id, tmp_path).version == 3
     assert EvalLog.from_json(b'{"id": "x", "variants": [], "scores": {}}').version == 1
+
+
+def test_a_version_2_log_reads_as_one_repeat(tmp_path: Path) -> None:
+    report = evaluated(tmp_path)
+    with closing(sqlite3.connect(tmp_path / RUNLOG_FILE)) as db:
+        (kept,) = db.execute("SELECT report FROM evaluations WHERE id = ?", (report.id,)).fetchone()
+        made = orjson.loads(kept)
+        del made["repeats"]  # what version 2 wrote: no repeats
+        db.execute(
+            "UPDATE evaluations SET version = 2, report = ? WHERE id = ?",
+            (orjson.dumps(made).decode(), report.id),
+        )
+        db.commit()
+    log = EvalLog.read(report.id, tmp_path)
+    assert (log.version, log.repeats) == (2, 1)
+    back = flownb.load_report(report.id, tmp_path)
+    assert back.repeats == 1 and back.results["contains_say"].tolist() == [True, False]
+    assert back.runs["repeat"].tolist() == [0, 0] and "flips" not in back.results.columns
 
 
 def test_a_log_from_a_newer_flownb_is_refused_in_one_line(tmp_path: Path) -> None:

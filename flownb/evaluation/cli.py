@@ -201,6 +201,8 @@ def summary_text(report: Any) -> str:
         for m in metrics:
             fmt = fmt_rate if m in rates else fmt_number
             text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
+            if f"{m}_std" in row:  # repeats: the spread of the figure between repeats
+                text += f" ±{fmt(row[f'{m}_std'])}"
             p = row.get(f"{m}_p")
             if p is not None and p == p:
                 text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
@@ -209,6 +211,12 @@ def summary_text(report: Any) -> str:
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         text = frame.to_string()
     note = "mean or rate [95% interval]"
+    if "repeats" in summary.columns:
+        flips = ", ".join(f"{v} {int(k)}" for v, k in summary["flips"].items())
+        note += (
+            f"; each row ran {int(summary['repeats'].iloc[0])} times: means of per-row means; "
+            f"rows whose pass/fail flips: {flips}"
+        )
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
     return f"{text}\n({note})"
@@ -261,6 +269,15 @@ def summary_text(report: Any) -> str:
     help="Most provider calls in flight at once, across every variant and judge "
     "(default: FLOWNB_CONCURRENCY, 16).",
 )
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="K",
+    help="Run each (variant, row), judges included, K times (each repeat cached apart): the "
+    "summary gives per-row means, their spread and the rows whose pass/fail flips.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--dry-run", is_flag=True, help="Print the calls the evaluation would make.")
 def eval_command(
@@ -275,6 +292,7 @@ def eval_command(
     provider: str | None,
     endpoint: str | None,
     concurrency: int | None,
+    repeats: int,
     no_progress: bool,
     dry_run: bool,
 ) -> None:
@@ -308,6 +326,7 @@ def eval_command(
         concurrency=concurrency,
         progress=not no_progress,
         dry_run=dry_run,
+        repeats=repeats,
     )
     if dry_run:
         click.echo(str(result))

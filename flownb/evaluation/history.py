@@ -20,8 +20,8 @@ __all__ = ["load_report", "reports"]
 
 def load_report(id: str, home: str | Path | None = None) -> EvalReport:
     """Return the evaluation ``id`` kept in the run log of ``home`` (default: FLOWNB_HOME), with
-    its labels. An evaluation kept by a flownb before version 2 of the log comes back with its
-    scores only (no outputs).
+    its labels and pairwise preferences (and, with repeats, every run). An evaluation kept by a
+    flownb before version 2 of the log comes back with its scores only (no outputs).
 
     Raises:
         ConfigError: no evaluation with that id, or one kept by a newer flownb.
@@ -56,9 +56,12 @@ def load_report(id: str, home: str | Path | None = None) -> EvalReport:
         id=log.id,
         home=where,
     )
+    if log.repeats > 1:  # the kept results are every run: the per-row ones are made again
+        report.set_runs(results)
     report.created = log.created
     report.variant_params = log.variant_params
     report.reload_labels()
+    report.reload_preferences()
     return report
 
 

@@ -60,6 +60,7 @@ STYLE = """
 .flownb-eval del {background: #f7c5c5}
 .flownb-eval .scores {margin-top: 4px; color: #444; font-size: 12px}
 .flownb-eval .pass {color: #137333} .flownb-eval .fail {color: #b3261e}
+.flownb-eval .flip {color: #a15c00}
 .flownb-eval .err {color: #b3261e; font-style: italic}
 .flownb-eval .inp {color: #555; font-size: 12px}
 .flownb-eval img {max-width: 160px; max-height: 160px; display: block}
@@ -173,6 +174,8 @@ def _score_line(report: ReportView, row: Any) -> str:
         title = f' title="{_esc(reason)}"' if isinstance(reason, str) and reason else ""
         if value is None or value is _na() or (isinstance(value, float) and math.isnan(value)):
             parts.append(f"<span{title}>{_esc(s.name)} –</span>")
+        elif s.kind == "bool" and 0 < float(value) < 1:  # repeats that disagreed: the share
+            parts.append(f'<span class="flip"{title}>{fmt_rate(value)} {_esc(s.name)}</span>')
         elif s.kind == "bool":
             mark, cls = ("✓", "pass") if bool(value) else ("✗", "fail")
             parts.append(f'<span class="{cls}"{title}>{mark} {_esc(s.name)}</span>')
@@ -309,6 +312,11 @@ def summary_html(report: ReportView) -> str:
         for m in metrics:
             fmt = fmt_rate if m in rates else fmt_number
             text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
+            if f"{m}_std" in row:  # repeats: how far one repeat's figure strayed
+                text += (
+                    f"<br><span class='inp'>± {fmt(row[f'{m}_std'])} (repeats "
+                    f"{fmt(row[f'{m}_min'])} to {fmt(row[f'{m}_max'])})</span>"
+                )
             p = row.get(f"{m}_p")
             if p is not None and p == p:
                 note = fmt_p(p)
@@ -320,14 +328,19 @@ def summary_html(report: ReportView) -> str:
         cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
         cells.append(f"<td>{_money(row.get('cost_usd'))}<br>{_money(row.get('cost_per_row'))}</td>")
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
-    return _labels_note(summary) + (
-        f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
-        f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody>"
-        "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
-        "interval: Wilson for rates, Student t for means]; p: paired test against the first "
-        "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
-        "</p>" + _setup_html(report)
+    return (
+        _labels_note(summary)
+        + _repeats_note(summary)
+        + _wins_note(report)
+        + (
+            f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
+            f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody>"
+            "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
+            "interval: Wilson for rates, Student t for means]; p: paired test against the first "
+            "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
+            "</p>" + _setup_html(report)
+        )
     )
 
 
@@ -344,6 +357,36 @@ def _setup_html(report: ReportView) -> str:
     return (
         "<table class='flownb-eval'><thead><tr><th>variant</th><th>endpoint</th><th>model</th>"
         f"<th>system</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _wins_note(report: Any) -> str:
+    """Return a line with the people's pairwise win rates (``report.prefer``), or nothing
+    before there are any."""
+    rates = report.win_rates() if hasattr(report, "win_rates") else None
+    if rates is None or rates.empty:
+        return ""
+    parts = ", ".join(
+        f"{_esc(v)} {fmt_rate(r['win_rate'])} [{fmt_rate(r['win_rate_low'])}, "
+        f"{fmt_rate(r['win_rate_high'])}] of {int(r['n'])}"
+        for v, r in rates.iterrows()
+    )
+    return f"<p class='inp'>people's pairwise win rates (ties count half): {parts}</p>"
+
+
+def _repeats_note(summary: Any) -> str:
+    """Return a line saying how many times each row ran and how many rows flip, or nothing
+    without repeats."""
+    if "repeats" not in summary.columns:
+        return ""
+    flips = ", ".join(
+        f"{_esc(v)}: {int(k)} of {int(n)}"
+        for v, k, n in zip(summary.index, summary["flips"], summary["n"], strict=True)
+    )
+    return (
+        f"<p class='inp'>each row ran {int(summary['repeats'].iloc[0])} times: figures are "
+        "means over the rows of each row's mean, ± the spread of the figure between repeats; "
+        f"rows whose pass/fail flips between repeats: {flips}</p>"
     )
 
 

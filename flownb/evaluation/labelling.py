@@ -183,6 +183,10 @@ class Labelled:
             names=["variant", "row"],
         )
         values = pd.Series(res[name].to_numpy(), index=keys)
+        if kind == "pass_fail" and getattr(self, "repeats", 1) > 1:
+            # With repeats the column is the share of repeats that passed: its majority verdict
+            # (a tie passes) is what is checked against the person's.
+            values = values.astype(float).ge(0.5).astype(object).where(values.notna())
         wanted = pd.MultiIndex.from_arrays(
             [given["variant"].to_numpy(), given["row"].map(str).to_numpy()],
             names=["variant", "row"],
@@ -259,16 +263,16 @@ class Labelled:
             latest = {
                 (g["variant"], str(g["row"])): g for g in self._label_state()[0]
             }  # later labels win
-            pairs = list(
-                zip(self.results["variant"], self.results[self.index_name].map(str), strict=True)
-            )
-            for s in humans:
-                field = s.output[len(HUMAN_OUTPUT) :]
-                column = []
-                for pair in pairs:
-                    value = latest.get(pair, {}).get(field)
-                    column.append(math.nan if value is None else float(value))
-                self.results[s.name] = np.array(column, dtype=float)
+            runs = getattr(self, "_runs", None)  # every repeat's rows carry the row's label
+            for frame in [self.results] if runs is None else [self.results, runs]:
+                pairs = list(zip(frame["variant"], frame[self.index_name].map(str), strict=True))
+                for s in humans:
+                    field = s.output[len(HUMAN_OUTPUT) :]
+                    column = []
+                    for pair in pairs:
+                        value = latest.get(pair, {}).get(field)
+                        column.append(math.nan if value is None else float(value))
+                    frame[s.name] = np.array(column, dtype=float)
         self.__dict__.pop("summary", None)
 
     def _with_label_counts(self, summary: pd.DataFrame) -> pd.DataFrame:

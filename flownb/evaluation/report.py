@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from . import stats
 from .labelling import Labelled
+from .preferences import Preferring
 from .shape import ScorerInfo
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ __all__ = ["EvalReport", "ScorerInfo"]
 ALPHA = 0.05  # a paired test's p-value below this marks a variant as differing from the first
 
 
-class EvalReport(Labelled):
+class EvalReport(Labelled, Preferring):
     """An evaluation's results.
 
     Attributes:
@@ -33,11 +34,16 @@ class EvalReport(Labelled):
             columns, every output, one column per scorer (``<name>_reason`` where reasons
             exist), ``passed``, ``latency_s``, ``total_tokens``, ``cost_usd`` (US dollars the
             row's calls cost: 0 when cached, NaN when the price is unknown), ``cached``,
-            ``error``.
+            ``error``. With repeats (``evaluate(..., repeats=k)``): per-row means over the
+            repeats (a pass/fail scorer's column and ``passed`` become the share of repeats
+            that passed), ``flips`` (pass/fail differed between repeats), the outputs and
+            reasons of repeat 0, summed tokens and cost, the first error; see :attr:`runs`.
+        repeats: how many times each (variant, row) ran (1 without ``repeats=``).
         variants: the variant names, in the order given (the first is the baseline).
         context: what was evaluated, for a report read later: ``title``, ``dataset`` (name,
             rows, columns), and per variant its flow, provider, endpoint, models and nodes
-            (name, kind, prompt, model parameters); empty when not known.
+            (name, kind, prompt, model parameters), and ``repeats`` when the rows ran several
+            times; empty when not known.
         setup: per variant, what it ran on (``endpoint``, ``model``, ``system``: the system
             message, ``None`` when it has none); shown in the summary and the HTML report.
     """
@@ -72,6 +78,49 @@ class EvalReport(Labelled):
         self.context: dict[str, Any] = context or {}
         # Variant name -> its set-up as text (provider, model, prompts, params), for trackers.
         self.variant_params: dict[str, dict[str, str]] = {}
+        self.repeats = 1
+        self._runs: pd.DataFrame | None = None  # every repeat's results, when there are several
+
+    # -- repeats -----------------------------------------------------------------------------------
+
+    def set_runs(self, runs: pd.DataFrame) -> None:
+        """Make this report one of several repeats: ``runs`` is every run (the results of each
+        repeat, a ``repeat`` column, ordered by variant, row and repeat); :attr:`results`
+        becomes their per-row means (see :func:`flownb.evaluation.repeats.combine`)."""
+        from .repeats import combine
+
+        self._runs = runs
+        self.repeats = int(runs["repeat"].max()) + 1 if len(runs) else 1
+        self.results = combine(runs, self.scorers, self.variants)
+        self.__dict__.pop("summary", None)
+
+    @property
+    def runs(self) -> pd.DataFrame:
+        """Every run, one row per (variant, input row, repeat): the columns of :attr:`results`
+        for that one run, with ``repeat`` (0 to k-1) after the input row's index. Without
+        repeats, :attr:`results` with ``repeat`` 0."""
+        if self._runs is not None:
+            return self._runs
+        runs = self.results.copy()
+        runs.insert(runs.columns.get_loc(self.index_name) + 1, "repeat", 0)
+        return runs
+
+    @property
+    def spread(self) -> pd.DataFrame:
+        """The spread over the repeats, one row per (variant, input row): ``variant``, the row's
+        index, ``repeats``, and for ``passed`` and each scorer ``<name>_mean``, ``<name>_std``,
+        ``<name>_min``, ``<name>_max`` (pass/fail as 1/0), and ``flips``."""
+        from .repeats import row_spread
+
+        return row_spread(self.runs, self.scorers, self.variants, self.index_name)
+
+    @property
+    def flips(self) -> pd.DataFrame:
+        """The rows of :attr:`results` whose pass/fail differed between repeats (none without
+        repeats): answers the evaluation cannot vouch for, worth a look or more repeats."""
+        if "flips" not in self.results.columns:
+            return self.results.iloc[0:0]
+        return self.results[self.results["flips"]]
 
     # -- summary ---------------------------------------------------------------------------------
 
@@ -84,7 +133,11 @@ class EvalReport(Labelled):
         no row has a known price) and ``cost_per_row`` (its mean over the rows with a known
         price). With two or more variants, ``<name>_p`` and ``<name>_differs``: a paired test
         against the first variant over the same rows (McNemar exact for rates, Wilcoxon
-        signed-rank or a sign test for scores), differing when p < 0.05. Where known,
+        signed-rank or a sign test for scores), differing when p < 0.05. With repeats, every
+        figure rests on the per-row means (t intervals, and Wilcoxon or the sign test on them),
+        and ``repeats``, ``flips`` (rows whose pass/fail differed between repeats) and per
+        metric ``_std``, ``_min``, ``_max`` (of the figure each repeat alone gives) say how far
+        a single run could have strayed. Where known,
         ``endpoint``, ``model`` and ``system`` say what each variant ran on. Once rows carry human
         labels, ``labels``: how many of the variant's rows are labelled.
         """
@@ -99,6 +152,13 @@ class EvalReport(Labelled):
         metrics = [("pass_rate", "bool")] + [
             (s.name, "bool" if s.rate else s.kind) for s in self.scorers
         ]
+        spread: dict[str, dict[str, float]] = {}
+        if self.repeats > 1:
+            from .repeats import variant_spread
+
+            spread = variant_spread(self.runs, self.scorers, self.variants)
+            # Per-row shares and means: intervals and paired tests for scores apply.
+            metrics = [(name, "float") for name, _ in metrics]
         for v, g in groups.items():
             row: dict[str, Any] = {"n": len(g), "errors": int(g["error"].notna().sum())}
             for name, kind in metrics:
@@ -124,6 +184,10 @@ class EvalReport(Labelled):
                 row["cost_usd"] = float(g["cost_usd"].sum(min_count=1))
                 known = g["cost_usd"].dropna()
                 row["cost_per_row"] = float(known.mean()) if len(known) else math.nan
+            if spread:
+                row["repeats"] = self.repeats
+                row.update(spread[v])
+                row["flips"] = int(row["flips"])
             if self.setup:
                 known = self.setup.get(v, {})
                 for field in ("endpoint", "model", "system"):
@@ -221,7 +285,7 @@ class EvalReport(Labelled):
         elif suffix == ".json":
             import orjson
 
-            data = {
+            data: dict[str, Any] = {
                 "id": self.id,
                 "context": self.context,
                 "variants": self.variants,
@@ -229,6 +293,9 @@ class EvalReport(Labelled):
                 "summary": _records(self.summary.reset_index()),
                 "results": _records(self.results),
             }
+            if self.repeats > 1:
+                data["repeats"] = self.repeats
+                data["runs"] = _records(self.runs)
             p.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
         else:
             raise ConfigError(f"save() writes .html, .csv or .json, not {p.name!r}")
@@ -251,6 +318,7 @@ class EvalReport(Labelled):
         self.home = home
         save_scores(self, home)
         self._store_labels(home)
+        self._store_preferences(home)
 
     def diff(self, other: EvalReport | str) -> pd.DataFrame:
         """Return the (variant, input row) pairs whose scores or pass changed from ``other``
@@ -286,16 +354,30 @@ class EvalReport(Labelled):
         return frame
 
     def review(
-        self, output: str | list[str] | None = None, variants: list[str] | None = None
+        self,
+        output: str | list[str] | None = None,
+        variants: list[str] | None = None,
+        *,
+        pairwise: tuple[str, str] | list[str] | None = None,
     ) -> Any:
         """Return a widget that walks the rows for labelling: the inputs, each variant's
         ``output`` side by side (default: every output; images inline), pass / fail buttons, a
         1-5 score, a note, keyboard shortcuts and a progress count; the scorers' values and
         reasons show for a variant only once it is labelled. Each answer is a :meth:`label`.
 
+        ``pairwise=(a, b)`` asks instead, blind, which of two variants' outputs is better: per
+        row the two are shown as "A" and "B" in an order shuffled per row (seeded by the
+        evaluation's id and the row, so the same each time, and recorded), with "A better",
+        "B better" and "tie" (keys ``1``, ``2``, ``t``); which was which shows once answered.
+        Each answer is a :meth:`prefer`; :meth:`win_rates` sums them up.
+
         Raises:
-            ConfigError: an unknown output or variant.
+            ConfigError: an unknown output or variant, or a pair that is not two variants.
         """
+        if pairwise is not None:
+            from .pairwise import PairwiseReview
+
+            return PairwiseReview(self, self._pair(pairwise), output)
         from .review import LabelReview
 
         return LabelReview(self, output, variants)

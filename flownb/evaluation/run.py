@@ -16,6 +16,10 @@ under one concurrency limit and one progress bar.
    :func:`flownb.preview.preview_many`).
 4. Deterministic scorers grade each variant's columns; everything lands in one long frame.
 
+With ``repeats=k`` each repeat is a round of steps 2-4 whose calls carry the repeat number in
+their cache keys (:mod:`.repeats`); the rounds' variants run together, then their judges, and
+the report is made of the per-row means of the rounds.
+
 Ctrl-C keeps what finished (the rest is marked as interrupted) and, with the cache, a re-run
 pays only for what is missing.
 """
@@ -26,6 +30,7 @@ import asyncio
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +45,11 @@ from ..pipeline import Handover
 from ..progress import Progress
 from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
+from ..providers.repeat import unrepeated
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..settings import resolve_run_config
 from .params import variant_params
+from .repeats import check_repeats, order_runs, repeat_flow, repeat_judge
 from .report import EvalReport, ScorerInfo
 
 if TYPE_CHECKING:
@@ -53,6 +60,8 @@ if TYPE_CHECKING:
 __all__ = ["evaluate"]
 
 OnResult = Callable[[int, Any, BaseException | None], None]
+# Scorer name -> variant -> (scores, reasons), one of each per input row: the judges' answers.
+Judged = dict[str, dict[str, tuple[list[Any], list[str | None]]]]
 
 
 def _variants(
@@ -199,7 +208,8 @@ def _endpoint_key(flow: LocalFlow) -> str:
     """Return what tells one endpoint from another (its name and identity; never the key)."""
     endpoint = flow.config.endpoint
     return json.dumps(
-        [endpoint.name if endpoint is not None else "", dict(flow.provider.identity())],
+        # Repeats of one flow call one endpoint: one limiter for them all.
+        [endpoint.name if endpoint is not None else "", dict(unrepeated(flow.provider).identity())],
         sort_keys=True,
         default=str,
     )
@@ -333,6 +343,7 @@ def evaluate(
     log: bool = True,
     batch_api: bool = False,
     poll: float | None = None,
+    repeats: int = 1,
 ) -> EvalReport | Preview:
     """Run every variant over every row of ``data`` and grade the outputs with ``scorers``.
 
@@ -352,6 +363,11 @@ def evaluate(
     stage; the evaluation then runs from the cache (what a batch did not answer runs live).
     ``log=False`` keeps the evaluation out of the run log
     (``report.diff(id)`` reads it back from there).
+    ``repeats=k`` runs each (variant, row), and its judges, k times, each repeat cached apart
+    (the repeat is part of the cache key; repeat 0's key is a plain run's), so a re-run pays
+    nothing; the preview counts k times the calls. ``report.results`` then holds per-row means
+    (and ``flips``), ``report.runs`` every run, ``report.spread`` the spread per row, and the
+    summary the spread per variant (see :mod:`flownb.evaluation.repeats`).
 
     Returns:
         An :class:`EvalReport` (``results``, ``summary``, ``compare()``, ``plot()``,
@@ -360,28 +376,106 @@ def evaluate(
     Raises:
         TypeError: ``data`` is not a DataFrame.
         ConfigError: no variants, duplicate scorer names, a scorer reads a column that no
-            input or output provides, or a judge would run on the offline provider.
+            input or output provides, a judge would run on the offline provider, or
+            ``repeats`` is not a whole number of at least 1 (or asks a served flow to repeat).
         InputError: a variant's variables are missing from ``data`` (before anything runs).
     """
     import pandas as pd
 
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"evaluate takes a pandas DataFrame, got {type(data).__name__}")
+    setup = _prepare(flows, data, scorers, columns, fill, repeats)
+    if batch_api and not dry_run:
+        _through_batches(setup, data, poll, progress)
+    preview = _preview(setup, data) if dry_run or progress else None
+    if dry_run:
+        assert preview is not None
+        return preview
+    collected, judged = _run(setup, data, concurrency, preview if progress else None)
+    variants = setup.variants
+    context = describe_evaluation(setup.names, variants, data, collected[0])
+    reports = [
+        _assemble(data, variants, got, setup.graders, answers, context)
+        for got, answers in zip(collected, judged, strict=True)
+    ]
+    report = reports[0]
+    if setup.repeats > 1:
+        report.context["repeats"] = setup.repeats
+        report.set_runs(order_runs([r.results for r in reports], report.variants))
+    report.variant_params = {name: variant_params(f) for name, f in variants.items()}
+    if log:
+        report.store(_home(variants))
+    return report
+
+
+@dataclass
+class _Setup:
+    """What an evaluation runs, checked before any call: the variants (renamed for the run
+    log), their names as given, each variant's rows, the scorers and, among them, the judges
+    (bound to the flows they grade)."""
+
+    variants: dict[str, BaseFlow]
+    names: dict[str, str]
+    batches: Mapping[str, Sequence[Mapping[str, str]]]
+    graders: list[Scorer]
+    judges: list[JudgeScorer]
+    # One per repeat (repeat 0: the variants and judges above); see .repeats.
+    rounds: list[_Round] = field(default_factory=list)
+
+    @property
+    def repeats(self) -> int:
+        return len(self.rounds)
+
+
+@dataclass
+class _Round:
+    """One repeat of the evaluation: the variants and scorers (judges among them) whose calls
+    are keyed with its repeat number."""
+
+    variants: dict[str, BaseFlow]
+    graders: list[Scorer]
+    judges: list[JudgeScorer]
+
+
+def _rounds(
+    variants: Mapping[str, BaseFlow], graders: Sequence[Scorer], repeats: int
+) -> list[_Round]:
+    """Return one :class:`_Round` per repeat (judges bound already)."""
+    rounds = []
+    for r in range(repeats):
+        scorers = [repeat_judge(s, r) if isinstance(s, JudgeScorer) else s for s in graders]
+        rounds.append(
+            _Round(
+                {name: repeat_flow(flow, r) for name, flow in variants.items()},
+                scorers,
+                [s for s in scorers if isinstance(s, JudgeScorer)],
+            )
+        )
+    return rounds
+
+
+def _prepare(
+    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+    data: pd.DataFrame,
+    scorers: Scorer | Sequence[Scorer] | None,
+    columns: Mapping[str, str] | None,
+    fill: str | None,
+    repeats: int = 1,
+) -> _Setup:
+    """Return the evaluation's :class:`_Setup`, every check made before anything runs.
+
+    Raises:
+        ConfigError: see :func:`evaluate`.
+        InputError: a variant's variables are missing from ``data``.
+    """
     variants = _variants(flows)
+    repeats = check_repeats(repeats, list(variants.values()))
     graders = _scorers(scorers)
     batches = {
         name: rows_to_variables(data, flow.variables, columns, fill)
         for name, flow in variants.items()
     }
-    outputs = list(dict.fromkeys(o for f in variants.values() for o in f.outputs))
-    known = set(map(str, data.columns)) | set(outputs)
-    for s in graders:
-        missing = [c for c in s.columns() if c not in known]
-        if missing:
-            raise ConfigError(
-                f"scorer {s.name!r} reads {', '.join(map(repr, missing))}, which is neither an "
-                f"output ({', '.join(map(repr, outputs))}) nor a column of the data"
-            )
+    _check_scorer_columns(graders, variants, data)
     names = {name: flow.name for name, flow in variants.items()}  # before the renaming below
     # In the run log, a variant's runs go under "<flow>:<variant>" so variants stay apart.
     variants = {
@@ -392,51 +486,98 @@ def evaluate(
     }
     judges = [s for s in graders if isinstance(s, JudgeScorer)]
     _bind_judges(judges, variants)
-    if batch_api and not dry_run:
-        _through_batches(variants, batches, judges, data, graders, poll, progress)
-    if dry_run or progress:
-        from ..preview import preview_many
+    return _Setup(variants, names, batches, graders, judges, _rounds(variants, graders, repeats))
 
-        inputs = _input_rows(data) if judges else None
-        preview = preview_many(variants, batches, graders, inputs)
-        if dry_run:
-            return preview
-    judge_flows = [j.flow() for j in judges]
-    limiter = _Limits(concurrency, [*variants.values(), *judge_flows])
+
+def _check_scorer_columns(
+    graders: Sequence[Scorer], variants: Mapping[str, BaseFlow], data: pd.DataFrame
+) -> None:
+    """Refuse a scorer reading a column that is neither an output nor a column of the data.
+
+    Raises:
+        ConfigError: naming the scorer and the columns it lacks.
+    """
+    outputs = list(dict.fromkeys(o for f in variants.values() for o in f.outputs))
+    known = set(map(str, data.columns)) | set(outputs)
+    for s in graders:
+        missing = [c for c in s.columns() if c not in known]
+        if missing:
+            raise ConfigError(
+                f"scorer {s.name!r} reads {', '.join(map(repr, missing))}, which is neither an "
+                f"output ({', '.join(map(repr, outputs))}) nor a column of the data"
+            )
+
+
+def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
+    """Return the evaluation's dry run: its calls on the cache's state now (judges included),
+    every repeat's (a ``repeat`` column in its calls when there are several)."""
+    from ..preview import Preview, preview_many
+
+    inputs = _input_rows(data) if setup.judges else None
+    previews = [preview_many(r.variants, setup.batches, r.graders, inputs) for r in setup.rounds]
+    if len(previews) == 1:
+        return previews[0]
+    import pandas as pd
+
+    calls = pd.concat([p.calls.assign(repeat=r) for r, p in enumerate(previews)], ignore_index=True)
+    calls.insert(2, "repeat", calls.pop("repeat"))
+    return Preview(
+        calls,
+        {k: v for p in previews for k, v in p.providers.items()},
+        frozenset().union(*(p.batchable for p in previews)),
+    )
+
+
+def _run(
+    setup: _Setup, data: pd.DataFrame, concurrency: int | None, preview: Preview | None
+) -> tuple[list[dict[str, _Collected]], list[Judged]]:
+    """Run the variants, then the judges, every repeat together, under one limit and (with
+    ``preview``: its count as the total) one progress bar. Return per repeat each variant's
+    outcomes and the judges' answers; on Ctrl-C, what finished (the rest marked as interrupted,
+    and a warning said so)."""
+    rounds = setup.rounds
+    flows = [f for r in rounds for f in r.variants.values()]
+    limiter = _Limits(concurrency, [*flows, *(j.flow() for r in rounds for j in r.judges)])
     n = len(data)
     bar: Any = None
-    if progress:
+    if preview is not None:
         # In a notebook front end, the live view: the bar and the running summary per variant.
-        bar = HOOKS["live_evaluate"](list(variants), data, graders, preview.n_calls)
-    if progress and bar is None:
+        bar = HOOKS["live_evaluate"](
+            list(setup.variants), data, setup.graders, preview.n_calls, len(rounds)
+        )
+    if preview is not None and bar is None:
         from tqdm.auto import tqdm
 
         # The bar counts provider calls: its total is the preview's count on this cache state.
         # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
         bar = Progress(tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True))
-    collected = {name: _Collected(n, f.outputs) for name, f in variants.items()}
+    collected = [{name: _Collected(n, f.outputs) for name, f in r.variants.items()} for r in rounds]
     interrupted = False
-    judged: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
+    judged: list[Judged] = [{} for _ in rounds]
     try:
         try:
             _run_all(
                 [
                     (
                         flow,
-                        batches[name],
-                        _with_bar(
-                            collected[name], bar, remote=not isinstance(flow, LocalFlow), key=name
-                        ),
+                        setup.batches[name],
+                        _with_bar(got[name], bar, remote=not isinstance(flow, LocalFlow), key=name),
                     )
-                    for name, flow in variants.items()
+                    for r, got in zip(rounds, collected, strict=True)
+                    for name, flow in r.variants.items()
                 ],
                 limiter,
             )
         except KeyboardInterrupt:
             interrupted = True
-        if judges and not interrupted:
+        if setup.judges and not interrupted:
             try:
-                judged = _run_judges(judges, collected, data, bar, limiter)
+                judged = _run_judges(
+                    [(r.judges, got) for r, got in zip(rounds, collected, strict=True)],
+                    data,
+                    bar,
+                    limiter,
+                )
             except _Interrupted as stop:
                 interrupted = True
                 judged = stop.partial
@@ -445,22 +586,17 @@ def evaluate(
             # Fewer calls than counted (failed runs, outputs that repeated): end at what ran.
             bar.close(end_at_count=True)
     if interrupted:
-        finished = sum(c.mark_interrupted() for c in collected.values())
+        finished = sum(c.mark_interrupted() for got in collected for c in got.values())
         warn(
-            f"interrupted: {finished} of {n * len(variants)} runs finished and are kept (judges "
+            f"interrupted: {finished} of {len(flows) * n} runs finished and are kept (judges "
             "that did not answer score NaN). Run again to complete them; the cache makes the "
             "finished ones free."
         )
-    context = describe_evaluation(names, variants, data, collected)
-    report = _assemble(data, variants, collected, graders, judged, context)
-    report.variant_params = {name: variant_params(f) for name, f in variants.items()}
-    if log:
-        report.store(_home(variants))
-    return report
+    return collected, judged
 
 
 class _Interrupted(Exception):
-    def __init__(self, partial: dict[str, dict[str, tuple[list[Any], list[str | None]]]]) -> None:
+    def __init__(self, partial: list[Judged]) -> None:
         super().__init__("interrupted")
         self.partial = partial
 
@@ -469,44 +605,52 @@ def _input_block(data: pd.DataFrame) -> dict[str, list[Any]]:
     return {str(c): data[c].tolist() for c in data.columns}
 
 
-def _through_batches(
-    variants: Mapping[str, BaseFlow],
+def _through_batches(setup: _Setup, data: pd.DataFrame, poll: float | None, progress: bool) -> None:
+    """Fill the cache through the providers' batch APIs before the evaluation runs: first every
+    variant's calls (every repeat's), then (a second stage, once the outputs they grade are in)
+    the judges'.
+    What the batches did not answer (a failed line, a batch still running when ``poll`` ran out)
+    is then run live by the evaluation, as any uncached call is."""
+    batches = setup.batches
+    for r in setup.rounds:
+        for name, flow in r.variants.items():
+            if _batchable(flow):
+                prefill(flow, batches[name], poll=poll, progress=progress)  # type: ignore[arg-type]
+    if setup.judges:
+        for r in setup.rounds:
+            _judges_through_batches(r, batches, data, poll, progress)
+
+
+def _judges_through_batches(
+    r: _Round,
     batches: Mapping[str, Sequence[Mapping[str, str]]],
-    judges: Sequence[JudgeScorer],
     data: pd.DataFrame,
-    graders: Sequence[Scorer],
     poll: float | None,
     progress: bool,
 ) -> None:
-    """Fill the cache through the providers' batch APIs before the evaluation runs: first every
-    variant's calls, then (a second stage, once the outputs they grade are in) the judges'.
-    What the batches did not answer (a failed line, a batch still running when ``poll`` ran out)
-    is then run live by the evaluation, as any uncached call is."""
+    """Send one repeat's judge calls through the batch APIs (the outputs they grade cached)."""
     from ..preview import preview_many
 
-    def batchable(flow: BaseFlow) -> bool:
-        return (
-            isinstance(flow, LocalFlow)
-            and flow.provider.supports_batches
-            and flow.engine.cache is not None
-        )
-
-    for name, flow in variants.items():
-        if batchable(flow):
-            prefill(flow, batches[name], poll=poll, progress=progress)  # type: ignore[arg-type]
-    if not judges:
-        return
     # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
-    calls = preview_many(variants, batches, graders, _input_rows(data)).calls
-    for judge in judges:
+    calls = preview_many(r.variants, batches, r.graders, _input_rows(data)).calls
+    for judge in r.judges:
         flow = judge.flow()
-        if not batchable(flow):
+        if not _batchable(flow):
             continue
         mine = calls[(calls["variant"] == f"judge:{judge.name}") & calls["prompt"].notna()]
         prompts = list(dict.fromkeys(mine["prompt"]))
         if prompts:
             rows = [{flow.variables[0]: prompt} for prompt in prompts]
             prefill(flow, rows, poll=poll, progress=progress)
+
+
+def _batchable(flow: BaseFlow) -> bool:
+    """Whether ``flow``'s calls can go through its provider's batch API (into its cache)."""
+    return (
+        isinstance(flow, LocalFlow)
+        and flow.provider.supports_batches
+        and flow.engine.cache is not None
+    )
 
 
 def _input_rows(data: pd.DataFrame) -> list[dict[str, Any]]:
@@ -523,13 +667,42 @@ def _block(inputs: Mapping[str, list[Any]], got: _Collected) -> Block:
 
 
 def _run_judges(
+    rounds: Sequence[tuple[Sequence[JudgeScorer], Mapping[str, _Collected]]],
+    data: pd.DataFrame,
+    bar: Any,
+    limiter: _Limits,
+) -> list[Judged]:
+    """Ask every judge of every repeat (its judges, its variants' outcomes), all together;
+    return per repeat scorer name -> variant -> (scores, reasons).
+
+    Raises:
+        _Interrupted: Ctrl-C, with the answers given so far.
+    """
+    jobs: list[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]] = []
+    finishers = []
+    for judges, collected in rounds:
+        more, finish = _judge_jobs(judges, collected, data, bar)
+        jobs += more
+        finishers.append(finish)
+    stopped = False
+    try:
+        _run_all(jobs, limiter)
+    except KeyboardInterrupt:
+        stopped = True
+    out = [finish() for finish in finishers]
+    if stopped:
+        raise _Interrupted(out)
+    return out
+
+
+def _judge_jobs(
     judges: Sequence[JudgeScorer],
     collected: Mapping[str, _Collected],
     data: pd.DataFrame,
     bar: Any,
-    limiter: _Limits,
-) -> dict[str, dict[str, tuple[list[Any], list[str | None]]]]:
-    """Ask every judge; return scorer name -> variant -> (scores, reasons)."""
+) -> tuple[list[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]], Callable[[], Judged]]:
+    """Return the judges' jobs over one repeat's outcomes, and what reads their answers once
+    they ran (scorer name -> variant -> (scores, reasons))."""
     inputs = _input_block(data)
     n = len(data)
     names = list(collected)
@@ -558,12 +731,19 @@ def _run_judges(
             got[i] = result["answer"] if exc is None else failed
 
         jobs.append((j.flow(), [{"q": p} for _, p in asked], _with_bar(keep, bar)))
-    stopped = False
-    try:
-        _run_all(jobs, limiter)
-    except KeyboardInterrupt:
-        stopped = True
-    out: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
+    return jobs, lambda: _parse_answers(judges, names, n, where, answers)
+
+
+def _parse_answers(
+    judges: Sequence[JudgeScorer],
+    names: Sequence[str],
+    n: int,
+    where: Mapping[str, list[Any]],
+    answers: Mapping[str, list[str | None]],
+) -> Judged:
+    """Return scorer name -> variant -> (scores, reasons) from the judges' answers (NaN where
+    a judge did not answer)."""
+    out: Judged = {}
     for j in judges:
         per: dict[str, tuple[list[Any], list[str | None]]] = {
             v: ([math.nan] * n, [None] * n) for v in names
@@ -578,8 +758,6 @@ def _run_judges(
                 v, i = key
                 per[v][0][i], per[v][1][i] = j.parse(answer)
         out[j.name] = per
-    if stopped:
-        raise _Interrupted(out)
     return out
 
 

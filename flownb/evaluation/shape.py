@@ -42,6 +42,10 @@ class ReportView(Protocol):
         """One row per (variant, input row)."""
 
     @property
+    def runs(self) -> pd.DataFrame:
+        """Every run, one row per (variant, input row, repeat)."""
+
+    @property
     def summary(self) -> pd.DataFrame:
         """One row per variant."""
 

@@ -13,7 +13,14 @@ import math
 from collections.abc import Sequence
 from statistics import NormalDist
 
-__all__ = ["mcnemar_exact", "mean_interval", "paired_float_test", "t_quantile", "wilson"]
+__all__ = [
+    "mcnemar_exact",
+    "mean_interval",
+    "paired_float_test",
+    "sign_test",
+    "t_quantile",
+    "wilson",
+]
 
 _Z = NormalDist().inv_cdf(0.975)
 # Two-sided 95% Student-t quantiles for 1..30 degrees of freedom (beyond: the normal is within
@@ -36,8 +43,9 @@ def t_quantile(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
-def wilson(successes: int, n: int) -> tuple[float, float]:
-    """Return the 95% Wilson interval of a proportion (NaNs when ``n`` is 0)."""
+def wilson(successes: float, n: int) -> tuple[float, float]:
+    """Return the 95% Wilson interval of a proportion (NaNs when ``n`` is 0); ``successes`` may
+    hold halves (a tie counted half a win)."""
     if n == 0:
         return math.nan, math.nan
     p = successes / n
@@ -70,6 +78,12 @@ def _binom_two_sided(k: int, n: int) -> float:
     k = min(k, n - k)
     tail = math.fsum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2 * tail)
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Return the exact two-sided sign test p-value of ``wins`` against ``losses`` (1.0 when
+    there are neither)."""
+    return _binom_two_sided(wins, wins + losses)
 
 
 def mcnemar_exact(first: Sequence[bool], other: Sequence[bool]) -> float:

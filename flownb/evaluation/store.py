@@ -12,7 +12,13 @@ scorers, outputs, input columns and variants' set-up (the ``report`` column), an
 in ``eval_results``, in chunks of rows (so keeping 100,000 rows never holds a second copy of
 them in memory); a version 1 log comes back with its scores only. Human labels go to their
 own table, ``eval_labels``, one row per label as it was given (the latest for a (row, variant)
-is the one in force).
+is the one in force); pairwise preferences (which of two variants' outputs is better) to
+``eval_preferences`` alike (the latest for a (row, pair) is in force). Both tables were added
+without changing the layout of a kept evaluation, so they need no new log version.
+
+Version 3 adds ``repeats`` (``evaluate(..., repeats=k)``): with k > 1 the results kept are every
+run (a ``repeat`` column), from which the report's per-row results are made again when it is
+read; version 2 and 1 logs read as one repeat.
 """
 
 from __future__ import annotations
@@ -39,20 +45,27 @@ if TYPE_CHECKING:
 __all__ = [
     "EVAL_LOG_VERSION",
     "LABEL_COLUMNS",
+    "PREFERENCE_COLUMNS",
     "EvalLog",
     "diff_frames",
     "list_logs",
     "load_scores",
     "read_labels",
+    "read_preferences",
     "read_results",
     "save_labels",
+    "save_preferences",
     "save_results",
     "save_scores",
 ]
 
 # The layout of a kept evaluation; raise it when the layout changes, and read older ones.
-# 1: scores only. 2: the whole report (results, scorers, outputs, inputs) as well.
-EVAL_LOG_VERSION = 2
+# 1: scores only. 2: the whole report (results, scorers, outputs, inputs) as well. 3: repeats
+# (the results kept are every run when there are several).
+EVAL_LOG_VERSION = 3
+
+# The columns of ``report.preferences``, in order.
+PREFERENCE_COLUMNS = ["row", "a", "b", "winner", "shown_first", "note", "labelled_at"]
 
 # The label columns of ``report.labels``, in order (the inputs and outputs labelled follow).
 LABEL_COLUMNS = ["row", "variant", "passed", "score", "note", "labelled_at"]
@@ -78,6 +91,18 @@ CREATE TABLE IF NOT EXISTS eval_labels (
     labelled_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS eval_labels_eval ON eval_labels (eval_id);
+CREATE TABLE IF NOT EXISTS eval_preferences (
+    id INTEGER PRIMARY KEY,
+    eval_id TEXT NOT NULL,
+    row TEXT NOT NULL,
+    a TEXT NOT NULL,
+    b TEXT NOT NULL,
+    winner TEXT NOT NULL,
+    shown_first TEXT,
+    note TEXT NOT NULL,
+    labelled_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS eval_preferences_eval ON eval_preferences (eval_id);
 CREATE TABLE IF NOT EXISTS eval_results (
     eval_id TEXT NOT NULL,
     chunk INTEGER NOT NULL,
@@ -127,6 +152,7 @@ _REPORT_FIELDS = (
     "index_name",
     "inputs",
     "variant_params",
+    "repeats",
 )
 
 
@@ -149,6 +175,8 @@ class EvalLog(BaseModel):
     index_name: str = "index"
     inputs: list[str] = Field(default_factory=list)
     variant_params: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Version 3: runs per (variant, row); the kept results hold every run when above 1.
+    repeats: int = 1
 
     @classmethod
     def of(cls, report: ReportView) -> EvalLog:
@@ -165,6 +193,7 @@ class EvalLog(BaseModel):
             index_name=report.index_name,
             inputs=list(report.inputs),
             variant_params=dict(getattr(report, "variant_params", {})),
+            repeats=int(getattr(report, "repeats", 1)),
         )
 
     def frame(self) -> pd.DataFrame:
@@ -252,9 +281,11 @@ class EvalLog(BaseModel):
 
 
 def save_scores(report: ReportView, home: Path) -> None:
-    """Store the report under its id: an :class:`EvalLog`, and its results frame."""
-    EvalLog.of(report).write(home)
-    save_results(report.id, report.results, home)
+    """Store the report under its id: an :class:`EvalLog`, and its results frame (every run,
+    when the evaluation repeated its rows)."""
+    log = EvalLog.of(report)
+    log.write(home)
+    save_results(report.id, report.runs if log.repeats > 1 else report.results, home)
 
 
 def _chunks(frame: pd.DataFrame) -> Iterator[bytes]:
@@ -383,6 +414,56 @@ def read_labels(eval_id: str, home: Path) -> list[dict[str, Any]]:
             "labelled_at": at,
         }
         for row, variant, passed, score, note, at in rows
+    ]
+
+
+def save_preferences(eval_id: str, given: list[dict[str, Any]], home: Path) -> None:
+    """Append pairwise preferences (dicts with the :data:`PREFERENCE_COLUMNS`) to the run log of
+    ``home`` under ``eval_id``, in one transaction.
+
+    Raises:
+        ConfigError: the run log cannot be used.
+    """
+    with closing(_connect(home)) as db:
+        try:
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT INTO eval_preferences (eval_id, row, a, b, winner, shown_first, note, "
+                "labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        eval_id,
+                        _json(p["row"]),
+                        p["a"],
+                        p["b"],
+                        p["winner"],
+                        p["shown_first"],
+                        p["note"],
+                        p["labelled_at"],
+                    )
+                    for p in given
+                ],
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise ConfigError(f"the preferences could not be kept in the run log ({exc})") from exc
+
+
+def read_preferences(eval_id: str, home: Path) -> list[dict[str, Any]]:
+    """Return every pairwise preference kept for ``eval_id`` in the run log of ``home``, in the
+    order given."""
+    if not (Path(home) / RUNLOG_FILE).exists():
+        return []
+    with closing(_connect(home)) as db:
+        rows = db.execute(
+            "SELECT row, a, b, winner, shown_first, note, labelled_at FROM eval_preferences "
+            "WHERE eval_id = ? ORDER BY id",
+            (eval_id,),
+        ).fetchall()
+    return [
+        dict(zip(PREFERENCE_COLUMNS, (orjson.loads(row), *rest), strict=True))
+        for row, *rest in rows
     ]
 
 

@@ -1,7 +1,8 @@
 """``%flow eval``: an evaluation from a notebook line.
 
     %flow eval $flow name=$variant ... --df $df --scorers $scorers [--scorers $more]
-               [--out report.html] [--min-pass 0.9] [--concurrency N] [--no-progress] [-o VAR]
+               [--out report.html] [--min-pass 0.9] [--concurrency N] [--repeats K]
+               [--no-progress] [-o VAR]
 
 FLOW is a flow file, a flow id, ``$flow`` (a flow object) or ``$variants`` (a dict of variant
 name -> flow); ``NAME=FLOW`` names a variant. ``--scorers`` takes ``$name`` of a scorer or a
@@ -71,6 +72,13 @@ def _parser() -> MagicParser:
     )
     p.add_argument(
         "--concurrency", type=int, default=None, metavar="N", help="provider calls in flight"
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="K",
+        help="run each (variant, row) K times: means, spread and rows that flip",
     )
     p.add_argument(
         "--endpoint",
@@ -155,6 +163,7 @@ class EvalMagics:
             fill=args.fill,
             concurrency=args.concurrency,
             progress=args.progress,
+            repeats=args.repeats,
         )
         if args.out:
             self.shell.user_ns[args.out] = report

@@ -473,9 +473,11 @@ class EvalBoard:
     Rows are graded as they arrive by the scorers that need no model (judges run after every
     variant, so they are left out until the report)."""
 
-    def __init__(self, variants: Sequence[str], data: Any, scorers: Sequence[Scorer]) -> None:
+    def __init__(
+        self, variants: Sequence[str], data: Any, scorers: Sequence[Scorer], repeats: int = 1
+    ) -> None:
         self.variants = list(variants)
-        self.n = len(data)
+        self.n = len(data) * repeats  # runs per variant: with repeats, each row k times
         self.inputs = {str(c): data[c].tolist() for c in data.columns}
         self.scorers = [s for s in scorers if not isinstance(s, JudgeScorer)]
         self.floats = [s for s in self.scorers if s.kind == "float"]
@@ -599,9 +601,10 @@ def rows_view(
 
 
 def eval_view(
-    variants: Sequence[str], data: Any, scorers: Sequence[Scorer], total: int
+    variants: Sequence[str], data: Any, scorers: Sequence[Scorer], total: int, repeats: int = 1
 ) -> LiveView | None:
-    """Return a live view of an evaluation (bar in calls, summary per variant), or None."""
+    """Return a live view of an evaluation (bar in calls, summary per variant over every
+    repeat's runs), or None."""
     if not enabled():
         return None
-    return LiveView("evaluate", total, "call", EvalBoard(variants, data, scorers))
+    return LiveView("evaluate", total, "call", EvalBoard(variants, data, scorers, repeats))

@@ -1,0 +1,105 @@
+"""report.review(pairwise=...) in a real browser: JupyterLab on loopback, Debian's chromium via
+Playwright.
+
+A notebook evaluates two variants and shows the blind pairwise widget; the test clicks "A
+better", types shortcuts into the keys box, checks the progress count and that which variant
+was A shows only once answered, then reads the preferences back from the run log in this
+process with ``flownb.load_report``. The screenshot goes to ``test-artifacts/pairwise-review.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import playwright.sync_api as playwright_sync
+import pytest
+from browser.lab import running_lab
+
+import flownb
+from flownb.evaluation.pairwise import shown_order
+from tests.conftest import make_flow
+from tests.test_review_browser import ARGS, ARTIFACTS, CHROMIUM, _idle
+
+pytestmark = pytest.mark.timeout(240)
+
+CELL = """\
+import flownb, pandas as pd
+from flownb import scorers as S
+flow = flownb.load_flow("flow.json", provider="offline")
+data = pd.DataFrame({"topic": ["owls", "tides"]}, index=["r0", "r1"])
+variants = {"plain": flow, "bold": flow.with_prompts({"intro": "BOLD intro on {topic}!"})}
+report = flownb.evaluate(variants, data, [S.length("intro")], progress=False)
+open("report_id.txt", "w").write(report.id)
+report.review(pairwise=("plain", "bold"))
+"""
+
+
+def _notebook(work: Path) -> str:
+    work.mkdir()
+    (work / "flow.json").write_text(
+        json.dumps(make_flow({"intro": "An intro about {topic}."}, ["topic"])), encoding="utf-8"
+    )
+    cell = {"cell_type": "code", "metadata": {}, "source": CELL, "outputs": []}
+    nb = {
+        "cells": [{**cell, "execution_count": None}],
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (work / "pairwise.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    return "pairwise.ipynb"
+
+
+def test_blind_pairwise_review_in_the_browser_reaches_the_run_log(
+    tmp_path: Path, flownb_env: Path
+) -> None:
+    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
+    work = tmp_path / "work"
+    notebook = _notebook(work)
+    ARTIFACTS.mkdir(exist_ok=True)
+    env = {**os.environ, "FLOWNB_HOME": str(flownb_env)}
+    with (
+        running_lab(work, tmp_path / "jupyter", env) as lab,
+        playwright_sync.sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(60_000)
+            page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
+            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible")
+            _idle(lab, 60)
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            widget = page.locator(".flownb-pairwise").first
+            widget.wait_for(state="visible")
+            _idle(lab, 60)
+            progress = widget.locator(".flownb-progress")
+            playwright_sync.expect(progress).to_contain_text("row 1 of 2")
+            playwright_sync.expect(progress).to_contain_text("0 of 2 compared")
+            playwright_sync.expect(widget.locator(".flownb-review-inputs")).to_contain_text("owls")
+            sides = widget.locator(".flownb-side")
+            playwright_sync.expect(sides.first).to_contain_text("A")
+            reveal = widget.locator(".flownb-reveal")
+            playwright_sync.expect(reveal).to_contain_text("not compared yet")
+            widget.locator(".flownb-prefer-a").click()
+            playwright_sync.expect(progress).to_contain_text("1 of 2 compared")
+            playwright_sync.expect(reveal).to_contain_text("A was")
+            keys = widget.locator(".flownb-keys input")
+            keys.click()
+            keys.press_sequentially("n")
+            playwright_sync.expect(progress).to_contain_text("row 2 of 2")
+            keys.press_sequentially("t")
+            playwright_sync.expect(progress).to_contain_text("2 of 2 compared")
+            widget.screenshot(path=str(ARTIFACTS / "pairwise-review.png"))
+        finally:
+            browser.close()
+    eval_id = (work / "report_id.txt").read_text().strip()
+    given = flownb.load_report(eval_id, flownb_env).preferences.set_index("row")
+    shown_a = shown_order(eval_id, "r0", ("plain", "bold"))[0]
+    assert given.loc["r0", "winner"] == shown_a and given.loc["r0", "shown_first"] == shown_a
+    assert given.loc["r1", "winner"] == "tie"
