@@ -166,11 +166,11 @@ def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     first = subprocess.Popen(
         [*cmd, "--no-progress"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    # Killed while polling: once the batch is remembered in FLOWNB_HOME (its record is written
-    # right after the provider created it, before any wait).
+    # Killed while polling: once the batch is remembered in FLOWNB_HOME under its id (that
+    # record is written right after the provider created it, before any wait).
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
     deadline = time.monotonic() + 60
-    while not any(records.glob("*.json")) and time.monotonic() < deadline:
+    while not any(records.glob("batch*.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fake.batches.created == 1
     first.send_signal(signal.SIGKILL)
