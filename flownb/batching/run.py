@@ -169,15 +169,19 @@ def _adopt(api: BatchAPI, records: list[BatchRecord], home: Any) -> list[BatchRe
         ProviderError: the provider's batches could not be listed.
     """
     out = []
+    known = {r.id for r in records}
     for record in records:
         if record.status != SUBMITTING or _alive(record):
             out.append(record)
             continue
-        found = api.find(record.digest, record.created, record.total)
-        if found is not None:
-            adopted = record.model_copy(update={"id": found.id, "pid": 0})
-            _update(adopted, found)
+        found = [
+            s for s in api.find(record.digest, record.created, record.total) if s.id not in known
+        ]
+        if found:
+            adopted = record.model_copy(update={"id": found[0].id, "pid": 0})
+            _update(adopted, found[0])
             save_record(adopted, home)
+            known.add(adopted.id)
             out.append(adopted)
         delete_record(record, home)
     return out
@@ -308,7 +312,8 @@ def prefill(
     api = provider.batch_api()
     if api is None:
         raise ConfigError(
-            f"the {provider.name} provider has no batch API; batch_api=True works with openai"
+            f"the {provider.name} provider has no batch API; batch_api=True works with openai "
+            "and anthropic"
         )
     if cache is None:
         raise ConfigError(

@@ -16,6 +16,9 @@ What a text node's modelParams become (decided once per node, at flow load):
 
 Image nodes are refused when the flow is loaded: Claude draws no images.
 
+``flow.run_dataframe(df, batch_api=True)`` sends the calls through Anthropic's Message Batches
+instead (half price; see :mod:`flownb.providers.anthropic_batch`).
+
 Anthropic's ``anthropic-ratelimit-*`` headers are read into the generation's rate limits, so
 the run's limiter paces before Anthropic refuses, as with OpenAI's headers.
 
@@ -34,6 +37,7 @@ from typing import Any, ClassVar
 from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
+from .anthropic_batch import AnthropicBatches
 from .base import Call, Generation, Kind, RateLimits
 from .vendor import (
     OPENAI_MODEL,
@@ -227,6 +231,21 @@ class AnthropicProvider(HostedProvider):
         if kind == "text":
             self.prepare(params, node)
 
+    def params_for(self, call: Call) -> dict[str, Any]:
+        """Return the Messages API request for ``call`` (what :meth:`generate` posts, and what a
+        Message Batches request's ``params`` hold, so a batch answer fills the same cache entry).
+
+        Raises:
+            ConfigError: the node's params are refused (see :meth:`prepare`).
+        """
+        body = self.prepare(call.params, call.node_id)
+        return {**body, "messages": [{"role": "user", "content": call.prompt}]}
+
+    def generation_of(self, msg: Any, limits: RateLimits | None = None) -> Generation:
+        """Return the generation a Messages API answer (the SDK's ``Message``) holds."""
+        text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
+        return Generation(text, model=msg.model, usage=_usage(msg.usage), limits=limits)
+
     async def generate(self, call: Call) -> Generation:
         """Return one generation: a single attempt (retries are the engine's).
 
@@ -235,29 +254,38 @@ class AnthropicProvider(HostedProvider):
         """
         import anthropic
 
-        body = self.prepare(call.params, call.node_id)
-        messages = [{"role": "user", "content": call.prompt}]
-        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
+        params = self.params_for(call)
+        rest = {k: v for k, v in params.items() if k not in ("model", "max_tokens", "messages")}
         try:
             # Sampling fields go as extra_body: SDK releases differ in which they take as
             # keywords (newer ones dropped temperature/top_p/top_k), the API takes them all.
             # with_raw_response: the same call, with the answer's rate-limit headers kept.
             raw = await self._client().messages.with_raw_response.create(
-                model=body["model"],
-                max_tokens=body["max_tokens"],
-                messages=messages,
+                model=params["model"],
+                max_tokens=params["max_tokens"],
+                messages=params["messages"],
                 extra_body=rest or None,
             )
             msg = await raw.parse()
         except anthropic.AnthropicError as exc:
             raise _translate(exc, self._key, self.base_url) from exc
-        text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
-        return Generation(
-            text,
-            model=msg.model or body["model"],
-            usage=_usage(msg.usage),
-            limits=rate_limits(raw.headers),
-        )
+        gen = self.generation_of(msg, rate_limits(raw.headers))
+        gen.model = gen.model or params["model"]
+        return gen
+
+    supports_batches: ClassVar[bool] = True
+
+    def batch_api(self) -> AnthropicBatches:
+        """Return this endpoint's Message Batches API (half price, results within 24 hours).
+
+        Raises:
+            ConfigError: the installed ``anthropic`` SDK predates Message Batches.
+        """
+        return AnthropicBatches(self, self._key, self._headers)
+
+    def translate(self, exc: Exception) -> ProviderError:
+        """Return the flownb error for an exception of the SDK (keys redacted)."""
+        return _translate(exc, self._key, self.base_url)
 
     async def aclose(self) -> None:
         """Close the clients of this provider (one per event loop it ran on)."""

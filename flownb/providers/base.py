@@ -164,10 +164,10 @@ class BatchAPI(Protocol):
         ``(custom_id, why it has no answer)``."""
         ...
 
-    def find(self, digest: str, since: float, total: int) -> BatchState | None:
-        """Return the batch created at or after ``since`` (Unix time) over the ``total`` lines
-        whose digest is ``digest``, if the API has one: a batch whose creation a crashed
-        process never heard back about."""
+    def find(self, digest: str, since: float, total: int) -> list[BatchState]:
+        """Return the batches that may be the one created at or after ``since`` (Unix time)
+        over ``total`` lines whose digest is ``digest``, best match first: a batch whose
+        creation a crashed process never heard back about. Empty: there is none."""
         ...
 
 

@@ -123,9 +123,9 @@ class OpenAIBatches:
             )
         return self._state(batch)
 
-    def find(self, digest: str, since: float, total: int) -> BatchState | None:
+    def find(self, digest: str, since: float, total: int) -> list[BatchState]:
         """Return the batch whose metadata carries ``flownb_digest == digest``, created after
-        ``since`` (a minute's clock skew allowed), or None.
+        ``since`` (a minute's clock skew allowed); empty when there is none.
 
         Raises:
             ProviderError: the API cannot be reached.
@@ -135,8 +135,8 @@ class OpenAIBatches:
                 if batch.created_at < since - 60:
                     break
                 if (batch.metadata or {}).get("flownb_digest") == digest:
-                    return self._state(batch)
-        return None
+                    return [self._state(batch)]
+        return []
 
     def status(self, batch_id: str) -> BatchState:
         """Return the batch's current state.
