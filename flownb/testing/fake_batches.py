@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-__all__ = ["BatchBackend", "BatchSettings"]
+__all__ = ["BatchBackend", "BatchSettings", "hold"]
 
 # (path, body) -> the JSON body the fake answers that request with live.
 Answer = Callable[[str, Mapping[str, Any]], dict[str, Any]]
@@ -42,6 +42,16 @@ class BatchSettings(Protocol):
     batch_fail_marker: str
     batch_expire: bool
     batch_create_delay: float
+
+
+async def hold(request: web.Request, seconds: float) -> None:
+    """Wait ``seconds`` before answering ``request``, or less if its client goes away (a killed
+    client leaves no answer pending when the server stops)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if request.transport is None or request.transport.is_closing():
+            return
+        await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -231,8 +241,7 @@ class BatchBackend:
         self.batches[batch.id] = batch
         self.created += 1
         self._advance(batch)
-        if self.settings.batch_create_delay:
-            await asyncio.sleep(self.settings.batch_create_delay)  # exists; heard of late
+        await hold(request, self.settings.batch_create_delay)  # it exists; its creator hears late
         return web.json_response(batch.as_json())
 
     async def _list(self, request: web.Request) -> web.Response:

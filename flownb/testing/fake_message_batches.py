@@ -19,7 +19,6 @@ It records what a test needs: every created batch's requests, and how many batch
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import re
@@ -31,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .fake_batches import BatchSettings
+from .fake_batches import BatchSettings, hold
 
 __all__ = ["MAX_REQUESTS", "MessageBatches"]
 
@@ -192,10 +191,7 @@ class MessageBatches:
         self.batches[batch.id] = batch
         self.submitted.append(batch.requests)
         self.created += 1
-        if self.settings.batch_create_delay:
-            await asyncio.sleep(
-                self.settings.batch_create_delay
-            )  # the batch exists; its creator hears of it late
+        await hold(request, self.settings.batch_create_delay)  # it exists; its creator hears late
         return web.json_response(batch.as_json(_origin(request)))
 
     def _found(self, request: web.Request) -> _Batch | web.Response:
