@@ -390,3 +390,22 @@ def test_the_run_log_counts_batch_answers_as_paid_once_at_the_batch_rate(
     again = flownb.runs().iloc[-3:]
     assert again["cached"].all() and (again["cost_usd"] == 0).all()
     assert again["saved_usd"].sum() == pytest.approx(sum(costs) + costs[0])
+
+
+def test_evaluate_through_batches_logs_what_the_batches_cost(fake: FakeOpenAI) -> None:
+    from flownb import scorers as S
+    from flownb.cache import open_cache
+
+    flow = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]))
+    data = pd.DataFrame({"word": ["owl", "bat"]})
+    scorers = [S.judge("say", "Is it short?", threshold=0.5)]
+    flownb.evaluate({"plain": flow}, data, scorers, batch_api=True, progress=False, log=False)
+    cache = open_cache(flow.config.home)
+    lines = _uploaded_lines(fake)
+    spent = sum(cache.get(ln["custom_id"]).cost for ln in lines)  # type: ignore[union-attr]
+    log = flownb.runs()
+    assert len(log) == 2 + 2 and not log["cached"].any()  # the variant's runs, the judges'
+    assert log["cost_usd"].sum() == pytest.approx(spent)
+    flownb.evaluate({"plain": flow}, data, scorers, batch_api=True, progress=False, log=False)
+    again = flownb.runs().iloc[4:]
+    assert again["cached"].all() and again["cost_usd"].sum() == 0

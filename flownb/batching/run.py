@@ -18,12 +18,15 @@ pressed) is named in the row's ``error`` column and submitted again by the next 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import socket
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigError, ProviderError
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from ..engine import Plan
     from ..flow import LocalFlow
 
-__all__ = ["prefill", "run_dataframe_batched"]
+__all__ = ["paid_once", "prefill", "run_dataframe_batched"]
 
 # HTTP-like statuses on the errors of calls a batch did not answer: none is retried by the run.
 _PENDING, _GONE = 202, 410
@@ -366,25 +369,74 @@ def prefill(
 
 
 class _PaidOnce:
-    """The final pass's cache: an answer a batch brought in and the run log has not shown yet
-    is served once as a fresh call (``cached=False``, its batch price as spent), so the run log
-    and cost totals count what the batch cost; every later lookup is an ordinary cache hit."""
+    """A run's cache that serves an answer a batch brought in, not yet shown by the run log,
+    once as a fresh call (``cached=False``, its batch price as spent), so the run log and cost
+    totals count what the batch cost; every later lookup is an ordinary cache hit. ``paid`` and
+    ``used`` are shared by the flows of one home and endpoint (under ``lock``: several runs may
+    look up at once), so an answer is counted once whichever flow reads it first."""
 
-    def __init__(self, cache: CallCache, paid: set[str]) -> None:
+    def __init__(
+        self, cache: CallCache, paid: set[str], used: set[str], lock: threading.Lock
+    ) -> None:
         self.cache = cache
         self.paid = paid
-        self.used: set[str] = set()
+        self.used = used
+        self.lock = lock
 
     def get(self, key: str) -> Generation | None:
         gen = self.cache.get(key)
-        if gen is not None and key in self.paid:
+        if gen is None or key not in self.paid:
+            return gen
+        with self.lock:
+            if key not in self.paid:
+                return gen
             self.paid.discard(key)
             self.used.add(key)
-            return dataclasses.replace(gen, cached=False)
-        return gen
+        return dataclasses.replace(gen, cached=False)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cache, name)
+
+
+@contextlib.contextmanager
+def paid_once(flows: Iterable[Any]) -> Iterator[None]:
+    """Within the block, ``flows`` (local flows whose provider has a batch API) serve each
+    answer that provider batches brought in and the run log has not shown yet as a paid call,
+    once (see :class:`_PaidOnce`); afterwards the batches whose answers were served are marked
+    as shown, so later runs log them as cache hits.
+
+    Raises:
+        ConfigError: a batch record cannot be written.
+    """
+    shared: dict[tuple[str, str], tuple[list[BatchRecord], set[str], set[str], threading.Lock]]
+    shared = {}
+    wrapped: list[tuple[Any, CallCache]] = []
+    for flow in flows:
+        engine = getattr(flow, "engine", None)  # a served flow has none: nothing to log here
+        cache = getattr(engine, "cache", None)
+        if engine is None or cache is None or not flow.provider.supports_batches:
+            continue
+        api = flow.provider.batch_api()
+        if api is None:
+            continue
+        slot = (str(flow.config.home), api.base_url)
+        if slot not in shared:
+            records, keys = _unlogged(flow.config.home, api)
+            shared[slot] = (records, keys, set(), threading.Lock())
+        records, keys, used, lock = shared[slot]
+        if keys:
+            engine.cache = _PaidOnce(cache, keys, used, lock)
+            wrapped.append((flow, cache))
+    try:
+        yield
+    finally:
+        for flow, cache in wrapped:
+            flow.engine.cache = cache
+        for (home, _), (records, _, used, _) in shared.items():
+            for record in records:
+                if not used.isdisjoint(record.keys):
+                    record.logged = True
+                    save_record(record, Path(home))
 
 
 def _unlogged(home: Any, api: BatchAPI) -> tuple[list[BatchRecord], set[str]]:
@@ -440,26 +492,15 @@ def run_dataframe_batched(
         media_url=flow.media_url,
         source=flow.source,
     )
-    api = provider.batch_api()
-    unlogged, keys = _unlogged(flow.config.home, api) if api is not None else ([], set())
-    paid = None
-    if final.engine.cache is not None and keys:
-        paid = _PaidOnce(final.engine.cache, keys)
-        final.engine.cache = paid  # type: ignore[assignment]  # a CallCache in all it is used for
-    out = run_dataframe(
-        final,
-        df,
-        columns,
-        fill=fill,
-        progress=progress,
-        concurrency=concurrency,
-        error_column=error_column,
-        trace=trace,
-        spelling=spelling,
-    )
-    if paid is not None:
-        for record in unlogged:
-            if not paid.used.isdisjoint(record.keys):
-                record.logged = True
-                save_record(record, flow.config.home)
-    return out
+    with paid_once([final]):
+        return run_dataframe(
+            final,
+            df,
+            columns,
+            fill=fill,
+            progress=progress,
+            concurrency=concurrency,
+            error_column=error_column,
+            trace=trace,
+            spelling=spelling,
+        )

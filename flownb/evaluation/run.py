@@ -26,11 +26,12 @@ import asyncio
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..aio import run_sync
-from ..batching.run import prefill
+from ..batching.run import paid_once, prefill
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
@@ -406,6 +407,9 @@ def evaluate(
     collected = {name: _Collected(n, f.outputs) for name, f in variants.items()}
     interrupted = False
     judged: dict[str, dict[str, tuple[list[Any], list[str | None]]]] = {}
+    paid_log = ExitStack()
+    if batch_api:  # the answers the batches brought are logged as paid calls, once
+        paid_log.enter_context(paid_once([*variants.values(), *judge_flows]))
     try:
         try:
             _run_all(
@@ -428,6 +432,7 @@ def evaluate(
                 interrupted = True
                 judged = stop.partial
     finally:
+        paid_log.close()
         if bar is not None:
             # Fewer calls than counted (failed runs, outputs that repeated): end at what ran.
             bar.close(end_at_count=True)
