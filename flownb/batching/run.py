@@ -279,6 +279,9 @@ class _FromBatches(Provider):
     def check_params(self, kind: Any, params: Mapping[str, Any], node: str) -> None:
         self.real.check_params(kind, params, node)
 
+    def batch_api(self) -> BatchAPI | None:
+        return self.real.batch_api()
+
     async def generate(self, call: Call) -> Generation:
         if call.kind == "text":
             slot = (id(call.params), call.system)
@@ -482,7 +485,11 @@ def run_dataframe_batched(
     kind = type(
         "FromBatches",
         (_FromBatches,),
-        {"name": provider.name, "supports_images": provider.supports_images},
+        {
+            "name": provider.name,
+            "supports_images": provider.supports_images,
+            "supports_batches": provider.supports_batches,
+        },
     )
     final = type(flow)(
         flow.graph,
