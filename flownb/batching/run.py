@@ -419,6 +419,8 @@ def paid_once(flows: Iterable[Any]) -> Iterator[None]:
         cache = getattr(engine, "cache", None)
         if engine is None or cache is None or not flow.provider.supports_batches:
             continue
+        if getattr(flow, "runlog", None) is None:
+            continue  # this flow logs nothing: its batches stay to be shown by one that does
         api = flow.provider.batch_api()
         if api is None:
             continue
