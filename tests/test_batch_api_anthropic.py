@@ -225,6 +225,9 @@ def test_a_process_killed_while_polling_is_resumed_without_a_second_batch(
     assert second.returncode == 0, second.stderr
     assert fake.message_batches.created == 1
     assert [r["echo"] for r in json.loads(out.read_text())] == ["echo: Say one", "echo: Say two"]
+    # The process that read the batch counts what it cost (the batch price), not $0.
+    [total] = [ln for ln in second.stderr.splitlines() if "cost:" in ln]
+    assert "for 2 run(s)" in total and "cost: $0 " not in total
 
 
 def test_a_process_killed_before_it_heard_the_batch_id_does_not_submit_it_twice(

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..cache import CallCache
     from ..engine import Plan
     from ..flow import LocalFlow
+    from ..meter import CostMeter
 
 __all__ = ["paid_once", "prefill", "run_dataframe_batched"]
 
@@ -466,10 +467,12 @@ def run_dataframe_batched(
     error_column: str = "error",
     trace: bool = False,
     spelling: Spelling = PYTHON,
+    meter: CostMeter | None = None,
 ) -> pd.DataFrame:
     """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring).
     ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
-    return); Ctrl-C while waiting returns at once, leaving them running.
+    return); Ctrl-C while waiting returns at once, leaving them running. ``meter`` counts each
+    row's cost (the batch price of the answers this run read from the batches).
 
     Returns:
         What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
@@ -512,4 +515,5 @@ def run_dataframe_batched(
             error_column=error_column,
             trace=trace,
             spelling=spelling,
+            meter=meter,
         )
