@@ -231,21 +231,6 @@ class AnthropicProvider(HostedProvider):
         if kind == "text":
             self.prepare(params, node)
 
-    def params_for(self, call: Call) -> dict[str, Any]:
-        """Return the Messages API request for ``call`` (what :meth:`generate` posts, and what a
-        Message Batches request's ``params`` hold, so a batch answer fills the same cache entry).
-
-        Raises:
-            ConfigError: the node's params are refused (see :meth:`prepare`).
-        """
-        body = self.prepare(call.params, call.node_id)
-        return {**body, "messages": [{"role": "user", "content": call.prompt}]}
-
-    def generation_of(self, msg: Any, limits: RateLimits | None = None) -> Generation:
-        """Return the generation a Messages API answer (the SDK's ``Message``) holds."""
-        text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
-        return Generation(text, model=msg.model, usage=_usage(msg.usage), limits=limits)
-
     async def generate(self, call: Call) -> Generation:
         """Return one generation: a single attempt (retries are the engine's).
 
@@ -254,24 +239,45 @@ class AnthropicProvider(HostedProvider):
         """
         import anthropic
 
-        params = self.params_for(call)
-        rest = {k: v for k, v in params.items() if k not in ("model", "max_tokens", "messages")}
+        body = self.prepare(call.params, call.node_id)
+        messages = [{"role": "user", "content": call.prompt}]
+        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
         try:
             # Sampling fields go as extra_body: SDK releases differ in which they take as
             # keywords (newer ones dropped temperature/top_p/top_k), the API takes them all.
             # with_raw_response: the same call, with the answer's rate-limit headers kept.
             raw = await self._client().messages.with_raw_response.create(
-                model=params["model"],
-                max_tokens=params["max_tokens"],
-                messages=params["messages"],
+                model=body["model"],
+                max_tokens=body["max_tokens"],
+                messages=messages,
                 extra_body=rest or None,
             )
             msg = await raw.parse()
         except anthropic.AnthropicError as exc:
             raise _translate(exc, self._key, self.base_url) from exc
-        gen = self.generation_of(msg, rate_limits(raw.headers))
-        gen.model = gen.model or params["model"]
-        return gen
+        text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
+        return Generation(
+            text,
+            model=msg.model or body["model"],
+            usage=_usage(msg.usage),
+            limits=rate_limits(raw.headers),
+        )
+
+    def params_for(self, call: Call) -> dict[str, Any]:
+        """Return the Messages API request for ``call``, as :meth:`generate` posts it: what a
+        Message Batches request's ``params`` hold, so a batch answer fills the same cache entry.
+
+        Raises:
+            ConfigError: the node's params are refused (see :meth:`prepare`).
+        """
+        body = self.prepare(call.params, call.node_id)
+        return {**body, "messages": [{"role": "user", "content": call.prompt}]}
+
+    def generation_of(self, msg: Any) -> Generation:
+        """Return the generation a Messages API answer (the SDK's ``Message``) holds, as
+        :meth:`generate` reads it (a batch's answers come without rate-limit headers)."""
+        text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
+        return Generation(text, model=msg.model, usage=_usage(msg.usage))
 
     supports_batches: ClassVar[bool] = True
 

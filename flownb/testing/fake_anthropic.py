@@ -31,7 +31,6 @@ from aiohttp import web
 
 from ..providers.openai import parse_duration
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
-from .fake_message_batches import MessageBatches
 from .fake_openai import FakeConfig, FakeOpenAI, _State, echo, scripted_reply
 
 __all__ = ["FakeAnthropic", "main", "make_app"]
@@ -136,12 +135,6 @@ class FakeAnthropic(FakeOpenAI):
     def url(self) -> str:
         """The base URL (the SDK adds ``/v1/messages``)."""
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def message_batches(self) -> MessageBatches:
-        """The Message Batches the fake holds (``.submitted``: every batch's requests;
-        ``.created``: how many batches were created)."""
-        return self.state.message_batches
 
     def _make_app(self) -> web.Application:
         return make_app(self.state)

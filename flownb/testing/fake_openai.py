@@ -604,6 +604,12 @@ class FakeOpenAI:
         return self.state.batches
 
     @property
+    def message_batches(self) -> MessageBatches:
+        """Anthropic's Message Batches the fake holds, served by the Anthropic fake
+        (``.submitted``: every batch's requests; ``.created``: how many were created)."""
+        return self.state.message_batches
+
+    @property
     def received(self) -> list[dict[str, Any]]:
         """Every request received, in arrival order: ``path``, ``query`` (dict), ``headers``
         (dict) and ``body``."""
