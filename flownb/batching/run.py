@@ -9,24 +9,26 @@ reads the answers into the cache, and goes on to the next level. When all are in
 built by the ordinary run, which now finds every text answer in the cache: the result is exactly
 a plain run's, and a re-run costs nothing.
 
-Submitted batches are remembered in ``FLOWNB_HOME`` (:mod:`flownb.batching.store`) before any
-waiting starts: a later call for the same calls, in any process, picks them up instead of paying
-twice. Image nodes have no batch endpoint here and run live in the final pass. What did not come
-back (a failed line, an expired batch, a batch still running when ``poll`` ran out or Ctrl-C was
+Submitted batches are remembered in ``FLOWNB_HOME`` (:mod:`flownb.batching.store`): first as
+``submitting``, with the digest of their lines, before the provider is asked, then under the
+provider's id the moment it answers, before any waiting starts. A later call for the same calls,
+in any process, picks them up instead of paying twice; a ``submitting`` record whose process
+died is matched to the batch the provider holds (``BatchAPI.find``), or dropped and its calls
+sent again when the provider has none. The final pass logs the answers a batch brought as paid
+calls at the batch price, once (:mod:`flownb.batching.paid`).
+
+Image nodes have no batch endpoint here and run live in the final pass. What did not come back
+(a failed line, an expired batch, a batch still running when ``poll`` ran out or Ctrl-C was
 pressed) is named in the row's ``error`` column and submitted again by the next run.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import hashlib
 import os
 import socket
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigError, ProviderError
@@ -34,6 +36,7 @@ from ..frame import rows_to_variables, run_dataframe
 from ..inputs import PYTHON, Spelling
 from ..pricing import BATCH_RATE
 from ..providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
+from .paid import paid_once
 from .store import SUBMITTING, BatchRecord, delete_record, load_records, save_record
 from .view import BatchView, open_view
 
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     from ..flow import LocalFlow
     from ..meter import CostMeter
 
-__all__ = ["paid_once", "prefill", "run_dataframe_batched"]
+__all__ = ["prefill", "run_dataframe_batched"]
 
 # HTTP-like statuses on the errors of calls a batch did not answer: none is retried by the run.
 _PENDING, _GONE = 202, 410
@@ -370,89 +373,6 @@ def prefill(
         if view is not None:
             view.close()
     return reasons
-
-
-class _PaidOnce:
-    """A run's cache that serves an answer a batch brought in, not yet shown by the run log,
-    once as a fresh call (``cached=False``, its batch price as spent), so the run log and cost
-    totals count what the batch cost; every later lookup is an ordinary cache hit. ``paid`` and
-    ``used`` are shared by the flows of one home and endpoint (under ``lock``: several runs may
-    look up at once), so an answer is counted once whichever flow reads it first."""
-
-    def __init__(
-        self, cache: CallCache, paid: set[str], used: set[str], lock: threading.Lock
-    ) -> None:
-        self.cache = cache
-        self.paid = paid
-        self.used = used
-        self.lock = lock
-
-    def get(self, key: str) -> Generation | None:
-        gen = self.cache.get(key)
-        if gen is None or key not in self.paid:
-            return gen
-        with self.lock:
-            if key not in self.paid:
-                return gen
-            self.paid.discard(key)
-            self.used.add(key)
-        return dataclasses.replace(gen, cached=False)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.cache, name)
-
-
-@contextlib.contextmanager
-def paid_once(flows: Iterable[Any]) -> Iterator[None]:
-    """Within the block, ``flows`` (local flows whose provider has a batch API) serve each
-    answer that provider batches brought in and the run log has not shown yet as a paid call,
-    once (see :class:`_PaidOnce`); afterwards the batches whose answers were served are marked
-    as shown, so later runs log them as cache hits.
-
-    Raises:
-        ConfigError: a batch record cannot be written.
-    """
-    shared: dict[tuple[str, str], tuple[list[BatchRecord], set[str], set[str], threading.Lock]]
-    shared = {}
-    wrapped: list[tuple[Any, CallCache]] = []
-    for flow in flows:
-        engine = getattr(flow, "engine", None)  # a served flow has none: nothing to log here
-        cache = getattr(engine, "cache", None)
-        if engine is None or cache is None or not flow.provider.supports_batches:
-            continue
-        if getattr(flow, "runlog", None) is None:
-            continue  # this flow logs nothing: its batches stay to be shown by one that does
-        api = flow.provider.batch_api()
-        if api is None:
-            continue
-        slot = (str(flow.config.home), api.base_url)
-        if slot not in shared:
-            records, keys = _unlogged(flow.config.home, api)
-            shared[slot] = (records, keys, set(), threading.Lock())
-        records, keys, used, lock = shared[slot]
-        if keys:
-            engine.cache = _PaidOnce(cache, keys, used, lock)
-            wrapped.append((flow, cache))
-    try:
-        yield
-    finally:
-        for flow, cache in wrapped:
-            flow.engine.cache = cache
-        for (home, _), (records, _, used, _) in shared.items():
-            for record in records:
-                if not used.isdisjoint(record.keys):
-                    record.logged = True
-                    save_record(record, Path(home))
-
-
-def _unlogged(home: Any, api: BatchAPI) -> tuple[list[BatchRecord], set[str]]:
-    """Return the collected batches whose answers the run log has not shown as paid yet, and
-    the keys of those answers."""
-    records = [
-        r for r in load_records(home) if r.collected and not r.logged and r.base_url == api.base_url
-    ]
-    keys = {k for r in records for k in r.keys if k not in r.failures}
-    return records, keys
 
 
 def run_dataframe_batched(

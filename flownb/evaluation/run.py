@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..aio import run_sync
-from ..batching.run import paid_once, prefill
+from ..batching.paid import paid_once
+from ..batching.run import prefill
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
 from ..frame import INTERRUPTED, rows_to_variables
