@@ -409,3 +409,37 @@ def test_evaluate_through_batches_logs_what_the_batches_cost(fake: FakeOpenAI) -
     flownb.evaluate({"plain": flow}, data, scorers, batch_api=True, progress=False, log=False)
     again = flownb.runs().iloc[4:]
     assert again["cached"].all() and again["cost_usd"].sum() == 0
+
+
+def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+
+    with FakeOpenAI() as gone:
+        url = gone.url
+    # The server is down now: the batches cannot be listed, so nothing may be submitted.
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("FLOWNB_PROVIDER", "openai")
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    pending = BatchRecord(
+        id="pending-feedface",
+        provider="openai",
+        base_url=flow.provider.batch_api().base_url,
+        endpoint="/chat/completions",
+        model="gpt-4o-mini",
+        status=SUBMITTING,
+        keys=[_uploaded_key(flow, "Say lost")],
+        digest="f" * 64,
+        pid=2**22 + 12345,  # no such process
+        host=__import__("socket").gethostname(),
+        logged=False,
+    )
+    save_record(pending, flow.config.home)
+    with pytest.raises(flownb.ProviderError) as caught:
+        flow.run_dataframe(pd.DataFrame({"word": ["lost"]}), batch_api=True, progress=False)
+    message = str(caught.value)
+    assert "\n" not in message and "may have created it" in message
+    assert "pending-feedface.json" in message
+    assert (Path(flow.config.home) / "batches" / "pending-feedface.json").exists()

@@ -173,7 +173,8 @@ def _adopt(api: BatchAPI, records: list[BatchRecord], home: Any) -> list[BatchRe
     live processes are kept as they are.
 
     Raises:
-        ProviderError: the provider's batches could not be listed.
+        ProviderError: the provider's batches could not be listed (it names the record to
+            delete once the user has checked, rather than risk paying twice).
     """
     out = []
     known = {r.id for r in records}
@@ -181,9 +182,18 @@ def _adopt(api: BatchAPI, records: list[BatchRecord], home: Any) -> list[BatchRe
         if record.status != SUBMITTING or _alive(record):
             out.append(record)
             continue
-        found = [
-            s for s in api.find(record.digest, record.created, record.total) if s.id not in known
-        ]
+        try:
+            candidates = api.find(record.digest, record.created, record.total)
+        except ProviderError as exc:
+            # Never guess: submitting again could pay twice for a batch that exists.
+            raise ProviderError(
+                f"a run that stopped while submitting batch {record.id} may have created it, and "
+                f"the provider's batches could not be listed to find it ({exc}); once you have "
+                f"checked, delete {home}/batches/{record.id}.json to submit its calls again",
+                status=exc.status,
+                provider=exc.provider,
+            ) from exc
+        found = [s for s in candidates if s.id not in known]
         if found:
             adopted = record.model_copy(update={"id": found[0].id, "pid": 0})
             _update(adopted, found[0])
