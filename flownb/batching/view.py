@@ -65,6 +65,8 @@ class _TableView:
         self._shown: tuple[Any, ...] | None = None
 
     def update(self, records: Sequence[BatchRecord]) -> None:
+        if not records:
+            return  # nothing to wait for: no table
         state = tuple((r.id, r.status, r.completed, r.failed, r.total) for r in records)
         if state == self._shown:
             return  # nothing new: no message to the front end
