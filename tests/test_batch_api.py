@@ -443,3 +443,36 @@ def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
     assert "\n" not in message and "may have created it" in message
     assert "pending-feedface.json" in message
     assert (Path(flow.config.home) / "batches" / "pending-feedface.json").exists()
+
+
+def test_a_batch_another_live_process_is_submitting_is_not_submitted_again(
+    fake: FakeOpenAI,
+) -> None:
+    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        save_record(
+            BatchRecord(
+                id="pending-cafe",
+                provider="openai",
+                base_url=flow.provider.batch_api().base_url,
+                endpoint="/chat/completions",
+                model="gpt-4o-mini",
+                status=SUBMITTING,
+                keys=[_uploaded_key(flow, "Say busy")],
+                digest="c" * 64,
+                pid=other.pid,
+                host=__import__("socket").gethostname(),
+                logged=False,
+            ),
+            flow.config.home,
+        )
+        out = flow.run_dataframe(pd.DataFrame({"word": ["busy"]}), batch_api=True, progress=False)
+    finally:
+        other.kill()
+        other.wait()
+    assert fake.batches.created == 0 and len(fake.requests) == 0
+    assert f"being submitted as a provider batch by process {other.pid}" in out.loc[0, "error"]
+    assert list(flownb.batches()["status"]) == ["submitting"]

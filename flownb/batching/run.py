@@ -152,11 +152,19 @@ def _submit(
     return records
 
 
+# How long a submission by a process this one cannot ask about (another host sharing
+# FLOWNB_HOME, a system without signal 0) is taken to be still under way: a create answers in
+# seconds, so one older than this was abandoned.
+_OTHERS_GRACE = 600.0
+
+
 def _alive(record: BatchRecord) -> bool:
-    """Whether the process that is submitting ``record`` still runs (on this host; a process of
-    another host, or on a system where this cannot be asked, counts as gone)."""
-    if record.host != socket.gethostname() or record.pid in (0, os.getpid()) or os.name != "posix":
-        return False
+    """Whether the process that is submitting ``record`` may still be at it: on this host,
+    whether it runs; elsewhere (or where that cannot be asked), whether the record is recent."""
+    if record.pid in (0, os.getpid()):
+        return False  # this process's own leftover (an earlier call that failed mid-way)
+    if record.host != socket.gethostname() or os.name != "posix":
+        return time.time() - record.created < _OTHERS_GRACE
     try:
         os.kill(record.pid, 0)  # signal 0: only asks whether the process exists
     except ProcessLookupError:
