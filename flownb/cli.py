@@ -326,7 +326,7 @@ def run(
         from .batching import run_dataframe_batched
 
         out = run_dataframe_batched(
-            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI
+            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI, meter=meter
         )
     else:
         out = run_dataframe(

@@ -166,11 +166,11 @@ def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     first = subprocess.Popen(
         [*cmd, "--no-progress"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    # Killed while polling: once the batch is remembered in FLOWNB_HOME (its record is written
-    # right after the provider created it, before any wait).
+    # Killed while polling: once the batch is remembered in FLOWNB_HOME under its id (that
+    # record is written right after the provider created it, before any wait).
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
     deadline = time.monotonic() + 60
-    while not any(records.glob("*.json")) and time.monotonic() < deadline:
+    while not any(records.glob("batch*.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fake.batches.created == 1
     first.send_signal(signal.SIGKILL)
@@ -286,3 +286,193 @@ def test_the_preview_shows_the_batch_price_beside_the_live_one(fake: FakeOpenAI)
     assert "through the batch API" in preview.cost_line()
     offline = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]), provider="offline")
     assert "batch API" not in offline.preview(pd.DataFrame({"word": ["owl"]})).cost_line()
+
+
+def test_a_process_killed_before_it_heard_the_batch_id_does_not_submit_it_twice(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    # The fake holds the create's answer back: the batch exists, its creator never learns its
+    # id. The new process finds it by the digest in its metadata.
+    fake.configure(batch_create_delay=30.0)
+    flow_path = write_flow(tmp_path / "flow.json", make_flow({"echo": "Say {word}"}, ["word"]))
+    csv = tmp_path / "words.csv"
+    pd.DataFrame({"word": ["one", "two", "three"]}).to_csv(csv, index=False)
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while fake.batches.created == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.batches.created == 1
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    records = Path(os.environ["FLOWNB_HOME"]) / "batches"
+    assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
+    fake.configure(batch_create_delay=0.0)
+    second = subprocess.run(
+        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
+    )
+    assert second.returncode == 0, second.stderr
+    assert fake.batches.created == 1 and len(fake.batches.uploads) == 1
+    assert [r["echo"] for r in json.loads(out.read_text())] == [
+        "echo: Say one",
+        "echo: Say two",
+        "echo: Say three",
+    ]
+    assert [p.name.startswith("batch") for p in records.glob("*.json")] == [True]
+
+
+def test_a_create_that_never_reached_the_provider_is_submitted_again(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    # A process killed after recording its intent but before the provider created anything
+    # leaves a pending record the next run finds no batch for: it submits the calls itself.
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    df = pd.DataFrame({"word": ["solo"]})
+    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+
+    save_record(
+        BatchRecord(
+            id="pending-0123",
+            provider="openai",
+            base_url=flow.provider.batch_api().base_url,
+            endpoint="/chat/completions",
+            model="gpt-4o-mini",
+            status=SUBMITTING,
+            keys=[_uploaded_key(flow, "Say solo")],
+            digest="0" * 64,
+            pid=2**22 + 12345,  # no such process
+            host=__import__("socket").gethostname(),
+            logged=False,
+        ),
+        flow.config.home,
+    )
+    out = flow.run_dataframe(df, batch_api=True, progress=False)
+    assert out.loc[0, "echo"] == "echo: Say solo" and fake.batches.created == 1
+    assert list(flownb.batches()["id"]) == [
+        fake.batches.uploads and next(iter(fake.batches.batches))
+    ]
+
+
+def _uploaded_key(flow: flownb.LocalFlow, prompt: str) -> str:
+    step = flow.plan.steps[0]
+    cache = flow.engine.cache
+    assert cache is not None
+    return cache.key(
+        cache.prefix(flow.provider.identity(), "text", step.params, step.system), prompt
+    )
+
+
+def test_the_run_log_counts_batch_answers_as_paid_once_at_the_batch_rate(
+    fake: FakeOpenAI,
+) -> None:
+    from flownb.cache import open_cache
+
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    df = pd.DataFrame({"word": ["kite", "drum", "kite"]})
+    # Submitted by one call, collected by the next: the collecting run shows what was spent.
+    flow.run_dataframe(df, batch_api=True, progress=False, poll=0)
+    flow.run_dataframe(df, batch_api=True, progress=False)
+    cache = open_cache(flow.config.home)
+    costs = [cache.get(ln["custom_id"]).cost for ln in _uploaded_lines(fake)]  # type: ignore[union-attr]
+    log = flownb.runs()
+    first, collected = log[log["run_id"] == log["run_id"].iloc[0]], log.iloc[-3:]
+    assert first["error"].notna().all()  # still waiting: nothing spent, nothing saved
+    # The collecting run: each distinct answer once as a paid call (the repeated prompt is a
+    # cache hit, as in a live run), its tokens counted, its cost the batch price.
+    assert list(collected["cached"]) == [False, False, True]
+    assert collected["cost_usd"].sum() == pytest.approx(sum(costs))
+    assert collected["prompt_tokens"].iloc[:2].notna().all()
+    assert flownb.runs(by="flow")["cost_usd"].iloc[0] == pytest.approx(sum(costs))
+    # Afterwards the same frame is three cache hits: nothing spent, the batch price saved.
+    flow.run_dataframe(df, batch_api=True, progress=False)
+    again = flownb.runs().iloc[-3:]
+    assert again["cached"].all() and (again["cost_usd"] == 0).all()
+    assert again["saved_usd"].sum() == pytest.approx(sum(costs) + costs[0])
+
+
+def test_evaluate_through_batches_logs_what_the_batches_cost(fake: FakeOpenAI) -> None:
+    from flownb import scorers as S
+    from flownb.cache import open_cache
+
+    flow = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]))
+    data = pd.DataFrame({"word": ["owl", "bat"]})
+    scorers = [S.judge("say", "Is it short?", threshold=0.5)]
+    flownb.evaluate({"plain": flow}, data, scorers, batch_api=True, progress=False, log=False)
+    cache = open_cache(flow.config.home)
+    lines = _uploaded_lines(fake)
+    spent = sum(cache.get(ln["custom_id"]).cost for ln in lines)  # type: ignore[union-attr]
+    log = flownb.runs()
+    assert len(log) == 2 + 2 and not log["cached"].any()  # the variant's runs, the judges'
+    assert log["cost_usd"].sum() == pytest.approx(spent)
+    flownb.evaluate({"plain": flow}, data, scorers, batch_api=True, progress=False, log=False)
+    again = flownb.runs().iloc[4:]
+    assert again["cached"].all() and again["cost_usd"].sum() == 0
+
+
+def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+
+    with FakeOpenAI() as gone:
+        url = gone.url
+    # The server is down now: the batches cannot be listed, so nothing may be submitted.
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("FLOWNB_PROVIDER", "openai")
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    pending = BatchRecord(
+        id="pending-feedface",
+        provider="openai",
+        base_url=flow.provider.batch_api().base_url,
+        endpoint="/chat/completions",
+        model="gpt-4o-mini",
+        status=SUBMITTING,
+        keys=[_uploaded_key(flow, "Say lost")],
+        digest="f" * 64,
+        pid=2**22 + 12345,  # no such process
+        host=__import__("socket").gethostname(),
+        logged=False,
+    )
+    save_record(pending, flow.config.home)
+    with pytest.raises(flownb.ProviderError) as caught:
+        flow.run_dataframe(pd.DataFrame({"word": ["lost"]}), batch_api=True, progress=False)
+    message = str(caught.value)
+    assert "\n" not in message and "may have created it" in message
+    assert "pending-feedface.json" in message
+    assert (Path(flow.config.home) / "batches" / "pending-feedface.json").exists()
+
+
+def test_a_batch_another_live_process_is_submitting_is_not_submitted_again(
+    fake: FakeOpenAI,
+) -> None:
+    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        save_record(
+            BatchRecord(
+                id="pending-cafe",
+                provider="openai",
+                base_url=flow.provider.batch_api().base_url,
+                endpoint="/chat/completions",
+                model="gpt-4o-mini",
+                status=SUBMITTING,
+                keys=[_uploaded_key(flow, "Say busy")],
+                digest="c" * 64,
+                pid=other.pid,
+                host=__import__("socket").gethostname(),
+                logged=False,
+            ),
+            flow.config.home,
+        )
+        out = flow.run_dataframe(pd.DataFrame({"word": ["busy"]}), batch_api=True, progress=False)
+    finally:
+        other.kill()
+        other.wait()
+    assert fake.batches.created == 0 and len(fake.requests) == 0
+    assert f"being submitted as a provider batch by process {other.pid}" in out.loc[0, "error"]
+    assert list(flownb.batches()["status"]) == ["submitting"]

@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from ..providers.base import FINAL_STATES, BatchAPI
 from ..providers.registry import make_provider
 from ..settings import RunConfig, resolve_run_config
-from .store import BatchRecord, load_records, save_record
+from .store import SUBMITTING, BatchRecord, load_records, save_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,8 +48,8 @@ def list_batches(*, home: str | Path | None = None, refresh: bool = False) -> pd
     records = load_records(config.home)
     if refresh:
         for record in records:
-            if record.collected or record.status in FINAL_STATES:
-                continue
+            if record.collected or record.status in (*FINAL_STATES, SUBMITTING):
+                continue  # ended, or not created yet (the next run looks for it by its digest)
             api = _api(record, config)
             if api is not None:
                 state = api.status(record.id)
@@ -90,11 +90,16 @@ def cancel_batch(batch_id: str, *, home: str | Path | None = None) -> str:
     if not found:
         raise ConfigError(f"no provider batch {batch_id!r} in {config.home} (see flownb batches)")
     record = found[0]
+    if record.status == SUBMITTING:
+        raise ConfigError(
+            f"{batch_id} is a batch being submitted, with no provider id yet; the next run "
+            "of its frame finds it at the provider (or submits it), then it can be cancelled"
+        )
     api = _api(record, config)
     if api is None:
         raise ConfigError(
             f"batch {batch_id} lives at {record.base_url} ({record.provider}); set this process "
-            "up for that endpoint (OPENAI_BASE_URL, its key) to cancel it"
+            "up for that endpoint (its base URL and key) to cancel it"
         )
     state = api.cancel(batch_id)
     record.status, record.cancelled = state.status, True

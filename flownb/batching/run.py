@@ -9,20 +9,27 @@ reads the answers into the cache, and goes on to the next level. When all are in
 built by the ordinary run, which now finds every text answer in the cache: the result is exactly
 a plain run's, and a re-run costs nothing.
 
-Submitted batches are remembered in ``FLOWNB_HOME`` (:mod:`flownb.batching.store`) before any
-waiting starts: a later call for the same calls, in any process, picks them up instead of paying
-twice. Image nodes have no batch endpoint here and run live in the final pass. What did not come
-back (a failed line, an expired batch, a batch still running when ``poll`` ran out or Ctrl-C was
+Submitted batches are remembered in ``FLOWNB_HOME`` (:mod:`flownb.batching.store`): first as
+``submitting``, with the digest of their lines, before the provider is asked, then under the
+provider's id the moment it answers, before any waiting starts. A later call for the same calls,
+in any process, picks them up instead of paying twice; a ``submitting`` record whose process
+died is matched to the batch the provider holds (``BatchAPI.find``), or dropped and its calls
+sent again when the provider has none. The final pass logs the answers a batch brought as paid
+calls at the batch price, once (:mod:`flownb.batching.paid`).
+
+Image nodes have no batch endpoint here and run live in the final pass. What did not come back
+(a failed line, an expired batch, a batch still running when ``poll`` ran out or Ctrl-C was
 pressed) is named in the row's ``error`` column and submitted again by the next run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
-
-import orjson
 
 from ..errors import ConfigError, ProviderError
 from ..frame import rows_to_variables, run_dataframe
@@ -30,7 +37,9 @@ from ..hooks import FrameOptions
 from ..inputs import PYTHON, Spelling
 from ..pricing import BATCH_RATE
 from ..providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
-from .store import BatchRecord, load_records, save_record
+from .paid import paid_once
+from .store import SUBMITTING, BatchRecord, delete_record, load_records, save_record
+from .view import BatchView, open_view
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,6 +47,7 @@ if TYPE_CHECKING:
     from ..cache import CallCache
     from ..engine import Plan
     from ..flow import LocalFlow
+    from ..meter import CostMeter
 
 __all__ = ["prefill", "run_dataframe_batched"]
 
@@ -88,13 +98,17 @@ def _submit(
     api: BatchAPI, calls: Mapping[str, Call], provider: Provider, flow: str, home: Any
 ) -> list[BatchRecord]:
     """Submit ``calls`` as batches (one per endpoint and model, split at the API's limits) and
-    remember each the moment it exists."""
+    remember each: first as ``submitting`` (with its lines' digest) before the provider is
+    asked, then under its id the moment the provider answers.
+
+    Raises:
+        ProviderError: the provider refused a batch (those created before it stay recorded).
+    """
     groups: dict[tuple[str, str], list[bytes]] = {}
     keys: dict[tuple[str, str], list[str]] = {}
     for key, call in calls.items():
-        endpoint, model, body = api.request(call)
-        line = {"custom_id": key, "method": "POST", "url": api.line_url(endpoint), "body": body}
-        groups.setdefault((endpoint, model), []).append(orjson.dumps(line))
+        endpoint, model, line = api.line(key, call)
+        groups.setdefault((endpoint, model), []).append(line)
         keys.setdefault((endpoint, model), []).append(key)
     records = []
     max_lines, max_bytes = api.limits["requests"], api.limits["bytes"]
@@ -107,37 +121,102 @@ def _submit(
                     break
                 size += len(lines[end]) + 1
                 end += 1
-            state = api.submit(
-                b"\n".join(lines[start:end]) + b"\n", endpoint, {"flownb_flow": flow}
-            )
-            record = BatchRecord(
-                id=state.id,
+            chunk = lines[start:end]
+            digest = hashlib.sha256(b"\n".join(chunk)).hexdigest()
+            pending = BatchRecord(
+                id=f"pending-{digest[:32]}",
                 provider=provider.name,
                 base_url=api.base_url,
                 endpoint=endpoint,
                 model=model,
                 flow=flow,
-                status=state.status,
+                status=SUBMITTING,
                 total=end - start,
                 keys=keys[(endpoint, model)][start:end],
+                digest=digest,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                logged=False,
             )
+            save_record(pending, home)
+            try:
+                state = api.submit(chunk, endpoint, {"flownb_flow": flow, "flownb_digest": digest})
+            except ProviderError as exc:
+                if exc.status is not None and 400 <= exc.status < 500:
+                    delete_record(pending, home)  # refused: no batch exists
+                raise  # else it may exist: the next run looks for it by its digest
+            record = pending.model_copy(update={"id": state.id, "status": state.status, "pid": 0})
             save_record(record, home)
+            delete_record(pending, home)
             records.append(record)
             start = end
     return records
+
+
+# How long a submission by a process this one cannot ask about (another host sharing
+# FLOWNB_HOME, a system without signal 0) is taken to be still under way: a create answers in
+# seconds, so one older than this was abandoned.
+_OTHERS_GRACE = 600.0
+
+
+def _alive(record: BatchRecord) -> bool:
+    """Whether the process that is submitting ``record`` may still be at it: on this host,
+    whether it runs; elsewhere (or where that cannot be asked), whether the record is recent."""
+    if record.pid in (0, os.getpid()):
+        return False  # this process's own leftover (an earlier call that failed mid-way)
+    if record.host != socket.gethostname() or os.name != "posix":
+        return time.time() - record.created < _OTHERS_GRACE
+    try:
+        os.kill(record.pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _adopt(api: BatchAPI, records: list[BatchRecord], home: Any) -> list[BatchRecord]:
+    """Return ``records`` with each abandoned ``submitting`` one (its process died before the
+    provider's answer was recorded) replaced by the batch the provider holds under its digest,
+    or dropped when the provider has none (its calls are then submitted again). Submissions of
+    live processes are kept as they are.
+
+    Raises:
+        ProviderError: the provider's batches could not be listed (it names the record to
+            delete once the user has checked, rather than risk paying twice).
+    """
+    out = []
+    known = {r.id for r in records}
+    for record in records:
+        if record.status != SUBMITTING or _alive(record):
+            out.append(record)
+            continue
+        try:
+            candidates = api.find(record.digest, record.created, record.total)
+        except ProviderError as exc:
+            # Never guess: submitting again could pay twice for a batch that exists.
+            raise ProviderError(
+                f"a run that stopped while submitting batch {record.id} may have created it, and "
+                f"the provider's batches could not be listed to find it ({exc}); once you have "
+                f"checked, delete {home}/batches/{record.id}.json to submit its calls again",
+                status=exc.status,
+                provider=exc.provider,
+            ) from exc
+        found = [s for s in candidates if s.id not in known]
+        if found:
+            adopted = record.model_copy(update={"id": found[0].id, "pid": 0})
+            _update(adopted, found[0])
+            save_record(adopted, home)
+            known.add(adopted.id)
+            out.append(adopted)
+        delete_record(record, home)
+    return out
 
 
 def _update(record: BatchRecord, state: BatchState) -> None:
     record.status = state.status
     record.total = state.total or record.total
     record.completed, record.failed = state.completed, state.failed
-
-
-def _line_error(line: Mapping[str, Any]) -> str:
-    error = line.get("error") or (line.get("response") or {}).get("body", {}).get("error") or {}
-    if isinstance(error, Mapping):
-        return str(error.get("message") or error.get("code") or "no reason given")
-    return str(error)
 
 
 def collect(
@@ -147,34 +226,20 @@ def collect(
     answer is priced at the batch rate (:data:`BATCH_RATE` of the provider's price).
 
     Raises:
-        ProviderError: a result file cannot be downloaded (the record stays uncollected).
+        ProviderError: the results cannot be read (the record stays uncollected).
     """
     state = api.status(record.id)
     _update(record, state)
     answers: dict[str, Generation] = {}
     failures: dict[str, str] = {}
-    for file_id in (state.output_file_id, state.error_file_id):
-        if not file_id:
+    for key, got in api.results(state, record.endpoint, record.model):
+        if isinstance(got, str):
+            failures[key] = got
             continue
-        for raw in api.download(file_id).splitlines():
-            if not raw.strip():
-                continue
-            line = orjson.loads(raw)
-            key = str(line.get("custom_id", ""))
-            response = line.get("response") or {}
-            if response.get("status_code") == 200:
-                try:
-                    gen = api.answer(record.endpoint, record.model, response.get("body") or {})
-                except ProviderError as exc:
-                    failures[key] = str(exc)
-                    continue
-                # The batch rate; NaN (an unknown price) stays NaN, never 0.
-                gen.cost = provider.cost(gen) * BATCH_RATE
-                answers[key] = gen
-            else:
-                status = response.get("status_code")
-                failures[key] = f"{status}: {_line_error(line)}" if status else _line_error(line)
-    cache.put_many(answers.items())  # one transaction for the whole file
+        # The batch rate; NaN (an unknown price) stays NaN, never 0.
+        got.cost = provider.cost(got) * BATCH_RATE
+        answers[key] = got
+    cache.put_many(answers.items())  # one transaction for the whole batch
     why = "; ".join(state.errors)  # a batch-level failure (a file it refused, ...)
     for key in record.keys:
         if key not in answers and key not in failures:
@@ -192,7 +257,7 @@ def _wait(
     home: Any,
     every: float,
     deadline: float | None,
-    bar: Any,
+    view: BatchView | None,
 ) -> bool:
     """Poll ``records`` until every one has ended (True), or ``deadline`` passed or Ctrl-C was
     pressed (False: the batches keep running at the provider)."""
@@ -202,11 +267,8 @@ def _wait(
                 if record.status not in FINAL_STATES:
                     _update(record, api.status(record.id))
                     save_record(record, home)
-            if bar is not None:
-                bar.n = sum(r.completed + r.failed for r in records)
-                states = sorted({r.status for r in records})
-                bar.set_postfix_str(f"{len(records)} batch(es): {', '.join(states)}", refresh=False)
-                bar.refresh()
+            if view is not None:
+                view.update(records)
             if all(r.status in FINAL_STATES for r in records):
                 return True
             now = time.monotonic()
@@ -239,6 +301,9 @@ class _FromBatches(Provider):
 
     def check_params(self, kind: Any, params: Mapping[str, Any], node: str) -> None:
         self.real.check_params(kind, params, node)
+
+    def batch_api(self) -> BatchAPI | None:
+        return self.real.batch_api()
 
     async def generate(self, call: Call) -> Generation:
         if call.kind == "text":
@@ -276,7 +341,8 @@ def prefill(
     api = provider.batch_api()
     if api is None:
         raise ConfigError(
-            f"the {provider.name} provider has no batch API; batch_api=True works with openai"
+            f"the {provider.name} provider has no batch API; batch_api=True works with openai "
+            "and anthropic"
         )
     if cache is None:
         raise ConfigError(
@@ -286,22 +352,28 @@ def prefill(
     home = flow.config.home
     deadline = None if poll is None else time.monotonic() + poll
     reasons: dict[str, tuple[int, str]] = {}
-    bar = _bar(flow.name) if progress else None
+    view = open_view(flow.name) if progress else None
     try:
         for _stage in range(len(flow.plan.levels) + 1):
             calls = _calls(flow.plan, provider, cache, rows)
             if not calls:
                 break
             mine = [r for r in load_records(home) if r.base_url == api.base_url]
-            open_ = [r for r in mine if not r.collected]
+            open_ = _adopt(api, [r for r in mine if not r.collected], home)
             covered = {k for r in open_ for k in r.keys}
             fresh = {k: c for k, c in calls.items() if k not in covered}
             if fresh:
                 open_ += _submit(api, fresh, provider, flow.name, home)
-            active = [r for r in open_ if not calls.keys().isdisjoint(r.keys)]
-            if bar is not None:
-                bar.total = sum(r.total or len(r.keys) for r in active)
-            ended = _wait(api, active, home, flow.config.batch_poll, deadline, bar)
+            wanted = [r for r in open_ if not calls.keys().isdisjoint(r.keys)]
+            for record in wanted:
+                if record.status == SUBMITTING:  # another live process is creating it
+                    note = (
+                        f"being submitted as a provider batch by process {record.pid}; "
+                        "run again to collect it"
+                    )
+                    reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
+            active = [r for r in wanted if r.status != SUBMITTING]
+            ended = _wait(api, active, home, flow.config.batch_poll, deadline, view)
             for record in active:
                 if record.status in FINAL_STATES:
                     collect(api, record, cache, home, provider)
@@ -317,8 +389,8 @@ def prefill(
             if not ended or any(k in reasons for k in calls) or not flow.plan.chained:
                 break  # missing answers hold back the levels below (and unchained, none wait)
     finally:
-        if bar is not None:
-            bar.close()
+        if view is not None:
+            view.close()
     return reasons
 
 
@@ -329,12 +401,14 @@ def run_dataframe_batched(
     *,
     poll: float | None = None,
     spelling: Spelling = PYTHON,
+    meter: CostMeter | None = None,
     **options: Unpack[FrameOptions],
 ) -> pd.DataFrame:
     """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring),
     with ``options`` (see :class:`~flownb.hooks.FrameOptions`).
     ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
-    return); Ctrl-C while waiting returns at once, leaving them running.
+    return); Ctrl-C while waiting returns at once, leaving them running. ``meter`` counts each
+    row's cost (the batch price of the answers this run read from the batches).
 
     Returns:
         What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
@@ -352,7 +426,11 @@ def run_dataframe_batched(
     kind = type(
         "FromBatches",
         (_FromBatches,),
-        {"name": provider.name, "supports_images": provider.supports_images},
+        {
+            "name": provider.name,
+            "supports_images": provider.supports_images,
+            "supports_batches": provider.supports_batches,
+        },
     )
     final = type(flow)(
         flow.graph,
@@ -362,10 +440,5 @@ def run_dataframe_batched(
         media_url=flow.media_url,
         source=flow.source,
     )
-    return run_dataframe(final, df, columns, spelling=spelling, **options)
-
-
-def _bar(name: str) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=0, desc=f"{name} (provider batch)", unit="req", leave=True)
+    with paid_once([final]):
+        return run_dataframe(final, df, columns, spelling=spelling, meter=meter, **options)

@@ -2,6 +2,11 @@
 moment the batch is created, so whatever process asks for the same calls next (a new kernel, the
 next day) picks the batch up instead of submitting it again.
 
+A record is first written *before* the provider is asked to create the batch (status
+``submitting``, with the digest of its lines), then replaced by the batch's own record when the
+provider answers: a process killed in between leaves the first one, and the next run finds the
+batch at the provider by that digest instead of submitting it again.
+
 A record holds what the batch asks for (the cache key of every request, which is also the
 request's ``custom_id``), where it went (provider, base URL, endpoint, model), what the API last
 said of it, and, once its results were read into the cache, which requests failed and why.
@@ -18,10 +23,19 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import ConfigError
 
-__all__ = ["BATCHES_DIR", "BatchRecord", "load_records", "save_record"]
+__all__ = [
+    "BATCHES_DIR",
+    "SUBMITTING",
+    "BatchRecord",
+    "delete_record",
+    "load_records",
+    "save_record",
+]
 
 BATCHES_DIR = "batches"
 SCHEMA_VERSION = 1
+# The status of a record written before the provider is asked to create its batch.
+SUBMITTING = "submitting"
 
 
 class BatchRecord(BaseModel):
@@ -43,6 +57,16 @@ class BatchRecord(BaseModel):
     collected: bool = False  # its results were read into the cache
     failures: dict[str, str] = Field(default_factory=dict)  # key -> why it has no answer
     cancelled: bool = False
+    # What the batch's lines hash to (SHA-256 of the JSONL), sent with it where the API keeps
+    # metadata: a crash between asking for the batch and hearing its id is recovered by it.
+    digest: str = ""
+    # Set while the batch is being created (status SUBMITTING, id "pending-..."): which process
+    # on which host is asking, so another process can tell a live submission from a dead one.
+    pid: int = 0
+    host: str = ""
+    # Whether the run log has shown its answers as paid calls (records made before the run log
+    # learnt of batches: True, so their answers are not counted twice).
+    logged: bool = True
 
 
 def _folder(home: Path) -> Path:
@@ -70,6 +94,12 @@ def save_record(record: BatchRecord, home: Path) -> None:
             "make that folder writable or set FLOWNB_HOME to one that is. The batch itself is "
             "submitted: `flownb batches` on a writable home will not see it"
         ) from exc
+
+
+def delete_record(record: BatchRecord, home: Path) -> None:
+    """Remove ``record``'s file (gone already: nothing to do)."""
+    with contextlib.suppress(FileNotFoundError):
+        (_folder(home) / f"{record.id}.json").unlink()
 
 
 def load_records(home: Path) -> list[BatchRecord]:

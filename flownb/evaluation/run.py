@@ -30,11 +30,13 @@ import asyncio
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..aio import run_sync
+from ..batching.paid import paid_once
 from ..batching.run import prefill
 from ..errors import ConfigError, one_line
 from ..flow import BaseFlow, LocalFlow
@@ -391,7 +393,9 @@ def evaluate(
     if dry_run:
         assert preview is not None
         return preview
-    collected, judged = _run(setup, data, concurrency, preview if progress else None)
+    collected, judged = _run(
+        setup, data, concurrency, preview if progress else None, batch_api and not dry_run
+    )
     variants = setup.variants
     context = describe_evaluation(setup.names, variants, data, collected[0])
     reports = [
@@ -529,7 +533,11 @@ def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
 
 
 def _run(
-    setup: _Setup, data: pd.DataFrame, concurrency: int | None, preview: Preview | None
+    setup: _Setup,
+    data: pd.DataFrame,
+    concurrency: int | None,
+    preview: Preview | None,
+    batch_api: bool = False,
 ) -> tuple[list[dict[str, _Collected]], list[Judged]]:
     """Run the variants, then the judges, every repeat together, under one limit and (with
     ``preview``: its count as the total) one progress bar. Return per repeat each variant's
@@ -537,7 +545,8 @@ def _run(
     and a warning said so)."""
     rounds = setup.rounds
     flows = [f for r in rounds for f in r.variants.values()]
-    limiter = _Limits(concurrency, [*flows, *(j.flow() for r in rounds for j in r.judges)])
+    judge_flows = [j.flow() for r in rounds for j in r.judges]
+    limiter = _Limits(concurrency, [*flows, *judge_flows])
     n = len(data)
     bar: Any = None
     if preview is not None:
@@ -554,6 +563,9 @@ def _run(
     collected = [{name: _Collected(n, f.outputs) for name, f in r.variants.items()} for r in rounds]
     interrupted = False
     judged: list[Judged] = [{} for _ in rounds]
+    paid_log = ExitStack()
+    if batch_api:  # the answers the batches brought are logged as paid calls, once
+        paid_log.enter_context(paid_once([*flows, *judge_flows]))
     try:
         try:
             _run_all(
@@ -582,6 +594,7 @@ def _run(
                 interrupted = True
                 judged = stop.partial
     finally:
+        paid_log.close()
         if bar is not None:
             # Fewer calls than counted (failed runs, outputs that repeated): end at what ran.
             bar.close(end_at_count=True)

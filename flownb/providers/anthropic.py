@@ -16,6 +16,9 @@ What a text node's modelParams become (decided once per node, at flow load):
 
 Image nodes are refused when the flow is loaded: Claude draws no images.
 
+``flow.run_dataframe(df, batch_api=True)`` sends the calls through Anthropic's Message Batches
+instead (half price; see :mod:`flownb.providers.anthropic_batch`).
+
 Anthropic's ``anthropic-ratelimit-*`` headers are read into the generation's rate limits, so
 the run's limiter paces before Anthropic refuses, as with OpenAI's headers.
 
@@ -34,6 +37,7 @@ from typing import Any, ClassVar
 from ..errors import ConfigError, ProviderError, ProviderTimeout
 from ..media import MediaStore
 from ..settings import RunConfig
+from .anthropic_batch import AnthropicBatches
 from .base import Call, Generation, Kind, RateLimits
 from .images import ImagePart, has_images, prompt_parts
 from .vendor import (
@@ -251,10 +255,7 @@ class AnthropicProvider(HostedProvider):
         import anthropic
 
         body = self.prepare(call.params, call.node_id)
-        content: Any = call.prompt
-        if has_images(call.prompt):
-            content = [_block(part) for part in prompt_parts(call.prompt, self.media)]
-        messages = [{"role": "user", "content": content}]
+        messages = self._messages(call)
         rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
         try:
             # Sampling fields go as extra_body: SDK releases differ in which they take as
@@ -276,6 +277,44 @@ class AnthropicProvider(HostedProvider):
             usage=_usage(msg.usage),
             limits=rate_limits(raw.headers),
         )
+
+    def params_for(self, call: Call) -> dict[str, Any]:
+        """Return the Messages API request for ``call``, as :meth:`generate` posts it: what a
+        Message Batches request's ``params`` hold, so a batch answer fills the same cache entry.
+
+        Raises:
+            ConfigError: the node's params are refused (see :meth:`prepare`).
+        """
+        body = self.prepare(call.params, call.node_id)
+        return {**body, "messages": self._messages(call)}
+
+    def _messages(self, call: Call) -> list[dict[str, Any]]:
+        """Return the Messages API ``messages`` for ``call``: its prompt, with the images a
+        judge shows the model as image blocks (live and batched requests alike)."""
+        content: Any = call.prompt
+        if has_images(call.prompt):
+            content = [_block(part) for part in prompt_parts(call.prompt, self.media)]
+        return [{"role": "user", "content": content}]
+
+    def generation_of(self, msg: Any) -> Generation:
+        """Return the generation a Messages API answer (the SDK's ``Message``) holds, as
+        :meth:`generate` reads it (a batch's answers come without rate-limit headers)."""
+        text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
+        return Generation(text, model=msg.model, usage=_usage(msg.usage))
+
+    supports_batches: ClassVar[bool] = True
+
+    def batch_api(self) -> AnthropicBatches:
+        """Return this endpoint's Message Batches API (half price, results within 24 hours).
+
+        Raises:
+            ConfigError: the installed ``anthropic`` SDK predates Message Batches.
+        """
+        return AnthropicBatches(self, self._key, self._headers)
+
+    def translate(self, exc: Exception) -> ProviderError:
+        """Return the flownb error for an exception of the SDK (keys redacted)."""
+        return _translate(exc, self._key, self.base_url)
 
     async def aclose(self) -> None:
         """Close the clients of this provider (one per event loop it ran on)."""

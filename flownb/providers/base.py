@@ -22,7 +22,7 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -132,25 +132,23 @@ class BatchState:
 
 
 class BatchAPI(Protocol):
-    """A vendor's batch API, as :mod:`flownb.batching` uses it."""
+    """A vendor's batch API, as :mod:`flownb.batching` uses it (OpenAI's Batch API and
+    Anthropic's Message Batches implement it)."""
 
     base_url: str
     limits: Mapping[str, int]  # "requests" and "bytes" one batch may hold
 
-    def request(self, call: Call) -> tuple[str, str, dict[str, Any]]:
-        """Return ``(endpoint, model, body)`` of the batch line that asks for ``call``."""
+    def line(self, key: str, call: Call) -> tuple[str, str, bytes]:
+        """Return ``(endpoint, model, line)``: the request that asks for ``call`` under the
+        custom id ``key``, serialized as one JSON object (one batch holds one endpoint's and
+        one model's lines)."""
         ...
 
-    def answer(self, endpoint: str, model: str, data: Mapping[str, Any]) -> Generation:
-        """Return the generation a line's answer body holds."""
-        ...
-
-    def line_url(self, endpoint: str) -> str:
-        """Return the ``url`` a request line names for a provider endpoint."""
-        ...
-
-    def submit(self, data: bytes, endpoint: str, metadata: Mapping[str, str]) -> BatchState:
-        """Upload JSONL request lines and create a batch over them."""
+    def submit(
+        self, lines: Sequence[bytes], endpoint: str, metadata: Mapping[str, str]
+    ) -> BatchState:
+        """Create a batch of ``lines`` (as :meth:`line` made them); ``metadata`` is kept with
+        it where the API keeps any (``flownb_digest`` lets :meth:`find` recognise it)."""
         ...
 
     def status(self, batch_id: str) -> BatchState:
@@ -161,8 +159,17 @@ class BatchAPI(Protocol):
         """Ask for the batch to be cancelled."""
         ...
 
-    def download(self, file_id: str) -> bytes:
-        """Return the bytes of a result file."""
+    def results(
+        self, state: BatchState, endpoint: str, model: str
+    ) -> Iterator[tuple[str, Generation | str]]:
+        """Yield each answered line of an ended batch as ``(custom_id, generation)``, or
+        ``(custom_id, why it has no answer)``."""
+        ...
+
+    def find(self, digest: str, since: float, total: int) -> list[BatchState]:
+        """Return the batches that may be the one created at or after ``since`` (Unix time)
+        over ``total`` lines whose digest is ``digest``, best match first: a batch whose
+        creation a crashed process never heard back about. Empty: there is none."""
         ...
 
 

@@ -1,16 +1,19 @@
 """OpenAI's Batch API (half price, results within 24 hours) through the official SDK.
 
-:class:`OpenAIBatches` uploads a JSONL file of requests, creates a batch over it, reads its state,
-cancels it and downloads its output and error files. What to put in a batch, and what to do with
-its answers, is :mod:`flownb.batching`' business; this module only speaks to the API. The SDK's
-exceptions are translated here, at one boundary, into :class:`~flownb.errors.ProviderError`.
+:class:`OpenAIBatches` uploads a JSONL file of requests, creates a batch over it, reads its
+state, cancels it, reads its output and error files, and finds a batch again by the digest in
+its metadata. What to put in a batch, and what to do with its answers, is
+:mod:`flownb.batching`' business; this module only speaks to the API. The SDK's exceptions are
+translated here, at one boundary, into :class:`~flownb.errors.ProviderError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
+
+import orjson
 
 from ..errors import ProviderError
 from .base import BatchState, Call, Generation
@@ -33,6 +36,14 @@ class BatchingProvider(Protocol):
     def batch_answer(self, endpoint: str, model: str, data: Mapping[str, Any]) -> Generation:
         """Return the generation a batch line's answer body holds."""
         ...
+
+
+def _line_error(line: Mapping[str, Any]) -> str:
+    """Return why a result line has no answer, as its error says."""
+    error = line.get("error") or (line.get("response") or {}).get("body", {}).get("error") or {}
+    if isinstance(error, Mapping):
+        return str(error.get("message") or error.get("code") or "no reason given")
+    return str(error)
 
 
 @contextmanager
@@ -72,19 +83,18 @@ class OpenAIBatches:
     def __repr__(self) -> str:  # never the key
         return f"<OpenAIBatches {self.base_url!r}>"
 
-    def request(self, call: Call) -> tuple[str, str, dict[str, Any]]:
-        """Return ``(endpoint, model, body)``: what a batch line asks for ``call`` (the very body
-        the provider would post live, so the answer fills the same cache entry)."""
+    def line(self, key: str, call: Call) -> tuple[str, str, bytes]:
+        """Return ``(endpoint, model, line)``: the JSONL line asking for ``call`` under the custom
+        id ``key`` (its body is the very one the provider would post live, so the answer fills
+        the same cache entry)."""
         prepared, body = self.provider.request(call)
-        return prepared.endpoint, str(body.get("model", "")), body
-
-    def answer(self, endpoint: str, model: str, data: Mapping[str, Any]) -> Generation:
-        """Return the generation a batch line's answer body holds.
-
-        Raises:
-            ProviderError: the body is not an answer.
-        """
-        return self.provider.batch_answer(endpoint, model, data)
+        line = {
+            "custom_id": key,
+            "method": "POST",
+            "url": self.line_url(prepared.endpoint),
+            "body": body,
+        }
+        return prepared.endpoint, str(body.get("model", "")), orjson.dumps(line)
 
     @staticmethod
     def line_url(endpoint: str) -> str:
@@ -92,12 +102,16 @@ class OpenAIBatches:
         -> ``/v1/chat/completions``)."""
         return endpoint if endpoint.startswith("/v1/") else f"/v1{endpoint}"
 
-    def submit(self, data: bytes, endpoint: str, metadata: Mapping[str, str]) -> BatchState:
-        """Upload ``data`` (JSONL request lines) and create a batch over it.
+    def submit(
+        self, lines: Sequence[bytes], endpoint: str, metadata: Mapping[str, str]
+    ) -> BatchState:
+        """Upload ``lines`` as one JSONL file and create a batch over it (``metadata`` goes
+        with the batch, where :meth:`find` reads it back).
 
         Raises:
             ProviderError: the upload or the creation was refused.
         """
+        data = b"\n".join(lines) + b"\n"
         with _translated("uploading the batch file"):
             uploaded = self._client.files.create(file=("flownb-batch.jsonl", data), purpose="batch")
         with _translated("creating the batch"):
@@ -108,6 +122,21 @@ class OpenAIBatches:
                 metadata=dict(metadata),
             )
         return self._state(batch)
+
+    def find(self, digest: str, since: float, total: int) -> list[BatchState]:
+        """Return the batch whose metadata carries ``flownb_digest == digest``, created after
+        ``since`` (a minute's clock skew allowed); empty when there is none.
+
+        Raises:
+            ProviderError: the API cannot be reached.
+        """
+        with _translated("listing batches"):
+            for batch in self._client.batches.list(limit=100):  # newest first, page by page
+                if batch.created_at < since - 60:
+                    break
+                if (batch.metadata or {}).get("flownb_digest") == digest:
+                    return [self._state(batch)]
+        return []
 
     def status(self, batch_id: str) -> BatchState:
         """Return the batch's current state.
@@ -123,10 +152,38 @@ class OpenAIBatches:
         with _translated(f"cancelling batch {batch_id}"):
             return self._state(self._client.batches.cancel(batch_id))
 
-    def download(self, file_id: str) -> bytes:
-        """Return the bytes of a result (output or error) file."""
-        with _translated(f"downloading {file_id}"):
-            return self._client.files.content(file_id).read()
+    def results(
+        self, state: BatchState, endpoint: str, model: str
+    ) -> Iterator[tuple[str, Generation | str]]:
+        """Yield every line of an ended batch's output and error files: ``(custom_id,
+        generation)`` for an answer, ``(custom_id, why)`` for a failed line.
+
+        Raises:
+            ProviderError: a file cannot be downloaded.
+        """
+        for file_id in (state.output_file_id, state.error_file_id):
+            if not file_id:
+                continue
+            with _translated(f"downloading {file_id}"):
+                data = self._client.files.content(file_id).read()
+            for raw in data.splitlines():
+                if not raw.strip():
+                    continue
+                line = orjson.loads(raw)
+                key = str(line.get("custom_id", ""))
+                response = line.get("response") or {}
+                status = response.get("status_code")
+                if status == 200:
+                    try:
+                        yield (
+                            key,
+                            self.provider.batch_answer(endpoint, model, response.get("body") or {}),
+                        )
+                    except ProviderError as exc:
+                        yield key, str(exc)
+                else:
+                    why = _line_error(line)
+                    yield key, f"{status}: {why}" if status else why
 
     @staticmethod
     def _state(batch: Any) -> BatchState:

@@ -11,7 +11,9 @@ counting words as tokens (``input_tokens``: the prompt's and the system prompt's
 (``{"type": "error", "error": {"type", "message"}}``) and 429s carry ``retry-after``. It
 misbehaves on purpose as the OpenAI fake does (``faults``, ``fail_markers``, latency,
 ``max_in_flight``, ``rate_limit``, the latter with Anthropic's ``anthropic-ratelimit-requests-*``
-headers) and records every request body, path and header set.
+headers) and records every request body, path and header set. It also speaks the Message
+Batches API (``/v1/messages/batches``, see :mod:`flownb.testing.fake_message_batches`), each
+batch answered as the live route would answer its requests.
 
 In a test::
 
@@ -132,8 +134,17 @@ class _Anthropic:
 def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake Messages API over ``state``."""
     vendor = _Anthropic()
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    # A batch of 100,000 requests is one create body of up to 256 MB.
+    app = web.Application(client_max_size=256 * 1024 * 1024)
     app.router.add_post("/v1/messages", handler(state, vendor))
+    batches = state.message_batches
+
+    def answer(params: Mapping[str, Any]) -> dict[str, Any]:
+        prompt = _text_of(params["messages"][-1].get("content"))
+        return vendor.answer(None, params, prompt, state.config)  # type: ignore[arg-type]
+
+    batches.answer, batches.check = answer, vendor.check
+    batches.add_routes(app)
     control_routes(app, state, vendor)
     return app
 

@@ -6,13 +6,16 @@ Routes (under ``/v1``): ``POST /files`` (multipart: ``purpose``, ``file``), ``GE
 completed`` over ``batch_seconds`` (checked lazily, on each read), then answers every line as
 the fake answers the same request live (``answer``). It can misbehave as a provider does:
 lines whose prompt holds ``batch_fail_marker`` fail (they go to the error file), and with
-``batch_expire=True`` the batch ends ``expired`` with only its first half answered.
+``batch_expire=True`` the batch ends ``expired`` with only its first half answered; with
+``batch_create_delay`` a create is answered that many seconds after the batch exists (a client
+killed meanwhile never learns its id).
 
 It records what a test needs: every uploaded file's bytes, and how many batches were created.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -22,7 +25,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-__all__ = ["BatchBackend", "BatchSettings"]
+__all__ = ["BatchBackend", "BatchSettings", "hold"]
 
 # (path, body) -> the JSON body the fake answers that request with live.
 Answer = Callable[[str, Mapping[str, Any]], dict[str, Any]]
@@ -32,11 +35,23 @@ _ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/
 
 class BatchSettings(Protocol):
     """How batches behave (the fake's ``FakeConfig`` has these): seconds from creation to
-    completion, the marker of lines that fail, and whether batches expire half done."""
+    completion, the marker of lines that fail, whether batches expire half done, and seconds a
+    create's answer is held back after the batch exists."""
 
     batch_seconds: float
     batch_fail_marker: str
     batch_expire: bool
+    batch_create_delay: float
+
+
+async def hold(request: web.Request, seconds: float) -> None:
+    """Wait ``seconds`` before answering ``request``, or less if its client goes away (a killed
+    client leaves no answer pending when the server stops)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if request.transport is None or request.transport.is_closing():
+            return
+        await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -226,13 +241,30 @@ class BatchBackend:
         self.batches[batch.id] = batch
         self.created += 1
         self._advance(batch)
+        await hold(request, self.settings.batch_create_delay)  # it exists; its creator hears late
         return web.json_response(batch.as_json())
 
-    async def _list(self, _: web.Request) -> web.Response:
-        for batch in self.batches.values():
+    async def _list(self, request: web.Request) -> web.Response:
+        # Newest first, a page of ``limit`` after the batch ``after``, as OpenAI lists them.
+        newest = list(reversed(self.batches.values()))
+        after = request.query.get("after")
+        if after:
+            ids = [b.id for b in newest]
+            newest = newest[ids.index(after) + 1 :] if after in ids else []
+        limit = int(request.query.get("limit", "20"))
+        page = newest[:limit]
+        for batch in page:
             self._advance(batch)
-        data = [b.as_json() for b in self.batches.values()]
-        return web.json_response({"object": "list", "data": data, "has_more": False})
+        data = [b.as_json() for b in page]
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+                "has_more": len(newest) > limit,
+            }
+        )
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         batch = self.batches.get(request.match_info["id"])

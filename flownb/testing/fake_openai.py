@@ -64,6 +64,7 @@ from typing import Any, Self
 from aiohttp import web
 
 from .fake_batches import BatchBackend
+from .fake_message_batches import MessageBatches
 
 __all__ = [
     "FakeConfig",
@@ -138,6 +139,7 @@ class FakeConfig:
     batch_seconds: float = 1.0
     batch_fail_marker: str = ""
     batch_expire: bool = False
+    batch_create_delay: float = 0.0  # seconds a create is answered after the batch exists
     # Scripted HTTP answers: marker -> answer, for every prompt containing the marker (the first
     # marker that matches wins), sent after the latency instead of the usual one. An answer is
     # a dict of: ``status`` (200), ``headers``, and one of ``json`` (the whole body, sent as
@@ -180,6 +182,8 @@ class _State:
         self.window_start = 0.0
         self.window_used = 0
         self.batches = BatchBackend(config, self.answer_live)
+        # Anthropic's Message Batches (the Anthropic fake mounts them and says how to answer).
+        self.message_batches = MessageBatches(config)
 
     def answer_live(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Return the body the fake answers ``body`` with on ``path`` (for batch lines)."""
@@ -188,6 +192,7 @@ class _State:
     def reset(self) -> None:
         self.rng = random.Random(self.config.seed)
         self.batches.reset()
+        self.message_batches.reset()
         self.requests.clear()
         self.paths.clear()
         self.queries.clear()
@@ -636,6 +641,12 @@ class FakeOpenAI:
         """The Files and Batches the fake holds (``.uploads``: every batch file's bytes;
         ``.created``: how many batches were created)."""
         return self.state.batches
+
+    @property
+    def message_batches(self) -> MessageBatches:
+        """Anthropic's Message Batches the fake holds, served by the Anthropic fake
+        (``.submitted``: every batch's requests; ``.created``: how many were created)."""
+        return self.state.message_batches
 
     @property
     def received(self) -> list[dict[str, Any]]:
