@@ -72,6 +72,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "features",
         {
             "flownb.frame",
+            "flownb.frame_kinds",  # polars (narwhals) frames through the pandas frame features
             "flownb.preview",
             "flownb.scorers",
             "flownb.scale",
