@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pandas as pd
 import polars as pl
 import pytest
 
 import flownb
 from flownb.errors import InputError
-from flownb.frame import run_dataframe
+from flownb.frame import INTERRUPTED, run_dataframe
 from tests.conftest import make_flow
 from tests.providers_for_tests import EchoProvider
 
@@ -70,3 +73,21 @@ def test_lazy_frames_and_other_objects_are_refused_with_one_clear_line() -> None
         text_flow().run_dataframe(df.lazy(), progress=False)
     with pytest.raises(TypeError, match="takes a pandas or polars DataFrame, got list"):
         run_dataframe(text_flow(), [{"a": "1", "b": "2"}], progress=False)
+
+
+def test_ctrl_c_stops_a_polars_batch_part_way() -> None:
+    # polars runs threads of its own; a SIGINT landing on one of them must still stop the
+    # batch (it did not while the caller slept in one blocking wait for the whole batch).
+    def interrupt_after(n: int) -> None:
+        if n == 12:  # a real SIGINT: what Ctrl-C in a terminal or "Interrupt kernel" sends
+            os.kill(os.getpid(), signal.SIGINT)
+
+    text_flow().run_dataframe(pl.DataFrame({"a": ["1"], "b": ["2"]}), progress=False)
+    flow = text_flow(EchoProvider(delay=0.02, on_call=interrupt_after))
+    df = pl.DataFrame({"a": [str(i) for i in range(60)], "b": ["x"] * 60})
+    with pytest.warns(UserWarning, match="interrupted"):
+        out = flow.run_dataframe(df, progress=False, concurrency=2)
+    done = out["error"].is_null()
+    assert 0 < done.sum() < 60
+    assert out.filter(done)["out"].to_list() == [f"text:{a}|x" for a in out.filter(done)["a"]]
+    assert out.filter(~done)["error"].to_list() == [INTERRUPTED] * (60 - done.sum())
