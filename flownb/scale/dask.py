@@ -88,9 +88,7 @@ class PartitionRunner:
                 error_column=self.error_column,
             )
         if self.error_column not in result.columns:
-            result[self.error_column] = pd.Series(
-                [None] * len(part), index=part.index, dtype=TEXT
-            )
+            result[self.error_column] = pd.Series([None] * len(part), index=part.index, dtype=TEXT)
         return result
 
 
