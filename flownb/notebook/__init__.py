@@ -2,7 +2,8 @@
 
 Loading the extension registers the ``%flow`` / ``%%flow`` magics, the ``df.flownb`` pandas
 accessor, and an HTML view for DataFrames that hold image URLs (thumbnails instead of long
-URLs) or are longer than a page (one page of rows, and how to see the others). Unloading removes the magics and the HTML view.
+URLs) or are longer than a page (one page of rows, and how to see the others). Unloading
+removes the magics and the HTML view.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The result is lazy: a Dask DataFrame with the pandas path's columns (the input's, then one
 text (``string``) column per output) and, unlike the pandas path, **always** the error column
-(``<NA>`` where the row succeeded): a Dask DataFrame's columns are fixed before any partition runs, so
-the column cannot depend on whether some row fails. The index is kept.
+(``<NA>`` where the row succeeded): a Dask DataFrame's columns are fixed before any partition
+runs, so the column cannot depend on whether some row fails. The index is kept.
 
 What travels to the workers is a :class:`~flownb.flowspec.FlowSpec` (the flow's JSON and run
 configuration, never an API key: workers read ``OPENAI_API_KEY`` from their own environment) and a
