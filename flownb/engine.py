@@ -430,7 +430,7 @@ class Engine:
         for i, values in enumerate(batch):
             if stop is not None and stop.is_set():
                 return
-            started = clock()
+            started = begun = clock()
             try:
                 if chained:
                     gens: list[Any] = [None] * len(steps)
@@ -443,9 +443,11 @@ class Engine:
                             step.node_id,
                             step.system,
                         )
-                        begun = clock()
                         gen = generate(call)
-                        gen.latency = clock() - begun  # the node's own time, for its picture
+                        # The node's own time (its prompt's rendering included), for its
+                        # picture: one clock read per node, from the previous node's end.
+                        now = clock()
+                        gen.latency, begun = now - begun, now
                         gens[step.index] = gen
                 else:
                     gens = []
@@ -453,9 +455,9 @@ class Engine:
                         prompt = render(values)
                         if len(prompt) > limit:  # measured before the provider does any work
                             raise InputError([prompt_problem(step, len(prompt), limit, values)])
-                        begun = clock()
                         gen = generate(Call(kind, prompt, params, node_id, step.system))
-                        gen.latency = clock() - begun
+                        now = clock()
+                        gen.latency, begun = now - begun, now
                         gens.append(gen)
                 outcome = result(values, gens, started)
             except Exception as exc:
