@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import subprocess
+import sys
 
 import pandas as pd
 import polars as pl
@@ -12,7 +15,8 @@ import pytest
 import flownb
 from flownb.errors import InputError
 from flownb.frame import INTERRUPTED, run_dataframe
-from tests.conftest import make_flow
+from flownb.providers.base import Call, Generation
+from tests.conftest import ROOT, make_flow
 from tests.providers_for_tests import EchoProvider
 
 
@@ -91,3 +95,33 @@ def test_ctrl_c_stops_a_polars_batch_part_way() -> None:
     assert 0 < done.sum() < 60
     assert out.filter(done)["out"].to_list() == [f"text:{a}|x" for a in out.filter(done)["a"]]
     assert out.filter(~done)["error"].to_list() == [INTERRUPTED] * (60 - done.sum())
+
+
+class _LastFirst(EchoProvider):
+    """Answers the row numbered ``i`` of ``n`` after ``(n - i) * 20 ms``: the last row ends
+    first."""
+
+    async def generate(self, call: Call) -> Generation:
+        await asyncio.sleep((10 - int(call.prompt.split("|")[0])) * 0.02)
+        return Generation(f"done {call.prompt}")
+
+
+def test_rows_come_back_in_the_frames_order_though_they_finish_in_reverse() -> None:
+    flow = text_flow(_LastFirst())
+    df = pl.DataFrame({"a": list(range(10)), "b": ["x"] * 10})
+    out = flow.run_dataframe(df, progress=False, concurrency=10)
+    assert out["a"].to_list() == list(range(10))
+    assert out["out"].to_list() == [f"done {i}|x" for i in range(10)]
+
+
+def test_the_core_imports_neither_polars_nor_narwhals() -> None:
+    code = (
+        "import sys, pandas as pd, flownb\n"
+        "flow = flownb.load_flow('notebooks/flows/blog-intro.json')\n"
+        "flow.run_dataframe(pd.DataFrame({'topic': ['owls'], 'tone': ['dry']}), progress=False)\n"
+        "print(sorted(m for m in ('polars', 'narwhals') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.strip() == "[]"
