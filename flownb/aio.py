@@ -29,6 +29,8 @@ __all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync"]
 
 T = TypeVar("T")
 
+# Seconds between checks for Ctrl-C while a sync call waits for its coroutine.
+_WAKE = 0.1
 # Seconds Ctrl-C waits for the cancelled coroutine to unwind before raising anyway.
 INTERRUPT_WAIT = 10.0
 
@@ -143,6 +145,11 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if stopper is not None:
         stopper.watch(future)
     try:
+        # Waited for in slices: a wait blocked in the kernel wakes for Ctrl-C only when the
+        # signal lands on this thread, which libraries running threads of their own (polars,
+        # once imported) make unlikely; a woken thread runs the pending handler at once.
+        while not future.done():
+            concurrent.futures.wait((future,), timeout=_WAKE)
         return future.result()
     except concurrent.futures.CancelledError:
         if stopper is None or not stopper.stopped:

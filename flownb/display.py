@@ -17,10 +17,12 @@ import binascii
 import html
 import io
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
+
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -230,7 +232,7 @@ def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:
             continue
         seen = 0
         for value in series.head(sample * 4).tolist():
-            if value is None or (isinstance(value, float) and value != value):
+            if _missing(value):
                 continue
             if not is_image_url(value):
                 seen = -1
@@ -270,11 +272,17 @@ def thumbnail_src(url: str, size: int = 96) -> str:
 
 
 class FrameView:
-    """A DataFrame shown with its image columns as thumbnails (HTML) and as text elsewhere.
+    """A DataFrame shown with its image columns as thumbnails (HTML) and as text elsewhere,
+    one page of rows at a time when it is long.
+
+    A frame longer than the page size shows one page (the first, unless ``page`` says) and a
+    line naming the rows shown, the total and how to see others: :meth:`page` for another page
+    as static HTML (what a saved notebook keeps), :meth:`pager` for buttons in a live notebook.
 
     Attributes:
         df: the DataFrame shown (not copied, not changed).
         columns: the image columns rendered as thumbnails.
+        page_number: the page shown, from 1.
     """
 
     def __init__(
@@ -284,20 +292,75 @@ class FrameView:
         *,
         size: int = 96,
         max_rows: int | None = None,
+        page: int = 1,
     ) -> None:
         self.df = df
         self.columns = list(columns) if columns is not None else image_columns(df)
         self.size = size
         self.max_rows = max_rows
+        self.page_number = _checked_page(page, self.pages)
 
-    def _shown(self) -> pd.DataFrame:
+    @property
+    def page_size(self) -> int:
+        """Rows per page: ``max_rows``, else pandas' ``display.max_rows`` (60 when unset)."""
         import pandas as pd
 
-        limit = self.max_rows or pd.get_option("display.max_rows") or 60
-        return self.df.head(limit) if len(self.df) > limit else self.df
+        return max(1, self.max_rows or pd.get_option("display.max_rows") or 60)
+
+    @property
+    def pages(self) -> int:
+        """How many pages the frame has (1 for a frame that fits on one)."""
+        return max(1, -(-len(self.df) // self.page_size))
+
+    def page(self, number: int) -> FrameView:
+        """Return a view of page ``number`` (from 1) of the same frame, with the same columns.
+
+        Raises:
+            ConfigError: ``number`` is not a page of this frame.
+        """
+        return FrameView(self.df, self.columns, size=self.size, max_rows=self.max_rows, page=number)
+
+    def pager(self) -> Any:
+        """Return an ipywidgets pager for a live notebook: the page's table, and buttons and a
+        page number that show other pages (the kernel renders each page when asked)."""
+        import ipywidgets as widgets
+
+        table = widgets.HTML(self._page_html(self.page_number))
+        number = widgets.BoundedIntText(
+            value=self.page_number,
+            min=1,
+            max=self.pages,
+            description="page",
+            layout=widgets.Layout(width="150px"),
+        )
+        back = widgets.Button(description="‹ previous", layout=widgets.Layout(width="110px"))
+        ahead = widgets.Button(description="next ›", layout=widgets.Layout(width="110px"))
+        status = widgets.Label(f"of {self.pages}")
+
+        def show(change: Any = None) -> None:
+            table.value = self._page_html(number.value)
+            back.disabled = number.value <= 1
+            ahead.disabled = number.value >= self.pages
+
+        def step(by: int) -> Callable[[Any], None]:
+            def click(_: Any) -> None:
+                number.value = min(self.pages, max(1, number.value + by))
+
+            return click
+
+        back.on_click(step(-1))
+        ahead.on_click(step(1))
+        number.observe(show, names="value")
+        show()
+        return widgets.VBox([widgets.HBox([back, number, status, ahead]), table])
+
+    def _rows(self, number: int) -> tuple[pd.DataFrame, int]:
+        """Return the rows of page ``number`` and the position of its first row."""
+        start = (number - 1) * self.page_size
+        return self.df.iloc[start : start + self.page_size], start
 
     def _cell(self, value: Any, thumbnail: bool) -> str:
-        if value is None or (isinstance(value, float) and value != value):
+        if _missing(value):
             return ""
         if thumbnail and is_image_url(value):
             raw = _thumbnail_src(value, self.size)
@@ -310,10 +373,10 @@ class FrameView:
             )
         return html.escape(str(value)).replace("\n", "<br/>")
 
-    def _repr_html_(self) -> str:
+    def _page_html(self, number: int) -> str:
         import pandas as pd
 
-        shown = self._shown()
+        shown, start = self._rows(number)
         thumbs = set(self.columns)
         # Escape every cell, header and index label ourselves, then let pandas lay out the table
         # without escaping, so only our <img> tags are markup.
@@ -326,25 +389,70 @@ class FrameView:
         )
         view.columns = [html.escape(str(c)) for c in shown.columns]
         table = view.to_html(escape=False, na_rep="")
-        more = len(self.df) - len(shown)
-        note = f"<p>… {more} more rows</p>" if more > 0 else ""
+        total = len(self.df)
+        note = ""
+        if total > len(shown) or number > 1:
+            first, last = start + 1, start + len(shown)
+            where = f"rows {first:,}–{last:,} of {total:,} (page {number} of {self.pages})"
+            others = number + 1 if number < self.pages else number - 1
+            note = (
+                f'<p class="flownb-pages">{where}; another page: '
+                f"<code>flownb.display_frame(df).page({others})</code>, or "
+                "<code>.pager()</code> for buttons</p>"
+            )
         return f'<div class="flownb-frame">{table}{note}</div>'
 
+    def _repr_html_(self) -> str:
+        return self._page_html(self.page_number)
+
     def __repr__(self) -> str:
-        return self.df.to_string(max_rows=self.max_rows or 60, max_colwidth=60)
+        shown, start = self._rows(self.page_number)
+        text = shown.to_string(max_colwidth=60)
+        if len(shown) < len(self.df):
+            text += (
+                f"\n[rows {start + 1:,}–{start + len(shown):,} of {len(self.df):,}, "
+                f"page {self.page_number} of {self.pages}]"
+            )
+        return text
+
+
+def _checked_page(number: int, pages: int) -> int:
+    """Return ``number`` if it is a page (1 to ``pages``).
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= pages:
+        raise ConfigError(f"page must be a whole number from 1 to {pages}, got {number!r}")
+    return number
+
+
+def _missing(value: Any) -> bool:
+    """Whether a cell is empty: None, NaN or pandas' <NA> (a failed row's output)."""
+    import pandas as pd
+
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 
 def display_frame(
-    df: pd.DataFrame, columns: Iterable[str] | None = None, *, size: int = 96
+    df: pd.DataFrame,
+    columns: Iterable[str] | None = None,
+    *,
+    size: int = 96,
+    page: int = 1,
+    page_size: int | None = None,
 ) -> FrameView:
     """Return ``df`` wrapped for display: image columns (found by content, or ``columns``) shown
-    as thumbnails ``size`` pixels wide in the notebook; plain text in a terminal.
+    as thumbnails ``size`` pixels wide in the notebook; plain text in a terminal. A frame longer
+    than ``page_size`` rows (default: pandas' ``display.max_rows``) shows page ``page``; see
+    :class:`FrameView` (``.page(n)``, ``.pager()``).
 
     Raises:
         TypeError: ``df`` is not a DataFrame.
+        ConfigError: ``page`` is not a page of the frame.
     """
     import pandas as pd
 
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"display_frame takes a pandas DataFrame, got {type(df).__name__}")
-    return FrameView(df, columns, size=size)
+    return FrameView(df, columns, size=size, max_rows=page_size, page=page)

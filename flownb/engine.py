@@ -61,6 +61,7 @@ class Plan:
     """What running a flow means: which nodes run, in which order, and what each output joins."""
 
     def __init__(self, graph: FlowGraph) -> None:
+        self.graph = graph  # what a run's picture draws (RunResult.to_svg)
         nodes = {n.id: n for n in graph.nodes}
         var_nodes = [n for n in graph.nodes if isinstance(n, VariableNode)]
         self.variables: tuple[str, ...] = tuple(
@@ -344,6 +345,7 @@ class Engine:
             time.perf_counter() - started,
             gens,
             self.trace_of,
+            plan,
         )
 
     def _warn_cut(self, gens: Sequence[Generation | None]) -> None:
@@ -428,28 +430,35 @@ class Engine:
         for i, values in enumerate(batch):
             if stop is not None and stop.is_set():
                 return
-            started = clock()
+            started = begun = clock()
             try:
                 if chained:
                     gens: list[Any] = [None] * len(steps)
                     for step in steps:
                         ctx = self._context(values, gens, step)
-                        gens[step.index] = generate(
-                            Call(
-                                step.kind,
-                                self._prompt(step, ctx),
-                                step.params,
-                                step.node_id,
-                                step.system,
-                            )
+                        call = Call(
+                            step.kind,
+                            self._prompt(step, ctx),
+                            step.params,
+                            step.node_id,
+                            step.system,
                         )
+                        gen = generate(call)
+                        # The node's own time (its prompt's rendering included), for its
+                        # picture: one clock read per node, from the previous node's end.
+                        now = clock()
+                        gen.latency, begun = now - begun, now
+                        gens[step.index] = gen
                 else:
                     gens = []
                     for kind, render, params, node_id, limit, step in calls:
                         prompt = render(values)
                         if len(prompt) > limit:  # measured before the provider does any work
                             raise InputError([prompt_problem(step, len(prompt), limit, values)])
-                        gens.append(generate(Call(kind, prompt, params, node_id, step.system)))
+                        gen = generate(Call(kind, prompt, params, node_id, step.system))
+                        now = clock()
+                        gen.latency, begun = now - begun, now
+                        gens.append(gen)
                 outcome = result(values, gens, started)
             except Exception as exc:
                 on_result(i, None, exc)
@@ -459,9 +468,14 @@ class Engine:
     # -- async path -----------------------------------------------------------------------------
 
     async def _call(self, step: Step, ctx: Mapping[str, str], runner: CallRunner) -> Generation:
-        return await runner(
+        """Return the node's generation, its ``latency`` set to the node's time here (waits for
+        a slot, retries and the cache included: what the node cost this run)."""
+        begun = time.perf_counter()
+        gen = await runner(
             Call(step.kind, self._prompt(step, ctx), step.params, step.node_id, step.system)
         )
+        gen.latency = time.perf_counter() - begun
+        return gen
 
     async def _run_element(self, values: Mapping[str, str], runner: CallRunner) -> RunResult:
         started = time.perf_counter()
@@ -547,6 +561,7 @@ class Engine:
                 time.perf_counter() - started,
                 gens,
                 self.trace_of,
+                plan,
             )
             if entries
             else None

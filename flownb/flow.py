@@ -24,7 +24,7 @@ from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
 from .flowspec import FlowSpec, flow_from_spec, spec_of
-from .graph import to_mermaid, to_svg
+from .graph import run_notes, to_mermaid, to_svg
 from .hooks import HOOKS, FrameOptions
 from .lint import warn_on_load
 from .media import MediaStore
@@ -416,26 +416,14 @@ class LocalFlow(BaseFlow):
     def to_svg(self, result: RunResult | None = None) -> str:
         """Return the flow drawn as a self-contained SVG: variables with their defaults,
         generation nodes with kind and model (the prompt on hover), outputs. With ``result``
-        (a run of this flow), each generation node that ran also shows its time and tokens,
-        and whether the cache served it."""
+        (a run of this flow), each generation node that ran also shows its time, tokens and
+        cost, or that the cache served it (see :func:`flownb.graph.run_notes`)."""
         return to_svg(self.graph, title=self.name, notes=self._run_notes(result))
 
     def _run_notes(self, result: RunResult | None) -> dict[str, str]:
         if result is None:
             return {}
-        notes: dict[str, str] = {}
-        for step, gen in zip(self.plan.steps, result.generations, strict=False):
-            if gen is None:
-                continue
-            parts = ["cached" if gen.cached else f"{gen.latency:.2f} s"]
-            usage = gen.usage or {}
-            tokens = usage.get("total_tokens") or (
-                usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-            )
-            if tokens:
-                parts.append(f"{tokens} tokens")
-            notes[step.node_id] = " · ".join(parts)
-        return notes
+        return run_notes([step.node_id for step in self.plan.steps], result.generations)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         # The picture for notebooks; Mermaid for front ends that render it; the Markdown list

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 from .errors import ConfigError, InputError, Problem, one_line
+from .frame_kinds import takes_any_frame
 from .hooks import HOOKS, FrameOptions
 from .inputs import PYTHON, Spelling, to_text
 from .notices import warn
@@ -32,6 +33,9 @@ INTERRUPTED = "interrupted before this row finished; run again to complete it"
 # The column naming, per row, the nodes whose text stopped at the token limit (only present
 # when some did).
 TRUNCATED = "truncated"
+# The dtype of every text column a run adds: pandas' string dtype (missing cells are <NA>),
+# about half the memory of object columns of str (pyarrow storage, where pyarrow is installed).
+TEXT = "string"
 
 
 def rows_to_variables(
@@ -155,6 +159,7 @@ def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:
     return names
 
 
+@takes_any_frame
 def run_dataframe(
     flow: BaseFlow,
     df: pd.DataFrame,
@@ -164,24 +169,26 @@ def run_dataframe(
     meter: CostMeter | None = None,
     **options: Unpack[FrameOptions],
 ) -> pd.DataFrame:
-    """Run ``flow`` once per row of ``df`` with ``options`` (``fill``, ``progress``,
-    ``concurrency``, ``error_column``, ``trace``: see :class:`~flownb.hooks.FrameOptions`).
-    ``spelling`` words input errors for the surface calling (see :func:`rows_to_variables`);
-    ``meter`` counts each finished row's cost.
+    """Run ``flow`` once per row of ``df`` (pandas, or polars: the result is the kind given;
+    see :mod:`flownb.frame_kinds`) with ``options`` (``fill``, ``progress``, ``concurrency``,
+    ``error_column``, ``trace``: see :class:`~flownb.hooks.FrameOptions`). ``spelling`` words
+    input errors for the surface calling (see :func:`rows_to_variables`); ``meter`` counts each
+    finished row's cost.
 
     ``trace=True`` adds one column per generation node that runs (its output, intermediate
     nodes included; see :attr:`RunResult.trace`), named like the node (`` (node)`` appended
     where that name is already a column).
 
     Returns:
-        A copy of ``df`` with a column per output (``None`` where the row failed; a row where
+        A copy of ``df`` with a text column (pandas' ``string`` dtype; polars ``String``)
+        per output (missing, ``<NA>``, where the row failed; a row where
         one node failed keeps the outputs of the others) and, when some rows failed or were
         interrupted, ``error_column`` holding each such row's message; when some answers
         stopped at the token limit, a ``truncated`` column naming those nodes per row. With
         ``fill``, the empty cells of the variables' columns hold ``fill`` (what the flow got).
 
     Raises:
-        TypeError: ``df`` is not a DataFrame.
+        TypeError: ``df`` is not a pandas or polars DataFrame (or is a lazy one).
         InputError: columns missing or cells empty without ``fill`` (see
             :func:`rows_to_variables`).
         ConfigError: ``trace=True`` for a flow that does not report its nodes (a remote flow).
@@ -243,9 +250,9 @@ def run_dataframe(
             if missing.any():
                 result[col] = result[col].astype(object).where(~missing, fill)
     for out, col in out_cols.items():
-        result[col] = pd.Series(values[out], index=df.index, dtype=object)
+        result[col] = pd.Series(values[out], index=df.index, dtype=TEXT)
     for node, col in trace_cols.items():
-        result[col] = pd.Series(traced[node], index=df.index, dtype=object)
+        result[col] = pd.Series(traced[node], index=df.index, dtype=TEXT)
     if interrupted:
         for i in range(n):
             if not done[i]:
@@ -256,12 +263,12 @@ def run_dataframe(
             f"marked in column {error_column!r}. Run again to complete them."
         )
     if any(e is not None for e in errors):
-        result[error_column] = pd.Series(errors, index=df.index, dtype=object)
+        result[error_column] = pd.Series(errors, index=df.index, dtype=TEXT)
     if any(t is not None for t in truncated):
         col = TRUNCATED
         while col in result.columns:
             col = f"{col}_output"
-        result[col] = pd.Series(truncated, index=df.index, dtype=object)
+        result[col] = pd.Series(truncated, index=df.index, dtype=TEXT)
     if slot is not None:
         slot.show(result)
     return result

@@ -3,7 +3,8 @@
 Pure functions of a :class:`~flownb.model.FlowGraph` (no network, no system binary, no
 provider): :func:`layout` places the nodes in columns by depth, :func:`to_svg` draws them,
 :func:`to_mermaid` writes the same picture as a ``flowchart LR`` for front ends that render
-Mermaid. ``notes`` adds a line under a node's box (a run's time, tokens and cost, say).
+Mermaid. ``notes`` adds a line under a node's box: :func:`run_notes` writes a run's time,
+tokens and cost per node, and :class:`Picture` shows such a drawing in a notebook.
 
 Everything that came from the flow file is escaped: labels, defaults and prompts are data.
 """
@@ -11,13 +12,14 @@ Everything that came from the flow file is escaped: labels, defaults and prompts
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 
-__all__ = ["Box", "Drawing", "layout", "to_mermaid", "to_svg"]
+__all__ = ["Box", "Drawing", "Picture", "layout", "run_notes", "to_mermaid", "to_svg"]
 
 BoxKind = Literal["variable", "text", "image", "output"]
 
@@ -25,6 +27,7 @@ BoxKind = Literal["variable", "text", "image", "output"]
 _BOX_W, _BOX_H, _NOTE_H = 210, 54, 16
 _COL_GAP, _ROW_GAP, _PAD = 70, 22, 16
 _CLIP = 30  # characters of a title or detail line before it is clipped with an ellipsis
+_NOTE_CLIP = 40  # a note is drawn smaller, so more of it fits
 
 # Fill and stroke per kind (colour-blind safe pairs; text stays dark on every fill).
 _COLOURS: Mapping[BoxKind, tuple[str, str]] = {
@@ -202,6 +205,8 @@ def to_svg(graph: FlowGraph, *, title: str = "", notes: Mapping[str, str] | None
         fill, stroke = _COLOURS[box.kind]
         dash = "" if box.runs else ' stroke-dasharray="5 4" opacity="0.6"'
         tip = box.tooltip or box.title
+        if box.id in notes:
+            tip += f"\n({notes[box.id]})"
         if not box.runs:
             tip += "\n(feeds no output: never runs)"
         parts += [
@@ -215,8 +220,8 @@ def to_svg(graph: FlowGraph, *, title: str = "", notes: Mapping[str, str] | None
         ]
         if box.id in notes:
             parts.append(
-                f'<text x="{x + 10}" y="{y + 58}" fill="#444" font-size="11">'
-                f"{esc(_clip(notes[box.id], _CLIP + 4))}</text>"
+                f'<text class="note" x="{x + 10}" y="{y + 58}" fill="#444" font-size="10">'
+                f"{esc(_clip(notes[box.id], _NOTE_CLIP))}</text>"
             )
         parts.append("</g>")
     parts.append("</svg>")
@@ -254,3 +259,61 @@ def to_mermaid(graph: FlowGraph, *, notes: Mapping[str, str] | None = None) -> s
         lines.append(f"  classDef {kind} fill:{fill},stroke:{stroke},color:#222")
     lines.append("  classDef idle stroke-dasharray:5 4,opacity:0.6")
     return "\n".join(lines) + "\n"
+
+
+def _dollars(amount: float) -> str:
+    """Return ``amount`` in dollars: cents from $1 up, else two significant digits (a call
+    costs fractions of a cent), never in exponent notation."""
+    if amount <= 0:
+        return "$0"
+    if amount < 1e-8:
+        return "~$0"
+    if amount >= 1:
+        return f"${amount:.2f}"
+    places = 1 - math.floor(math.log10(amount))
+    return f"${amount:.{places}f}"
+
+
+def run_notes(node_ids: Sequence[str], generations: Iterable[Any]) -> dict[str, str]:
+    """Return a note per generation node that ran, from its generation (``node_ids[i]`` made
+    ``generations[i]``; None: it did not run): ``cached`` or its time, then its tokens and its
+    cost, e.g. ``1.24 s · 340 tok · $0.0012`` or ``cached · 340 tok · saved $0.0012``. A cost
+    the price table does not know is ``$?``; one not priced (offline) is left out."""
+    notes: dict[str, str] = {}
+    for node_id, gen in zip(node_ids, generations, strict=False):
+        if gen is None:
+            continue
+        seconds = gen.latency
+        parts = [
+            "cached" if gen.cached else f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.0f} s"
+        ]
+        usage = gen.usage or {}
+        tokens = usage.get("total_tokens") or (
+            usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+        )
+        if tokens:
+            parts.append(f"{tokens:,} tok")
+        if gen.cost is not None:
+            money = "$?" if math.isnan(gen.cost) else _dollars(gen.cost)
+            parts.append(f"saved {money}" if gen.cached else money)
+        notes[node_id] = " · ".join(parts)
+    return notes
+
+
+class Picture:
+    """A drawing to show: the SVG in a notebook, ``text`` in a terminal.
+
+    Attributes:
+        svg: the picture (see :func:`to_svg`).
+        text: what a terminal shows instead.
+    """
+
+    def __init__(self, svg: str, text: str) -> None:
+        self.svg = svg
+        self.text = text
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"image/svg+xml": self.svg, "text/plain": self.text}
+
+    def __repr__(self) -> str:
+        return self.text

@@ -12,6 +12,7 @@ from typing import Any
 from . import frame, preview
 from .batching import run as batching
 from .flow import BaseFlow
+from .frame_kinds import takes_any_frame
 from .hooks import HOOKS
 from .scale import dask
 
@@ -61,7 +62,8 @@ def _live_slot(labels: Any) -> Any:
 
 HOOKS.register("run_dataframe", frame.run_dataframe)
 HOOKS.register("run_dask_dataframe", dask.run_dataframe)
-HOOKS.register("run_dataframe_batched", batching.run_dataframe_batched)
+# A polars frame through the batch API comes back as polars, as from the plain run.
+HOOKS.register("run_dataframe_batched", takes_any_frame(batching.run_dataframe_batched))
 HOOKS.register("preview", preview.preview_data)
 HOOKS.register("form", _form)
 # The notebook's live results view (flownb.notebook.live): a progress bar's replacement, None

@@ -72,6 +72,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "features",
         {
             "flownb.frame",
+            "flownb.frame_kinds",  # polars (narwhals) frames through the pandas frame features
             "flownb.preview",
             "flownb.scorers",
             "flownb.scale",
@@ -330,6 +331,7 @@ PRIVATE_ALLOWED = {
     # make_result fills a RunResult it made with dict.__new__ (the engine's per-row fast path).
     ("flownb.result", "_entries"),
     ("flownb.result", "_trace_of"),
+    ("flownb.result", "_plan"),  # the plan a run's picture draws (RunResult.to_svg)
     # ... and sets (or, unpickling, restores) the cost it computes lazily.
     ("flownb.result", "_costs"),
     # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).

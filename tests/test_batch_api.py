@@ -96,6 +96,20 @@ def test_a_repeated_prompt_is_one_line(fake: FakeOpenAI) -> None:
     assert list(out["echo"]) == ["echo: Say a", "echo: Say b", "echo: Say a", "echo: Say a"]
 
 
+def test_a_polars_frame_goes_through_the_batch_api_and_comes_back_as_polars(
+    fake: FakeOpenAI,
+) -> None:
+    import polars as pl
+
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    out = flow.run_dataframe(
+        pl.DataFrame({"word": ["a", "b", "a"]}), batch_api=True, progress=False
+    )
+    assert fake.batches.created == 1 and len(_uploaded_lines(fake)) == 2
+    assert isinstance(out, pl.DataFrame) and out.schema["echo"] == pl.String
+    assert out["echo"].to_list() == ["echo: Say a", "echo: Say b", "echo: Say a"]
+
+
 def test_a_chained_node_goes_in_a_second_batch_after_the_first(fake: FakeOpenAI) -> None:
     data = make_flow({"outline": "Outline {topic}", "draft": "Draft from {outline}"}, ["topic"])
     data["edges"].append({"id": "chain", "source": "node-outline", "target": "node-draft"})
@@ -116,7 +130,7 @@ def test_failed_lines_are_named_in_the_error_column_and_submitted_again(fake: Fa
     df = pd.DataFrame({"word": ["fine", "POISON", "also fine"]})
     out = flow.run_dataframe(df, batch_api=True, progress=False)
     assert out.loc[0, "echo"] == "echo: Say fine" and out.loc[2, "echo"] == "echo: Say also fine"
-    assert out.loc[1, "echo"] is None
+    assert out.loc[1, "echo"] is pd.NA
     assert "provider batch" in out.loc[1, "error"] and "POISON" in out.loc[1, "error"]
     assert out["error"].isna().sum() == 2
     # The next run re-submits only the failed call.

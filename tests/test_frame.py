@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 
@@ -73,6 +72,9 @@ def test_failed_rows_get_an_error_column_and_the_rest_still_run() -> None:
     assert out["out"].isna().tolist() == [False, True, False]
     assert out["error"].isna().tolist() == [True, False, True]
     assert "model refused" in out.loc[1, "error"]
+    # Text columns are pandas' string dtype: a failed row's output is <NA>, not None.
+    assert out["out"].dtype == pd.StringDtype() and out["error"].dtype == pd.StringDtype()
+    assert out.loc[1, "out"] is pd.NA and out.loc[0, "error"] is pd.NA
 
 
 def test_no_error_column_when_every_row_succeeds() -> None:
@@ -98,7 +100,7 @@ def test_interrupt_keeps_finished_rows_inline_path() -> None:
     with pytest.warns(UserWarning, match="interrupted: 3 of 6 rows"):
         out = flow.run_dataframe(df, progress=False)
     assert out["out"].tolist()[:3] == ["a|1", "b|2", "c|3"]
-    assert all(v is None or (isinstance(v, float) and math.isnan(v)) for v in out["out"][3:])
+    assert out["out"][3:].isna().all()
     assert out["error"].tolist()[3:] == [INTERRUPTED] * 3
 
 

@@ -1,17 +1,29 @@
 """The flow, drawn: SVG and Mermaid pictures of a flow's graph (flow.to_svg, flow.to_mermaid,
 the notebook bundle, ``flownb graph``)."""
 
+# ruff: noqa: F811
+
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+from genai_prices import Usage, calc_price
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from vendor_fakes import flow_with
+
 import flownb
+from flownb.errors import ConfigError
 from flownb.graph import layout
 from flownb.model import parse_flow
+from flownb.result import RunResult
+from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.providers_for_tests import EchoProvider
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -86,10 +98,79 @@ def test_a_run_adds_time_to_the_nodes_that_ran(blog_flow_path: Path) -> None:
     result = flow.run(topic="owls", tone="dry")
     nodes = _nodes(flow.to_svg(result))
     ran = [n.id for n in flow.graph.nodes if n.type in ("actionNode", "imageNode")]
-    for node_id in ran:
+    for node_id, gen in zip(ran, result.generations, strict=True):
         notes = _texts(nodes[node_id])
-        assert len(notes) == 3 and (notes[2].endswith(" s") or notes[2].startswith("cached"))
+        # The inline (offline) path times each node too; offline calls are not priced.
+        assert gen.latency > 0 and len(notes) == 3 and notes[2] == f"{gen.latency:.2f} s"
     assert all(len(_texts(nodes[n.id])) == 2 for n in flow.graph.nodes if n.id not in ran)
+    assert result.to_svg().count('class="note"') == len(ran)
+
+
+NOTE = re.compile(r"^(?P<s>\d+\.\d\d) s · (?P<tok>[\d,]+) tok · \$(?P<usd>0\.\d+)$")
+CACHED = re.compile(r"^cached · (?P<tok>[\d,]+) tok · saved \$(?P<usd>0\.\d+)$")
+
+
+def _notes(svg: str) -> dict[str, str]:
+    """Return each node's note line (the third text of its box), by node id."""
+    return {node_id: texts[2] for node_id, g in _nodes(svg).items() if len(texts := _texts(g)) > 2}
+
+
+def test_a_runs_picture_has_each_nodes_time_tokens_and_cost(fake: FakeOpenAI) -> None:
+    fake.configure(latency=0.15)
+    data = flow_with({"A": {"model": "gpt-4o-mini"}, "B": {"model": "gpt-4o"}})
+    flow = flownb.load_flow(data, name="priced")
+    result = flow.run(topic="owls and other birds of the night")
+    svg = result.to_svg()
+    assert svg == flow.to_svg(result).replace(
+        "<title>priced</title>", f"<title>{_title(svg)}</title>"
+    )
+    notes = _notes(svg)
+    assert set(notes) == {"node-A", "node-B"}
+    for node_id, model, gen in zip(
+        ("node-A", "node-B"), ("gpt-4o-mini", "gpt-4o"), result.generations, strict=True
+    ):
+        found = NOTE.match(notes[node_id])
+        assert found, notes[node_id]
+        # The fake answers after 0.15 s; its usage: the prompt's words in, one more word out.
+        assert float(found["s"]) >= 0.15 and found["s"] == f"{gen.latency:.2f}"
+        words = len(f"{node_id[-1]} about owls and other birds of the night".split())
+        assert int(found["tok"]) == 2 * words + 1 == gen.usage["total_tokens"]
+        assert float(found["usd"]) == pytest.approx(_price(model, words, words + 1), rel=0.05)
+    # The same run again: every node from the cache, with what it saved.
+    again = flow.run(topic="owls and other birds of the night")
+    for node_id, line in _notes(again.to_svg()).items():
+        found = CACHED.match(line)
+        assert found and found["usd"] == NOTE.match(notes[node_id])["usd"], line  # type: ignore[index]
+
+
+def test_each_node_is_timed_on_its_own(tmp_path: Path) -> None:
+    data = make_flow({"outline": "Outline {t}", "draft": "Draft {outline}"}, ["t"])
+    data["edges"].append({"id": "chain", "source": "node-outline", "target": "node-draft"})
+    flow = flownb.load_flow(data, provider=EchoProvider(delay=0.2))
+    result = flow.run(t="owls")
+    first, second = result.generations
+    assert first.latency >= 0.2 and second.latency >= 0.2
+    assert result.latency >= first.latency + second.latency  # one after the other, each its own
+    lines = result.trace_picture().text.splitlines()
+    # The echo provider reports no usage: no tokens, and a price nobody knows.
+    assert lines == [f"outline: {first.latency:.2f} s · $?", f"draft: {second.latency:.2f} s · $?"]
+    bundle = result.trace_picture()._repr_mimebundle_()
+    assert set(bundle) == {"image/svg+xml", "text/plain"}
+    assert set(_notes(bundle["image/svg+xml"])) == {"node-outline", "node-draft"}
+
+
+def test_a_remote_run_has_no_picture_and_says_why() -> None:
+    with pytest.raises(ConfigError, match="remote run reports only outputs"):
+        RunResult({"out": "text"}, provider="remote").to_svg()
+
+
+def _title(svg: str) -> str:
+    return ET.fromstring(svg).findtext(f"{SVG}title") or ""
+
+
+def _price(model: str, inp: int, out: int) -> float:
+    usage = Usage(input_tokens=inp, output_tokens=out)
+    return float(calc_price(usage, model, provider_id="openai").total_price)
 
 
 def test_the_notebook_view_is_the_picture_with_mermaid_and_text(blog_flow_path: Path) -> None:

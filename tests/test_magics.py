@@ -218,7 +218,7 @@ def test_batch_keeps_finished_rows_and_reports_failed_ones(ip: Any) -> None:
     ip.user_ns["df"] = pd.DataFrame({"text": ["fine", "boom", "also fine"]})
     with capture_output() as captured:
         out = magic(ip, "batch $f --df df --no-progress")
-    assert out["echo"].tolist() == ["text:said: fine", None, "text:said: also fine"]
+    assert out["echo"].tolist() == ["text:said: fine", pd.NA, "text:said: also fine"]
     assert out["error"].notna().tolist() == [False, True, False]
     assert "1 of 3 rows did not finish; see the 'error' column" in captured.stderr
 

@@ -103,7 +103,7 @@ def test_an_answer_cut_at_the_token_limit_keeps_its_text_warns_and_is_flagged(
     with pytest.warns(UserWarning, match="node 'out': the answer stopped at the token limit"):
         frame = flow.run_dataframe(pd.DataFrame({"a": ["LONG", "short"]}), progress=False)
     assert list(frame["out"]) == [echo("say LONG"), echo("say short")]
-    assert list(frame["truncated"]) == ["out", None]
+    assert list(frame["truncated"]) == ["out", pd.NA]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = flow.run(a="LONG")
@@ -182,8 +182,8 @@ def test_a_failed_node_keeps_the_rows_other_outputs(fake: FakeOpenAI, transport:
 
     frame = flow.run_dataframe(pd.DataFrame({"a": ["A", "B"]}), progress=False)
     assert list(frame["text"]) == [echo("say A"), echo("say B")]
-    assert frame["pic"][1] is None and frame["pic"][0].startswith("file://")
-    assert frame["error"][0] is None and "node 'pic' failed" in frame["error"][1]
+    assert frame["pic"][1] is pd.NA and frame["pic"][0].startswith("file://")
+    assert frame["error"][0] is pd.NA and "node 'pic' failed" in frame["error"][1]
 
 
 def test_a_node_downstream_of_a_failed_one_does_not_run(fake: FakeOpenAI) -> None:

@@ -95,7 +95,7 @@ def test_the_server_records_runs_in_the_run_log_only_when_asked(
 def test_the_dataframe_path_and_run_batch_log_alike() -> None:
     flow = flownb.load_flow(ECHO, provider=EchoProvider(fail_on="bad"))
     out = flow.run_dataframe(pd.DataFrame({"who": ["x", "bad"]}), progress=False)
-    assert list(out["say"]) == ["text:hi x", None]
+    assert list(out["say"]) == ["text:hi x", pd.NA]
     with pytest.raises(BatchError):
         flow.run_batch([{"who": "x"}, {"who": "bad"}])
     log = flownb.runs("flow")

@@ -178,12 +178,12 @@ def test_an_interrupted_frame_has_whole_rows_only_and_the_log_keeps_the_late_one
     with switching_often(), pytest.warns(UserWarning, match="interrupted"):
         out = flow.run_dataframe(df, progress=False, concurrency=n)
     # No "error" column would mean every row finished, so each must have its output.
-    errors = out["error"] if "error" in out else [None] * n
+    errors = out["error"] if "error" in out else [pd.NA] * n
     for i, word, said, error in zip(out.index, out["word"], out["say"], errors, strict=True):
-        if error is None:  # finished: with its output (a hanging one may end within the wait)
+        if error is pd.NA:  # finished: with its output (a hanging one may end within the wait)
             assert said in (f"said say {word}", f"late say {word}"), (i, word, said)
-        else:  # or marked unfinished, without one; never "done" with None
-            assert error == INTERRUPTED and said is None, (i, word, said, error)
+        else:  # or marked unfinished, without one; never "done" with <NA>
+            assert error == INTERRUPTED and said is pd.NA, (i, word, said, error)
     quick = ~out["word"].str.endswith("HANG")
     assert out.loc[quick, "say"].notna().all()  # every quick row is there
     # The rows that ended during the cleanup were paid for: the run log keeps them all.

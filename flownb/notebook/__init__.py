@@ -2,7 +2,8 @@
 
 Loading the extension registers the ``%flow`` / ``%%flow`` magics, the ``df.flownb`` pandas
 accessor, and an HTML view for DataFrames that hold image URLs (thumbnails instead of long
-URLs). Unloading removes the magics and the HTML view.
+URLs) or are longer than a page (one page of rows, and how to see the others). Unloading
+removes the magics and the HTML view.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ _state: dict[int, Any] = {}
 
 
 def _frame_html(df: Any) -> str | None:
-    """Return the HTML of ``df``: thumbnails when it has image-URL columns, else pandas' own."""
+    """Return the HTML of ``df``: flownb's view (thumbnails for image-URL columns; one page
+    of a long frame, with how to see the others) when it has image columns or more rows than
+    a page, else pandas' own."""
     from ..display import FrameView, image_columns
 
     try:
         columns = image_columns(df)
-        if columns:
-            return FrameView(df, columns)._repr_html_()
+        view = FrameView(df, columns)
+        if columns or view.pages > 1:
+            return view._repr_html_()
     except Exception:  # a frame shape we do not handle: pandas' own view, never a broken cell
         pass
     return df._repr_html_()

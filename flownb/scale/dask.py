@@ -1,9 +1,9 @@
 """``flow.run_dataframe(ddf)`` for a Dask DataFrame: the same batch, one partition per task.
 
 The result is lazy: a Dask DataFrame with the pandas path's columns (the input's, then one
-``object`` column per output) and, unlike the pandas path, **always** the error column (``None``
-where the row succeeded): a Dask DataFrame's columns are fixed before any partition runs, so
-the column cannot depend on whether some row fails. The index is kept.
+text (``string``) column per output) and, unlike the pandas path, **always** the error column
+(``<NA>`` where the row succeeded): a Dask DataFrame's columns are fixed before any partition
+runs, so the column cannot depend on whether some row fails. The index is kept.
 
 What travels to the workers is a :class:`~flownb.flowspec.FlowSpec` (the flow's JSON and run
 configuration, never an API key: workers read ``OPENAI_API_KEY`` from their own environment) and a
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from ..errors import ConfigError
 from ..flow import BaseFlow, LocalFlow
 from ..flowspec import FlowSpec, flow_from_spec
-from ..frame import _output_columns, rows_to_variables
+from ..frame import TEXT, _output_columns, rows_to_variables
 from ..frame import run_dataframe as run_pandas
 from ..hooks import FrameOptions
 from .limits import ClusterLimits, start_meters
@@ -89,9 +89,7 @@ class PartitionRunner:
                 error_column=self.error_column,
             )
         if self.error_column not in result.columns:
-            result[self.error_column] = pd.Series(
-                [None] * len(part), index=part.index, dtype=object
-            )
+            result[self.error_column] = pd.Series([None] * len(part), index=part.index, dtype=TEXT)
         return result
 
 
@@ -100,7 +98,7 @@ def _empty_result(part: pd.DataFrame, out_cols: Mapping[str, str], error_column:
 
     result = part.copy()
     for col in [*out_cols.values(), error_column]:
-        result[col] = pd.Series([], index=part.index[:0], dtype=object)
+        result[col] = pd.Series([], index=part.index[:0], dtype=TEXT)
     return result
 
 
@@ -120,8 +118,9 @@ def run_dataframe(
     together, for all partitions of this result.
 
     Returns:
-        A lazy Dask DataFrame: ``ddf``'s columns and index, one ``object`` column per output
-        (``None`` where the row failed) and ``error_column`` (``None`` where it succeeded).
+        A lazy Dask DataFrame: ``ddf``'s columns and index, one text (``string``) column
+        per output (``<NA>`` where the row failed) and ``error_column`` (``<NA>`` where it
+        succeeded).
 
     Raises:
         TypeError: ``flow`` does not run locally (a remote flow cannot travel to workers).
