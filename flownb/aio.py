@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import queue
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync"]
+__all__ = ["INTERRUPT_WAIT", "Stopper", "iterate_sync", "run_sync"]
 
 T = TypeVar("T")
 
@@ -156,5 +157,74 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         finished.wait(timeout=INTERRUPT_WAIT)
         raise
     finally:
+        if stopper is not None:
+            stopper.forget(future)
+
+
+_END = object()  # what the pump puts last: (_END, exception or None)
+
+
+def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
+    """Yield what the async iterator ``items`` yields, iterating it on flownb's background
+    loop (as :func:`run_sync` runs a coroutine), each item as soon as it is produced.
+
+    Closing the generator early (``break``) cancels the iteration there. Ctrl-C while waiting,
+    or a :class:`Stopper` stopped from another thread, cancels it too and raises
+    ``KeyboardInterrupt`` once it unwound (up to :data:`INTERRUPT_WAIT` seconds).
+
+    Raises:
+        Whatever ``items`` raises.
+        RuntimeError: called from a coroutine running on the background loop.
+    """
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise RuntimeError(
+            "flownb's sync API was called from its own event loop; use the async API"
+        )
+    found: queue.SimpleQueue[tuple[Any, BaseException | None]] = queue.SimpleQueue()
+    finished = threading.Event()
+
+    async def pump() -> None:
+        try:
+            async for item in items:
+                found.put((item, None))
+        except asyncio.CancelledError:
+            found.put((_END, KeyboardInterrupt()))
+            raise
+        except BaseException as exc:
+            found.put((_END, exc))
+        else:
+            found.put((_END, None))
+        finally:
+            finished.set()
+
+    def cancelled(fut: concurrent.futures.Future[None]) -> None:
+        if fut.cancelled():  # perhaps before pump ran at all: the consumer must not wait on
+            found.put((_END, KeyboardInterrupt()))
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(pump(), loop)
+    future.add_done_callback(cancelled)
+    stopper: Stopper | None = getattr(_local, "stopper", None)
+    if stopper is not None:
+        stopper.watch(future)
+    done = False
+    try:
+        while True:
+            item, exc = found.get()
+            if item is _END:
+                done = True
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        if not done:  # closed early, interrupted, or stopped: cancel, let it unwind
+            future.cancel()
+            finished.wait(timeout=INTERRUPT_WAIT)
         if stopper is not None:
             stopper.forget(future)

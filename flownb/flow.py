@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import variants
+from .aio import iterate_sync
 from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
+from .events import StreamEvent
 from .flowspec import FlowSpec, flow_from_spec, spec_of
 from .graph import to_mermaid, to_svg
 from .hooks import HOOKS
@@ -37,7 +40,7 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .settings import RunConfig, get_settings, resolve_run_config
+from .settings import RunConfig, get_settings, live_mode, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
@@ -104,12 +107,58 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
+        if _live_text_wanted():
+            # A notebook front end: the text is shown growing while it streams (see
+            # flownb.notebook.live_text), then the usual display of the returned result.
+            result: RunResult = HOOKS["live_run"](self, values)
+            return result
         outcome = Outcomes(1)
         self.run_each([values], outcome, check=False)
         try:
             return outcome.value()[0]
         except BatchError as exc:
             raise exc.errors[0] from None
+
+    def stream(
+        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+    ) -> Iterator[StreamEvent | RunResult]:
+        """Run the flow once, yielding its text as the provider streams it: a
+        :class:`~flownb.events.StreamEvent` per piece of text (``kind="text"``, the node, the
+        outputs it feeds, ``delta``) and per image when ready (``kind="image"``, ``url``), and
+        last the :class:`RunResult`, exactly what :meth:`run` returns (cached and logged alike:
+        a streamed run and a plain run of the same call share one cache entry).
+
+        Raises:
+            InputError, ProviderError: as :meth:`run` (after the events yielded before).
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+        return iterate_sync(self._astream(values))
+
+    async def astream(
+        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+    ) -> AsyncIterator[StreamEvent | RunResult]:
+        """Async :meth:`stream` on the caller's event loop: ``async for ev in flow.astream()``.
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+        async for item in self._astream(values):
+            yield item
+
+    async def _astream(self, values: Mapping[str, str]) -> AsyncIterator[StreamEvent | RunResult]:
+        """Yield a validated run's events, then its result. This default runs it whole and
+        yields each output at once (a flow without a streaming engine)."""
+        result = await self.arun(values)
+        for name, output in result.entries:
+            kind = "image" if result.is_image(name) else "text"
+            if kind == "image":
+                yield StreamEvent("image", name, (name,), url=output)
+            elif output:
+                yield StreamEvent("text", name, (name,), output)
+        yield result
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
@@ -320,6 +369,19 @@ class BaseFlow(ABC):
         )
 
 
+def _live_text_wanted() -> bool:
+    """Return whether a single run should show its text growing: only in a notebook kernel's
+    main thread (a form's worker thread shows it in the form), and as ``FLOWNB_LIVE`` says
+    (``auto``: when a notebook front end is there; ``1``: always in a kernel; ``0``: never)."""
+    if "ipykernel" not in sys.modules or threading.current_thread() is not threading.main_thread():
+        return False  # cheap checks first: scripts and worker threads never pay for more
+    mode = live_mode()
+    if mode == "0":
+        return False
+    wanted: bool = HOOKS["live_wanted"](mode)
+    return wanted
+
+
 def _is_dask_frame(df: Any) -> bool:
     # Without importing dask: a Dask DataFrame exists only if dask.dataframe was imported.
     dd = sys.modules.get("dask.dataframe")
@@ -482,6 +544,28 @@ class LocalFlow(BaseFlow):
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
         await self.runner.arun(batch, on_result, concurrency=concurrency)
+
+    async def _astream(self, values: Mapping[str, str]) -> AsyncIterator[StreamEvent | RunResult]:
+        """Yield a validated run's events as the provider streams, then its result."""
+        events: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        task = asyncio.ensure_future(self.runner.stream_one(values, events.put_nowait))
+        try:
+            while not task.done() or not events.empty():
+                if events.empty():
+                    getter = asyncio.ensure_future(events.get())
+                    await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()
+                        continue
+                    yield getter.result()
+                else:
+                    yield events.get_nowait()
+            result = task.result()  # the run's error, if it failed, raised as run() raises it
+        finally:
+            if not task.done():  # the consumer stopped early: the run stops too
+                task.cancel()
+                await asyncio.wait({task})
+        yield result
 
     def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
         """Return a new flow running ``graph`` with this flow's provider instance (its

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
+    "LIVE_MODES",
     "SERVE_CONFIG",
     "RunConfig",
     "Settings",
@@ -38,6 +39,7 @@ __all__ = [
     "env_value",
     "export_serve_config",
     "get_settings",
+    "live_mode",
     "media_dir",
     "resolve_endpoint",
     "resolve_run_config",
@@ -98,6 +100,25 @@ class Settings:
     def media_dir(self) -> Path:
         """Where generated images are written (``FLOWNB_HOME/media``)."""
         return media_dir(self.home)
+
+
+# FLOWNB_LIVE: whether notebook runs show live views (streamed text growing): "auto" (when a
+# notebook front end shows them), "1" (in any kernel) or "0" (never).
+LIVE_MODES = ("auto", "1", "0")
+
+
+def live_mode() -> str:
+    """Return ``FLOWNB_LIVE`` (``auto``, ``1`` or ``0``; unset or blank: ``auto``).
+
+    Raises:
+        ConfigError: another value.
+    """
+    raw = (os.environ.get("FLOWNB_LIVE") or "auto").strip().lower()
+    aliases = {"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0", "no": "0"}
+    mode = aliases.get(raw, raw)
+    if mode not in LIVE_MODES:
+        raise ConfigError(f"FLOWNB_LIVE must be auto, 1 or 0, got {raw!r}")
+    return mode
 
 
 def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float | int | None:
