@@ -23,12 +23,13 @@ import concurrent.futures
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["INTERRUPT_WAIT", "Stopper", "iterate_sync", "run_sync"]
+__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync", "stream_sync"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # Seconds Ctrl-C waits for the cancelled coroutine to unwind before raising anyway.
 INTERRUPT_WAIT = 10.0
@@ -161,19 +162,22 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             stopper.forget(future)
 
 
-_END = object()  # what the pump puts last: (_END, exception or None)
+_END = object()  # what the runner puts last: (_END, its result or exception)
 
 
-def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
-    """Yield what the async iterator ``items`` yields, iterating it on flownb's background
-    loop (as :func:`run_sync` runs a coroutine), each item as soon as it is produced.
+def stream_sync(
+    run: Callable[[Callable[[T], None]], Coroutine[Any, Any, R]],
+) -> Iterator[T | R]:
+    """Run the coroutine ``run(emit)`` on flownb's background loop (as :func:`run_sync`
+    does), yielding each item it passes to ``emit`` the moment it does (``emit`` may be called
+    from the loop's thread only), then its return value.
 
-    Closing the generator early (``break``) cancels the iteration there. Ctrl-C while waiting,
-    or a :class:`Stopper` stopped from another thread, cancels it too and raises
+    Closing the generator early (``break``) cancels the run there. Ctrl-C while waiting, or a
+    :class:`Stopper` stopped from another thread, cancels it too and raises
     ``KeyboardInterrupt`` once it unwound (up to :data:`INTERRUPT_WAIT` seconds).
 
     Raises:
-        Whatever ``items`` raises.
+        Whatever the coroutine raises (after the items emitted before).
         RuntimeError: called from a coroutine running on the background loop.
     """
     loop = _background_loop()
@@ -185,29 +189,31 @@ def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
         raise RuntimeError(
             "flownb's sync API was called from its own event loop; use the async API"
         )
-    found: queue.SimpleQueue[tuple[Any, BaseException | None]] = queue.SimpleQueue()
+    found: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
     finished = threading.Event()
 
-    async def pump() -> None:
+    def emit(item: T) -> None:
+        found.put((item, None))
+
+    async def runner() -> None:
         try:
-            async for item in items:
-                found.put((item, None))
+            result = await run(emit)
         except asyncio.CancelledError:
             found.put((_END, KeyboardInterrupt()))
             raise
         except BaseException as exc:
             found.put((_END, exc))
         else:
-            found.put((_END, None))
+            found.put((_END, (result,)))
         finally:
             finished.set()
 
     def cancelled(fut: concurrent.futures.Future[None]) -> None:
-        if fut.cancelled():  # perhaps before pump ran at all: the consumer must not wait on
+        if fut.cancelled():  # perhaps before runner started: the consumer must not wait on
             found.put((_END, KeyboardInterrupt()))
             finished.set()
 
-    future = asyncio.run_coroutine_threadsafe(pump(), loop)
+    future = asyncio.run_coroutine_threadsafe(runner(), loop)
     future.add_done_callback(cancelled)
     stopper: Stopper | None = getattr(_local, "stopper", None)
     if stopper is not None:
@@ -215,13 +221,15 @@ def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
     done = False
     try:
         while True:
-            item, exc = found.get()
-            if item is _END:
-                done = True
-                if exc is not None:
-                    raise exc
-                return
-            yield item
+            item, end = found.get()
+            if item is not _END:
+                yield item
+                continue
+            done = True
+            if isinstance(end, BaseException):
+                raise end
+            yield end[0]
+            return
     finally:
         if not done:  # closed early, interrupted, or stopped: cancel, let it unwind
             future.cancel()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import variants
-from .aio import iterate_sync
+from .aio import stream_sync
 from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
@@ -133,7 +133,9 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
-        return iterate_sync(self._astream(values))
+        # Each event goes from the loop straight to this thread's queue: nothing the run does
+        # after it (caching, logging) holds it back.
+        return stream_sync(lambda emit: self._stream_run(values, emit))
 
     async def astream(
         self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
@@ -145,20 +147,43 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
-        async for item in self._astream(values):
-            yield item
+        events: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        task = asyncio.ensure_future(self._stream_run(values, events.put_nowait))
+        try:
+            while not task.done() or not events.empty():
+                if events.empty():
+                    getter = asyncio.ensure_future(events.get())
+                    await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()
+                        continue
+                    yield getter.result()
+                else:
+                    yield events.get_nowait()
+            result = task.result()  # the run's error, if it failed, raised as run() raises it
+        finally:
+            if not task.done():  # the consumer stopped early: the run stops too
+                task.cancel()
+                await asyncio.wait({task})
+        yield result
 
-    async def _astream(self, values: Mapping[str, str]) -> AsyncIterator[StreamEvent | RunResult]:
-        """Yield a validated run's events, then its result. This default runs it whole and
-        yields each output at once (a flow without a streaming engine)."""
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        """Run validated ``values`` once on the caller's loop, passing ``emit`` each event as
+        it happens; return the result. This default runs it whole, then emits each output at
+        once (a flow without a streaming engine).
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
         result = await self.arun(values)
         for name, output in result.entries:
-            kind = "image" if result.is_image(name) else "text"
-            if kind == "image":
-                yield StreamEvent("image", name, (name,), url=output)
+            if result.is_image(name):
+                emit(StreamEvent("image", name, (name,), url=output))
             elif output:
-                yield StreamEvent("text", name, (name,), output)
-        yield result
+                emit(StreamEvent("text", name, (name,), output))
+        return result
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
@@ -545,27 +570,12 @@ class LocalFlow(BaseFlow):
     ) -> None:
         await self.runner.arun(batch, on_result, concurrency=concurrency)
 
-    async def _astream(self, values: Mapping[str, str]) -> AsyncIterator[StreamEvent | RunResult]:
-        """Yield a validated run's events as the provider streams, then its result."""
-        events: asyncio.Queue[StreamEvent] = asyncio.Queue()
-        task = asyncio.ensure_future(self.runner.stream_one(values, events.put_nowait))
-        try:
-            while not task.done() or not events.empty():
-                if events.empty():
-                    getter = asyncio.ensure_future(events.get())
-                    await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                    if not getter.done():
-                        getter.cancel()
-                        continue
-                    yield getter.result()
-                else:
-                    yield events.get_nowait()
-            result = task.result()  # the run's error, if it failed, raised as run() raises it
-        finally:
-            if not task.done():  # the consumer stopped early: the run stops too
-                task.cancel()
-                await asyncio.wait({task})
-        yield result
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        """Run validated ``values`` once, passing ``emit`` each piece of text as the provider
+        streams it and each image when ready; return the result (see Runner.stream_one)."""
+        return await self.runner.stream_one(values, emit)
 
     def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
         """Return a new flow running ``graph`` with this flow's provider instance (its

@@ -39,6 +39,13 @@ candidate with the highest such score (the first on ties). The grades mean nothi
 they make evaluations against the fake show real, reproducible numbers. Scripted ``replies``
 (below) take precedence.
 
+Streaming: a chat request with ``stream: true`` is answered as OpenAI streams, server-sent
+``chat.completion.chunk`` events (one per word of the answer, ``stream_delay`` seconds apart),
+the finish reason, the usage chunk when ``stream_options.include_usage`` asks for it, then
+``data: [DONE]``. The send time of every word is recorded (:attr:`FakeOpenAI.streams`, on
+``time.perf_counter``'s clock), so a test can compare when its client saw text with when the
+fake sent it. The Anthropic and Gemini fakes stream the same way in their own formats.
+
 Control routes (for a server in another process): ``GET /_fake/stats`` returns the counters,
 ``POST /_fake/reset`` clears them, ``POST /_fake/config`` changes latency/faults/markers.
 """
@@ -74,6 +81,9 @@ __all__ = [
     "main",
     "scripted_answer",
     "scripted_reply",
+    "send_stream",
+    "split_words",
+    "sse_event",
 ]
 
 FAULTS = ("429", "500", "hang", "drop")
@@ -145,6 +155,8 @@ class FakeConfig:
     instant_429: float = 0.0
     # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
     usage_details: dict[str, Any] = field(default_factory=dict)
+    # Seconds between two words of a streamed answer (``stream: true``).
+    stream_delay: float = 0.0
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -176,6 +188,8 @@ class _State:
         self.window_start = 0.0
         self.window_used = 0
         self.batches = BatchBackend(config, self.answer_live)
+        # Per streamed answer: (perf_counter time, word) for every word, as it was sent.
+        self.streams: list[list[tuple[float, str]]] = []
 
     def answer_live(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Return the body the fake answers ``body`` with on ``path`` (for batch lines)."""
@@ -192,6 +206,7 @@ class _State:
         self.peak_in_flight = self.in_flight
         self.answered = 0
         self.answered_prompts.clear()
+        self.streams.clear()
         self.faults_sent = dict.fromkeys(FAULTS, 0)
         self.limited = 0
         self.window_start = 0.0
@@ -421,6 +436,79 @@ def _answer(
     return {"created": created, "data": items, "usage": usage}
 
 
+_WORDS = re.compile(r"\s+|\S+\s*")
+
+
+def split_words(text: str) -> list[str]:
+    """Return ``text`` as the pieces a fake streams: each word with the spaces after it."""
+    return _WORDS.findall(text)
+
+
+def sse_event(data: Any, event: str | None = None) -> bytes:
+    """Return one server-sent event: ``data`` as JSON (a ``str`` as it is), and its name."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+async def send_stream(
+    request: web.Request,
+    state: _State,
+    events: list[tuple[str, bytes]],
+    headers: Mapping[str, str],
+) -> web.StreamResponse:
+    """Send ``events`` (``(word, bytes)``: the word an event carries, ``""`` for none) as an
+    event stream, ``stream_delay`` seconds between two words, recording each word's send time.
+
+    Raises:
+        asyncio.CancelledError: the client went away part-way.
+    """
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
+    )
+    sent: list[tuple[float, str]] = []
+    state.streams.append(sent)
+    delay = state.config.stream_delay
+    try:
+        await response.prepare(request)
+        for word, payload in events:
+            if word and sent and delay:
+                await asyncio.sleep(delay)
+            await response.write(payload)
+            if word:
+                sent.append((time.perf_counter(), word))
+        await response.write_eof()
+    except ConnectionError:  # the client is gone: the rest was never sent
+        raise asyncio.CancelledError from None
+    return response
+
+
+def _chat_stream(usual: Mapping[str, Any], usage: bool) -> list[tuple[str, bytes]]:
+    """Return the events OpenAI streams for the chat answer ``usual`` (choice 0)."""
+    base = {
+        "id": usual["id"],
+        "object": "chat.completion.chunk",
+        "created": usual["created"],
+        "model": usual["model"],
+    }
+    if usage:
+        base["usage"] = None  # as OpenAI sends it on every chunk but the last
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return sse_event({**base, "choices": [choice]})
+
+    first = usual["choices"][0]
+    content = first["message"].get("content") or ""
+    events = [("", chunk({"role": "assistant", "content": "", "refusal": None}))]
+    events += [(word, chunk({"content": word})) for word in split_words(str(content))]
+    events.append(("", chunk({}, first["finish_reason"])))
+    if usage:
+        events.append(("", sse_event({**base, "choices": [], "usage": usual["usage"]})))
+    events.append(("", b"data: [DONE]\n\n"))
+    return events
+
+
 def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake API over ``state``."""
 
@@ -505,6 +593,17 @@ def make_app(state: _State) -> web.Application:
             usual = _answer(request.path, body, prompt, config, base, state.images)
             headers = {"x-request-id": "req_fake_ok", **limit_headers}
             scripted = scripted_answer(prompt, config.answers)
+            if (
+                scripted is None
+                and body.get("stream")
+                and request.path.endswith("/chat/completions")
+            ):
+                options = body.get("stream_options") or {}
+                events = _chat_stream(usual, bool(options.get("include_usage")))
+                response = await send_stream(request, state, events, headers)
+                state.answered += 1
+                state.answered_prompts.append(prompt)
+                return response
             if scripted is not None:
                 response = _scripted_response(scripted, usual, headers)
             else:
@@ -619,6 +718,12 @@ class FakeOpenAI:
     def answered_prompts(self) -> list[str]:
         """The prompt of every request answered with a 200, in order."""
         return self.state.answered_prompts
+
+    @property
+    def streams(self) -> list[list[tuple[float, str]]]:
+        """Per streamed answer, in order: ``(time.perf_counter() when sent, word)`` for every
+        word it sent."""
+        return self.state.streams
 
     @property
     def peak_in_flight(self) -> int:
