@@ -39,6 +39,7 @@ __all__ = [
     "env_value",
     "export_serve_config",
     "get_settings",
+    "jupyter_session",
     "live_mode",
     "media_dir",
     "resolve_endpoint",
@@ -119,6 +120,12 @@ def live_mode() -> str:
     if mode not in LIVE_MODES:
         raise ConfigError(f"FLOWNB_LIVE must be auto, 1 or 0, got {raw!r}")
     return mode
+
+
+def jupyter_session() -> str | None:
+    """Return the notebook a Jupyter server started this kernel for (``JPY_SESSION_NAME``,
+    which JupyterLab and Notebook 7 set; nbconvert and nbval do not), or None."""
+    return os.environ.get("JPY_SESSION_NAME") or None
 
 
 def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float | int | None:

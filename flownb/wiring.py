@@ -23,8 +23,22 @@ def _form(flow: BaseFlow) -> Any:
     return FlowForm(flow)
 
 
+def _live_wanted(mode: str) -> bool:
+    from .notebook.live_text import wanted  # imported only inside a kernel
+
+    return wanted(mode)
+
+
+def _live_run(flow: BaseFlow, values: Any) -> Any:
+    from .notebook.live_text import live_run
+
+    return live_run(flow, values)
+
+
 HOOKS.register("run_dataframe", frame.run_dataframe)
 HOOKS.register("run_dask_dataframe", dask.run_dataframe)
 HOOKS.register("run_dataframe_batched", batching.run_dataframe_batched)
 HOOKS.register("preview", preview.preview_data)
 HOOKS.register("form", _form)
+HOOKS.register("live_wanted", _live_wanted)
+HOOKS.register("live_run", _live_run)

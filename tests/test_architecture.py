@@ -62,6 +62,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.endpoints",  # named ways to reach a model; settings resolves them
             "flownb.pricing",  # what a call costs, from the maintained price table
             "flownb.meter",  # money spent so far, for bars and the CLI's total line
+            "flownb.events",  # what a streamed run yields before its result
         },
     ),
     # flownb.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
