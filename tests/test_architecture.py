@@ -86,6 +86,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb",
             "flownb.__main__",
             "flownb.cli",
+            "flownb.terminal",  # a single run's text printed as it streams (flownb run)
             "flownb.opening",
             "flownb.wiring",
             "flownb.evaluation.cli",
