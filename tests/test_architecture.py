@@ -68,7 +68,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     # flownb.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog", "flownb.tracing"}),
     ("engine/pipeline", {"flownb.engine", "flownb.pipeline"}),
-    ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client"}),
+    ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client", "flownb.client_stream"}),
     (
         "features",
         {

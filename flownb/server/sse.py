@@ -1,0 +1,117 @@
+"""The run route's streaming extension: ``POST /api/flows/run/{id}`` with
+``Accept: text/event-stream`` answers a one-element run as server-sent events while it runs.
+
+Beyond the contract (which is unchanged without that header). The events, each ``data`` one
+line of JSON:
+
+- ``text``: ``{"node", "outputs", "delta"}``: new text of a generation node, as its provider
+  streams it (``outputs``: the outputs the node feeds);
+- ``image``: ``{"node", "outputs", "url"}``: an image, once it is ready;
+- ``restart``: ``{"node", "outputs"}``: the node's text so far is void (a retried attempt);
+- ``result``: the contract's run response, exactly the JSON body the same request without the
+  header gets (the items of an object body; ``[items]`` for an array of one);
+- ``error``: the contract's error body, plus its HTTP ``status``, when the run failed (partial
+  outputs kept as in the JSON answer).
+
+Exactly one of ``result`` and ``error`` ends the stream. What is refused before the run starts
+(authentication, an unknown flow, invalid variables, a prompt over the limit) is answered as
+without the header: a JSON error with its status. A batch of several elements cannot stream:
+it is answered as JSON when the ``Accept`` header also takes ``application/json`` (or
+``*/*``), else ``406 not_acceptable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import orjson
+from starlette.responses import StreamingResponse
+
+from ..events import StreamEvent
+from ..pipeline import Runner
+from ..result import RunResult
+from .errors import batch_problem, error_body
+
+__all__ = ["EVENT_STREAM", "accepts", "event_stream"]
+
+EVENT_STREAM = "text/event-stream"
+
+
+def accepts(accept: str | None, media_type: str) -> bool:
+    """Return whether an ``Accept`` header names ``media_type`` (or its ``type/*``, or
+    ``*/*``) with a non-zero quality."""
+    if not accept:
+        return False
+    kind = media_type.split("/", 1)[0]
+    for part in accept.split(","):
+        name, *params = (p.strip().lower() for p in part.split(";"))
+        if name not in (media_type, f"{kind}/*", "*/*"):
+            continue
+        q = next((p[2:] for p in params if p.startswith("q=")), "1")
+        try:
+            if float(q) > 0:
+                return True
+        except ValueError:
+            return True
+    return False
+
+
+def _event(name: str, data: Any) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def _encoded(event: StreamEvent) -> bytes:
+    data: dict[str, Any] = {"node": event.node, "outputs": list(event.outputs)}
+    if event.kind == "text":
+        data["delta"] = event.delta
+    elif event.kind == "image":
+        data["url"] = event.url
+    return _event(event.kind, data)
+
+
+def event_stream(
+    runner: Runner,
+    values: Mapping[str, str],
+    *,
+    request_id: str,
+    single: bool,
+    partial_items: Callable[[BaseException], Any],
+) -> StreamingResponse:
+    """Return the streaming answer for one validated run (``single``: the body was an object,
+    else an array of one). ``partial_items`` gives the items a failed run kept. A client that
+    goes away cancels the run."""
+
+    async def events() -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+        task = asyncio.ensure_future(runner.stream_one(values, queue.put_nowait))
+        try:
+            while not task.done() or not queue.empty():
+                if queue.empty():
+                    getter = asyncio.ensure_future(queue.get())
+                    await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()
+                        continue
+                    yield _encoded(getter.result())
+                else:
+                    yield _encoded(queue.get_nowait())
+            exc = task.exception()
+        finally:
+            if not task.done():  # the client went away: the run stops
+                task.cancel()
+                await asyncio.wait({task})
+        if exc is None:
+            result: RunResult = task.result()
+            items = result.to_items()
+            yield _event("result", items if single else [items])
+            return
+        problem = batch_problem({0: exc}, [partial_items(exc)], request_id, indexed=not single)
+        yield _event("error", {"status": problem.status, **error_body(problem, request_id)})
+
+    return StreamingResponse(
+        events(),
+        media_type=EVENT_STREAM,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
