@@ -22,6 +22,7 @@ BENCHMARKS = {
     "dask_scale": "Dask on 2 process workers vs pandas; cluster C=32 vs ideal; serve --workers",
     "batch_api": "50,000 requests through the batch API: client CPU and memory vs a bare loop",
     "endpoints": "2 endpoints x 1,000 calls, one with 10% 429s: the clean one vs alone",
+    "stream_first_token": "first streamed text seen vs the provider's first token (aim <= 50 ms)",
 }
 
 
