@@ -214,3 +214,25 @@ def test_gemini_streams_through_its_fake(gemini_fake: FakeGemini) -> None:  # no
     ).run(topic="tides turn slowly here")
     assert plain == result
     assert plain.generations[0].usage == result.generations[0].usage
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "sdk"])
+def test_a_stream_cut_off_is_retried_and_its_text_restarts(
+    fake: FakeOpenAI,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    transport: str,
+) -> None:
+    monkeypatch.setenv("FLOWNB_OPENAI_TRANSPORT", transport)
+    fake.configure(stream_cut={"CUT": 2})
+    try:
+        flow = flownb.load_flow(make_flow({"a": "{x}"}, ["x"]))
+        items = list(flow.stream(x="CUT one two three"))
+    finally:
+        fake.configure(stream_cut={})
+    kinds = [e.kind for e in items[:-1]]
+    assert kinds == ["text", "text", "restart"] + ["text"] * 5  # cut after 2 words, then whole
+    after = items[kinds.index("restart") + 1 : -1]
+    assert "".join(e.delta for e in after) == "echo: CUT one two three"
+    assert items[-1] == {"a": "echo: CUT one two three"}
+    assert len(fake.requests) == 2
+    assert flow.run(x="CUT one two three") == items[-1] and len(fake.requests) == 2

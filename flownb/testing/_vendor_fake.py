@@ -120,7 +120,7 @@ def handler(
             headers = {"request-id": "req_fake_ok", "x-request-id": "req_fake_ok", **limit_headers}
             events = vendor.stream(request, body, answer)
             if events is not None:
-                streamed = await send_stream(request, state, events, headers)
+                streamed = await send_stream(request, state, events, headers, prompt)
                 state.answered += 1
                 state.answered_prompts.append(prompt)
                 return streamed

@@ -44,7 +44,8 @@ Streaming: a chat request with ``stream: true`` is answered as OpenAI streams, s
 the finish reason, the usage chunk when ``stream_options.include_usage`` asks for it, then
 ``data: [DONE]``. The send time of every word is recorded (:attr:`FakeOpenAI.streams`, on
 ``time.perf_counter``'s clock), so a test can compare when its client saw text with when the
-fake sent it. The Anthropic and Gemini fakes stream the same way in their own formats.
+fake sent it; ``stream_cut`` drops the connection part-way through a stream (once per prompt),
+as a broken link does. The Anthropic and Gemini fakes stream the same way in their own formats.
 
 Control routes (for a server in another process): ``GET /_fake/stats`` returns the counters,
 ``POST /_fake/reset`` clears them, ``POST /_fake/config`` changes latency/faults/markers.
@@ -157,6 +158,9 @@ class FakeConfig:
     usage_details: dict[str, Any] = field(default_factory=dict)
     # Seconds between two words of a streamed answer (``stream: true``).
     stream_delay: float = 0.0
+    # marker -> N: the first streamed answer to a prompt containing the marker is cut off (the
+    # connection dropped) after N words; the prompt's next request streams whole.
+    stream_cut: dict[str, int] = field(default_factory=dict)
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -190,6 +194,7 @@ class _State:
         self.batches = BatchBackend(config, self.answer_live)
         # Per streamed answer: (perf_counter time, word) for every word, as it was sent.
         self.streams: list[list[tuple[float, str]]] = []
+        self.cut_prompts: set[str] = set()  # prompts whose stream was cut once (stream_cut)
 
     def answer_live(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Return the body the fake answers ``body`` with on ``path`` (for batch lines)."""
@@ -207,6 +212,7 @@ class _State:
         self.answered = 0
         self.answered_prompts.clear()
         self.streams.clear()
+        self.cut_prompts.clear()
         self.faults_sent = dict.fromkeys(FAULTS, 0)
         self.limited = 0
         self.window_start = 0.0
@@ -456,13 +462,21 @@ async def send_stream(
     state: _State,
     events: list[tuple[str, bytes]],
     headers: Mapping[str, str],
+    prompt: str = "",
 ) -> web.StreamResponse:
     """Send ``events`` (``(word, bytes)``: the word an event carries, ``""`` for none) as an
-    event stream, ``stream_delay`` seconds between two words, recording each word's send time.
+    event stream, ``stream_delay`` seconds between two words, recording each word's send time;
+    cut off after as many words as ``stream_cut`` says for ``prompt`` (once per prompt).
 
     Raises:
-        asyncio.CancelledError: the client went away part-way.
+        asyncio.CancelledError: the client went away part-way, or the stream was cut.
     """
+    cut = None
+    for marker, words in state.config.stream_cut.items():
+        if marker and marker in prompt and prompt not in state.cut_prompts:
+            state.cut_prompts.add(prompt)
+            cut = words
+            break
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )
@@ -474,6 +488,10 @@ async def send_stream(
         for word, payload in events:
             if word and sent and delay:
                 await asyncio.sleep(delay)
+            if word and cut is not None and len(sent) >= cut:
+                if request.transport is not None:
+                    request.transport.abort()  # dropped mid-answer, as a broken link does
+                raise asyncio.CancelledError
             await response.write(payload)
             if word:
                 sent.append((time.perf_counter(), word))
@@ -600,7 +618,7 @@ def make_app(state: _State) -> web.Application:
             ):
                 options = body.get("stream_options") or {}
                 events = _chat_stream(usual, bool(options.get("include_usage")))
-                response = await send_stream(request, state, events, headers)
+                response = await send_stream(request, state, events, headers, prompt)
                 state.answered += 1
                 state.answered_prompts.append(prompt)
                 return response
