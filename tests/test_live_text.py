@@ -178,3 +178,16 @@ def test_the_live_area_is_throttled_and_shows_the_first_text_at_once() -> None:
     view.add(StreamEvent("restart", "a", ("a",)))
     view.flush()
     assert shown[-1] == "a: "
+
+
+def test_runs_in_a_loop_share_one_live_area(kernel: Any, streaming_fake: FakeOpenAI) -> None:
+    reply, messages = execute(
+        kernel, "results = [flow.run(x=f'loop {i} of words') for i in range(3)]"
+    )
+    assert reply["status"] == "ok"
+    created = [m for _, m in messages if m["msg_type"] == "display_data"]
+    assert len(created) == 1  # one area, updated by every run, emptied after each
+    display_id = created[0]["content"]["transient"]["display_id"]
+    updates = [m for _, m in messages if m["msg_type"] == "update_display_data"]
+    assert {m["content"]["transient"]["display_id"] for m in updates} == {display_id}
+    assert [m["content"]["data"] for m in updates].count({}) == 3

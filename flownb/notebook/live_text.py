@@ -135,6 +135,12 @@ def consume(items: Iterable[Any], view: LiveText) -> RunResult:
     return result
 
 
+# The live area of the cell running now: (the cell's execution count, its display handle). One
+# area per cell, reused by every run the cell makes (a loop of runs leaves one empty output in
+# the saved notebook, not one per run).
+_cell_area: tuple[int, Any] | None = None
+
+
 def live_run(flow: BaseFlow, values: Mapping[str, str]) -> RunResult:
     """Run ``flow`` once on validated ``values`` with a live area below the cell (see the
     module docstring); return the result, as ``flow.run`` does.
@@ -142,21 +148,29 @@ def live_run(flow: BaseFlow, values: Mapping[str, str]) -> RunResult:
     Raises:
         What ``flow.run`` raises; the live area is emptied either way.
     """
+    global _cell_area
+    from IPython import get_ipython
     from IPython.display import display
 
-    handle: Any = None
+    shell = get_ipython()
+    cell = getattr(shell, "execution_count", 0)
+    handle: Any = _cell_area[1] if _cell_area is not None and _cell_area[0] == cell else None
+    used = False
 
     def show(markup: str, plain: str) -> None:
-        nonlocal handle
+        nonlocal handle, used
+        global _cell_area
         bundle = {"text/html": markup, "text/plain": plain}
+        used = True
         if handle is None:
             handle = display(bundle, raw=True, display_id=True)
+            _cell_area = (cell, handle)
         else:
             handle.update(bundle, raw=True)
 
     try:
         return consume(flow.stream(values), LiveText(show))
     finally:
-        if handle is not None:
+        if used:
             # Emptied, not left behind: the result's own display follows, as without a stream.
             handle.update({}, raw=True)
