@@ -141,3 +141,10 @@ def test_remote_flow_streams(server: Running, fake: FakeOpenAI) -> None:
     assert str(streamed.value).split(" (request id")[0] == str(plain.value).split(" (request id")[0]
     with pytest.raises(flownb.InputError):
         flow.stream(y="unknown")
+
+
+def test_only_an_explicit_accept_streams(server: Running) -> None:
+    for accept in ("*/*", "text/*", "application/json", "text/event-stream;q=0, */*"):
+        resp = _stream(server, {"x": "plain"}, accept=accept)
+        assert resp.status_code == 200 and resp.headers["content-type"] == "application/json"
+        assert resp.json() == [{"name": "story", "output": "echo: plain", "type": "output"}]

@@ -442,7 +442,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
         _current_request.set(request)  # media URLs use the address this caller used
         accept = request.headers.get("accept")
-        if accept and EVENT_STREAM in accept:  # the streaming extension (see server/sse.py)
+        # The streaming extension (see server/sse.py): asked for by name, never by */*.
+        if accept and EVENT_STREAM in accept and accepts(accept, EVENT_STREAM, exact=True):
             if len(batch) == 1:
                 return event_stream(
                     flow.runner,

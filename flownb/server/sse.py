@@ -39,15 +39,16 @@ __all__ = ["EVENT_STREAM", "accepts", "event_stream"]
 EVENT_STREAM = "text/event-stream"
 
 
-def accepts(accept: str | None, media_type: str) -> bool:
-    """Return whether an ``Accept`` header names ``media_type`` (or its ``type/*``, or
-    ``*/*``) with a non-zero quality."""
+def accepts(accept: str | None, media_type: str, *, exact: bool = False) -> bool:
+    """Return whether an ``Accept`` header names ``media_type`` (or, unless ``exact``, its
+    ``type/*`` or ``*/*``) with a non-zero quality."""
     if not accept:
         return False
     kind = media_type.split("/", 1)[0]
+    names = (media_type,) if exact else (media_type, f"{kind}/*", "*/*")
     for part in accept.split(","):
         name, *params = (p.strip().lower() for p in part.split(";"))
-        if name not in (media_type, f"{kind}/*", "*/*"):
+        if name not in names:
             continue
         q = next((p[2:] for p in params if p.startswith("q=")), "1")
         try:
