@@ -256,7 +256,9 @@ class Client:
     ) -> Generator[tuple[str, Any], None, None]:
         """Run a flow once with ``Accept: text/event-stream``; yield each server-sent event as
         ``(name, data)`` as it arrives (see :mod:`flownb.server.sse`). A service that answers
-        JSON instead yields one ``("result", items)``. Not retried.
+        JSON instead yields one ``("result", items)``. Before the stream starts, an answer
+        worth retrying (429, 502-504, a dropped connection) or a refusal to stream (406) falls
+        back to :meth:`run` (retried as usual); once text has come, nothing is retried.
 
         Raises:
             InputError, FlowNotFound, AuthError, ApiError: as the service answered.
@@ -265,9 +267,14 @@ class Client:
         url = self._url("run", flow_id)
         try:
             resp = self._request("POST", url, {"variables": dict(variables)}, stream=True)
-        except _Dropped as exc:
-            raise ServiceUnavailable(f"POST {_path(url)}: connection dropped ({exc})") from None
+        except _Dropped:
+            yield "result", self.run(flow_id, variables)
+            return
         with resp:
+            if resp.status_code == 406 or resp.status_code in RETRY_STATUSES:
+                resp.close()
+                yield "result", self.run(flow_id, variables)
+                return
             if resp.status_code >= 400:
                 raise _error_from(resp)
             if "text/event-stream" not in resp.headers.get("content-type", ""):
@@ -627,16 +634,22 @@ class RemoteFlow(BaseFlow):
         def work() -> RunResult:
             started = time.perf_counter()
             events = self.client.stream_run(self.flow_id, values)
+            streamed = False
             try:
                 for name, data in events:
                     if stop.is_set():
                         raise KeyboardInterrupt  # the caller is gone: stop reading
                     if name == "result":
-                        return self._result(_items(data), time.perf_counter() - started)
+                        result = self._result(_items(data), time.perf_counter() - started)
+                        if not streamed:  # answered whole (no streaming there): each output
+                            for whole in _whole(result):
+                                loop.call_soon_threadsafe(emit, whole)
+                        return result
                     if name == "error":
                         raise error_of(data)
                     event = _event_of(name, data)
                     if event is not None:
+                        streamed = True
                         loop.call_soon_threadsafe(emit, event)
             finally:
                 events.close()  # closes the response, whatever ended the loop
@@ -655,6 +668,17 @@ def _items(data: Any) -> Items:
     if not isinstance(data, list) or not all(isinstance(i, dict) for i in data):
         raise ApiError("unexpected run output in the service's event stream", status=200)
     return data
+
+
+def _whole(result: RunResult) -> list[StreamEvent]:
+    """Return the events of a result that came whole: one per output, text or image."""
+    return [
+        StreamEvent("image", name, (name,), url=value)
+        if result.is_image(name)
+        else StreamEvent("text", name, (name,), value)
+        for name, value in result.entries
+        if value or result.is_image(name)
+    ]
 
 
 def _event_of(name: str, data: Any) -> StreamEvent | None:

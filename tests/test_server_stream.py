@@ -148,3 +148,30 @@ def test_only_an_explicit_accept_streams(server: Running) -> None:
         resp = _stream(server, {"x": "plain"}, accept=accept)
         assert resp.status_code == 200 and resp.headers["content-type"] == "application/json"
         assert resp.json() == [{"name": "story", "output": "echo: plain", "type": "output"}]
+
+
+def test_a_service_that_will_not_stream_still_runs(
+    server: Running, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers worth retrying, or a 406, before the stream starts: the client falls back to
+    the plain run route (retried as usual), and the caller still gets the result."""
+    import flownb.server.sse as sse
+
+    calls: list[str] = []
+    real = sse.event_stream
+
+    def refuse_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append("stream")
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"code": "overloaded", "message": "busy"}, status_code=503)
+
+    monkeypatch.setattr("flownb.server.app.event_stream", refuse_once)
+    flow = flownb.Client(server.url, server.key, backoff=0.01).flow("story")
+    items = list(flow.stream(x="fallback please"))
+    assert calls == ["stream"]
+    assert items == [
+        StreamEvent("text", "story", ("story",), "echo: fallback please"),
+        {"story": "echo: fallback please"},
+    ]
+    assert real is sse.event_stream
