@@ -37,6 +37,7 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
         answers={},
         stream_delay=0.0,
         stream_cut={},
+        refuse_stream=False,
     )
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

@@ -236,3 +236,20 @@ def test_a_stream_cut_off_is_retried_and_its_text_restarts(
     assert items[-1] == {"a": "echo: CUT one two three"}
     assert len(fake.requests) == 2
     assert flow.run(x="CUT one two three") == items[-1] and len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "sdk"])
+def test_a_server_that_cannot_stream_answers_plainly(
+    fake: FakeOpenAI,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    transport: str,
+) -> None:
+    monkeypatch.setenv("FLOWNB_OPENAI_TRANSPORT", transport)
+    fake.configure(refuse_stream=True)
+    flow = flownb.load_flow(make_flow({"a": "{x}"}, ["x"]))
+    items = list(flow.stream(x="no streams here"))
+    assert items == [
+        StreamEvent("text", "a", ("a",), "echo: no streams here"),
+        {"a": "echo: no streams here"},
+    ]
+    assert [body.get("stream") for body in fake.requests] == [True, None]

@@ -541,6 +541,11 @@ def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) ->
     return text, finish
 
 
+# Statuses with which a server may refuse a streamed request it would answer plainly (an
+# OpenAI-compatible server without streaming, or without stream_options).
+_NO_STREAM = frozenset({400, 404, 415, 422, 501})
+
+
 def _chunk_of(text: str, status: int, headers: Mapping[str, str], key: str | None) -> Any:
     """Return one streamed chunk decoded.
 
@@ -1196,10 +1201,19 @@ class OpenAIProvider(Provider):
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
         info: dict[str, Any] = {}
         chunks = ChatChunks()
-        async for chunk in self._transport.stream(prepared.endpoint, streamed, info):
-            text = chunks.add(chunk)
-            if text:
-                yield text
+        try:
+            async for chunk in self._transport.stream(prepared.endpoint, streamed, info):
+                text = chunks.add(chunk)
+                if text:
+                    yield text
+        except ProviderError as exc:
+            # A compatible server that refuses to stream (or stream_options) before any text:
+            # the plain call instead, which answers, or fails as a plain run would.
+            if chunks.seen or exc.status not in _NO_STREAM:
+                raise
+            async for piece in super().stream(call):
+                yield piece
+            return
         yield self.text_answer(
             chunks.answer(), prepared, body, info.get("request_id"), info.get("limits")
         )

@@ -161,6 +161,8 @@ class FakeConfig:
     # marker -> N: the first streamed answer to a prompt containing the marker is cut off (the
     # connection dropped) after N words; the prompt's next request streams whole.
     stream_cut: dict[str, int] = field(default_factory=dict)
+    # Answer every ``stream: true`` request 400, as a compatible server without streaming does.
+    refuse_stream: bool = False
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -550,6 +552,12 @@ def make_app(state: _State) -> web.Application:
                 return _error(400, "you must provide a model parameter", "invalid_request_error")
             prompt = _prompt_of(request.path, body)
             config = state.config
+            if config.refuse_stream and body.get("stream"):
+                return _error(
+                    400,
+                    "Unrecognized request arguments supplied: stream, stream_options",
+                    "invalid_request_error",
+                )
             limit_headers: dict[str, str] = {}
             if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
                 state.limited += 1  # refused at once, as a provider's concurrency limit does
