@@ -98,6 +98,10 @@ class BaseFlow(ABC):
     def run(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
         """Run the flow once. Variables come as a mapping, keyword arguments, or both.
 
+        In a notebook front end the text shows growing below the cell while the provider
+        streams it (see :mod:`flownb.notebook.live_text`; ``FLOWNB_LIVE``); the result is the
+        same either way.
+
         Returns:
             A :class:`RunResult`: output name -> text or image URL, with a rich display.
 
