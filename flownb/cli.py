@@ -427,9 +427,9 @@ def _out_target(out_path: str | None, out_format: str | None) -> tuple[str, str]
 def _streams_to_terminal() -> bool:
     """Whether a single run's text is printed as it streams: stdout is a terminal (and
     ``FLOWNB_LIVE`` is not ``0``); redirected output stays exactly the result's text."""
-    from .settings import live_mode
+    from .settings import live_view_mode
 
-    return sys.stdout.isatty() and live_mode() != "0"
+    return sys.stdout.isatty() and live_view_mode() != "off"
 
 
 def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:

@@ -40,7 +40,7 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .settings import RunConfig, get_settings, live_mode, resolve_run_config
+from .settings import RunConfig, get_settings, live_view_mode, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
@@ -401,11 +401,11 @@ class BaseFlow(ABC):
 def _live_text_wanted() -> bool:
     """Return whether a single run should show its text growing: only in a notebook kernel's
     main thread (a form's worker thread shows it in the form), and as ``FLOWNB_LIVE`` says
-    (``auto``: when a notebook front end is there; ``1``: always in a kernel; ``0``: never)."""
+    (``auto``: when a notebook front end is there; ``1``/on: in any kernel; ``0``/off: never)."""
     if "ipykernel" not in sys.modules or threading.current_thread() is not threading.main_thread():
         return False  # cheap checks first: scripts and worker threads never pay for more
-    mode = live_mode()
-    if mode == "0":
+    mode = live_view_mode()
+    if mode == "off":
         return False
     wanted: bool = HOOKS["live_wanted"](mode)
     return wanted

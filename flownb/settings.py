@@ -30,7 +30,6 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
-    "LIVE_MODES",
     "SERVE_CONFIG",
     "RunConfig",
     "Settings",
@@ -39,8 +38,6 @@ __all__ = [
     "env_value",
     "export_serve_config",
     "get_settings",
-    "jupyter_session",
-    "live_mode",
     "media_dir",
     "resolve_endpoint",
     "resolve_run_config",
@@ -101,31 +98,6 @@ class Settings:
     def media_dir(self) -> Path:
         """Where generated images are written (``FLOWNB_HOME/media``)."""
         return media_dir(self.home)
-
-
-# FLOWNB_LIVE: whether notebook runs show live views (streamed text growing): "auto" (when a
-# notebook front end shows them), "1" (in any kernel) or "0" (never).
-LIVE_MODES = ("auto", "1", "0")
-
-
-def live_mode() -> str:
-    """Return ``FLOWNB_LIVE`` (``auto``, ``1`` or ``0``; unset or blank: ``auto``).
-
-    Raises:
-        ConfigError: another value.
-    """
-    raw = (os.environ.get("FLOWNB_LIVE") or "auto").strip().lower()
-    aliases = {"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0", "no": "0"}
-    mode = aliases.get(raw, raw)
-    if mode not in LIVE_MODES:
-        raise ConfigError(f"FLOWNB_LIVE must be auto, 1 or 0, got {raw!r}")
-    return mode
-
-
-def jupyter_session() -> str | None:
-    """Return the notebook a Jupyter server started this kernel for (``JPY_SESSION_NAME``,
-    which JupyterLab and Notebook 7 set; nbconvert and nbval do not), or None."""
-    return os.environ.get("JPY_SESSION_NAME") or None
 
 
 def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float | int | None:
@@ -267,6 +239,23 @@ class RunConfig:
     def replace(self, **changes: object) -> RunConfig:
         """Return a copy with ``changes`` applied (the config itself is frozen)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def live_view_mode() -> str:
+    """Return ``FLOWNB_LIVE`` as ``"auto"``, ``"on"`` or ``"off"``, read now (live views in
+    notebooks and terminals: the streamed text growing).
+
+    Raises:
+        ConfigError: ``FLOWNB_LIVE`` is set to something else than auto, 1 or 0.
+    """
+    value = (os.environ.get("FLOWNB_LIVE") or "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value in ("1", "true", "yes", "on"):
+        return "on"
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    raise ConfigError(f"FLOWNB_LIVE must be auto, 1 or 0 (on/off), got {value!r}")
 
 
 def resolve_run_config(

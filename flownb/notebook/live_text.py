@@ -7,9 +7,10 @@ area is emptied, and the returned :class:`~flownb.RunResult` shows as it always 
 notebook holds the usual static outputs, no widget state.
 
 Whether a front end is there (``FLOWNB_LIVE=auto``, the default): an IPython kernel a Jupyter
-server started for a notebook (JupyterLab, Notebook 7: ``JPY_SESSION_NAME``) or VS Code's
-(``__vsc_ipynb_file__``). nbconvert, nbval, plain IPython and scripts get no live area.
-``FLOWNB_LIVE=1`` shows it in any kernel, ``0`` never.
+server started for a notebook (JupyterLab, Notebook 7: ipykernel then sets ``__session__``) or
+VS Code's (``__vsc_ipynb_file__``), as the live results view of batches decides. nbconvert,
+nbval, papermill, plain IPython and scripts get no live area. ``FLOWNB_LIVE=1`` shows it in any
+kernel, ``0`` never.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..events import StreamEvent
-from ..settings import jupyter_session
 
 if TYPE_CHECKING:
     from ..flow import BaseFlow
@@ -34,26 +34,30 @@ __all__ = ["INTERVAL", "LiveText", "in_front_end", "live_run", "wanted"]
 INTERVAL = 0.2
 
 
-def in_front_end() -> bool:
-    """Return whether this process is an IPython kernel a notebook front end shows."""
+def _in_kernel() -> bool:
     kernelbase = sys.modules.get("ipykernel.kernelbase")
-    if kernelbase is None or not kernelbase.Kernel.initialized():
+    return kernelbase is not None and kernelbase.Kernel.initialized()
+
+
+def in_front_end() -> bool:
+    """Return whether this process is an IPython kernel a notebook front end shows: started
+    by a Jupyter server for a notebook (ipykernel sets ``__session__`` from the server's
+    ``JPY_SESSION_NAME``) or by VS Code (``__vsc_ipynb_file__``); not by nbclient."""
+    if not _in_kernel():
         return False
-    if jupyter_session():
-        return True
     from IPython import get_ipython
 
-    shell = get_ipython()
-    return shell is not None and "__vsc_ipynb_file__" in shell.user_ns
+    names = getattr(get_ipython(), "user_ns", {})
+    return "__session__" in names or "__vsc_ipynb_file__" in names
 
 
 def wanted(mode: str) -> bool:
-    """Return whether a run should show a live area, for ``FLOWNB_LIVE`` ``mode``."""
-    if mode == "0":
+    """Return whether a run should show a live area, for ``FLOWNB_LIVE`` ``mode`` (``auto``,
+    ``on`` or ``off``, as :func:`flownb.settings.live_view_mode` gives it)."""
+    if mode == "off":
         return False
-    if mode == "1":
-        kernelbase = sys.modules.get("ipykernel.kernelbase")
-        return kernelbase is not None and kernelbase.Kernel.initialized()
+    if mode == "on":
+        return _in_kernel()
     return in_front_end()
 
 

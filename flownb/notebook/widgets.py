@@ -38,7 +38,7 @@ import ipywidgets as widgets
 from ..aio import Stopper
 from ..display import output_bundles
 from ..errors import InputError, one_line
-from ..settings import live_mode
+from ..settings import live_view_mode
 from .live_text import LiveText, consume
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ class FlowForm(widgets.VBox):
         started = time.perf_counter()
         try:
             with stopper:
-                if live_mode() == "0":
+                if live_view_mode() == "off":
                     result = self.flow.run(values)
                 else:  # the text grows in the live area as it streams
                     result = consume(self.flow.stream(values), LiveText(self._show_live))
