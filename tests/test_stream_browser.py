@@ -96,15 +96,16 @@ def test_a_streamed_run_grows_in_jupyterlab(
             _run_all_cells(page)
 
             # flow.run as the cell's value: part of the answer on screen while it streams.
-            live = page.locator(".jp-OutputArea .flownb-live").first
+            run_cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+            live = run_cell.locator(".jp-OutputArea .flownb-live").first
             live.wait_for(state="visible", timeout=60_000)
             playwright_sync.expect(live).to_contain_text("echo: word1", timeout=30_000)
             seen = live.inner_text()
             page.screenshot(path=str(ARTIFACTS / "browser-stream-live.png"))
             assert _partial(seen), seen
-            result = page.locator(".jp-OutputArea-output", has_text="word20").first
+            result = run_cell.locator(".jp-OutputArea-output", has_text="word20").first
             result.wait_for(state="visible", timeout=60_000)
-            playwright_sync.expect(page.locator(".jp-OutputArea .flownb-live")).to_have_count(
+            playwright_sync.expect(run_cell.locator(".flownb-live")).to_have_count(
                 0, timeout=30_000
             )
 
