@@ -155,18 +155,16 @@ def test_a_service_that_will_not_stream_still_runs(
 ) -> None:
     """Answers worth retrying, or a 406, before the stream starts: the client falls back to
     the plain run route (retried as usual), and the caller still gets the result."""
-    import flownb.server.sse as sse
-
     calls: list[str] = []
-    real = sse.event_stream
 
-    def refuse_once(*args: Any, **kwargs: Any) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
         calls.append("stream")
         from starlette.responses import JSONResponse
 
         return JSONResponse({"code": "overloaded", "message": "busy"}, status_code=503)
 
-    monkeypatch.setattr("flownb.server.app.event_stream", refuse_once)
+    # The server as one that cannot stream now: 503 to every streamed request.
+    monkeypatch.setattr("flownb.server.sse.event_stream", refuse)
     flow = flownb.Client(server.url, server.key, backoff=0.01).flow("story")
     items = list(flow.stream(x="fallback please"))
     assert calls == ["stream"]
@@ -174,4 +172,3 @@ def test_a_service_that_will_not_stream_still_runs(
         StreamEvent("text", "story", ("story",), "echo: fallback please"),
         {"story": "echo: fallback please"},
     ]
-    assert real is sse.event_stream

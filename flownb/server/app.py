@@ -63,7 +63,7 @@ from .schemas import (
     RUN_RESPONSES,
     Health,
 )
-from .sse import EVENT_STREAM, accepts, event_stream
+from .sse import streamed_run
 from .store import FlowStore, StoredFlow
 
 __all__ = ["ServerConfig", "app_from_env", "checked_variables", "create_app", "parse_run_body"]
@@ -441,24 +441,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         flow.runner.engine.check_prompts(batch, indexed=not single)
 
         _current_request.set(request)  # media URLs use the address this caller used
-        accept = request.headers.get("accept")
-        # The streaming extension (see server/sse.py): asked for by name, never by */*.
-        if accept and EVENT_STREAM in accept and accepts(accept, EVENT_STREAM, exact=True):
-            if len(batch) == 1:
-                return event_stream(
-                    flow.runner,
-                    batch[0],
-                    request_id=_rid(request),
-                    single=single,
-                    partial_items=_partial_items,
-                )
-            if not accepts(accept, "application/json"):
-                raise ApiProblem(
-                    406,
-                    "not_acceptable",
-                    "only a run of one element streams (Accept: text/event-stream); send a "
-                    "batch with Accept: application/json",
-                )
+        streamed = streamed_run(  # the event-stream extension (server/sse.py), if asked for
+            request.headers.get("accept"),
+            flow.runner,
+            batch,
+            single=single,
+            request_id=_rid(request),
+            partial_items=_partial_items,
+        )
+        if streamed is not None:
+            return streamed
         collect = Outcomes(len(batch))
         work = flow.runner.arun(batch, collect)
         if flow.runner.on_loop(len(batch)):

@@ -23,7 +23,7 @@ it is answered as JSON when the ``Accept`` header also takes ``application/json`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -32,9 +32,9 @@ from starlette.responses import StreamingResponse
 from ..events import StreamEvent
 from ..pipeline import Runner
 from ..result import RunResult
-from .errors import batch_problem, error_body
+from .errors import ApiProblem, batch_problem, error_body
 
-__all__ = ["EVENT_STREAM", "accepts", "event_stream"]
+__all__ = ["EVENT_STREAM", "accepts", "event_stream", "streamed_run"]
 
 EVENT_STREAM = "text/event-stream"
 
@@ -57,6 +57,39 @@ def accepts(accept: str | None, media_type: str, *, exact: bool = False) -> bool
         except ValueError:
             return True
     return False
+
+
+def streamed_run(
+    accept: str | None,
+    runner: Runner,
+    batch: Sequence[Mapping[str, str]],
+    *,
+    single: bool,
+    request_id: str,
+    partial_items: Callable[[BaseException], Any],
+) -> StreamingResponse | None:
+    """Return the streaming answer when ``accept`` names ``text/event-stream`` and ``batch``
+    (validated) has one element; None when the usual JSON answer is wanted (no such header, or
+    a batch whose ``Accept`` also takes JSON).
+
+    Raises:
+        ApiProblem: 406 ``not_acceptable``: a batch of several asked only for a stream.
+    """
+    # Asked for by name, never by */*: the check is cheap for every other request.
+    if not accept or EVENT_STREAM not in accept or not accepts(accept, EVENT_STREAM, exact=True):
+        return None
+    if len(batch) == 1:
+        return event_stream(
+            runner, batch[0], request_id=request_id, single=single, partial_items=partial_items
+        )
+    if accepts(accept, "application/json"):
+        return None
+    raise ApiProblem(
+        406,
+        "not_acceptable",
+        "only a run of one element streams (Accept: text/event-stream); send a batch with "
+        "Accept: application/json",
+    )
 
 
 def _event(name: str, data: Any) -> bytes:
