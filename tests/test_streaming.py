@@ -253,3 +253,22 @@ def test_a_server_that_cannot_stream_answers_plainly(
         {"a": "echo: no streams here"},
     ]
     assert [body.get("stream") for body in fake.requests] == [True, None]
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "sdk"])
+def test_a_whole_answer_to_a_streamed_request_is_read_as_one_piece(
+    fake: FakeOpenAI,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    transport: str,
+) -> None:
+    """A server that answers a streamed request with one JSON body (as the fake's scripted
+    answers do): its text comes as one event, and the result is the plain run's."""
+    monkeypatch.setenv("FLOWNB_OPENAI_TRANSPORT", transport)
+    fake.configure(answers={"WHOLE": {"message": {"role": "assistant", "content": "all at once"}}})
+    flow = flownb.load_flow(make_flow({"a": "{x}"}, ["x"]), cache=False)
+    items = list(flow.stream(x="WHOLE"))
+    assert items == [StreamEvent("text", "a", ("a",), "all at once"), {"a": "all at once"}]
+    assert fake.requests[-1]["stream"] is True
+    plain = flow.run(x="WHOLE")
+    assert plain == items[-1]
+    assert plain.generations[0].usage == items[-1].generations[0].usage

@@ -818,7 +818,9 @@ class _AiohttpTransport:
                 url, data=json.dumps(body), headers=headers, proxy=self.proxy
             ) as resp:
                 request_id = resp.headers.get("x-request-id")
-                if resp.status >= 400 or "event-stream" not in resp.content_type:
+                # Read as events unless it says JSON: some servers stream as text/plain.
+                whole = "json" in resp.content_type and "event-stream" not in resp.content_type
+                if resp.status >= 400 or whole:
                     raw = await resp.read()
                     try:
                         data = json.loads(raw)
@@ -1011,6 +1013,18 @@ class _SdkTransport:
                 extra_body=rest,
             )
             info.update(request_id=raw.headers.get("x-request-id"), limits=rate_limits(raw.headers))
+            kind = raw.headers.get("content-type", "")
+            if "json" in kind and "event-stream" not in kind:  # answered whole, not streamed
+                content = await raw.http_response.aread()
+                try:
+                    data = json.loads(content)
+                except ValueError as exc:
+                    text = content.decode("utf-8", "replace")
+                    raise _not_json(raw.status_code, text, None) from exc
+                if not isinstance(data, dict):
+                    raise _not_json(raw.status_code, data, None)
+                yield _as_chunk(data)
+                return
             async for chunk in raw.parse():
                 yield chunk.model_dump(mode="json", exclude_unset=True)
         except openai.OpenAIError as exc:
