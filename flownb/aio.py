@@ -23,10 +23,10 @@ import concurrent.futures
 import os
 import queue
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync", "stream_sync"]
+__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync", "stream_async", "stream_sync"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -236,3 +236,34 @@ def stream_sync(
             finished.wait(timeout=INTERRUPT_WAIT)
         if stopper is not None:
             stopper.forget(future)
+
+
+async def stream_async(
+    run: Callable[[Callable[[T], None]], Coroutine[Any, Any, R]],
+) -> AsyncIterator[T | R]:
+    """Run the coroutine ``run(emit)`` on the caller's loop, yielding each item it passes to
+    ``emit`` (from this loop) as it comes, then its return value. Closing the iterator early
+    cancels the run (and waits for it).
+
+    Raises:
+        Whatever the coroutine raises (after the items emitted before).
+    """
+    items: asyncio.Queue[T] = asyncio.Queue()
+    task = asyncio.ensure_future(run(items.put_nowait))
+    try:
+        while not task.done() or not items.empty():
+            if items.empty():
+                getter = asyncio.ensure_future(items.get())
+                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                yield getter.result()
+            else:
+                yield items.get_nowait()
+        result = task.result()  # raises the run's exception, if it failed
+    finally:
+        if not task.done():  # the consumer stopped early: the run stops too
+            task.cancel()
+            await asyncio.wait({task})
+    yield result

@@ -16,12 +16,12 @@ import asyncio
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import variants
-from .aio import stream_sync
+from .aio import stream_async, stream_sync
 from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
@@ -151,25 +151,12 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
-        events: asyncio.Queue[StreamEvent] = asyncio.Queue()
-        task = asyncio.ensure_future(self._stream_run(values, events.put_nowait))
-        try:
-            while not task.done() or not events.empty():
-                if events.empty():
-                    getter = asyncio.ensure_future(events.get())
-                    await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                    if not getter.done():
-                        getter.cancel()
-                        continue
-                    yield getter.result()
-                else:
-                    yield events.get_nowait()
-            result = task.result()  # the run's error, if it failed, raised as run() raises it
-        finally:
-            if not task.done():  # the consumer stopped early: the run stops too
-                task.cancel()
-                await asyncio.wait({task})
-        yield result
+
+        def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
+            return self._stream_run(values, emit)
+
+        async for item in stream_async(start):
+            yield item
 
     async def _stream_run(
         self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]

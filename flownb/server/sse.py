@@ -22,13 +22,13 @@ it is answered as JSON when the ``Accept`` header also takes ``application/json`
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import orjson
 from starlette.responses import StreamingResponse
 
+from ..aio import stream_async
 from ..events import StreamEvent
 from ..pipeline import Runner
 from ..result import RunResult
@@ -117,32 +117,20 @@ def event_stream(
     else an array of one). ``partial_items`` gives the items a failed run kept. A client that
     goes away cancels the run."""
 
+    def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
+        return runner.stream_one(values, emit)
+
     async def events() -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
-        task = asyncio.ensure_future(runner.stream_one(values, queue.put_nowait))
         try:
-            while not task.done() or not queue.empty():
-                if queue.empty():
-                    getter = asyncio.ensure_future(queue.get())
-                    await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                    if not getter.done():
-                        getter.cancel()
-                        continue
-                    yield _encoded(getter.result())
+            async for item in stream_async(start):
+                if isinstance(item, StreamEvent):
+                    yield _encoded(item)
                 else:
-                    yield _encoded(queue.get_nowait())
-            exc = task.exception()
-        finally:
-            if not task.done():  # the client went away: the run stops
-                task.cancel()
-                await asyncio.wait({task})
-        if exc is None:
-            result: RunResult = task.result()
-            items = result.to_items()
-            yield _event("result", items if single else [items])
-            return
-        problem = batch_problem({0: exc}, [partial_items(exc)], request_id, indexed=not single)
-        yield _event("error", {"status": problem.status, **error_body(problem, request_id)})
+                    items = item.to_items()
+                    yield _event("result", items if single else [items])
+        except Exception as exc:  # the run failed: its error body ends the stream
+            problem = batch_problem({0: exc}, [partial_items(exc)], request_id, indexed=not single)
+            yield _event("error", {"status": problem.status, **error_body(problem, request_id)})
 
     return StreamingResponse(
         events(),
