@@ -21,13 +21,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import queue
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync"]
+__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync", "stream_async", "stream_sync"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # Seconds between checks for Ctrl-C while a sync call waits for its coroutine.
 _WAKE = 0.1
@@ -165,3 +167,110 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     finally:
         if stopper is not None:
             stopper.forget(future)
+
+
+_END = object()  # what the runner puts last: (_END, its result or exception)
+
+
+def stream_sync(
+    run: Callable[[Callable[[T], None]], Coroutine[Any, Any, R]],
+) -> Iterator[T | R]:
+    """Run the coroutine ``run(emit)`` on flownb's background loop (as :func:`run_sync`
+    does), yielding each item it passes to ``emit`` the moment it does (``emit`` may be called
+    from the loop's thread only), then its return value.
+
+    Closing the generator early (``break``) cancels the run there. Ctrl-C while waiting, or a
+    :class:`Stopper` stopped from another thread, cancels it too and raises
+    ``KeyboardInterrupt`` once it unwound (up to :data:`INTERRUPT_WAIT` seconds).
+
+    Raises:
+        Whatever the coroutine raises (after the items emitted before).
+        RuntimeError: called from a coroutine running on the background loop.
+    """
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise RuntimeError(
+            "flownb's sync API was called from its own event loop; use the async API"
+        )
+    found: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    finished = threading.Event()
+
+    def emit(item: T) -> None:
+        found.put((item, None))
+
+    async def runner() -> None:
+        try:
+            result = await run(emit)
+        except asyncio.CancelledError:
+            found.put((_END, KeyboardInterrupt()))
+            raise
+        except BaseException as exc:
+            found.put((_END, exc))
+        else:
+            found.put((_END, (result,)))
+        finally:
+            finished.set()
+
+    def cancelled(fut: concurrent.futures.Future[None]) -> None:
+        if fut.cancelled():  # perhaps before runner started: the consumer must not wait on
+            found.put((_END, KeyboardInterrupt()))
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(runner(), loop)
+    future.add_done_callback(cancelled)
+    stopper: Stopper | None = getattr(_local, "stopper", None)
+    if stopper is not None:
+        stopper.watch(future)
+    done = False
+    try:
+        while True:
+            item, end = found.get()
+            if item is not _END:
+                yield item
+                continue
+            done = True
+            if isinstance(end, BaseException):
+                raise end
+            yield end[0]
+            return
+    finally:
+        if not done:  # closed early, interrupted, or stopped: cancel, let it unwind
+            future.cancel()
+            finished.wait(timeout=INTERRUPT_WAIT)
+        if stopper is not None:
+            stopper.forget(future)
+
+
+async def stream_async(
+    run: Callable[[Callable[[T], None]], Coroutine[Any, Any, R]],
+) -> AsyncIterator[T | R]:
+    """Run the coroutine ``run(emit)`` on the caller's loop, yielding each item it passes to
+    ``emit`` (from this loop) as it comes, then its return value. Closing the iterator early
+    cancels the run (and waits for it).
+
+    Raises:
+        Whatever the coroutine raises (after the items emitted before).
+    """
+    items: asyncio.Queue[T] = asyncio.Queue()
+    task = asyncio.ensure_future(run(items.put_nowait))
+    try:
+        while not task.done() or not items.empty():
+            if items.empty():
+                getter = asyncio.ensure_future(items.get())
+                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                yield getter.result()
+            else:
+                yield items.get_nowait()
+        result = task.result()  # raises the run's exception, if it failed
+    finally:
+        if not task.done():  # the consumer stopped early: the run stops too
+            task.cancel()
+            await asyncio.wait({task})
+    yield result

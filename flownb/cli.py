@@ -302,10 +302,15 @@ def run(
         if dry_run:
             click.echo(str(f.preview(values)))
             return
-        result = f.run(values)
-        if target is None:
-            click.echo(str(result))
+        if target is None and _streams_to_terminal():
+            from .terminal import stream_to_terminal
+
+            result = stream_to_terminal(f, values, sys.stdout)
         else:
+            result = f.run(values)
+            if target is None:
+                click.echo(str(result))
+        if target is not None:
             _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=not raw_csv)
         meter = CostMeter()
         meter.add(result)
@@ -417,6 +422,14 @@ def _out_target(out_path: str | None, out_format: str | None) -> tuple[str, str]
     if suffix not in (".csv", ".json"):
         raise click.UsageError("--out: must end in .csv or .json (or give --format)")
     return out_path, suffix[1:]
+
+
+def _streams_to_terminal() -> bool:
+    """Whether a single run's text is printed as it streams: stdout is a terminal (and
+    ``FLOWNB_LIVE`` is not ``0``); redirected output stays exactly the result's text."""
+    from .settings import live_view_mode
+
+    return sys.stdout.isatty() and live_view_mode() != "off"
 
 
 def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:

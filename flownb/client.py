@@ -15,6 +15,11 @@ tried once more at once, then fails with :class:`~flownb.errors.ServiceUnavailab
 backoff: nothing listening is not a passing state); no answer in time is
 :class:`~flownb.errors.ServiceTimeout`.
 
+:meth:`RemoteFlow.stream` / ``astream`` run once with ``Accept: text/event-stream`` (the
+extension ``flownb serve`` answers with server-sent events while the run goes; see
+:mod:`flownb.server.sse`) and yield the text as it arrives; a streamed run is not retried. A
+service without the extension answers JSON, which then comes as one event per output.
+
 Every failure surfaces as a flownb exception whose message is the server's message. The API key
 is sent only in the ``x-api-key`` header, never follows a redirect, and appears in no repr, log
 line or exception.
@@ -22,11 +27,12 @@ line or exception.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -36,6 +42,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
+from .client_stream import error_of, read_events
 from .error_map import from_http, parse_retry_after
 from .errors import (
     ApiError,
@@ -47,6 +54,7 @@ from .errors import (
     ServiceTimeout,
     ServiceUnavailable,
 )
+from .events import StreamEvent
 from .flow import BaseFlow
 from .result import OnResult, RunResult
 from .settings import DEFAULT_MAX_BATCH, resolve_run_config
@@ -243,8 +251,48 @@ class Client:
         # Quoted whole: a flow id cannot reach another path ("../", "?", "#").
         return f"{self.base_url}/api/flows/{route}/{quote(flow_id, safe='')}"
 
-    def _request(self, method: str, url: str, body: Any = None) -> requests.Response:
-        headers = {"x-api-key": self.__key, "Accept": "application/json"}
+    def stream_run(
+        self, flow_id: str, variables: Mapping[str, Any]
+    ) -> Generator[tuple[str, Any], None, None]:
+        """Run a flow once with ``Accept: text/event-stream``; yield each server-sent event as
+        ``(name, data)`` as it arrives (see :mod:`flownb.server.sse`). A service that answers
+        JSON instead yields one ``("result", items)``. Before the stream starts, an answer
+        worth retrying (429, 502-504, a dropped connection) or a refusal to stream (406) falls
+        back to :meth:`run` (retried as usual); once text has come, nothing is retried.
+
+        Raises:
+            InputError, FlowNotFound, AuthError, ApiError: as the service answered.
+            ServiceUnavailable, ServiceTimeout: the service cannot be reached, or went silent.
+        """
+        url = self._url("run", flow_id)
+        try:
+            resp = self._request("POST", url, {"variables": dict(variables)}, stream=True)
+        except _Dropped:
+            yield "result", self.run(flow_id, variables)
+            return
+        with resp:
+            if resp.status_code == 406 or resp.status_code in RETRY_STATUSES:
+                resp.close()
+                yield "result", self.run(flow_id, variables)
+                return
+            if resp.status_code >= 400:
+                raise _error_from(resp)
+            if "text/event-stream" not in resp.headers.get("content-type", ""):
+                yield "result", _json(resp)
+                return
+            try:
+                # chunk_size=None: each piece as it arrives, not once 512 bytes are in.
+                yield from read_events(resp.iter_lines(chunk_size=None))  # type: ignore[call-overload]
+            except requests.RequestException as exc:
+                raise ServiceUnavailable(
+                    f"POST {_path(url)}: the event stream broke off ({type(exc).__name__})"
+                ) from None
+
+    def _request(
+        self, method: str, url: str, body: Any = None, *, stream: bool = False
+    ) -> requests.Response:
+        accept = "text/event-stream" if stream else "application/json"
+        headers = {"x-api-key": self.__key, "Accept": accept}
         data = None
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -263,6 +311,7 @@ class Client:
                 # A service that cannot be reached fails fast; a slow answer gets the full time.
                 timeout=(min(10.0, self.timeout), self.timeout),
                 allow_redirects=False,
+                stream=stream,
             )
         except requests.ConnectionError as exc:  # also ConnectTimeout
             cause = exc.args[0] if exc.args else None
@@ -568,6 +617,82 @@ class RemoteFlow(BaseFlow):
         self.client.run_elements(
             self.flow_id, batch, on_element, concurrency or self.client.max_parallel
         )
+
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        """Run validated ``values`` once on the service, streaming (see
+        :meth:`Client.stream_run`): ``emit`` gets each event as it arrives; return the result.
+        The HTTP exchange runs in a worker thread; cancelling stops it at its next event.
+
+        Raises:
+            What :meth:`run` raises.
+        """
+        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+
+        def work() -> RunResult:
+            started = time.perf_counter()
+            events = self.client.stream_run(self.flow_id, values)
+            streamed = False
+            try:
+                for name, data in events:
+                    if stop.is_set():
+                        raise KeyboardInterrupt  # the caller is gone: stop reading
+                    if name == "result":
+                        result = self._result(_items(data), time.perf_counter() - started)
+                        if not streamed:  # answered whole (no streaming there): each output
+                            for whole in _whole(result):
+                                loop.call_soon_threadsafe(emit, whole)
+                        return result
+                    if name == "error":
+                        raise error_of(data)
+                    event = _event_of(name, data)
+                    if event is not None:
+                        streamed = True
+                        loop.call_soon_threadsafe(emit, event)
+            finally:
+                events.close()  # closes the response, whatever ended the loop
+            raise ApiError("the service's event stream ended without a result", status=200)
+
+        try:
+            return await asyncio.to_thread(work)
+        finally:
+            stop.set()
+
+
+def _items(data: Any) -> Items:
+    """Return a streamed ``result``'s items: the object body's list, or an array's only one."""
+    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], list):
+        data = data[0]
+    if not isinstance(data, list) or not all(isinstance(i, dict) for i in data):
+        raise ApiError("unexpected run output in the service's event stream", status=200)
+    return data
+
+
+def _whole(result: RunResult) -> list[StreamEvent]:
+    """Return the events of a result that came whole: one per output, text or image."""
+    return [
+        StreamEvent("image", name, (name,), url=value)
+        if result.is_image(name)
+        else StreamEvent("text", name, (name,), value)
+        for name, value in result.entries
+        if value or result.is_image(name)
+    ]
+
+
+def _event_of(name: str, data: Any) -> StreamEvent | None:
+    """Return the :class:`StreamEvent` of a streamed ``text``/``image``/``restart`` event (None
+    for an event this client does not know)."""
+    if name not in ("text", "image", "restart") or not isinstance(data, dict):
+        return None
+    outputs = tuple(str(o) for o in data.get("outputs") or ())
+    node = str(data.get("node", ""))
+    if name == "text":
+        return StreamEvent("text", node, outputs, str(data.get("delta", "")))
+    if name == "image":
+        return StreamEvent("image", node, outputs, url=str(data.get("url", "")))
+    return StreamEvent("restart", node, outputs)
 
 
 # -- translating answers into flownb exceptions ---------------------------------------------------

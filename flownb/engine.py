@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import tracing
 from .errors import ConfigError, InputError, Problem, ProviderError
+from .events import StreamEvent
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from .providers.base import Call, Generation, Kind, Provider
 from .providers.calls import CallRunner, Gate
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "Plan", "Step", "prompt_problem"]
 
 MediaUrl = Callable[[str], str]
+# Where a streamed run's events go, as they happen (see Engine.stream_one).
+Emit = Callable[[StreamEvent], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +225,16 @@ def _direct(
     return None
 
 
+def _step_outputs(plan: Plan) -> tuple[tuple[str, ...], ...]:
+    """Return, per step, the names of the outputs it feeds directly (for stream events)."""
+    found: list[list[str]] = [[] for _ in plan.steps]
+    for name, srcs in plan.output_sources:
+        for kind, ref in srcs:
+            if kind == "step" and name not in found[ref]:
+                found[ref].append(name)
+    return tuple(tuple(names) for names in found)
+
+
 def prompt_problem(
     step: Step, size: int, limit: int, values: Mapping[str, str], index: int | None = None
 ) -> Problem:
@@ -298,6 +311,7 @@ class Engine:
         self._cut_warned: set[str] = set()  # nodes already warned about answers cut short
         # Shared by every result: RunResult.trace is computed from it only when asked for.
         self.trace_of = (plan.trace_names, media_url)
+        self.step_outputs = _step_outputs(plan)
 
     # -- assembling a result ------------------------------------------------------------------
 
@@ -467,22 +481,75 @@ class Engine:
 
     # -- async path -----------------------------------------------------------------------------
 
-    async def _call(self, step: Step, ctx: Mapping[str, str], runner: CallRunner) -> Generation:
+    async def _call(
+        self, step: Step, ctx: Mapping[str, str], runner: CallRunner, emit: Emit | None = None
+    ) -> Generation:
         """Return the node's generation, its ``latency`` set to the node's time here (waits for
-        a slot, retries and the cache included: what the node cost this run)."""
+        a slot, retries and the cache included: what the node cost this run); with ``emit``,
+        its text handed to ``emit`` as the provider streams it, and its image when ready."""
         begun = time.perf_counter()
-        gen = await runner(
-            Call(step.kind, self._prompt(step, ctx), step.params, step.node_id, step.system)
-        )
+        call = Call(step.kind, self._prompt(step, ctx), step.params, step.node_id, step.system)
+        if emit is None:
+            gen = await runner(call)
+        else:
+            gen = await self._streamed(step, call, runner, emit)
         gen.latency = time.perf_counter() - begun
         return gen
 
-    async def _run_element(self, values: Mapping[str, str], runner: CallRunner) -> RunResult:
+    async def _streamed(self, step: Step, call: Call, runner: CallRunner, emit: Emit) -> Generation:
+        node = self.plan.trace_names[step.index]
+        outputs = self.step_outputs[step.index]
+
+        def sink(piece: str | None) -> None:
+            if piece is None:
+                emit(StreamEvent("restart", node, outputs))
+            else:
+                emit(StreamEvent("text", node, outputs, piece))
+
+        gen = await runner.stream(call, sink if step.kind == "text" else None)
+        if gen.media is not None or step.kind == "image":
+            url = self.media_url(gen.media) if gen.media is not None else gen.output
+            emit(StreamEvent("image", node, outputs, url=url))
+        return gen
+
+    async def stream_one(
+        self, values: Mapping[str, str], emit: Emit, *, concurrency: int
+    ) -> RunResult:
+        """Run one validated element, handing ``emit`` each node's text as its provider
+        streams it and each image when it is ready (see :class:`~flownb.events.StreamEvent`);
+        a node starts once the nodes it reads have finished. The calls are cached, retried,
+        paced and limited as :meth:`run_async`'s.
+
+        Returns:
+            The element's result, exactly as :meth:`run_async` reports it.
+
+        Raises:
+            The element's error, as :meth:`run_async` reports it (``InputError``,
+            ``ProviderError`` naming the node, ...).
+        """
+        runner = CallRunner(
+            self.provider,
+            concurrency=concurrency,
+            cache=self.cache,
+            pacer=self.pacer,
+            timeout=self.timeout,
+            retries=self.retries,
+            gate=self.tokens,
+        )
+        try:
+            return await self._run_element(values, runner, emit)
+        finally:
+            if runner.cache is not None:
+                runner.cache.flush()
+
+    async def _run_element(
+        self, values: Mapping[str, str], runner: CallRunner, emit: Emit | None = None
+    ) -> RunResult:
         started = time.perf_counter()
         plan = self.plan
         if len(plan.steps) == 1:  # nothing else to keep when the one node fails
             step = plan.steps[0]
-            return self._result(values, [await self._call(step, values, runner)], started)
+            return self._result(values, [await self._call(step, values, runner, emit)], started)
         gens: list[Any] = [None] * len(plan.steps)
         failed: list[tuple[Step, Exception]] = []
         lost: set[int] = set()  # steps that failed, or did not run because an upstream one did
@@ -497,13 +564,14 @@ class Engine:
             if len(level) == 1:
                 step = level[0]
                 try:
-                    done = [await self._call(step, self._context(values, gens, step), runner)]
+                    ctx = self._context(values, gens, step)
+                    done = [await self._call(step, ctx, runner, emit)]
                 except Exception as exc:
                     done = [exc]
             else:
                 # Every node of a level runs to its end: a failure keeps its siblings' outputs.
                 done = await asyncio.gather(
-                    *(self._call(s, self._context(values, gens, s), runner) for s in level),
+                    *(self._call(s, self._context(values, gens, s), runner, emit) for s in level),
                     return_exceptions=True,
                 )
             for step, gen in zip(level, done, strict=True):

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import variants
+from .aio import stream_async, stream_sync
 from .cache import open_cache
 from .engine import Engine, Plan
 from .errors import BatchError, ConfigError, FlowFileError
+from .events import StreamEvent
 from .flowspec import FlowSpec, flow_from_spec, spec_of
 from .graph import run_notes, to_mermaid, to_svg
 from .hooks import HOOKS, FrameOptions
@@ -37,7 +40,7 @@ from .providers.limits import AdaptiveLimiter
 from .providers.registry import make_provider
 from .result import OnResult, RunResult
 from .runlog import open_runlog
-from .settings import RunConfig, resolve_run_config
+from .settings import RunConfig, live_view_mode, resolve_run_config
 from .validate import VariableSpec
 
 if TYPE_CHECKING:
@@ -95,6 +98,10 @@ class BaseFlow(ABC):
     def run(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
         """Run the flow once. Variables come as a mapping, keyword arguments, or both.
 
+        In a notebook front end the text shows growing below the cell while the provider
+        streams it (see :mod:`flownb.notebook.live_text`; ``FLOWNB_LIVE``); the result is the
+        same either way.
+
         Returns:
             A :class:`RunResult`: output name -> text or image URL, with a rich display.
 
@@ -104,12 +111,70 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
+        if _live_text_wanted():
+            # A notebook front end: the text is shown growing while it streams (see
+            # flownb.notebook.live_text), then the usual display of the returned result.
+            result: RunResult = HOOKS["live_run"](self, values)
+            return result
         outcome = Outcomes(1)
         self.run_each([values], outcome, check=False)
         try:
             return outcome.value()[0]
         except BatchError as exc:
             raise exc.errors[0] from None
+
+    def stream(
+        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+    ) -> Iterator[StreamEvent | RunResult]:
+        """Run the flow once, yielding its text as the provider streams it: a
+        :class:`~flownb.events.StreamEvent` per piece of text (``kind="text"``, the node, the
+        outputs it feeds, ``delta``) and per image when ready (``kind="image"``, ``url``), and
+        last the :class:`RunResult`, exactly what :meth:`run` returns (cached and logged alike:
+        a streamed run and a plain run of the same call share one cache entry).
+
+        Raises:
+            InputError, ProviderError: as :meth:`run` (after the events yielded before).
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+        # Each event goes from the loop straight to this thread's queue: nothing the run does
+        # after it (caching, logging) holds it back.
+        return stream_sync(lambda emit: self._stream_run(values, emit))
+
+    async def astream(
+        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+    ) -> AsyncIterator[StreamEvent | RunResult]:
+        """Async :meth:`stream` on the caller's event loop: ``async for ev in flow.astream()``.
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+
+        def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
+            return self._stream_run(values, emit)
+
+        async for item in stream_async(start):
+            yield item
+
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        """Run validated ``values`` once on the caller's loop, passing ``emit`` each event as
+        it happens; return the result. This default runs it whole, then emits each output at
+        once (a flow without a streaming engine).
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        result = await self.arun(values)
+        for name, output in result.entries:
+            if result.is_image(name):
+                emit(StreamEvent("image", name, (name,), url=output))
+            elif output:
+                emit(StreamEvent("text", name, (name,), output))
+        return result
 
     async def arun_batch(
         self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
@@ -304,6 +369,19 @@ class BaseFlow(ABC):
         )
 
 
+def _live_text_wanted() -> bool:
+    """Return whether a single run should show its text growing: only in a notebook kernel's
+    main thread (a form's worker thread shows it in the form), and as ``FLOWNB_LIVE`` says
+    (``auto``: when a notebook front end is there; ``1``/on: in any kernel; ``0``/off: never)."""
+    if "ipykernel" not in sys.modules or threading.current_thread() is not threading.main_thread():
+        return False  # cheap checks first: scripts and worker threads never pay for more
+    mode = live_view_mode()
+    if mode == "off":
+        return False
+    wanted: bool = HOOKS["live_wanted"](mode)
+    return wanted
+
+
 def _is_dask_frame(df: Any) -> bool:
     # Without importing dask: a Dask DataFrame exists only if dask.dataframe was imported.
     dd = sys.modules.get("dask.dataframe")
@@ -454,6 +532,13 @@ class LocalFlow(BaseFlow):
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
         await self.runner.arun(batch, on_result, concurrency=concurrency)
+
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        """Run validated ``values`` once, passing ``emit`` each piece of text as the provider
+        streams it and each image when ready; return the result (see Runner.stream_one)."""
+        return await self.runner.stream_one(values, emit)
 
     def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
         """Return a new flow running ``graph`` with this flow's provider instance (its

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from . import tracing
 from .aio import run_sync
-from .engine import Engine
+from .engine import Emit, Engine
 from .errors import BatchError
 from .providers.calls import Gate
 from .providers.limits import AdaptiveLimiter
@@ -173,6 +173,41 @@ class Runner:
             finally:
                 if handover is not None:
                     handover.close()
+                if recorder is not None:
+                    recorder.flush()
+
+    async def stream_one(
+        self, values: Mapping[str, str], emit: Emit, *, concurrency: int | None = None
+    ) -> RunResult:
+        """Run one validated element on the caller's loop, handing ``emit`` its text as the
+        provider streams it and its images when ready (see :meth:`Engine.stream_one`); the
+        result is recorded in the run log as :meth:`arun` records it.
+
+        Returns:
+            The element's result, as :meth:`arun` would report it.
+
+        Raises:
+            The element's error, as :meth:`arun` would report it.
+        """
+        engine = self.engine
+        recorder = self._recorder([values])
+
+        def ignore(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+            return None
+
+        report = recorder.wrap(ignore) if recorder is not None else ignore
+        with tracing.flow_span(self.name, engine.provider.name, 1):
+            try:
+                try:
+                    result = await engine.stream_one(
+                        values, emit, concurrency=concurrency or self.concurrency
+                    )
+                except Exception as exc:
+                    report(0, None, exc)
+                    raise
+                report(0, result, None)
+                return result
+            finally:
                 if recorder is not None:
                     recorder.flush()
 

@@ -60,6 +60,18 @@ def _live_slot(labels: Any) -> Any:
     return live.open_slot(labels)
 
 
+def _live_wanted(mode: str) -> bool:
+    from .notebook.live_text import wanted  # imported only inside a kernel
+
+    return wanted(mode)
+
+
+def _live_run(flow: BaseFlow, values: Any) -> Any:
+    from .notebook.live_text import live_run
+
+    return live_run(flow, values)
+
+
 HOOKS.register("run_dataframe", frame.run_dataframe)
 HOOKS.register("run_dask_dataframe", dask.run_dataframe)
 # A polars frame through the batch API comes back as polars, as from the plain run.
@@ -71,3 +83,7 @@ HOOKS.register("form", _form)
 HOOKS.register("live_rows", _live_rows)
 HOOKS.register("live_evaluate", _live_evaluate)
 HOOKS.register("live_slot", _live_slot)
+
+
+HOOKS.register("live_wanted", _live_wanted)
+HOOKS.register("live_run", _live_run)

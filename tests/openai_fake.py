@@ -35,6 +35,9 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
         faults_first=False,
         replies={},
         answers={},
+        stream_delay=0.0,
+        stream_cut={},
+        refuse_stream=False,
     )
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

@@ -62,12 +62,13 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.endpoints",  # named ways to reach a model; settings resolves them
             "flownb.pricing",  # what a call costs, from the maintained price table
             "flownb.meter",  # money spent so far, for bars and the CLI's total line
+            "flownb.events",  # what a streamed run yields before its result
         },
     ),
     # flownb.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
     ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog", "flownb.tracing"}),
     ("engine/pipeline", {"flownb.engine", "flownb.pipeline"}),
-    ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client"}),
+    ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client", "flownb.client_stream"}),
     (
         "features",
         {
@@ -86,6 +87,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb",
             "flownb.__main__",
             "flownb.cli",
+            "flownb.terminal",  # a single run's text printed as it streams (flownb run)
             "flownb.opening",
             "flownb.wiring",
             "flownb.evaluation.cli",

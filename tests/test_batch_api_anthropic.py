@@ -158,7 +158,7 @@ def test_errored_and_expired_requests_are_named_and_the_rest_stay_cached(
     df = pd.DataFrame({"word": ["fine", "POISON", "good"]})
     out = flow.run_dataframe(df, batch_api=True, progress=False)
     assert out.loc[0, "echo"] == "echo: Say fine" and out.loc[2, "echo"] == "echo: Say good"
-    assert out.loc[1, "echo"] is None
+    assert pd.isna(out.loc[1, "echo"])
     assert "invalid_request_error" in out.loc[1, "error"] and "POISON" in out.loc[1, "error"]
 
     fake.configure(batch_fail_marker="", batch_expire=True)

@@ -30,6 +30,7 @@ from ..display import FrameView, image_columns, is_image_url, thumbnail_src
 from ..providers.calls import retries_to
 from ..scorers import JudgeScorer, Scorer
 from ..settings import live_view_mode
+from .live_text import in_front_end
 
 __all__ = [
     "EvalBoard",
@@ -68,12 +69,7 @@ def enabled() -> bool:
     mode = live_view_mode()
     if mode == "off" or not _notebook_kernel():
         return False
-    if mode == "on":
-        return True
-    from IPython import get_ipython
-
-    names = getattr(get_ipython(), "user_ns", {})
-    return "__session__" in names or "__vsc_ipynb_file__" in names
+    return mode == "on" or in_front_end()  # the same front end a streamed run's text needs
 
 
 def _notebook_kernel() -> bool:

@@ -11,10 +11,15 @@ The Stop button, :meth:`FlowForm.stop`, and Jupyter's "Interrupt kernel" while n
 stop a run as Ctrl-C stops a batch: the calls that finished stay in the cache, so running again
 pays only for the rest.
 
+While a run is in progress its text outputs grow in a live area as the provider streams them
+(``flownb-live``, a few updates a second; see :mod:`flownb.notebook.live_text`), emptied when the
+results are shown; ``FLOWNB_LIVE=0`` turns it off.
+
 Stable CSS classes for tests and styling: ``flownb-form`` (the whole form), ``flownb-input``
 plus ``flownb-var-<name>`` (each variable's input), ``flownb-run`` (the button), ``flownb-stop``
 (the Stop button), ``flownb-status`` (the status line; also
-``flownb-status-running|done|error|stopped``) and ``flownb-output`` (the outputs area).
+``flownb-status-running|done|error|stopped``), ``flownb-live`` (the streamed text while a run is
+in progress) and ``flownb-output`` (the outputs area).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import ipywidgets as widgets
 from ..aio import Stopper
 from ..display import output_bundles
 from ..errors import InputError, one_line
+from ..settings import live_view_mode
+from .live_text import LiveText, consume
 
 if TYPE_CHECKING:
     from ..flow import BaseFlow
@@ -74,6 +81,7 @@ class FlowForm(widgets.VBox):
         stop_button: the Stop button (enabled while a run is in progress).
         status: the status line (an ``HTML`` widget).
         output: the ``Output`` widget the results or errors go to.
+        live: the ``HTML`` widget the text grows in while a run streams (empty otherwise).
         result: the last successful :class:`~flownb.RunResult`, or None.
         error: the exception of the last failed run, or None.
     """
@@ -104,6 +112,8 @@ class FlowForm(widgets.VBox):
         self.status.add_class("flownb-status")
         self.output = widgets.Output(layout=widgets.Layout(width="100%"))
         self.output.add_class("flownb-output")
+        self.live = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+        self.live.add_class("flownb-live")
         self._set_status(
             "ready",
             f"Ready: fill in the {_plural(len(self.inputs), 'variable')} and press Run."
@@ -117,6 +127,7 @@ class FlowForm(widgets.VBox):
                 title,
                 *self.inputs.values(),
                 widgets.HBox([self.button, self.stop_button, self.status]),
+                self.live,
                 self.output,
             ],
             **kwargs,
@@ -186,7 +197,10 @@ class FlowForm(widgets.VBox):
         started = time.perf_counter()
         try:
             with stopper:
-                result = self.flow.run(values)
+                if live_view_mode() == "off":
+                    result = self.flow.run(values)
+                else:  # the text grows in the live area as it streams
+                    result = consume(self.flow.stream(values), LiveText(self._show_live))
         except KeyboardInterrupt:  # Stop, or "Interrupt kernel": what finished is cached
             self._set_status(
                 "stopped",
@@ -208,9 +222,15 @@ class FlowForm(widgets.VBox):
             count = _plural(len(result.entries), "output")
             self._set_status("done", f"Done in {seconds:.2f} s: {count}{cached}")
         finally:
+            with self._ui:
+                self.live.value = ""
             _running.discard(self)
             self._set_running(False)
             self._finished.set()
+
+    def _show_live(self, markup: str, plain: str) -> None:
+        with self._ui:
+            self.live.value = markup
 
 
 def _on_kernel_interrupt(signum: int, frame: Any) -> None:

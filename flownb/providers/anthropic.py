@@ -30,8 +30,9 @@ the SDK's own retries are off, so retries, back-off and limits are the engine's,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout
@@ -316,6 +317,50 @@ class AnthropicProvider(HostedProvider):
         """Return the flownb error for an exception of the SDK (keys redacted)."""
         return _translate(exc, self._key, self.base_url)
 
+    async def stream(self, call: Call) -> AsyncIterator[str | Generation]:
+        """Yield the answer's text as Claude streams it (``stream: true``: text deltas), then
+        the generation :meth:`generate` would return (model, usage from the ``message_start``
+        and ``message_delta`` events, rate limits from the headers).
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: translated from the SDK.
+        """
+        import anthropic
+
+        body = self.prepare(call.params, call.node_id)
+        messages = self._messages(call)
+        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
+        text: list[str] = []
+        model = body["model"]
+        usage: dict[str, Any] = {}
+        try:
+            raw = await self._client().messages.with_raw_response.create(
+                model=body["model"],
+                max_tokens=body["max_tokens"],
+                messages=messages,
+                stream=True,
+                extra_body=rest or None,
+            )
+            async for event in await raw.parse():
+                kind = event.type
+                if kind == "content_block_delta" and event.delta.type == "text_delta":
+                    text.append(event.delta.text)
+                    yield event.delta.text
+                elif kind == "message_start":
+                    model = event.message.model or model
+                    usage.update(_fields(event.message.usage))
+                elif kind == "message_delta" and event.usage is not None:
+                    # Cumulative counts: what it says replaces what message_start said.
+                    usage.update(_fields(event.usage))
+        except anthropic.AnthropicError as exc:
+            raise _translate(exc, self._key, self.base_url) from exc
+        yield Generation(
+            "".join(text),
+            model=model,
+            usage=_usage(SimpleNamespace(**usage)) if usage else None,
+            limits=rate_limits(raw.headers),
+        )
+
     async def aclose(self) -> None:
         """Close the clients of this provider (one per event loop it ran on)."""
         import asyncio
@@ -360,6 +405,18 @@ def rate_limits(headers: Mapping[str, str]) -> RateLimits | None:
         reset_tokens=_seconds_until(get("anthropic-ratelimit-tokens-reset")),
         limit_tokens=_int(get("anthropic-ratelimit-tokens-limit")),
     )
+
+
+def _fields(usage: Any) -> dict[str, Any]:
+    """Return the token counts an event's usage states (``None`` ones left out)."""
+    names = (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    )
+    found = {name: getattr(usage, name, None) for name in names}
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def _usage(usage: Any) -> dict[str, int] | None:

@@ -17,12 +17,15 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
   is refused before any work (see :data:`PROMPT_LIMITS`).
 - :meth:`Provider.cost`: what a generation cost in US dollars, from its usage and the price
   table (:mod:`flownb.pricing`) under ``price_kind``, or an endpoint's ``prices``.
+- :meth:`Provider.stream`: the text of a call as it arrives, then the same
+  :class:`Generation` ``generate`` returns. Every provider streams: the default yields the
+  whole answer at once; OpenAI chat, Anthropic, Gemini and offline stream for real.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -212,6 +215,21 @@ class Provider(ABC):
         Raises:
             ProviderError: the provider failed (or a subclass: timeout, rate limited).
         """
+
+    async def stream(self, call: Call) -> AsyncIterator[str | Generation]:
+        """Yield the text of a text call as the provider sends it (``str`` pieces, in order),
+        then, last, the :class:`Generation` :meth:`generate` would return: its ``output`` is
+        exactly the pieces joined, and usage, model and finish reason are the same, so the
+        engine caches, logs and returns it as a plain call's. An image call yields only its
+        generation. This default calls :meth:`generate` and yields its text in one piece.
+
+        Raises:
+            ProviderError: as :meth:`generate` (possibly after some text was yielded).
+        """
+        gen = await self.generate(call)
+        if call.kind == "text" and gen.media is None and gen.output:
+            yield gen.output
+        yield gen
 
     def cost(self, gen: Generation) -> float:
         """Return what ``gen`` cost in US dollars, from its model and usage (NaN: unknown)."""

@@ -14,6 +14,11 @@ and retries, in that order.
 
 An optional ``gate`` (see :data:`Gate`) is entered around each attempt, after the local limiter:
 the tokens-per-minute limit and the cluster-wide limits of a Dask run plug in there.
+
+:meth:`CallRunner.stream` is the same call with its text handed to a :data:`TextSink` as the
+provider streams it (:meth:`~flownb.providers.base.Provider.stream`): same cache key, same
+de-duplication, limits, timeout and retries, and the same generation cached and returned. A
+cache hit or a twin's answer is handed over in one piece.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from .. import tracing
-from ..errors import ProviderTimeout, RateLimited, one_line
+from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 
@@ -41,6 +46,7 @@ __all__ = [
     "Gate",
     "Notice",
     "Settle",
+    "TextSink",
     "announce",
     "notices_to",
     "retries_to",
@@ -52,6 +58,9 @@ Settle = Callable[[Generation], None]
 # An extra admission step around each provider attempt: called with the call, it returns an
 # async context manager that is held while the attempt runs and yields a Settle.
 Gate = Callable[[Call], AbstractAsyncContextManager[Settle]]
+# Where a streamed call's text goes as it arrives: each new piece, or None when the text handed
+# over so far is void (an attempt failed part-way and is being retried from the start).
+TextSink = Callable[[str | None], None]
 
 
 # A retry that waits longer than this many seconds is announced, once per run and kind of
@@ -193,23 +202,46 @@ class CallRunner:
         tracing.end_call(span, gen)
         return gen
 
-    async def _answer(self, call: Call) -> Generation:
+    async def stream(self, call: Call, sink: TextSink | None) -> Generation:
+        """Return the generation for ``call`` as :meth:`__call__` does, handing its text to
+        ``sink`` as the provider streams it (``None``: not streamed). A text answer served by
+        the cache or by an identical call in flight reaches ``sink`` in one piece.
+
+        Raises:
+            ProviderError (or a subclass): the provider failed for good.
+        """
+        span = tracing.call_span(self.provider.name, call)
+        if span is None:
+            return await self._answer(call, sink)
+        try:
+            gen = await self._answer(call, sink)
+        except BaseException as exc:
+            tracing.end_call(span, None, exc)
+            raise
+        tracing.end_call(span, gen)
+        return gen
+
+    async def _answer(self, call: Call, sink: TextSink | None = None) -> Generation:
         cache = self.cache
         if cache is None:
-            return await self._attempts(call)
+            return await self._attempts(call, sink)
         key = cache.key(self._prefix(cache, call), call.prompt)
         hit = cache.get(key)
         if hit is not None:
+            if sink is not None and hit.media is None and hit.output:
+                sink(hit.output)
             return hit
         twin = self._in_flight.get(key)
         if twin is not None:
             gen = await asyncio.shield(twin)
+            if sink is not None and gen.media is None and gen.output:
+                sink(gen.output)
             return dataclasses.replace(gen, cached=True)  # no provider call was made for this one
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_consume)
         self._in_flight[key] = fut
         try:
-            gen = await self._attempts(call)
+            gen = await self._attempts(call, sink)
         except Exception as exc:
             fut.set_exception(exc)
             raise
@@ -222,14 +254,14 @@ class CallRunner:
         fut.set_result(gen)
         return gen
 
-    async def _attempt(self, call: Call) -> Generation:
+    async def _attempt(self, call: Call, sink: TextSink | None = None) -> Generation:
         limiter = self.limiter
         async with limiter:
             # What this call's answer speaks to, read as the limiter logged the start (a gate
             # may wait, and others start meanwhile).
             level, seq = limiter.in_flight, limiter.started
             async with self.gate(call) as settle:
-                gen = await self._generate(call, level, seq)
+                gen = await self._generate(call, level, seq, sink)
                 settle(gen)  # before the slot is freed, so the next call sees the correction
         if gen.cost is None:
             gen.cost = self.provider.cost(gen)
@@ -239,12 +271,19 @@ class CallRunner:
         )
         return gen
 
-    async def _generate(self, call: Call, level: int, seq: int) -> Generation:
+    async def _generate(
+        self, call: Call, level: int, seq: int, sink: TextSink | None = None
+    ) -> Generation:
         try:
             if self.timeout is None:
-                return await self.provider.generate(call)
+                if sink is None:
+                    return await self.provider.generate(call)
+                return await _streamed(self.provider, call, sink)
+            # One time limit for the whole attempt, streamed or not: the same bound either way.
             async with asyncio.timeout(self.timeout):
-                return await self.provider.generate(call)
+                if sink is None:
+                    return await self.provider.generate(call)
+                return await _streamed(self.provider, call, sink)
         except TimeoutError as exc:
             raise ProviderTimeout(
                 f"{self.provider.name} did not answer within {self.timeout:g} s",
@@ -273,9 +312,11 @@ class CallRunner:
             f"(attempt {state.attempt_number + 1} of {self.retries + 1})"
         )
 
-    async def _attempts(self, call: Call) -> Generation:
+    async def _attempts(self, call: Call, sink: TextSink | None = None) -> Generation:
+        if sink is not None:
+            sink = _Restartable(sink)
         try:
-            return await self._attempt(call)  # the common case, without tenacity's bookkeeping
+            return await self._attempt(call, sink)  # the common case: no tenacity bookkeeping
         except Exception as exc:
             if not self.retries or not retryable(exc):
                 raise
@@ -294,5 +335,47 @@ class CallRunner:
                 if failed is not None:
                     replay, failed = failed, None
                     raise replay
-                return await self._attempt(call)
+                return await self._attempt(call, sink)
         raise AssertionError("unreachable")  # pragma: no cover - reraise=True raises above
+
+
+class _Restartable:
+    """A sink that tells its sink ``None`` (start over) before the first text of an attempt
+    that follows one which had handed text over already."""
+
+    __slots__ = ("sent", "sink")
+
+    def __init__(self, sink: TextSink) -> None:
+        self.sink = sink
+        self.sent = False
+
+    def __call__(self, piece: str | None) -> None:
+        self.sent = True
+        self.sink(piece)
+
+    def restart(self) -> None:
+        if self.sent:
+            self.sent = False
+            self.sink(None)
+
+
+async def _streamed(provider: Provider, call: Call, sink: TextSink) -> Generation:
+    """Return the generation of one streamed attempt, handing each piece of text to ``sink``.
+
+    Raises:
+        ProviderError: the provider failed, or its stream ended without a generation.
+    """
+    if isinstance(sink, _Restartable):
+        sink.restart()  # a retry: what an earlier attempt handed over is void
+    gen: Generation | None = None
+    async for piece in provider.stream(call):
+        if isinstance(piece, Generation):
+            gen = piece
+        elif piece:
+            sink(piece)
+    if gen is None:
+        raise ProviderError(
+            f"{provider.name}: the streamed answer ended without its generation",
+            provider=provider.name,
+        )
+    return gen

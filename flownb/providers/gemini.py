@@ -26,7 +26,7 @@ The SDK's own retries are off: retries, back-off and limits are the engine's, as
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, ProviderError, ProviderTimeout
@@ -272,6 +272,45 @@ class GeminiProvider(HostedProvider):
         except ValueError as exc:  # several candidates mixed with non-text parts
             raise ProviderError(f"Gemini answered no text: {exc}", provider="gemini") from exc
         return Generation(text, model=model, usage=usage)
+
+    async def stream(self, call: Call) -> AsyncIterator[str | Generation]:
+        """Yield a text answer as Gemini streams it (``streamGenerateContent``), then the
+        generation :meth:`generate` would return (the usage and model of the last chunk that
+        states them); an image comes in one piece.
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: translated from the SDK.
+        """
+        if call.kind != "text":
+            async for piece in super().stream(call):
+                yield piece
+            return
+        if self._errors is None:
+            self._errors = _transport_errors()
+        prepared = self.prepare(call.kind, call.params, call.node_id)
+        models = self._client().aio.models
+        text: list[str] = []
+        model = prepared["model"]
+        meta = None
+        try:
+            chunks = await models.generate_content_stream(
+                model=prepared["model"], contents=call.prompt, config=prepared["config"]
+            )
+            async for chunk in chunks:
+                model = chunk.model_version or model
+                meta = chunk.usage_metadata or meta
+                try:
+                    piece = chunk.text or ""
+                except ValueError as exc:  # several candidates mixed with non-text parts
+                    raise ProviderError(
+                        f"Gemini answered no text: {exc}", provider="gemini"
+                    ) from exc
+                if piece:
+                    text.append(piece)
+                    yield piece
+        except self._errors as exc:
+            raise _translate(exc, self._key, self.base_url) from exc
+        yield Generation("".join(text), model=model, usage=_usage(meta))
 
     def _keep(self, raw: bytes, mime: str | None) -> str:
         name = self.media.name_for(raw, _EXT.get((mime or "").lower(), "png"))

@@ -8,9 +8,12 @@ costs a file-existence check, not a drawing, and outsiders cannot derive the nam
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import re
 import textwrap
+from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from PIL import Image, ImageDraw, ImageFont
@@ -23,6 +26,8 @@ __all__ = ["OfflineProvider", "draw_image"]
 
 SIZE = 256
 _VERSION = b"flownb-offline-image-v1\0"
+# A word and the whitespace after it (leading whitespace is a piece of its own).
+_WORDS = re.compile(r"\s+|\S+\s*")
 
 
 def draw_image(prompt: str) -> bytes:
@@ -81,6 +86,16 @@ class OfflineProvider(Provider):
     async def generate(self, call: Call) -> Generation:
         """Return the same as :meth:`generate_inline` (the async seam the engine also uses)."""
         return self.generate_inline(call)
+
+    async def stream(self, call: Call) -> AsyncIterator[str | Generation]:
+        """Yield the text word by word (each word with the spaces after it), then the
+        generation, as a streaming model would; an image call yields only its generation."""
+        gen = self.generate_inline(call)
+        if call.kind == "text":
+            for word in _WORDS.findall(gen.output):
+                yield word
+                await asyncio.sleep(0)  # a turn for the consumer between words, as a network gives
+        yield gen
 
     def banner(self) -> str:
         """Return the line that says outputs are offline stand-ins, not model generations."""

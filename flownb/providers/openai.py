@@ -64,6 +64,7 @@ from ..settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from .base import PROMPT_LIMITS, Call, Generation, Kind, Provider, RateLimits
 from .images import has_images, prompt_parts
 from .openai_batch import OpenAIBatches
+from .openai_stream import ChatChunks, sse_data
 
 __all__ = [
     "DEFAULT_AZURE_API_VERSION",
@@ -552,6 +553,45 @@ def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) ->
     return text, finish
 
 
+# Statuses with which a server may refuse a streamed request it would answer plainly (an
+# OpenAI-compatible server without streaming, or without stream_options).
+_NO_STREAM = frozenset({400, 404, 415, 422, 501})
+
+
+def _chunk_of(text: str, status: int, headers: Mapping[str, str], key: str | None) -> Any:
+    """Return one streamed chunk decoded.
+
+    Raises:
+        ProviderError: it is not JSON, or it is an error event (OpenAI sends ``{"error"}``).
+    """
+    try:
+        chunk = json.loads(text)
+    except ValueError:
+        raise _not_json(status, text, headers.get("x-request-id")) from None
+    if not isinstance(chunk, dict):
+        raise _not_json(status, chunk, headers.get("x-request-id"))
+    if "error" in chunk and not chunk.get("choices"):
+        raise _translate_status(500, chunk, headers, key)
+    return chunk
+
+
+def _as_chunk(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a whole chat answer (a server that did not stream) as the one chunk it amounts
+    to, so it is read as a streamed answer is."""
+    choices = []
+    for choice in data.get("choices") or ():
+        if isinstance(choice, Mapping):
+            message = choice.get("message") or {}
+            choices.append(
+                {
+                    "index": choice.get("index", 0),
+                    "delta": dict(message) if isinstance(message, Mapping) else {},
+                    "finish_reason": choice.get("finish_reason"),
+                }
+            )
+    return {"model": data.get("model"), "choices": choices, "usage": data.get("usage")}
+
+
 def _not_json(status: int, body: Any, request_id: str | None) -> ProviderError:
     """Return the error for a success answer whose body is not a JSON object (both transports
     word it alike: its first line, never a parser's traceback)."""
@@ -770,6 +810,53 @@ class _AiohttpTransport:
             raise _not_json(status, data, headers.get("x-request-id"))
         return data, headers.get("x-request-id"), rate_limits(headers)
 
+    async def stream(
+        self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Yield the chunks (decoded JSON) of a streamed answer as they arrive, after putting
+        its ``request_id`` and ``limits`` in ``info``. A server that answers in one JSON body
+        instead yields it as one chunk.
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
+        """
+        import aiohttp
+
+        url = self._url(endpoint, body)
+        headers = {**self._headers(), "Accept": "text/event-stream"}
+        try:
+            session = await self._session()
+            async with session.post(
+                url, data=json.dumps(body), headers=headers, proxy=self.proxy
+            ) as resp:
+                request_id = resp.headers.get("x-request-id")
+                # Read as events unless it says JSON: some servers stream as text/plain.
+                whole = "json" in resp.content_type and "event-stream" not in resp.content_type
+                if resp.status >= 400 or whole:
+                    raw = await resp.read()
+                    try:
+                        data = json.loads(raw)
+                    except ValueError:
+                        data = raw.decode("utf-8", "replace")
+                    if resp.status >= 400:
+                        raise _translate_status(
+                            resp.status, data, resp.headers, self.key, self.base_url + endpoint
+                        )
+                    if not isinstance(data, dict):
+                        raise _not_json(resp.status, data, request_id)
+                    info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                    yield _as_chunk(data)
+                    return
+                info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                async for text in sse_data(resp.content):
+                    if text.strip() == "[DONE]":
+                        return
+                    yield _chunk_of(text, resp.status, resp.headers, self.key)
+        except aiohttp.ServerTimeoutError as exc:
+            raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
+        except aiohttp.ClientError as exc:
+            raise _connection_failed(exc, self.base_url, self.key) from exc
+
     async def fetch(self, url: str) -> tuple[bytes, str]:
         """Return the bytes and content type at ``url`` (an image a response pointed to),
         through this loop's session, without the API key.
@@ -881,22 +968,8 @@ class _SdkTransport:
                 raw = await client.images.with_raw_response.generate(
                     model=model, prompt=prompt, extra_body=rest
                 )
-        except openai.APIStatusError as exc:
-            raise _translate_status(
-                exc.status_code,
-                exc.body if exc.body is not None else exc.response.text,
-                exc.response.headers,
-                self.key,
-                str(exc.response.request.url),
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
-        except openai.APIConnectionError as exc:
-            raise _connection_failed(exc, self.base_url, self.key) from exc
         except openai.OpenAIError as exc:
-            raise ProviderError(
-                f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai"
-            ) from exc
+            raise self._translate(exc) from exc
         request_id = raw.headers.get("x-request-id")
         try:
             data = json.loads(raw.content)  # the answer as sent, not the SDK's typed reading
@@ -905,6 +978,69 @@ class _SdkTransport:
         if not isinstance(data, dict):
             raise _not_json(raw.status_code, data, request_id)
         return data, request_id, rate_limits(raw.headers)
+
+    def _translate(self, exc: Exception) -> ProviderError:
+        """Return the flownb error for an exception of the SDK."""
+        import openai
+
+        if isinstance(exc, openai.APIStatusError):
+            return _translate_status(
+                exc.status_code,
+                exc.body if exc.body is not None else exc.response.text,
+                exc.response.headers,
+                self.key,
+                str(exc.response.request.url),
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai")
+        if isinstance(exc, openai.APIConnectionError):
+            return _connection_failed(exc, self.base_url, self.key)
+        return ProviderError(f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai")
+
+    async def stream(
+        self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Yield the chunks of a streamed chat answer as the SDK reads them (as plain JSON
+        data), after putting its ``request_id`` and ``limits`` in ``info``.
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
+        """
+        import openai
+
+        client = await self._client()
+        rest = dict(body)
+        model = rest.pop("model")
+        if self.azure is not None:
+            model = self.azure.deployment(model)
+        messages = rest.pop("messages")
+        rest.pop("stream", None)
+        options = rest.pop("stream_options", None)
+        try:
+            raw = await client.chat.completions.with_raw_response.create(
+                model=model,
+                messages=messages,
+                stream=True,
+                stream_options=options,
+                extra_body=rest,
+            )
+            info.update(request_id=raw.headers.get("x-request-id"), limits=rate_limits(raw.headers))
+            kind = raw.headers.get("content-type", "")
+            if "json" in kind and "event-stream" not in kind:  # answered whole, not streamed
+                content = await raw.http_response.aread()
+                try:
+                    data = json.loads(content)
+                except ValueError as exc:
+                    text = content.decode("utf-8", "replace")
+                    raise _not_json(raw.status_code, text, None) from exc
+                if not isinstance(data, dict):
+                    raise _not_json(raw.status_code, data, None)
+                yield _as_chunk(data)
+                return
+            async for chunk in raw.parse():
+                yield chunk.model_dump(mode="json", exclude_unset=True)
+        except openai.OpenAIError as exc:
+            raise self._translate(exc) from exc
 
     async def fetch(self, url: str) -> tuple[bytes, str]:
         """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
@@ -1075,6 +1211,39 @@ class OpenAIProvider(Provider):
             gen.usage = usage_of(data.get("usage"))
             return gen
         return self.text_answer(data, prepared, body, request_id, limits)
+
+    async def stream(self, call: Call) -> AsyncIterator[str | Generation]:
+        """Yield a chat answer's text as OpenAI streams it (``stream: true``, usage asked for
+        with ``stream_options``), then the generation :meth:`generate` would return for it.
+        Images and the completions endpoint come in one piece (:meth:`Provider.stream`).
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: as :meth:`generate`.
+        """
+        prepared, body = self.request(call)
+        if call.kind != "text" or prepared.endpoint != "/chat/completions":
+            async for piece in super().stream(call):
+                yield piece
+            return
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        info: dict[str, Any] = {}
+        chunks = ChatChunks()
+        try:
+            async for chunk in self._transport.stream(prepared.endpoint, streamed, info):
+                text = chunks.add(chunk)
+                if text:
+                    yield text
+        except ProviderError as exc:
+            # A compatible server that refuses to stream (or stream_options) before any text:
+            # the plain call instead, which answers, or fails as a plain run would.
+            if chunks.seen or exc.status not in _NO_STREAM:
+                raise
+            async for piece in super().stream(call):
+                yield piece
+            return
+        yield self.text_answer(
+            chunks.answer(), prepared, body, info.get("request_id"), info.get("limits")
+        )
 
     def request(self, call: Call) -> tuple[Prepared, dict[str, Any]]:
         """Return the node's prepared request and the body that asks for ``call`` (what

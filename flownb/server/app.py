@@ -68,6 +68,7 @@ from .schemas import (
     RUN_RESPONSES,
     Health,
 )
+from .sse import streamed_run
 from .store import FlowStore, StoredFlow
 
 __all__ = ["ServerConfig", "app_from_env", "checked_variables", "create_app", "parse_run_body"]
@@ -469,6 +470,16 @@ def _add_flow_routes(
         flow.runner.engine.check_prompts(batch, indexed=not single)
 
         _current_request.set(request)  # media URLs use the address this caller used
+        streamed = streamed_run(  # the event-stream extension (server/sse.py), if asked for
+            request.headers.get("accept"),
+            flow.runner,
+            batch,
+            single=single,
+            request_id=_rid(request),
+            partial_items=_partial_items,
+        )
+        if streamed is not None:
+            return streamed
         collect = Outcomes(len(batch))
         work = flow.runner.arun(batch, collect)
         if flow.runner.on_loop(len(batch)):

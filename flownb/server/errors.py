@@ -32,6 +32,7 @@ from .keys import KEY_PREFIX
 __all__ = [
     "MAX_LISTED",
     "ApiProblem",
+    "error_body",
     "error_response",
     "from_exception",
     "json_response",
@@ -105,6 +106,12 @@ def _listed(p: Problem) -> dict[str, Any]:
 def error_response(problem: ApiError, request_id: str) -> Response:
     """Return the JSON response for ``problem``: at most :data:`MAX_LISTED` problems listed
     (with ``errors_total`` when there are more), key-like strings masked."""
+    return json_response(error_body(problem, request_id), problem.status, problem.headers)
+
+
+def error_body(problem: ApiError, request_id: str) -> dict[str, Any]:
+    """Return the body of :func:`error_response` for ``problem`` (also sent as a streamed
+    run's ``error`` event)."""
     message = scrub(problem.message)
     body: dict[str, Any] = {
         "code": problem.code,
@@ -117,7 +124,7 @@ def error_response(problem: ApiError, request_id: str) -> Response:
         body["errors_total"] = problem.total
     if problem.results is not None:
         body["results"] = problem.results
-    return json_response(body, problem.status, problem.headers)
+    return body
 
 
 def status_of(exc: BaseException) -> tuple[int, str]:

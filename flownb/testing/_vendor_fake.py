@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from .fake_openai import FakeConfig, _State, add_control_routes
+from .fake_openai import FakeConfig, _State, add_control_routes, send_stream
 
 __all__ = ["Vendor", "control_routes", "handler", "serve_until_interrupted", "words"]
 
@@ -47,6 +47,14 @@ class Vendor(Protocol):
 
     def check(self, body: Mapping[str, Any]) -> str | None:
         """Return why a well-formed JSON body is an invalid request, or None."""
+        ...
+
+    def stream(
+        self, request: web.Request, body: Mapping[str, Any], answer: Mapping[str, Any]
+    ) -> list[tuple[str, bytes]] | None:
+        """Return the server-sent events (``(word, bytes)``, see
+        :func:`~flownb.testing.fake_openai.send_stream`) a streaming request gets for
+        ``answer``, or None when the request did not ask for a stream."""
         ...
 
     def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
@@ -108,14 +116,15 @@ def handler(
                 if request.transport is not None:
                     request.transport.abort()
                 raise asyncio.CancelledError
-            response = web.json_response(
-                vendor.answer(request, body, prompt, config),
-                headers={
-                    "request-id": "req_fake_ok",
-                    "x-request-id": "req_fake_ok",
-                    **limit_headers,
-                },
-            )
+            answer = vendor.answer(request, body, prompt, config)
+            headers = {"request-id": "req_fake_ok", "x-request-id": "req_fake_ok", **limit_headers}
+            events = vendor.stream(request, body, answer)
+            if events is not None:
+                streamed = await send_stream(request, state, events, headers, prompt)
+                state.answered += 1
+                state.answered_prompts.append(prompt)
+                return streamed
+            response = web.json_response(answer, headers=headers)
             try:
                 await response.prepare(request)
                 await response.write_eof()

@@ -13,7 +13,10 @@ misbehaves on purpose as the OpenAI fake does (``faults``, ``fail_markers``, lat
 ``max_in_flight``, ``rate_limit``, the latter with Anthropic's ``anthropic-ratelimit-requests-*``
 headers) and records every request body, path and header set. It also speaks the Message
 Batches API (``/v1/messages/batches``, see :mod:`flownb.testing.fake_message_batches`), each
-batch answered as the live route would answer its requests.
+batch answered as the live route would answer its requests. A request with ``stream: true``
+is answered as Anthropic streams (``message_start``, a text block's ``content_block_delta``
+events one word each, ``message_delta`` with the stop reason and usage, ``message_stop``),
+``stream_delay`` seconds between words.
 
 In a test::
 
@@ -42,6 +45,8 @@ from .fake_openai import (
     judge_reply,
     scripted_reply,
     seen_image,
+    split_words,
+    sse_event,
 )
 
 __all__ = ["FakeAnthropic", "main", "make_app"]
@@ -111,6 +116,54 @@ class _Anthropic:
                 "cache_read_input_tokens": 0,
             },
         }
+
+    def stream(
+        self, request: web.Request, body: Mapping[str, Any], answer: Mapping[str, Any]
+    ) -> list[tuple[str, bytes]] | None:
+        if not body.get("stream"):
+            return None
+        usage = answer["usage"]
+        start = {
+            **answer,
+            "content": [],
+            "stop_reason": None,
+            "usage": {**usage, "output_tokens": 1},
+        }
+        text = "".join(b["text"] for b in answer["content"])
+        events = [
+            ("", sse_event({"type": "message_start", "message": start}, "message_start")),
+            (
+                "",
+                sse_event(
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                    "content_block_start",
+                ),
+            ),
+            ("", sse_event({"type": "ping"}, "ping")),
+        ]
+        for word in split_words(text):
+            delta = {"type": "text_delta", "text": word}
+            data = {"type": "content_block_delta", "index": 0, "delta": delta}
+            events.append((word, sse_event(data, "content_block_delta")))
+        stop = {"stop_reason": answer["stop_reason"], "stop_sequence": None}
+        tail = [
+            ({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            (
+                {
+                    "type": "message_delta",
+                    "delta": stop,
+                    "usage": {"output_tokens": usage["output_tokens"]},
+                },
+                "message_delta",
+            ),
+            ({"type": "message_stop"}, "message_stop"),
+        ]
+        events += [("", sse_event(data, name)) for data, name in tail]
+        return events
 
     def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
         if "x-ratelimit-limit-requests" not in limits:

@@ -6,6 +6,11 @@ no internet).
   answers the prompt's small PNG (:func:`~flownb.testing.fake_openai.image_bytes`) as
   ``inlineData``. ``usageMetadata`` counts words as tokens.
 
+- ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` answers the same as server-sent
+  events: one ``GenerateContentResponse`` per word of the first candidate's text
+  (``stream_delay`` seconds apart), the last one with the ``finishReason`` (an image answer: one
+  event).
+
 Errors have Google's shape (``{"error": {"code", "message", "status"}}``); a 429 is
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail whose ``retryDelay`` is the
 configured ``retry_after``, as Google sends it (no ``Retry-After`` header). Faults, latency and
@@ -37,6 +42,8 @@ from .fake_openai import (
     judge_reply,
     scripted_reply,
     seen_image,
+    split_words,
+    sse_event,
 )
 
 __all__ = ["FakeGemini", "main", "make_app"]
@@ -108,6 +115,35 @@ class _Gemini:
             },
             "modelVersion": model,
         }
+
+    def stream(
+        self, request: web.Request, body: Mapping[str, Any], answer: Mapping[str, Any]
+    ) -> list[tuple[str, bytes]] | None:
+        if not request.match_info["target"].endswith(":streamGenerateContent"):
+            return None
+        first = answer["candidates"][0]
+        parts = first["content"]["parts"]
+        if "text" not in parts[0]:  # an image: one event with the whole answer
+            return [("", sse_event(answer))]
+        words_sent = split_words(parts[0]["text"]) or [""]
+        usage = answer["usageMetadata"]
+        events = []
+        for i, word in enumerate(words_sent):
+            last = i == len(words_sent) - 1
+            candidate: dict[str, Any] = {
+                "content": {"role": "model", "parts": [{"text": word}]},
+                "index": 0,
+            }
+            if last:
+                candidate["finishReason"] = first["finishReason"]
+            chunk = {
+                "candidates": [candidate],
+                # As Google streams it: the prompt's count on every chunk, the rest at the end.
+                "usageMetadata": usage if last else {"promptTokenCount": usage["promptTokenCount"]},
+                "modelVersion": answer["modelVersion"],
+            }
+            events.append((word, sse_event(chunk)))
+        return events
 
     def limit_headers(self, limits: Mapping[str, str]) -> dict[str, str]:
         return {}  # Google sends no rate-limit headers

@@ -41,6 +41,14 @@ candidate with the highest such score (the first on ties). The grades mean nothi
 they make evaluations against the fake show real, reproducible numbers. Scripted ``replies``
 (below) take precedence.
 
+Streaming: a chat request with ``stream: true`` is answered as OpenAI streams, server-sent
+``chat.completion.chunk`` events (one per word of the answer, ``stream_delay`` seconds apart),
+the finish reason, the usage chunk when ``stream_options.include_usage`` asks for it, then
+``data: [DONE]``. The send time of every word is recorded (:attr:`FakeOpenAI.streams`, on
+``time.perf_counter``'s clock), so a test can compare when its client saw text with when the
+fake sent it; ``stream_cut`` drops the connection part-way through a stream (once per prompt),
+as a broken link does. The Anthropic and Gemini fakes stream the same way in their own formats.
+
 Control routes (for a server in another process): ``GET /_fake/stats`` returns the counters,
 ``POST /_fake/reset`` clears them, ``POST /_fake/config`` changes latency/faults/markers.
 """
@@ -79,6 +87,9 @@ __all__ = [
     "scripted_answer",
     "scripted_reply",
     "seen_image",
+    "send_stream",
+    "split_words",
+    "sse_event",
 ]
 
 FAULTS = ("429", "500", "hang", "drop")
@@ -151,6 +162,13 @@ class FakeConfig:
     instant_429: float = 0.0
     # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
     usage_details: dict[str, Any] = field(default_factory=dict)
+    # Seconds between two words of a streamed answer (``stream: true``).
+    stream_delay: float = 0.0
+    # marker -> N: the first streamed answer to a prompt containing the marker is cut off (the
+    # connection dropped) after N words; the prompt's next request streams whole.
+    stream_cut: dict[str, int] = field(default_factory=dict)
+    # Answer every ``stream: true`` request 400, as a compatible server without streaming does.
+    refuse_stream: bool = False
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
@@ -184,6 +202,9 @@ class _State:
         self.batches = BatchBackend(config, self.answer_live)
         # Anthropic's Message Batches (the Anthropic fake mounts them and says how to answer).
         self.message_batches = MessageBatches(config)
+        # Per streamed answer: (perf_counter time, word) for every word, as it was sent.
+        self.streams: list[list[tuple[float, str]]] = []
+        self.cut_prompts: set[str] = set()  # prompts whose stream was cut once (stream_cut)
 
     def answer_live(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Return the body the fake answers ``body`` with on ``path`` (for batch lines)."""
@@ -201,6 +222,8 @@ class _State:
         self.peak_in_flight = self.in_flight
         self.answered = 0
         self.answered_prompts.clear()
+        self.streams.clear()
+        self.cut_prompts.clear()
         self.faults_sent = dict.fromkeys(FAULTS, 0)
         self.limited = 0
         self.window_start = 0.0
@@ -465,6 +488,92 @@ def _answer(
     return {"created": created, "data": items, "usage": usage}
 
 
+_WORDS = re.compile(r"\s+|\S+\s*")
+
+
+def split_words(text: str) -> list[str]:
+    """Return ``text`` as the pieces a fake streams: each word with the spaces after it."""
+    return _WORDS.findall(text)
+
+
+def sse_event(data: Any, event: str | None = None) -> bytes:
+    """Return one server-sent event: ``data`` as JSON (a ``str`` as it is), and its name."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+async def send_stream(
+    request: web.Request,
+    state: _State,
+    events: list[tuple[str, bytes]],
+    headers: Mapping[str, str],
+    prompt: str = "",
+) -> web.StreamResponse:
+    """Send ``events`` (``(word, bytes)``: the word an event carries, ``""`` for none) as an
+    event stream, ``stream_delay`` seconds between two words, recording each word's send time;
+    cut off after as many words as ``stream_cut`` says for ``prompt`` (once per prompt).
+
+    Raises:
+        asyncio.CancelledError: the client went away part-way, or the stream was cut.
+    """
+    cut = None
+    for marker, words in state.config.stream_cut.items():
+        if marker and marker in prompt and prompt not in state.cut_prompts:
+            state.cut_prompts.add(prompt)
+            cut = words
+            break
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
+    )
+    sent: list[tuple[float, str]] = []
+    state.streams.append(sent)
+    delay = state.config.stream_delay
+    try:
+        await response.prepare(request)
+        for word, payload in events:
+            if word and sent and delay:
+                await asyncio.sleep(delay)
+            if word and cut is not None and len(sent) >= cut:
+                if request.transport is not None:
+                    request.transport.abort()  # dropped mid-answer, as a broken link does
+                raise asyncio.CancelledError
+            at = time.perf_counter()  # taken before the write: the client may read it first
+            await response.write(payload)
+            if word:
+                sent.append((at, word))
+        await response.write_eof()
+    except ConnectionError:  # the client is gone: the rest was never sent
+        raise asyncio.CancelledError from None
+    return response
+
+
+def _chat_stream(usual: Mapping[str, Any], usage: bool) -> list[tuple[str, bytes]]:
+    """Return the events OpenAI streams for the chat answer ``usual`` (choice 0)."""
+    base = {
+        "id": usual["id"],
+        "object": "chat.completion.chunk",
+        "created": usual["created"],
+        "model": usual["model"],
+    }
+    if usage:
+        base["usage"] = None  # as OpenAI sends it on every chunk but the last
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return sse_event({**base, "choices": [choice]})
+
+    first = usual["choices"][0]
+    content = first["message"].get("content") or ""
+    events = [("", chunk({"role": "assistant", "content": "", "refusal": None}))]
+    events += [(word, chunk({"content": word})) for word in split_words(str(content))]
+    events.append(("", chunk({}, first["finish_reason"])))
+    if usage:
+        events.append(("", sse_event({**base, "choices": [], "usage": usual["usage"]})))
+    events.append(("", b"data: [DONE]\n\n"))
+    return events
+
+
 def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake API over ``state``."""
 
@@ -488,6 +597,12 @@ def make_app(state: _State) -> web.Application:
                 return _error(400, "you must provide a model parameter", "invalid_request_error")
             prompt = _prompt_of(request.path, body)
             config = state.config
+            if config.refuse_stream and body.get("stream"):
+                return _error(
+                    400,
+                    "Unrecognized request arguments supplied: stream, stream_options",
+                    "invalid_request_error",
+                )
             limit_headers: dict[str, str] = {}
             if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
                 state.limited += 1  # refused at once, as a provider's concurrency limit does
@@ -549,6 +664,17 @@ def make_app(state: _State) -> web.Application:
             usual = _answer(request.path, body, prompt, config, base, state.images)
             headers = {"x-request-id": "req_fake_ok", **limit_headers}
             scripted = scripted_answer(prompt, config.answers)
+            if (
+                scripted is None
+                and body.get("stream")
+                and request.path.endswith("/chat/completions")
+            ):
+                options = body.get("stream_options") or {}
+                events = _chat_stream(usual, bool(options.get("include_usage")))
+                response = await send_stream(request, state, events, headers, prompt)
+                state.answered += 1
+                state.answered_prompts.append(prompt)
+                return response
             if scripted is not None:
                 response = _scripted_response(scripted, usual, headers)
             else:
@@ -669,6 +795,12 @@ class FakeOpenAI:
     def answered_prompts(self) -> list[str]:
         """The prompt of every request answered with a 200, in order."""
         return self.state.answered_prompts
+
+    @property
+    def streams(self) -> list[list[tuple[float, str]]]:
+        """Per streamed answer, in order: ``(time.perf_counter() when sent, word)`` for every
+        word it sent."""
+        return self.state.streams
 
     @property
     def peak_in_flight(self) -> int:

@@ -1,0 +1,137 @@
+"""A streamed single run in a real browser: JupyterLab on loopback, Debian's chromium via
+Playwright, the fake OpenAI streaming one word per 200 ms. While the text arrives the page shows
+the live area (``.flownb-live``) with part of the answer, for ``flow.run`` as a cell's value and
+for the form's Run button; once done, the usual result and no live area. Screenshots taken while
+the text arrives go to ``test-artifacts/``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import playwright.sync_api as playwright_sync
+import pytest
+from browser.chromium import CHROMIUM_ARGS
+from browser.lab import running_lab
+from test_browser import _page_errors, _run_all_cells, _wait_kernel_idle
+
+from flownb.testing.fake_openai import FakeOpenAI
+from tests.conftest import make_flow
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+WORDS = " ".join(f"word{i}" for i in range(1, 21))  # 20 words: 4 s of streaming
+NOTEBOOK = "stream.ipynb"
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def streaming_fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(stream_delay=0.2) as fake:
+        yield fake
+
+
+def _write_notebook(work: Path) -> None:
+    (work / "story.json").write_text(json.dumps(make_flow({"story": "{x}"}, ["x"])))
+    cells = [
+        "import flownb\nflow = flownb.load_flow('story.json')",
+        f"flow.run(x={WORDS!r})",
+        "form = flow.form()\nform",
+    ]
+    nb = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+             "outputs": [], "source": source}
+            for i, source in enumerate(cells)
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                    "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }  # fmt: skip
+    (work / NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+
+def _partial(text: str) -> bool:
+    """Whether ``text`` holds the start of the answer but not its end (still arriving)."""
+    return "echo: word1" in text and "word20" not in text
+
+
+def test_a_streamed_run_grows_in_jupyterlab(
+    tmp_path: Path, flownb_env: Path, chromium: Path, streaming_fake: FakeOpenAI
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    _write_notebook(work)
+    ARTIFACTS.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "FLOWNB_HOME": str(flownb_env),
+        "OPENAI_BASE_URL": streaming_fake.url,
+        "OPENAI_API_KEY": "sk-test",
+        "FLOWNB_PROVIDER": "openai",
+        "FLOWNB_CACHE": "0",
+    }
+    with (
+        running_lab(work, tmp_path / "jupyter", env) as lab,
+        playwright_sync.sync_playwright() as pw,
+    ):
+        browser = pw.chromium.launch(
+            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(45_000)
+        page.route(re.compile(r"^(https?|wss?)://(?!(127\.0\.0\.1|localhost)[:/])"),
+                   lambda route: route.abort())  # fmt: skip
+        try:
+            page.goto(lab.notebook_url(NOTEBOOK), wait_until="domcontentloaded")
+            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=60_000)
+            _wait_kernel_idle(lab, timeout=60)
+            _run_all_cells(page)
+
+            # flow.run as the cell's value: part of the answer on screen while it streams.
+            run_cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+            live = run_cell.locator(".jp-OutputArea .flownb-live").first
+            live.wait_for(state="visible", timeout=60_000)
+            playwright_sync.expect(live).to_contain_text("echo: word1", timeout=30_000)
+            seen = live.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "browser-stream-live.png"))
+            assert _partial(seen), seen
+            result = run_cell.locator(".jp-OutputArea-output", has_text="word20").first
+            result.wait_for(state="visible", timeout=60_000)
+            playwright_sync.expect(run_cell.locator(".flownb-live")).to_have_count(
+                0, timeout=30_000
+            )
+
+            # The form's Run button: the live area inside the form grows, then the output.
+            form = page.locator(".flownb-form").first
+            form.wait_for(state="visible", timeout=60_000)
+            _wait_kernel_idle(lab, timeout=60)
+            form.scroll_into_view_if_needed()
+            field = form.locator("input[type=text], textarea").first
+            field.click()
+            field.fill(WORDS)
+            field.press("Tab")
+            form.locator(".flownb-run").first.click()
+            area = form.locator(".flownb-live").first
+            playwright_sync.expect(area).to_contain_text("echo: word1", timeout=30_000)
+            text = area.inner_text()
+            form.screenshot(path=str(ARTIFACTS / "browser-stream-form.png"))
+            assert _partial(text), text
+            output = form.locator(".flownb-output").first
+            playwright_sync.expect(output).to_contain_text("word20", timeout=45_000)
+            playwright_sync.expect(area).to_have_text("", timeout=30_000)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(ARTIFACTS / "browser-stream-failure.png"))
+                print(_page_errors(page))
+            shutil.copy(lab.log, ARTIFACTS / "browser-stream-failure-jupyterlab.log")
+            raise
+        finally:
+            browser.close()
