@@ -15,14 +15,35 @@ a failure sets the span's status, ``error.type`` and ``flownb.error``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .providers.base import Call, Generation
+from typing import Any, Protocol, TypeVar
 
 __all__ = ["call_span", "end_call", "flow_span", "traced", "tracer"]
+
+
+# What a span reads of a provider call and its answer (flownb.providers.base's Call and
+# Generation have these): protocols, so this module sits below the providers it traces.
+class Call(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def node_id(self) -> str: ...
+
+
+class Generation(Protocol):
+    @property
+    def cached(self) -> bool: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def usage(self) -> Mapping[str, int] | None: ...
+
+
+C = TypeVar("C", bound=Call)
+G = TypeVar("G", bound=Generation)
 
 _TRACER_NAME = "flownb"
 _UNSET: Any = object()
@@ -166,13 +187,13 @@ def end_call(span: Any, gen: Generation | None, exc: BaseException | None = None
     span.end()
 
 
-def traced(provider: str, generate: Callable[[Call], Generation]) -> Callable[[Call], Generation]:
+def traced(provider: str, generate: Callable[[C], G]) -> Callable[[C], G]:
     """Return ``generate`` (a synchronous provider call) tracing each call when a tracer is
     configured, else ``generate`` itself (chosen once per batch: no cost per call when off)."""
     if tracer() is None:
         return generate
 
-    def call(c: Call) -> Generation:
+    def call(c: C) -> G:
         span = call_span(provider, c)
         try:
             gen = generate(c)
