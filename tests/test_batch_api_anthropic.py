@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +20,10 @@ import pytest
 import flownb
 from flownb.testing.fake_anthropic import FakeAnthropic
 from tests.conftest import ROOT, make_flow, write_flow
-from tests.vendor_fakes import ANTHROPIC_KEY
+from tests.vendor_fakes import (  # noqa: F401  (fixtures)
+    anthropic_fake,
+    anthropic_server,
+)
 
 FAST = {
     "batch_seconds": 0.3,
@@ -34,21 +36,14 @@ FAST = {
 MODEL = "claude-haiku-4-5"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as fake:
-        yield fake
-
-
 @pytest.fixture
-def fake(server: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> FakeAnthropic:
-    server.configure(**FAST)
-    server.reset()
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+def fake(anthropic_fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> FakeAnthropic:  # noqa: F811
+    """The module's fake Messages API (tests/vendor_fakes.py), its batches fast, and flownb
+    set to use it and to poll often."""
+    anthropic_fake.configure(**FAST)
     monkeypatch.setenv("FLOWNB_PROVIDER", "anthropic")
     monkeypatch.setenv("FLOWNB_BATCH_POLL", "0.05")
-    return server
+    return anthropic_fake
 
 
 def _flow_data(prompts: dict[str, str], variables: list[str]) -> dict:
