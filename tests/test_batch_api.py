@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -167,25 +167,39 @@ def test_poll_zero_returns_at_once_and_the_next_call_picks_the_batch_up(fake: Fa
     assert bool(flownb.batches().loc[0, "collected"])
 
 
+def batch_cli(
+    tmp_path: Path, flow: dict, words: list[str]
+) -> tuple[list[str], dict[str, str], Path]:
+    """Return the command running ``flow`` (saved under ``tmp_path``) over a CSV of ``words``
+    through the batch API, its environment, and where ``--out`` may write the results."""
+    flow_path = write_flow(tmp_path / "flow.json", flow)
+    csv = tmp_path / "words.csv"
+    pd.DataFrame({"word": words}).to_csv(csv, index=False)
+    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
+    return cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path / "out.json"
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` for up to a minute; fail with ``what`` if it never holds."""
+    deadline = time.monotonic() + 60
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert condition(), what
+
+
 def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     fake.configure(batch_seconds=3.0)
-    flow_path = write_flow(tmp_path / "flow.json", make_flow({"echo": "Say {word}"}, ["word"]))
-    csv = tmp_path / "words.csv"
-    pd.DataFrame({"word": ["one", "two", "three"]}).to_csv(csv, index=False)
-    out = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    flow = make_flow({"echo": "Say {word}"}, ["word"])
+    cmd, env, out = batch_cli(tmp_path, flow, ["one", "two", "three"])
     first = subprocess.Popen(
         [*cmd, "--no-progress"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     # Killed while polling: once the batch is remembered in FLOWNB_HOME under its id (that
     # record is written right after the provider created it, before any wait).
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
-    deadline = time.monotonic() + 60
-    while not any(records.glob("batch*.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: any(records.glob("batch*.json")), "the batch was never recorded")
     assert fake.batches.created == 1
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
@@ -308,17 +322,10 @@ def test_a_process_killed_before_it_heard_the_batch_id_does_not_submit_it_twice(
     # The fake holds the create's answer back: the batch exists, its creator never learns its
     # id. The new process finds it by the digest in its metadata.
     fake.configure(batch_create_delay=30.0)
-    flow_path = write_flow(tmp_path / "flow.json", make_flow({"echo": "Say {word}"}, ["word"]))
-    csv = tmp_path / "words.csv"
-    pd.DataFrame({"word": ["one", "two", "three"]}).to_csv(csv, index=False)
-    out = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    flow = make_flow({"echo": "Say {word}"}, ["word"])
+    cmd, env, out = batch_cli(tmp_path, flow, ["one", "two", "three"])
     first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while fake.batches.created == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert fake.batches.created == 1
+    wait_for(lambda: fake.batches.created == 1, "the batch was never created")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
