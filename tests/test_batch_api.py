@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -187,6 +188,29 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
     assert condition(), what
 
 
+def killed_before_the_batch_id(
+    fake: Any, created: Callable[[], int], tmp_path: Path, flow: dict, words: list[str]
+) -> tuple[list[dict], Path]:
+    """Run ``flow`` over ``words`` from the CLI with ``fake`` holding back its answer to the
+    create, kill the process once the batch exists (``created()`` is 1) and check it left a
+    pending record; then run it again. Returns the second run's results and the records'
+    folder."""
+    fake.configure(batch_create_delay=30.0)
+    cmd, env, out = batch_cli(tmp_path, flow, words)
+    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
+    wait_for(lambda: created() == 1, "the batch was never created")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    records = Path(os.environ["FLOWNB_HOME"]) / "batches"
+    assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
+    fake.configure(batch_create_delay=0.0)
+    second = subprocess.run(
+        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
+    )
+    assert second.returncode == 0, second.stderr
+    return json.loads(out.read_text()), records
+
+
 def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -321,22 +345,12 @@ def test_a_process_killed_before_it_heard_the_batch_id_does_not_submit_it_twice(
 ) -> None:
     # The fake holds the create's answer back: the batch exists, its creator never learns its
     # id. The new process finds it by the digest in its metadata.
-    fake.configure(batch_create_delay=30.0)
     flow = make_flow({"echo": "Say {word}"}, ["word"])
-    cmd, env, out = batch_cli(tmp_path, flow, ["one", "two", "three"])
-    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
-    wait_for(lambda: fake.batches.created == 1, "the batch was never created")
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
-    records = Path(os.environ["FLOWNB_HOME"]) / "batches"
-    assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
-    fake.configure(batch_create_delay=0.0)
-    second = subprocess.run(
-        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
+    results, records = killed_before_the_batch_id(
+        fake, lambda: fake.batches.created, tmp_path, flow, ["one", "two", "three"]
     )
-    assert second.returncode == 0, second.stderr
     assert fake.batches.created == 1 and len(fake.batches.uploads) == 1
-    assert [r["echo"] for r in json.loads(out.read_text())] == [
+    assert [r["echo"] for r in results] == [
         "echo: Say one",
         "echo: Say two",
         "echo: Say three",

@@ -18,7 +18,7 @@ import pytest
 import flownb
 from flownb.testing.fake_anthropic import FakeAnthropic
 from tests.conftest import make_flow
-from tests.test_batch_api import batch_cli, wait_for
+from tests.test_batch_api import batch_cli, killed_before_the_batch_id, wait_for
 from tests.vendor_fakes import (  # noqa: F401  (fixtures)
     anthropic_fake,
     anthropic_server,
@@ -215,23 +215,12 @@ def test_a_process_killed_before_it_heard_the_batch_id_does_not_submit_it_twice(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
     # The fake holds the create's answer back: the batch exists, its creator never learns it.
-    fake.configure(batch_create_delay=30.0)
-    cmd, env, out = batch_cli(
-        tmp_path, _flow_data({"echo": "Say {word}"}, ["word"]), ["red", "green", "blue"]
+    flow = _flow_data({"echo": "Say {word}"}, ["word"])
+    results, records = killed_before_the_batch_id(
+        fake, lambda: fake.message_batches.created, tmp_path, flow, ["red", "green", "blue"]
     )
-    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
-    wait_for(lambda: fake.message_batches.created == 1, "the batch was never created")
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
-    records = Path(os.environ["FLOWNB_HOME"]) / "batches"
-    assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
-    fake.configure(batch_create_delay=0.0)
-    second = subprocess.run(
-        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
-    )
-    assert second.returncode == 0, second.stderr
     assert fake.message_batches.created == 1  # adopted, not submitted again
-    assert [r["echo"] for r in json.loads(out.read_text())] == [
+    assert [r["echo"] for r in results] == [
         "echo: Say red",
         "echo: Say green",
         "echo: Say blue",
