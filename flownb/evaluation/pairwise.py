@@ -84,7 +84,9 @@ class PairwiseReview(widgets.VBox):
         self.note.add_class("flownb-note")
         self.reveal = widgets.HTML()
         self.reveal.add_class("flownb-reveal")
-        self.back, self.next, self.shortcuts = _navigation(self, "keys: 1 2 t n b", "12em")
+        self.back, self.next, self.shortcuts = _navigation(
+            self, self._typed, "keys: 1 2 t n b", "12em"
+        )
         super().__init__(
             [
                 widgets.HBox([self.back, self.next, self.shortcuts, self.progress]),

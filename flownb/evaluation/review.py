@@ -18,7 +18,7 @@ given so far.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -87,10 +87,12 @@ def _rows_of(report: Any, variant: str) -> list[Any]:
     return list(dict.fromkeys(res[res["variant"] == variant][report.index_name]))
 
 
-def _navigation(review: Any, keys: str, width: str) -> tuple[Any, Any, Any]:
+def _navigation(
+    review: Any, typed: Callable[[dict[str, Any]], None], keys: str, width: str
+) -> tuple[Any, Any, Any]:
     """Return a review widget's back and next buttons and its keys box (placeholder ``keys``):
-    the buttons move ``review`` (one with ``position`` and ``go``) by a row, and what is typed
-    in the box goes to its ``_typed``."""
+    the buttons move ``review`` (one with ``position`` and ``go``) by a row, and each change of
+    the box goes to ``typed``."""
     back = widgets.Button(description="◀ back (b)")
     forward = widgets.Button(description="next (n) ▶")
     back.add_class("flownb-prev")
@@ -99,7 +101,7 @@ def _navigation(review: Any, keys: str, width: str) -> tuple[Any, Any, Any]:
     forward.on_click(lambda _b: review.go(review.position + 1))
     shortcuts = widgets.Text(placeholder=keys, continuous_update=True, layout={"width": width})
     shortcuts.add_class("flownb-keys")
-    shortcuts.observe(review._typed, names="value")
+    shortcuts.observe(typed, names="value")
     return back, forward, shortcuts
 
 
@@ -216,7 +218,9 @@ class LabelReview(widgets.VBox):
         self.inputs = widgets.HTML()
         self.inputs.add_class("flownb-review-inputs")
         self.panels = {v: _VariantPanel(self, v) for v in chosen}
-        self.back, self.next, self.shortcuts = _navigation(self, "keys: p f 1-5 v n b", "14em")
+        self.back, self.next, self.shortcuts = _navigation(
+            self, self._typed, "keys: p f 1-5 v n b", "14em"
+        )
         # Image outputs also get an overview: a grid of thumbnails, variants by rows, around
         # the row shown (which is marked), with the person's own labels (never a scorer's).
         self.images = [o for o in outputs if report.kinds.get(o) == "image"]
