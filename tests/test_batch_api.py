@@ -365,24 +365,7 @@ def test_a_create_that_never_reached_the_provider_is_submitted_again(
     # leaves a pending record the next run finds no batch for: it submits the calls itself.
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
     df = pd.DataFrame({"word": ["solo"]})
-    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
-
-    save_record(
-        BatchRecord(
-            id="pending-0123",
-            provider="openai",
-            base_url=flow.provider.batch_api().base_url,
-            endpoint="/chat/completions",
-            model="gpt-4o-mini",
-            status=SUBMITTING,
-            keys=[_uploaded_key(flow, "Say solo")],
-            digest="0" * 64,
-            pid=2**22 + 12345,  # no such process
-            host=__import__("socket").gethostname(),
-            logged=False,
-        ),
-        flow.config.home,
-    )
+    _save_submitting(flow, "pending-0123", "Say solo", "0" * 64)
     out = flow.run_dataframe(df, batch_api=True, progress=False)
     assert out.loc[0, "echo"] == "echo: Say solo" and fake.batches.created == 1
     assert list(flownb.batches()["id"]) == [
@@ -397,6 +380,29 @@ def _uploaded_key(flow: flownb.LocalFlow, prompt: str) -> str:
     return cache.key(
         cache.prefix(flow.provider.identity(), "text", step.params, step.system), prompt
     )
+
+
+def _save_submitting(
+    flow: flownb.LocalFlow, ident: str, prompt: str, digest: str, pid: int = 2**22 + 12345
+) -> None:
+    """Record in the flow's home a batch ``ident`` of the one ``prompt`` being submitted by
+    process ``pid`` on this host (by default no such process), as a killed run leaves it."""
+    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+
+    record = BatchRecord(
+        id=ident,
+        provider="openai",
+        base_url=flow.provider.batch_api().base_url,
+        endpoint="/chat/completions",
+        model="gpt-4o-mini",
+        status=SUBMITTING,
+        keys=[_uploaded_key(flow, prompt)],
+        digest=digest,
+        pid=pid,
+        host=__import__("socket").gethostname(),
+        logged=False,
+    )
+    save_record(record, flow.config.home)
 
 
 def test_the_run_log_counts_batch_answers_as_paid_once_at_the_batch_rate(
@@ -449,8 +455,6 @@ def test_evaluate_through_batches_logs_what_the_batches_cost(fake: FakeOpenAI) -
 def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
-
     with FakeOpenAI() as gone:
         url = gone.url
     # The server is down now: the batches cannot be listed, so nothing may be submitted.
@@ -458,20 +462,7 @@ def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("FLOWNB_PROVIDER", "openai")
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
-    pending = BatchRecord(
-        id="pending-feedface",
-        provider="openai",
-        base_url=flow.provider.batch_api().base_url,
-        endpoint="/chat/completions",
-        model="gpt-4o-mini",
-        status=SUBMITTING,
-        keys=[_uploaded_key(flow, "Say lost")],
-        digest="f" * 64,
-        pid=2**22 + 12345,  # no such process
-        host=__import__("socket").gethostname(),
-        logged=False,
-    )
-    save_record(pending, flow.config.home)
+    _save_submitting(flow, "pending-feedface", "Say lost", "f" * 64)
     with pytest.raises(flownb.ProviderError) as caught:
         flow.run_dataframe(pd.DataFrame({"word": ["lost"]}), batch_api=True, progress=False)
     message = str(caught.value)
@@ -483,27 +474,10 @@ def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
 def test_a_batch_another_live_process_is_submitting_is_not_submitted_again(
     fake: FakeOpenAI,
 ) -> None:
-    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
-
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        save_record(
-            BatchRecord(
-                id="pending-cafe",
-                provider="openai",
-                base_url=flow.provider.batch_api().base_url,
-                endpoint="/chat/completions",
-                model="gpt-4o-mini",
-                status=SUBMITTING,
-                keys=[_uploaded_key(flow, "Say busy")],
-                digest="c" * 64,
-                pid=other.pid,
-                host=__import__("socket").gethostname(),
-                logged=False,
-            ),
-            flow.config.home,
-        )
+        _save_submitting(flow, "pending-cafe", "Say busy", "c" * 64, pid=other.pid)
         out = flow.run_dataframe(pd.DataFrame({"word": ["busy"]}), batch_api=True, progress=False)
     finally:
         other.kill()
