@@ -114,6 +114,24 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+def _loop_for_sync() -> asyncio.AbstractEventLoop:
+    """Return the background loop, for a sync call to wait on.
+
+    Raises:
+        RuntimeError: the caller is a coroutine on that loop (waiting would deadlock).
+    """
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise RuntimeError(
+            "flownb's sync API was called from its own event loop; use the async API"
+        )
+    return loop
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion on flownb's background loop and return its result.
 
@@ -124,16 +142,11 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         RuntimeError: called from a coroutine already running on the background loop (that
             would deadlock; await the async API instead).
     """
-    loop = _background_loop()
     try:
-        running = asyncio.get_running_loop()
+        loop = _loop_for_sync()
     except RuntimeError:
-        running = None
-    if running is loop:
-        coro.close()
-        raise RuntimeError(
-            "flownb's sync API was called from its own event loop; use the async API"
-        )
+        coro.close()  # never started: no "never awaited" warning
+        raise
     finished = threading.Event()
 
     async def tracked() -> T:
@@ -187,15 +200,7 @@ def stream_sync(
         Whatever the coroutine raises (after the items emitted before).
         RuntimeError: called from a coroutine running on the background loop.
     """
-    loop = _background_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        raise RuntimeError(
-            "flownb's sync API was called from its own event loop; use the async API"
-        )
+    loop = _loop_for_sync()
     found: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
     finished = threading.Event()
 

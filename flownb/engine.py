@@ -512,6 +512,23 @@ class Engine:
             emit(StreamEvent("image", node, outputs, url=url))
         return gen
 
+    def _runner(
+        self, concurrency: int, limiter: AdaptiveLimiter | None = None, gate: Gate | None = None
+    ) -> CallRunner:
+        """Return the runner of one run's provider calls: this engine's cache, pacing, timeout,
+        retries and token limit, at most ``concurrency`` calls at once (or ``limiter``'s limit,
+        shared with other runs), each attempt also inside ``gate``."""
+        return CallRunner(
+            self.provider,
+            concurrency=concurrency,
+            cache=self.cache,
+            pacer=self.pacer,
+            timeout=self.timeout,
+            retries=self.retries,
+            limiter=limiter,
+            gate=chain(self.tokens, gate),
+        )
+
     async def stream_one(
         self, values: Mapping[str, str], emit: Emit, *, concurrency: int
     ) -> RunResult:
@@ -527,15 +544,7 @@ class Engine:
             The element's error, as :meth:`run_async` reports it (``InputError``,
             ``ProviderError`` naming the node, ...).
         """
-        runner = CallRunner(
-            self.provider,
-            concurrency=concurrency,
-            cache=self.cache,
-            pacer=self.pacer,
-            timeout=self.timeout,
-            retries=self.retries,
-            gate=self.tokens,
-        )
+        runner = self._runner(concurrency)
         try:
             return await self._run_element(values, runner, emit)
         finally:
@@ -656,16 +665,7 @@ class Engine:
         """
         if not batch:
             return
-        runner = CallRunner(
-            self.provider,
-            concurrency=concurrency,
-            cache=self.cache,
-            pacer=self.pacer,
-            timeout=self.timeout,
-            retries=self.retries,
-            limiter=limiter,
-            gate=chain(self.tokens, gate),
-        )
+        runner = self._runner(concurrency, limiter, gate)
         pending = iter(range(len(batch)))
 
         async def worker() -> None:

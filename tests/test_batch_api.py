@@ -10,8 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -167,25 +168,62 @@ def test_poll_zero_returns_at_once_and_the_next_call_picks_the_batch_up(fake: Fa
     assert bool(flownb.batches().loc[0, "collected"])
 
 
+def batch_cli(
+    tmp_path: Path, flow: dict, words: list[str]
+) -> tuple[list[str], dict[str, str], Path]:
+    """Return the command running ``flow`` (saved under ``tmp_path``) over a CSV of ``words``
+    through the batch API, its environment, and where ``--out`` may write the results."""
+    flow_path = write_flow(tmp_path / "flow.json", flow)
+    csv = tmp_path / "words.csv"
+    pd.DataFrame({"word": words}).to_csv(csv, index=False)
+    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
+    return cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path / "out.json"
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` for up to a minute; fail with ``what`` if it never holds."""
+    deadline = time.monotonic() + 60
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert condition(), what
+
+
+def killed_before_the_batch_id(
+    fake: Any, created: Callable[[], int], tmp_path: Path, flow: dict, words: list[str]
+) -> tuple[list[dict], Path]:
+    """Run ``flow`` over ``words`` from the CLI with ``fake`` holding back its answer to the
+    create, kill the process once the batch exists (``created()`` is 1) and check it left a
+    pending record; then run it again. Returns the second run's results and the records'
+    folder."""
+    fake.configure(batch_create_delay=30.0)
+    cmd, env, out = batch_cli(tmp_path, flow, words)
+    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
+    wait_for(lambda: created() == 1, "the batch was never created")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    records = Path(os.environ["FLOWNB_HOME"]) / "batches"
+    assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
+    fake.configure(batch_create_delay=0.0)
+    second = subprocess.run(
+        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
+    )
+    assert second.returncode == 0, second.stderr
+    return json.loads(out.read_text()), records
+
+
 def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     fake.configure(batch_seconds=3.0)
-    flow_path = write_flow(tmp_path / "flow.json", make_flow({"echo": "Say {word}"}, ["word"]))
-    csv = tmp_path / "words.csv"
-    pd.DataFrame({"word": ["one", "two", "three"]}).to_csv(csv, index=False)
-    out = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    flow = make_flow({"echo": "Say {word}"}, ["word"])
+    cmd, env, out = batch_cli(tmp_path, flow, ["one", "two", "three"])
     first = subprocess.Popen(
         [*cmd, "--no-progress"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     # Killed while polling: once the batch is remembered in FLOWNB_HOME under its id (that
     # record is written right after the provider created it, before any wait).
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
-    deadline = time.monotonic() + 60
-    while not any(records.glob("batch*.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: any(records.glob("batch*.json")), "the batch was never recorded")
     assert fake.batches.created == 1
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
@@ -307,29 +345,12 @@ def test_a_process_killed_before_it_heard_the_batch_id_does_not_submit_it_twice(
 ) -> None:
     # The fake holds the create's answer back: the batch exists, its creator never learns its
     # id. The new process finds it by the digest in its metadata.
-    fake.configure(batch_create_delay=30.0)
-    flow_path = write_flow(tmp_path / "flow.json", make_flow({"echo": "Say {word}"}, ["word"]))
-    csv = tmp_path / "words.csv"
-    pd.DataFrame({"word": ["one", "two", "three"]}).to_csv(csv, index=False)
-    out = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while fake.batches.created == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert fake.batches.created == 1
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
-    records = Path(os.environ["FLOWNB_HOME"]) / "batches"
-    assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
-    fake.configure(batch_create_delay=0.0)
-    second = subprocess.run(
-        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
+    flow = make_flow({"echo": "Say {word}"}, ["word"])
+    results, records = killed_before_the_batch_id(
+        fake, lambda: fake.batches.created, tmp_path, flow, ["one", "two", "three"]
     )
-    assert second.returncode == 0, second.stderr
     assert fake.batches.created == 1 and len(fake.batches.uploads) == 1
-    assert [r["echo"] for r in json.loads(out.read_text())] == [
+    assert [r["echo"] for r in results] == [
         "echo: Say one",
         "echo: Say two",
         "echo: Say three",
@@ -344,24 +365,7 @@ def test_a_create_that_never_reached_the_provider_is_submitted_again(
     # leaves a pending record the next run finds no batch for: it submits the calls itself.
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
     df = pd.DataFrame({"word": ["solo"]})
-    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
-
-    save_record(
-        BatchRecord(
-            id="pending-0123",
-            provider="openai",
-            base_url=flow.provider.batch_api().base_url,
-            endpoint="/chat/completions",
-            model="gpt-4o-mini",
-            status=SUBMITTING,
-            keys=[_uploaded_key(flow, "Say solo")],
-            digest="0" * 64,
-            pid=2**22 + 12345,  # no such process
-            host=__import__("socket").gethostname(),
-            logged=False,
-        ),
-        flow.config.home,
-    )
+    _save_submitting(flow, "pending-0123", "Say solo", "0" * 64)
     out = flow.run_dataframe(df, batch_api=True, progress=False)
     assert out.loc[0, "echo"] == "echo: Say solo" and fake.batches.created == 1
     assert list(flownb.batches()["id"]) == [
@@ -376,6 +380,29 @@ def _uploaded_key(flow: flownb.LocalFlow, prompt: str) -> str:
     return cache.key(
         cache.prefix(flow.provider.identity(), "text", step.params, step.system), prompt
     )
+
+
+def _save_submitting(
+    flow: flownb.LocalFlow, ident: str, prompt: str, digest: str, pid: int = 2**22 + 12345
+) -> None:
+    """Record in the flow's home a batch ``ident`` of the one ``prompt`` being submitted by
+    process ``pid`` on this host (by default no such process), as a killed run leaves it."""
+    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+
+    record = BatchRecord(
+        id=ident,
+        provider="openai",
+        base_url=flow.provider.batch_api().base_url,
+        endpoint="/chat/completions",
+        model="gpt-4o-mini",
+        status=SUBMITTING,
+        keys=[_uploaded_key(flow, prompt)],
+        digest=digest,
+        pid=pid,
+        host=__import__("socket").gethostname(),
+        logged=False,
+    )
+    save_record(record, flow.config.home)
 
 
 def test_the_run_log_counts_batch_answers_as_paid_once_at_the_batch_rate(
@@ -428,8 +455,6 @@ def test_evaluate_through_batches_logs_what_the_batches_cost(fake: FakeOpenAI) -
 def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
-
     with FakeOpenAI() as gone:
         url = gone.url
     # The server is down now: the batches cannot be listed, so nothing may be submitted.
@@ -437,20 +462,7 @@ def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("FLOWNB_PROVIDER", "openai")
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
-    pending = BatchRecord(
-        id="pending-feedface",
-        provider="openai",
-        base_url=flow.provider.batch_api().base_url,
-        endpoint="/chat/completions",
-        model="gpt-4o-mini",
-        status=SUBMITTING,
-        keys=[_uploaded_key(flow, "Say lost")],
-        digest="f" * 64,
-        pid=2**22 + 12345,  # no such process
-        host=__import__("socket").gethostname(),
-        logged=False,
-    )
-    save_record(pending, flow.config.home)
+    _save_submitting(flow, "pending-feedface", "Say lost", "f" * 64)
     with pytest.raises(flownb.ProviderError) as caught:
         flow.run_dataframe(pd.DataFrame({"word": ["lost"]}), batch_api=True, progress=False)
     message = str(caught.value)
@@ -462,27 +474,10 @@ def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(
 def test_a_batch_another_live_process_is_submitting_is_not_submitted_again(
     fake: FakeOpenAI,
 ) -> None:
-    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
-
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        save_record(
-            BatchRecord(
-                id="pending-cafe",
-                provider="openai",
-                base_url=flow.provider.batch_api().base_url,
-                endpoint="/chat/completions",
-                model="gpt-4o-mini",
-                status=SUBMITTING,
-                keys=[_uploaded_key(flow, "Say busy")],
-                digest="c" * 64,
-                pid=other.pid,
-                host=__import__("socket").gethostname(),
-                logged=False,
-            ),
-            flow.config.home,
-        )
+        _save_submitting(flow, "pending-cafe", "Say busy", "c" * 64, pid=other.pid)
         out = flow.run_dataframe(pd.DataFrame({"word": ["busy"]}), batch_api=True, progress=False)
     finally:
         other.kill()

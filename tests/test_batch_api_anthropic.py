@@ -9,10 +9,7 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -20,8 +17,12 @@ import pytest
 
 import flownb
 from flownb.testing.fake_anthropic import FakeAnthropic
-from tests.conftest import ROOT, make_flow, write_flow
-from tests.vendor_fakes import ANTHROPIC_KEY
+from tests.conftest import make_flow
+from tests.test_batch_api import batch_cli, killed_before_the_batch_id, wait_for
+from tests.vendor_fakes import (  # noqa: F401  (fixtures)
+    anthropic_fake,
+    anthropic_server,
+)
 
 FAST = {
     "batch_seconds": 0.3,
@@ -34,21 +35,14 @@ FAST = {
 MODEL = "claude-haiku-4-5"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as fake:
-        yield fake
-
-
 @pytest.fixture
-def fake(server: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> FakeAnthropic:
-    server.configure(**FAST)
-    server.reset()
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+def fake(anthropic_fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> FakeAnthropic:  # noqa: F811
+    """The module's fake Messages API (tests/vendor_fakes.py), its batches fast, and flownb
+    set to use it and to poll often."""
+    anthropic_fake.configure(**FAST)
     monkeypatch.setenv("FLOWNB_PROVIDER", "anthropic")
     monkeypatch.setenv("FLOWNB_BATCH_POLL", "0.05")
-    return server
+    return anthropic_fake
 
 
 def _flow_data(prompts: dict[str, str], variables: list[str]) -> dict:
@@ -194,29 +188,16 @@ def test_a_cancelled_batch_is_named_and_submitted_again(fake: FakeAnthropic) -> 
     assert again.loc[0, "echo"] == "echo: Say z" and fake.message_batches.created == 2
 
 
-def _cli(tmp_path: Path, words: list[str]) -> tuple[list[str], dict[str, str], Path]:
-    flow_path = write_flow(tmp_path / "flow.json", _flow_data({"echo": "Say {word}"}, ["word"]))
-    csv = tmp_path / "words.csv"
-    pd.DataFrame({"word": words}).to_csv(csv, index=False)
-    cmd = [sys.executable, "-m", "flownb", "run", str(flow_path), "--csv", str(csv), "--batch-api"]
-    return cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path / "out.json"
-
-
-def _wait_for(condition: object, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
-        time.sleep(0.05)
-    assert condition(), what  # type: ignore[operator]
-
-
 def test_a_process_killed_while_polling_is_resumed_without_a_second_batch(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
     fake.configure(batch_seconds=3.0)
-    cmd, env, out = _cli(tmp_path, ["one", "two"])
+    cmd, env, out = batch_cli(
+        tmp_path, _flow_data({"echo": "Say {word}"}, ["word"]), ["one", "two"]
+    )
     first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
-    _wait_for(lambda: any(records.glob("msgbatch_*.json")), "the batch was never recorded")
+    wait_for(lambda: any(records.glob("msgbatch_*.json")), "the batch was never recorded")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     second = subprocess.run(
@@ -234,21 +215,12 @@ def test_a_process_killed_before_it_heard_the_batch_id_does_not_submit_it_twice(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
     # The fake holds the create's answer back: the batch exists, its creator never learns it.
-    fake.configure(batch_create_delay=30.0)
-    cmd, env, out = _cli(tmp_path, ["red", "green", "blue"])
-    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
-    _wait_for(lambda: fake.message_batches.created == 1, "the batch was never created")
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
-    records = Path(os.environ["FLOWNB_HOME"]) / "batches"
-    assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
-    fake.configure(batch_create_delay=0.0)
-    second = subprocess.run(
-        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
+    flow = _flow_data({"echo": "Say {word}"}, ["word"])
+    results, records = killed_before_the_batch_id(
+        fake, lambda: fake.message_batches.created, tmp_path, flow, ["red", "green", "blue"]
     )
-    assert second.returncode == 0, second.stderr
     assert fake.message_batches.created == 1  # adopted, not submitted again
-    assert [r["echo"] for r in json.loads(out.read_text())] == [
+    assert [r["echo"] for r in results] == [
         "echo: Say red",
         "echo: Say green",
         "echo: Say blue",

@@ -5,14 +5,13 @@ its last state a plain HTML table (what a saved notebook keeps)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
 
 from tests.conftest import make_flow
+from tests.kernels import execute, kernel_env, running_kernel
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -21,24 +20,8 @@ pytestmark = pytest.mark.timeout(240)
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     work = tmp_path_factory.mktemp("batch-view")
     (work / "echo.json").write_text(json.dumps(make_flow({"echo": "Say {word}"}, ["word"])))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWNB_", "OPENAI_"))}
-    env["FLOWNB_HOME"] = str(work / "home")
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(work), env=env)
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=120)
+    with running_kernel(work, kernel_env(work)) as kc:
         yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
-def execute(kc: Any, code: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    messages: list[dict[str, Any]] = []
-    reply = kc.execute_interactive(code, output_hook=messages.append, timeout=180)
-    return reply["content"], messages
 
 
 SETUP = """

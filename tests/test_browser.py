@@ -11,18 +11,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
-import urllib.error
 from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.chromium import CHROMIUM_ARGS
-from browser.lab import Lab, running_lab
+from browser.lab import Lab
+from browser.notebook import (
+    lab_page,
+    open_notebook,
+    page_errors,
+    run_all_cells,
+    run_until_shown,
+    write_notebook,
+)
 
 import flownb
 from tests.conftest import make_flow
@@ -61,53 +65,12 @@ def _workdir(tmp_path: Path) -> Path:
     return work
 
 
-def _wait_kernel_idle(lab: Lab, timeout: float) -> None:
-    """Wait until the server has a kernel and every kernel is idle (all queued cells ran)."""
-    deadline = time.monotonic() + timeout
-    states: list[str] = []
-    while time.monotonic() < deadline:
-        try:
-            kernels = lab.api("/api/kernels")
-        except urllib.error.URLError as exc:  # HTTPError too: a busy server may answer 500 once
-            states = [f"API error: {exc}"]
-            time.sleep(1)
-            continue
-        assert isinstance(kernels, list)
-        states = [k.get("execution_state", "") for k in kernels]
-        if states and all(s == "idle" for s in states):
-            lab.track()
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"kernel not idle after {timeout:.0f}s (states {states}):\n{lab.log_tail()}")
-
-
-def _run_all_cells(page: playwright_sync.Page) -> None:
-    """Run every cell through the Run menu, as a user would."""
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-
-
-def _page_errors(page: playwright_sync.Page) -> str:
-    """Return the text of any error outputs in the notebook (for failure messages)."""
-    errs = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]')
-    return "\n---\n".join(errs.all_inner_texts())[-3000:]
-
-
 def _drive_form(page: playwright_sync.Page, lab: Lab, notebook: str) -> None:
     """Open ``notebook``, run all cells, fill the first form's first field, click Run, and
     check the output text and image; screenshots go to ``test-artifacts/``."""
-    page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
-    # The notebook panel is up and its kernel started.
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=60_000)
-    _wait_kernel_idle(lab, timeout=60)
-
-    _run_all_cells(page)
-    form = page.locator(".flownb-form").first
-    try:
-        form.wait_for(state="visible", timeout=60_000)
-    except playwright_sync.TimeoutError:
-        pytest.fail(f"no .flownb-form rendered; errors in page:\n{_page_errors(page)}")
-    _wait_kernel_idle(lab, timeout=60)  # the notebook's other cells have run too
+    open_notebook(page, lab, notebook)
+    # The notebook's other cells have run too once this returns.
+    form = run_until_shown(page, lab, ".flownb-form")
     form.scroll_into_view_if_needed()
 
     field = form.locator("input[type=text], textarea").first
@@ -159,16 +122,7 @@ held_form"""
 
 def _write_stop_notebook(work: Path) -> None:
     flow = make_flow({"first": "first {text}", "second": "second {text} HOLD"}, ["text"])
-    source = f"FLOW = {json.dumps(json.dumps(flow))}\n{_STOP_CELL}"
-    nb = {
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "held-form",
-                   "metadata": {}, "outputs": [], "source": source}],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                    "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
-    (work / STOP_NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    write_notebook(work / STOP_NOTEBOOK, [f"FLOW = {json.dumps(json.dumps(flow))}\n{_STOP_CELL}"])
 
 
 def _stop_form(page: playwright_sync.Page, lab: Lab) -> None:
@@ -182,17 +136,17 @@ def _stop_form(page: playwright_sync.Page, lab: Lab) -> None:
     with contextlib.suppress(playwright_sync.TimeoutError):
         select.wait_for(state="visible", timeout=5_000)
         select.click()
-    _wait_kernel_idle(lab, timeout=60)
+    lab.wait_idle(timeout=60)
     cell.click()  # the forms notebook is open in another tab: make this one the current one
-    _run_all_cells(page)
+    run_all_cells(page)
     # The forms notebook stays open in another tab: this notebook's form is the "held" one.
     title = page.locator(".flownb-title", has_text="held")
     form = page.locator(".flownb-form", has=title).first
     try:
         form.wait_for(state="visible", timeout=60_000)
     except playwright_sync.TimeoutError:
-        pytest.fail(f"no held form rendered; errors in page:\n{_page_errors(page)}")
-    _wait_kernel_idle(lab, timeout=60)
+        pytest.fail(f"no held form rendered; errors in page:\n{page_errors(page)}")
+    lab.wait_idle(timeout=60)
     form.scroll_into_view_if_needed()
     status = form.locator(".flownb-status").first
     form.locator(".flownb-run").first.click()
@@ -230,25 +184,16 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path, chrom
         f"the kernel would import {kernel_flownb}, not the flownb under test"
     )
 
-    with (
-        running_lab(work, tmp_path / "jupyter", env) as lab,
-        playwright_sync.sync_playwright() as pw,
-    ):
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(45_000)
-        outside: list[str] = []
+    outside: list[str] = []
 
-        def refuse(route: playwright_sync.Route) -> None:
-            # Everything the page needs comes from the Lab server (and data: URLs): refuse and
-            # record anything else, which on a machine without internet would hang or fail.
-            # (Loopback traffic is not intercepted at all: the route matches only other hosts.)
-            outside.append(route.request.url)
-            route.abort()
+    def refuse(route: playwright_sync.Route) -> None:
+        # Everything the page needs comes from the Lab server (and data: URLs): refuse and
+        # record anything else, which on a machine without internet would hang or fail.
+        # (Loopback traffic is not intercepted at all: the route matches only other hosts.)
+        outside.append(route.request.url)
+        route.abort()
 
-        page.route(re.compile(r"^(https?|wss?)://(?!(127\.0\.0\.1|localhost)[:/])"), refuse)
+    with lab_page(work, tmp_path / "jupyter", env, chromium, outside=refuse) as (lab, page):
         try:
             _drive_form(page, lab, notebook)
             _stop_form(page, lab)
@@ -259,7 +204,5 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path, chrom
                 page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), timeout=10_000)
             shutil.copy(lab.log, ARTIFACTS / "browser-failure-jupyterlab.log")
             raise
-        finally:
-            browser.close()
     # The kernel got FLOWNB_HOME from the server's environment: the image it drew is there.
     assert list((flownb_env / "media").glob("*.png")), "no image in the FLOWNB_HOME given to Lab"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -20,8 +19,7 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.chromium import CHROMIUM_ARGS
-from browser.lab import running_lab
+from browser.notebook import lab_page, open_notebook, write_notebook
 
 from flownb.testing.fake_openai import FakeOpenAI
 
@@ -51,15 +49,7 @@ def fake() -> Iterator[FakeOpenAI]:
 
 def _write_notebook(work: Path) -> None:
     shutil.copy(ROOT / "notebooks" / "flows" / "blog-intro.json", work / "blog.json")
-    nb = {
-        "cells": [{"cell_type": "code", "execution_count": None, "id": "live-batch",
-                   "metadata": {}, "outputs": [], "source": CELL}],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                    "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
-    (work / NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    write_notebook(work / NOTEBOOK, [CELL])
 
 
 def test_the_live_view_fills_in_in_jupyterlab(
@@ -73,23 +63,9 @@ def test_the_live_view_fills_in_in_jupyterlab(
     ARTIFACTS.mkdir(exist_ok=True)
     env = dict(os.environ)  # conftest: clean of flownb/OpenAI/proxy vars, FLOWNB_HOME temporary
     env.update(OPENAI_BASE_URL=fake.url, OPENAI_API_KEY="not-a-real-key")
-    with (
-        running_lab(work, tmp_path / "jupyter", env) as lab,
-        playwright_sync.sync_playwright() as pw,
-    ):
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(45_000)
-        page.route(
-            re.compile(r"^(https?|wss?)://(?!(127\.0\.0\.1|localhost)[:/])"),
-            lambda route: route.abort(),
-        )
+    with lab_page(work, tmp_path / "jupyter", env, chromium) as (lab, page):
         try:
-            page.goto(lab.notebook_url(NOTEBOOK), wait_until="domcontentloaded")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=60_000)
-            _wait_idle(lab)
+            open_notebook(page, lab, NOTEBOOK)
             page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
             page.keyboard.press("Shift+Enter")
             # While the cell runs: the widget, with the bar and some of the rows.
@@ -114,7 +90,7 @@ def test_the_live_view_fills_in_in_jupyterlab(
             assert final.locator("tbody tr").count() == ROWS
             assert final.locator("img").count() == ROWS - 1  # thumbnails of the images
             page.screenshot(path=str(ARTIFACTS / "browser-live-done.png"))
-            _wait_idle(lab)
+            lab.wait_idle(timeout=90)
             page.keyboard.press("Control+s")
             saved = _saved_outputs(work / NOTEBOOK)
             assert saved and all(WIDGET not in out.get("data", {}) for out in saved), saved
@@ -125,18 +101,6 @@ def test_the_live_view_fills_in_in_jupyterlab(
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / "browser-live-failure.png"), timeout=10_000)
             raise
-        finally:
-            browser.close()
-
-
-def _wait_idle(lab: object, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        kernels = lab.api("/api/kernels")  # type: ignore[attr-defined]
-        if kernels and all(k.get("execution_state") == "idle" for k in kernels):
-            return
-        time.sleep(0.3)
-    raise TimeoutError("the kernel did not become idle")
 
 
 def _saved_outputs(path: Path, timeout: float = 30) -> list[dict]:

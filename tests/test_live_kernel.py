@@ -17,13 +17,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
 
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.kernels import execute as run
+from tests.kernels import kernel_env, running_kernel
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -41,63 +43,34 @@ def fake() -> Iterator[FakeOpenAI]:
         server.stop()
 
 
-def _kernel(work: Path, fake: FakeOpenAI, **extra: str) -> tuple[KernelManager, Any]:
+@contextmanager
+def _kernel(work: Path, fake: FakeOpenAI, **extra: str) -> Iterator[Any]:
+    """A kernel in ``work`` with the sample flow loaded as ``flow`` against ``fake``."""
     shutil.copy(ROOT / "notebooks" / "flows" / "blog-intro.json", work / "blog.json")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("FLOWNB_", "OPENAI_")) and k != "JPY_SESSION_NAME"
-    }
-    env.update(
-        FLOWNB_HOME=str(work / "home"), OPENAI_BASE_URL=fake.url, OPENAI_API_KEY="k", **extra
-    )
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(work), env=env)
-    kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=120)
-    reply = kc.execute_interactive(
-        "import flownb, pandas as pd\n"
-        "flow = flownb.load_flow('blog.json', provider='openai', concurrency=2, retries=0)",
-        timeout=120,
-    )
-    assert reply["content"]["status"] == "ok"
-    return km, kc
+    env = kernel_env(work, OPENAI_BASE_URL=fake.url, OPENAI_API_KEY="k", **extra)
+    with running_kernel(work, env) as kc:
+        reply, _ = run(
+            kc,
+            "import flownb, pandas as pd\n"
+            "flow = flownb.load_flow('blog.json', provider='openai', concurrency=2, retries=0)",
+            timeout=120,
+        )
+        assert reply["status"] == "ok"
+        yield kc
 
 
 @pytest.fixture(scope="module")
 def lab_kernel(tmp_path_factory: pytest.TempPathFactory, fake: FakeOpenAI) -> Iterator[Any]:
     """A kernel as JupyterLab starts one (its session named in the environment)."""
-    km, kc = _kernel(tmp_path_factory.mktemp("lab"), fake, JPY_SESSION_NAME="live.ipynb")
-    try:
+    with _kernel(tmp_path_factory.mktemp("lab"), fake, JPY_SESSION_NAME="live.ipynb") as kc:
         yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 @pytest.fixture(scope="module")
 def nbclient_kernel(tmp_path_factory: pytest.TempPathFactory, fake: FakeOpenAI) -> Iterator[Any]:
     """A kernel as nbval / nbconvert start one (no session in the environment)."""
-    km, kc = _kernel(tmp_path_factory.mktemp("nbclient"), fake)
-    try:
+    with _kernel(tmp_path_factory.mktemp("nbclient"), fake) as kc:
         yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
-def run(kc: Any, code: str, on_message: Any = None) -> tuple[dict[str, Any], list[dict]]:
-    """Run ``code``; return the reply's content and the iopub messages it caused."""
-    messages: list[dict[str, Any]] = []
-
-    def hook(msg: dict[str, Any]) -> None:
-        messages.append(msg)
-        if on_message is not None:
-            on_message(msg)
-
-    reply = kc.execute_interactive(code, output_hook=hook, timeout=180)
-    return reply["content"], messages
 
 
 def updates(messages: list[dict]) -> list[dict]:

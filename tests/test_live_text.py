@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
 
 import flownb
 from flownb.events import StreamEvent
 from flownb.notebook.live_text import LiveText, consume
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.kernels import execute as run_cell
+from tests.kernels import kernel_env, running_kernel
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,37 +38,28 @@ def kernel(tmp_path_factory: pytest.TempPathFactory, streaming_fake: FakeOpenAI)
     environment pointing at the streaming fake; yields a ready client."""
     work = tmp_path_factory.mktemp("live")
     (work / "story.json").write_text(json.dumps(make_flow({"story": "{x}"}, ["x"])))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWNB_", "OPENAI_"))}
-    env.update(
-        FLOWNB_HOME=str(work / "home"),
+    env = kernel_env(
+        work,
         JPY_SESSION_NAME=str(work / "live.ipynb"),
         OPENAI_BASE_URL=streaming_fake.url,
         OPENAI_API_KEY="sk-test",
         FLOWNB_PROVIDER="openai",
         FLOWNB_CACHE="0",
     )
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(work), env=env)
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=120)
-        reply = kc.execute_interactive("import flownb", timeout=120)
-        assert reply["content"]["status"] == "ok"
+    with running_kernel(work, env) as kc:
+        reply, _ = run_cell(kc, "import flownb", timeout=120)
+        assert reply["status"] == "ok"
         yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 def execute(kc: Any, code: str) -> tuple[dict[str, Any], list[tuple[float, dict[str, Any]]]]:
     """Run ``code``; return the reply's content and the iopub messages it caused, each with
     the perf_counter time this process received it."""
     messages: list[tuple[float, dict[str, Any]]] = []
-    reply = kc.execute_interactive(
-        code, output_hook=lambda m: messages.append((time.perf_counter(), m)), timeout=120
+    reply, _ = run_cell(
+        kc, code, on_message=lambda m: messages.append((time.perf_counter(), m)), timeout=120
     )
-    return reply["content"], messages
+    return reply, messages
 
 
 def live_messages(

@@ -4,7 +4,6 @@ what a notebook front end receives on the wire, and that failures reach it as er
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -12,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
 
 from tests.conftest import make_flow
+from tests.kernels import execute, kernel_env, outputs, running_kernel
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -26,29 +25,8 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     work = tmp_path_factory.mktemp("kernel")
     flows = Path(__file__).resolve().parent.parent / "notebooks" / "flows"
     shutil.copy(flows / "blog-intro.json", work / "blog.json")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWNB_", "OPENAI_"))}
-    env["FLOWNB_HOME"] = str(work / "home")
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(work), env=env)
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=120)
+    with running_kernel(work, kernel_env(work)) as kc:
         yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
-def execute(kc: Any, code: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Run ``code``; return the execute reply's content and the iopub messages it caused."""
-    messages: list[dict[str, Any]] = []
-    reply = kc.execute_interactive(code, output_hook=messages.append, timeout=120)
-    return reply["content"], messages
-
-
-def outputs(messages: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [m["content"] for m in messages if m["msg_type"] == kind]
 
 
 def test_load_ext_and_run_sends_markdown_and_png_bundles(kernel: Any) -> None:

@@ -9,18 +9,14 @@ process with ``flownb.load_report``. The screenshot goes to ``test-artifacts/pai
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.lab import running_lab
 
 import flownb
 from flownb.evaluation.pairwise import shown_order
-from tests.conftest import make_flow
-from tests.test_review_browser import ARGS, ARTIFACTS, CHROMIUM, _idle
+from tests.test_review_browser import ARTIFACTS, review_notebook, shown_widget
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,68 +32,30 @@ report.review(pairwise=("plain", "bold"))
 """
 
 
-def _notebook(work: Path) -> str:
-    work.mkdir()
-    (work / "flow.json").write_text(
-        json.dumps(make_flow({"intro": "An intro about {topic}."}, ["topic"])), encoding="utf-8"
-    )
-    cell = {"cell_type": "code", "metadata": {}, "source": CELL, "outputs": []}
-    nb = {
-        "cells": [{**cell, "execution_count": None}],
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (work / "pairwise.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-    return "pairwise.ipynb"
-
-
 def test_blind_pairwise_review_in_the_browser_reaches_the_run_log(
-    tmp_path: Path, flownb_env: Path
+    tmp_path: Path, flownb_env: Path, chromium: Path
 ) -> None:
-    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
     work = tmp_path / "work"
-    notebook = _notebook(work)
-    ARTIFACTS.mkdir(exist_ok=True)
-    env = {**os.environ, "FLOWNB_HOME": str(flownb_env)}
-    with (
-        running_lab(work, tmp_path / "jupyter", env) as lab,
-        playwright_sync.sync_playwright() as pw,
-    ):
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible")
-            _idle(lab, 60)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            widget = page.locator(".flownb-pairwise").first
-            widget.wait_for(state="visible")
-            _idle(lab, 60)
-            progress = widget.locator(".flownb-progress")
-            playwright_sync.expect(progress).to_contain_text("row 1 of 2")
-            playwright_sync.expect(progress).to_contain_text("0 of 2 compared")
-            playwright_sync.expect(widget.locator(".flownb-review-inputs")).to_contain_text("owls")
-            sides = widget.locator(".flownb-side")
-            playwright_sync.expect(sides.first).to_contain_text("A")
-            reveal = widget.locator(".flownb-reveal")
-            playwright_sync.expect(reveal).to_contain_text("not compared yet")
-            widget.locator(".flownb-prefer-a").click()
-            playwright_sync.expect(progress).to_contain_text("1 of 2 compared")
-            playwright_sync.expect(reveal).to_contain_text("A was")
-            keys = widget.locator(".flownb-keys input")
-            keys.click()
-            keys.press_sequentially("n")
-            playwright_sync.expect(progress).to_contain_text("row 2 of 2")
-            keys.press_sequentially("t")
-            playwright_sync.expect(progress).to_contain_text("2 of 2 compared")
-            widget.screenshot(path=str(ARTIFACTS / "pairwise-review.png"))
-        finally:
-            browser.close()
+    notebook = review_notebook(work, CELL)
+    with shown_widget(tmp_path, flownb_env, chromium, notebook, ".flownb-pairwise") as widget:
+        progress = widget.locator(".flownb-progress")
+        playwright_sync.expect(progress).to_contain_text("row 1 of 2")
+        playwright_sync.expect(progress).to_contain_text("0 of 2 compared")
+        playwright_sync.expect(widget.locator(".flownb-review-inputs")).to_contain_text("owls")
+        sides = widget.locator(".flownb-side")
+        playwright_sync.expect(sides.first).to_contain_text("A")
+        reveal = widget.locator(".flownb-reveal")
+        playwright_sync.expect(reveal).to_contain_text("not compared yet")
+        widget.locator(".flownb-prefer-a").click()
+        playwright_sync.expect(progress).to_contain_text("1 of 2 compared")
+        playwright_sync.expect(reveal).to_contain_text("A was")
+        keys = widget.locator(".flownb-keys input")
+        keys.click()
+        keys.press_sequentially("n")
+        playwright_sync.expect(progress).to_contain_text("row 2 of 2")
+        keys.press_sequentially("t")
+        playwright_sync.expect(progress).to_contain_text("2 of 2 compared")
+        widget.screenshot(path=str(ARTIFACTS / "pairwise-review.png"))
     eval_id = (work / "report_id.txt").read_text().strip()
     given = flownb.load_report(eval_id, flownb_env).preferences.set_index("row")
     shown_a = shown_order(eval_id, "r0", ("plain", "bold"))[0]

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import urllib.error
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.lab import Lab, running_lab
+from browser.notebook import lab_page, open_notebook, run_until_shown, write_notebook
 
 import flownb
 from tests.conftest import make_flow
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -49,130 +47,80 @@ report.review()
 """
 
 
-def _notebook(work: Path, cell: str = CELL, flow: dict | None = None) -> str:
+def review_notebook(work: Path, cell: str = CELL, flow: dict | None = None) -> str:
+    """Make folder ``work`` holding ``flow`` (by default one text node ``intro`` on ``topic``)
+    as flow.json and a notebook of the one ``cell``; return the notebook's name."""
     work.mkdir()
     flow = flow or make_flow({"intro": "An intro about {topic}."}, ["topic"])
     (work / "flow.json").write_text(json.dumps(flow), encoding="utf-8")
-    nb = {
-        "cells": [
-            {
-                "cell_type": "code",
-                "metadata": {},
-                "source": cell,
-                "outputs": [],
-                "execution_count": None,
-            }
-        ],
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (work / "review.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    write_notebook(work / "review.ipynb", [cell])
     return "review.ipynb"
 
 
-def _idle(lab: Lab, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            kernels = lab.api("/api/kernels")
-        except urllib.error.URLError:
-            time.sleep(1)
-            continue
-        assert isinstance(kernels, list)
-        if kernels and all(k.get("execution_state") == "idle" for k in kernels):
-            lab.track()
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"kernel not idle after {timeout:.0f}s:\n{lab.log_tail()}")
-
-
-def test_labelling_in_the_browser_reaches_the_run_log(tmp_path: Path, flownb_env: Path) -> None:
-    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
-    work = tmp_path / "work"
-    notebook = _notebook(work)
+@contextmanager
+def shown_widget(
+    tmp_path: Path, home: Path, chromium: Path, notebook: str, selector: str, height: int = 1000
+) -> Iterator[playwright_sync.Locator]:
+    """Serve ``tmp_path / "work"`` in JupyterLab with FLOWNB_HOME ``home``, open ``notebook``
+    in chromium and run it; yield the first ``selector`` element once shown."""
     ARTIFACTS.mkdir(exist_ok=True)
-    env = {**os.environ, "FLOWNB_HOME": str(flownb_env)}
-    with (
-        running_lab(work, tmp_path / "jupyter", env) as lab,
-        playwright_sync.sync_playwright() as pw,
-    ):
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible")
-            _idle(lab, 60)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            widget = page.locator(".flownb-review").first
-            widget.wait_for(state="visible")
-            _idle(lab, 60)
-            progress = widget.locator(".flownb-progress")
-            playwright_sync.expect(progress).to_contain_text("row 1 of 2")
-            playwright_sync.expect(widget.locator(".flownb-review-inputs")).to_contain_text("owls")
-            panels = widget.locator(".flownb-review-variant")
-            playwright_sync.expect(panels.first).to_contain_text("An intro about owls.")
-            judge = panels.first.locator(".flownb-judge")
-            assert "length_intro" not in judge.inner_text()  # hidden before the answer
-            panels.first.locator(".flownb-pass").click()
-            playwright_sync.expect(progress).to_contain_text("1 of 4 labelled")
-            playwright_sync.expect(judge).to_contain_text("length_intro")
-            keys = widget.locator(".flownb-keys input")
-            keys.click()
-            keys.press_sequentially("n")
-            playwright_sync.expect(progress).to_contain_text("row 2 of 2")
-            keys.press_sequentially("f")
-            playwright_sync.expect(progress).to_contain_text("2 of 4 labelled")
-            widget.screenshot(path=str(ARTIFACTS / "review-widget.png"))
-        finally:
-            browser.close()
+    env = {**os.environ, "FLOWNB_HOME": str(home)}
+    work, scratch = tmp_path / "work", tmp_path / "jupyter"
+    with lab_page(work, scratch, env, chromium, timeout_ms=60_000, height=height) as (lab, page):
+        open_notebook(page, lab, notebook)
+        yield run_until_shown(page, lab, selector)
+
+
+def test_labelling_in_the_browser_reaches_the_run_log(
+    tmp_path: Path, flownb_env: Path, chromium: Path
+) -> None:
+    work = tmp_path / "work"
+    notebook = review_notebook(work)
+    with shown_widget(tmp_path, flownb_env, chromium, notebook, ".flownb-review") as widget:
+        progress = widget.locator(".flownb-progress")
+        playwright_sync.expect(progress).to_contain_text("row 1 of 2")
+        playwright_sync.expect(widget.locator(".flownb-review-inputs")).to_contain_text("owls")
+        panels = widget.locator(".flownb-review-variant")
+        playwright_sync.expect(panels.first).to_contain_text("An intro about owls.")
+        judge = panels.first.locator(".flownb-judge")
+        assert "length_intro" not in judge.inner_text()  # hidden before the answer
+        panels.first.locator(".flownb-pass").click()
+        playwright_sync.expect(progress).to_contain_text("1 of 4 labelled")
+        playwright_sync.expect(judge).to_contain_text("length_intro")
+        keys = widget.locator(".flownb-keys input")
+        keys.click()
+        keys.press_sequentially("n")
+        playwright_sync.expect(progress).to_contain_text("row 2 of 2")
+        keys.press_sequentially("f")
+        playwright_sync.expect(progress).to_contain_text("2 of 4 labelled")
+        widget.screenshot(path=str(ARTIFACTS / "review-widget.png"))
     eval_id = (work / "report_id.txt").read_text().strip()
     labels = flownb.load_report(eval_id, flownb_env).labels
     got = {(r.row, r.variant): bool(r.passed) for r in labels.itertuples()}
     assert got == {("r0", "a"): True, ("r1", "a"): False}
 
 
-def test_image_outputs_show_as_a_grid_in_the_browser(tmp_path: Path, flownb_env: Path) -> None:
-    assert CHROMIUM.exists(), f"{CHROMIUM} missing: scripts/test apt-installs Debian's chromium"
+def test_image_outputs_show_as_a_grid_in_the_browser(
+    tmp_path: Path, flownb_env: Path, chromium: Path
+) -> None:
     work = tmp_path / "work"
     pics = make_flow({"pic": "a picture of {topic}"}, ["topic"], images=("pic",))
-    notebook = _notebook(work, IMAGE_CELL, pics)
-    ARTIFACTS.mkdir(exist_ok=True)
-    env = {**os.environ, "FLOWNB_HOME": str(flownb_env)}
-    with (
-        running_lab(work, tmp_path / "jupyter", env) as lab,
-        playwright_sync.sync_playwright() as pw,
-    ):
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1200})
-            page.set_default_timeout(60_000)
-            page.goto(lab.notebook_url(notebook), wait_until="domcontentloaded")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible")
-            _idle(lab, 60)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            widget = page.locator(".flownb-review").first
-            widget.wait_for(state="visible")
-            _idle(lab, 60)
-            grid = widget.locator(".flownb-review-grid")
-            cells = grid.locator("td[data-variant]")
-            playwright_sync.expect(cells).to_have_count(6)  # 3 rows x 2 variants
-            where = cells.evaluate_all("tds => tds.map(t => t.dataset.variant + t.dataset.row)")
-            assert where == ["ar0", "br0", "ar1", "br1", "ar2", "br2"]
-            images = grid.locator("img")
-            playwright_sync.expect(images).to_have_count(6)
-            sizes = images.evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth])")
-            assert all(done and width > 0 for done, width in sizes), sizes
-            # The image being labelled is shown large in its variant's panel.
-            panel = widget.locator(".flownb-review-variant").first.locator("img")
-            assert panel.evaluate("i => i.complete && i.naturalWidth > 160")
-            widget.locator(".flownb-review-variant").first.locator(".flownb-pass").click()
-            playwright_sync.expect(cells.first).to_contain_text("pass")
-            widget.screenshot(path=str(ARTIFACTS / "review-image-grid.png"))
-        finally:
-            browser.close()
+    notebook = review_notebook(work, IMAGE_CELL, pics)
+    with shown_widget(
+        tmp_path, flownb_env, chromium, notebook, ".flownb-review", height=1200
+    ) as widget:
+        grid = widget.locator(".flownb-review-grid")
+        cells = grid.locator("td[data-variant]")
+        playwright_sync.expect(cells).to_have_count(6)  # 3 rows x 2 variants
+        where = cells.evaluate_all("tds => tds.map(t => t.dataset.variant + t.dataset.row)")
+        assert where == ["ar0", "br0", "ar1", "br1", "ar2", "br2"]
+        images = grid.locator("img")
+        playwright_sync.expect(images).to_have_count(6)
+        sizes = images.evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth])")
+        assert all(done and width > 0 for done, width in sizes), sizes
+        # The image being labelled is shown large in its variant's panel.
+        panel = widget.locator(".flownb-review-variant").first.locator("img")
+        assert panel.evaluate("i => i.complete && i.naturalWidth > 160")
+        widget.locator(".flownb-review-variant").first.locator(".flownb-pass").click()
+        playwright_sync.expect(cells.first).to_contain_text("pass")
+        widget.screenshot(path=str(ARTIFACTS / "review-image-grid.png"))

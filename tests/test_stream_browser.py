@@ -9,16 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.chromium import CHROMIUM_ARGS
-from browser.lab import running_lab
-from test_browser import _page_errors, _run_all_cells, _wait_kernel_idle
+from browser.notebook import lab_page, open_notebook, page_errors, run_all_cells, write_notebook
 
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
@@ -44,18 +41,7 @@ def _write_notebook(work: Path) -> None:
         f"flow.run(x={WORDS!r})",
         "form = flow.form()\nform",
     ]
-    nb = {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
-             "outputs": [], "source": source}
-            for i, source in enumerate(cells)
-        ],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                    "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
-    (work / NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    write_notebook(work / NOTEBOOK, cells)
 
 
 def _partial(text: str) -> bool:
@@ -78,22 +64,10 @@ def test_a_streamed_run_grows_in_jupyterlab(
         "FLOWNB_PROVIDER": "openai",
         "FLOWNB_CACHE": "0",
     }
-    with (
-        running_lab(work, tmp_path / "jupyter", env) as lab,
-        playwright_sync.sync_playwright() as pw,
-    ):
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(45_000)
-        page.route(re.compile(r"^(https?|wss?)://(?!(127\.0\.0\.1|localhost)[:/])"),
-                   lambda route: route.abort())  # fmt: skip
+    with lab_page(work, tmp_path / "jupyter", env, chromium) as (lab, page):
         try:
-            page.goto(lab.notebook_url(NOTEBOOK), wait_until="domcontentloaded")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=60_000)
-            _wait_kernel_idle(lab, timeout=60)
-            _run_all_cells(page)
+            open_notebook(page, lab, NOTEBOOK)
+            run_all_cells(page)
 
             # flow.run as the cell's value: part of the answer on screen while it streams.
             run_cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
@@ -112,7 +86,7 @@ def test_a_streamed_run_grows_in_jupyterlab(
             # The form's Run button: the live area inside the form grows, then the output.
             form = page.locator(".flownb-form").first
             form.wait_for(state="visible", timeout=60_000)
-            _wait_kernel_idle(lab, timeout=60)
+            lab.wait_idle(timeout=60)
             form.scroll_into_view_if_needed()
             field = form.locator("input[type=text], textarea").first
             field.click()
@@ -130,8 +104,6 @@ def test_a_streamed_run_grows_in_jupyterlab(
         except BaseException:
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / "browser-stream-failure.png"))
-                print(_page_errors(page))
+                print(page_errors(page))
             shutil.copy(lab.log, ARTIFACTS / "browser-stream-failure-jupyterlab.log")
             raise
-        finally:
-            browser.close()

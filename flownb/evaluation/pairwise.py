@@ -25,9 +25,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..errors import ConfigError
 from .preferences import TIE
-from .review import _shown
+from .review import _chosen_outputs, _inputs_table, _navigation, _outputs_html, _rows_of
 
 __all__ = ["PairwiseReview", "shown_order"]
 
@@ -59,15 +58,10 @@ class PairwiseReview(widgets.VBox):
         pair: tuple[str, str],
         output: str | Sequence[str] | None = None,
     ) -> None:
-        outputs = [output] if isinstance(output, str) else list(output or report.outputs)
-        unknown = [o for o in outputs if o not in report.outputs]
-        if unknown:
-            raise ConfigError(f"no output {unknown[0]!r}; the outputs are {report.outputs}")
         self.report = report
         self.pair = pair
-        self.outputs = outputs
-        res = report.results
-        self.rows = list(dict.fromkeys(res[res["variant"] == pair[0]][report.index_name]))
+        self.outputs = _chosen_outputs(report, output)
+        self.rows = _rows_of(report, pair[0])
         self.position = 0
         self.sides = pair
         self.progress = widgets.HTML()
@@ -90,17 +84,9 @@ class PairwiseReview(widgets.VBox):
         self.note.add_class("flownb-note")
         self.reveal = widgets.HTML()
         self.reveal.add_class("flownb-reveal")
-        self.back = widgets.Button(description="◀ back (b)")
-        self.next = widgets.Button(description="next (n) ▶")
-        self.back.add_class("flownb-prev")
-        self.next.add_class("flownb-next")
-        self.back.on_click(lambda _b: self.go(self.position - 1))
-        self.next.on_click(lambda _b: self.go(self.position + 1))
-        self.shortcuts = widgets.Text(
-            placeholder="keys: 1 2 t n b", continuous_update=True, layout={"width": "12em"}
+        self.back, self.next, self.shortcuts = _navigation(
+            self, self._typed, "keys: 1 2 t n b", "12em"
         )
-        self.shortcuts.add_class("flownb-keys")
-        self.shortcuts.observe(self._typed, names="value")
         super().__init__(
             [
                 widgets.HBox([self.back, self.next, self.shortcuts, self.progress]),
@@ -168,23 +154,11 @@ class PairwiseReview(widgets.VBox):
         )
         res = report.results
         at = res[res[report.index_name].map(str) == str(row)]
-        first = at.iloc[0]
-        cells = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(c)}</th>"
-            f"<td>{html.escape(str(first[c]))}</td></tr>"
-            for c in [report.index_name, *report.inputs]
-            if c in at.columns
-        )
-        self.inputs.value = f"<table>{cells}</table>"
+        self.inputs.value = _inputs_table(report, at)
         for name, variant, pane in zip("AB", self.sides, self.panes, strict=True):
             mine = at[at["variant"] == variant]
             record = mine.iloc[0] if not mine.empty else None
-            shown = []
-            for out in self.outputs:
-                value = None if record is None else record[out]
-                head = f"<small>{html.escape(out)}</small>" if len(self.outputs) > 1 else ""
-                shown.append(head + _shown(value, report.kinds.get(out) == "image"))
-            pane.value = f"<b>{name}</b>{''.join(shown)}"
+            pane.value = f"<b>{name}</b>{_outputs_html(report, self.outputs, record)}"
         answer = given.get(str(row))
         for side, button in self.choose.items():
             chosen = answer is not None and (

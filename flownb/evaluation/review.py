@@ -18,7 +18,7 @@ given so far.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -66,6 +66,66 @@ def _thumb(value: Any) -> str:
         return html.escape(str(value)[:40])
     style = "max-width:96px;max-height:96px;display:block"
     return f'<img src="{src}" alt="image output" style="{style}">'
+
+
+def _chosen_outputs(report: Any, output: str | Sequence[str] | None) -> list[str]:
+    """Return the outputs a review shows: ``output`` (one name or several), or all.
+
+    Raises:
+        ConfigError: a name is not one of the report's outputs.
+    """
+    outputs = [output] if isinstance(output, str) else list(output or report.outputs)
+    unknown = [o for o in outputs if o not in report.outputs]
+    if unknown:
+        raise ConfigError(f"no output {unknown[0]!r}; the outputs are {report.outputs}")
+    return outputs
+
+
+def _rows_of(report: Any, variant: str) -> list[Any]:
+    """Return the input rows' index labels, in order (those ``variant`` ran)."""
+    res = report.results
+    return list(dict.fromkeys(res[res["variant"] == variant][report.index_name]))
+
+
+def _navigation(
+    review: Any, typed: Callable[[dict[str, Any]], None], keys: str, width: str
+) -> tuple[Any, Any, Any]:
+    """Return a review widget's back and next buttons and its keys box (placeholder ``keys``):
+    the buttons move ``review`` (one with ``position`` and ``go``) by a row, and each change of
+    the box goes to ``typed``."""
+    back = widgets.Button(description="◀ back (b)")
+    forward = widgets.Button(description="next (n) ▶")
+    back.add_class("flownb-prev")
+    forward.add_class("flownb-next")
+    back.on_click(lambda _b: review.go(review.position - 1))
+    forward.on_click(lambda _b: review.go(review.position + 1))
+    shortcuts = widgets.Text(placeholder=keys, continuous_update=True, layout={"width": width})
+    shortcuts.add_class("flownb-keys")
+    shortcuts.observe(typed, names="value")
+    return back, forward, shortcuts
+
+
+def _inputs_table(report: Any, at: Any) -> str:
+    """Return the HTML table of one row's inputs (``at``: that row's results)."""
+    first = at.iloc[0]
+    cells = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(c)}</th>"
+        f"<td>{html.escape(str(first[c]))}</td></tr>"
+        for c in [report.index_name, *report.inputs]
+        if c in at.columns
+    )
+    return f"<table>{cells}</table>"
+
+
+def _outputs_html(report: Any, outputs: list[str], record: Any) -> str:
+    """Return the HTML of one variant's ``outputs`` for a row (``record``: its result, or None
+    when it has none), each headed by its name when there are several."""
+    shown = []
+    for out in outputs:
+        value = None if record is None else record[out]
+        head = f"<small>{html.escape(out)}</small>" if len(outputs) > 1 else ""
+        shown.append(head + _shown(value, report.kinds.get(out) == "image"))
+    return "".join(shown)
 
 
 def _said(passed: Any, score: Any) -> str:
@@ -142,10 +202,7 @@ class LabelReview(widgets.VBox):
         output: str | Sequence[str] | None = None,
         variants: Sequence[str] | None = None,
     ) -> None:
-        outputs = [output] if isinstance(output, str) else list(output or report.outputs)
-        unknown = [o for o in outputs if o not in report.outputs]
-        if unknown:
-            raise ConfigError(f"no output {unknown[0]!r}; the outputs are {report.outputs}")
+        outputs = _chosen_outputs(report, output)
         chosen = list(variants or report.variants)
         wrong = [v for v in chosen if v not in report.variants]
         if wrong:
@@ -153,8 +210,7 @@ class LabelReview(widgets.VBox):
         self.report = report
         self.outputs = outputs
         self.variants = chosen
-        res = report.results
-        self.rows = list(dict.fromkeys(res[res["variant"] == chosen[0]][report.index_name]))
+        self.rows = _rows_of(report, chosen[0])
         self.position = 0
         self.active = 0
         self.progress = widgets.HTML()
@@ -162,17 +218,9 @@ class LabelReview(widgets.VBox):
         self.inputs = widgets.HTML()
         self.inputs.add_class("flownb-review-inputs")
         self.panels = {v: _VariantPanel(self, v) for v in chosen}
-        self.back = widgets.Button(description="◀ back (b)")
-        self.next = widgets.Button(description="next (n) ▶")
-        self.back.add_class("flownb-prev")
-        self.next.add_class("flownb-next")
-        self.back.on_click(lambda _b: self.go(self.position - 1))
-        self.next.on_click(lambda _b: self.go(self.position + 1))
-        self.shortcuts = widgets.Text(
-            placeholder="keys: p f 1-5 v n b", continuous_update=True, layout={"width": "14em"}
+        self.back, self.next, self.shortcuts = _navigation(
+            self, self._typed, "keys: p f 1-5 v n b", "14em"
         )
-        self.shortcuts.add_class("flownb-keys")
-        self.shortcuts.observe(self._typed, names="value")
         # Image outputs also get an overview: a grid of thumbnails, variants by rows, around
         # the row shown (which is marked), with the person's own labels (never a scorer's).
         self.images = [o for o in outputs if report.kinds.get(o) == "image"]
@@ -263,26 +311,13 @@ class LabelReview(widgets.VBox):
             f"row {self.position + 1} of {len(self.rows)} · {done} of {total} labelled · "
             f"keys answer for <b>{html.escape(self.variants[self.active])}</b>"
         )
-        first = at.iloc[0]
-        cells = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(c)}</th>"
-            f"<td>{html.escape(str(first[c]))}</td></tr>"
-            for c in [report.index_name, *report.inputs]
-            if c in at.columns
-        )
-        self.inputs.value = f"<table>{cells}</table>"
+        self.inputs.value = _inputs_table(report, at)
         if self.images:
             self.grid.value = self._grid(labels)
         for variant, panel in self.panels.items():
             mine = at[at["variant"] == variant]
             record = mine.iloc[0] if not mine.empty else None
-            shown = []
-            for out in self.outputs:
-                value = None if record is None else record[out]
-                image = report.kinds.get(out) == "image"
-                head = f"<small>{html.escape(out)}</small>" if len(self.outputs) > 1 else ""
-                shown.append(head + _shown(value, image))
-            panel.output.value = "".join(shown)
+            panel.output.value = _outputs_html(report, self.outputs, record)
             label = self._label(row, variant)
             panel.quiet = True
             score = label["score"] if label is not None else None

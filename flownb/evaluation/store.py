@@ -362,6 +362,32 @@ def list_logs(home: Path) -> list[tuple[str, float, list[str], int, int]]:
     return found
 
 
+def _append(home: Path, insert: str, rows: list[tuple[Any, ...]], what: str) -> None:
+    """Insert ``rows`` with the statement ``insert`` into the run log of ``home``, in one
+    transaction.
+
+    Raises:
+        ConfigError: the run log cannot be used (the message names ``what`` was not kept).
+    """
+    with closing(_connect(home)) as db:
+        try:
+            db.execute("BEGIN")
+            db.executemany(insert, rows)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise ConfigError(f"the {what} could not be kept in the run log ({exc})") from exc
+
+
+def _select(home: Path, query: str, eval_id: str) -> list[tuple[Any, ...]]:
+    """Return the rows ``query`` finds for ``eval_id`` in the run log of ``home`` (none when
+    there is no run log yet)."""
+    if not (Path(home) / RUNLOG_FILE).exists():
+        return []
+    with closing(_connect(home)) as db:
+        return db.execute(query, (eval_id,)).fetchall()
+
+
 def save_labels(eval_id: str, labels: list[dict[str, Any]], home: Path) -> None:
     """Append ``labels`` (dicts with the :data:`LABEL_COLUMNS`) to the run log of ``home``
     under ``eval_id``, in one transaction.
@@ -369,41 +395,34 @@ def save_labels(eval_id: str, labels: list[dict[str, Any]], home: Path) -> None:
     Raises:
         ConfigError: the run log cannot be used.
     """
-    with closing(_connect(home)) as db:
-        try:
-            db.execute("BEGIN")
-            db.executemany(
-                "INSERT INTO eval_labels (eval_id, row, variant, passed, score, note, "
-                "labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        eval_id,
-                        _json(lab["row"]),
-                        lab["variant"],
-                        None if lab["passed"] is None else int(lab["passed"]),
-                        lab["score"],
-                        lab["note"],
-                        lab["labelled_at"],
-                    )
-                    for lab in labels
-                ],
+    _append(
+        home,
+        "INSERT INTO eval_labels (eval_id, row, variant, passed, score, note, "
+        "labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                eval_id,
+                _json(lab["row"]),
+                lab["variant"],
+                None if lab["passed"] is None else int(lab["passed"]),
+                lab["score"],
+                lab["note"],
+                lab["labelled_at"],
             )
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            db.execute("ROLLBACK")
-            raise ConfigError(f"the labels could not be kept in the run log ({exc})") from exc
+            for lab in labels
+        ],
+        "labels",
+    )
 
 
 def read_labels(eval_id: str, home: Path) -> list[dict[str, Any]]:
     """Return every label kept for ``eval_id`` in the run log of ``home``, in the order given."""
-    if not (Path(home) / RUNLOG_FILE).exists():
-        return []
-    with closing(_connect(home)) as db:
-        rows = db.execute(
-            "SELECT row, variant, passed, score, note, labelled_at FROM eval_labels "
-            "WHERE eval_id = ? ORDER BY id",
-            (eval_id,),
-        ).fetchall()
+    rows = _select(
+        home,
+        "SELECT row, variant, passed, score, note, labelled_at FROM eval_labels "
+        "WHERE eval_id = ? ORDER BY id",
+        eval_id,
+    )
     return [
         {
             "row": orjson.loads(row),
@@ -424,43 +443,36 @@ def save_preferences(eval_id: str, given: list[dict[str, Any]], home: Path) -> N
     Raises:
         ConfigError: the run log cannot be used.
     """
-    with closing(_connect(home)) as db:
-        try:
-            db.execute("BEGIN")
-            db.executemany(
-                "INSERT INTO eval_preferences (eval_id, row, a, b, winner, shown_first, note, "
-                "labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        eval_id,
-                        _json(p["row"]),
-                        p["a"],
-                        p["b"],
-                        p["winner"],
-                        p["shown_first"],
-                        p["note"],
-                        p["labelled_at"],
-                    )
-                    for p in given
-                ],
+    _append(
+        home,
+        "INSERT INTO eval_preferences (eval_id, row, a, b, winner, shown_first, note, "
+        "labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                eval_id,
+                _json(p["row"]),
+                p["a"],
+                p["b"],
+                p["winner"],
+                p["shown_first"],
+                p["note"],
+                p["labelled_at"],
             )
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            db.execute("ROLLBACK")
-            raise ConfigError(f"the preferences could not be kept in the run log ({exc})") from exc
+            for p in given
+        ],
+        "preferences",
+    )
 
 
 def read_preferences(eval_id: str, home: Path) -> list[dict[str, Any]]:
     """Return every pairwise preference kept for ``eval_id`` in the run log of ``home``, in the
     order given."""
-    if not (Path(home) / RUNLOG_FILE).exists():
-        return []
-    with closing(_connect(home)) as db:
-        rows = db.execute(
-            "SELECT row, a, b, winner, shown_first, note, labelled_at FROM eval_preferences "
-            "WHERE eval_id = ? ORDER BY id",
-            (eval_id,),
-        ).fetchall()
+    rows = _select(
+        home,
+        "SELECT row, a, b, winner, shown_first, note, labelled_at FROM eval_preferences "
+        "WHERE eval_id = ? ORDER BY id",
+        eval_id,
+    )
     return [
         dict(zip(PREFERENCE_COLUMNS, (orjson.loads(row), *rest), strict=True))
         for row, *rest in rows

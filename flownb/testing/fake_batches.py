@@ -21,11 +21,11 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-__all__ = ["BatchBackend", "BatchSettings", "hold"]
+__all__ = ["BatchBackend", "BatchSettings", "hold", "newest_page"]
 
 # (path, body) -> the JSON body the fake answers that request with live.
 Answer = Callable[[str, Mapping[str, Any]], dict[str, Any]]
@@ -52,6 +52,23 @@ async def hold(request: web.Request, seconds: float) -> None:
         if request.transport is None or request.transport.is_closing():
             return
         await asyncio.sleep(0.05)
+
+
+class _Listed(Protocol):
+    id: str
+
+
+_B = TypeVar("_B", bound=_Listed)
+
+
+def newest_page(newest: list[_B], after: str | None, limit: int) -> tuple[list[_B], bool]:
+    """Return the page of at most ``limit`` batches that follows the batch ``after`` in
+    ``newest`` (from the first when ``after`` is empty; none when it is unknown), and whether
+    more follow: how both providers page their batch lists."""
+    if after:
+        ids = [b.id for b in newest]
+        newest = newest[ids.index(after) + 1 :] if after in ids else []
+    return newest[:limit], len(newest) > limit
 
 
 @dataclass
@@ -247,12 +264,8 @@ class BatchBackend:
     async def _list(self, request: web.Request) -> web.Response:
         # Newest first, a page of ``limit`` after the batch ``after``, as OpenAI lists them.
         newest = list(reversed(self.batches.values()))
-        after = request.query.get("after")
-        if after:
-            ids = [b.id for b in newest]
-            newest = newest[ids.index(after) + 1 :] if after in ids else []
         limit = int(request.query.get("limit", "20"))
-        page = newest[:limit]
+        page, more = newest_page(newest, request.query.get("after"), limit)
         for batch in page:
             self._advance(batch)
         data = [b.as_json() for b in page]
@@ -262,7 +275,7 @@ class BatchBackend:
                 "data": data,
                 "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None,
-                "has_more": len(newest) > limit,
+                "has_more": more,
             }
         )
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .fake_batches import BatchSettings, hold
+from .fake_batches import BatchSettings, hold, newest_page
 
 __all__ = ["MAX_REQUESTS", "MessageBatches"]
 
@@ -205,18 +205,14 @@ class MessageBatches:
     async def _list(self, request: web.Request) -> web.Response:
         origin = _origin(request)
         newest = sorted(self.batches.values(), key=lambda b: b.created, reverse=True)
-        after = request.query.get("after_id")
-        if after:
-            ids = [b.id for b in newest]
-            newest = newest[ids.index(after) + 1 :] if after in ids else []
         limit = int(request.query.get("limit", "20"))
-        page = newest[:limit]
+        page, more = newest_page(newest, request.query.get("after_id"), limit)
         for batch in page:
             self._advance(batch)
         return web.json_response(
             {
                 "data": [b.as_json(origin) for b in page],
-                "has_more": len(newest) > limit,
+                "has_more": more,
                 "first_id": page[0].id if page else None,
                 "last_id": page[-1].id if page else None,
             }

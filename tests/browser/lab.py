@@ -78,6 +78,31 @@ class Lab:
         """Record the server's current descendants (kernels), so shutdown can check them."""
         self.seen |= descendants(self.process.pid)
 
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until the server has a kernel and every kernel is idle (all queued cells ran).
+
+        Raises:
+            TimeoutError: some kernel was still busy (or none had started) after ``timeout`` s.
+        """
+        deadline = time.monotonic() + timeout
+        states: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                kernels = self.api("/api/kernels")
+            except urllib.error.URLError as exc:  # HTTPError too: a busy server may answer 500
+                states = [f"API error: {exc}"]
+                time.sleep(1)
+                continue
+            assert isinstance(kernels, list)
+            states = [k.get("execution_state", "") for k in kernels]
+            if states and all(s == "idle" for s in states):
+                self.track()
+                return
+            time.sleep(0.5)
+        raise TimeoutError(
+            f"kernel not idle after {timeout:.0f}s (states {states}):\n{self.log_tail()}"
+        )
+
     def log_tail(self, chars: int = 4000) -> str:
         """Return the end of the server's log, for failure messages."""
         try:
