@@ -71,3 +71,13 @@ def execute(
 def outputs(messages: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     """Return the contents of the messages of type ``kind`` (``stream``, ``error``...)."""
     return [m["content"] for m in messages if m["msg_type"] == kind]
+
+
+def printed(messages: list[dict[str, Any]]) -> str:
+    """Return what the cell printed to stdout, whole: one ``print`` may reach the client as
+    several stream messages (ipykernel flushes on its own schedule)."""
+    return "".join(
+        m["content"]["text"]
+        for m in messages
+        if m["msg_type"] == "stream" and m["content"].get("name") == "stdout"
+    )

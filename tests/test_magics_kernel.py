@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_flow
-from tests.kernels import execute, kernel_env, outputs, running_kernel
+from tests.kernels import execute, kernel_env, outputs, printed, running_kernel
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -125,9 +125,7 @@ def test_cell_magic_and_batch_in_the_kernel(kernel: Any) -> None:
     reply, messages = execute(kernel, "%%flow run blog.json --var topic tone=dry -o r\nmoss\n")
     assert reply["status"] == "ok"
     reply, messages = execute(kernel, "print(r['intro'])")
-    assert outputs(messages, "stream")[0]["text"] == (
-        "Write a dry two-sentence intro for a blog post about moss.\n"
-    )
+    assert printed(messages) == ("Write a dry two-sentence intro for a blog post about moss.\n")
     code = (
         "import pandas as pd\n"
         "df = pd.DataFrame({'topic': ['owls', 'moss'], 'tone': ['dry', 'warm']})\n"
@@ -156,7 +154,7 @@ def test_form_in_the_kernel_sends_a_widget_and_runs_on_click(kernel: Any) -> Non
     )
     reply, messages = execute(kernel, code)
     assert reply["status"] == "ok", messages
-    text = outputs(messages, "stream")[0]["text"]
+    text = printed(messages)
     assert "['image/png', 'text/plain']" in text and "Done in" in text
 
 
@@ -193,7 +191,7 @@ def _poll(kc: Any, expression: str, timeout: float = 60) -> None:
     while time.monotonic() < deadline:
         reply, messages = execute(kc, f"print(bool({expression}))")
         assert reply["status"] == "ok", messages
-        if outputs(messages, "stream")[0]["text"].strip() == "True":
+        if printed(messages).strip() == "True":
             return
         time.sleep(0.1)
     pytest.fail(f"still false after {timeout:.0f} s in the kernel: {expression}")
@@ -220,7 +218,7 @@ def test_interrupt_kernel_stops_a_form_run_keeping_what_finished(kernel: Any) ->
     )
     reply, messages = execute(kernel, code)
     assert reply["status"] == "ok", messages
-    assert outputs(messages, "stream")[0]["text"] == (
+    assert printed(messages) == (
         "['first'] ['first kelp', 'second kelp HOLD', 'second kelp HOLD']\n"
     )
     # With no form running, an idle kernel ignores the interrupt as before.
