@@ -256,18 +256,8 @@ class AnthropicProvider(HostedProvider):
         import anthropic
 
         body = self.prepare(call.params, call.node_id)
-        messages = self._messages(call)
-        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
         try:
-            # Sampling fields go as extra_body: SDK releases differ in which they take as
-            # keywords (newer ones dropped temperature/top_p/top_k), the API takes them all.
-            # with_raw_response: the same call, with the answer's rate-limit headers kept.
-            raw = await self._client().messages.with_raw_response.create(
-                model=body["model"],
-                max_tokens=body["max_tokens"],
-                messages=messages,
-                extra_body=rest or None,
-            )
+            raw = await self._create(call, body)
             msg = await raw.parse()
         except anthropic.AnthropicError as exc:
             raise _translate(exc, self._key, self.base_url) from exc
@@ -277,6 +267,21 @@ class AnthropicProvider(HostedProvider):
             model=msg.model or body["model"],
             usage=_usage(msg.usage),
             limits=rate_limits(raw.headers),
+        )
+
+    async def _create(self, call: Call, body: Mapping[str, Any], **extra: Any) -> Any:
+        """Post ``call`` (its params prepared as ``body``) to the Messages API; return the SDK's
+        raw response (``extra``: ``stream=True`` for a streamed answer)."""
+        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
+        # Sampling fields go as extra_body: SDK releases differ in which they take as keywords
+        # (newer ones dropped temperature/top_p/top_k), the API takes them all.
+        # with_raw_response: the same call, with the answer's rate-limit headers kept.
+        return await self._client().messages.with_raw_response.create(
+            model=body["model"],
+            max_tokens=body["max_tokens"],
+            messages=self._messages(call),
+            extra_body=rest or None,
+            **extra,
         )
 
     def params_for(self, call: Call) -> dict[str, Any]:
@@ -328,19 +333,11 @@ class AnthropicProvider(HostedProvider):
         import anthropic
 
         body = self.prepare(call.params, call.node_id)
-        messages = self._messages(call)
-        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
         text: list[str] = []
         model = body["model"]
         usage: dict[str, Any] = {}
         try:
-            raw = await self._client().messages.with_raw_response.create(
-                model=body["model"],
-                max_tokens=body["max_tokens"],
-                messages=messages,
-                stream=True,
-                extra_body=rest or None,
-            )
+            raw = await self._create(call, body, stream=True)
             async for event in await raw.parse():
                 kind = event.type
                 if kind == "content_block_delta" and event.delta.type == "text_delta":

@@ -254,12 +254,9 @@ class GeminiProvider(HostedProvider):
             self._errors = _transport_errors()
         prepared = self.prepare(call.kind, call.params, call.node_id)
         models = self._client().aio.models
-        contents: Any = call.prompt
-        if call.kind == "text" and has_images(call.prompt):
-            contents = [_part(part) for part in prompt_parts(call.prompt, self.media)]
         try:
             resp = await models.generate_content(
-                model=prepared["model"], contents=contents, config=prepared["config"]
+                model=prepared["model"], contents=self._contents(call), config=prepared["config"]
             )
         except self._errors as exc:
             raise _translate(exc, self._key, self.base_url) from exc
@@ -272,6 +269,13 @@ class GeminiProvider(HostedProvider):
         except ValueError as exc:  # several candidates mixed with non-text parts
             raise ProviderError(f"Gemini answered no text: {exc}", provider="gemini") from exc
         return Generation(text, model=model, usage=usage)
+
+    def _contents(self, call: Call) -> Any:
+        """Return the request's ``contents`` for ``call``: its prompt, with the images a judge
+        shows the model as parts (plain and streamed requests alike)."""
+        if call.kind == "text" and has_images(call.prompt):
+            return [_part(part) for part in prompt_parts(call.prompt, self.media)]
+        return call.prompt
 
     async def stream(self, call: Call) -> AsyncIterator[str | Generation]:
         """Yield a text answer as Gemini streams it (``streamGenerateContent``), then the
@@ -294,7 +298,7 @@ class GeminiProvider(HostedProvider):
         meta = None
         try:
             chunks = await models.generate_content_stream(
-                model=prepared["model"], contents=call.prompt, config=prepared["config"]
+                model=prepared["model"], contents=self._contents(call), config=prepared["config"]
             )
             async for chunk in chunks:
                 model = chunk.model_version or model
