@@ -98,6 +98,9 @@ class Plan:
         self.direct: tuple[tuple[str, int], ...] | None = _direct(sources)
         self.output_kinds: Mapping[str, str] = kinds
         self.spec = VariableSpec(self.variables)
+        # The image nodes that run, by name (else id): what a provider or endpoint without
+        # images refuses at load.
+        self.image_nodes = [s.name or s.node_id for s in steps if s.kind == "image"]
 
 
 def _needed(
@@ -289,7 +292,7 @@ class Engine:
         tpm: float | None = None,
     ) -> None:
         if not provider.supports_images:
-            images = [s.name or s.node_id for s in plan.steps if s.kind == "image"]
+            images = plan.image_nodes
             if images:
                 raise ConfigError(
                     f"provider {provider.name!r} cannot generate images, and this flow's image "

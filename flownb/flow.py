@@ -446,7 +446,7 @@ class LocalFlow(BaseFlow):
             config = config.replace(endpoint=endpoint)
         if endpoint is not None and endpoint.images is False:
             # Declared, not discovered at run time: refused before any call is paid for.
-            images = [s.name or s.node_id for s in plan.steps if s.kind == "image"]
+            images = plan.image_nodes
             if images:
                 raise ConfigError(
                     f"endpoint {endpoint.name!r} has no images (images=false), and this flow's "
