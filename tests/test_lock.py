@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from itertools import pairwise
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -21,7 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements-test.txt"
 COMMAND = "uv pip compile pyproject.toml --all-extras --universal --python-version 3.11"
 
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)\s*(?:;\s*(.+))?$")
+# A pin line: name==version, maybe a marker, and the " \" that continues it onto its hashes.
+_PIN = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)\s*(?:;\s*(.+?))?\s*\\?$"
+)
 
 
 def _declared() -> list[Requirement]:
@@ -75,10 +79,13 @@ def test_the_lock_brings_in_nothing_pyproject_no_longer_asks_for() -> None:
 
 def test_the_lock_is_pinned_exactly() -> None:
     pins, _ = _locked()
-    lines = [
-        ln for ln in LOCK.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")
-    ]
+    text = LOCK.read_text().splitlines()
+    # Requirement lines start at the margin; the indented lines under them are their hashes.
+    lines = [ln for ln in text if ln.strip() and not ln.startswith((" ", "#"))]
     # Every requirement line is an exact pin (no ranges, URLs or editable paths).
     assert len(lines) == sum(len(v) for v in pins.values()), [
         ln for ln in lines if not _PIN.match(ln)
     ]
+    # ... and every pin names the hashes of its files, so a changed download is refused.
+    hashed = sum(1 for a, b in pairwise(text) if _PIN.match(a) and "--hash=sha256:" in b)
+    assert hashed == len(lines), "a pin without hashes: refresh the lock with --generate-hashes"
