@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 from decimal import Decimal
@@ -39,7 +40,10 @@ __all__ = [
     "costs_of",
     "estimate_cost",
     "estimate_tokens",
+    "load_table",
     "table_id",
+    "table_loaded",
+    "uses_table",
 ]
 
 # What a batch call costs against the same call made live: OpenAI's and Anthropic's batch APIs
@@ -62,6 +66,31 @@ _TABLE_IDS: Mapping[str, str] = {
 def table_id(provider: str) -> str | None:
     """Return the price table's id for a provider kind (``gemini`` -> ``google``), or None."""
     return _TABLE_IDS.get(provider)
+
+
+# Set once genai-prices is imported. Its first import takes about a second (the table is built
+# at import), so an event loop hands it to a thread instead of stalling every call in flight.
+_loaded = threading.Event()
+
+
+def uses_table(provider: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
+    """Return whether calls of a provider kind, with an endpoint's ``prices``, may be priced from
+    the table: not offline's, nor those that prices for every model (``"*"``) cover."""
+    if prices and "*" in prices:
+        return False
+    return provider != "offline" and provider in _TABLE_IDS
+
+
+def table_loaded() -> bool:
+    """Return whether the price table is imported already (pricing a call is then quick)."""
+    return _loaded.is_set()
+
+
+def load_table() -> None:
+    """Import the price table, blocking until it is (at once when it already is)."""
+    import genai_prices  # noqa: F401  (its import builds the table)
+
+    _loaded.set()
 
 
 def estimate_tokens(text: str) -> int:
@@ -96,6 +125,7 @@ def _exact(
 ) -> Decimal | None:
     from genai_prices import Usage, calc_price
 
+    _loaded.set()
     usage = Usage(
         input_tokens=inp,
         output_tokens=out,

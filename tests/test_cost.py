@@ -5,7 +5,12 @@ run, the meter and the CLI's total line, the evaluation report's cost columns.""
 
 from __future__ import annotations
 
+import ast
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -187,3 +192,44 @@ def test_a_result_keeps_its_cost_when_pickled(fake: FakeOpenAI) -> None:
     copy = pickle.loads(pickle.dumps(result))
     assert copy.cost == result.cost == _table("openai", "gpt-4o-mini", 3, 4)
     assert copy.cache_saving == 0.0
+
+
+_IMPORT_WATCH = """
+import asyncio, sys, threading
+where = []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "genai_prices":
+            try:
+                asyncio.get_running_loop()
+                where.append("event loop")
+            except RuntimeError:
+                where.append(threading.current_thread().name)
+        return None
+
+sys.meta_path.insert(0, Watch())
+import flownb
+flow = flownb.load_flow(sys.argv[1], provider="openai")
+result = flow.run({"product": "a lamp", "audience": "owls"})
+assert result.cost > 0, result.cost
+print(where)
+"""
+
+
+def test_the_price_table_is_imported_off_the_event_loop(fake: FakeOpenAI, tmp_path) -> None:
+    # Its first import takes about a second: on the loop it would hold up every call in flight
+    # and streamed text (seen as a 0.5-1.2 s stall in a process's first streamed run).
+    flow = Path(__file__).parent.parent / "notebooks" / "flows" / "product-copy.json"
+    script = tmp_path / "watch.py"
+    script.write_text(_IMPORT_WATCH)
+    done = subprocess.run(
+        [sys.executable, str(script), str(flow)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FLOWNB_HOME": str(tmp_path / "home")},
+    )
+    assert done.returncode == 0, done.stderr
+    where = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert where and "event loop" not in where, where

@@ -34,7 +34,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from .. import tracing
+from .. import pricing, tracing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
@@ -174,6 +174,7 @@ class CallRunner:
         )
         self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
         self._prefixes: dict[int, bytes] = {}
+        self._table: asyncio.Future[None] | None = None  # see _price_table
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -256,6 +257,7 @@ class CallRunner:
 
     async def _attempt(self, call: Call, sink: TextSink | None = None) -> Generation:
         limiter = self.limiter
+        table = self._price_table()
         async with limiter:
             # What this call's answer speaks to, read as the limiter logged the start (a gate
             # may wait, and others start meanwhile).
@@ -264,12 +266,27 @@ class CallRunner:
                 gen = await self._generate(call, level, seq, sink)
                 settle(gen)  # before the slot is freed, so the next call sees the correction
         if gen.cost is None:
+            if table is not None:
+                await table
             gen.cost = self.provider.cost(gen)
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
         )
         return gen
+
+    def _price_table(self) -> asyncio.Future[None] | None:
+        """Return the price table's import, started in a thread beside this run's first calls
+        (None when it is done, or when this provider's calls are not priced from it): imported
+        on the loop, it would stall every call in flight, and streamed text, for a second."""
+        if pricing.table_loaded():
+            return None
+        provider = self.provider
+        if not pricing.uses_table(provider.price_kind or provider.name, provider.prices):
+            return None
+        if self._table is None:
+            self._table = asyncio.get_running_loop().run_in_executor(None, pricing.load_table)
+        return self._table
 
     async def _generate(
         self, call: Call, level: int, seq: int, sink: TextSink | None = None
