@@ -118,8 +118,11 @@ def test_anthropic_judge_sends_a_base64_image_block(anthropic_fake: Any) -> None
 
 
 def test_gemini_judge_sends_the_image_inline(gemini_fake: Any) -> None:
-    flow = flownb.load_flow(flow_with({"pic": {}}, images=("pic",)), provider="gemini")
-    report = flownb.evaluate(flow, topics(2), [S.judge("pic", RUBRIC)], progress=False)
+    # Placeholder images drawn offline: big enough that their base64 holds the characters in
+    # which the two alphabets differ (google-genai sends the URL-safe one).
+    flow = flownb.load_flow(flow_with({"pic": {}}, images=("pic",)), provider="offline")
+    judge = S.judge("pic", RUBRIC, provider="gemini")
+    report = flownb.evaluate(flow, topics(2), [judge], progress=False, log=False)
     made = images_of(report)
     bodies = judge_bodies(gemini_fake)
     assert len(bodies) == 2
@@ -130,7 +133,9 @@ def test_gemini_judge_sends_the_image_inline(gemini_fake: Any) -> None:
         assert len(inline) == 1
         # The SDK names the field in either case, as the API accepts both.
         assert (inline[0].get("mimeType") or inline[0].get("mime_type")) == "image/png"
-        sent.append(base64.b64decode(inline[0]["data"]))
+        data = inline[0]["data"]
+        assert set(data) & set("-_+/")  # an encoding in which the alphabets differ
+        sent.append(base64.urlsafe_b64decode(data.replace("+", "-").replace("/", "_")))
     assert sorted(sent) == sorted(made)
     assert report.results["judge_pic"].tolist() == verdicts(made)
 

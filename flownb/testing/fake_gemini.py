@@ -51,12 +51,18 @@ __all__ = ["FakeGemini", "main", "make_app"]
 _STATUS = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
 
 
+def _bytes_of(data: str) -> bytes:
+    """Return the bytes of a JSON ``bytes`` field. Google's JSON takes both base64 alphabets,
+    and google-genai sends the URL-safe one (``-`` and ``_`` for ``+`` and ``/``)."""
+    return base64.urlsafe_b64decode(data.replace("+", "-").replace("/", "_"))
+
+
 def _part_text(part: Mapping[str, Any]) -> str:
     """Return a part as the fake reads it: its text, or an image (``inlineData`` bytes or a
     ``fileData`` URI) as :func:`~flownb.testing.fake_openai.seen_image` says."""
     inline = part.get("inlineData") or part.get("inline_data")
     if isinstance(inline, dict):
-        return seen_image(base64.b64decode(str(inline.get("data", ""))))
+        return seen_image(_bytes_of(str(inline.get("data", ""))))
     file = part.get("fileData") or part.get("file_data")
     if isinstance(file, dict):
         return seen_image(None, str(file.get("fileUri") or file.get("file_uri") or ""))
