@@ -162,7 +162,8 @@ class Runner:
         if recorder is not None:
             # The run log records every element, even one that ends after the hand-over closed.
             report = recorder.wrap(report)
-        with tracing.flow_span(self.name, engine.provider.name, len(batch)):
+        with tracing.flow_span(self.name, engine.provider.name, len(batch)) as failures:
+            report = failures.watch(report)  # failed elements are reported, not raised
             try:
                 if handover is None:
                     engine.run_inline(batch, report)
@@ -196,7 +197,8 @@ class Runner:
             return None
 
         report = recorder.wrap(ignore) if recorder is not None else ignore
-        with tracing.flow_span(self.name, engine.provider.name, 1):
+        with tracing.flow_span(self.name, engine.provider.name, 1) as failures:
+            report = failures.watch(report)  # the span names the element that failed
             try:
                 try:
                     result = await engine.stream_one(
@@ -227,7 +229,8 @@ class Runner:
         recorder = self._recorder(batch)
         if recorder is not None:
             on_result = recorder.wrap(on_result)
-        with tracing.flow_span(self.name, self.engine.provider.name, len(batch)):
+        with tracing.flow_span(self.name, self.engine.provider.name, len(batch)) as failures:
+            on_result = failures.watch(on_result)  # failed elements are reported, not raised
             await self._arun(batch, on_result, recorder, concurrency, limiter, gate)
 
     async def _arun(

@@ -9,17 +9,20 @@ imported only when tracing is first looked for, never when flownb is imported.
 
 A flow run is an ``invoke_workflow`` span (``gen_ai.workflow.name``); each provider call under
 it a ``chat`` span (``generate_content`` for an image) with the request and response model,
-the token usage, and ``flownb.cache_hit`` (answered from the cache: no provider call made);
-a failure sets the span's status, ``error.type`` and ``flownb.error``.
+the token usage, and ``flownb.cache_hit`` (answered from the cache: no provider call made).
+A failure sets the span's status, ``error.type`` and ``flownb.error``; a run's span fails when
+any of its elements did (``flownb.failed_rows``, and an exception event per failed element
+naming its ``flownb.row``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["call_span", "end_call", "flow_span", "traced", "tracer"]
+__all__ = ["RunFailures", "call_span", "end_call", "flow_span", "traced", "tracer"]
 
 
 # What a span reads of a provider call and its answer (flownb.providers.base's Call and
@@ -44,6 +47,7 @@ class Generation(Protocol):
 
 C = TypeVar("C", bound=Call)
 G = TypeVar("G", bound=Generation)
+R = TypeVar("R")
 
 _TRACER_NAME = "flownb"
 _UNSET: Any = object()
@@ -92,22 +96,101 @@ def _operation(kind: str) -> str:
     return "generate_content" if kind == "image" else "chat"
 
 
-def _failed(span: Any, exc: BaseException) -> None:
+def _error(span: Any, error_type: str, exc: BaseException, description: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
-    span.set_attribute("error.type", type(exc).__name__)
+    span.set_attribute("error.type", error_type)
     span.set_attribute("flownb.error", str(exc).splitlines()[0][:500] if str(exc) else "")
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+def _failed(span: Any, exc: BaseException) -> None:
     span.record_exception(exc)
-    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+    _error(span, type(exc).__name__, exc, type(exc).__name__)
+
+
+# Exception events recorded on a run's span, the first failed elements' (each formats its
+# traceback; the SDK keeps 128 events a span anyway): flownb.failed_rows counts them all.
+_FAILURE_EVENTS = 32
+
+
+class RunFailures:
+    """The elements of a traced run that failed, for its span.
+
+    An element's error reaches the run through its ``on_result`` callback, not as an exception
+    out of the run (and ``run`` raises it only after the span has ended), so the runner passes
+    ``on_result`` through :meth:`watch`. An untraced run's ``watch`` returns ``on_result``
+    itself: nothing is added per element when tracing is off.
+    """
+
+    __slots__ = ("_failed", "_lock", "_open", "active")
+
+    def __init__(self, active: bool = True) -> None:
+        self.active = active
+        self._failed: dict[int, BaseException] = {}
+        self._lock = threading.Lock()
+        self._open = True
+
+    def watch(
+        self, on_result: Callable[[int, R, BaseException | None], None]
+    ) -> Callable[[int, R, BaseException | None], None]:
+        """Return ``on_result`` noting each failed element for the span (``on_result`` itself
+        when the run is not traced)."""
+        if not self.active:
+            return on_result
+
+        def report(i: int, result: R, exc: BaseException | None) -> None:
+            if exc is not None:
+                self._note(i, exc)
+            on_result(i, result, exc)
+
+        return report
+
+    def _note(self, i: int, exc: BaseException) -> None:
+        # Reports come from the event loop's thread; one after the span ended (a run Ctrl-C
+        # gave up waiting for) is not the span's to record.
+        with self._lock:
+            if self._open:
+                self._failed[i] = exc
+
+    def close(self) -> dict[int, BaseException]:
+        """Stop noting failures; return the failed elements' errors by index."""
+        with self._lock:
+            self._open = False
+            return self._failed
+
+
+_UNTRACED = RunFailures(active=False)
+
+
+def _elements_failed(span: Any, failed: Mapping[int, BaseException], rows: int) -> None:
+    """Mark a run's span as failed when some of its ``rows`` elements failed: its status,
+    ``error.type`` (the elements' error type; ``BatchError``, what a batch with failures
+    raises, when they differ), ``flownb.failed_rows`` and an exception event per element."""
+    if not failed:
+        return
+    indexes = sorted(failed)
+    for i in indexes[:_FAILURE_EVENTS]:
+        span.record_exception(failed[i], attributes={"flownb.row": i})
+    types = {type(exc).__name__ for exc in failed.values()}
+    error_type = types.pop() if len(types) == 1 else "BatchError"
+    span.set_attribute("flownb.failed_rows", len(failed))
+    description = error_type if rows == 1 else f"{len(failed)} of {rows} rows failed"
+    _error(span, error_type, failed[indexes[0]], description)
 
 
 @contextmanager
-def flow_span(flow: str, provider: str, rows: int) -> Iterator[None]:
+def flow_span(flow: str, provider: str, rows: int) -> Iterator[RunFailures]:
     """Trace a flow run of ``rows`` batch elements as an ``invoke_workflow`` span (current while
-    the run's calls are made, so their spans are its children); a no-op without tracing."""
+    the run's calls are made, so their spans are its children); a no-op without tracing.
+
+    Yields:
+        The run's :class:`RunFailures`: pass the run's ``on_result`` through its ``watch``, so
+        the span fails when an element does (the run reports it rather than raising it).
+    """
     t = tracer()
     if t is None:
-        yield
+        yield _UNTRACED
         return
     from opentelemetry.trace import SpanKind
 
@@ -126,11 +209,16 @@ def flow_span(flow: str, provider: str, rows: int) -> Iterator[None]:
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
+        failures = RunFailures()
         try:
-            yield
+            yield failures
         except BaseException as exc:
-            _failed(span, exc)
+            failed = failures.close()
+            _elements_failed(span, failed, rows)
+            if not any(exc is e for e in failed.values()):  # a streamed run raises its element's
+                _failed(span, exc)  # what the run raised is the span's error
             raise
+        _elements_failed(span, failures.close(), rows)
 
 
 def call_span(provider: str, call: Call) -> Any:

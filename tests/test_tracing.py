@@ -5,6 +5,7 @@ offline provider; and no tracing at all when OpenTelemetry is missing or not con
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = make_flow({"intro": "Intro about {topic}.", "title": "Title: {topic}"}, ["topic"])
+ONE = make_flow({"intro": "Intro about {topic}."}, ["topic"])
 
 
 def unset_tracer_provider() -> None:
@@ -98,6 +100,59 @@ def test_a_failed_call_is_an_error_span(
     failed = [s for s in by_operation(spans, "chat") if s.status.status_code == StatusCode.ERROR]
     assert failed and all(s.attributes["error.type"] for s in failed)
     assert all(s.attributes["flownb.error"] for s in failed)
+
+
+@pytest.mark.parametrize("how", ["run", "stream"])
+def test_a_failed_run_is_an_error_span(
+    how: str, fake: FakeOpenAI, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The element's error reaches the run through its on_result, and run() raises it only
+    # after the run's span has ended: the span must still say the run failed.
+    fake.configure(fail_markers={"500": "BOOM"})
+    monkeypatch.setenv("FLOWNB_RETRIES", "0")
+    flow = flownb.load_flow(ONE)
+    with pytest.raises(flownb.ProviderError):
+        if how == "run":
+            flow.run(topic="BOOM")
+        else:
+            list(flow.stream(topic="BOOM"))
+    (run,) = by_operation(spans, "invoke_workflow")
+    assert run.status.status_code == StatusCode.ERROR
+    assert run.attributes["error.type"] == "ProviderError" and run.attributes["flownb.error"]
+    assert run.attributes["flownb.failed_rows"] == 1
+    (event,) = [e for e in run.events if e.name == "exception"]
+    assert event.attributes["exception.type"].endswith("ProviderError")
+    assert event.attributes["flownb.row"] == 0
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_batch_with_failed_elements_is_an_error_span_naming_them(
+    how: str, fake: FakeOpenAI, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.configure(fail_markers={"500": "BOOM"})
+    monkeypatch.setenv("FLOWNB_RETRIES", "0")
+    flow = flownb.load_flow(ONE)
+    batch = [{"topic": "owls"}, {"topic": "BOOM"}, {"topic": "cats"}, {"topic": "BOOM twice"}]
+    with pytest.raises(flownb.BatchError) as err:
+        if how == "sync":
+            flow.run_batch(batch)
+        else:
+            asyncio.run(flow.arun_batch(batch))
+    assert set(err.value.errors) == {1, 3}
+    # A batch is one run span (its elements share it, as their calls' parent): the span is an
+    # error span that counts the failed elements and records each one's exception by index.
+    (run,) = by_operation(spans, "invoke_workflow")
+    assert run.status.status_code == StatusCode.ERROR
+    assert run.attributes["error.type"] == "ProviderError"
+    assert run.attributes["flownb.rows"] == 4 and run.attributes["flownb.failed_rows"] == 2
+    events = [e for e in run.events if e.name == "exception"]
+    assert sorted(e.attributes["flownb.row"] for e in events) == [1, 3]
+    # The same batch without failures leaves its span's status alone.
+    spans.clear()
+    flow.run_batch([{"topic": "owls"}, {"topic": "cats"}])
+    (run,) = by_operation(spans, "invoke_workflow")
+    assert run.status.status_code == StatusCode.UNSET and "error.type" not in run.attributes
+    assert "flownb.failed_rows" not in run.attributes and not run.events
 
 
 def test_offline_runs_are_traced_too(spans: InMemorySpanExporter, tmp_path: Path) -> None:
