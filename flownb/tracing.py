@@ -9,14 +9,16 @@ imported only when tracing is first looked for, never when flownb is imported.
 
 A flow run is an ``invoke_workflow`` span (``gen_ai.workflow.name``); each provider call under
 it a ``chat`` span (``generate_content`` for an image) with the request and response model,
-the token usage, and ``flownb.cache_hit`` (answered from the cache: no provider call made).
-A failure sets the span's status, ``error.type`` and ``flownb.error``; a run's span fails when
-any of its elements did (``flownb.failed_rows``, and an exception event per failed element
-naming its ``flownb.row``).
+the token usage, ``flownb.cache_hit`` (answered from the cache: no provider call made) and
+``flownb.cost_usd`` (US dollars the call spent, when known: 0 for a cache hit, whose
+``flownb.saved_usd`` is what its answer cost when it was paid for). A failure sets the span's
+status, ``error.type`` and ``flownb.error``; a run's span fails when any of its elements did
+(``flownb.failed_rows``, and an exception event per failed element naming its ``flownb.row``).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -251,7 +253,8 @@ def call_span(provider: str, call: Call) -> Any:
 
 def end_call(span: Any, gen: Generation | None, exc: BaseException | None = None) -> None:
     """End a span :func:`call_span` started, with what the call gave: the response model, the
-    token usage, the cache hit, the cost when known, or the error."""
+    token usage, the cache hit, the cost when known (0 for a cache hit, whose saving is apart),
+    or the error."""
     if span is None:
         return
     if gen is not None:
@@ -267,8 +270,18 @@ def end_call(span: Any, gen: Generation | None, exc: BaseException | None = None
                 span.set_attribute("gen_ai.usage.input_tokens", int(usage["prompt_tokens"]))
             if usage.get("completion_tokens") is not None:
                 span.set_attribute("gen_ai.usage.output_tokens", int(usage["completion_tokens"]))
-        cost = getattr(gen, "cost", None)  # set by providers that price their answers
-        if cost is not None:
+        # Set by providers that price their answers; NaN: the price is unknown, so left off.
+        cost = getattr(gen, "cost", None)
+        if cost is not None and math.isnan(cost):
+            cost = None
+        if gen.cached:
+            # A cache hit made no provider call: it spent nothing. Its generation keeps what the
+            # answer cost when it was paid for, which is the saving (as RunResult.cache_saving
+            # and the run log count it); as cost_usd, a sum over spans would count it twice.
+            span.set_attribute("flownb.cost_usd", 0.0)
+            if cost is not None:
+                span.set_attribute("flownb.saved_usd", float(cost))
+        elif cost is not None:
             span.set_attribute("flownb.cost_usd", float(cost))
     if exc is not None:
         _failed(span, exc)

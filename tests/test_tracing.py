@@ -6,6 +6,7 @@ offline provider; and no tracing at all when OpenTelemetry is missing or not con
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from opentelemetry.trace import StatusCode
 
 import flownb
 from flownb import tracing
+from flownb.pricing import call_cost
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
 
@@ -153,6 +155,43 @@ def test_a_batch_with_failed_elements_is_an_error_span_naming_them(
     (run,) = by_operation(spans, "invoke_workflow")
     assert run.status.status_code == StatusCode.UNSET and "error.type" not in run.attributes
     assert "flownb.failed_rows" not in run.attributes and not run.events
+
+
+def test_a_cache_hit_spends_nothing_and_reports_its_saving(
+    fake: FakeOpenAI, spans: InMemorySpanExporter
+) -> None:
+    flow = flownb.load_flow(ONE).with_params(model="gpt-4o-mini")
+    first = flow.run(topic="owls")
+    again = flow.run(topic="owls")
+    assert len(fake.requests) == 1 and again.cached == {"intro"}
+    paid, hit = by_operation(spans, "chat")
+    assert paid.attributes["flownb.cache_hit"] is False and hit.attributes["flownb.cache_hit"]
+    assert first.cost > 0 and paid.attributes["flownb.cost_usd"] == pytest.approx(first.cost)
+    assert "flownb.saved_usd" not in paid.attributes
+    assert hit.attributes["flownb.cost_usd"] == 0.0
+    assert hit.attributes["flownb.saved_usd"] == pytest.approx(first.cost)
+    # Summed over the spans, the money spent is what the runs spent: the hit is not counted twice.
+    spent = sum(s.attributes["flownb.cost_usd"] for s in (paid, hit))
+    assert spent == pytest.approx(first.cost + again.cost)
+
+
+def test_an_unknown_cost_is_left_off_the_span(
+    fake: FakeOpenAI, spans: InMemorySpanExporter
+) -> None:
+    flow = flownb.load_flow(make_flow({"pic": "A picture of {topic}."}, ["topic"], images=("pic",)))
+    result = flow.run(topic="owls")
+    assert math.isnan(result.cost)  # the fake's image answers are not priced
+    (span,) = by_operation(spans, "generate_content")
+    assert "flownb.cost_usd" not in span.attributes and "flownb.saved_usd" not in span.attributes
+    # An unpriced chat model alike; its cache hit still spent nothing.
+    spans.clear()
+    text = flownb.load_flow(ONE).with_params(model="gpt-unpriced")
+    text.run(topic="owls")
+    text.run(topic="owls")
+    paid, hit = by_operation(spans, "chat")
+    assert math.isnan(call_cost("openai", "gpt-unpriced", {"prompt_tokens": 1}))
+    assert "flownb.cost_usd" not in paid.attributes
+    assert hit.attributes["flownb.cost_usd"] == 0.0 and "flownb.saved_usd" not in hit.attributes
 
 
 def test_offline_runs_are_traced_too(spans: InMemorySpanExporter, tmp_path: Path) -> None:
