@@ -383,10 +383,16 @@ def _uploaded_key(flow: flownb.LocalFlow, prompt: str) -> str:
 
 
 def _save_submitting(
-    flow: flownb.LocalFlow, ident: str, prompt: str, digest: str, pid: int = 2**22 + 12345
+    flow: flownb.LocalFlow,
+    ident: str,
+    prompt: str,
+    digest: str,
+    pid: int = 2**22 + 12345,
+    created: float | None = None,
 ) -> None:
     """Record in the flow's home a batch ``ident`` of the one ``prompt`` being submitted by
-    process ``pid`` on this host (by default no such process), as a killed run leaves it."""
+    process ``pid`` on this host (by default no such process) at ``created`` (default: now), as
+    a killed run leaves it."""
     from flownb.batching.store import SUBMITTING, BatchRecord, save_record
 
     record = BatchRecord(
@@ -401,6 +407,7 @@ def _save_submitting(
         pid=pid,
         host=__import__("socket").gethostname(),
         logged=False,
+        **({} if created is None else {"created": created}),
     )
     save_record(record, flow.config.home)
 
@@ -485,3 +492,21 @@ def test_a_batch_another_live_process_is_submitting_is_not_submitted_again(
     assert fake.batches.created == 0 and len(fake.requests) == 0
     assert f"being submitted as a provider batch by process {other.pid}" in out.loc[0, "error"]
     assert list(flownb.batches()["status"]) == ["submitting"]
+
+
+def test_a_process_given_a_dead_submitters_number_later_does_not_hold_its_batch(
+    fake: FakeOpenAI,
+) -> None:
+    # The writer died a minute ago; its process number now belongs to a process that started
+    # since: the record is abandoned, so the run looks for the batch and submits the calls.
+    flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _save_submitting(
+            flow, "pending-beef", "Say reused", "b" * 64, pid=other.pid, created=time.time() - 60
+        )
+        out = flow.run_dataframe(pd.DataFrame({"word": ["reused"]}), batch_api=True, progress=False)
+    finally:
+        other.kill()
+        other.wait()
+    assert out.loc[0, "echo"] == "echo: Say reused" and fake.batches.created == 1

@@ -29,6 +29,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from ..errors import ConfigError, ProviderError
@@ -171,8 +172,32 @@ def _alive(record: BatchRecord) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # exists, owned by someone else
-    return True
+        pass  # exists, owned by someone else
+    # A process that started after the record was written is not its writer but a later one
+    # given the dead writer's number.
+    return not _started_after(record.pid, record.created)
+
+
+# Seconds of doubt in a process's start time read from /proc (the boot time is whole seconds).
+_START_SLACK = 2.0
+
+
+def _started_after(pid: int, when: float) -> bool:
+    """Return whether process ``pid`` started after ``when`` (seconds since the epoch); False
+    where that cannot be read (no ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        # starttime is field 22, in clock ticks after boot; fields are counted after the
+        # command name, which may hold spaces and parentheses of its own.
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > when + _START_SLACK
 
 
 def _adopt(api: BatchAPI, records: list[BatchRecord], home: Any) -> list[BatchRecord]:
