@@ -175,6 +175,9 @@ class CallRunner:
         self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
         self._prefixes: dict[int, bytes] = {}
         self._table: asyncio.Future[None] | None = None  # see _price_table
+        # Looked up once a run, not once a call: finding the tracer provider reads the
+        # environment, a few microseconds that a run of cache hits pays 50,000 times.
+        self._traced = tracing.tracer() is not None
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -192,7 +195,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call)
+        span = tracing.call_span(self.provider.name, call) if self._traced else None
         if span is None:
             return await self._answer(call)
         try:
@@ -211,7 +214,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call)
+        span = tracing.call_span(self.provider.name, call) if self._traced else None
         if span is None:
             return await self._answer(call, sink)
         try:
