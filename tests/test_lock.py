@@ -1,4 +1,4 @@
-"""The lock of the test environment (requirements-test.txt, installed exactly by scripts/test)
+"""The lock of the test environment (requirements/test.txt, installed exactly by scripts/test)
 agrees with pyproject.toml, so neither can drift without the suite saying so.
 
 Agreeing means: every requirement pyproject.toml declares (core and every extra) is pinned in the
@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCK = ROOT / "requirements-test.txt"
+LOCK = ROOT / "requirements/test.txt"
 COMMAND = "uv pip compile pyproject.toml --all-extras --universal --python-version 3.11"
 
 # A pin line: name==version, maybe a marker, and the " \" that continues it onto its hashes.
