@@ -75,10 +75,9 @@ _loaded = threading.Event()
 
 def uses_table(provider: str, prices: Mapping[str, Mapping[str, Any]] | None = None) -> bool:
     """Return whether calls of a provider kind, with an endpoint's ``prices``, may be priced from
-    the table: not offline's, nor those that prices for every model (``"*"``) cover."""
-    if prices and "*" in prices:
-        return False
-    return provider != "offline" and provider in _TABLE_IDS
+    the table: a kind the table has (offline's calls are free), unless prices for every model
+    (``"*"``) cover them."""
+    return not (prices and "*" in prices) and table_id(provider) is not None
 
 
 def table_loaded() -> bool:
