@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from flownb.providers.calls import retries_to
 from flownb.testing.fake_openai import FakeOpenAI
 
 KEY = "sk-test-SECRET-0123456789abcdef"
@@ -44,3 +45,23 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("FLOWNB_PROVIDER", "openai")
     return fake_server
+
+
+class Retries:
+    """How many provider calls were retried while a test ran (a dropped connection on a loaded
+    machine is retried, as it should be, and reaches the fake twice)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+@pytest.fixture
+def retried() -> Iterator[Retries]:
+    """Count the retries of provider calls made during the test: a test that pins how many
+    requests reached the fake adds these, so a legitimate retry is not read as a second call."""
+    counter = Retries()
+    with retries_to(counter):
+        yield counter

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from openai_fake import Retries, fake, fake_server, retried  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.cache import CACHE_FILE, CallCache, open_cache
@@ -38,10 +38,15 @@ def rows(n: int) -> list[dict[str, str]]:
     return [{"topic": f"t{i}"} for i in range(n)]
 
 
-def test_second_run_makes_zero_provider_calls(fake: FakeOpenAI, flownb_env: Path) -> None:
+def test_second_run_makes_zero_provider_calls(
+    fake: FakeOpenAI, flownb_env: Path, retried: Retries
+) -> None:
     flow = flownb.load_flow(two_nodes())
     first = flow.run_batch(rows(10))
-    assert len(fake.requests) == 20
+    asked = sorted(r["messages"][0]["content"] for r in fake.requests)
+    want = sorted(p.format(topic=f"t{i}") for p in PROMPTS.values() for i in range(10))
+    assert sorted(set(asked)) == want  # each of the 20 calls reached the provider...
+    assert len(asked) == 20 + retried.count, fake.stats()  # ...once, but for a retry
     assert all(r.cached == frozenset() for r in first)
     fake.reset()
     again = flownb.load_flow(two_nodes()).run_batch(rows(10))  # a new flow object, same cache
