@@ -69,8 +69,7 @@ def handler(
     """Return the aiohttp handler of the vendor's generation routes."""
 
     async def generate(request: web.Request) -> web.StreamResponse:
-        state.in_flight += 1
-        state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+        token = state.enter()
         try:
             try:
                 body = await request.json()
@@ -134,7 +133,7 @@ def handler(
             state.answered_prompts.append(prompt)
             return response
         finally:
-            state.in_flight -= 1
+            state.leave(token)
 
     return generate
 

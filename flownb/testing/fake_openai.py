@@ -191,8 +191,12 @@ class _State:
         self.headers: list[dict[str, str]] = []
         self.images: dict[str, str] = {}  # image id -> prompt, for the URLs answered
         self.image_headers: list[dict[str, str]] = []  # headers of every image download
-        self.in_flight = 0
+        self.in_flight = 0  # every request being served (what max_in_flight counts)
+        # The peak counts only requests that arrived since the last reset: one a previous test
+        # left hanging (the client gave up; the fake notices within 0.1 s) is not this test's.
         self.peak_in_flight = 0
+        self._epoch = 0
+        self._epoch_in_flight = 0
         self.answered = 0  # 200s sent
         self.answered_prompts: list[str] = []  # the prompt of every 200 sent, in order
         self.faults_sent: dict[str, int] = dict.fromkeys(FAULTS, 0)
@@ -219,7 +223,9 @@ class _State:
         self.queries.clear()
         self.headers.clear()
         self.image_headers.clear()
-        self.peak_in_flight = self.in_flight
+        self._epoch += 1
+        self._epoch_in_flight = 0
+        self.peak_in_flight = 0
         self.answered = 0
         self.answered_prompts.clear()
         self.streams.clear()
@@ -228,6 +234,19 @@ class _State:
         self.limited = 0
         self.window_start = 0.0
         self.window_used = 0
+
+    def enter(self) -> int:
+        """Count a request in flight; return the token :meth:`leave` takes back."""
+        self.in_flight += 1
+        self._epoch_in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self._epoch_in_flight)
+        return self._epoch
+
+    def leave(self, token: int) -> None:
+        """Count a request out of flight (``token``: what :meth:`enter` returned)."""
+        self.in_flight -= 1
+        if token == self._epoch:
+            self._epoch_in_flight -= 1
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -578,8 +597,7 @@ def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake API over ``state``."""
 
     async def generate(request: web.Request) -> web.StreamResponse:
-        state.in_flight += 1
-        state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+        token = state.enter()
         try:
             try:
                 body = await request.json()
@@ -690,7 +708,7 @@ def make_app(state: _State) -> web.Application:
                 state.answered_prompts.append(prompt)
             return response
         finally:
-            state.in_flight -= 1
+            state.leave(token)
 
     async def image(request: web.Request) -> web.Response:
         state.image_headers.append(dict(request.headers))
