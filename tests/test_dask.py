@@ -1,4 +1,4 @@
-"""Dask DataFrames on a real distributed.LocalCluster with two process workers (one session-wide
+"""Dask DataFrames on a real distributed.LocalCluster with two process workers (one module-wide
 cluster), against the loopback fake OpenAI server in this process: the same rows as the pandas
 path, one concurrency and rate limit across the workers, a worker killed mid-batch."""
 
@@ -29,7 +29,7 @@ KEY = "sk-test-SECRET-dask-0123456789"
 SAY = make_flow({"say": "say {word}"}, ["word"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def client() -> Iterator[distributed.Client]:
     """Two process workers, one thread each; a dead worker's semaphore leases expire in 2 s."""
     config = {
