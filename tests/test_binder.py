@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 from pathlib import Path
@@ -43,22 +44,32 @@ _IGNORE = shutil.ignore_patterns(
 @pytest.fixture(scope="module")
 def binder_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A fresh venv where ``binder/requirements.txt`` and ``binder/postBuild`` ran, as on Binder,
-    from a copy of the repository. The venv sees the system's packages, so the dependencies are
-    already there; only flownb's build requirements (setuptools, wheel) come from the package
-    index, as on Binder. Returns (the copy, the venv's bin folder)."""
+    from a copy of the repository, without the network: the venv sees this test environment's
+    packages (a ``.pth`` file, as Binder's image layer holds the requirements already), pip may
+    not reach an index, and flownb is built with the setuptools found there (no build
+    isolation, which would download it). Returns (the copy, the venv's bin folder)."""
     base = tmp_path_factory.mktemp("binder")
     repo = base / "repo"
     shutil.copytree(ROOT, repo, ignore=_IGNORE)
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     bin_dir = venv / "bin"
+    python = str(bin_dir / "python")
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([python, "-c", where], capture_output=True, text=True, check=True)
+    ours = sysconfig.get_path("purelib")
+    (Path(purelib.stdout.strip()) / "flownb-test-env.pth").write_text(ours + "\n")
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "VIRTUAL_ENV": str(venv),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",  # pip reads this one inverted: 0 = --no-build-isolation
     }
-    pip = [str(bin_dir / "python"), "-m", "pip", "install", "--quiet"]
+    # The venv's own seed setuptools would shadow the locked one the build needs.
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    subprocess.run([python, "-m", "pip", "uninstall", "-qy", "setuptools"], env=env, check=True)
     subprocess.run([*pip, "-r", str(repo / "binder" / "requirements.txt")], check=True, env=env)
     subprocess.run([str(repo / "binder" / "postBuild")], cwd=repo, check=True, env=env)
     return repo, bin_dir
