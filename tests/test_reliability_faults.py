@@ -91,7 +91,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
     ) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.url)
         monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        monkeypatch.setenv("FLOWNB_TIMEOUT", "0.3")
+        monkeypatch.setenv("FLOWNB_TIMEOUT", "1")  # a loaded machine can stall a 429 past 0.3 s
         monkeypatch.setenv("FLOWNB_RETRIES", "3")
         monkeypatch.setenv("FLOWNB_CACHE", "0")  # every run pays: faults hit every run
         yield server
