@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
-import select
+import selectors
 import subprocess
 import sys
 import time
@@ -50,10 +50,13 @@ def _in_a_terminal(args: list[str], env: dict[str, str]) -> list[tuple[float, by
     os.close(child)
     reads: list[tuple[float, bytes]] = []
     deadline = time.monotonic() + 120
+    # A selector, not select.select: that refuses descriptors above 1023, which a long session
+    # (kernels, servers, sockets of earlier tests) reaches.
+    watch = selectors.DefaultSelector()
+    watch.register(main, selectors.EVENT_READ)
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([main], [], [], 0.5)
-            if not ready:
+            if not watch.select(0.5):
                 if proc.poll() is not None:
                     break
                 continue
@@ -65,6 +68,7 @@ def _in_a_terminal(args: list[str], env: dict[str, str]) -> list[tuple[float, by
                 break
             reads.append((time.perf_counter(), data))
     finally:
+        watch.close()
         os.close(main)
         proc.wait(timeout=60)
         assert proc.stderr is not None
