@@ -18,10 +18,10 @@ import time
 import aiohttp
 
 import flownb
-from flownb.events import StreamEvent
-from flownb.media import MediaStore
+from flownb.infra.media import MediaStore
 from flownb.notebook.live_text import LiveText
-from flownb.providers.openai import OpenAIProvider
+from flownb.providers.openai.provider import OpenAIProvider
+from flownb.runtime.events import StreamEvent
 from flownb.testing.fake_openai import FakeOpenAI
 
 WORDS = "first second third fourth fifth"

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from . import scorers
 from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks)
-from .batching import list_batches as batches
-from .client import Client, RemoteFlow
-from .display import display_frame
-from .endpoints import Endpoint
+from .config.endpoints import Endpoint
 from .errors import (
     ApiError,
     AuthError,
@@ -28,10 +25,13 @@ from .errors import (
     ServiceUnavailable,
 )
 from .evaluation import EvalReport, evaluate, load_report, reports
-from .flow import BaseFlow, LocalFlow, load_flow
-from .pipeline import Outcomes
-from .result import RunResult
-from .runlog import runs
+from .flows.client import Client, RemoteFlow
+from .flows.local import BaseFlow, LocalFlow, load_flow
+from .frames.batch_api import list_batches as batches
+from .runtime.pipeline import Outcomes
+from .runtime.result import RunResult
+from .runtime.runlog import runs
+from .show.display import display_frame
 
 __version__ = "0.1.0"
 

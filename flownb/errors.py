@@ -138,7 +138,8 @@ class ProviderError(FlownbError):
 
     Raised for a row of a flow with several generation nodes, it names the node(s) that failed
     (``failed_nodes``) and keeps what the row's other nodes produced: ``partial`` is a
-    :class:`~flownb.result.RunResult` of every output whose nodes all succeeded (``None`` when
+    :class:`~flownb.runtime.result.RunResult` of every output whose nodes all succeeded (``None``
+    when
     the error is not about a row).
     """
 

@@ -1,4 +1,5 @@
-"""Plugs the features into the flows' hooks (see :mod:`flownb.hooks`); ``import flownb`` runs it.
+"""Plugs the features into the flows' hooks (see :mod:`flownb.runtime.hooks`); ``import flownb``
+runs it.
 
 The flow classes sit below these features and never import them; this module, above both,
 registers each feature under the name of the flow method that opens it.
@@ -9,12 +10,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from . import frame, preview
-from .batching import run as batching
-from .flow import BaseFlow
-from .frame_kinds import takes_any_frame
-from .hooks import HOOKS
-from .scale import dask
+from .flows.local import BaseFlow
+from .frames import preview
+from .frames import run as frame
+from .frames.batch_api import run as batching
+from .frames.dask import run as dask
+from .frames.kinds import takes_any_frame
+from .runtime.hooks import HOOKS
 
 __all__: list[str] = []
 

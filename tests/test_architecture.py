@@ -20,14 +20,15 @@ PACKAGE = Path(flownb.__file__).parent
 # The surfaces: each builds its run configuration with settings.resolve_run_config, the one
 # function that does, and only they call it; nothing but settings.py reads the environment.
 SURFACES = {
-    "flownb.flow",  # load_flow, LocalFlow(), LocalFlow.from_spec (a worker takes its own keys)
-    "flownb.client",  # flownb.Client: the service address and key
-    "flownb.opening",  # what FLOW on a command line opens (flownb info / run / eval)
+    # load_flow, LocalFlow(), LocalFlow.from_spec (a worker takes its own keys)
+    "flownb.flows.local",
+    "flownb.flows.client",  # flownb.Client: the service address and key
+    "flownb.cli.opening",  # what FLOW on a command line opens (flownb info / run / eval)
     "flownb.notebook.magics",  # %flow connect, flow ids without a connection
-    "flownb.runlog",  # runs(): the run log of FLOWNB_HOME
+    "flownb.runtime.runlog",  # runs(): the run log of FLOWNB_HOME
     "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
     "flownb.evaluation.history",  # load_report() / reports()
-    "flownb.batching.listing",  # list_batches() / cancel_batch()
+    "flownb.frames.batch_api.listing",  # list_batches() / cancel_batch()
     "flownb.server.app",  # ServerConfig (each `serve --workers` process starts there)
     "flownb.server.commands",  # flownb keys / gc
 }
@@ -42,43 +43,59 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "flownb.errors",
             "flownb.error_map",
-            "flownb.template",
-            "flownb.model",
-            "flownb.validate",
-            "flownb.inputs",
-            "flownb.variants",
-            "flownb.result",
-            "flownb.display",
-            "flownb.settings",
-            "flownb.media",
-            "flownb.aio",
-            "flownb.hooks",
-            "flownb.graph",  # draws a flow: imports only the model
-            "flownb.notices",  # warnings pointed at the caller's line
-            "flownb.lint",  # flow lint: reads the model, warns through notices
-            "flownb.writable",  # one line for a FLOWNB_HOME that cannot be written
-            "flownb.spreadsheet",  # CSV text a spreadsheet will not run as a formula
-            "flownb.progress",  # progress bars moved by one thread of their own
-            "flownb.endpoints",  # named ways to reach a model; settings resolves them
-            "flownb.pricing",  # what a call costs, from the maintained price table
-            "flownb.meter",  # money spent so far, for bars and the CLI's total line
-            "flownb.events",  # what a streamed run yields before its result
+            "flownb.flowfile.template",
+            "flownb.flowfile.model",
+            "flownb.flowfile.validate",
+            "flownb.flowfile.inputs",
+            "flownb.flowfile.variants",
+            "flownb.runtime.result",
+            "flownb.show.display",
+            "flownb.config.settings",
+            "flownb.infra.media",
+            "flownb.infra.aio",
+            "flownb.runtime.hooks",
+            "flownb.flowfile.drawing",  # draws a flow: imports only the model
+            "flownb.show.notices",  # warnings pointed at the caller's line
+            "flownb.flowfile.lint",  # flow lint: reads the model, warns through notices
+            "flownb.infra.writable",  # one line for a FLOWNB_HOME that cannot be written
+            "flownb.show.spreadsheet",  # CSV text a spreadsheet will not run as a formula
+            "flownb.show.progress",  # progress bars moved by one thread of their own
+            "flownb.config.endpoints",  # named ways to reach a model; settings resolves them
+            "flownb.config.pricing",  # what a call costs, from the maintained price table
+            "flownb.show.meter",  # money spent so far, for bars and the CLI's total line
+            "flownb.runtime.events",  # what a streamed run yields before its result
         },
     ),
-    # flownb.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
-    ("providers", {"flownb.providers", "flownb.cache", "flownb.runlog", "flownb.tracing"}),
-    ("engine/pipeline", {"flownb.engine", "flownb.pipeline"}),
-    ("flows", {"flownb.flow", "flownb.flowspec", "flownb.client", "flownb.client_stream"}),
+    # flownb.infra.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
+    (
+        "providers",
+        {
+            "flownb.providers",
+            "flownb.runtime.cache",
+            "flownb.runtime.runlog",
+            "flownb.infra.tracing",
+        },
+    ),
+    ("engine/pipeline", {"flownb.runtime.engine", "flownb.runtime.pipeline"}),
+    (
+        "flows",
+        {
+            "flownb.flows.local",
+            "flownb.flows.spec",
+            "flownb.flows.client",
+            "flownb.flows.client_stream",
+        },
+    ),
     (
         "features",
         {
-            "flownb.frame",
-            "flownb.frame_kinds",  # polars (narwhals) frames through the pandas frame features
-            "flownb.preview",
+            "flownb.frames.run",
+            "flownb.frames.kinds",  # polars (narwhals) frames through the pandas frame features
+            "flownb.frames.preview",
             "flownb.scorers",
-            "flownb.scale",
+            "flownb.frames.dask",
             "flownb.evaluation",
-            "flownb.batching",  # a frame through a provider's batch API
+            "flownb.frames.batch_api",  # a frame through a provider's batch API
         },
     ),
     (
@@ -86,11 +103,11 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "flownb",
             "flownb.__main__",
-            "flownb.cli",
-            "flownb.terminal",  # a single run's text printed as it streams (flownb run)
-            "flownb.opening",
+            "flownb.cli.main",
+            "flownb.cli.terminal",  # a single run's text printed as it streams (flownb run)
+            "flownb.cli.opening",
             "flownb.wiring",
-            "flownb.evaluation.cli",
+            "flownb.cli.eval",
             "flownb.notebook",
             "flownb.notebook.live",  # the live results view (ipywidgets), reached via hooks
             "flownb.server",
@@ -240,7 +257,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_the_graph_counts_lazy_and_type_checking_imports() -> None:
     graph = import_graph()
     assert "flownb.notebook.widgets" in graph["flownb.wiring"]  # inside a function
-    assert "flownb.result" in graph["flownb.notebook.widgets"]  # under TYPE_CHECKING only
+    assert "flownb.runtime.result" in graph["flownb.notebook.widgets"]  # under TYPE_CHECKING only
     assert "flownb.notebook.widgets" not in import_graph(module_level=True)["flownb.wiring"]
 
 
@@ -264,20 +281,27 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 
 def test_the_layer_check_catches_an_import_that_climbs() -> None:
-    assert layer_of("flownb.flow") < layer_of("flownb.frame") < layer_of("flownb.cli")
-    assert layer_of("flownb.evaluation.cli") > layer_of("flownb.evaluation.run")
-    assert layer_of("flownb.flowspec") < layer_of("flownb.scale.dask")
+    assert (
+        layer_of("flownb.flows.local") < layer_of("flownb.frames.run") < layer_of("flownb.cli.main")
+    )
+    assert layer_of("flownb.cli.eval") > layer_of("flownb.evaluation.run")
+    assert layer_of("flownb.flows.spec") < layer_of("flownb.frames.dask.run")
 
 
 def test_the_flows_import_none_of_their_features() -> None:
     graph = import_graph()
-    features = ("flownb.frame", "flownb.preview", "flownb.scale", "flownb.notebook")
-    for name in ("flownb.flow", "flownb.flowspec", "flownb.client"):
+    features = (
+        "flownb.frames.run",
+        "flownb.frames.preview",
+        "flownb.frames.dask",
+        "flownb.notebook",
+    )
+    for name in ("flownb.flows.local", "flownb.flows.spec", "flownb.flows.client"):
         assert not [t for t in graph[name] if t.startswith(features)], name
 
 
 def test_every_hook_a_flow_opens_is_registered_by_import_flownb() -> None:
-    from flownb.hooks import HOOKS
+    from flownb.runtime.hooks import HOOKS
 
     opened = {
         node.slice.value
@@ -321,7 +345,7 @@ def _calls(tree: ast.Module, func: str) -> bool:
 def test_settings_are_resolved_once_per_surface() -> None:
     mods = modules()
     readers = {name for name, tree in mods.items() if _calls(tree, "get_settings")}
-    assert readers == {"flownb.settings"}
+    assert readers == {"flownb.config.settings"}
     builders = {name for name, tree in mods.items() if _calls(tree, "resolve_run_config")}
     assert builders == SURFACES, builders ^ SURFACES
     text = {p: p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
@@ -331,16 +355,16 @@ def test_settings_are_resolved_once_per_surface() -> None:
 # Private attributes touched on something other than self/cls, each with its reason.
 PRIVATE_ALLOWED = {
     # make_result fills a RunResult it made with dict.__new__ (the engine's per-row fast path).
-    ("flownb.result", "_entries"),
-    ("flownb.result", "_trace_of"),
-    ("flownb.result", "_plan"),  # the plan a run's picture draws (RunResult.to_svg)
+    ("flownb.runtime.result", "_entries"),
+    ("flownb.runtime.result", "_trace_of"),
+    ("flownb.runtime.result", "_plan"),  # the plan a run's picture draws (RunResult.to_svg)
     # ... and sets (or, unpickling, restores) the cost it computes lazily.
-    ("flownb.result", "_costs"),
+    ("flownb.runtime.result", "_costs"),
     # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).
-    ("flownb.scale.dask", "_meta"),
+    ("flownb.frames.dask.run", "_meta"),
     # An endpoint's copies and unpickled twins take over where its key is held (in memory
-    # only); the holder never leaves flownb.endpoints.
-    ("flownb.endpoints", "_held"),
+    # only); the holder never leaves flownb.config.endpoints.
+    ("flownb.config.endpoints", "_held"),
 }
 
 
@@ -376,13 +400,13 @@ def test_run_dataframe_options_are_written_once() -> None:
     import inspect
 
     from flownb import BaseFlow
-    from flownb.hooks import DataFrameOptions, FrameOptions
+    from flownb.runtime.hooks import DataFrameOptions, FrameOptions
 
     public = inspect.signature(BaseFlow.run_dataframe).parameters
     keywords = {n for n, p in public.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     assert keywords == set(DataFrameOptions.__optional_keys__)
     assert set(FrameOptions.__optional_keys__) < keywords
-    for name in ("flownb.frame", "flownb.scale.dask", "flownb.batching.run"):
+    for name in ("flownb.frames.run", "flownb.frames.dask.run", "flownb.frames.batch_api.run"):
         tree = modules()[name]
         runners = [
             f

@@ -294,8 +294,8 @@ def test_the_batch_magic_takes_batch_api(
 
 
 def test_batch_answers_are_priced_at_half_the_live_price(fake: FakeOpenAI) -> None:
-    from flownb.cache import open_cache
-    from flownb.pricing import call_cost
+    from flownb.config.pricing import call_cost
+    from flownb.runtime.cache import open_cache
 
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))  # gpt-4o-mini
     flow.run_dataframe(pd.DataFrame({"word": ["priced"]}), batch_api=True, progress=False)
@@ -393,7 +393,7 @@ def _save_submitting(
     """Record in the flow's home a batch ``ident`` of the one ``prompt`` being submitted by
     process ``pid`` on this host (by default no such process) at ``created`` (default: now), as
     a killed run leaves it."""
-    from flownb.batching.store import SUBMITTING, BatchRecord, save_record
+    from flownb.frames.batch_api.store import SUBMITTING, BatchRecord, save_record
 
     record = BatchRecord(
         id=ident,
@@ -415,7 +415,7 @@ def _save_submitting(
 def test_the_run_log_counts_batch_answers_as_paid_once_at_the_batch_rate(
     fake: FakeOpenAI,
 ) -> None:
-    from flownb.cache import open_cache
+    from flownb.runtime.cache import open_cache
 
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
     df = pd.DataFrame({"word": ["kite", "drum", "kite"]})
@@ -442,7 +442,7 @@ def test_the_run_log_counts_batch_answers_as_paid_once_at_the_batch_rate(
 
 def test_evaluate_through_batches_logs_what_the_batches_cost(fake: FakeOpenAI) -> None:
     from flownb import scorers as S
-    from flownb.cache import open_cache
+    from flownb.runtime.cache import open_cache
 
     flow = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]))
     data = pd.DataFrame({"word": ["owl", "bat"]})

@@ -102,8 +102,8 @@ def test_a_frame_through_message_batches_equals_a_plain_run_and_a_rerun_submits_
 def test_each_custom_id_is_the_calls_cache_key_and_the_answer_is_priced_at_the_batch_rate(
     fake: FakeAnthropic,
 ) -> None:
-    from flownb.cache import open_cache
-    from flownb.pricing import BATCH_RATE, call_cost
+    from flownb.config.pricing import BATCH_RATE, call_cost
+    from flownb.runtime.cache import open_cache
 
     flow = _flow({"echo": "Say {word}"}, ["word"])
     flow.run_dataframe(pd.DataFrame({"word": ["owl", "bat"]}), batch_api=True, progress=False)
@@ -178,7 +178,7 @@ def test_a_cancelled_batch_is_named_and_submitted_again(fake: FakeAnthropic) -> 
     flow.run_dataframe(df, batch_api=True, progress=False, poll=0)
     batch_id = flownb.batches().loc[0, "id"]
     assert batch_id.startswith("msgbatch_")
-    from flownb.batching import cancel_batch
+    from flownb.frames.batch_api import cancel_batch
 
     assert cancel_batch(batch_id) == "cancelling"
     out = flow.run_dataframe(df, batch_api=True, progress=False, poll=0)

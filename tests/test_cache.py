@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from openai_fake import Retries, fake, fake_server, retried  # noqa: F401 (fixtures)
 
 import flownb
-from flownb.cache import CACHE_FILE, CallCache, open_cache
-from flownb.cli import cli
+from flownb.cli.main import cli
 from flownb.errors import BatchError
 from flownb.providers.base import Generation
+from flownb.runtime.cache import CACHE_FILE, CallCache, open_cache
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow, write_flow
 

@@ -24,10 +24,10 @@ from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
 )
 
 import flownb
-from flownb.cli import cli as main
+from flownb.cli.main import cli as main
+from flownb.config.pricing import ESTIMATE_OUTPUT_TOKENS, call_cost, estimate_tokens
 from flownb.errors import ConfigError
-from flownb.meter import CostMeter, usd
-from flownb.pricing import ESTIMATE_OUTPUT_TOKENS, call_cost, estimate_tokens
+from flownb.show.meter import CostMeter, usd
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import write_flow

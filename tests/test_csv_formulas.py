@@ -16,7 +16,7 @@ import pandas as pd
 
 import flownb
 from flownb import scorers as S
-from flownb.spreadsheet import FORMULA_START, csv_text
+from flownb.show.spreadsheet import FORMULA_START, csv_text
 from tests.conftest import make_flow, write_flow
 
 # Each starts a formula somewhere (the last two are a tab and a carriage return).

@@ -209,7 +209,7 @@ def test_each_worker_builds_the_flow_once_and_reuses_it(client: distributed.Clie
     flow.run_dataframe(dd.from_pandas(words(40), npartitions=8)).compute()
 
     def flows_built() -> int:
-        from flownb.scale import spec
+        from flownb.frames.dask import spec
 
         return len(spec._flows)
 
@@ -355,7 +355,7 @@ def test_without_a_distributed_client_the_limits_hold_in_the_process(fake: FakeO
 def test_two_vendors_with_two_keys_in_one_dask_computation(
     client: distributed.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flownb.endpoints import Endpoint
+    from flownb.config.endpoints import Endpoint
 
     keys = {"DASK_KEY_A": "sk-dask-vendor-A-1111", "DASK_KEY_B": "sk-dask-vendor-B-2222"}
 

@@ -16,7 +16,8 @@ from IPython.utils.capture import capture_output
 from PIL import Image
 
 import flownb
-from flownb.display import (
+from flownb.runtime.result import RunResult
+from flownb.show.display import (
     display_frame,
     image_bytes,
     image_columns,
@@ -25,7 +26,6 @@ from flownb.display import (
     result_bundle,
     result_text,
 )
-from flownb.result import RunResult
 
 
 def _png(size: tuple[int, int] = (200, 120), color: str = "red") -> bytes:

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 import flownb
-from flownb.display import FrameView, display_frame, image_columns
 from flownb.errors import ConfigError
 from flownb.notebook import _frame_html
+from flownb.show.display import FrameView, display_frame, image_columns
 
 
 def _big(n: int = 10_000) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import flownb
-from flownb.endpoints import Endpoint
+from flownb.config.endpoints import Endpoint
 from flownb.errors import ConfigError
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow

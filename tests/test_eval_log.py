@@ -15,7 +15,7 @@ import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
 from flownb.evaluation.store import EVAL_LOG_VERSION, EvalLog, load_scores
-from flownb.runlog import RUNLOG_FILE
+from flownb.runtime.runlog import RUNLOG_FILE
 from tests.conftest import make_flow
 
 FLOW = make_flow({"say": "say {word}"}, ["word"])

@@ -25,11 +25,11 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from serving import InlineScriptedProvider, Running, run_server, sample_flows
 
 import flownb
-import flownb.preview
+import flownb.frames.preview
 from flownb import scorers as S
 from flownb.errors import ConfigError
 from flownb.evaluation import stats
-from flownb.frame import INTERRUPTED
+from flownb.frames.run import INTERRUPTED
 from flownb.providers.base import Call, Generation
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow, write_flow
@@ -354,7 +354,7 @@ def test_dry_run_count_equals_the_calls_then_made_and_the_bar_total(
     for _ in range(2):  # then the same evaluation again: everything is cached
         fake.reset()
         preview = flownb.evaluate(variants, data, scorers, dry_run=True)
-        assert isinstance(preview, flownb.preview.Preview) and fake.requests == []
+        assert isinstance(preview, flownb.frames.preview.Preview) and fake.requests == []
         capsys.readouterr()
         flownb.evaluate(variants, data, scorers)
         assert preview.n_calls == _requests(fake)

@@ -11,7 +11,7 @@ import pytest
 
 import flownb
 from flownb.errors import InputError
-from flownb.frame import INTERRUPTED
+from flownb.frames.run import INTERRUPTED
 from tests.conftest import make_flow
 from tests.providers_for_tests import EchoProvider, InlineEcho
 

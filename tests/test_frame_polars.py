@@ -14,7 +14,7 @@ import pytest
 
 import flownb
 from flownb.errors import InputError
-from flownb.frame import INTERRUPTED, run_dataframe
+from flownb.frames.run import INTERRUPTED, run_dataframe
 from flownb.providers.base import Call, Generation
 from tests.conftest import ROOT, make_flow
 from tests.providers_for_tests import EchoProvider

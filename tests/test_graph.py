@@ -18,9 +18,9 @@ from vendor_fakes import flow_with
 
 import flownb
 from flownb.errors import ConfigError
-from flownb.graph import layout
-from flownb.model import parse_flow
-from flownb.result import RunResult
+from flownb.flowfile.drawing import layout
+from flownb.flowfile.model import parse_flow
+from flownb.runtime.result import RunResult
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
 from tests.providers_for_tests import EchoProvider

@@ -28,10 +28,10 @@ from vendor_fakes import (  # noqa: F401 (fixtures)
 
 import flownb
 from flownb import scorers as S
-from flownb.display import image_bytes
 from flownb.errors import ConfigError
 from flownb.evaluation.html import THUMB
 from flownb.providers.images import ImagePart, image_ref, prompt_parts
+from flownb.show.display import image_bytes
 from flownb.testing.fake_openai import (
     FakeOpenAI,
     data_url_bytes,
@@ -268,9 +268,9 @@ def test_a_provider_that_shows_no_images_is_refused_before_any_call() -> None:
 
 
 def test_images_by_url_go_as_urls_in_each_vendor_s_format() -> None:
-    from flownb.providers.anthropic import _block
+    from flownb.providers.anthropic.provider import _block
     from flownb.providers.gemini import _part
-    from flownb.providers.openai import _content_parts
+    from flownb.providers.openai.provider import _content_parts
 
     url = "https://example.invalid/cat.jpg"
     prompt = f"Grade:\n{image_ref(url)}\nnow"

@@ -21,7 +21,7 @@ import pytest
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.runlog import RUNLOG_FILE
+from flownb.runtime.runlog import RUNLOG_FILE
 from tests.conftest import make_flow
 
 pytestmark = pytest.mark.timeout(120)

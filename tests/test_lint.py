@@ -14,8 +14,8 @@ import requests
 from serving import run_server
 
 import flownb
-from flownb.lint import lint
-from flownb.model import parse_flow
+from flownb.flowfile.lint import lint
+from flownb.flowfile.model import parse_flow
 from tests.conftest import FLOWS, make_flow, write_flow
 
 

@@ -287,7 +287,7 @@ def test_outside_a_kernel_nothing_of_the_view_is_loaded(tmp_path: Path) -> None:
     [(None, "auto"), ("", "auto"), (" AUTO ", "auto"), ("1", "on"), ("on", "on"), ("0", "off")],
 )
 def test_flownb_live_setting(monkeypatch: pytest.MonkeyPatch, raw: str | None, mode: str) -> None:
-    from flownb.settings import get_settings
+    from flownb.config.settings import get_settings
 
     if raw is None:
         monkeypatch.delenv("FLOWNB_LIVE", raising=False)
@@ -297,8 +297,8 @@ def test_flownb_live_setting(monkeypatch: pytest.MonkeyPatch, raw: str | None, m
 
 
 def test_a_bad_flownb_live_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flownb.config.settings import get_settings
     from flownb.errors import ConfigError
-    from flownb.settings import get_settings
 
     monkeypatch.setenv("FLOWNB_LIVE", "sometimes")
     with pytest.raises(ConfigError, match=r"^FLOWNB_LIVE must be auto, 1 or 0 \(on/off\), got"):

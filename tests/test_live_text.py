@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import flownb
-from flownb.events import StreamEvent
 from flownb.notebook.live_text import LiveText, consume
+from flownb.runtime.events import StreamEvent
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
 from tests.kernels import execute as run_cell

@@ -19,10 +19,10 @@ from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
 import flownb
-from flownb.display import output_bundles
 from flownb.errors import FlowFileError, InputError
 from flownb.notebook.magics import find_api_key
 from flownb.notebook.widgets import FlowForm
+from flownb.show.display import output_bundles
 from tests.conftest import make_flow, write_flow
 
 

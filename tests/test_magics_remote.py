@@ -15,9 +15,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
-from flownb.display import output_bundles
 from flownb.errors import AuthError, FlowNotFound, InputError
 from flownb.notebook.widgets import FlowForm
+from flownb.show.display import output_bundles
 from tests.serving import Running, run_server
 
 

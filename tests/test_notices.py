@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import flownb
-from flownb.notices import PACKAGE_DIR, warn
+from flownb.show.notices import PACKAGE_DIR, warn
 from tests.conftest import make_flow, write_flow
 
 

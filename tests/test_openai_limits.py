@@ -16,10 +16,10 @@ import pytest
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
-from flownb.media import MediaStore
+from flownb.infra.media import MediaStore
 from flownb.providers.base import Call, RateLimits
 from flownb.providers.limits import AdaptiveLimiter, Pacer
-from flownb.providers.openai import OpenAIProvider, parse_duration, rate_limits
+from flownb.providers.openai.provider import OpenAIProvider, parse_duration, rate_limits
 from flownb.providers.tokens import Meter
 from flownb.testing.fake_openai import FakeOpenAI, duration, echo
 from tests.conftest import make_flow

@@ -16,9 +16,9 @@ from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import ConfigError, InputError, ProviderError, RateLimited
-from flownb.media import MediaStore
+from flownb.infra.media import MediaStore
 from flownb.providers.base import Call, Generation
-from flownb.providers.openai import OpenAIProvider
+from flownb.providers.openai.provider import OpenAIProvider
 from flownb.testing.fake_openai import FakeOpenAI, image_bytes
 from tests.conftest import make_flow
 
@@ -293,7 +293,7 @@ def test_non_json_answer_is_a_provider_error(fake: FakeOpenAI) -> None:
     provider = OpenAIProvider(
         media=MediaStore(Path("unused")), base_url=fake.url.removesuffix("/v1")
     )
-    from flownb.aio import run_sync
+    from flownb.infra.aio import run_sync
 
     with pytest.raises(ProviderError) as info:
         run_sync(provider.generate(Call("text", "x", {"model": "m"})))
@@ -306,7 +306,7 @@ def test_b64_is_decoded_exactly() -> None:
 
 
 def test_proxy_is_resolved_once_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flownb.providers.openai import _AiohttpTransport
+    from flownb.providers.openai.provider import _AiohttpTransport
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     monkeypatch.setenv("NO_PROXY", "internal.example")

@@ -1,5 +1,6 @@
 """One run pipeline: local runs, the DataFrame path, async runs and the server's run route all go
-through :class:`flownb.pipeline.Runner`, so they share its behaviour (the run log, the paths it
+through :class:`flownb.runtime.pipeline.Runner`, so they share its behaviour (the run log, the
+paths it
 picks) and the public collector :class:`flownb.Outcomes`."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from providers_for_tests import EchoProvider
 
 import flownb
 from flownb.errors import BatchError
-from flownb.pipeline import INLINE_ON_LOOP
+from flownb.runtime.pipeline import INLINE_ON_LOOP
 from tests.conftest import make_flow
 from tests.serving import post_run, run_server, sample_flows
 

@@ -20,13 +20,13 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb import scorers as S
-from flownb.cache import CallCache
 from flownb.errors import ConfigError
 from flownb.evaluation import stats
 from flownb.evaluation.store import EvalLog
 from flownb.providers.base import Call, Generation, Provider
 from flownb.providers.offline import OfflineProvider
 from flownb.providers.repeat import repeated
+from flownb.runtime.cache import CallCache
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow, write_flow
 

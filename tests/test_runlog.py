@@ -12,7 +12,7 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import BatchError
-from flownb.runlog import COLUMNS, RUNLOG_FILE
+from flownb.runtime.runlog import COLUMNS, RUNLOG_FILE
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
 

@@ -236,13 +236,13 @@ def test_judge_without_provider_uses_the_graded_flows_provider_and_model(
 
 
 def test_judges_own_provider_and_model_come_first(fake: FakeOpenAI) -> None:
-    from flownb.media import MediaStore
-    from flownb.providers.openai import OpenAIProvider
+    from flownb.infra.media import MediaStore
+    from flownb.providers.openai.provider import OpenAIProvider
 
     flow = flownb.load_flow(ECHO, provider="openai")
     with FakeOpenAI() as other:
         provider = OpenAIProvider(
-            media=MediaStore(flownb.settings.get_settings().media_dir), base_url=other.url
+            media=MediaStore(flownb.config.settings.get_settings().media_dir), base_url=other.url
         )
         judge = S.judge("say", "Good?", model="judge-model", provider=provider)
         flownb.evaluate(flow, DATA.iloc[:2], [judge], progress=False)

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flownb.cache import CACHE_FILE, CallCache
 from flownb.providers.base import Generation
-from flownb.runlog import RUNLOG_FILE, RunLog
+from flownb.runtime.cache import CACHE_FILE, CallCache
+from flownb.runtime.runlog import RUNLOG_FILE, RunLog
 from tests.serving import sample_flows
 
 pytestmark = pytest.mark.timeout(60)

@@ -16,7 +16,7 @@ import requests
 from serving import Running, post_run, run_server
 
 import flownb
-from flownb.events import StreamEvent
+from flownb.runtime.events import StreamEvent
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow, write_flow
 

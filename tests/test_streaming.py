@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import flownb
-from flownb.events import StreamEvent
+from flownb.runtime.events import StreamEvent
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI

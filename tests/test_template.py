@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flownb.template import Template, render
+from flownb.flowfile.template import Template, render
 
 
 def reference(text: str, values: dict[str, str]) -> str:

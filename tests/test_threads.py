@@ -24,11 +24,11 @@ import pytest
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
-from flownb import aio
-from flownb.frame import INTERRUPTED
-from flownb.progress import Progress
+from flownb.frames.run import INTERRUPTED
+from flownb.infra import aio
 from flownb.providers.base import Call, Generation, Provider
-from flownb.runlog import RunLog
+from flownb.runtime.runlog import RunLog
+from flownb.show.progress import Progress
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
 

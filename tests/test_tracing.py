@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import flownb
-from flownb import tracing
-from flownb.pricing import call_cost
+from flownb.config.pricing import call_cost
+from flownb.infra import tracing
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
 
@@ -215,7 +215,7 @@ def test_flownb_runs_without_opentelemetry_installed(tmp_path: Path) -> None:
         import sys
         sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
         import flownb
-        from flownb import tracing
+        from flownb.infra import tracing
         flow = flownb.load_flow({TWO!r}, provider="offline")
         print(flow.run(topic="x")["title"], tracing.tracer())
     """

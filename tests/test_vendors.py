@@ -21,7 +21,7 @@ from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
 
 import flownb
 from flownb.errors import ConfigError, ProviderError, RateLimited
-from flownb.providers.anthropic import DEFAULT_MAX_TOKENS
+from flownb.providers.anthropic.provider import DEFAULT_MAX_TOKENS
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import image_bytes
@@ -217,8 +217,8 @@ def test_gemini_drops_what_it_lacks_once(gemini_fake: FakeGemini) -> None:
 
 
 def test_gemini_endpoint_prices_override_the_table(gemini_fake: FakeGemini) -> None:
-    from flownb.endpoints import Endpoint
-    from flownb.settings import resolve_run_config
+    from flownb.config.endpoints import Endpoint
+    from flownb.config.settings import resolve_run_config
 
     endpoint = Endpoint(
         "mine",
@@ -229,12 +229,16 @@ def test_gemini_endpoint_prices_override_the_table(gemini_fake: FakeGemini) -> N
     )
     config = resolve_run_config(provider="gemini", cache=False).replace(endpoint=endpoint)
     with pytest.raises(ConfigError, match="MY_GEMINI_KEY"):
-        flownb.flow.LocalFlow(flownb.model.parse_flow(flow_with({"A": {}})), config=config)
+        flownb.flows.local.LocalFlow(
+            flownb.flowfile.model.parse_flow(flow_with({"A": {}})), config=config
+        )
     import os
 
     os.environ["MY_GEMINI_KEY"] = "AIza-endpoint-key"
     try:
-        f = flownb.flow.LocalFlow(flownb.model.parse_flow(flow_with({"A": {}})), config=config)
+        f = flownb.flows.local.LocalFlow(
+            flownb.flowfile.model.parse_flow(flow_with({"A": {}})), config=config
+        )
         result = f.run({"topic": "owls"})
     finally:
         del os.environ["MY_GEMINI_KEY"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..settings import resolve_run_config
+from ..config.settings import resolve_run_config
 from .report import EvalReport
 from .shape import ScorerInfo
 from .store import EvalLog, list_logs, read_results

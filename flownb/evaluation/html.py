@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ..meter import usd
+from ..show.meter import usd
 
 if TYPE_CHECKING:
     from .shape import ReportView
@@ -135,7 +135,7 @@ def thumbnail(url: str, size: int = THUMB) -> str | None:
 
 @functools.lru_cache(maxsize=2048)
 def _thumbnail(url: str, size: int) -> str | None:
-    from ..display import image_bytes
+    from ..show.display import image_bytes
 
     found = image_bytes(url)
     if found is None:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError
-from ..flow import BaseFlow, LocalFlow
+from ..flows.local import BaseFlow, LocalFlow
 from ..providers.repeat import repeated
 from ..scorers import JudgeScorer
 from .shape import ScorerInfo

@@ -279,7 +279,7 @@ class EvalReport(Labelled, Preferring):
 
             p.write_text(page_html(self), encoding="utf-8")
         elif suffix == ".csv":
-            from ..spreadsheet import csv_text
+            from ..show.spreadsheet import csv_text
 
             p.write_text(csv_text(self.results, safe=safe_csv), encoding="utf-8")
         elif suffix == ".json":

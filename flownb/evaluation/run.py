@@ -13,7 +13,7 @@ under one concurrency limit and one progress bar.
    judge without ``provider=`` borrows the provider of the flow it grades; one that would run
    offline is refused before anything runs.
    The progress bar counts provider calls; its total is the dry run's count (see
-   :func:`flownb.preview.preview_many`).
+   :func:`flownb.frames.preview.preview_many`).
 4. Deterministic scorers grade each variant's columns; everything lands in one long frame.
 
 With ``repeats=k`` each repeat is a round of steps 2-4 whose calls carry the repeat number in
@@ -35,21 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..aio import run_sync
-from ..batching.paid import paid_once
-from ..batching.run import prefill
+from ..config.settings import resolve_run_config
 from ..errors import ConfigError, one_line
-from ..flow import BaseFlow, LocalFlow
-from ..frame import INTERRUPTED, rows_to_variables
-from ..hooks import HOOKS
-from ..notices import warn
-from ..pipeline import Handover
-from ..progress import Progress
+from ..flows.local import BaseFlow, LocalFlow
+from ..frames.batch_api.paid import paid_once
+from ..frames.batch_api.run import prefill
+from ..frames.run import INTERRUPTED, rows_to_variables
+from ..infra.aio import run_sync
 from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..providers.repeat import unrepeated
+from ..runtime.hooks import HOOKS
+from ..runtime.pipeline import Handover
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
-from ..settings import resolve_run_config
+from ..show.notices import warn
+from ..show.progress import Progress
 from .params import variant_params
 from .repeats import check_repeats, order_runs, repeat_flow, repeat_judge
 from .report import EvalReport, ScorerInfo
@@ -57,7 +57,7 @@ from .report import EvalReport, ScorerInfo
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..preview import Preview
+    from ..frames.preview import Preview
 
 __all__ = ["evaluate"]
 
@@ -171,7 +171,7 @@ def _with_bar(
     if bar is None:
         return on_result
 
-    from ..meter import show
+    from ..show.meter import show
 
     live = getattr(bar, "record", None) if key is not None else None
 
@@ -356,7 +356,7 @@ def evaluate(
     ``concurrency`` bounds the provider calls in flight across every variant and judge (default:
     the sum over endpoints of the largest limit of each endpoint's flows). Each endpoint keeps
     its own limit and back-off, so a 429 from one endpoint never slows another.
-    ``dry_run=True`` returns a :class:`~flownb.preview.Preview` of the calls instead, making
+    ``dry_run=True`` returns a :class:`~flownb.frames.preview.Preview` of the calls instead, making
     none: its ``n_calls`` is the number of calls the run then makes on the same cache state
     (judges included), and the progress bar's total. A judge without ``provider=`` uses the
     provider of the flow it grades. ``batch_api=True`` first sends the calls the cache lacks
@@ -515,7 +515,7 @@ def _check_scorer_columns(
 def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
     """Return the evaluation's dry run: its calls on the cache's state now (judges included),
     every repeat's (a ``repeat`` column in its calls when there are several)."""
-    from ..preview import Preview, preview_many
+    from ..frames.preview import Preview, preview_many
 
     inputs = _input_rows(data) if setup.judges else None
     previews = [preview_many(r.variants, setup.batches, r.graders, inputs) for r in setup.rounds]
@@ -642,7 +642,7 @@ def _judges_through_batches(
     progress: bool,
 ) -> None:
     """Send one repeat's judge calls through the batch APIs (the outputs they grade cached)."""
-    from ..preview import preview_many
+    from ..frames.preview import preview_many
 
     # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
     calls = preview_many(r.variants, batches, r.graders, _input_rows(data)).calls

@@ -34,8 +34,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError
-from ..runlog import RUNLOG_FILE
-from ..writable import folder_problem, unwritable
+from ..infra.writable import folder_problem, unwritable
+from ..runtime.runlog import RUNLOG_FILE
 
 if TYPE_CHECKING:
     import pandas as pd

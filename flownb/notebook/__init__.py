@@ -19,7 +19,7 @@ def _frame_html(df: Any) -> str | None:
     """Return the HTML of ``df``: flownb's view (thumbnails for image-URL columns; one page
     of a long frame, with how to see the others) when it has image columns or more rows than
     a page, else pandas' own."""
-    from ..display import FrameView, image_columns
+    from ..show.display import FrameView, image_columns
 
     try:
         columns = image_columns(df)

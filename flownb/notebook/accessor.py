@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Unpack
 
 import pandas as pd
 
-from ..hooks import DataFrameOptions
+from ..runtime.hooks import DataFrameOptions
 
 if TYPE_CHECKING:
-    from ..display import FrameView
-    from ..flow import BaseFlow
+    from ..flows.local import BaseFlow
+    from ..show.display import FrameView
 
 __all__ = ["FlownbAccessor"]
 
@@ -40,7 +40,7 @@ class FlownbAccessor:
 
         Takes the keyword arguments of :meth:`flownb.BaseFlow.run_dataframe` (``fill``,
         ``progress``, ``concurrency``, ``error_column``, ...; see
-        :class:`~flownb.hooks.DataFrameOptions`).
+        :class:`~flownb.runtime.hooks.DataFrameOptions`).
 
         Returns:
             A copy of the DataFrame with one column per output (and an error column if rows
@@ -50,19 +50,19 @@ class FlownbAccessor:
             InputError: columns missing, or empty cells without ``fill``.
         """
         if isinstance(flow, str):
-            from ..flow import load_flow
+            from ..flows.local import load_flow
 
             flow = load_flow(flow)
         return flow.run_dataframe(self._df, columns, **options)
 
     def show(self, columns: Iterable[str] | None = None, *, size: int = 96) -> FrameView:
         """Return the DataFrame for display with image columns as thumbnails ``size`` px wide."""
-        from ..display import display_frame
+        from ..show.display import display_frame
 
         return display_frame(self._df, columns, size=size)
 
     def image_columns(self) -> list[str]:
         """Return the names of the columns that hold image URLs."""
-        from ..display import image_columns
+        from ..show.display import image_columns
 
         return image_columns(self._df)

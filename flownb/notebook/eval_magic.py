@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from ..flow import BaseFlow
+from ..flows.local import BaseFlow
 from ..scorers import Scorer
 from .args import MagicParser
 
@@ -118,7 +118,7 @@ class EvalMagics:
         found: list[Scorer] = []
         for ref in refs:
             if ref.lower().endswith((".json", ".toml")):
-                from ..evaluation.cli import load_config, make_scorer
+                from ..cli.eval import load_config, make_scorer
 
                 found += [make_scorer(s) for s in load_config(ref).get("scorers") or []]
                 continue

@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from ..display import FrameView, image_columns, is_image_url, thumbnail_src
+from ..config.settings import live_view_mode
 from ..providers.calls import retries_to
 from ..scorers import JudgeScorer, Scorer
-from ..settings import live_view_mode
+from ..show.display import FrameView, image_columns, is_image_url, thumbnail_src
 from .live_text import in_front_end
 
 __all__ = [
@@ -125,7 +125,7 @@ def keep_bar_only(frame: Any) -> None:
 class LiveView:
     """One HTML widget: the bar and a board (rows, or an evaluation's summary).
 
-    Takes the place of :class:`flownb.progress.Progress`: :meth:`update`,
+    Takes the place of :class:`flownb.show.progress.Progress`: :meth:`update`,
     :meth:`set_postfix_str`, :meth:`notice`, :meth:`write` and :meth:`close` from any thread,
     plus :meth:`record` for each finished element (appended to a queue, drawn by the updater).
     """
@@ -535,7 +535,7 @@ class EvalBoard:
         return int(sum(st["errors"] for st in self.stats.values()))
 
     def _table(self) -> tuple[str, str]:
-        from ..meter import usd
+        from ..show.meter import usd
 
         head = ["variant", "done", "errors", "pass rate", *(f"mean {s.name}" for s in self.floats)]
         head.append("cost")

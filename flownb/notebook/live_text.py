@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..events import StreamEvent
+from ..runtime.events import StreamEvent
 
 if TYPE_CHECKING:
-    from ..flow import BaseFlow
-    from ..result import RunResult
+    from ..flows.local import BaseFlow
+    from ..runtime.result import RunResult
 
 __all__ = ["INTERVAL", "LiveText", "in_front_end", "live_run", "wanted"]
 
@@ -53,7 +53,7 @@ def in_front_end() -> bool:
 
 def wanted(mode: str) -> bool:
     """Return whether a run should show a live area, for ``FLOWNB_LIVE`` ``mode`` (``auto``,
-    ``on`` or ``off``, as :func:`flownb.settings.live_view_mode` gives it)."""
+    ``on`` or ``off``, as :func:`flownb.config.settings.live_view_mode` gives it)."""
     if mode == "off":
         return False
     if mode == "on":

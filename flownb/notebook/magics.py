@@ -9,7 +9,7 @@ literal ``$``.
 A trailing ``;`` hides the output, as it does for any IPython line, and is never part of a value
 (quote it to keep it: ``tone='dry;'``). ``-o VAR`` keeps the result in VAR and shows it even when
 other lines follow in the cell (``-q`` keeps it quiet). FLOW, values, pairs and CSV files are read
-by :mod:`flownb.inputs`, the same way as on the command line.
+by :mod:`flownb.flowfile.inputs`, the same way as on the command line.
 
 Local flow files are loaded once and kept until the file changes. Flow ids go to the server
 connected with ``%flow connect`` (or ``FLOWNB_BASE_URL``); the API key comes from
@@ -34,13 +34,21 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
-from ..batching.run import run_dataframe_batched
+from ..config.settings import resolve_run_config
 from ..errors import ConfigError, FlownbError
-from ..flow import LocalFlow
-from ..frame import run_dataframe
-from ..inputs import MAGIC, flow_location, no_server, parse_map, parse_values, read_csv, to_text
+from ..flowfile.inputs import (
+    MAGIC,
+    flow_location,
+    no_server,
+    parse_map,
+    parse_values,
+    read_csv,
+    to_text,
+)
+from ..flows.local import LocalFlow
+from ..frames.batch_api.run import run_dataframe_batched
+from ..frames.run import run_dataframe
 from ..providers.registry import provider_names
-from ..settings import resolve_run_config
 from .args import MagicParser
 from .eval_magic import EvalMagics, eval_help
 from .failures import one_line_failure
@@ -48,7 +56,7 @@ from .failures import one_line_failure
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flow import BaseFlow
+    from ..flows.local import BaseFlow
 
 __all__ = ["FlowInfo", "FlowMagics", "find_api_key"]
 
@@ -342,7 +350,7 @@ class FlowMagics(EvalMagics, Magics):
         if not url.startswith(("http://", "https://")):
             raise UsageError(f"%flow connect: {url!r} is not an http(s) URL")
         key, where = find_api_key(prompt_for=url)
-        from ..client import Client
+        from ..flows.client import Client
 
         self.client = Client(url, key)
         print(f"flownb: flow ids now run on {url} (API key from {where})")
@@ -393,7 +401,7 @@ class FlowMagics(EvalMagics, Magics):
     ) -> tuple[BaseFlow, str]:
         """Return the flow FLOW names and a note of where it came from."""
         __tracebackhide__ = True
-        from ..flow import BaseFlow
+        from ..flows.local import BaseFlow
 
         target = self._expand(ref, "FLOW")
         if isinstance(target, BaseFlow):
@@ -414,7 +422,7 @@ class FlowMagics(EvalMagics, Magics):
         if client is None:
             if not resolve_run_config(local=False).service_url:
                 raise UsageError(f"%flow: {no_server(target, MAGIC).message}")
-            from ..client import Client
+            from ..flows.client import Client
 
             client = self.client = Client()
         return client.flow(target), f"server {getattr(client, 'base_url', '')}".strip()
@@ -423,7 +431,7 @@ class FlowMagics(EvalMagics, Magics):
         self, path: Path, provider: str | None, endpoint: str | None = None
     ) -> LocalFlow:
         __tracebackhide__ = True
-        from ..flow import load_flow
+        from ..flows.local import load_flow
 
         resolved = path.expanduser().resolve()
         key = (resolved, provider) if endpoint is None else (resolved, provider, endpoint)
@@ -519,7 +527,8 @@ def _check_identifier(name: str, option: str) -> None:
 
 
 def _as_text(value: Any, name: str) -> str:
-    """Return a variable's value as the text a flow takes (:func:`flownb.inputs.to_text`, as
+    """Return a variable's value as the text a flow takes (:func:`flownb.flowfile.inputs.to_text`,
+    as
     for a DataFrame cell); collections and missing values are refused."""
     if isinstance(value, Mapping | list | tuple | set):
         hint = "a flow variable takes one string"

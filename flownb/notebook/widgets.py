@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..aio import Stopper
-from ..display import output_bundles
+from ..config.settings import live_view_mode
 from ..errors import InputError, one_line
-from ..settings import live_view_mode
+from ..infra.aio import Stopper
+from ..show.display import output_bundles
 from .live_text import LiveText, consume
 
 if TYPE_CHECKING:
-    from ..flow import BaseFlow
-    from ..result import RunResult
+    from ..flows.local import BaseFlow
+    from ..runtime.result import RunResult
 
 __all__ = ["FlowForm"]
 

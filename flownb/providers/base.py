@@ -16,7 +16,7 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
 - ``prompt_limits``: the longest prompt, in characters, it takes per node kind; a longer one
   is refused before any work (see :data:`PROMPT_LIMITS`).
 - :meth:`Provider.cost`: what a generation cost in US dollars, from its usage and the price
-  table (:mod:`flownb.pricing`) under ``price_kind``, or an endpoint's ``prices``.
+  table (:mod:`flownb.config.pricing`) under ``price_kind``, or an endpoint's ``prices``.
 - :meth:`Provider.stream`: the text of a call as it arrives, then the same
   :class:`Generation` ``generate`` returns. Every provider streams: the default yields the
   whole answer at once; OpenAI chat, Anthropic, Gemini and offline stream for real.
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 if TYPE_CHECKING:
     from typing import Self
 
-    from ..media import MediaStore
-    from ..settings import RunConfig
+    from ..config.settings import RunConfig
+    from ..infra.media import MediaStore
 
 __all__ = [
     "FINAL_STATES",
@@ -109,7 +109,8 @@ class Generation:
     finish_reason: str | None = None
 
 
-# -- provider batches (half price, results within hours; driven by flownb.batching) -----------
+# -- provider batches (half price, results within hours; driven by flownb.frames.batch_api)
+# -----------
 
 # States after which a batch changes no more.
 FINAL_STATES = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -135,7 +136,7 @@ class BatchState:
 
 
 class BatchAPI(Protocol):
-    """A vendor's batch API, as :mod:`flownb.batching` uses it (OpenAI's Batch API and
+    """A vendor's batch API, as :mod:`flownb.frames.batch_api` uses it (OpenAI's Batch API and
     Anthropic's Message Batches implement it)."""
 
     base_url: str
@@ -185,7 +186,8 @@ class Provider(ABC):
     supports_images: ClassVar[bool] = True
     supports_vision: ClassVar[bool] = False
     prompt_limits: ClassVar[Mapping[Kind, int]] = PROMPT_LIMITS
-    # Which price table prices this provider's calls (see flownb.pricing; None: its name), and
+    # Which price table prices this provider's calls (see flownb.config.pricing; None: its name),
+    # and
     # an endpoint's own prices (model -> USD per million tokens), which come first.
     price_kind: str | None = None
     prices: Mapping[str, Mapping[str, Any]] | None = None
@@ -233,7 +235,7 @@ class Provider(ABC):
 
     def cost(self, gen: Generation) -> float:
         """Return what ``gen`` cost in US dollars, from its model and usage (NaN: unknown)."""
-        from ..pricing import call_cost
+        from ..config.pricing import call_cost
 
         return call_cost(self.price_kind or self.name, gen.model, gen.usage, self.prices)
 
@@ -251,7 +253,7 @@ class Provider(ABC):
 
     def batch_api(self) -> BatchAPI | None:
         """Return the provider's batch API (half price, results within hours; see
-        :mod:`flownb.batching`), or ``None``: it has none."""
+        :mod:`flownb.frames.batch_api`), or ``None``: it has none."""
         return None
 
     def identity(self) -> Mapping[str, Any]:

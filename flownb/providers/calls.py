@@ -34,8 +34,9 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from .. import pricing, tracing
+from ..config import pricing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
+from ..infra import tracing
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 
@@ -190,7 +191,7 @@ class CallRunner:
 
     async def __call__(self, call: Call) -> Generation:
         """Return the generation for ``call`` (from the cache, a twin call, or the provider),
-        as an OpenTelemetry span when a tracer provider is configured (see flownb.tracing).
+        as an OpenTelemetry span when a tracer provider is configured (see flownb.infra.tracing).
 
         Raises:
             ProviderError (or a subclass): the provider failed for good.

@@ -29,9 +29,9 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
+from ..config.settings import RunConfig
 from ..errors import ConfigError, ProviderError, ProviderTimeout
-from ..media import MediaStore
-from ..settings import RunConfig
+from ..infra.media import MediaStore
 from .base import Call, Generation, Kind
 from .images import ImagePart, has_images, prompt_parts
 from .vendor import (

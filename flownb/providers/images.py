@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..media import MediaStore
+    from ..infra.media import MediaStore
 
 __all__ = [
     "IMAGE_REF",
@@ -79,7 +79,7 @@ def image_ref(target: str) -> str:
     Raises:
         ConfigError: ``target`` is neither.
     """
-    from ..media import MEDIA_NAME
+    from ..infra.media import MEDIA_NAME
 
     if not (MEDIA_NAME.fullmatch(target) or target.startswith(("http://", "https://"))):
         raise ConfigError(f"an image is shown by media name or http(s) URL, not {target!r}")
@@ -112,7 +112,7 @@ def prompt_parts(prompt: str, media: MediaStore | None) -> list[str | ImagePart]
     Raises:
         ConfigError: a media name whose file is not in ``media`` (or there is no media store).
     """
-    from ..media import MEDIA_NAME
+    from ..infra.media import MEDIA_NAME
 
     parts: list[str | ImagePart] = []
     at = 0

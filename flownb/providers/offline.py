@@ -2,7 +2,8 @@
 
 Text output is the rendered prompt, verbatim. Image output is a PNG drawn with Pillow from the
 prompt (same prompt, same bytes), written to the media store under a name derived from the
-prompt with the store's secret (:meth:`~flownb.media.MediaStore.name_for`), so a repeated prompt
+prompt with the store's secret (:meth:`~flownb.infra.media.MediaStore.name_for`), so a repeated
+prompt
 costs a file-existence check, not a drawing, and outsiders cannot derive the name.
 """
 
@@ -18,8 +19,8 @@ from typing import ClassVar
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ..media import MediaStore
-from ..settings import RunConfig
+from ..config.settings import RunConfig
+from ..infra.media import MediaStore
 from .base import Call, Generation, Provider
 
 __all__ = ["OfflineProvider", "draw_image"]

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from importlib import import_module
 from importlib.metadata import entry_points
 
+from ..config.settings import RunConfig
 from ..errors import ConfigError
-from ..media import MediaStore
-from ..settings import RunConfig
+from ..infra.media import MediaStore
 from .base import Provider
 
 __all__ = [
@@ -42,10 +42,10 @@ ENTRY_POINT_GROUP = "flownb.providers"
 # name -> "module:Class"; imported only when chosen (the openai provider pulls in aiohttp).
 _BUILTIN: Mapping[str, str] = {
     "offline": "flownb.providers.offline:OfflineProvider",
-    "openai": "flownb.providers.openai:OpenAIProvider",
-    "azure": "flownb.providers.openai:AzureOpenAIProvider",
+    "openai": "flownb.providers.openai.provider:OpenAIProvider",
+    "azure": "flownb.providers.openai.provider:AzureOpenAIProvider",
     # Optional extras (flownb[anthropic], flownb[gemini]): the SDK is imported when chosen.
-    "anthropic": "flownb.providers.anthropic:AnthropicProvider",
+    "anthropic": "flownb.providers.anthropic.provider:AnthropicProvider",
     "gemini": "flownb.providers.gemini:GeminiProvider",
 }
 

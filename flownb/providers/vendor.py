@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.settings import RunConfig
 from ..error_map import parse_retry_after
 from ..errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
-from ..settings import RunConfig
 from .base import Provider, RateLimits
 
 __all__ = [
@@ -68,7 +68,7 @@ class Reach:
     @classmethod
     def of(cls, config: RunConfig, kind: str, env_key: str | None, env_base: str | None) -> Reach:
         """Return the endpoint in ``config`` (the one this provider was made for), else the
-        vendor's environment values (read by :mod:`flownb.settings`).
+        vendor's environment values (read by :mod:`flownb.config.settings`).
 
         Raises:
             ConfigError: the endpoint's key variable is unset.

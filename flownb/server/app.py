@@ -3,7 +3,8 @@
 Per request the hot path is: one stat of the key file and a constant-time digest comparison,
 one stat of the flow file (the parsed plan is kept until the file changes), the body read with a
 size cap and decoded once, the whole batch validated, the batch handed to the flow's
-:class:`~flownb.pipeline.Runner` (the same pipeline local runs take: small offline batches on the
+:class:`~flownb.runtime.pipeline.Runner` (the same pipeline local runs take: small offline batches
+on the
 loop, larger ones in a thread, provider calls on the loop), and the JSON encoded once.
 """
 
@@ -31,23 +32,23 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..cache import open_cache
-from ..endpoints import Endpoint
-from ..engine import Engine, Plan
-from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
-from ..media import MEDIA_NAME, MediaStore
-from ..model import describe
-from ..pipeline import INLINE_ON_LOOP, Outcomes, Runner
-from ..providers.base import Provider
-from ..providers.registry import make_provider
-from ..runlog import open_runlog
-from ..settings import (
+from ..config.endpoints import Endpoint
+from ..config.settings import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY,
     imported_serve_config,
     resolve_run_config,
 )
-from ..validate import VariableSpec, json_type
+from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
+from ..flowfile.model import describe
+from ..flowfile.validate import VariableSpec, json_type
+from ..infra.media import MEDIA_NAME, MediaStore
+from ..providers.base import Provider
+from ..providers.registry import make_provider
+from ..runtime.cache import open_cache
+from ..runtime.engine import Engine, Plan
+from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner
+from ..runtime.runlog import open_runlog
 from . import keys as keys_module
 from .errors import (
     ApiProblem,

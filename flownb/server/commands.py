@@ -9,9 +9,8 @@ from pathlib import Path
 
 import click
 
-from ..clickhelp import FullHelpGroup
-from ..providers.registry import provider_names
-from ..settings import (
+from ..cli.clickhelp import FullHelpGroup
+from ..config.settings import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_KEEP_ALIVE,
     DEFAULT_LIMIT_CONCURRENCY,
@@ -20,6 +19,7 @@ from ..settings import (
     DEFAULT_SHUTDOWN_TIMEOUT,
     resolve_run_config,
 )
+from ..providers.registry import provider_names
 
 # --endpoint NAME (as on flownb run and eval): an endpoint declared in flownb.toml.
 ENDPOINT_OPTION = click.option(
@@ -163,7 +163,7 @@ def serve(
         # string to start several); they share keys, media and flows through the disk.
         import json
 
-        from ..settings import export_serve_config
+        from ..config.settings import export_serve_config
 
         home = str(config.home.resolve())
         options = {"provider": config.provider.name, "max_batch": max_batch, "home": home}

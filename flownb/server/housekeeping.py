@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cache import CACHE_FILE
 from ..errors import ConfigError
-from ..media import MEDIA_NAME
-from ..runlog import RUNLOG_FILE
+from ..infra.media import MEDIA_NAME
+from ..runtime.cache import CACHE_FILE
+from ..runtime.runlog import RUNLOG_FILE
 
 __all__ = ["Pruned", "parse_age", "parse_size", "prune"]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..writable import unwritable
+from ..infra.writable import unwritable
 
 try:  # POSIX: serialise writers; elsewhere atomic replace alone has to do.
     import fcntl

@@ -16,8 +16,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ..config.settings import DEFAULT_HEADER_TIMEOUT
 from ..errors import ConfigError
-from ..settings import DEFAULT_HEADER_TIMEOUT
 
 __all__ = [
     "HTTP_PROTOCOL",

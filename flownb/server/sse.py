@@ -28,10 +28,10 @@ from typing import Any
 import orjson
 from starlette.responses import StreamingResponse
 
-from ..aio import stream_async
-from ..events import StreamEvent
-from ..pipeline import Runner
-from ..result import RunResult
+from ..infra.aio import stream_async
+from ..runtime.events import StreamEvent
+from ..runtime.pipeline import Runner
+from ..runtime.result import RunResult
 from .errors import ApiProblem, batch_problem, error_body
 
 __all__ = ["EVENT_STREAM", "accepts", "event_stream", "streamed_run"]

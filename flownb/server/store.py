@@ -1,6 +1,7 @@
 """The server's flows: a folder of ``<flow_id>.json`` exports, re-read when a file changes.
 
-Each request stats the flow's file (cheap); the parsed graph and its :class:`~flownb.engine.Plan`
+Each request stats the flow's file (cheap); the parsed graph and its
+:class:`~flownb.runtime.engine.Plan`
 are kept until the file's modification time, size or inode change, so a flow file dropped in or
 edited while the server runs is served on the next request, with no restart. A file that fails to
 load is remembered the same way: a broken file costs one load per version, not one per request.
@@ -25,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine import Plan
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound
-from ..model import MAX_FLOW_BYTES, parse_flow, read_flow_file
+from ..flowfile.model import MAX_FLOW_BYTES, parse_flow, read_flow_file
+from ..runtime.engine import Plan
 from .keys import KEY_PREFIX
 
 __all__ = ["FLOW_ID", "MAX_FLOW_BYTES", "FlowStore", "StoredFlow"]

@@ -1,0 +1,351 @@
+"""``flownb eval``: an evaluation from the command line, for CI pipelines to gate on.
+
+    flownb eval flows/a.json [name=flows/b.json ...] --data rows.csv --scorers eval.toml \\
+        --out report.html --min-pass 0.9
+
+The scorers file (JSON or TOML) lists scorers and, optionally, variants of the first flow::
+
+    [[scorers]]
+    type = "contains"            # equals, contains, regex, is_json, length, judge, pick_best
+    output = "intro"
+    text = { col = "topic" }     # a column of the row; a plain value is a literal
+
+    [variants.cold]              # another variant: the first flow with other params / prompts
+    params = { temperature = 0 }
+    prompts = { "Blog intro" = "Write about {topic}." }
+
+    [variants.azure-mini]        # the first flow on another endpoint, model or system message
+    endpoint = "azure-eu"        # an [endpoints.NAME] of flownb.toml
+    model = "gpt-4o-mini"        # every text node's model (or { "Node" = "model" })
+    system = "Answer in one sentence."  # (or { "Node" = "message" })
+
+The provider banner (each variant's provider, and the one each judge uses) goes to stderr before
+anything runs; the summary (each metric's mean or rate with its 95% interval) to stdout. Exit
+status: 0, or 1 when some variant's pass rate is under ``--min-pass`` (or a run failed), 2 for
+bad arguments or files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ConfigError
+from ..flowfile.inputs import parse_map
+from ..flows.local import BaseFlow, LocalFlow
+from ..providers.registry import provider_names
+from ..scorers import JudgeScorer, Scorer, col
+from .opening import banner, open_flow, usage_error
+
+__all__ = ["eval_command", "load_config", "make_scorer"]
+
+_SCORERS = {
+    "equals": ("output", "expected"),
+    "contains": ("output", "text"),
+    "regex": ("output", "pattern"),
+    "is_json": ("output",),
+    "length": ("output",),
+    "judge": ("output", "rubric"),
+    "pick_best": ("output", "rubric"),
+}
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Return the decoded scorers file (``.toml``, else JSON).
+
+    Raises:
+        ConfigError: unreadable or not a table/object.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid {p.suffix.lstrip('.') or 'JSON'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold an object with 'scorers' (and 'variants')")
+    return data
+
+
+def _value(raw: Any) -> Any:
+    if isinstance(raw, Mapping) and set(raw) == {"col"}:
+        return col(raw["col"])
+    return raw
+
+
+def make_scorer(spec: Mapping[str, Any]) -> Scorer:
+    """Return the scorer a config entry describes (``type`` plus the function's arguments).
+
+    Raises:
+        ConfigError: unknown type, missing or unknown argument.
+    """
+    from .. import scorers
+
+    kind = spec.get("type")
+    if kind not in _SCORERS:
+        raise ConfigError(
+            f"scorer type {kind!r} is not one of {', '.join(_SCORERS)} "
+            "(python scorers need Python: use flownb.evaluate)"
+        )
+    args = {k: _value(v) for k, v in spec.items() if k != "type"}
+    missing = [a for a in _SCORERS[kind] if a not in args]
+    if missing:
+        raise ConfigError(f"scorer {kind!r} needs {', '.join(missing)}")
+    try:
+        return getattr(scorers, kind)(**args)
+    except TypeError as exc:
+        raise ConfigError(f"scorer {kind!r}: {exc}") from None
+
+
+_VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "system"})
+
+
+def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
+    variants: dict[str, BaseFlow] = {}
+    for ref in flows:
+        name, sep, source = ref.partition("=")
+        if not sep:
+            name, source = "", ref
+        flow = open_flow(source, **options)
+        variants[name or flow.name] = flow
+    first = next(iter(variants.values()))
+    for name, spec in (config.get("variants") or {}).items():
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"variant {name!r} must be a table with params and/or prompts")
+        base = open_flow(spec["flow"], **options) if "flow" in spec else first
+        if not isinstance(base, LocalFlow):
+            raise ConfigError(
+                f"variant {name!r}: params, prompts, endpoint, model and system need a local "
+                "flow file"
+            )
+        unknown = sorted(set(spec) - _VARIANT_FIELDS)
+        if unknown:
+            raise ConfigError(
+                f"variant {name!r}: unknown field{'s' * (len(unknown) > 1)} "
+                f"{', '.join(unknown)}; known: {', '.join(sorted(_VARIANT_FIELDS))}"
+            )
+        if spec.get("endpoint") is not None:
+            base = base.with_endpoint(str(spec["endpoint"]))
+        if spec.get("model") is not None:
+            base = base.with_model(spec["model"])
+        if "system" in spec:
+            base = base.with_system(spec["system"] or None)
+        params = spec.get("params") or {}
+        if params:
+            if all(isinstance(v, Mapping) for v in params.values()):
+                base = base.with_params(params)
+            else:
+                base = base.with_params(**params)
+        if spec.get("prompts"):
+            base = base.with_prompts(spec["prompts"])
+        variants[name] = base
+    return variants
+
+
+def _read_data(path: str) -> Any:
+    import pandas as pd
+
+    try:
+        if path.lower().endswith(".json"):
+            return pd.DataFrame(json.loads(Path(path).read_text(encoding="utf-8")))
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except FileNotFoundError:
+        raise click.BadParameter(f"no such file: {path}", param_hint="--data") from None
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"{path} is not readable: {exc}", param_hint="--data") from None
+
+
+def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
+    """Print, once each, the banner of every provider the evaluation will call (stderr)."""
+
+    shown: set[str] = set()
+    for flow in variants.values():
+        key = repr(getattr(flow, "provider", None) or flow.name)
+        if key not in shown:
+            shown.add(key)
+            banner(flow)
+    for j in graders:
+        if isinstance(j, JudgeScorer):
+            flow = j.flow()
+            model = flow.plan.steps[0].params.get("model") or "the provider's default model"
+            click.echo(
+                f"flownb: judge {j.name!r}: provider {flow.provider.name}, model {model}",
+                err=True,
+            )
+
+
+def summary_text(report: Any) -> str:
+    """Return the summary as a text table: per variant n, errors, and each metric's mean (rates
+    as percentages) with its 95% interval, and its paired p-value against the first variant."""
+    import pandas as pd
+
+    from ..evaluation.html import fmt_number, fmt_p, fmt_rate
+
+    summary = report.summary
+    rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
+    metrics = ["pass_rate"] + [s.name for s in report.scorers]
+    table: dict[str, list[str]] = {"n": [], "errors": []}
+    for m in metrics:
+        table[m] = []
+    for _, row in summary.iterrows():
+        table["n"].append(str(int(row["n"])))
+        table["errors"].append(str(int(row["errors"])))
+        for m in metrics:
+            fmt = fmt_rate if m in rates else fmt_number
+            text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
+            if f"{m}_std" in row:  # repeats: the spread of the figure between repeats
+                text += f" ±{fmt(row[f'{m}_std'])}"
+            p = row.get(f"{m}_p")
+            if p is not None and p == p:
+                text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
+            table[m].append(text)
+    frame = pd.DataFrame(table, index=summary.index)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        text = frame.to_string()
+    note = "mean or rate [95% interval]"
+    if "repeats" in summary.columns:
+        flips = ", ".join(f"{v} {int(k)}" for v, k in summary["flips"].items())
+        note += (
+            f"; each row ran {int(summary['repeats'].iloc[0])} times: means of per-row means; "
+            f"rows whose pass/fail flips: {flips}"
+        )
+    if len(summary) > 1:
+        note += "; p: paired test against the first variant (* differs, p < 0.05)"
+    return f"{text}\n({note})"
+
+
+@click.command("eval")
+@click.argument("flows", nargs=-1, required=True)
+@click.option("--data", "data_path", required=True, help="Rows to run: a .csv or .json file.")
+@click.option(
+    "--scorers", "config_path", required=True, help="Scorers (and variants): a .json or .toml file."
+)
+@click.option("--out", "out_path", help="Write the report: .html, .csv or .json.")
+@click.option(
+    "--raw-csv",
+    is_flag=True,
+    help="Write --out .csv cells exactly as they are (by default a cell that would run as a "
+    "spreadsheet formula gets a leading ').",
+)
+@click.option(
+    "--min-pass",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Exit 1 if a variant's pass rate is below this (0..1).",
+)
+@click.option("--fill", default=None, help="Use this for empty cells instead of refusing them.")
+@click.option(
+    "--map",
+    "map_pairs",
+    multiple=True,
+    metavar="VAR=COLUMN",
+    help="Take a variable from a differently named data column (repeatable).",
+)
+@click.option(
+    "--provider",
+    type=click.Choice(provider_names(), case_sensitive=False),
+    default=None,
+    help="Model provider for local flow files.",
+)
+@click.option(
+    "--endpoint",
+    metavar="NAME",
+    default=None,
+    help="Endpoint declared as [endpoints.NAME] in flownb.toml, for the flow files.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Most provider calls in flight at once, across every variant and judge "
+    "(default: FLOWNB_CONCURRENCY, 16).",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="K",
+    help="Run each (variant, row), judges included, K times (each repeat cached apart): the "
+    "summary gives per-row means, their spread and the rows whose pass/fail flips.",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--dry-run", is_flag=True, help="Print the calls the evaluation would make.")
+def eval_command(
+    flows: tuple[str, ...],
+    data_path: str,
+    config_path: str,
+    out_path: str | None,
+    raw_csv: bool,
+    min_pass: float | None,
+    fill: str | None,
+    map_pairs: tuple[str, ...],
+    provider: str | None,
+    endpoint: str | None,
+    concurrency: int | None,
+    repeats: int,
+    no_progress: bool,
+    dry_run: bool,
+) -> None:
+    """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
+    from ..evaluation.run import _bind_judges, evaluate
+
+    try:
+        mapping = parse_map(map_pairs)
+    except ConfigError as exc:
+        raise usage_error("--map", exc) from None
+    if out_path and Path(out_path).suffix.lower() not in (".html", ".csv", ".json"):
+        raise click.BadParameter("must end in .html, .csv or .json", param_hint="--out")
+    config = load_config(config_path)
+    specs = config.get("scorers") or []
+    if not isinstance(specs, list):
+        raise ConfigError(f"{config_path}: 'scorers' must be a list")
+    graders = [make_scorer(s) for s in specs]
+    variants = _variants(
+        flows, config, provider=provider, concurrency=concurrency, endpoint=endpoint
+    )
+    data = _read_data(data_path)
+    data.attrs["name"] = Path(data_path).name  # the data set's name in the report
+    _bind_judges([g for g in graders if isinstance(g, JudgeScorer)], variants)
+    _banners(variants, graders)
+    result = evaluate(
+        variants,
+        data,
+        graders,
+        columns=mapping or None,
+        fill=fill,
+        concurrency=concurrency,
+        progress=not no_progress,
+        dry_run=dry_run,
+        repeats=repeats,
+    )
+    if dry_run:
+        click.echo(str(result))
+        return
+    report = result
+    if out_path:
+        report.save(out_path, safe_csv=not raw_csv)  # type: ignore[union-attr]
+        click.echo(f"flownb: wrote the report to {out_path}", err=True)
+    summary = report.summary  # type: ignore[union-attr]
+    click.echo(summary_text(report))
+    if "cost_usd" in summary.columns:  # what each variant cost ("-": no known price)
+        from ..show.meter import usd
+
+        costs = ", ".join(f"{v} {usd(float(c))}" for v, c in summary["cost_usd"].items())
+        click.echo(f"flownb: cost per variant: {costs}", err=True)
+    click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
+    if min_pass is not None:
+        low = summary[summary["pass_rate"].fillna(0) < min_pass]
+        if len(low):
+            rates = ", ".join(f"{v} {r:.3f}" for v, r in low["pass_rate"].fillna(0).items())
+            click.echo(f"flownb: pass rate under --min-pass {min_pass:g}: {rates}", err=True)
+            sys.exit(1)

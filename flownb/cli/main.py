@@ -1,0 +1,497 @@
+"""The ``flownb`` command line (click).
+
+``flownb info FLOW`` and ``flownb run FLOW ...``: FLOW is a path to an exported flow JSON file
+(local engine) or a flow id (remote, through ``--base-url`` or FLOWNB_BASE_URL, and
+FLOWNB_API_KEY). Results go to stdout (or ``--out``), banners, notices and progress to stderr, so
+``flownb run ... > out.txt`` keeps only results. Every bad input, usage error included, exits 2
+with one line ``flownb: error: ...``, before the provider banner; a failed run exits 1; Ctrl-C
+exits 130 after saving what finished.
+
+What FLOW means, how values, pairs and batch files are read: :mod:`flownb.flowfile.inputs`, shared
+with
+the ``%flow`` magics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+import click
+
+from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
+from ..flowfile.inputs import (
+    CLI,
+    flow_location,
+    parse_map,
+    parse_values,
+    read_csv,
+    read_json_batch,
+)
+from ..flows.local import BaseFlow, LocalFlow
+from ..providers.registry import provider_names
+from ..show.meter import CostMeter
+from ..show.spreadsheet import csv_text
+from .clickhelp import FullHelpGroup
+from .opening import banner, open_flow, usage_error
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["cli", "main"]
+
+# Errors that mean "what you asked for cannot work": exit 2, like a usage error.
+_BAD_INPUT = (InputError, ConfigError, FlowFileError, FlowNotFound)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"flownb: error: {_flat(message)}", err=True)
+    sys.exit(code)
+
+
+def _flat(text: str) -> str:
+    """Return ``text`` on one line (the promise of README: one line per error)."""
+    return " ".join(text.split())
+
+
+_usage = usage_error
+_banner = banner
+
+
+_BASE_URL = click.option(
+    "--base-url",
+    default=None,
+    metavar="URL",
+    help="The flow server for a flow id (default: FLOWNB_BASE_URL); the key: FLOWNB_API_KEY.",
+)
+
+
+# --endpoint NAME: an endpoint declared in flownb.toml (run, eval, serve).
+ENDPOINT_OPTION = click.option(
+    "--endpoint",
+    metavar="NAME",
+    default=None,
+    help="Endpoint declared as [endpoints.NAME] in flownb.toml (default: FLOWNB_ENDPOINT).",
+)
+
+
+@click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="flownb")
+def cli() -> None:
+    """Run LLM flows exported from the web tool: once, over CSV/JSON batches, or over HTTP."""
+
+
+@cli.command()
+@click.argument("flow")
+@_BASE_URL
+def info(flow: str, base_url: str | None) -> None:
+    """Show a flow's variables and outputs (FLOW: a .json file or a flow id)."""
+    f = open_flow(flow, base_url=base_url)
+    click.echo(f"flow: {f.name}")
+    defaults = f.defaults
+    click.echo("variables:")
+    for name in f.variables:
+        default = defaults.get(name, "")
+        click.echo(f"  - {name}" + (f"  (default: {default!r})" if default else ""))
+    click.echo("outputs:")
+    for name in f.outputs:
+        click.echo(f"  - {name}")
+
+
+@cli.command()
+@click.argument("flows", nargs=-1, required=True, metavar="FLOW...")
+def check(flows: tuple[str, ...]) -> None:
+    """Check flow files for mistakes a valid graph can hold.
+
+    Reports a {label} that names no variable (with the name probably meant), an empty prompt,
+    a variable no prompt uses, an output fed by nothing, a flow with no outputs, and a file that
+    is not a flow at all (an empty flow included): one line each on stdout. Exits 1 when some
+    flow has errors, 0 when there are only warnings (or nothing to say).
+    """
+    from ..flowfile.lint import lint
+    from ..flowfile.model import load_flow_file
+
+    failed = False
+    for flow in flows:
+        if not isinstance(flow_location(flow), Path):
+            raise click.UsageError(f"{flow!r}: check takes a flow file (.json), not a flow id")
+        try:
+            findings = lint(load_flow_file(flow))
+        except FlowFileError as exc:
+            message = exc.message.removeprefix(f"{flow}: ")  # named once, first
+            click.echo(f"{flow}: error: {_flat(message)}")
+            failed = True
+            continue
+        for finding in findings:
+            click.echo(f"{flow}: {finding}")
+        errors = sum(f.level == "error" for f in findings)
+        failed = failed or errors > 0
+        if not findings:
+            click.echo(f"{flow}: ok")
+    if failed:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("flow")
+@click.option(
+    "--svg",
+    "svg_path",
+    metavar="FILE",
+    help="Write the picture as SVG to FILE instead of printing Mermaid.",
+)
+def graph(flow: str, svg_path: str | None) -> None:
+    """Draw a flow file's graph: Mermaid text on stdout, or an SVG file with --svg."""
+    f = open_flow(flow, base_url=None)
+    if not isinstance(f, LocalFlow):
+        _fail(
+            f"flownb graph: {flow!r} is not a flow file (a served flow's graph stays on the server)"
+        )
+    if svg_path is None:
+        click.echo(f.to_mermaid(), nl=False)
+        return
+    try:
+        Path(svg_path).write_text(f.to_svg(), encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot write {svg_path}: {exc.strerror or exc}")
+    click.echo(f"wrote {svg_path}", err=True)
+
+
+@cli.command()
+@click.argument("flow")
+@click.option(
+    "--var",
+    "var_pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A variable value (repeat for each).",
+)
+@click.option(
+    "--use-defaults",
+    is_flag=True,
+    help="Take each variable not given from the flow's defaults (as `flownb info` shows them).",
+)
+@click.option("--csv", "csv_path", metavar="FILE", help="Run once per row of this CSV file.")
+@click.option("--json", "json_path", metavar="FILE", help="Run once per object of this JSON array.")
+@click.option(
+    "--map",
+    "map_pairs",
+    multiple=True,
+    metavar="VAR=COLUMN",
+    help="Take a variable from a differently named CSV column.",
+)
+@click.option("--fill", default=None, help="Use this for empty CSV cells instead of refusing them.")
+@click.option(
+    "--out",
+    "out_path",
+    metavar="FILE",
+    help="Write results to a .csv or .json file, or to stdout with '-' (JSON unless --format).",
+)
+@click.option(
+    "--format",
+    "out_format",
+    type=click.Choice(["csv", "json"]),
+    default=None,
+    help="Format of --out (default: from its suffix; JSON for '-').",
+)
+@click.option(
+    "--raw-csv",
+    is_flag=True,
+    help="Write CSV cells exactly as they are (by default a cell that would run as a "
+    "spreadsheet formula gets a leading ').",
+)
+@click.option(
+    "--provider",
+    type=click.Choice(provider_names(), case_sensitive=False),
+    default=None,
+    help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
+)
+@_BASE_URL
+@ENDPOINT_OPTION
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Provider calls in flight at once.",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--no-cache", is_flag=True, help="Call the provider even for cached calls.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the rendered prompts and the calls a run would pay for; call nothing.",
+)
+@click.option(
+    "--batch-api",
+    is_flag=True,
+    help="Send the uncached text calls of a --csv/--json batch through the provider's batch API "
+    "(half price, results within 24 hours); a later run picks up batches still running.",
+)
+def run(
+    flow: str,
+    var_pairs: tuple[str, ...],
+    use_defaults: bool,
+    csv_path: str | None,
+    json_path: str | None,
+    map_pairs: tuple[str, ...],
+    fill: str | None,
+    out_path: str | None,
+    out_format: str | None,
+    raw_csv: bool,
+    provider: str | None,
+    base_url: str | None,
+    endpoint: str | None,
+    concurrency: int | None,
+    no_progress: bool,
+    no_cache: bool,
+    dry_run: bool,
+    batch_api: bool,
+) -> None:
+    """Run FLOW once (--var) or over a batch (--csv / --json).
+
+    A run never falls back to the flow's defaults on its own: every variable must be given,
+    unless --use-defaults says to take the missing ones from the flow.
+    """
+    import pandas as pd
+
+    # Everything the user typed is checked before the flow is loaded or the banner printed.
+    if csv_path and json_path:
+        raise click.UsageError("give --csv or --json, not both")
+    if (csv_path or json_path) and var_pairs:
+        raise click.UsageError("--var sets a single run; it cannot be combined with --csv/--json")
+    if map_pairs and not csv_path:
+        raise click.UsageError("--map applies to --csv columns")
+    if fill is not None and not csv_path:
+        raise click.UsageError("--fill applies to --csv cells")
+    if batch_api and not (csv_path or json_path):
+        raise click.UsageError("--batch-api runs a --csv or --json batch")
+    target = _out_target(out_path, out_format)
+    try:
+        values = parse_values(var_pairs)
+    except ConfigError as exc:
+        raise _usage("--var", exc) from None
+    try:
+        mapping = parse_map(map_pairs)
+    except ConfigError as exc:
+        raise _usage("--map", exc) from None
+    df: pd.DataFrame | None = None
+    batch: list[Any] | None = None
+    try:
+        if csv_path:
+            df = read_csv(csv_path)
+        elif json_path:
+            batch = read_json_batch(json_path)
+    except ConfigError as exc:
+        raise _usage("--csv" if csv_path else "--json", exc) from None
+
+    f = open_flow(
+        flow,
+        provider=provider,
+        concurrency=concurrency,
+        cache=False if no_cache else None,
+        base_url=base_url,
+        endpoint=endpoint,
+    )
+    defaults = f.defaults if use_defaults else {}
+    if df is None and batch is None:
+        values = {**defaults, **values}
+        f.spec.check_one(values)
+        _banner(f)
+        if dry_run:
+            click.echo(str(f.preview(values)))
+            return
+        if target is None and _streams_to_terminal():
+            from .terminal import stream_to_terminal
+
+            result = stream_to_terminal(f, values, sys.stdout)
+        else:
+            result = f.run(values)
+            if target is None:
+                click.echo(str(result))
+        if target is not None:
+            _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=not raw_csv)
+        meter = CostMeter()
+        meter.add(result)
+        click.echo(f"flownb: {meter.total_line()}", err=True)
+        return
+
+    from ..frames.run import INTERRUPTED, run_dataframe
+
+    rows = _batch_rows(f, batch, df, mapping, fill, defaults)
+    _banner(f)
+    if dry_run:
+        click.echo(str(f.preview(rows, mapping or None, fill=fill)))
+        return
+    meter = CostMeter()
+    if batch_api:
+        if not isinstance(f, LocalFlow):
+            raise click.UsageError("--batch-api runs flow files (a served flow runs on its server)")
+        from ..frames.batch_api import run_dataframe_batched
+
+        out = run_dataframe_batched(
+            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI, meter=meter
+        )
+    else:
+        out = run_dataframe(
+            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI, meter=meter
+        )
+    if target is not None:
+        _write(out, *target, safe=not raw_csv)
+    else:
+        with pd.option_context(
+            "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
+        ):
+            click.echo(out.to_string())
+    click.echo(f"flownb: {meter.total_line()}", err=True)  # stdout stays the results alone
+    errors = out["error"].dropna() if "error" in out.columns else pd.Series(dtype=object)
+    if (errors == INTERRUPTED).any():
+        sys.exit(130)
+    if len(errors):
+        _fail(f"{len(errors)} of {len(out)} rows failed; see the 'error' column")
+
+
+@cli.command()
+@click.option("--refresh", is_flag=True, help="Ask the provider for the state of running batches.")
+@click.option("--cancel", "cancel_id", metavar="ID", help="Cancel this provider batch.")
+def batches(refresh: bool, cancel_id: str | None) -> None:
+    """List the provider batches flownb remembers (newest first), refresh or cancel one."""
+    import pandas as pd
+
+    from ..frames.batch_api import cancel_batch, list_batches
+
+    if cancel_id:
+        click.echo(f"{cancel_id}: {cancel_batch(cancel_id)}")
+        return
+    table = list_batches(refresh=refresh)
+    if table.empty:
+        click.echo("no provider batches yet (flownb run ... --batch-api submits some)")
+        return
+    with pd.option_context("display.width", 160, "display.max_rows", 200):
+        click.echo(table.to_string(index=False))
+
+
+def _batch_rows(
+    flow: BaseFlow,
+    batch: list[Any] | None,
+    df: pd.DataFrame | None,
+    mapping: dict[str, str],
+    fill: str | None,
+    defaults: dict[str, str],
+) -> pd.DataFrame:
+    """Return the rows to run, a JSON batch or a CSV file's, each checked whole (with the
+    defaults added where a variable is left out).
+
+    Raises:
+        InputError: naming every problem, in command-line spelling.
+    """
+    import pandas as pd
+
+    from ..frames.run import rows_to_variables
+
+    if batch is not None:
+        if defaults:
+            batch = [{**defaults, **row} if isinstance(row, dict) else row for row in batch]
+        flow.spec.check_batch(batch)
+        return pd.DataFrame(batch, columns=flow.variables)
+    rows = df if df is not None else pd.DataFrame()
+    for name, value in defaults.items():
+        if name not in mapping and name not in rows.columns:
+            rows[name] = value
+    # Checked here, so a bad cell is reported before the banner; run_dataframe converts again.
+    rows_to_variables(rows, flow.variables, mapping, fill, spelling=CLI)
+    return rows
+
+
+def _out_target(out_path: str | None, out_format: str | None) -> tuple[str, str] | None:
+    """Return where results are written and in which format, or None to show them on stdout.
+
+    Raises:
+        click.UsageError: --format without --out, or a file name that says no format.
+    """
+    if out_path is None:
+        if out_format is not None:
+            raise click.UsageError("--format applies to --out")
+        return None
+    if out_format is not None:
+        return out_path, out_format
+    if out_path == "-":
+        return out_path, "json"
+    suffix = Path(out_path).suffix.lower()
+    if suffix not in (".csv", ".json"):
+        raise click.UsageError("--out: must end in .csv or .json (or give --format)")
+    return out_path, suffix[1:]
+
+
+def _streams_to_terminal() -> bool:
+    """Whether a single run's text is printed as it streams: stdout is a terminal (and
+    ``FLOWNB_LIVE`` is not ``0``); redirected output stays exactly the result's text."""
+    from ..config.settings import live_view_mode
+
+    return sys.stdout.isatty() and live_view_mode() != "off"
+
+
+def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
+    """Write ``df`` as CSV or JSON records to the file ``target`` (``-``: stdout); ``safe``
+    neutralises CSV cells a spreadsheet would run as formulas (:mod:`flownb.show.spreadsheet`)."""
+    if fmt == "json":
+        # json.dumps rather than DataFrame.to_json: no escaped '/', text kept as written, and
+        # NaN (an input cell left empty and filled) written as null.
+        records = df.astype(object).where(df.notna(), None).to_dict(orient="records")
+        text = json.dumps(records, ensure_ascii=False, indent=2, default=str) + "\n"
+    else:
+        text = csv_text(df, safe=safe)
+    if target == "-":
+        click.echo(text, nl=False)
+        return
+    Path(target).write_text(text, encoding="utf-8")
+    click.echo(f"flownb: wrote {len(df)} row{'s' * (len(df) != 1)} to {target}", err=True)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Show a warning as one ``flownb: ...`` line on stderr (no file path, no source line)."""
+    click.echo(f"flownb: {_flat(str(message))}", err=True)
+
+
+# `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
+from ..server.commands import gc as _gc_command  # noqa: E402
+from ..server.commands import keys as _keys_group  # noqa: E402
+from ..server.commands import serve as _serve_command  # noqa: E402
+from .eval import eval_command as _eval_command  # noqa: E402
+
+cli.add_command(_serve_command, "serve")
+cli.add_command(_keys_group, "keys")
+cli.add_command(_eval_command, "eval")
+cli.add_command(_gc_command, "gc")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``flownb`` console script; exits with the command's status."""
+    warnings.showwarning = _show_warning
+    try:
+        cli.main(args=argv, prog_name="flownb", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("flownb: interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()  # `flownb` alone: the help text, as any command-line tool shows it
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except _BAD_INPUT as exc:
+        _fail(one_line(exc), 2)
+    except FlownbError as exc:
+        _fail(one_line(exc), 1)
+    except KeyboardInterrupt:
+        click.echo("flownb: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(0)

@@ -1,0 +1,1 @@
+"""Settings (the one reader of the environment), endpoints (flownb.toml) and prices."""

@@ -1,0 +1,476 @@
+"""Endpoints: named ways to reach a model.
+
+An :class:`Endpoint` says which provider kind serves the calls (``openai``, ``azure``,
+``anthropic``, ``gemini``, ``offline`` or a plugin's name), at which base URL, where the key comes
+from, which extra headers go with each request, and for Azure the api-version and the model ->
+deployment map. Endpoints are built in Python, or declared in ``flownb.toml``::
+
+    [endpoints.local]
+    provider = "openai"
+    base_url = "http://127.0.0.1:11434/v1"
+    images = false              # no images endpoint: image nodes are refused at load
+
+    [endpoints.azure-eu]
+    provider = "azure"
+    base_url = "https://my-resource.openai.azure.com"
+    api_key_env = "AZURE_EU_KEY"
+    api_version = "2024-10-21"
+    deployments = { "gpt-4o-mini" = "mini-eu" }
+
+Files are read from the working folder, then each parent folder, then ``FLOWNB_HOME`` (the
+nearest declaration of a name wins). A file never holds a key: ``api_key`` in a file is refused.
+
+**Keys.** A key is named by the environment variable that holds it (``api_key_env``; read from
+the environment, else from a ``.env`` file), or given literally in Python (``api_key=``). An
+endpoint that names no source uses its provider's usual variable (``OPENAI_API_KEY``,
+``AZURE_OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``), which a local server may
+leave unset.
+
+A flow reads its endpoint's key once, when it is loaded (:meth:`Endpoint.bind`), and keeps it in
+memory: copies of the flow in this process use that key even if the variable changes later, so
+a copy never sends another endpoint's key. Nothing secret is ever in a repr, a file, the run log
+or a pickle: a pickled endpoint carries the *name* of its variable and a random token standing
+for the key. Unpickled in the same process, the token finds the key again; in another process (a
+Dask worker) the named variable is read from that process's environment, and a literal key,
+which exists only in the process that was given it, is missing: the worker's flow fails at load
+with one line saying to name a variable with ``api_key_env``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tomllib
+import urllib.parse
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = [
+    "DEFAULT_KEY_ENV",
+    "ENDPOINTS_FILE",
+    "Endpoint",
+    "endpoint_files",
+    "find_endpoint",
+    "load_endpoints",
+    "read_secrets_with",
+]
+
+
+def _no_reader(name: str) -> str | None:
+    raise ConfigError(f"cannot read {name}: flownb.config.settings was not imported")
+
+
+# How a named key is read (environment, then .env). flownb.config.settings, the one module that
+# reads
+# the environment, plugs its reader in when it is imported (read_secrets_with).
+_read_secret: Callable[[str], str | None] = _no_reader
+
+
+def read_secrets_with(reader: Callable[[str], str | None]) -> None:
+    """Make ``reader`` (variable name -> value or None) the way endpoint keys are read."""
+    global _read_secret
+    _read_secret = reader
+
+
+ENDPOINTS_FILE = "flownb.toml"
+
+# The variable a provider's key is read from when an endpoint names none.
+DEFAULT_KEY_ENV: Mapping[str, str] = {
+    "openai": "OPENAI_API_KEY",
+    "azure": "AZURE_OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+}
+
+# Keys of endpoints pickled in this process, by the random token that stands for them.
+_KEYS: dict[str, str] = {}
+
+_FILE_FIELDS = frozenset(
+    {
+        "provider",
+        "base_url",
+        "api_key_env",
+        "api_version",
+        "deployments",
+        "headers",
+        "prices",
+        "images",
+        "concurrency",
+        "rpm",
+        "tpm",
+    }
+)
+
+
+def _str_map(value: Any, what: str) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(f"{what} must map strings to strings")
+    return dict(value)
+
+
+def _positive(value: Any, what: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{what} must be a positive number, got {value!r}")
+    return value
+
+
+class _Held:
+    """Where an endpoint's key is, in memory only: the literal ``key``; the random ``token``
+    standing for it in pickles; ``withheld``: a literal key that stayed in another process;
+    ``bound``/``resolved``: the key read from its variable when a flow was loaded."""
+
+    __slots__ = ("bound", "key", "resolved", "token", "withheld")
+
+    def __init__(self, key: str | None) -> None:
+        self.key = key
+        self.token: str | None = None
+        self.withheld = False
+        self.bound = False
+        self.resolved: str | None = None
+
+
+class Endpoint:
+    """A named way to reach a model (see the module docstring).
+
+    ``provider`` is the provider kind; ``base_url`` where requests go (the provider's default
+    when ``None``); ``api_key`` a literal key (Python only, kept in memory) or ``api_key_env``
+    the environment variable holding it; ``api_version`` and ``deployments`` (model ->
+    deployment name) are Azure's; ``headers`` go with every request; ``prices`` override the
+    price table for this endpoint's models; ``images=False`` declares there is no images
+    endpoint (image nodes are refused at load); ``concurrency`` / ``rpm`` / ``tpm`` are this
+    endpoint's own limits (a flow's explicit arguments win).
+
+    Raises:
+        ConfigError: a field of the wrong type, or both ``api_key`` and ``api_key_env``.
+    """
+
+    __slots__ = (
+        "_held",
+        "api_key_env",
+        "api_version",
+        "base_url",
+        "concurrency",
+        "deployments",
+        "headers",
+        "images",
+        "name",
+        "prices",
+        "provider",
+        "rpm",
+        "tpm",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        provider: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        api_version: str | None = None,
+        deployments: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        prices: Mapping[str, Any] | None = None,
+        images: bool | None = None,
+        concurrency: int | None = None,
+        rpm: float | None = None,
+        tpm: float | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"an endpoint needs a name, got {name!r}")
+        if not isinstance(provider, str) or not provider.strip():
+            raise ConfigError(f"endpoint {name!r}: provider must be a provider name")
+        if api_key is not None and api_key_env is not None:
+            raise ConfigError(f"endpoint {name!r}: give api_key or api_key_env, not both")
+        for label, value in (("base_url", base_url), ("api_key_env", api_key_env)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"endpoint {name!r}: {label} must be a non-empty string")
+        if api_key is not None and not isinstance(api_key, str):
+            raise ConfigError(f"endpoint {name!r}: api_key must be a string")
+        if images is not None and not isinstance(images, bool):
+            raise ConfigError(f"endpoint {name!r}: images must be true or false")
+        if prices is not None and not isinstance(prices, Mapping):
+            raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ConfigError(f"endpoint {name!r}: concurrency must be a whole number >= 1")
+        self.name = name
+        self.provider = provider.strip().lower()
+        self.base_url = base_url.rstrip("/") if base_url else None
+        self._held = _Held(api_key or None)
+        self.api_key_env = api_key_env
+        self.api_version = api_version
+        self.deployments = _str_map(deployments, f"endpoint {name!r}: deployments")
+        self.headers = _str_map(headers, f"endpoint {name!r}: headers")
+        self.prices = dict(prices) if prices is not None else None
+        self.images = images
+        self.concurrency = concurrency
+        self.rpm = _positive(rpm, f"endpoint {name!r}: rpm")
+        self.tpm = _positive(tpm, f"endpoint {name!r}: tpm")
+
+    # -- the key --------------------------------------------------------------------------------
+
+    @property
+    def api_key(self) -> str | None:
+        """The literal key given in Python, if any (never shown, written or pickled)."""
+        return self._held.key
+
+    @property
+    def key_env(self) -> str | None:
+        """The name of the variable the key is read from (``None`` for a literal key)."""
+        if self._held.key is not None or self._held.withheld:
+            return None
+        return self.api_key_env or DEFAULT_KEY_ENV.get(self.provider)
+
+    @property
+    def bound(self) -> bool:
+        """Whether the key was read and is held in memory (see :meth:`bind`)."""
+        return self._held.bound or self._held.key is not None
+
+    def bind(self) -> Endpoint:
+        """Return a copy that holds its key in memory, read now (a flow binds its endpoint when
+        it is loaded, so later changes to the environment do not reach its copies).
+
+        Raises:
+            ConfigError: as :meth:`key`.
+        """
+        if self.bound:
+            return self
+        new = self.replace()
+        new._held.resolved, new._held.bound = self.key(), True
+        return new
+
+    def key(self) -> str | None:
+        """Return the key: the literal one, else the one read by :meth:`bind`, else the named
+        variable's value (environment, then ``.env``); ``None`` when the endpoint names no
+        variable and its provider's usual one is unset (a local server needing no key).
+
+        Raises:
+            ConfigError: the named variable is empty or unset, or the literal key was given to
+                another process (it never leaves the one that set it).
+        """
+        env_secret = _read_secret
+        if self._held.key is not None:
+            return self._held.key
+        if self._held.bound:
+            return self._held.resolved
+        if self._held.withheld:
+            raise ConfigError(
+                f"endpoint {self.name!r} was given a literal api_key, which stays in the process "
+                "that set it; name the environment variable holding it (api_key_env=...) to use "
+                "the endpoint in other processes"
+            )
+        if self.api_key_env:
+            value = env_secret(self.api_key_env)
+            if not value:
+                raise ConfigError(
+                    f"endpoint {self.name!r}: the environment variable {self.api_key_env} "
+                    "(its api_key_env) is not set, here or in .env"
+                )
+            return value
+        default = DEFAULT_KEY_ENV.get(self.provider)
+        return env_secret(default) if default else None
+
+    # -- identity, copies, display --------------------------------------------------------------
+
+    @property
+    def host(self) -> str | None:
+        """The base URL's host (with port), or ``None`` for the provider's default."""
+        if not self.base_url:
+            return None
+        return urllib.parse.urlsplit(self.base_url).netloc or self.base_url
+
+    def deployment(self, model: str) -> str:
+        """Return the deployment serving ``model`` (Azure): the mapped name, else the model's."""
+        return (self.deployments or {}).get(model, model)
+
+    def identity(self) -> dict[str, Any]:
+        """Return what decides an answer (provider kind, base URL, api-version, deployments):
+        part of cache keys. Never the key, never the headers (they may carry secrets)."""
+        ident: dict[str, Any] = {"provider": self.provider, "base_url": self.base_url}
+        if self.api_version:
+            ident["api_version"] = self.api_version
+        if self.deployments:
+            ident["deployments"] = dict(sorted(self.deployments.items()))
+        return ident
+
+    def replace(self, **changes: Any) -> Endpoint:
+        """Return a copy with ``changes`` (constructor arguments) applied. A copy keeps the
+        literal key unless ``api_key`` or ``api_key_env`` is changed."""
+        fields = self.fields()
+        rekeyed = "api_key" in changes or "api_key_env" in changes
+        if rekeyed:
+            fields.pop("api_key_env", None)
+        else:
+            fields["api_key"] = self._held.key
+        fields.update(changes)
+        new = Endpoint(**fields)
+        if not rekeyed:
+            new._held.withheld = self._held.withheld  # a key withheld stays withheld
+        return new
+
+    def fields(self) -> dict[str, Any]:
+        """Return the constructor arguments that rebuild this endpoint (never its key)."""
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+            "api_version": self.api_version,
+            "deployments": self.deployments,
+            "headers": self.headers,
+            "prices": self.prices,
+            "images": self.images,
+            "concurrency": self.concurrency,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A key never goes into a pickle: a random token stands in for it, which this process
+        # can trade back for the key and any other process cannot.
+        held = self._held
+        key = held.key if held.key is not None else held.resolved if held.bound else None
+        token = None
+        if key is not None:
+            if held.token is None:
+                held.token = secrets.token_hex(16)
+            token = held.token
+            _KEYS[token] = key
+        literal = held.key is not None or held.withheld
+        return (_rebuild, (self.fields(), token, literal))
+
+    def fingerprint(self) -> str:
+        """Return a text telling this endpoint from any other, keys included, without any key:
+        its repr and the random token standing for its key (set once it is pickled)."""
+        return f"{self!r} key={self._held.token or self.key_env or '-'}"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Endpoint):
+            return NotImplemented
+        return self.fields() == other.fields() and self.key_env == other.key_env
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.provider, self.base_url))
+
+    def __repr__(self) -> str:
+        parts = [repr(self.name), repr(self.provider)]
+        if self.base_url:
+            parts.append(f"base_url={self.base_url!r}")
+        if self._held.key is not None or self._held.withheld:
+            parts.append("api_key=***")
+        elif self.api_key_env:
+            parts.append(f"api_key_env={self.api_key_env!r}")
+        for label in ("api_version", "deployments", "images", "concurrency", "rpm", "tpm"):
+            value = getattr(self, label)
+            if value is not None:
+                parts.append(f"{label}={value!r}")
+        if self.headers:
+            parts.append(f"headers=[{', '.join(sorted(self.headers))}]")  # names, not values
+        if self.prices:
+            parts.append(f"prices={self.prices!r}")
+        return f"Endpoint({', '.join(parts)})"
+
+
+def _rebuild(fields: dict[str, Any], token: str | None, literal: bool) -> Endpoint:
+    endpoint = Endpoint(**fields)
+    held = endpoint._held
+    held.token = token  # names the key (not secret): flows with other keys stay apart
+    key = _KEYS.get(token) if token is not None else None
+    if key is not None:  # the same process: the very key the original held
+        if literal:
+            held.key = key
+        else:
+            held.resolved, held.bound = key, True
+    elif literal:  # another process: the literal key stayed behind
+        held.withheld = True
+    return endpoint
+
+
+# -- flownb.toml ------------------------------------------------------------------------------
+
+
+def endpoint_files(cwd: Path, home: Path) -> list[Path]:
+    """Return the ``flownb.toml`` files that exist, nearest first: ``cwd``, its parents, then
+    ``home`` (FLOWNB_HOME)."""
+    found: list[Path] = []
+    for folder in (cwd, *cwd.parents, home):
+        path = folder / ENDPOINTS_FILE
+        if path.is_file() and path not in found:
+            found.append(path)
+    return found
+
+
+def _from_table(name: str, table: Any, path: Path) -> Endpoint:
+    where = f"{path}: [endpoints.{name}]"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    if "api_key" in table:
+        raise ConfigError(
+            f"{where}: api_key is not allowed in a file (keys never go to disk); name the "
+            'environment variable that holds it: api_key_env = "..."'
+        )
+    unknown = sorted(set(table) - _FILE_FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown field{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(_FILE_FIELDS))}"
+        )
+    if "provider" not in table:
+        raise ConfigError(f'{where} needs provider = "openai" (or azure, anthropic, gemini, ...)')
+    try:
+        return Endpoint(name, **table)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def load_endpoints(cwd: Path, home: Path) -> dict[str, Endpoint]:
+    """Return every endpoint declared in the ``flownb.toml`` files seen from ``cwd`` (the
+    nearest declaration of a name wins).
+
+    Raises:
+        ConfigError: a file is not TOML, or an endpoint table is wrong (naming file and field).
+    """
+    found: dict[str, Endpoint] = {}
+    for path in endpoint_files(cwd, home):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from None
+        tables = data.get("endpoints", {})
+        if not isinstance(tables, Mapping):
+            raise ConfigError(f"{path}: endpoints must be tables: [endpoints.NAME]")
+        for name, table in tables.items():
+            if name not in found:
+                found[name] = _from_table(name, table, path)
+    return found
+
+
+def find_endpoint(name: str, cwd: Path, home: Path) -> Endpoint:
+    """Return the endpoint declared as ``name`` in the ``flownb.toml`` files seen from ``cwd``.
+
+    Raises:
+        ConfigError: no file declares it (the message lists the names that exist and where
+            flownb looked).
+    """
+    known = load_endpoints(cwd, home)
+    endpoint = known.get(name)
+    if endpoint is None:
+        names = ", ".join(sorted(known)) or "none"
+        raise ConfigError(
+            f"no endpoint named {name!r} in {ENDPOINTS_FILE} (looked in {cwd}, its parents and "
+            f"{home}); declared endpoints: {names}"
+        )
+    return endpoint

@@ -1,0 +1,455 @@
+"""The one module that reads environment variables, and the home of every default.
+
+Precedence everywhere is: explicit argument > environment > default. Every surface (``load_flow``,
+``flownb.Client``, ``ServerConfig`` and ``flownb serve``, the CLI, the magics, ``runs()``,
+``reports()``, ``evaluate()``, the provider batches' listing) calls one function,
+:func:`resolve_run_config`, once, and passes the frozen :class:`RunConfig` it returns down; nothing
+else calls :func:`get_settings` or looks at ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from .endpoints import Endpoint, find_endpoint, read_secrets_with
+
+if TYPE_CHECKING:
+    from .endpoints import Endpoint
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_HEADER_TIMEOUT",
+    "DEFAULT_KEEP_ALIVE",
+    "DEFAULT_LIMIT_CONCURRENCY",
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_PROVIDER",
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT",
+    "SERVE_CONFIG",
+    "RunConfig",
+    "Settings",
+    "VendorKeys",
+    "env_secret",
+    "env_value",
+    "export_serve_config",
+    "get_settings",
+    "imported_serve_config",
+    "media_dir",
+    "resolve_endpoint",
+    "resolve_run_config",
+]
+
+DEFAULT_PROVIDER = "offline"
+DEFAULT_CONCURRENCY = 16  # provider calls in flight at once
+DEFAULT_BATCH_POLL = 30.0  # seconds between status checks of a provider batch
+DEFAULT_RETRIES = 8  # retries of a 429/5xx/timeout/dropped call, after the first attempt
+DEFAULT_TIMEOUT = 120.0  # seconds per provider attempt
+DEFAULT_MAX_BATCH = 1000  # elements per run request (server limit; client chunk size)
+DEFAULT_MAX_BODY = 10 * 1024 * 1024  # bytes per run request body
+# flownb serve's connection limits (see flownb/server/protocol.py).
+DEFAULT_HEADER_TIMEOUT = 10.0  # seconds a connection may take to send a request's head
+DEFAULT_KEEP_ALIVE = 5  # seconds an idle keep-alive connection stays open (uvicorn's default)
+DEFAULT_LIMIT_CONCURRENCY = 1000  # connections plus requests in flight before 503s
+DEFAULT_SHUTDOWN_TIMEOUT = 3  # seconds a stopping server lets runs in flight finish
+DEFAULT_OPENAI_TRANSPORT = "aiohttp"
+
+
+def media_dir(home: Path) -> Path:
+    """Return where generated images live under a FLOWNB_HOME: ``home/media``."""
+    return home / "media"
+
+
+# `flownb serve --workers N`: the serve options, as JSON, for the worker processes' app factory.
+SERVE_CONFIG = "FLOWNB_SERVE_CONFIG"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A snapshot of flownb's environment. Secrets are kept out of the repr."""
+
+    home: Path
+    provider: str
+    concurrency: int
+    base_url: str | None
+    api_key: str | None = field(repr=False)
+    openai_api_key: str | None = field(repr=False)
+    openai_base_url: str | None
+    openai_timeout: float | None
+    requests_per_minute: float | None
+    openai_transport: str = DEFAULT_OPENAI_TRANSPORT
+    retries: int = DEFAULT_RETRIES
+    cache: bool = True
+    server_cache: bool = False
+    runlog: bool = True
+    server_runlog: bool = False
+    tokens_per_minute: float | None = None
+    serve_config: str | None = None  # FLOWNB_SERVE_CONFIG (set by `flownb serve --workers`)
+    batch_poll: float = DEFAULT_BATCH_POLL  # FLOWNB_BATCH_POLL
+    endpoint: str | None = None  # FLOWNB_ENDPOINT: the name of a flownb.toml endpoint
+    # FLOWNB_LIVE: the notebook's live results view; "auto" (a front end that renders widgets),
+    # "on" (any Jupyter kernel with ipywidgets) or "off" (the plain progress bar, as before).
+    live: str = "auto"
+    azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT
+    azure_api_version: str | None = None  # OPENAI_API_VERSION
+    vendors: VendorKeys | None = None
+
+    @property
+    def media_dir(self) -> Path:
+        """Where generated images are written (``FLOWNB_HOME/media``)."""
+        return media_dir(self.home)
+
+
+def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float | int | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def get_settings() -> Settings:
+    """Return the current settings read from the environment.
+
+    The provider name is checked where providers are known (:mod:`flownb.providers.registry`).
+
+    Raises:
+        ConfigError: a variable is set to something unusable (non-number, bad flag).
+    """
+    env = os.environ
+    home = Path(env.get("FLOWNB_HOME") or Path.home() / ".flownb").expanduser()
+    provider = (env.get("FLOWNB_PROVIDER") or DEFAULT_PROVIDER).strip().lower()
+    concurrency = _number("FLOWNB_CONCURRENCY", env.get("FLOWNB_CONCURRENCY"), int)
+    return Settings(
+        home=home,
+        provider=provider,
+        concurrency=int(concurrency or DEFAULT_CONCURRENCY),
+        base_url=env.get("FLOWNB_BASE_URL") or None,
+        api_key=env.get("FLOWNB_API_KEY") or None,
+        openai_api_key=env.get("OPENAI_API_KEY") or None,
+        openai_base_url=env.get("OPENAI_BASE_URL") or None,
+        openai_timeout=_number("FLOWNB_TIMEOUT", env.get("FLOWNB_TIMEOUT"), float),
+        requests_per_minute=_number("FLOWNB_RPM", env.get("FLOWNB_RPM"), float),
+        openai_transport=(env.get("FLOWNB_OPENAI_TRANSPORT") or DEFAULT_OPENAI_TRANSPORT)
+        .strip()
+        .lower(),
+        retries=_retries(env.get("FLOWNB_RETRIES")),
+        cache=_flag("FLOWNB_CACHE", env.get("FLOWNB_CACHE"), True),
+        server_cache=_flag("FLOWNB_SERVER_CACHE", env.get("FLOWNB_SERVER_CACHE"), False),
+        runlog=_flag("FLOWNB_RUNLOG", env.get("FLOWNB_RUNLOG"), True),
+        server_runlog=_flag("FLOWNB_SERVER_RUNLOG", env.get("FLOWNB_SERVER_RUNLOG"), False),
+        tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
+        serve_config=env.get(SERVE_CONFIG) or None,
+        batch_poll=float(
+            _number("FLOWNB_BATCH_POLL", env.get("FLOWNB_BATCH_POLL"), float) or DEFAULT_BATCH_POLL
+        ),
+        endpoint=(env.get("FLOWNB_ENDPOINT") or "").strip() or None,
+        live=_live(env.get("FLOWNB_LIVE")),
+        azure_endpoint=env.get("AZURE_OPENAI_ENDPOINT") or None,
+        azure_api_version=env.get("OPENAI_API_VERSION") or None,
+        vendors=VendorKeys(
+            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            gemini_api_key=env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY") or None,
+            gemini_base_url=env.get("GEMINI_BASE_URL") or env.get("GOOGLE_GEMINI_BASE_URL") or None,
+        ),
+    )
+
+
+def env_secret(name: str) -> str | None:
+    """Return the value of the environment variable ``name``, else of ``name`` in the nearest
+    ``.env`` file (searched from the working folder up); ``None`` when neither has it. Used for
+    an endpoint's key, named by its variable (see :class:`flownb.config.endpoints.Endpoint`)."""
+    value = os.environ.get(name)
+    if value:
+        return value
+    from dotenv import dotenv_values, find_dotenv
+
+    path = find_dotenv(usecwd=True)
+    return (dotenv_values(path).get(name) or None) if path else None
+
+
+read_secrets_with(env_secret)
+
+
+def env_value(name: str) -> str | None:
+    """Return the environment variable ``name`` (``None`` when unset or empty): for an endpoint
+    whose key is named by a variable, read when its provider is built."""
+    return os.environ.get(name) or None
+
+
+@dataclass(frozen=True)
+class VendorKeys:
+    """Where the Anthropic and Gemini providers go without an endpoint: ``ANTHROPIC_API_KEY`` /
+    ``ANTHROPIC_BASE_URL``, ``GEMINI_API_KEY`` (else ``GOOGLE_API_KEY``) / ``GEMINI_BASE_URL``
+    (else ``GOOGLE_GEMINI_BASE_URL``). Keys are kept out of the repr."""
+
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    anthropic_base_url: str | None = None
+    gemini_api_key: str | None = field(default=None, repr=False)
+    gemini_base_url: str | None = None
+
+    def without_keys(self) -> VendorKeys:
+        """Return these settings with the keys left out (what may be pickled or shipped)."""
+        return dataclasses.replace(self, anthropic_api_key=None, gemini_api_key=None)
+
+    def keys_from(self, other: VendorKeys | None) -> VendorKeys:
+        """Return these settings with the keys of ``other`` (this process's environment)."""
+        if other is None:
+            return self
+        return dataclasses.replace(
+            self, anthropic_api_key=other.anthropic_api_key, gemini_api_key=other.gemini_api_key
+        )
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a flow's runs depend on besides the flow itself, resolved once.
+
+    Built by :func:`resolve_run_config` at an entry point and passed down unchanged: the engine,
+    providers, cache and run log take their values from it and never read the environment.
+    Secrets are kept out of the repr.
+    """
+
+    home: Path
+    provider: str = DEFAULT_PROVIDER
+    concurrency: int = DEFAULT_CONCURRENCY
+    cache: bool = True
+    runlog: bool = True
+    rpm: float | None = None
+    tpm: float | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+    openai_base_url: str | None = None
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_transport: str = DEFAULT_OPENAI_TRANSPORT
+    batch_poll: float = DEFAULT_BATCH_POLL  # seconds between a provider batch's status checks
+    # Where calls go (see flownb.config.endpoints); None: the environment's OPENAI_* settings.
+    endpoint: Endpoint | None = None
+    vendors: VendorKeys = field(default_factory=lambda: VendorKeys())
+    # The flow service flow ids run on (FLOWNB_BASE_URL / FLOWNB_API_KEY): the client's.
+    service_url: str | None = None
+    service_key: str | None = field(default=None, repr=False)
+
+    @property
+    def media_dir(self) -> Path:
+        """Where generated images are written (``home/media``)."""
+        return media_dir(self.home)
+
+    def replace(self, **changes: object) -> RunConfig:
+        """Return a copy with ``changes`` applied (the config itself is frozen)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def live_view_mode() -> str:
+    """Return ``FLOWNB_LIVE`` as ``"auto"``, ``"on"`` or ``"off"``, read now: the notebook's
+    live results view decides when each batch starts, not when its flow was loaded.
+
+    Raises:
+        ConfigError: ``FLOWNB_LIVE`` is set to something else than auto, 1 or 0.
+    """
+    return get_settings().live
+
+
+def resolve_run_config(
+    *,
+    provider: str | None = None,
+    concurrency: int | None = None,
+    cache: bool | None = None,
+    log: bool | None = None,
+    rpm: float | None = None,
+    tpm: float | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    home: str | Path | None = None,
+    server: bool = False,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    local: bool = True,
+) -> RunConfig:
+    """Return the run configuration: each explicit argument, else the environment, else the
+    default. Every surface builds its configuration here, once. ``server=True`` takes the
+    server's defaults for the cache and the run log (``FLOWNB_SERVER_CACHE`` /
+    ``FLOWNB_SERVER_RUNLOG``, both off unless set).
+
+    The endpoint (see :func:`resolve_endpoint`) decides the provider kind and, unless given
+    here, the concurrency, rpm and tpm. ``local=False`` is for a surface that runs no flow in
+    this process (the client, the readers of ``FLOWNB_HOME``, a worker taking this process's
+    keys): no endpoint is looked up (no ``flownb.toml`` is read) and ``endpoint`` is ``None``.
+
+    Raises:
+        ConfigError: an argument or variable that cannot work (concurrency below 1, ...), an
+            unknown endpoint name, or a provider that contradicts the endpoint.
+    """
+    s = get_settings()
+    chosen = (
+        resolve_endpoint(
+            s, endpoint=endpoint, base_url=base_url, api_key=api_key, provider=provider, home=home
+        )
+        if local
+        else None
+    )
+    if chosen is not None:
+        if provider and provider.strip().lower() != chosen.provider:
+            raise ConfigError(
+                f"endpoint {chosen.name!r} is an {chosen.provider!r} endpoint; "
+                f"provider={provider!r} contradicts it"
+            )
+        provider = chosen.provider
+        concurrency = concurrency if concurrency is not None else chosen.concurrency
+        rpm = rpm if rpm is not None else chosen.rpm
+        tpm = tpm if tpm is not None else chosen.tpm
+    if concurrency is not None and concurrency < 1:
+        raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
+    if retries is not None and retries < 0:
+        raise ConfigError(f"retries must be 0 or more, got {retries}")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"timeout must be positive, got {timeout}")
+    for knob, value in (("rpm", rpm), ("tpm", tpm)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{knob} must be positive, got {value}")
+    default_cache, default_log = (
+        (s.server_cache, s.server_runlog) if server else (s.cache, s.runlog)
+    )
+    return RunConfig(
+        home=Path(home).expanduser() if home is not None else s.home,
+        provider=(provider or s.provider).strip().lower(),
+        concurrency=concurrency or s.concurrency,
+        cache=default_cache if cache is None else cache,
+        runlog=default_log if log is None else log,
+        rpm=rpm if rpm is not None else s.requests_per_minute,
+        tpm=tpm if tpm is not None else s.tokens_per_minute,
+        timeout=timeout or s.openai_timeout or DEFAULT_TIMEOUT,
+        retries=retries if retries is not None else s.retries,
+        openai_base_url=s.openai_base_url,
+        openai_api_key=s.openai_api_key,
+        openai_transport=s.openai_transport,
+        batch_poll=s.batch_poll,
+        endpoint=chosen,
+        vendors=s.vendors or VendorKeys(),
+        service_url=s.base_url,
+        service_key=s.api_key,
+    )
+
+
+def resolve_endpoint(
+    s: Settings,
+    *,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    provider: str | None = None,
+    home: str | Path | None = None,
+) -> Endpoint | None:
+    """Return the endpoint calls go to: ``endpoint`` (an :class:`Endpoint`, or a name declared
+    in ``flownb.toml``), else ``FLOWNB_ENDPOINT``'s; ``base_url`` / ``api_key`` override its
+    fields (or, alone, make an endpoint named ``"custom"`` of ``provider``'s kind, OpenAI by
+    default, whose key is ``api_key`` or else the provider's usual variable). Without any of
+    these, the provider kind decides: ``azure`` takes ``AZURE_OPENAI_ENDPOINT`` and
+    ``OPENAI_API_VERSION``, ``openai`` ``OPENAI_BASE_URL`` (its key from ``OPENAI_API_KEY``);
+    ``None`` for the others (offline, plugins: they read their own settings).
+
+    Raises:
+        ConfigError: no ``flownb.toml`` declares the name.
+    """
+    where = Path(home).expanduser() if home is not None else s.home
+    chosen: Endpoint | None
+    if isinstance(endpoint, str):
+        chosen = find_endpoint(endpoint.strip(), Path.cwd(), where)
+    elif endpoint is not None:
+        if not isinstance(endpoint, Endpoint):
+            raise ConfigError(
+                f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
+            )
+        chosen = endpoint
+    elif s.endpoint and base_url is None and api_key is None and not provider:
+        chosen = find_endpoint(s.endpoint, Path.cwd(), where)
+    else:
+        chosen = None
+    if chosen is not None:
+        changes: dict[str, object] = {}
+        if base_url is not None:
+            changes["base_url"] = base_url
+        if api_key is not None:
+            changes["api_key"] = api_key
+        return chosen.replace(**changes) if changes else chosen
+    kind = (provider or "").strip().lower()
+    if base_url is not None or api_key is not None:
+        return Endpoint(
+            "custom",
+            kind or "openai",
+            base_url=base_url or (s.azure_endpoint if kind == "azure" else None),
+            api_key=api_key,
+            api_version=s.azure_api_version if kind == "azure" else None,
+        )
+    kind = kind or s.provider
+    if kind == "azure":
+        return Endpoint(
+            "azure", "azure", base_url=s.azure_endpoint, api_version=s.azure_api_version
+        )
+    if kind == "openai":
+        # The environment's endpoint, made explicit so a flow keeps it (and its key) wherever
+        # it goes: OPENAI_BASE_URL, the key from OPENAI_API_KEY.
+        return Endpoint("openai", "openai", base_url=s.openai_base_url)
+    return None
+
+
+def export_serve_config(config: str) -> None:
+    """Put ``config`` (JSON) where the worker processes of ``flownb serve --workers`` find it:
+    the environment they inherit."""
+    os.environ[SERVE_CONFIG] = config
+
+
+def imported_serve_config() -> str | None:
+    """Return what :func:`export_serve_config` put in this worker process's environment
+    (``None`` when nothing did): the options ``flownb serve --workers`` handed down, not a
+    setting.
+
+    Raises:
+        ConfigError: a flownb variable is set to something unusable (see :func:`get_settings`).
+    """
+    return get_settings().serve_config
+
+
+def _flag(name: str, raw: str | None, default: bool) -> bool:
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1/0 (true/false, on/off), got {raw!r}")
+
+
+def _live(raw: str | None) -> str:
+    value = (raw or "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value in ("1", "true", "yes", "on"):
+        return "on"
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    raise ConfigError(f"FLOWNB_LIVE must be auto, 1 or 0 (on/off), got {raw!r}")
+
+
+def _retries(raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return DEFAULT_RETRIES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"FLOWNB_RETRIES must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"FLOWNB_RETRIES must be 0 or more, got {raw!r}")
+    return value

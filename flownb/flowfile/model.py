@@ -1,0 +1,333 @@
+"""Pydantic models of an exported flow graph and of the contract's API items, plus loading.
+
+Flows are accepted exactly as the web tool exports them: editor-only fields (position, width,
+selected, dragging, lastRundate, ...) are accepted and ignored. :func:`parse_flow` is the one
+place a flow is checked as a graph; every problem it finds names the file and the node or edge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from ..errors import FlowFileError
+
+__all__ = [
+    "MAX_FLOW_BYTES",
+    "ActionNode",
+    "Edge",
+    "FlowGraph",
+    "ImageNode",
+    "ModelParams",
+    "Node",
+    "OutputNode",
+    "VariableNode",
+    "describe",
+    "load_flow_file",
+    "parse_flow",
+    "read_flow_file",
+]
+
+# The largest flow file read: exported flows are kilobytes; anything this big is a mistake.
+MAX_FLOW_BYTES = 5 * 1024 * 1024
+
+NODE_TYPES = ("variableNode", "actionNode", "imageNode", "outputNode")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def _none_to_empty(value: Any) -> Any:
+    return "" if value is None else value
+
+
+class VariableRef(_Model):
+    """A generation node's note of a variable it uses (editor bookkeeping; not authoritative)."""
+
+    id: str = ""
+    label: str = ""
+    value: str = ""
+
+    _empty = field_validator("label", "value", mode="before")(_none_to_empty)
+
+
+class Variable(_Model):
+    label: str
+    value: str = ""
+
+    _empty = field_validator("value", mode="before")(_none_to_empty)
+
+
+class ModelParams(BaseModel):
+    """Model parameters of a generation node. Unknown fields are kept (passed to the provider's
+    mapping, which decides deliberately what to do with each)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    n: int | None = None
+    best_of: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the set parameters (``None`` left out), extras included."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class VariableData(_Model):
+    variable: Variable
+
+
+class GenerationData(_Model):
+    name: str = ""
+    prompt: str = ""
+    modelParams: ModelParams = Field(default_factory=ModelParams)
+    variables: list[VariableRef] = Field(default_factory=list)
+    # A flownb extension (flow.with_system): the node's system message; exports have none.
+    system: str | None = None
+
+    _empty = field_validator("name", "prompt", mode="before")(_none_to_empty)
+
+
+class OutputData(_Model):
+    name: str
+    output: dict[str, Any] = Field(default_factory=dict)
+
+
+class _NodeBase(_Model):
+    id: str
+
+
+class VariableNode(_NodeBase):
+    type: Literal["variableNode"]
+    data: VariableData
+
+
+class ActionNode(_NodeBase):
+    type: Literal["actionNode"]
+    data: GenerationData
+
+
+class ImageNode(_NodeBase):
+    type: Literal["imageNode"]
+    data: GenerationData
+
+
+class OutputNode(_NodeBase):
+    type: Literal["outputNode"]
+    data: OutputData
+
+
+Node = Annotated[VariableNode | ActionNode | ImageNode | OutputNode, Field(discriminator="type")]
+
+
+class Edge(_Model):
+    source: str
+    target: str
+    id: str = ""
+    sourceHandle: str | None = None
+    targetHandle: str | None = None
+
+    def describe(self, index: int) -> str:
+        """Return how error messages name this edge: its id, or its position and ends."""
+        return f"edge {self.id!r}" if self.id else f"edge #{index} ({self.source} -> {self.target})"
+
+
+class FlowGraph(_Model):
+    nodes: list[Node]
+    edges: list[Edge] = Field(default_factory=list)
+
+
+def describe(variables: Sequence[str], outputs: Sequence[str]) -> list[dict[str, str]]:
+    """Return the contract's describe response: ``{"name", "type"}`` items, the variables, then
+    the outputs, each in node order."""
+    return [{"name": v, "type": "variable"} for v in variables] + [
+        {"name": o, "type": "output"} for o in outputs
+    ]
+
+
+_NODES: TypeAdapter[Node] = TypeAdapter(Node)
+_EDGES: TypeAdapter[list[Edge]] = TypeAdapter(list[Edge])
+
+
+def _where(source: str) -> str:
+    return f"{source}: " if source else ""
+
+
+def _node_label(raw: Mapping[str, Any], index: int) -> str:
+    node_id = raw.get("id")
+    return f"node {node_id!r}" if isinstance(node_id, str) else f"node #{index}"
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"{loc}: {err['msg']}" if loc else err["msg"]
+
+
+def parse_flow(data: Any, source: str = "") -> FlowGraph:
+    """Validate an exported flow (already decoded from JSON) as a graph.
+
+    Returns:
+        The parsed :class:`FlowGraph`.
+
+    Raises:
+        FlowFileError: the data is not a flow, the flow has no nodes, a node has an unknown type
+            or bad fields, node
+            ids repeat, an edge names a missing node or joins nodes that cannot be joined, or
+            the edges form a cycle. The message names ``source`` and the node or edge.
+    """
+    where = _where(source)
+    if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
+        raise FlowFileError(f"{where}not a flow: expected a JSON object with a 'nodes' array")
+    if not data["nodes"]:
+        raise FlowFileError(f"{where}the flow is empty: it has no nodes")
+    nodes = []
+    for i, raw in enumerate(data["nodes"]):
+        if not isinstance(raw, Mapping):
+            raise FlowFileError(f"{where}node #{i} is not a JSON object")
+        if raw.get("type") not in NODE_TYPES:
+            raise FlowFileError(
+                f"{where}{_node_label(raw, i)} has unknown type {raw.get('type')!r}; "
+                f"expected one of {', '.join(NODE_TYPES)}"
+            )
+        try:
+            nodes.append(_NODES.validate_python(raw))
+        except ValidationError as exc:
+            raise FlowFileError(
+                f"{where}{_node_label(raw, i)} ({raw['type']}) is invalid: {_first_error(exc)}"
+            ) from None
+    try:
+        edges = _EDGES.validate_python(data.get("edges") or [])
+    except ValidationError as exc:
+        raise FlowFileError(f"{where}edges are invalid: {_first_error(exc)}") from None
+    graph = FlowGraph.model_construct(nodes=nodes, edges=edges)
+    _check_graph(graph, where)
+    return graph
+
+
+def _check_graph(graph: FlowGraph, where: str) -> None:
+    by_id: dict[str, Any] = {}
+    for node in graph.nodes:
+        if node.id in by_id:
+            raise FlowFileError(f"{where}node id {node.id!r} is used by more than one node")
+        by_id[node.id] = node
+    successors: dict[str, list[str]] = {n: [] for n in by_id}
+    for i, edge in enumerate(graph.edges):
+        name = edge.describe(i)
+        for end, node_id in (("source", edge.source), ("target", edge.target)):
+            if node_id not in by_id:
+                raise FlowFileError(f"{where}{name} has {end} {node_id!r}, which is not a node")
+        if by_id[edge.target].type == "variableNode":
+            raise FlowFileError(
+                f"{where}{name} points into variable node {edge.target!r}; variables have no inputs"
+            )
+        if by_id[edge.source].type == "outputNode":
+            raise FlowFileError(
+                f"{where}{name} leaves output node {edge.source!r}; outputs feed nothing"
+            )
+        successors[edge.source].append(edge.target)
+    cycle = _find_cycle(successors)
+    if cycle:
+        raise FlowFileError(f"{where}the edges form a cycle: {' -> '.join(cycle)}")
+
+
+def _find_cycle(successors: dict[str, list[str]]) -> list[str] | None:
+    """Return one cycle as a list of node ids (first id repeated at the end), or None."""
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(successors, white)
+    for start in successors:
+        if colour[start] != white:
+            continue
+        # Iterative DFS: deep flows must not hit the recursion limit.
+        path: list[str] = [start]
+        stack = [iter(successors[start])]
+        colour[start] = grey
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                colour[path.pop()] = black
+                stack.pop()
+            elif colour[nxt] == grey:
+                return [*path[path.index(nxt) :], nxt]
+            elif colour[nxt] == white:
+                colour[nxt] = grey
+                path.append(nxt)
+                stack.append(iter(successors[nxt]))
+    return None
+
+
+def read_flow_file(path: str | Path, label: str | None = None) -> Any:
+    """Read and decode an exported flow JSON file; the one reader of flow files (the CLI, the
+    notebook and the server all come here). ``label`` is how messages name the file (default:
+    its path; the server names the flow id instead of its own paths).
+
+    Only a regular file of at most :data:`MAX_FLOW_BYTES` is read: a FIFO, a device (a symlink
+    to ``/dev/zero``) or a huge file is refused without being read, never waited on.
+
+    Returns:
+        The decoded JSON, not yet checked as a graph (see :func:`parse_flow`).
+
+    Raises:
+        FileNotFoundError: there is no such file (callers say what that means for them).
+        FlowFileError: the file is not a regular file, too big, unreadable, not UTF-8, not JSON
+            (with line and column), or nested too deeply.
+    """
+    where = label or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FlowFileError(f"{where}: the flow file is not a regular file")
+            if st.st_size > MAX_FLOW_BYTES:
+                raise FlowFileError(
+                    f"{where}: the flow file is {st.st_size} bytes, over the limit of "
+                    f"{MAX_FLOW_BYTES} bytes"
+                )
+            raw = fh.read(MAX_FLOW_BYTES + 1)
+        if len(raw) > MAX_FLOW_BYTES:  # grew while it was read
+            raise FlowFileError(f"{where}: the flow file is over {MAX_FLOW_BYTES} bytes")
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise FlowFileError(f"{where}: the flow file cannot be read ({reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FlowFileError(
+            f"{where}: the flow file is not JSON: malformed JSON at line {exc.lineno} "
+            f"column {exc.colno}: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise FlowFileError(f"{where}: the flow file is nested too deeply") from None
+
+
+def load_flow_file(path: str | Path) -> FlowGraph:
+    """Read and validate an exported flow JSON file.
+
+    Returns:
+        The parsed :class:`FlowGraph`.
+
+    Raises:
+        FlowFileError: the file cannot be read, is not JSON, or is not a valid graph; the message
+            names the file (and the line and column of a JSON syntax error).
+    """
+    try:
+        data = read_flow_file(path)
+    except FileNotFoundError:
+        raise FlowFileError(f"{path}: no such flow file") from None
+    return parse_flow(data, str(path))

@@ -1,0 +1,837 @@
+"""The flow objects users hold: one interface for a local flow and a remote one.
+
+:class:`BaseFlow` implements everything users call (``run``, ``run_batch``, ``run_dataframe``,
+``form``, display) on top of two things a concrete flow supplies: its variable spec and a way to
+execute a validated batch. :class:`LocalFlow` runs in-process with a provider; the client's
+remote flow runs over HTTP.
+
+The flows sit below the features built on them: ``run_dataframe``, ``preview`` and ``form``
+open the function registered under that name in :data:`flownb.runtime.hooks.HOOKS` (DataFrames,
+Dask,
+preview, the notebook form), so this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config.settings import RunConfig, live_view_mode, resolve_run_config
+from ..errors import BatchError, ConfigError, FlowFileError
+from ..flowfile import variants
+from ..flowfile.drawing import run_notes, to_mermaid, to_svg
+from ..flowfile.lint import warn_on_load
+from ..flowfile.model import FlowGraph, describe, parse_flow, read_flow_file
+from ..flowfile.validate import VariableSpec
+from ..infra.aio import stream_async, stream_sync
+from ..infra.media import MediaStore
+from ..providers.base import Provider
+from ..providers.calls import Notice, notices_to
+from ..providers.limits import AdaptiveLimiter
+from ..providers.registry import make_provider
+from ..runtime.cache import open_cache
+from ..runtime.engine import Engine, Plan
+from ..runtime.events import StreamEvent
+from ..runtime.hooks import HOOKS, FrameOptions
+from ..runtime.pipeline import Outcomes, Runner
+from ..runtime.result import OnResult, RunResult
+from ..runtime.runlog import open_runlog
+from ..show.progress import Progress
+from .spec import FlowSpec, flow_from_spec, spec_of
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..config.endpoints import Endpoint
+    from ..providers.calls import Gate
+
+__all__ = ["BaseFlow", "LocalFlow", "load_flow"]
+
+
+class BaseFlow(ABC):
+    """What every flow offers, local or remote."""
+
+    name: str
+
+    @property
+    @abstractmethod
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation."""
+
+    @property
+    def variables(self) -> list[str]:
+        """The names of the variables a run must supply, in node order."""
+        return list(self.spec.names)
+
+    @property
+    @abstractmethod
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+
+    @property
+    def defaults(self) -> dict[str, str]:
+        """Each variable's default (editor) value; ``""`` where the flow gives none."""
+        return dict.fromkeys(self.spec.names, "")
+
+    @abstractmethod
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        """Run an already-validated batch, reporting each element to ``on_result`` as it ends."""
+
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        """:meth:`_execute` for the caller's event loop. This default runs it in a worker
+        thread (a flow whose transport is synchronous); a flow with an async engine overrides
+        it."""
+        await asyncio.to_thread(self._execute, batch, on_result, concurrency)
+
+    def describe(self) -> list[dict[str, str]]:
+        """Return the contract's describe response: ``{"name", "type"}`` items, variables first."""
+        return describe(self.variables, self.outputs)
+
+    def run(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
+        """Run the flow once. Variables come as a mapping, keyword arguments, or both.
+
+        In a notebook front end the text shows growing below the cell while the provider
+        streams it (see :mod:`flownb.notebook.live_text`; ``FLOWNB_LIVE``); the result is the
+        same either way.
+
+        Returns:
+            A :class:`RunResult`: output name -> text or image URL, with a rich display.
+
+        Raises:
+            InputError: variables missing, unknown or not strings (every problem listed).
+            ProviderError: the provider failed.
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+        if _live_text_wanted():
+            # A notebook front end: the text is shown growing while it streams (see
+            # flownb.notebook.live_text), then the usual display of the returned result.
+            result: RunResult = HOOKS["live_run"](self, values)
+            return result
+        outcome = Outcomes(1)
+        self.run_each([values], outcome, check=False)
+        try:
+            return outcome.value()[0]
+        except BatchError as exc:
+            raise exc.errors[0] from None
+
+    def stream(
+        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+    ) -> Iterator[StreamEvent | RunResult]:
+        """Run the flow once, yielding its text as the provider streams it: a
+        :class:`~flownb.runtime.events.StreamEvent` per piece of text (``kind="text"``, the node,
+        the
+        outputs it feeds, ``delta``) and per image when ready (``kind="image"``, ``url``), and
+        last the :class:`RunResult`, exactly what :meth:`run` returns (cached and logged alike:
+        a streamed run and a plain run of the same call share one cache entry).
+
+        Raises:
+            InputError, ProviderError: as :meth:`run` (after the events yielded before).
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+        # Each event goes from the loop straight to this thread's queue: nothing the run does
+        # after it (caching, logging) holds it back.
+        return stream_sync(lambda emit: self._stream_run(values, emit))
+
+    async def astream(
+        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+    ) -> AsyncIterator[StreamEvent | RunResult]:
+        """Async :meth:`stream` on the caller's event loop: ``async for ev in flow.astream()``.
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        values = {**(variables or {}), **kwargs}
+        self.spec.check_one(values)
+
+        def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
+            return self._stream_run(values, emit)
+
+        async for item in stream_async(start):
+            yield item
+
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        """Run validated ``values`` once on the caller's loop, passing ``emit`` each event as
+        it happens; return the result. This default runs it whole, then emits each output at
+        once (a flow without a streaming engine).
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        result = await self.arun(values)
+        for name, output in result.entries:
+            if result.is_image(name):
+                emit(StreamEvent("image", name, (name,), url=output))
+            elif output:
+                emit(StreamEvent("text", name, (name,), output))
+        return result
+
+    async def arun_batch(
+        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
+    ) -> list[RunResult]:
+        """Async :meth:`run_batch` on the caller's event loop (for async applications).
+
+        Raises:
+            InputError, BatchError: as :meth:`run_batch`.
+        """
+        batch = list(batch)
+        self.spec.check_batch(batch)
+        outcomes = Outcomes(len(batch))
+        await self._aexecute(batch, outcomes, concurrency)
+        return outcomes.value()
+
+    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
+        """Async :meth:`run` on the caller's event loop.
+
+        Raises:
+            InputError, ProviderError: as :meth:`run`.
+        """
+        try:
+            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
+        except BatchError as exc:
+            raise exc.errors[0] from None
+
+    def run_batch(
+        self,
+        batch: Sequence[Mapping[str, Any]],
+        *,
+        progress: bool = False,
+        concurrency: int | None = None,
+    ) -> list[RunResult]:
+        """Run the flow once per element; the whole batch is validated before anything runs.
+
+        Returns:
+            One :class:`RunResult` per element, in input order.
+
+        Raises:
+            InputError: some element's variables are wrong (every problem, with its index).
+            BatchError: some elements failed at run time; ``.results`` keeps the others.
+        """
+        if isinstance(batch, Mapping) or not isinstance(batch, Sequence):
+            raise TypeError("run_batch takes a list of variable mappings; use run() for one run")
+        batch = list(batch)
+        outcomes = Outcomes(len(batch))
+        self.run_each(batch, outcomes, progress=progress, concurrency=concurrency)
+        return outcomes.value()
+
+    def run_each(
+        self,
+        batch: Sequence[Mapping[str, Any]],
+        on_result: OnResult,
+        *,
+        progress: bool = False,
+        concurrency: int | None = None,
+        check: bool = True,
+    ) -> None:
+        """Run the flow once per element, calling ``on_result(index, result, None)`` or
+        ``on_result(index, None, exception)`` as each element finishes, in completion order.
+
+        This is the hook batch consumers build on (the DataFrame path, evaluations, streaming
+        into a file): nothing is kept here, and an element's failure does not stop the others.
+        :class:`~flownb.runtime.pipeline.Outcomes` is the collector :meth:`run_batch` uses.
+        ``check=False`` skips validation, for callers that built every element as a mapping of
+        exactly the flow's variables to strings themselves.
+
+        Raises:
+            InputError: (``check=True``) some element's variables are wrong, before any runs.
+            KeyboardInterrupt: Ctrl-C; every element that finished before it was reported.
+        """
+        if check:
+            self.spec.check_batch(batch)
+        bar: Any = None
+        if progress:
+            # In a notebook front end, the live view (bar and finished rows) instead of the bar.
+            bar = HOOKS["live_rows"](self, batch) or _progress_bar(len(batch), self.name)
+        report = on_result
+        if bar is not None:
+            from ..show.meter import show
+
+            live = getattr(bar, "record", None)
+
+            def report(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+                on_result(i, result, exc)
+                if live is not None:
+                    live(i, result, exc)
+                show(bar, result)  # money spent so far and the cache's saving, beside the bar
+                bar.update(1)
+
+        try:
+            if bar is None:
+                self._execute(batch, report, concurrency)
+            else:
+                with notices_to(_bar_notice(bar)):  # a slow retry says so on the bar
+                    self._execute(batch, report, concurrency)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def run_dataframe(
+        self,
+        df: pd.DataFrame,
+        columns: Mapping[str, str] | None = None,
+        *,
+        fill: str | None = None,
+        progress: bool = True,
+        concurrency: int | None = None,
+        error_column: str = "error",
+        trace: bool = False,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        batch_api: bool = False,
+        poll: float | None = None,
+    ) -> pd.DataFrame:
+        """Run the flow once per row of ``df``; see :func:`flownb.frames.run.run_dataframe`.
+
+        ``df`` may be a Dask DataFrame: the result is then a lazy Dask DataFrame (see
+        :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
+        across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit this run in
+        addition to the flow's own limits (local flows only).
+
+        ``batch_api=True`` sends the text calls the cache does not hold through the provider's
+        batch API (half price, results within 24 hours; see :mod:`flownb.frames.batch_api.run`),
+        waiting
+        ``poll`` seconds at most (None: until done); the same call later picks the batches up.
+
+        Returns:
+            A copy of ``df`` (index and columns kept) with one column per output (and, with
+            ``trace=True``, one per generation node), and an ``error_column`` when some rows
+            failed (always, on a Dask frame).
+
+        Raises:
+            ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally, or
+                ``trace=True`` on a Dask frame.
+        """
+        options: FrameOptions = {
+            "fill": fill,
+            "progress": progress,
+            "concurrency": concurrency,
+            "error_column": error_column,
+            "trace": trace,
+        }
+        if _is_dask_frame(df):
+            return HOOKS["run_dask_dataframe"](self, df, columns, rpm=rpm, tpm=tpm, **options)
+        if batch_api:
+            if not isinstance(self, LocalFlow) or _is_dask_frame(df) or rpm or tpm:
+                raise ConfigError(
+                    "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
+                    "provider schedules a batch itself)"
+                )
+            return HOOKS["run_dataframe_batched"](self, df, columns, poll=poll, **options)
+        flow: BaseFlow = self
+        if rpm or tpm:
+            if not isinstance(self, LocalFlow):
+                raise ConfigError("rpm= and tpm= per run apply to local flows only")
+            flow = self.gated(_run_limits(rpm, tpm))
+        return HOOKS["run_dataframe"](flow, df, columns, **options)
+
+    def preview(
+        self,
+        data: Any,
+        columns: Mapping[str, str] | None = None,
+        *,
+        fill: str | None = None,
+    ) -> Any:
+        """Return what running over ``data`` (a DataFrame, a list of variable mappings, or one
+        mapping) would do, without calling the provider: a :class:`flownb.frames.preview.Preview`
+        with
+        the rendered prompt of each call, ``n_calls`` (cache hits excluded) and ``est_tokens``.
+
+        Raises:
+            InputError: the data does not fit the flow's variables.
+        """
+        return HOOKS["preview"](self, data, columns, fill)
+
+    def form(self) -> Any:
+        """Return an ipywidgets form: an input per variable, a Run button, outputs below."""
+        return HOOKS["form"](self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} variables={self.variables!r} "
+            f"outputs={self.outputs!r}>"
+        )
+
+    def _repr_markdown_(self) -> str:
+        def names(items: list[str]) -> str:
+            return ", ".join(f"`{n}`" for n in items) or "*(none)*"
+
+        return (
+            f"**Flow `{self.name}`**\n\n- variables: {names(self.variables)}\n"
+            f"- outputs: {names(self.outputs)}"
+        )
+
+
+def _live_text_wanted() -> bool:
+    """Return whether a single run should show its text growing: only in a notebook kernel's
+    main thread (a form's worker thread shows it in the form), and as ``FLOWNB_LIVE`` says
+    (``auto``: when a notebook front end is there; ``1``/on: in any kernel; ``0``/off: never)."""
+    if "ipykernel" not in sys.modules or threading.current_thread() is not threading.main_thread():
+        return False  # cheap checks first: scripts and worker threads never pay for more
+    mode = live_view_mode()
+    if mode == "off":
+        return False
+    wanted: bool = HOOKS["live_wanted"](mode)
+    return wanted
+
+
+def _is_dask_frame(df: Any) -> bool:
+    # Without importing dask: a Dask DataFrame exists only if dask.dataframe was imported.
+    dd = sys.modules.get("dask.dataframe")
+    return dd is not None and isinstance(df, dd.DataFrame)
+
+
+def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
+    from ..providers.tokens import RequestGate, TokenGate, chain
+
+    return chain(RequestGate(rpm) if rpm else None, TokenGate(tpm) if tpm else None)
+
+
+def _progress_bar(total: int, name: str) -> Progress:
+    from tqdm.auto import tqdm
+
+    # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
+    return Progress(tqdm(total=total, desc=name, unit="row", leave=True))
+
+
+def _bar_notice(bar: Any) -> Notice:
+    """Return where a run with progress bar ``bar`` announces things: the bar's postfix, and
+    in a terminal also a line on stderr above the bar (a postfix is easy to miss there)."""
+    in_notebook = bar.in_notebook
+
+    def notice(line: str) -> None:
+        bar.notice(line)
+        if not in_notebook:
+            bar.write(f"flownb: {line}", file=sys.stderr)
+
+    return notice
+
+
+class LocalFlow(BaseFlow):
+    """A flow executed in-process by the engine.
+
+    ``config`` holds every setting its runs depend on (see
+    :func:`~flownb.config.settings.resolve_run_config`; :func:`load_flow` builds it); ``provider``
+    is
+    a provider instance, else the one ``config`` names. ``source`` is the exported JSON the
+    graph came from, when known.
+
+    Raises:
+        ConfigError: the provider cannot be set up, or cannot run this flow (image nodes on a
+            provider without images, model parameters it refuses).
+    """
+
+    def __init__(
+        self,
+        graph: FlowGraph,
+        *,
+        name: str = "flow",
+        config: RunConfig | None = None,
+        provider: Provider | None = None,
+        media_url: Callable[[str], str] | None = None,
+        source: Mapping[str, Any] | None = None,
+    ) -> None:
+        config = config if config is not None else resolve_run_config()
+        plan = Plan(graph)
+        endpoint = config.endpoint
+        if endpoint is not None and provider is None and not endpoint.bound:
+            # The key is read once, now: copies of this flow keep it (see flownb.config.endpoints).
+            endpoint = endpoint.bind()
+            config = config.replace(endpoint=endpoint)
+        if endpoint is not None and endpoint.images is False:
+            # Declared, not discovered at run time: refused before any call is paid for.
+            images = plan.image_nodes
+            if images:
+                raise ConfigError(
+                    f"endpoint {endpoint.name!r} has no images (images=false), and this flow's "
+                    f"image node{'s' * (len(images) > 1)} {', '.join(map(repr, images))} would "
+                    "need it; run it on an endpoint that draws images"
+                )
+        if provider is None:
+            provider = make_provider(config)
+        self.name = name
+        self.graph = graph
+        # The exported JSON, kept so the flow can travel by value (pickling, Dask workers).
+        self.source: dict[str, Any] = (
+            dict(source) if source is not None else graph.model_dump(mode="json", by_alias=True)
+        )
+        self.config = config
+        self.media_url = media_url
+        self.plan = plan
+        self.provider = provider
+        self.concurrency = config.concurrency
+        self.engine = Engine(
+            self.plan,
+            provider,
+            media_url or MediaStore(config.media_dir).file_url,
+            cache=open_cache(config.home) if config.cache and provider.cacheable else None,
+            rpm=config.rpm,
+            timeout=config.timeout,
+            retries=config.retries,
+            tpm=config.tpm,
+        )
+        self.runlog = open_runlog(config.home) if config.runlog else None
+        self.runner = Runner(
+            self.engine, name=name, concurrency=config.concurrency, runlog=self.runlog
+        )
+
+    @property
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation."""
+        return self.plan.spec
+
+    def to_mermaid(self) -> str:
+        """Return the flow drawn as a Mermaid ``flowchart LR`` (variables, generation nodes,
+        outputs, and the edges between them)."""
+        return to_mermaid(self.graph)
+
+    def to_svg(self, result: RunResult | None = None) -> str:
+        """Return the flow drawn as a self-contained SVG: variables with their defaults,
+        generation nodes with kind and model (the prompt on hover), outputs. With ``result``
+        (a run of this flow), each generation node that ran also shows its time, tokens and
+        cost, or that the cache served it (see :func:`flownb.flowfile.drawing.run_notes`)."""
+        return to_svg(self.graph, title=self.name, notes=self._run_notes(result))
+
+    def _run_notes(self, result: RunResult | None) -> dict[str, str]:
+        if result is None:
+            return {}
+        return run_notes([step.node_id for step in self.plan.steps], result.generations)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        # The picture for notebooks; Mermaid for front ends that render it; the Markdown list
+        # and the repr for everything else (terminals, nbval's text comparison).
+        return {
+            "image/svg+xml": self.to_svg(),
+            "text/vnd.mermaid": self.to_mermaid(),
+            "text/markdown": self._repr_markdown_(),
+            "text/plain": repr(self),
+        }
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+        return list(self.plan.outputs)
+
+    @property
+    def defaults(self) -> dict[str, str]:
+        """Each variable's default value as the web tool exported it."""
+        return dict(self.plan.defaults)
+
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        self.runner.run(batch, on_result, concurrency=concurrency)
+
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        await self.runner.arun(batch, on_result, concurrency=concurrency)
+
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        """Run validated ``values`` once, passing ``emit`` each piece of text as the provider
+        streams it and each image when ready; return the result (see Runner.stream_one)."""
+        return await self.runner.stream_one(values, emit)
+
+    def variant(self, graph: FlowGraph, *, name: str | None = None) -> LocalFlow:
+        """Return a new flow running ``graph`` with this flow's provider instance (its
+        connection pool) and run configuration, named ``name`` (else this flow's name)."""
+        return LocalFlow(
+            graph,
+            name=name or self.name,
+            config=self.config,
+            provider=self.provider,
+            media_url=self.media_url,
+            source=self.source if graph is self.graph else None,  # else: dumped from graph
+        )
+
+    def with_params(
+        self, per_node: Mapping[str, Mapping[str, Any]] | None = None, /, **params: Any
+    ) -> LocalFlow:
+        """Return a variant with other model parameters; this flow is left untouched.
+
+        ``with_params(temperature=0.2)`` sets them on every generation node;
+        ``with_params({"Intro": {"temperature": 0.2}})`` on the node of that name (or id).
+        ``None`` removes a parameter. Cache keys follow the parameters, so nothing is shared.
+
+        Raises:
+            ConfigError: an unknown node (the message lists the choices), or bad parameters.
+        """
+        return self.variant(variants.with_params(self.graph, per_node, params))
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """The endpoint calls go to (``None``: the environment's ``OPENAI_*`` settings)."""
+        return self.config.endpoint
+
+    def with_endpoint(self, endpoint: Endpoint | str, model: str | None = None) -> LocalFlow:
+        """Return this flow on another endpoint (an :class:`~flownb.Endpoint`, or a name
+        declared in ``flownb.toml``), with its own provider and connection pool; ``model``
+        sets the model of every text node. This flow is left untouched.
+
+        Raises:
+            ConfigError: an unknown endpoint name, its key cannot be found, or it cannot run
+                this flow (image nodes on ``images=False``).
+        """
+        chosen = _endpoint(endpoint, self.config)
+        # Limits this flow was given explicitly stay; the endpoint's own apply otherwise.
+        config = self.config.replace(
+            endpoint=chosen,
+            provider=chosen.provider,
+            concurrency=chosen.concurrency or self.config.concurrency,
+            rpm=chosen.rpm if chosen.rpm is not None else self.config.rpm,
+            tpm=chosen.tpm if chosen.tpm is not None else self.config.tpm,
+        )
+        graph = self.graph
+        if model is not None:
+            from ..flowfile import variants
+
+            graph = variants.with_model(graph, model, None)
+        return LocalFlow(
+            graph,
+            name=self.name,
+            config=config,
+            media_url=self.media_url,
+            source=self.source if graph is self.graph else None,
+        )
+
+    def with_model(
+        self, model: str | Mapping[str, str] | None = None, *, image: str | None = None
+    ) -> LocalFlow:
+        """Return a variant with other models: ``with_model("m")`` on every text node,
+        ``with_model(image="m")`` on every image node, ``with_model({"Node": "m"})`` on the
+        named nodes. This flow is left untouched; cache keys follow the model.
+
+        Raises:
+            ConfigError: no model given, an unknown node, or a model that is not a string.
+        """
+        from ..flowfile import variants
+
+        return self.variant(variants.with_model(self.graph, model, image))
+
+    def with_system(self, system: str | Mapping[str, str | None] | None) -> LocalFlow:
+        """Return a variant whose text nodes send a system message: ``with_system("...")`` on
+        every text node, ``with_system({"Node": "..."})`` on the named ones (``None`` removes
+        it). It goes as the provider's system instruction, is part of the cache key and shows in
+        previews. This flow is left untouched.
+
+        Raises:
+            ConfigError: an unknown node, an image node, or a message that is not a string.
+        """
+        from ..flowfile import variants
+
+        return self.variant(variants.with_system(self.graph, system))
+
+    def with_prompts(self, prompts: Mapping[str, str]) -> LocalFlow:
+        """Return a variant whose named nodes (name or id -> prompt) have other prompts, with
+        the same ``{variable}`` rules; this flow is left untouched.
+
+        Raises:
+            ConfigError: an unknown node (the message lists the choices), or a non-string prompt.
+        """
+        return self.variant(variants.with_prompts(self.graph, prompts))
+
+    async def arun_each(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        *,
+        concurrency: int | None = None,
+        limiter: AdaptiveLimiter | None = None,
+        gate: Gate | None = None,
+    ) -> None:
+        """Run an already-validated batch on the caller's loop, reporting each element to
+        ``on_result`` as it ends (and to the run log, as :meth:`run_batch` does). ``limiter``
+        shares one concurrency limit with other runs on the same endpoint, ``gate`` is entered
+        around each provider attempt (an evaluation's bound over every endpoint; see
+        :func:`flownb.evaluate`)."""
+        await self.runner.arun(
+            batch, on_result, concurrency=concurrency, limiter=limiter, gate=gate
+        )
+
+    def run_gated(
+        self,
+        batch: Sequence[Mapping[str, str]],
+        on_result: OnResult,
+        concurrency: int | None,
+        *,
+        gate: Gate | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Run an already-validated batch with an extra ``gate`` around each provider attempt
+        and the run log's ``run_id`` for it (a Dask partition's cluster-wide limits, per-run
+        rpm/tpm), reporting each element to ``on_result``."""
+        self.runner.run(batch, on_result, concurrency=concurrency, gate=gate, run_id=run_id)
+
+    def gated(self, gate: Gate | None, run_id: str | None = None) -> BaseFlow:
+        """Return a view of this flow whose runs enter ``gate`` around each provider attempt
+        and log under ``run_id`` (the engine and its caches are shared, nothing is copied)."""
+        return _GatedFlow(self, gate, run_id)
+
+    def to_spec(self, **changes: Any) -> FlowSpec:
+        """Return the flow as a small picklable :class:`~flownb.flows.spec.FlowSpec` (its JSON,
+        name, provider name and run knobs; never a key), with ``changes`` applied.
+
+        Raises:
+            ConfigError: the provider is an instance that cannot be rebuilt from its name.
+        """
+        return spec_of(self, **changes)
+
+    @classmethod
+    def from_spec(cls, spec: FlowSpec) -> LocalFlow:
+        """Return a new flow from ``spec`` (prefer :func:`~flownb.flows.spec.flow_from_spec`,
+        which reuses one). The OpenAI key, if the provider needs one, comes from this process's
+        environment.
+
+        Raises:
+            FlowFileError: the JSON is not a valid flow.
+            ConfigError: the provider cannot be set up here (e.g. no OpenAI key in this
+                process's environment).
+        """
+        here = resolve_run_config(local=False)
+        config = spec.config.replace(
+            openai_api_key=here.openai_api_key, vendors=spec.config.vendors.keys_from(here.vendors)
+        )
+        return LocalFlow(
+            parse_flow(spec.flow, spec.name), name=spec.name, config=config, source=spec.flow
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # By value: the spec, rebuilt (once per process) on the other side. Threads, sockets
+        # and SQLite handles never travel.
+        return (flow_from_spec, (self.to_spec(), LocalFlow.from_spec))
+
+    def __copy__(self) -> LocalFlow:
+        # A shallow copy shares the engine, as it did before pickling went by spec.
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LocalFlow:
+        # A deep copy is a flow of its own (fresh engine), not the process's shared one.
+        return LocalFlow.from_spec(self.to_spec())
+
+
+def load_flow(
+    source: str | Path | Mapping[str, Any],
+    *,
+    name: str | None = None,
+    provider: Provider | str | None = None,
+    concurrency: int | None = None,
+    cache: bool | None = None,
+    rpm: float | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    log: bool | None = None,
+    tpm: float | None = None,
+    endpoint: Endpoint | str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+) -> LocalFlow:
+    """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
+
+    ``name`` names the flow in the run log and progress bars (default: the file's name without
+    ``.json``, or ``"flow"``). ``provider`` is a provider name (``"offline"``, ``"openai"``, or
+    an installed plugin's) or instance; by default
+    ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight
+    (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
+    ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
+    a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8); ``tpm`` caps tokens per minute
+    (``FLOWNB_TPM``; estimated before each call, corrected by the usage reported).
+    ``cache=False`` bypasses the call cache (``FLOWNB_CACHE=0``); ``log=False`` keeps runs out
+    of the run log (``FLOWNB_RUNLOG=0``).
+
+    ``endpoint`` says where calls go: a :class:`~flownb.Endpoint`, or the name of one declared
+    in ``flownb.toml`` (``FLOWNB_ENDPOINT``); it decides the provider kind and, unless given
+    here, the concurrency, rpm and tpm. ``base_url`` / ``api_key`` are the quick case (an
+    OpenAI-compatible endpoint), or override the endpoint's. A literal ``api_key`` stays in
+    this process's memory (see :mod:`flownb.config.endpoints`).
+
+    Returns:
+        A :class:`LocalFlow`.
+
+    Raises:
+        FlowFileError: the file is missing, not JSON, or not a valid graph.
+        ConfigError: the provider or endpoint cannot be set up (unknown name, missing key,
+            image nodes on an endpoint without images).
+    """
+    config = resolve_run_config(
+        endpoint=endpoint,
+        base_url=base_url,
+        api_key=api_key,
+        provider=provider if isinstance(provider, str) else None,
+        concurrency=concurrency,
+        cache=cache,
+        log=log,
+        rpm=rpm,
+        timeout=timeout,
+        retries=retries,
+        tpm=tpm,
+    )
+    if isinstance(source, Mapping):
+        name = name or "flow"
+        graph, data = parse_flow(source, name), source
+    else:
+        try:
+            data = read_flow_file(source)
+        except FileNotFoundError:
+            raise FlowFileError(f"{source}: no such flow file") from None
+        graph = parse_flow(data, str(source))
+        warn_on_load(graph, str(source))
+        name = name or Path(source).stem
+    return LocalFlow(
+        graph,
+        name=name,
+        config=config,
+        provider=provider if isinstance(provider, Provider) else None,
+        source=data,
+    )
+
+
+def _endpoint(endpoint: Endpoint | str, config: RunConfig) -> Endpoint:
+    from ..config.endpoints import Endpoint, find_endpoint
+
+    if isinstance(endpoint, Endpoint):
+        return endpoint
+    if isinstance(endpoint, str):
+        return find_endpoint(endpoint.strip(), Path.cwd(), config.home)
+    raise ConfigError(
+        f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
+    )
+
+
+class _GatedFlow(BaseFlow):
+    """A :class:`LocalFlow` seen through a gate and a run id (see :meth:`LocalFlow.gated`)."""
+
+    def __init__(self, flow: LocalFlow, gate: Gate | None, run_id: str | None) -> None:
+        self.flow = flow
+        self.name = flow.name
+        self.gate = gate
+        self.run_id = run_id
+
+    @property
+    def spec(self) -> VariableSpec:
+        """The flow's variables, for validation."""
+        return self.flow.spec
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names of the outputs a run yields, in node order."""
+        return self.flow.outputs
+
+    def _execute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        self.flow.run_gated(batch, on_result, concurrency, gate=self.gate, run_id=self.run_id)

@@ -1,0 +1,469 @@
+"""A DataFrame through a provider's batch API (half price, results within 24 hours), resumably.
+
+Every call of a batch is known before anything runs (a generation node depends on variables and
+on the nodes above it), so :func:`run_dataframe_batched` works in stages, one per level of the
+flow: it renders every row's prompts, keeps the calls the cache does not hold, and hands them to
+the provider as batches (one model per batch, split at the provider's size limits; each line's
+``custom_id`` is the call's cache key, so a prompt repeated across rows is paid once). It waits,
+reads the answers into the cache, and goes on to the next level. When all are in, the frame is
+built by the ordinary run, which now finds every text answer in the cache: the result is exactly
+a plain run's, and a re-run costs nothing.
+
+Submitted batches are remembered in ``FLOWNB_HOME`` (:mod:`flownb.frames.batch_api.store`): first as
+``submitting``, with the digest of their lines, before the provider is asked, then under the
+provider's id the moment it answers, before any waiting starts. A later call for the same calls,
+in any process, picks them up instead of paying twice; a ``submitting`` record whose process
+died is matched to the batch the provider holds (``BatchAPI.find``), or dropped and its calls
+sent again when the provider has none. The final pass logs the answers a batch brought as paid
+calls at the batch price, once (:mod:`flownb.frames.batch_api.paid`).
+
+Image nodes have no batch endpoint here and run live in the final pass. What did not come back
+(a failed line, an expired batch, a batch still running when ``poll`` ran out or Ctrl-C was
+pressed) is named in the row's ``error`` column and submitted again by the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
+
+from ...config.pricing import BATCH_RATE
+from ...errors import ConfigError, ProviderError
+from ...flowfile.inputs import PYTHON, Spelling
+from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
+from ...runtime.hooks import FrameOptions
+from ..run import rows_to_variables, run_dataframe
+from .paid import paid_once
+from .store import SUBMITTING, BatchRecord, delete_record, load_records, save_record
+from .view import BatchView, open_view
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ...flows.local import LocalFlow
+    from ...runtime.cache import CallCache
+    from ...runtime.engine import Plan
+    from ...show.meter import CostMeter
+
+__all__ = ["prefill", "run_dataframe_batched"]
+
+# HTTP-like statuses on the errors of calls a batch did not answer: none is retried by the run.
+_PENDING, _GONE = 202, 410
+
+
+def _calls(
+    plan: Plan, provider: Provider, cache: CallCache, rows: Sequence[Mapping[str, str]]
+) -> dict[str, Call]:
+    """Return the text calls of ``rows`` the cache does not hold yet and whose inputs are known
+    (their upstream nodes' answers are cached), by cache key."""
+    found: dict[str, Call] = {}
+    prefixes = {
+        step.index: cache.prefix(provider.identity(), step.kind, step.params, step.system)
+        for step in plan.steps
+    }
+    outputs: list[dict[int, str | None]] = [{} for _ in rows]
+    for level in plan.levels:  # a level's prompts need the answers of the levels above
+        keyed: list[tuple[int, int, str, Call]] = []
+        for r, values in enumerate(rows):
+            known = outputs[r]
+            for step in level:
+                known[step.index] = None
+                ups = [known.get(u) for u in step.upstream]
+                if step.kind != "text" or any(u is None for u in ups):
+                    continue  # images run live; a node waits for the answers above it
+                ctx: dict[str, str] = {
+                    plan.steps[u].name: o
+                    for u, o in zip(step.upstream, ups, strict=True)
+                    if o is not None
+                }
+                ctx.update(values)
+                prompt = step.template.render(ctx)
+                call = Call(step.kind, prompt, step.params, step.node_id, step.system)
+                keyed.append((r, step.index, cache.key(prefixes[step.index], call.prompt), call))
+        hits = cache.get_many(k for _, _, k, _ in keyed)
+        for r, index, key, call in keyed:
+            hit = hits.get(key)
+            if hit is not None:
+                outputs[r][index] = hit.output
+            else:
+                found.setdefault(key, call)
+    return found
+
+
+def _submit(
+    api: BatchAPI, calls: Mapping[str, Call], provider: Provider, flow: str, home: Any
+) -> list[BatchRecord]:
+    """Submit ``calls`` as batches (one per endpoint and model, split at the API's limits) and
+    remember each: first as ``submitting`` (with its lines' digest) before the provider is
+    asked, then under its id the moment the provider answers.
+
+    Raises:
+        ProviderError: the provider refused a batch (those created before it stay recorded).
+    """
+    groups: dict[tuple[str, str], list[bytes]] = {}
+    keys: dict[tuple[str, str], list[str]] = {}
+    for key, call in calls.items():
+        endpoint, model, line = api.line(key, call)
+        groups.setdefault((endpoint, model), []).append(line)
+        keys.setdefault((endpoint, model), []).append(key)
+    records = []
+    max_lines, max_bytes = api.limits["requests"], api.limits["bytes"]
+    for (endpoint, model), lines in groups.items():
+        start = 0
+        while start < len(lines):
+            end, size = start, 0
+            while end < len(lines) and end - start < max_lines:
+                if size + len(lines[end]) + 1 > max_bytes and end > start:
+                    break
+                size += len(lines[end]) + 1
+                end += 1
+            chunk = lines[start:end]
+            digest = hashlib.sha256(b"\n".join(chunk)).hexdigest()
+            pending = BatchRecord(
+                id=f"pending-{digest[:32]}",
+                provider=provider.name,
+                base_url=api.base_url,
+                endpoint=endpoint,
+                model=model,
+                flow=flow,
+                status=SUBMITTING,
+                total=end - start,
+                keys=keys[(endpoint, model)][start:end],
+                digest=digest,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                logged=False,
+            )
+            save_record(pending, home)
+            try:
+                state = api.submit(chunk, endpoint, {"flownb_flow": flow, "flownb_digest": digest})
+            except ProviderError as exc:
+                if exc.status is not None and 400 <= exc.status < 500:
+                    delete_record(pending, home)  # refused: no batch exists
+                raise  # else it may exist: the next run looks for it by its digest
+            record = pending.model_copy(update={"id": state.id, "status": state.status, "pid": 0})
+            save_record(record, home)
+            delete_record(pending, home)
+            records.append(record)
+            start = end
+    return records
+
+
+# How long a submission by a process this one cannot ask about (another host sharing
+# FLOWNB_HOME, a system without signal 0) is taken to be still under way: a create answers in
+# seconds, so one older than this was abandoned.
+_OTHERS_GRACE = 600.0
+
+
+def _alive(record: BatchRecord) -> bool:
+    """Whether the process that is submitting ``record`` may still be at it: on this host,
+    whether it runs; elsewhere (or where that cannot be asked), whether the record is recent."""
+    if record.pid in (0, os.getpid()):
+        return False  # this process's own leftover (an earlier call that failed mid-way)
+    if record.host != socket.gethostname() or os.name != "posix":
+        return time.time() - record.created < _OTHERS_GRACE
+    try:
+        os.kill(record.pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    # A process that started after the record was written is not its writer but a later one
+    # given the dead writer's number.
+    return not _started_after(record.pid, record.created)
+
+
+# Seconds of doubt in a process's start time read from /proc (the boot time is whole seconds).
+_START_SLACK = 2.0
+
+
+def _started_after(pid: int, when: float) -> bool:
+    """Return whether process ``pid`` started after ``when`` (seconds since the epoch); False
+    where that cannot be read (no ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        # starttime is field 22, in clock ticks after boot; fields are counted after the
+        # command name, which may hold spaces and parentheses of its own.
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > when + _START_SLACK
+
+
+def _adopt(api: BatchAPI, records: list[BatchRecord], home: Any) -> list[BatchRecord]:
+    """Return ``records`` with each abandoned ``submitting`` one (its process died before the
+    provider's answer was recorded) replaced by the batch the provider holds under its digest,
+    or dropped when the provider has none (its calls are then submitted again). Submissions of
+    live processes are kept as they are.
+
+    Raises:
+        ProviderError: the provider's batches could not be listed (it names the record to
+            delete once the user has checked, rather than risk paying twice).
+    """
+    out = []
+    known = {r.id for r in records}
+    for record in records:
+        if record.status != SUBMITTING or _alive(record):
+            out.append(record)
+            continue
+        try:
+            candidates = api.find(record.digest, record.created, record.total)
+        except ProviderError as exc:
+            # Never guess: submitting again could pay twice for a batch that exists.
+            raise ProviderError(
+                f"a run that stopped while submitting batch {record.id} may have created it, and "
+                f"the provider's batches could not be listed to find it ({exc}); once you have "
+                f"checked, delete {home}/batches/{record.id}.json to submit its calls again",
+                status=exc.status,
+                provider=exc.provider,
+            ) from exc
+        found = [s for s in candidates if s.id not in known]
+        if found:
+            adopted = record.model_copy(update={"id": found[0].id, "pid": 0})
+            _update(adopted, found[0])
+            save_record(adopted, home)
+            known.add(adopted.id)
+            out.append(adopted)
+        delete_record(record, home)
+    return out
+
+
+def _update(record: BatchRecord, state: BatchState) -> None:
+    record.status = state.status
+    record.total = state.total or record.total
+    record.completed, record.failed = state.completed, state.failed
+
+
+def collect(
+    api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any, provider: Provider
+) -> None:
+    """Read a finished batch's answers into the cache and its failures into the record. Each
+    answer is priced at the batch rate (:data:`BATCH_RATE` of the provider's price).
+
+    Raises:
+        ProviderError: the results cannot be read (the record stays uncollected).
+    """
+    state = api.status(record.id)
+    _update(record, state)
+    answers: dict[str, Generation] = {}
+    failures: dict[str, str] = {}
+    for key, got in api.results(state, record.endpoint, record.model):
+        if isinstance(got, str):
+            failures[key] = got
+            continue
+        # The batch rate; NaN (an unknown price) stays NaN, never 0.
+        got.cost = provider.cost(got) * BATCH_RATE
+        answers[key] = got
+    cache.put_many(answers.items())  # one transaction for the whole batch
+    why = "; ".join(state.errors)  # a batch-level failure (a file it refused, ...)
+    for key in record.keys:
+        if key not in answers and key not in failures:
+            failures[key] = f"the batch ended {record.status} before this request ran" + (
+                f" ({why})" if why else ""
+            )
+    record.failures = failures
+    record.collected = True
+    save_record(record, home)
+
+
+def _wait(
+    api: BatchAPI,
+    records: list[BatchRecord],
+    home: Any,
+    every: float,
+    deadline: float | None,
+    view: BatchView | None,
+) -> bool:
+    """Poll ``records`` until every one has ended (True), or ``deadline`` passed or Ctrl-C was
+    pressed (False: the batches keep running at the provider)."""
+    try:
+        while True:
+            for record in records:
+                if record.status not in FINAL_STATES:
+                    _update(record, api.status(record.id))
+                    save_record(record, home)
+            if view is not None:
+                view.update(records)
+            if all(r.status in FINAL_STATES for r in records):
+                return True
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            pause = every if deadline is None else min(every, deadline - now)
+            time.sleep(max(pause, 0.0))
+    except KeyboardInterrupt:
+        return False
+
+
+class _FromBatches(Provider):
+    """The final pass's provider: text answers come from the cache (the batches filled it);
+    a text call a batch did not answer fails with why; images (and text calls no batch held,
+    such as those fed by an image) go to the real provider, live."""
+
+    name: ClassVar[str] = "batch"
+
+    def __init__(self, real: Provider, cache: CallCache, reasons: Mapping[str, tuple[int, str]]):
+        self.real = real
+        self.cache = cache
+        self.reasons = reasons
+        self._prefixes: dict[tuple[int, str | None], bytes] = {}
+
+    def identity(self) -> Mapping[str, Any]:
+        return self.real.identity()  # the same cache keys as the real provider's
+
+    def banner(self) -> str:
+        return self.real.banner()
+
+    def check_params(self, kind: Any, params: Mapping[str, Any], node: str) -> None:
+        self.real.check_params(kind, params, node)
+
+    def batch_api(self) -> BatchAPI | None:
+        return self.real.batch_api()
+
+    async def generate(self, call: Call) -> Generation:
+        if call.kind == "text":
+            slot = (id(call.params), call.system)
+            prefix = self._prefixes.get(slot)
+            if prefix is None:
+                prefix = self.cache.prefix(self.identity(), call.kind, call.params, call.system)
+                self._prefixes[slot] = prefix
+            reason = self.reasons.get(self.cache.key(prefix, call.prompt))
+            if reason is not None:
+                raise ProviderError(reason[1], status=reason[0], provider=self.real.name)
+        return await self.real.generate(call)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+def prefill(
+    flow: LocalFlow,
+    rows: Sequence[Mapping[str, str]],
+    *,
+    poll: float | None = None,
+    progress: bool = True,
+) -> dict[str, tuple[int, str]]:
+    """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
+    batch API (only the calls the cache lacks; batches still running are waited for, not sent
+    again). Returns, by cache key, why a call has no answer yet: ``(202, ...)`` still running,
+    ``(410, ...)`` the batch failed it.
+
+    Raises:
+        ConfigError: the provider has no batch API, or the cache is off.
+        ProviderError: a batch could not be submitted or read.
+    """
+    provider, cache = flow.provider, flow.engine.cache
+    api = provider.batch_api()
+    if api is None:
+        raise ConfigError(
+            f"the {provider.name} provider has no batch API; batch_api=True works with openai "
+            "and anthropic"
+        )
+    if cache is None:
+        raise ConfigError(
+            "batch_api=True needs the call cache (the batches' answers arrive through it): "
+            "turn it on (FLOWNB_CACHE=1, no --no-cache)"
+        )
+    home = flow.config.home
+    deadline = None if poll is None else time.monotonic() + poll
+    reasons: dict[str, tuple[int, str]] = {}
+    view = open_view(flow.name) if progress else None
+    try:
+        for _stage in range(len(flow.plan.levels) + 1):
+            calls = _calls(flow.plan, provider, cache, rows)
+            if not calls:
+                break
+            mine = [r for r in load_records(home) if r.base_url == api.base_url]
+            open_ = _adopt(api, [r for r in mine if not r.collected], home)
+            covered = {k for r in open_ for k in r.keys}
+            fresh = {k: c for k, c in calls.items() if k not in covered}
+            if fresh:
+                open_ += _submit(api, fresh, provider, flow.name, home)
+            wanted = [r for r in open_ if not calls.keys().isdisjoint(r.keys)]
+            for record in wanted:
+                if record.status == SUBMITTING:  # another live process is creating it
+                    note = (
+                        f"being submitted as a provider batch by process {record.pid}; "
+                        "run again to collect it"
+                    )
+                    reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
+            active = [r for r in wanted if r.status != SUBMITTING]
+            ended = _wait(api, active, home, flow.config.batch_poll, deadline, view)
+            for record in active:
+                if record.status in FINAL_STATES:
+                    collect(api, record, cache, home, provider)
+                    for key, why in record.failures.items():
+                        reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
+                else:
+                    note = (
+                        f"waiting in provider batch {record.id} ({record.status}, "
+                        f"{record.completed}/{record.total or len(record.keys)} done); "
+                        "run again to collect it"
+                    )
+                    reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
+            if not ended or any(k in reasons for k in calls) or not flow.plan.chained:
+                break  # missing answers hold back the levels below (and unchained, none wait)
+    finally:
+        if view is not None:
+            view.close()
+    return reasons
+
+
+def run_dataframe_batched(
+    flow: LocalFlow,
+    df: pd.DataFrame,
+    columns: Mapping[str, str] | None = None,
+    *,
+    poll: float | None = None,
+    spelling: Spelling = PYTHON,
+    meter: CostMeter | None = None,
+    **options: Unpack[FrameOptions],
+) -> pd.DataFrame:
+    """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring),
+    with ``options`` (see :class:`~flownb.runtime.hooks.FrameOptions`).
+    ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
+    return); Ctrl-C while waiting returns at once, leaving them running. ``meter`` counts each
+    row's cost (the batch price of the answers this run read from the batches).
+
+    Returns:
+        What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
+        (yet) are named in ``error_column``.
+
+    Raises:
+        ConfigError: the provider has no batch API, or the cache is off.
+        InputError: columns missing or cells empty without ``fill``.
+        ProviderError: a batch could not be submitted or read.
+    """
+    provider, cache = flow.provider, flow.engine.cache
+    rows = rows_to_variables(df, flow.variables, columns, options.get("fill"), spelling=spelling)
+    reasons = prefill(flow, rows, poll=poll, progress=options.get("progress", True))
+    # Named (and able) like the real provider, so results and checks read as a plain run's.
+    kind = type(
+        "FromBatches",
+        (_FromBatches,),
+        {
+            "name": provider.name,
+            "supports_images": provider.supports_images,
+            "supports_batches": provider.supports_batches,
+        },
+    )
+    final = type(flow)(
+        flow.graph,
+        name=flow.name,
+        config=flow.config,
+        provider=kind(provider, cache, reasons),
+        media_url=flow.media_url,
+        source=flow.source,
+    )
+    with paid_once([final]):
+        return run_dataframe(final, df, columns, spelling=spelling, meter=meter, **options)

@@ -1,0 +1,166 @@
+"""``flow.run_dataframe(ddf)`` for a Dask DataFrame: the same batch, one partition per task.
+
+The result is lazy: a Dask DataFrame with the pandas path's columns (the input's, then one
+text (``string``) column per output) and, unlike the pandas path, **always** the error column
+(``<NA>`` where the row succeeded): a Dask DataFrame's columns are fixed before any partition
+runs, so the column cannot depend on whether some row fails. The index is kept.
+
+What travels to the workers is a :class:`~flownb.flows.spec.FlowSpec` (the flow's JSON and run
+configuration, never an API key: workers read ``OPENAI_API_KEY`` from their own environment) and a
+:class:`~flownb.frames.dask.limits.ClusterLimits`. Each worker process builds the flow once per
+spec and
+reuses it for every partition it runs, and its provider calls go through the cluster-wide
+``concurrency``, ``rpm`` and ``tpm`` limits.
+
+Faults: when a worker dies, Dask runs its partitions again elsewhere. Workers commit each paid
+answer to the call cache as it arrives (no buffering), so with FLOWNB_HOME on a disk every worker
+shares, a recomputed partition pays only for calls that had not finished. Each partition logs its
+rows under a run id fixed when the graph is built (``<run>-<partition>``), so a recomputed
+partition's rows replace the first attempt's in :func:`flownb.runs` instead of adding to them.
+
+Cells are checked per partition, when it runs: a missing (NaN) cell without ``fill`` fails that
+partition's task with the pandas path's :class:`InputError`. Missing columns are refused at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Unpack
+
+from ...errors import ConfigError
+from ...flows.local import BaseFlow, LocalFlow
+from ...flows.spec import FlowSpec, flow_from_spec
+from ...runtime.hooks import FrameOptions
+from ..run import TEXT, _output_columns, rows_to_variables
+from ..run import run_dataframe as run_pandas
+from .limits import ClusterLimits, start_meters
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    import pandas as pd
+
+__all__ = ["PartitionRunner", "run_dataframe"]
+
+
+class PartitionRunner:
+    """The function every partition runs (picklable: a spec, limits and plain options)."""
+
+    def __init__(
+        self,
+        spec: FlowSpec,
+        limits: ClusterLimits,
+        columns: Mapping[str, str] | None,
+        fill: str | None,
+        error_column: str,
+        out_cols: Mapping[str, str],
+        run: str,
+    ) -> None:
+        self.spec = spec
+        self.limits = limits
+        self.columns = dict(columns) if columns else None
+        self.fill = fill
+        self.error_column = error_column
+        self.out_cols = dict(out_cols)
+        self.run = run
+
+    def __dask_tokenize__(self) -> str:
+        return self.run
+
+    def __call__(self, part: pd.DataFrame, partition_info: dict[str, Any] | None = None) -> Any:
+        """Run the flow over one partition; returns it with the output and error columns."""
+        import pandas as pd
+
+        number = partition_info["number"] if partition_info else 0
+        if len(part) == 0:
+            return _empty_result(part, self.out_cols, self.error_column)
+        flow = flow_from_spec(self.spec, LocalFlow.from_spec)
+        # Inline (offline) providers make no calls to limit: no cluster primitives for them.
+        hold = self.limits.gate() if not flow.provider.inline else contextlib.nullcontext(None)
+        with hold as gate:
+            view = flow.gated(gate, f"{self.run}-{number}")
+            result = run_pandas(
+                view,
+                part,
+                self.columns,
+                fill=self.fill,
+                progress=False,
+                concurrency=self.spec.config.concurrency,
+                error_column=self.error_column,
+            )
+        if self.error_column not in result.columns:
+            result[self.error_column] = pd.Series([None] * len(part), index=part.index, dtype=TEXT)
+        return result
+
+
+def _empty_result(part: pd.DataFrame, out_cols: Mapping[str, str], error_column: str) -> Any:
+    import pandas as pd
+
+    result = part.copy()
+    for col in [*out_cols.values(), error_column]:
+        result[col] = pd.Series([], index=part.index[:0], dtype=TEXT)
+    return result
+
+
+def run_dataframe(
+    flow: BaseFlow,
+    ddf: dd.DataFrame,
+    columns: Mapping[str, str] | None = None,
+    *,
+    rpm: float | None = None,
+    tpm: float | None = None,
+    **options: Unpack[FrameOptions],
+) -> dd.DataFrame:
+    """Run ``flow`` once per row of the Dask DataFrame ``ddf``, lazily, one task per partition,
+    with ``options`` (see :class:`~flownb.runtime.hooks.FrameOptions`; no progress bar, no trace).
+
+    ``concurrency``, ``rpm`` and ``tpm`` (default: the flow's own) hold across all workers
+    together, for all partitions of this result.
+
+    Returns:
+        A lazy Dask DataFrame: ``ddf``'s columns and index, one text (``string``) column
+        per output (``<NA>`` where the row failed) and ``error_column`` (``<NA>`` where it
+        succeeded).
+
+    Raises:
+        TypeError: ``flow`` does not run locally (a remote flow cannot travel to workers).
+        InputError: a variable has no column.
+        ConfigError: a limit is not positive, the flow's provider cannot be rebuilt by name, or
+            ``trace=True``.
+    """
+    if options.get("trace"):
+        raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
+    fill, concurrency = options.get("fill"), options.get("concurrency")
+    error_column = options.get("error_column", "error")
+    if not isinstance(flow, LocalFlow):
+        raise TypeError(
+            f"run_dataframe over a Dask DataFrame needs a local flow (load_flow), got "
+            f"{type(flow).__name__}"
+        )
+    concurrency = concurrency if concurrency is not None else flow.concurrency
+    for name, value in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+    meta_in = ddf._meta
+    rows_to_variables(meta_in, flow.variables, columns, fill)  # missing columns: refused now
+    out_cols = _output_columns(meta_in, flow.outputs)
+    if error_column in meta_in.columns or error_column in out_cols.values():
+        raise ConfigError(
+            f"error_column {error_column!r} is already a column; pass another error_column="
+        )
+    run = uuid.uuid4().hex[:12]
+    limits = ClusterLimits(
+        name=f"flownb-{run}",
+        concurrency=int(concurrency),
+        rpm=rpm if rpm is not None else flow.config.rpm,
+        tpm=tpm if tpm is not None else flow.config.tpm,
+    )
+    # The cluster gate applies the limits; the workers' engines add none of their own. The
+    # cache commits each answer as it arrives, so a worker killed mid-batch has kept what it
+    # paid for.
+    spec = flow.to_spec(concurrency=int(concurrency), rpm=None, tpm=None)
+    start_meters(limits)
+    runner = PartitionRunner(spec, limits, columns, fill, error_column, out_cols, run)
+    meta = _empty_result(meta_in, out_cols, error_column)
+    return ddf.map_partitions(runner, meta=meta, align_dataframes=False)

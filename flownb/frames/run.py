@@ -1,0 +1,286 @@
+"""DataFrame in, DataFrame out: each row one batch element.
+
+Numbers become strings (``3`` -> ``"3"``; a float that holds a whole number in a column pandas
+made float only because of gaps, such as ``3.0``, becomes ``"3"``); NaN/None is refused with an
+error naming the rows unless ``fill`` says what to use. Outputs are appended as columns to a copy
+of the frame (index and input columns kept). Rows that fail at run time get a message in the
+error column and the rest still run. Ctrl-C stops the batch and returns what finished, with the
+unfinished rows marked, so nothing paid for is lost (and with the cache, re-running is free).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Unpack, cast, overload
+
+from ..errors import ConfigError, InputError, Problem, one_line
+from ..flowfile.inputs import PYTHON, Spelling, to_text
+from ..flowfile.validate import unknown_advice
+from ..runtime.hooks import HOOKS, FrameOptions
+from ..runtime.pipeline import Handover
+from ..show.notices import warn
+from .kinds import takes_any_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..flows.local import BaseFlow
+    from ..show.meter import CostMeter
+
+__all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]
+
+INTERRUPTED = "interrupted before this row finished; run again to complete it"
+# The column naming, per row, the nodes whose text stopped at the token limit (only present
+# when some did).
+TRUNCATED = "truncated"
+# The dtype of every text column a run adds: pandas' string dtype (missing cells are <NA>),
+# about half the memory of object columns of str (pyarrow storage, where pyarrow is installed).
+TEXT = "string"
+
+
+def rows_to_variables(
+    df: pd.DataFrame,
+    variables: list[str],
+    columns: Mapping[str, str] | None = None,
+    fill: str | None = None,
+    *,
+    spelling: Spelling = PYTHON,
+) -> ColumnRows:
+    """Return the rows of ``df`` as a sequence of variables mappings (made as they are read).
+
+    ``columns`` maps a variable to the column that holds it, where the names differ; cells
+    become text with :func:`flownb.flowfile.inputs.to_text`. ``spelling`` words the advice in
+    errors for
+    the surface the user is on (``columns=``/``fill=`` in Python, ``--map``/``--fill`` on the
+    command line).
+
+    Raises:
+        InputError: a variable has no column, a mapping names an unknown variable or column, or
+            cells are missing (NaN/None) and no ``fill`` is given; the message names the rows.
+    """
+    mapping = dict(columns or {})
+    problems: list[Problem] = []
+    for var, col in mapping.items():
+        if var not in variables:
+            problems.append(
+                Problem(
+                    "unknown_variable",
+                    f"{spelling.map_option} maps unknown variable {var!r} "
+                    f"({unknown_advice(str(var), variables)})",
+                    variable=var,
+                )
+            )
+        elif col not in df.columns:
+            problems.append(
+                Problem(
+                    "missing_variable",
+                    f"{spelling.map_option} maps variable {var!r} to column {col!r}, "
+                    "which the data lacks",
+                    variable=var,
+                )
+            )
+    unmapped = [var for var in variables if var not in mapping and var not in df.columns]
+    for var in unmapped:
+        problems.append(
+            Problem("missing_variable", f"no column for variable {var!r}", variable=var)
+        )
+    if problems:
+        hint = None
+        if unmapped:
+            hint = (
+                f"the data's columns: "
+                f"{', '.join(map(repr, map(str, df.columns))) or 'none'}; "
+                f"map one with {spelling.map_example(unmapped[0])}"
+            )
+        raise InputError(problems, hint=hint)
+
+    source = {var: mapping.get(var, var) for var in variables}
+    converted = {
+        var: [fill if (text := to_text(v)) is None else text for v in df[col].tolist()]
+        for var, col in source.items()
+    }
+    for var, cells in converted.items():
+        missing = [df.index[i] for i, v in enumerate(cells) if v is None]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            problems.append(
+                Problem(
+                    "missing_variable",
+                    f"column {source[var]!r} (variable {var!r}) is empty (NaN/None) in "
+                    f"{len(missing)} row{'s' * (len(missing) > 1)}, index {shown}",
+                    variable=var,
+                )
+            )
+    if problems:
+        raise InputError(problems, hint=f"{spelling.fill} to run them anyway")
+    return ColumnRows(cast("dict[str, list[str]]", converted), len(df))  # no None left
+
+
+class ColumnRows(Sequence[dict[str, str]]):
+    """Rows of string columns, each made into a variables dict only when the engine reaches it,
+    so a 100,000-row batch does not hold 100,000 dicts at once."""
+
+    def __init__(self, columns: dict[str, list[str]], length: int) -> None:
+        self._names = tuple(columns)
+        self._columns = tuple(columns.values())
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, str]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, str] | list[dict[str, str]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._length))]
+        if not -self._length <= i < self._length:
+            raise IndexError(i)
+        return {name: col[i] for name, col in zip(self._names, self._columns, strict=True)}
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        names = self._names
+        for row in zip(*self._columns, strict=True) if names else ((),) * self._length:
+            yield dict(zip(names, row, strict=True))
+
+
+def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:
+    """Map each output to its column name; an output named like an input column gets a suffix."""
+    names: dict[str, str] = {}
+    for out in dict.fromkeys(outputs):
+        col = out
+        while col in df.columns:
+            col = f"{col}_output"
+        if col != out:
+            warn(f"output {out!r} is also an input column; writing it to {col!r}")
+        names[out] = col
+    return names
+
+
+@takes_any_frame
+def run_dataframe(
+    flow: BaseFlow,
+    df: pd.DataFrame,
+    columns: Mapping[str, str] | None = None,
+    *,
+    spelling: Spelling = PYTHON,
+    meter: CostMeter | None = None,
+    **options: Unpack[FrameOptions],
+) -> pd.DataFrame:
+    """Run ``flow`` once per row of ``df`` (pandas, or polars: the result is the kind given;
+    see :mod:`flownb.frames.kinds`) with ``options`` (``fill``, ``progress``, ``concurrency``,
+    ``error_column``, ``trace``: see :class:`~flownb.runtime.hooks.FrameOptions`). ``spelling``
+    words
+    input errors for the surface calling (see :func:`rows_to_variables`); ``meter`` counts each
+    finished row's cost.
+
+    ``trace=True`` adds one column per generation node that runs (its output, intermediate
+    nodes included; see :attr:`RunResult.trace`), named like the node (`` (node)`` appended
+    where that name is already a column).
+
+    Returns:
+        A copy of ``df`` with a text column (pandas' ``string`` dtype; polars ``String``)
+        per output (missing, ``<NA>``, where the row failed; a row where
+        one node failed keeps the outputs of the others) and, when some rows failed or were
+        interrupted, ``error_column`` holding each such row's message; when some answers
+        stopped at the token limit, a ``truncated`` column naming those nodes per row. With
+        ``fill``, the empty cells of the variables' columns hold ``fill`` (what the flow got).
+
+    Raises:
+        TypeError: ``df`` is not a pandas or polars DataFrame (or is a lazy one).
+        InputError: columns missing or cells empty without ``fill`` (see
+            :func:`rows_to_variables`).
+        ConfigError: ``trace=True`` for a flow that does not report its nodes (a remote flow).
+    """
+    import pandas as pd
+
+    fill, concurrency = options.get("fill"), options.get("concurrency")
+    progress, trace = options.get("progress", True), options.get("trace", False)
+    error_column = options.get("error_column", "error")
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"run_dataframe takes a pandas DataFrame, got {type(df).__name__}")
+    batch = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)
+    out_cols = _output_columns(df, flow.outputs)
+    trace_cols = _trace_columns(flow, [*df.columns, *out_cols.values()]) if trace else {}
+    n = len(batch)
+    values: dict[str, list[str | None]] = {out: [None] * n for out in out_cols}
+    traced: dict[str, list[str | None]] = {node: [None] * n for node in trace_cols}
+    errors: list[str | None] = [None] * n
+    truncated: list[str | None] = [None] * n
+    done = [False] * n
+
+    def record(i: int, result: Any, exc: BaseException | None) -> None:
+        # The row's values first, then "done": a row is never seen done without its outputs.
+        if exc is not None:
+            errors[i] = one_line(exc, code=True)
+            # A row where one node failed keeps the outputs of the nodes that succeeded.
+            result = getattr(exc, "partial", None)
+        if result is not None:
+            for out in out_cols:
+                values[out][i] = result.get(out)
+            if traced:
+                for node, output in result.trace.items():
+                    traced[node][i] = output
+            cut = getattr(result, "truncated", ())
+            if cut:
+                truncated[i] = ", ".join(cut)
+            if meter is not None:
+                meter.add(result)
+        done[i] = True
+
+    interrupted = False
+    # Closed before the frame is built: a row the loop thread finishes while it unwinds after
+    # Ctrl-C (or after a form's Stop) cannot change the lists below while they are read.
+    handover = Handover(record)
+    # In a notebook's live view, the returned frame's table is what the view ends as.
+    slot = HOOKS["live_slot"](df.index) if progress else None
+    try:
+        # The rows were made from the frame's columns as strings: no second validation pass.
+        flow.run_each(batch, handover, progress=progress, concurrency=concurrency, check=False)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        handover.close()
+    result = df.copy()
+    if fill is not None:
+        # The filled input cells show what the flow was given (fill="": empty text, not NaN).
+        for col in dict.fromkeys((columns or {}).get(var, var) for var in flow.variables):
+            missing = result[col].isna()
+            if missing.any():
+                result[col] = result[col].astype(object).where(~missing, fill)
+    for out, col in out_cols.items():
+        result[col] = pd.Series(values[out], index=df.index, dtype=TEXT)
+    for node, col in trace_cols.items():
+        result[col] = pd.Series(traced[node], index=df.index, dtype=TEXT)
+    if interrupted:
+        for i in range(n):
+            if not done[i]:
+                errors[i] = INTERRUPTED
+        finished = sum(done)
+        warn(
+            f"interrupted: {finished} of {n} rows finished and are kept; the other rows are "
+            f"marked in column {error_column!r}. Run again to complete them."
+        )
+    if any(e is not None for e in errors):
+        result[error_column] = pd.Series(errors, index=df.index, dtype=TEXT)
+    if any(t is not None for t in truncated):
+        col = TRUNCATED
+        while col in result.columns:
+            col = f"{col}_output"
+        result[col] = pd.Series(truncated, index=df.index, dtype=TEXT)
+    if slot is not None:
+        slot.show(result)
+    return result
+
+
+def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
+    """Map each traced node name to its column (`` (node)`` appended on a clash)."""
+    plan = getattr(flow, "plan", None)
+    if plan is None:
+        raise ConfigError(
+            f"trace=True needs a local flow; {flow.name!r} runs remotely and reports only outputs"
+        )
+    return {name: name if name not in taken else f"{name} (node)" for name in plan.trace_names}

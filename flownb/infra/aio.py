@@ -1,0 +1,281 @@
+"""Running async work from sync code, including inside Jupyter where a loop already runs.
+
+All sync entry points run their coroutines on one long-lived event loop in a daemon thread.
+That works whether or not the calling thread has a running loop (never ``asyncio.run`` in a
+kernel), and lets providers keep HTTP connection pools alive across calls, since every
+coroutine they serve from sync code runs on the same loop.
+
+Ctrl-C while waiting cancels the coroutine on the loop and waits (up to :data:`INTERRUPT_WAIT`
+seconds) for it to unwind, so work it finished has been handed over before ``KeyboardInterrupt``
+reaches the caller. A coroutine that takes longer to clean up keeps running on the loop; callers
+that collect results close their hand-over first (see :class:`flownb.runtime.pipeline.Handover`), so
+nothing it reports later reaches what they return.
+
+A process forked while the loop runs (multiprocessing's ``fork``, a pre-forking server, a
+Dask/joblib worker) inherits the loop object but not its thread: the child forgets it and
+starts its own on first use (``os.register_at_fork``), so ``run_sync`` works there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync", "stream_async", "stream_sync"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Seconds between checks for Ctrl-C while a sync call waits for its coroutine.
+_WAKE = 0.1
+# Seconds Ctrl-C waits for the cancelled coroutine to unwind before raising anyway.
+INTERRUPT_WAIT = 10.0
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+# What a forked child inherited from its parent and must neither use nor close: the parent's
+# loop (its selector and self-pipe are shared with the parent) stays referenced, never closed.
+_inherited: list[object] = []
+
+
+def _forget_loop_in_child() -> None:
+    """In a forked child: drop the parent's loop (its thread did not survive the fork) and the
+    lock, which another thread of the parent may have held at the moment of the fork."""
+    global _loop, _lock
+    if _loop is not None:
+        _inherited.append(_loop)
+    _loop = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_in_child)
+
+_local = threading.local()
+
+
+class Stopper:
+    """Lets another thread stop the work a thread runs through :func:`run_sync`, as Ctrl-C does.
+
+    ``with stopper:`` on the working thread; :meth:`stop` from any thread (a widget's Stop
+    button, a signal handler) cancels what runs and makes ``run_sync`` raise
+    ``KeyboardInterrupt`` there once it unwound, so callers keep what finished exactly as
+    after Ctrl-C. Work started after ``stop()`` is stopped at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: set[concurrent.futures.Future[Any]] = set()
+        self.stopped = False
+
+    def __enter__(self) -> Stopper:
+        _local.stopper = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.stopper = None
+
+    def stop(self) -> None:
+        """Cancel the work running under this stopper (and any started later)."""
+        with self._lock:
+            self.stopped = True
+            futures = list(self._futures)
+        for future in futures:
+            future.cancel()
+
+    def watch(self, future: concurrent.futures.Future[Any]) -> None:
+        """Cancel ``future`` on :meth:`stop` (at once if already stopped)."""
+        with self._lock:
+            self._futures.add(future)
+            stopped = self.stopped
+        if stopped:
+            future.cancel()
+
+    def forget(self, future: concurrent.futures.Future[Any]) -> None:
+        """Stop watching ``future``."""
+        with self._lock:
+            self._futures.discard(future)
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="flownb-event-loop", daemon=True
+            )
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def _loop_for_sync() -> asyncio.AbstractEventLoop:
+    """Return the background loop, for a sync call to wait on.
+
+    Raises:
+        RuntimeError: the caller is a coroutine on that loop (waiting would deadlock).
+    """
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise RuntimeError(
+            "flownb's sync API was called from its own event loop; use the async API"
+        )
+    return loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on flownb's background loop and return its result.
+
+    Raises:
+        Whatever ``coro`` raises. ``KeyboardInterrupt`` while waiting cancels ``coro`` first;
+            so does a :class:`Stopper` stopped from another thread, which then raises
+            ``KeyboardInterrupt`` here too.
+        RuntimeError: called from a coroutine already running on the background loop (that
+            would deadlock; await the async API instead).
+    """
+    try:
+        loop = _loop_for_sync()
+    except RuntimeError:
+        coro.close()  # never started: no "never awaited" warning
+        raise
+    finished = threading.Event()
+
+    async def tracked() -> T:
+        try:
+            return await coro
+        finally:
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(tracked(), loop)
+    stopper: Stopper | None = getattr(_local, "stopper", None)
+    if stopper is not None:
+        stopper.watch(future)
+    try:
+        # Waited for in slices: a wait blocked in the kernel wakes for Ctrl-C only when the
+        # signal lands on this thread, which libraries running threads of their own (polars,
+        # once imported) make unlikely; a woken thread runs the pending handler at once.
+        while not future.done():
+            concurrent.futures.wait((future,), timeout=_WAKE)
+        return future.result()
+    except concurrent.futures.CancelledError:
+        if stopper is None or not stopper.stopped:
+            raise
+        # Stopped from another thread: the same unwinding, and the same exception, as Ctrl-C.
+        finished.wait(timeout=INTERRUPT_WAIT)
+        raise KeyboardInterrupt from None
+    except KeyboardInterrupt:
+        future.cancel()
+        # Let the coroutine unwind (its finally blocks hand over finished work) before raising.
+        finished.wait(timeout=INTERRUPT_WAIT)
+        raise
+    finally:
+        if stopper is not None:
+            stopper.forget(future)
+
+
+_END = object()  # what the runner puts last: (_END, its result or exception)
+
+
+def stream_sync(
+    run: Callable[[Callable[[T], None]], Coroutine[Any, Any, R]],
+) -> Iterator[T | R]:
+    """Run the coroutine ``run(emit)`` on flownb's background loop (as :func:`run_sync`
+    does), yielding each item it passes to ``emit`` the moment it does (``emit`` may be called
+    from the loop's thread only), then its return value.
+
+    Closing the generator early (``break``) cancels the run there. Ctrl-C while waiting, or a
+    :class:`Stopper` stopped from another thread, cancels it too and raises
+    ``KeyboardInterrupt`` once it unwound (up to :data:`INTERRUPT_WAIT` seconds).
+
+    Raises:
+        Whatever the coroutine raises (after the items emitted before).
+        RuntimeError: called from a coroutine running on the background loop.
+    """
+    loop = _loop_for_sync()
+    found: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    finished = threading.Event()
+
+    def emit(item: T) -> None:
+        found.put((item, None))
+
+    async def runner() -> None:
+        try:
+            result = await run(emit)
+        except asyncio.CancelledError:
+            found.put((_END, KeyboardInterrupt()))
+            raise
+        except BaseException as exc:
+            found.put((_END, exc))
+        else:
+            found.put((_END, (result,)))
+        finally:
+            finished.set()
+
+    def cancelled(fut: concurrent.futures.Future[None]) -> None:
+        if fut.cancelled():  # perhaps before runner started: the consumer must not wait on
+            found.put((_END, KeyboardInterrupt()))
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(runner(), loop)
+    future.add_done_callback(cancelled)
+    stopper: Stopper | None = getattr(_local, "stopper", None)
+    if stopper is not None:
+        stopper.watch(future)
+    done = False
+    try:
+        while True:
+            item, end = found.get()
+            if item is not _END:
+                yield item
+                continue
+            done = True
+            if isinstance(end, BaseException):
+                raise end
+            yield end[0]
+            return
+    finally:
+        if not done:  # closed early, interrupted, or stopped: cancel, let it unwind
+            future.cancel()
+            finished.wait(timeout=INTERRUPT_WAIT)
+        if stopper is not None:
+            stopper.forget(future)
+
+
+async def stream_async(
+    run: Callable[[Callable[[T], None]], Coroutine[Any, Any, R]],
+) -> AsyncIterator[T | R]:
+    """Run the coroutine ``run(emit)`` on the caller's loop, yielding each item it passes to
+    ``emit`` (from this loop) as it comes, then its return value. Closing the iterator early
+    cancels the run (and waits for it).
+
+    Raises:
+        Whatever the coroutine raises (after the items emitted before).
+    """
+    items: asyncio.Queue[T] = asyncio.Queue()
+    task = asyncio.ensure_future(run(items.put_nowait))
+    try:
+        while not task.done() or not items.empty():
+            if items.empty():
+                getter = asyncio.ensure_future(items.get())
+                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                yield getter.result()
+            else:
+                yield items.get_nowait()
+        result = task.result()  # raises the run's exception, if it failed
+    finally:
+        if not task.done():  # the consumer stopped early: the run stops too
+            task.cancel()
+            await asyncio.wait({task})
+    yield result

@@ -1,0 +1,307 @@
+"""OpenTelemetry spans for flow runs and provider calls, following the GenAI semantic
+conventions (``gen_ai.*`` attributes), for Phoenix, Langfuse, Jaeger or any OTLP collector.
+
+Nothing here sends anything: spans go to the tracer provider the user configured
+(``opentelemetry.trace.set_tracer_provider``, or ``opentelemetry-instrument``). With no
+provider configured, or without ``opentelemetry-api`` installed (``pip install flownb[otel]``),
+every function returns ``None`` and the callers take their untraced path: the package is
+imported only when tracing is first looked for, never when flownb is imported.
+
+A flow run is an ``invoke_workflow`` span (``gen_ai.workflow.name``); each provider call under
+it a ``chat`` span (``generate_content`` for an image) with the request and response model,
+the token usage, ``flownb.cache_hit`` (answered from the cache: no provider call made) and
+``flownb.cost_usd`` (US dollars the call spent, when known: 0 for a cache hit, whose
+``flownb.saved_usd`` is what its answer cost when it was paid for). A failure sets the span's
+status, ``error.type`` and ``flownb.error``; a run's span fails when any of its elements did
+(``flownb.failed_rows``, and an exception event per failed element naming its ``flownb.row``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["RunFailures", "call_span", "end_call", "flow_span", "traced", "tracer"]
+
+
+# What a span reads of a provider call and its answer (flownb.providers.base's Call and
+# Generation have these): protocols, so this module sits below the providers it traces.
+class Call(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def node_id(self) -> str: ...
+
+
+class Generation(Protocol):
+    @property
+    def cached(self) -> bool: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def usage(self) -> Mapping[str, int] | None: ...
+
+
+C = TypeVar("C", bound=Call)
+G = TypeVar("G", bound=Generation)
+R = TypeVar("R")
+
+_TRACER_NAME = "flownb"
+_UNSET: Any = object()
+_api: Any = _UNSET  # the opentelemetry.trace module, None when not installed (looked up once)
+_cached: tuple[Any, Any] = (None, None)  # (tracer provider, its flownb tracer)
+
+
+def _trace_api() -> Any:
+    global _api, _get_provider, _unconfigured
+    if _api is _UNSET:
+        trace: Any
+        try:
+            from opentelemetry import trace
+        except ImportError:  # the otel extra is not installed: tracing stays off
+            trace = None
+        if trace is not None:
+            _get_provider = trace.get_tracer_provider
+            _unconfigured = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        _api = trace
+    return _api
+
+
+_get_provider: Any = None
+_unconfigured: tuple[type, ...] = ()
+
+
+def tracer() -> Any:
+    """Return flownb's tracer when a tracer provider is configured, else ``None``.
+
+    Called once per run and per batch of calls, so kept cheap (about a microsecond).
+    """
+    global _cached
+    if _api is _UNSET:
+        _trace_api()
+    if _api is None:
+        return None
+    provider = _get_provider()
+    if type(provider) in _unconfigured:
+        return None  # nothing configured: spans would go nowhere
+    if _cached[0] is not provider:
+        _cached = (provider, provider.get_tracer(_TRACER_NAME))
+    return _cached[1]
+
+
+def _operation(kind: str) -> str:
+    return "generate_content" if kind == "image" else "chat"
+
+
+def _error(span: Any, error_type: str, exc: BaseException, description: str) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute("error.type", error_type)
+    span.set_attribute("flownb.error", str(exc).splitlines()[0][:500] if str(exc) else "")
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+def _failed(span: Any, exc: BaseException) -> None:
+    span.record_exception(exc)
+    _error(span, type(exc).__name__, exc, type(exc).__name__)
+
+
+# Exception events recorded on a run's span, the first failed elements' (each formats its
+# traceback; the SDK keeps 128 events a span anyway): flownb.failed_rows counts them all.
+_FAILURE_EVENTS = 32
+
+
+class RunFailures:
+    """The elements of a traced run that failed, for its span.
+
+    An element's error reaches the run through its ``on_result`` callback, not as an exception
+    out of the run (and ``run`` raises it only after the span has ended), so the runner passes
+    ``on_result`` through :meth:`watch`. An untraced run's ``watch`` returns ``on_result``
+    itself: nothing is added per element when tracing is off.
+    """
+
+    __slots__ = ("_failed", "_lock", "_open", "active")
+
+    def __init__(self, active: bool = True) -> None:
+        self.active = active
+        self._failed: dict[int, BaseException] = {}
+        self._lock = threading.Lock()
+        self._open = True
+
+    def watch(
+        self, on_result: Callable[[int, R, BaseException | None], None]
+    ) -> Callable[[int, R, BaseException | None], None]:
+        """Return ``on_result`` noting each failed element for the span (``on_result`` itself
+        when the run is not traced)."""
+        if not self.active:
+            return on_result
+
+        def report(i: int, result: R, exc: BaseException | None) -> None:
+            if exc is not None:
+                self._note(i, exc)
+            on_result(i, result, exc)
+
+        return report
+
+    def _note(self, i: int, exc: BaseException) -> None:
+        # Reports come from the event loop's thread; one after the span ended (a run Ctrl-C
+        # gave up waiting for) is not the span's to record.
+        with self._lock:
+            if self._open:
+                self._failed[i] = exc
+
+    def close(self) -> dict[int, BaseException]:
+        """Stop noting failures; return the failed elements' errors by index."""
+        with self._lock:
+            self._open = False
+            return self._failed
+
+
+_UNTRACED = RunFailures(active=False)
+
+
+def _elements_failed(span: Any, failed: Mapping[int, BaseException], rows: int) -> None:
+    """Mark a run's span as failed when some of its ``rows`` elements failed: its status,
+    ``error.type`` (the elements' error type; ``BatchError``, what a batch with failures
+    raises, when they differ), ``flownb.failed_rows`` and an exception event per element."""
+    if not failed:
+        return
+    indexes = sorted(failed)
+    for i in indexes[:_FAILURE_EVENTS]:
+        span.record_exception(failed[i], attributes={"flownb.row": i})
+    types = {type(exc).__name__ for exc in failed.values()}
+    error_type = types.pop() if len(types) == 1 else "BatchError"
+    span.set_attribute("flownb.failed_rows", len(failed))
+    description = error_type if rows == 1 else f"{len(failed)} of {rows} rows failed"
+    _error(span, error_type, failed[indexes[0]], description)
+
+
+@contextmanager
+def flow_span(flow: str, provider: str, rows: int) -> Iterator[RunFailures]:
+    """Trace a flow run of ``rows`` batch elements as an ``invoke_workflow`` span (current while
+    the run's calls are made, so their spans are its children); a no-op without tracing.
+
+    Yields:
+        The run's :class:`RunFailures`: pass the run's ``on_result`` through its ``watch``, so
+        the span fails when an element does (the run reports it rather than raising it).
+    """
+    t = tracer()
+    if t is None:
+        yield _UNTRACED
+        return
+    from opentelemetry.trace import SpanKind
+
+    attributes = {
+        "gen_ai.operation.name": "invoke_workflow",
+        "gen_ai.workflow.name": flow,
+        "gen_ai.provider.name": provider,
+        "gen_ai.system": provider,
+        "flownb.flows.local": flow,
+        "flownb.rows": rows,
+    }
+    with t.start_as_current_span(
+        f"invoke_workflow {flow}",
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        failures = RunFailures()
+        try:
+            yield failures
+        except BaseException as exc:
+            failed = failures.close()
+            _elements_failed(span, failed, rows)
+            if not any(exc is e for e in failed.values()):  # a streamed run raises its element's
+                _failed(span, exc)  # what the run raised is the span's error
+            raise
+        _elements_failed(span, failures.close(), rows)
+
+
+def call_span(provider: str, call: Call) -> Any:
+    """Start the span of one provider call (not made current: calls run concurrently), or
+    return ``None`` without tracing. End it with :func:`end_call`."""
+    t = tracer()
+    if t is None:
+        return None
+    from opentelemetry.trace import SpanKind
+
+    operation = _operation(call.kind)
+    model = call.params.get("model") if call.params else None
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.provider.name": provider,
+        "gen_ai.system": provider,
+        "gen_ai.output.type": "image" if call.kind == "image" else "text",
+    }
+    if model:
+        attributes["gen_ai.request.model"] = str(model)
+    for name in ("temperature", "max_tokens", "top_p"):
+        value = call.params.get(name) if call.params else None
+        if value is not None:
+            attributes[f"gen_ai.request.{name}"] = value
+    if call.node_id:
+        attributes["flownb.node"] = call.node_id
+    name = f"{operation} {model}" if model else operation
+    return t.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
+
+
+def end_call(span: Any, gen: Generation | None, exc: BaseException | None = None) -> None:
+    """End a span :func:`call_span` started, with what the call gave: the response model, the
+    token usage, the cache hit, the cost when known (0 for a cache hit, whose saving is apart),
+    or the error."""
+    if span is None:
+        return
+    if gen is not None:
+        span.set_attribute("flownb.cache_hit", bool(gen.cached))
+        if gen.model:
+            span.set_attribute("gen_ai.response.model", gen.model)
+            if "gen_ai.request.model" not in getattr(span, "attributes", {}):
+                # No model in the node's params: the provider's default answered, by this name.
+                span.set_attribute("gen_ai.request.model", gen.model)
+        usage = gen.usage or {}
+        if not gen.cached:  # a cached answer used no tokens this time
+            if usage.get("prompt_tokens") is not None:
+                span.set_attribute("gen_ai.usage.input_tokens", int(usage["prompt_tokens"]))
+            if usage.get("completion_tokens") is not None:
+                span.set_attribute("gen_ai.usage.output_tokens", int(usage["completion_tokens"]))
+        # Set by providers that price their answers; NaN: the price is unknown, so left off.
+        cost = getattr(gen, "cost", None)
+        if cost is not None and math.isnan(cost):
+            cost = None
+        if gen.cached:
+            # A cache hit made no provider call: it spent nothing. Its generation keeps what the
+            # answer cost when it was paid for, which is the saving (as RunResult.cache_saving
+            # and the run log count it); as cost_usd, a sum over spans would count it twice.
+            span.set_attribute("flownb.cost_usd", 0.0)
+            if cost is not None:
+                span.set_attribute("flownb.saved_usd", float(cost))
+        elif cost is not None:
+            span.set_attribute("flownb.cost_usd", float(cost))
+    if exc is not None:
+        _failed(span, exc)
+    span.end()
+
+
+def traced(provider: str, generate: Callable[[C], G]) -> Callable[[C], G]:
+    """Return ``generate`` (a synchronous provider call) tracing each call when a tracer is
+    configured, else ``generate`` itself (chosen once per batch: no cost per call when off)."""
+    if tracer() is None:
+        return generate
+
+    def call(c: C) -> G:
+        span = call_span(provider, c)
+        try:
+            gen = generate(c)
+        except BaseException as exc:
+            end_call(span, None, exc)
+            raise
+        end_call(span, gen)
+        return gen
+
+    return call

@@ -1,0 +1,1 @@
+"""Anthropic's Claude: the provider and its Message Batches."""

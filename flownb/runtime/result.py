@@ -1,0 +1,253 @@
+"""The result of one run: a ``dict`` of output name -> output string, with run metadata and a
+rich notebook display.
+
+It is a real ``dict`` (JSON-serialisable, compares equal to a plain dict) so users can treat it
+as one; the metadata lives in attributes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..show.display import display_result, result_bundle, result_text
+
+__all__ = ["OnResult", "RunResult", "make_result"]
+
+
+class RunResult(dict[str, str]):
+    """Output name -> output (text, or the URL of an image).
+
+    Attributes:
+        entries: every output node's ``(name, output)`` in node order (the contract's run
+            items; differs from the dict only when two output nodes share a name).
+        kinds: output name -> ``"text"`` or ``"image"``.
+        provider: the provider that ran ("offline", "openai", or "remote").
+        cached: names of the outputs served from the cache without a provider call.
+        latency: seconds the run took.
+        truncated: the nodes whose answer stopped at the token limit (see the property).
+        cost: US dollars this run's provider calls cost (NaN when a price is unknown; 0 when
+            everything came from the cache, or offline). ``cache_saving``: what the cached
+            outputs would have cost.
+    """
+
+    # Instance attributes on a dict subclass: declared, so typos fail loudly.
+    __slots__ = (
+        "_costs",
+        "_entries",
+        "_plan",
+        "_trace_of",
+        "cached",
+        "generations",
+        "kinds",
+        "latency",
+        "provider",
+    )
+
+    def __init__(
+        self,
+        outputs: Mapping[str, str],
+        *,
+        entries: Sequence[tuple[str, str]] | None = None,
+        kinds: Mapping[str, str] | None = None,
+        provider: str = "",
+        cached: frozenset[str] = frozenset(),
+        latency: float = 0.0,
+        generations: Sequence[Any] = (),
+    ) -> None:
+        super().__init__(outputs)
+        self._entries = list(entries) if entries is not None else None
+        self.kinds = kinds if kinds is not None else {}
+        self.provider = provider
+        self.cached = cached
+        self.latency = latency
+        self.generations = generations
+        self._trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None
+        self._costs: tuple[float, float] | None = None
+        self._plan: Any = None
+
+    def _money(self) -> tuple[float, float]:
+        if self._costs is None:
+            if not self.generations:  # remote runs: the service does not say
+                return (math.nan, math.nan)
+            from ..config.pricing import costs_of
+
+            self._costs = costs_of(self.provider, self.generations)
+        return self._costs
+
+    @property
+    def cost(self) -> float:
+        """US dollars this run's provider calls cost (NaN: a price is unknown)."""
+        return self._money()[0]
+
+    @property
+    def cache_saving(self) -> float:
+        """US dollars the outputs served from the cache would have cost (NaN: unknown)."""
+        return self._money()[1]
+
+    @property
+    def trace(self) -> dict[str, str]:
+        """Every generation node that ran: node name -> its output (text, or image URL), in
+        run order; intermediate nodes included. Empty for remote runs (the service keeps them).
+        """
+        if self._trace_of is None:
+            return {}
+        names, media_url = self._trace_of
+        return {
+            name: g.output if g.media is None else media_url(g.media)
+            for name, g in zip(names, self.generations, strict=True)
+            if g is not None  # a node that failed or did not run (a partly failed row)
+        }
+
+    def to_svg(self) -> str:
+        """Return the picture of the flow that made this run (as ``flow.to_svg()``) with each
+        generation node that ran annotated: its time, tokens and cost (``1.24 s · 340 tok ·
+        $0.0012``), or ``cached`` and what the cache saved. The figures are
+        :attr:`generations`' (``latency``, ``usage``, ``cost``), in :attr:`trace` order.
+
+        Raises:
+            ConfigError: the run came from a remote flow (the service keeps its nodes).
+        """
+        from ..flowfile.drawing import run_notes, to_svg
+
+        plan = self._plan
+        if plan is None:
+            from ..errors import ConfigError
+
+            raise ConfigError(
+                "this run's picture needs its flow's nodes; a remote run reports only outputs"
+            )
+        node_ids = [step.node_id for step in plan.steps]
+        return to_svg(
+            plan.graph,
+            title="flow run: time, tokens and cost per node",
+            notes=run_notes(node_ids, self.generations),
+        )
+
+    def trace_picture(self) -> Any:
+        """Return :meth:`to_svg`'s picture ready to show: a notebook draws the SVG; a terminal
+        prints one line per node that ran (its name, then the figures).
+
+        Raises:
+            ConfigError: as :meth:`to_svg`.
+        """
+        from ..flowfile.drawing import Picture, run_notes
+
+        svg = self.to_svg()
+        plan = self._plan
+        notes = run_notes([step.node_id for step in plan.steps], self.generations)
+        lines = [
+            f"{name}: {notes[step.node_id]}"
+            for name, step in zip(plan.trace_names, plan.steps, strict=True)
+            if step.node_id in notes
+        ]
+        return Picture(svg, "\n".join(lines) or "(no node ran)")
+
+    @property
+    def truncated(self) -> tuple[str, ...]:
+        """The nodes whose text stopped at the token limit (``finish_reason: length``): kept,
+        but cut short. Empty when none was (and for remote runs)."""
+        if self._trace_of is None:
+            return ()
+        names = self._trace_of[0]
+        return tuple(
+            name
+            for name, g in zip(names, self.generations, strict=True)
+            if g is not None and g.finish_reason == "length"
+        )
+
+    @property
+    def entries(self) -> list[tuple[str, str]]:
+        """Every output node's ``(name, output)``, in node order."""
+        return self._entries if self._entries is not None else list(self.items())
+
+    def to_items(self) -> list[dict[str, str]]:
+        """Return the contract's run response for this run: one item per output node."""
+        return [{"name": n, "output": o, "type": "output"} for n, o in self.entries]
+
+    def is_image(self, name: str) -> bool:
+        """Return whether output ``name`` is an image URL."""
+        return self.kinds.get(name) == "image"
+
+    def __repr__(self) -> str:
+        return f"RunResult({dict.__repr__(self)})"
+
+    def __str__(self) -> str:
+        return result_text(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return result_bundle(self)
+
+    def _ipython_display_(self) -> None:
+        # One display per output (a named Markdown block, or an embedded image), which renders
+        # images even where a notebook's sanitizer would strip data URLs from Markdown.
+        display_result(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle as a plain dict plus attributes; the default dict-subclass path drops slots.
+        return (
+            _rebuild,
+            (
+                dict(self),
+                self.entries,
+                dict(self.kinds),
+                self.provider,
+                self.cached,
+                self.latency,
+                self._money(),
+            ),
+        )
+
+
+def _rebuild(
+    outputs: dict[str, str],
+    entries: list[tuple[str, str]],
+    kinds: dict[str, str],
+    provider: str,
+    cached: frozenset[str],
+    latency: float,
+    costs: tuple[float, float] | None = None,
+) -> RunResult:
+    result = RunResult(
+        outputs, entries=entries, kinds=kinds, provider=provider, cached=cached, latency=latency
+    )
+    result._costs = costs
+    return result
+
+
+# Called as each element of a batch finishes: (index, result, None) or (index, None, exception).
+OnResult = Callable[[int, RunResult | None, BaseException | None], None]
+
+_new = dict.__new__
+
+
+def make_result(
+    outputs: Mapping[str, str],
+    entries: list[tuple[str, str]] | None,
+    kinds: Mapping[str, str],
+    provider: str,
+    cached: frozenset[str],
+    latency: float,
+    generations: Sequence[Any],
+    trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None,
+    plan: Any = None,
+) -> RunResult:
+    """Return a :class:`RunResult` without keyword parsing: the engine's per-row constructor.
+
+    ``entries`` is None when it would equal the dict's own items (unique output names);
+    ``trace_of`` is the plan's node names and the media URL maker, for :attr:`RunResult.trace`;
+    ``plan`` the engine's plan, for :meth:`RunResult.to_svg`.
+    """
+    result = _new(RunResult)
+    result.update(outputs)
+    result._entries = entries
+    result.kinds = kinds
+    result.provider = provider
+    result.cached = cached
+    result.latency = latency
+    result.generations = generations
+    result._trace_of = trace_of
+    result._costs = None
+    result._plan = plan
+    return result

@@ -1,0 +1,524 @@
+"""The run log: one row per run (per batch element) in SQLite under ``FLOWNB_HOME/runs.sqlite``,
+read back as a DataFrame with :func:`runs`.
+
+Each row keeps the flow, the inputs, the outputs, the provider and model(s), the latency, the
+token usage the provider reported (fresh calls only: cached outputs cost nothing; the details
+such as ``cached_tokens``, ``reasoning_tokens`` and ``image_tokens`` kept apart), which outputs
+came from the cache, the error of a failed run, and the money: ``cost_usd`` (what the run's
+calls cost, from :mod:`flownb.config.pricing`; NaN when a price is unknown, never 0) and
+``saved_usd`` (what its cached outputs would have cost). Rows are collected in memory while a batch
+runs and written by a writer thread, one INSERT per chunk of rows (every 500 rows of real calls,
+once at the end of an offline batch, and when interrupted), so logging stays off the run's path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sqlite3
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..config.pricing import costs_of
+from ..errors import ConfigError, one_line
+from ..infra.writable import folder_problem, unwritable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .result import OnResult, RunResult
+
+__all__ = ["RUNLOG_FILE", "RunLog", "RunRecorder", "open_runlog", "runs"]
+
+RUNLOG_FILE = "runs.sqlite"
+_FLUSH_EVERY = 500
+_FLUSH_AFTER = 1.0  # seconds
+# Inline (offline) runs: rarely, so the writer thread seldom competes with the run, but often
+# enough that a 100,000-row batch never holds more than this many results for the log.
+_INLINE_FLUSH_EVERY = 10_000
+
+# A batch's rows are stored as chunks: one JSON array of up to 2,000 rows per table row, so
+# logging costs one json.dumps and one INSERT per chunk, not per run. The ``runs`` view expands
+# them into one SQL row per run for anyone querying the file directly.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    flow TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    rows TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_flow ON chunks (flow);
+"""
+_VIEW = """
+CREATE VIEW IF NOT EXISTS runs AS
+SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
+       json_extract(r.value, '$[0]') AS idx, json_extract(r.value, '$[1]') AS finished,
+       json_extract(r.value, '$[2]') AS model, json_extract(r.value, '$[3]') AS inputs,
+       json_extract(r.value, '$[4]') AS outputs, json_extract(r.value, '$[5]') AS latency,
+       json_extract(r.value, '$[6]') AS prompt_tokens,
+       json_extract(r.value, '$[7]') AS completion_tokens,
+       json_extract(r.value, '$[8]') AS total_tokens, json_extract(r.value, '$[9]') AS cached,
+       json_extract(r.value, '$[10]') AS error, json_extract(r.value, '$[11]') AS usage_details,
+       json_extract(r.value, '$[12]') AS cost_usd, json_extract(r.value, '$[13]') AS saved_usd
+FROM chunks AS c, json_each(c.rows) AS r;
+"""
+_INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
+
+COLUMNS = [
+    "run_id",
+    "index",
+    "finished",
+    "flow",
+    "provider",
+    "model",
+    "inputs",
+    "outputs",
+    "latency",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "cached",
+    "cached_outputs",
+    "error",
+    "usage_details",
+    "cost_usd",
+    "saved_usd",
+]
+# Usage counts kept in their own columns; any other the provider reported goes to usage_details.
+_TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+
+
+class RunLog:
+    """The run-log database. Safe from several threads (one lock); WAL for several processes.
+
+    A forked child gets its own connection, writer thread and lock (the parent's are unusable
+    there), so a flow loaded before the fork keeps logging in the child.
+
+    Raises:
+        ConfigError: the file cannot be used as the run log.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._db = self._connect()
+        # Serialising and inserting happen on one writer thread, off the run's path; pending
+        # writes finish before the interpreter exits, and readers wait for them (``sync``).
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flownb-runlog")
+        self.write_errors: list[BaseException] = []
+        _open_logs.add(self)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(
+                self.path, check_same_thread=False, timeout=30, isolation_level=None
+            )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            if folder_problem(self.path.parent) is not None:  # deleting the file cannot help
+                raise unwritable(
+                    self.path.parent,
+                    exc,
+                    f"the run log ({self.path.name})",
+                    switch="run with log=False / FLOWNB_RUNLOG=0",
+                ) from exc
+            raise ConfigError(
+                f"the run log {self.path} cannot be used ({exc}); delete the file, or run with "
+                "log=False / FLOWNB_RUNLOG=0"
+            ) from exc
+        # An SQLite without JSON functions cannot make the view; it is a convenience only.
+        with contextlib.suppress(sqlite3.OperationalError):
+            db.executescript(_VIEW)
+        return db
+
+    def after_fork_in_child(self) -> None:
+        """After a fork, in the child: a connection, writer thread and lock of its own.
+
+        SQLite forbids using a connection across a fork, and closing the inherited one would
+        drop the child's own file locks, so it is kept, unused, for the child's lifetime.
+        """
+        _inherited.extend((self._db, self._writer))
+        self._lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flownb-runlog")
+        try:
+            self._db = self._connect()
+        except ConfigError as exc:  # the writes fail (into write_errors); the run goes on
+            self.write_errors.append(exc)
+            self._db = sqlite3.connect(":memory:", check_same_thread=False)
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the writer thread (jobs run one at a time, in order)."""
+
+        def guarded() -> None:
+            try:
+                job()
+            except Exception as exc:  # a full disk must not break the run that was logged
+                self.write_errors.append(exc)
+
+        self._writer.submit(guarded)
+
+    def sync(self) -> None:
+        """Return once every write submitted so far is committed."""
+        self._writer.submit(lambda: None).result()
+
+    def recorder(
+        self,
+        flow: str,
+        provider: str,
+        batch: Sequence[Mapping[str, str]],
+        *,
+        detailed: bool = True,
+        run_id: str | None = None,
+    ) -> RunRecorder:
+        """Return a recorder for one batch of ``flow`` (wrap its ``on_result``, then ``flush``).
+
+        ``detailed=False`` (inline providers: no tokens, nothing cached, one model) skips the
+        per-generation bookkeeping, keeping a 10,000-row offline batch's log to milliseconds.
+        ``run_id`` names the batch (a fresh one by default); a batch run again under the same
+        id (a Dask partition rescheduled after its worker died) is read back once by :func:`runs`.
+        """
+        return RunRecorder(self, flow, provider, batch, detailed, run_id)
+
+    def write(self, run_id: str, flow: str, provider: str, rows: list[list[Any]]) -> None:
+        """Append one chunk of a batch's rows in one transaction."""
+        if not rows:
+            return
+        data = orjson.dumps(rows).decode("utf-8")
+        with self._lock:
+            self._db.execute(_INSERT, (run_id, flow, provider, data))
+
+    def read(self, flow: str | None = None) -> list[tuple[str, str, str, list[Any]]]:
+        """Return every chunk (oldest first) as ``(run_id, flow, provider, rows)``."""
+        self.sync()
+        sql = "SELECT run_id, flow, provider, rows FROM chunks"
+        args: list[Any] = []
+        if flow is not None:
+            sql += " WHERE flow = ?"
+            args.append(flow)
+        with self._lock:
+            chunks = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        return [(r, f, p, orjson.loads(rows)) for r, f, p, rows in chunks]
+
+    def clear(self) -> None:
+        """Delete every row."""
+        self.sync()
+        with self._lock:
+            self._db.execute("DELETE FROM chunks")
+
+
+class RunRecorder:
+    """Collects one batch's outcomes as they arrive; serialises and writes them in bulk."""
+
+    __slots__ = (
+        "_batch",
+        "_detailed",
+        "_flow",
+        "_flushing",
+        "_log",
+        "_pending",
+        "_provider",
+        "run_id",
+    )
+
+    def __init__(
+        self,
+        log: RunLog,
+        flow: str,
+        provider: str,
+        batch: Sequence[Mapping[str, str]],
+        detailed: bool = True,
+        run_id: str | None = None,
+    ) -> None:
+        self._detailed = detailed
+        self._log = log
+        self._flow = flow
+        self._provider = provider
+        self._batch = batch
+        self._pending: list[tuple[int, float, RunResult | None, BaseException | None]] = []
+        # The loop thread, a timer thread and the caller's thread may all flush at once: one
+        # at a time, or two could take the same rows and drop the ones appended in between.
+        self._flushing = threading.Lock()
+        self.run_id = run_id or uuid.uuid4().hex[:16]
+
+    def wrap(self, on_result: OnResult) -> OnResult:
+        """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
+        pending = self._pending
+        clock = time.time
+        # Real calls: a chunk every 500 rows, so a crash loses little. Inline (offline) runs:
+        # a chunk every 10,000 rows (see _INLINE_FLUSH_EVERY).
+        every = _FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY
+
+        detailed = self._detailed
+
+        def record(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+            pending.append((i, clock(), result, exc))
+            n = len(pending)
+            if n >= every:
+                self.flush()
+            elif n == 1 and detailed:
+                # Real calls: what finished reaches the log within a second even if the rest
+                # of the batch hangs and the process is killed.
+                timer = threading.Timer(_FLUSH_AFTER, self.flush)
+                timer.daemon = True
+                timer.start()
+            on_result(i, result, exc)
+
+        return record
+
+    def flush(self) -> None:
+        """Hand what was recorded so far to the writer thread (each outcome is written once,
+        whichever threads flush at the same time)."""
+        pending = self._pending
+        with self._flushing:
+            taken = pending[:]
+            if not taken:
+                return
+            # Appends only ever go to the end: deleting the front keeps what arrived meanwhile.
+            del pending[: len(taken)]
+            # Submitted under the lock, so chunks reach the writer in the order they were taken.
+            self._log.submit(lambda: self._write(taken))
+
+    def _write(
+        self, taken: list[tuple[int, float, RunResult | None, BaseException | None]]
+    ) -> None:
+        batch = self._batch
+        rows: list[list[Any]] = []
+        append = rows.append
+        if not self._detailed:
+            # One model for the whole batch, no usage, no cache: a list comprehension per chunk.
+            first = next((r for _, _, r, _ in taken if r is not None), None)
+            gens = first.generations if first is not None else ()
+            model = ",".join(dict.fromkeys(g.model for g in gens if g.model)) or None
+            if all(r is not None for _, _, r, _ in taken):
+                spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
+                rows = [
+                    [
+                        i,
+                        f,
+                        model,
+                        batch[i],
+                        r,
+                        r.latency,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        spent,
+                        0.0,
+                    ]
+                    for i, f, r, _ in taken
+                    if r is not None  # all are; says so to the type checker
+                ]
+                self._log.write(self.run_id, self._flow, self._provider, rows)
+                return
+        for i, finished, result, exc in taken:
+            if result is None:
+                error = one_line(exc, code=True) if exc is not None else None
+                append([i, finished, None, batch[i], None, None, None, None, None, None, error])
+                continue
+            spent, saved = costs_of(self._provider, result.generations)
+            models: dict[str, None] = {}
+            p = c = t = 0
+            reported = False
+            details: dict[str, int] = {}
+            for g in result.generations:
+                if g.model:
+                    models[g.model] = None
+                usage = g.usage
+                if usage and not g.cached:
+                    reported = True
+                    p += usage.get("prompt_tokens", 0)
+                    c += usage.get("completion_tokens", 0)
+                    t += usage.get("total_tokens", 0)
+                    for name, count in usage.items():
+                        if name not in _TOKEN_COLUMNS:
+                            details[name] = details.get(name, 0) + count
+            append(
+                [
+                    i,
+                    finished,
+                    ",".join(models) or None,
+                    batch[i],
+                    result,
+                    result.latency,
+                    p if reported else None,
+                    c if reported else None,
+                    t if reported else None,
+                    sorted(result.cached) if result.cached else None,
+                    None,
+                    details or None,
+                    None if math.isnan(spent) else spent,  # JSON has no NaN: null is unknown
+                    None if math.isnan(saved) else saved,
+                ]
+            )
+        self._log.write(self.run_id, self._flow, self._provider, rows)
+
+
+_logs: dict[Path, RunLog] = {}
+_logs_lock = threading.Lock()
+_open_logs: weakref.WeakSet[RunLog] = weakref.WeakSet()
+_inherited: list[object] = []  # a forked child's copies of its parent's connections and threads
+
+
+def _reopen_logs_in_child() -> None:
+    global _logs_lock
+    _logs_lock = threading.Lock()
+    for log in list(_open_logs):
+        log.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reopen_logs_in_child)
+
+
+def open_runlog(home: str | Path) -> RunLog:
+    """Return this process's run log for the FLOWNB_HOME ``home`` (created on first use)."""
+    path = (Path(home) / RUNLOG_FILE).resolve()
+    with _logs_lock:
+        log = _logs.get(path)
+        if log is None or not path.parent.exists():
+            log = _logs[path] = RunLog(path)
+        return log
+
+
+def runs(
+    flow: str | None = None, *, limit: int | None = None, by: str | Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Return the run log as a DataFrame, oldest first: one row per run (batch element); with
+    ``by``, the totals per ``"flow"``, ``"model"`` or ``"day"`` (UTC), or a list of those.
+
+    Columns: ``run_id`` (one per batch), ``index`` (position in the batch), ``finished``
+    (timestamp), ``flow``, ``provider``, ``model``, ``inputs`` and ``outputs`` (dicts),
+    ``latency`` (seconds), ``prompt_tokens`` / ``completion_tokens`` / ``total_tokens`` (as the
+    provider reported them for fresh calls; missing otherwise), ``cached`` (every output came
+    from the cache), ``cached_outputs`` (their names), ``error`` (``code: message``),
+    ``usage_details`` (a dict of the other token counts the provider reported for fresh calls,
+    summed over the run's calls: ``cached_tokens``, ``reasoning_tokens``, ``image_tokens``, ...;
+    ``None`` when there were none), ``cost_usd`` (US dollars the run's calls cost; NaN when a
+    price is unknown or the run failed, 0 for fully cached and offline runs) and ``saved_usd``
+    (what its cached outputs would have cost).
+
+    The totals (``by=``) have one row per group: ``runs``, ``errors``, ``prompt_tokens``,
+    ``completion_tokens``, ``cost_usd`` and ``saved_usd`` (sums of the known values; NaN when
+    none is known) and ``unpriced`` (successful runs whose cost is unknown, left out of the sum).
+
+    ``flow`` keeps one flow's runs (its file name without ``.json``); ``limit`` the last ones.
+    A row logged twice under one ``run_id`` and ``index`` (a Dask partition recomputed after
+    its worker died) appears once, as its last write.
+
+    Raises:
+        ConfigError: ``by`` names something other than flow, model or day.
+    """
+    import pandas as pd
+
+    from ..config.settings import resolve_run_config
+
+    home = resolve_run_config(local=False).home
+    chunks = open_runlog(home).read(flow) if (home / RUNLOG_FILE).exists() else []
+    records = []
+    for run_id, flow_name, provider, rows in chunks:
+        for row in rows:
+            idx, finished, model, inputs, out, latency, pt, ct, tt, cached, error = row[:11]
+            # Rows logged before usage details (11 fields) have none; failed runs and rows
+            # logged before costs were kept (under 14 fields) have an unknown cost (NaN).
+            details = row[11] if len(row) > 11 else None
+            cost, saved = (row[12], row[13]) if len(row) > 13 else (None, None)
+            cached_names = cached or []
+            records.append(
+                (
+                    run_id,
+                    idx,
+                    finished,
+                    flow_name,
+                    provider,
+                    model,
+                    inputs,
+                    out,
+                    latency,
+                    pt,
+                    ct,
+                    tt,
+                    bool(out) and len(cached_names) >= len(out),
+                    cached_names,
+                    error,
+                    details,
+                    math.nan if cost is None else cost,
+                    math.nan if saved is None else saved,
+                )
+            )
+    # Keep the last write of each (run_id, index): a recomputed partition logs its rows again.
+    last = {(r[0], r[1]): n for n, r in enumerate(records)}
+    if len(last) < len(records):
+        records = [records[n] for n in sorted(last.values())]
+    if limit is not None:
+        records = records[-limit:] if limit > 0 else []
+    columns = list(zip(*records, strict=True)) if records else [()] * len(COLUMNS)
+    # Object columns keep None for "not there" (no NaN standing in for a missing dict or error).
+    df = pd.DataFrame(
+        {
+            name: pd.Series(list(values), dtype=object)
+            for name, values in zip(COLUMNS, columns, strict=True)
+        }
+    )
+    df["index"] = df["index"].astype("int64")
+    df["finished"] = pd.to_datetime(df["finished"].astype(float), unit="s", utc=True)
+    for col in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        df[col] = df[col].astype("Int64")
+    df["cached"] = df["cached"].astype(bool)
+    df["latency"] = df["latency"].astype(float)
+    df["cost_usd"] = df["cost_usd"].astype(float)
+    df["saved_usd"] = df["saved_usd"].astype(float)
+    return df if by is None else _totals(df, by)
+
+
+_GROUPS = ("flow", "model", "day")
+
+
+def _totals(df: pd.DataFrame, by: str | Sequence[str]) -> pd.DataFrame:
+    keys = [by] if isinstance(by, str) else list(by)
+    unknown = [k for k in keys if k not in _GROUPS]
+    if unknown or not keys:
+        raise ConfigError(f"runs(by=...) takes flow, model or day (or a list), got {by!r}")
+    frame = df.assign(
+        day=df["finished"].dt.strftime("%Y-%m-%d"),
+        model=df["model"].fillna("-"),
+        errors=df["error"].notna(),
+        unpriced=df["error"].isna() & df["cost_usd"].isna(),
+        runs=1,
+    )
+    grouped = frame.groupby(keys, sort=True)
+    out = grouped.agg(
+        runs=("runs", "sum"),
+        errors=("errors", "sum"),
+        prompt_tokens=("prompt_tokens", "sum"),
+        completion_tokens=("completion_tokens", "sum"),
+        unpriced=("unpriced", "sum"),
+    )
+    # min_count=1: a group with no known price sums to NaN, never to a 0 that reads as free.
+    out["cost_usd"] = grouped["cost_usd"].sum(min_count=1)
+    out["saved_usd"] = grouped["saved_usd"].sum(min_count=1)
+    return out[
+        [
+            "runs",
+            "errors",
+            "prompt_tokens",
+            "completion_tokens",
+            "cost_usd",
+            "saved_usd",
+            "unpriced",
+        ]
+    ]
