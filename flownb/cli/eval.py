@@ -37,10 +37,10 @@ import click
 
 from ..errors import ConfigError
 from ..evaluation.config import load_config, make_scorer
-from ..flowfile.inputs import parse_map
 from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
 from ..scorers import JudgeScorer, Scorer
+from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
 
 __all__ = ["eval_command"]

@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
-from ..flowfile.inputs import (
+from ..flows.local import BaseFlow, LocalFlow
+from ..providers.registry import provider_names
+from ..show.meter import CostMeter
+from ..show.spreadsheet import csv_text
+from .clickhelp import FullHelpGroup
+from .inputs import (
     CLI,
     flow_location,
     parse_map,
@@ -31,11 +36,6 @@ from ..flowfile.inputs import (
     read_csv,
     read_json_batch,
 )
-from ..flows.local import BaseFlow, LocalFlow
-from ..providers.registry import provider_names
-from ..show.meter import CostMeter
-from ..show.spreadsheet import csv_text
-from .clickhelp import FullHelpGroup
 from .opening import banner, open_flow, usage_error
 
 if TYPE_CHECKING:
