@@ -35,7 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..providers.openai.provider import parse_duration
+from ..providers.openai.answers import parse_duration
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
 from .fake_openai import (
     FakeConfig,
