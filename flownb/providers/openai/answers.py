@@ -16,23 +16,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ...error_map import parse_retry_after
-from ...errors import ProviderError, ProviderTimeout, RateLimited
+from ...errors import ProviderError
 from ..base import RateLimits
+from ..vendor import status_error
 
 __all__ = ["parse_duration", "rate_limits", "usage_of"]
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")
-
-
-_KEY_LIKE = re.compile(r"sk-[A-Za-z0-9_*\-]{3,}")
-
-
-def _redact(text: str, key: str | None) -> str:
-    if key:
-        text = text.replace(key, "***")
-    return _KEY_LIKE.sub("sk-***", text)
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -114,20 +105,6 @@ def _detail(value: Any) -> str:
     return "" if value is None else json.dumps(value)[:300]
 
 
-def _wait_asked(headers: Mapping[str, str]) -> float | None:
-    """Return the wait an answer asks for, in seconds: ``retry-after-ms`` (OpenAI's, more
-    precise) first, else ``Retry-After`` (seconds or an HTTP date); ``None`` when neither."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            value = float(millis) / 1000.0
-        except ValueError:
-            value = -1.0
-        if 0.0 <= value < float("inf"):
-            return value
-    return parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
-
-
 # Usage details promoted under their own names (the rest keep their section as a prefix).
 _DETAILS = frozenset({"cached_tokens", "reasoning_tokens", "image_tokens"})
 
@@ -181,27 +158,16 @@ def _translate_status(
             message = _detail(body["detail"])
     elif isinstance(body, str):
         message = _first_line(body)
-    message = _redact(message or "no message", key)
-    request_id = headers.get("x-request-id")
-    text = f"OpenAI API error {status}: {message}"
-    if status == 404 and url:
-        text += f" (asked for {_redact(url, key)}; is the base URL right?)"
-    if request_id:
-        text += f" (request id {request_id})"
-    retry_after_s = _wait_asked(headers)
-    if status == 429 and code != "insufficient_quota":  # out of credit: retrying cannot help
-        return RateLimited(
-            text,
-            retry_after=retry_after_s,
-            status=status,
-            request_id=request_id,
-            provider="openai",
-            rate_limits=rate_limits(headers),
-        )
-    if status in (408, 504):
-        return ProviderTimeout(text, status=status, request_id=request_id, provider="openai")
-    return ProviderError(
-        text, status=status, request_id=request_id, provider="openai", retry_after=retry_after_s
+    return status_error(
+        "OpenAI",
+        status,
+        message,
+        headers,
+        key,
+        request_id_header="x-request-id",
+        quota_exhausted=code == "insufficient_quota",  # out of credit: retrying cannot help
+        limits=rate_limits(headers) if status == 429 else None,
+        url=url,
     )
 
 

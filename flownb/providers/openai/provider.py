@@ -21,8 +21,9 @@ from ...config.settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from ...errors import ConfigError, ProviderError
 from ...infra.media import MediaStore
 from ...show.notices import warn
-from ..base import PROMPT_LIMITS, Call, Generation, Kind, Provider, RateLimits
+from ..base import PROMPT_LIMITS, Call, Generation, Kind, RateLimits
 from ..images import has_images
+from ..vendor import HostedProvider
 from .answers import (
     _NO_STREAM,
     _answer_text,
@@ -58,7 +59,7 @@ DEFAULT_AZURE_API_VERSION = "2024-10-21"  # Azure OpenAI's current GA data-plane
 ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
 
 
-class OpenAIProvider(Provider):
+class OpenAIProvider(HostedProvider):
     """Text and images from OpenAI or an OpenAI-compatible server.
 
     :meth:`create` takes the key, endpoint and transport from the run configuration
@@ -150,10 +151,6 @@ class OpenAIProvider(Provider):
         return (
             f"<{type(self).__name__} base_url={self.base_url!r} transport={self.transport_name!r}>"
         )
-
-    def identity(self) -> Mapping[str, Any]:
-        """Return the provider and endpoint: the key is not part of what decides an output."""
-        return {"provider": self.name, "base_url": self.base_url}
 
     def banner(self) -> str:
         """Return the line naming the endpoint calls go to."""

@@ -30,12 +30,12 @@ from typing import Any
 
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
+from ..vendor import redact
 from .answers import (
     _as_chunk,
     _chunk_of,
     _first_line,
     _not_json,
-    _redact,
     _translate_status,
     rate_limits,
 )
@@ -115,7 +115,7 @@ def _connection_failed(exc: BaseException, base_url: str, key: str | None) -> Pr
     why = _unreachable(exc, base_url)
     if why is not None:
         return ProviderError(
-            f"could not reach the OpenAI API at {base_url}: {_redact(why, key)} (check "
+            f"could not reach the OpenAI API at {base_url}: {redact(why, key)} (check "
             "OPENAI_BASE_URL)",
             provider="openai",
             code=UNREACHABLE,
@@ -125,7 +125,7 @@ def _connection_failed(exc: BaseException, base_url: str, key: str | None) -> Pr
     )  # the innermost cause says most ("Connection error." says nothing)
     return ProviderError(
         f"could not reach the OpenAI API at {base_url}: {type(exc).__name__}: "
-        f"{_redact(_first_line(detail), key)}",
+        f"{redact(_first_line(detail), key)}",
         provider="openai",
     )
 
@@ -495,7 +495,7 @@ class _SdkTransport:
             return ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai")
         if isinstance(exc, openai.APIConnectionError):
             return _connection_failed(exc, self.base_url, self.key)
-        return ProviderError(f"OpenAI SDK error: {_redact(str(exc), self.key)}", provider="openai")
+        return ProviderError(f"OpenAI SDK error: {redact(str(exc), self.key)}", provider="openai")
 
     async def stream(
         self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
