@@ -237,7 +237,8 @@ def eval_command(
     dry_run: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    from ..evaluation.run import _bind_judges, evaluate
+    from ..evaluation.jobs import _bind_judges
+    from ..evaluation.run import evaluate
 
     try:
         mapping = parse_map(map_pairs)
