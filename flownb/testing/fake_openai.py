@@ -213,6 +213,70 @@ def _chat_stream(usual: Mapping[str, Any], usage: bool) -> list[tuple[str, bytes
     return events
 
 
+def _refusal(state: _State, config: FakeConfig) -> tuple[web.Response | None, dict[str, str]]:
+    """Return the 429 a request is refused with at once (beyond ``max_in_flight``, over the
+    ``rate_limit`` window, or an ``instant_429``), else ``None``; and the rate-limit headers
+    every answer carries under ``rate_limit``."""
+    limit_headers: dict[str, str] = {}
+    if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
+        state.limited += 1  # refused at once, as a provider's concurrency limit does
+        return _error(
+            429,
+            "Too many requests in flight",
+            "rate_limit_exceeded",
+            {"x-request-id": "req_fake_limit", "Retry-After": "0"},
+        ), limit_headers
+    if config.rate_limit is not None:
+        within, limit_headers = state.take_quota()
+        if not within:
+            state.limited += 1
+            return _error(
+                429,
+                "Rate limit reached for requests",
+                "rate_limit_exceeded",
+                {"x-request-id": "req_fake_limit", **limit_headers},
+            ), limit_headers
+    if config.instant_429 and state.rng.random() < config.instant_429:
+        state.faults_sent["429"] += 1
+        return _error(
+            429,
+            "Rate limit reached for requests",
+            "rate_limit_exceeded",
+            {"x-request-id": "req_fake_429", "Retry-After": "0"},
+        ), limit_headers
+    return None, limit_headers
+
+
+async def _misbehave(fault: str, request: web.Request, config: FakeConfig) -> web.Response:
+    """Return the answer of an injected ``fault`` ("429", "500"), or hang / drop the connection.
+
+    Raises:
+        asyncio.CancelledError: a hang the client gave up on, or a dropped connection.
+    """
+    if fault == "429":
+        headers = {"x-request-id": "req_fake_429"}
+        if config.retry_after is not None:
+            headers["Retry-After"] = config.retry_after
+        return _error(429, "Rate limit reached for requests", "rate_limit_exceeded", headers)
+    if fault == "500":
+        return _error(
+            500,
+            "The server had an error while processing your request.",
+            "server_error",
+            {"x-request-id": "req_fake_500"},
+        )
+    if fault == "hang":
+        # Hang until the client gives up (then this request is no longer in flight).
+        for _ in range(36000):
+            if request.transport is None or request.transport.is_closing():
+                break
+            await asyncio.sleep(0.1)
+        raise asyncio.CancelledError
+    if request.transport is not None:  # "drop"
+        request.transport.abort()
+    raise asyncio.CancelledError
+
+
 def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake API over ``state``."""
 
@@ -241,63 +305,15 @@ def make_app(state: _State) -> web.Application:
                     "Unrecognized request arguments supplied: stream, stream_options",
                     "invalid_request_error",
                 )
-            limit_headers: dict[str, str] = {}
-            if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
-                state.limited += 1  # refused at once, as a provider's concurrency limit does
-                return _error(
-                    429,
-                    "Too many requests in flight",
-                    "rate_limit_exceeded",
-                    {"x-request-id": "req_fake_limit", "Retry-After": "0"},
-                )
-            if config.rate_limit is not None:
-                within, limit_headers = state.take_quota()
-                if not within:
-                    state.limited += 1
-                    return _error(
-                        429,
-                        "Rate limit reached for requests",
-                        "rate_limit_exceeded",
-                        {"x-request-id": "req_fake_limit", **limit_headers},
-                    )
-            if config.instant_429 and state.rng.random() < config.instant_429:
-                state.faults_sent["429"] += 1
-                return _error(
-                    429,
-                    "Rate limit reached for requests",
-                    "rate_limit_exceeded",
-                    {"x-request-id": "req_fake_429", "Retry-After": "0"},
-                )
+            refused, limit_headers = _refusal(state, config)
+            if refused is not None:
+                return refused
             fault = state.pick_fault(prompt)
             if config.latency and not (fault is not None and config.faults_first):
                 await asyncio.sleep(config.latency)
             if fault is not None:
                 state.faults_sent[fault] += 1
-            if fault == "429":
-                headers = {"x-request-id": "req_fake_429"}
-                if config.retry_after is not None:
-                    headers["Retry-After"] = config.retry_after
-                return _error(
-                    429, "Rate limit reached for requests", "rate_limit_exceeded", headers
-                )
-            if fault == "500":
-                return _error(
-                    500,
-                    "The server had an error while processing your request.",
-                    "server_error",
-                    {"x-request-id": "req_fake_500"},
-                )
-            if fault == "hang":
-                # Hang until the client gives up (then this request is no longer in flight).
-                for _ in range(36000):
-                    if request.transport is None or request.transport.is_closing():
-                        break
-                    await asyncio.sleep(0.1)
-                raise asyncio.CancelledError
-            if fault == "drop":
-                if request.transport is not None:
-                    request.transport.abort()
-                raise asyncio.CancelledError
+                return await _misbehave(fault, request, config)
             base = str(request.url.origin())
             usual = _answer(request.path, body, prompt, config, base, state.images)
             headers = {"x-request-id": "req_fake_ok", **limit_headers}
