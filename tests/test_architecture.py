@@ -283,7 +283,12 @@ def test_the_flows_import_none_of_their_features() -> None:
         "flownb.frames.dask",
         "flownb.notebook",
     )
-    for name in ("flownb.flows.local", "flownb.flows.spec", "flownb.flows.client"):
+    for name in (
+        "flownb.flows.local",
+        "flownb.flows.spec",
+        "flownb.flows.client",
+        "flownb.flows.remote",
+    ):
         assert not [t for t in graph[name] if t.startswith(features)], name
 
 
