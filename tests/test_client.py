@@ -157,6 +157,18 @@ def test_environment_supplies_address_and_key(
     assert c.flow("echo").run(a="x", b="y")["say"] == "A=x B=y"
 
 
+def test_a_remote_flow_runs_a_frame_async_as_it_does_sync(client: Client) -> None:
+    import asyncio
+
+    import pandas as pd
+
+    flow = client.flow("echo")
+    df = pd.DataFrame({"a": ["1", "2"], "b": ["x", "y"]})
+    got = asyncio.run(flow.arun_dataframe(df, progress=False))
+    assert got["say"].tolist() == ["A=1 B=x", "A=2 B=y"]
+    pd.testing.assert_frame_equal(got, flow.run_dataframe(df, progress=False))
+
+
 def test_cli_runs_a_flow_id_through_the_client(server: Running) -> None:
     env = {"FLOWNB_BASE_URL": server.url, "FLOWNB_API_KEY": server.key}
     info = run_cli("info", "echo", env=env)

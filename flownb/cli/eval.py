@@ -39,7 +39,8 @@ from ..errors import ConfigError
 from ..evaluation.config import load_config, make_scorer
 from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
-from ..scorers import JudgeScorer, Scorer
+from ..scorers import Scorer
+from ..scorers.judge import JudgeScorer
 from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
 

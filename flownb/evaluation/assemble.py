@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..flows.local import BaseFlow, LocalFlow
-from ..scorers import JudgeScorer, Scorer
+from ..scorers import Scorer
+from ..scorers.judge import JudgeScorer
 from .jobs import _block, _Collected, _input_block
 from .report import EvalReport, ScorerInfo
 

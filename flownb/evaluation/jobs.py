@@ -22,7 +22,8 @@ from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..providers.repeat import unrepeated
 from ..runtime.pipeline import Handover
-from ..scorers import Block, JudgeScorer, Scorer
+from ..scorers import Block, Scorer
+from ..scorers.judge import JudgeScorer
 
 if TYPE_CHECKING:
     import pandas as pd

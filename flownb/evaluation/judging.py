@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import one_line
 from ..flows.local import BaseFlow, LocalFlow
 from ..frames.batch_api.run import prefill
-from ..scorers import JudgeScorer, PickBest
+from ..scorers.judge import JudgeScorer, PickBest
 from .jobs import (
     OnResult,
     _block,

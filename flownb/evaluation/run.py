@@ -39,7 +39,8 @@ from ..frames.batch_api.paid import paid_once
 from ..frames.batch_api.run import prefill
 from ..frames.run import rows_to_variables
 from ..runtime.hooks import HOOKS
-from ..scorers import JudgeScorer, Scorer
+from ..scorers import Scorer
+from ..scorers.judge import JudgeScorer
 from ..show.notices import warn
 from ..show.progress import Progress
 from .assemble import _assemble, describe_evaluation

@@ -11,7 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..scorers import JudgeScorer, Scorer
+from ..scorers import Scorer
+from ..scorers.judge import JudgeScorer
 from ..show.display import FrameView, image_columns, is_image_url, thumbnail_src
 
 CLIP = 80  # characters of a text cell shown in the live table; the rest on hover

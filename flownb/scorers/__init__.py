@@ -23,15 +23,13 @@ from __future__ import annotations
 
 from .base import Block, Col, Scorer, col
 from .basic import contains, equals, human, is_json, length, python, regex
-from .judge import JUDGE_MARKER, PICK_MARKER, JudgeScorer, PickBest, judge, pick_best
+from .judge import JUDGE_MARKER, PICK_MARKER, judge, pick_best
 
 __all__ = [
     "JUDGE_MARKER",
     "PICK_MARKER",
     "Block",
     "Col",
-    "JudgeScorer",
-    "PickBest",
     "Scorer",
     "col",
     "contains",
