@@ -6,9 +6,10 @@ The pages are read in the order of mkdocs.yml's nav, after README.md:
 - ```python blocks run in order in one IPython shell (so ``%flow`` magics work too), sharing one
   namespace, in a temporary folder holding a copy of ``notebooks/`` (flows and data), with
   FLOWNB_HOME in a temporary folder.
-- ```bash / ```shell blocks whose first command starts with ``flownb `` run each command as a
-  subprocess (``python -m flownb``) in that folder and must exit 0. Other shell blocks (``pip
-  install``, ``bash scripts/test``, ``export ...``) are set-up steps, not flownb usage.
+- ```bash / ```shell blocks whose first command starts with ``flownb `` run each command in this
+  process (``tests/cli_inprocess.run_cli``, what the console script runs) in that folder and
+  must exit 0. Other shell blocks (``pip install``, ``bash scripts/test``, ``export ...``) are
+  set-up steps, not flownb usage.
 - A block preceded by ``<!-- readme-test: skip -->`` is not run: only for blocks that need an
   OpenAI key or a running server.
 """
@@ -19,8 +20,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
@@ -158,13 +158,7 @@ def test_readme_python_blocks_run_in_order(shell: Any) -> None:
 def test_readme_shell_blocks_run(block: Block, workdir: Path) -> None:
     for argv in shell_commands(block.code):
         assert argv[0] == "flownb", f"{block.where}: {argv} is not a flownb command"
-        res = subprocess.run(
-            [sys.executable, "-m", "flownb", *argv[1:]],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=dict(os.environ),
-        )
+        res = run_cli(*argv[1:])  # in this process: what the console script runs
         assert res.returncode == 0, f"{block.where}: {shlex.join(argv)}\n{res.stderr}"
 
 
