@@ -20,6 +20,8 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
