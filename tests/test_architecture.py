@@ -62,6 +62,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.show.progress",  # progress bars moved by one thread of their own
             "flownb.config.endpoints",  # named ways to reach a model; settings resolves them
             "flownb.config.pricing",  # what a call costs, from the maintained price table
+            "flownb.config.image_prices",  # per-image list prices the token table lacks
             "flownb.show.meter",  # money spent so far, for bars and the CLI's total line
             "flownb.runtime.events",  # what a streamed run yields before its result
         },

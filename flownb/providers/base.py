@@ -95,7 +95,10 @@ class Generation:
     (never cached). ``finish_reason`` is why the provider stopped (``"length"``: at the token
     limit, the text is cut short), ``None`` when it did not say.
     ``cost`` is what the call cost in US dollars when it was paid for (NaN:
-    price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving.
+    price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving and
+    as the row's price. ``priced_as`` is what the request asked for that a per-image price
+    depends on (``size``, ``quality``, ``n``), for image generations priced per image (see
+    :func:`~flownb.config.pricing.image_call_cost`); ``None`` for the others.
     """
 
     output: str
@@ -107,6 +110,7 @@ class Generation:
     limits: RateLimits | None = None
     cost: float | None = None
     finish_reason: str | None = None
+    priced_as: Mapping[str, Any] | None = None
 
 
 # -- provider batches (half price, results within hours; driven by flownb.frames.batch_api)
@@ -234,10 +238,14 @@ class Provider(ABC):
         yield gen
 
     def cost(self, gen: Generation) -> float:
-        """Return what ``gen`` cost in US dollars, from its model and usage (NaN: unknown)."""
-        from ..config.pricing import call_cost
+        """Return what ``gen`` cost in US dollars, from its model and usage, or for an image
+        priced per image from what its request asked for (NaN: unknown)."""
+        from ..config.pricing import call_cost, image_call_cost
 
-        return call_cost(self.price_kind or self.name, gen.model, gen.usage, self.prices)
+        kind = self.price_kind or self.name
+        if gen.priced_as is not None:
+            return image_call_cost(kind, gen.model, gen.usage, gen.priced_as, self.prices)
+        return call_cost(kind, gen.model, gen.usage, self.prices)
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model a node's call would be priced as (for estimates): its ``model``."""
