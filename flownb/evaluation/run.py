@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.pricing import Money
 from ..config.settings import resolve_run_config
 from ..errors import ConfigError, one_line
 from ..flows.local import BaseFlow, LocalFlow
@@ -50,6 +51,14 @@ from ..runtime.pipeline import Handover
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..show.notices import warn
 from ..show.progress import Progress
+from .money import (
+    JUDGE_COLUMNS,
+    MONEY_COLUMNS,
+    Charged,
+    charge_judge,
+    money_columns,
+    money_of_result,
+)
 from .params import variant_params
 from .repeats import check_repeats, order_runs, repeat_flow, repeat_judge
 from .report import EvalReport, ScorerInfo
@@ -104,15 +113,18 @@ def _scorers(scorers: Scorer | Sequence[Scorer] | None) -> list[Scorer]:
     return items
 
 
-class _Collected:
-    """One variant's outcomes as columns, filled as rows finish (no RunResult kept)."""
+class _Collected(Charged):
+    """One variant's outcomes as columns, filled as rows finish (no RunResult kept), and the
+    judges' bill for grading them."""
 
     def __init__(self, n: int, outputs: Sequence[str]) -> None:
+        super().__init__(n)
         self.outputs = list(dict.fromkeys(outputs))
         self.values: dict[str, list[Any]] = {o: [None] * n for o in self.outputs}
         self.latency: list[float] = [math.nan] * n
         self.tokens: list[float] = [math.nan] * n
-        self.cost: list[float] = [math.nan] * n
+        # Spent, saved and the row's price, kept apart (see .money).
+        self.money: list[Money | None] = [None] * n
         self.cached: list[bool] = [False] * n
         self.error: list[str | None] = [None] * n
         self.done: list[bool] = [False] * n
@@ -127,7 +139,7 @@ class _Collected:
         for out, column in self.values.items():
             column[i] = result.get(out)
         self.latency[i] = result.latency
-        self.cost[i] = result.cost
+        self.money[i] = money_of_result(result)
         self.cached[i] = bool(result) and len(result.cached) >= len(result)
         tokens = 0
         reported = False
@@ -163,11 +175,17 @@ def _paid(result: Any) -> int:
 
 
 def _with_bar(
-    on_result: OnResult, bar: Any, *, remote: bool = False, key: str | None = None
+    on_result: OnResult,
+    bar: Any,
+    *,
+    remote: bool = False,
+    key: str | None = None,
+    judge: bool = False,
 ) -> OnResult:
     """Return ``on_result`` that also advances ``bar`` by the provider calls each run made (the
     bar counts calls, as the preview does, not rows; a served flow's run is one call). With
-    ``key`` (a variant's name), a live view's summary also gets the run."""
+    ``key`` (a variant's name), a live view's summary also gets the run; ``judge``: the runs
+    are a judge's calls, whose money the bar's meter keeps apart."""
     if bar is None:
         return on_result
 
@@ -180,7 +198,7 @@ def _with_bar(
         if live is not None:
             live(key, i, result, exc)
         if exc is None:
-            show(bar, result)  # money spent so far and the cache's saving, beside the bar
+            show(bar, result, judge=judge)  # money spent so far and saved, beside the bar
             made = 1 if remote else _paid(result)
             if made:
                 bar.update(made)
@@ -739,11 +757,18 @@ def _judge_jobs(
         answers[j.name] = got
         where[j.name] = [k for k, _ in asked]
 
-        def keep(i: int, result: Any, exc: BaseException | None, got: list = got) -> None:
+        keys_asked = where[j.name]
+
+        def keep(
+            i: int, result: Any, exc: BaseException | None, got: list = got, keys: list = keys_asked
+        ) -> None:
             failed = f"(judge call failed: {one_line(exc, code=True)})" if exc is not None else ""
             got[i] = result["answer"] if exc is None else failed
+            charge_judge(collected, keys[i], result)  # the judges' bill, apart from the flows'
 
-        jobs.append((j.flow(), [{"q": p} for _, p in asked], _with_bar(keep, bar)))
+        for c in collected.values():
+            c.judged = True
+        jobs.append((j.flow(), [{"q": p} for _, p in asked], _with_bar(keep, bar, judge=True)))
     return jobs, lambda: _parse_answers(judges, names, n, where, answers)
 
 
@@ -848,7 +873,8 @@ def _assemble(
         cols["passed"] = passed
         cols["latency_s"] = np.array(got.latency, dtype=float)
         cols["total_tokens"] = np.array(got.tokens, dtype=float)
-        cols["cost_usd"] = np.array(got.cost, dtype=float)
+        cols.update(money_columns(got.money))  # spent, saved and price kept apart
+        cols.update(got.judge_columns())
         cols["cached"] = np.array(got.cached, dtype=bool)
         cols["error"] = pd.array(got.error, dtype=object)
         parts.append(pd.DataFrame(cols))
@@ -859,7 +885,10 @@ def _assemble(
         ordered.append(s.name)
         if f"{s.name}_reason" in results.columns:
             ordered.append(f"{s.name}_reason")
-    ordered += ["passed", "latency_s", "total_tokens", "cost_usd", "cached", "error"]
+    ordered += ["passed", "latency_s", "total_tokens", *MONEY_COLUMNS]
+    if "judge_calls" in results.columns:
+        ordered += list(JUDGE_COLUMNS)
+    ordered += ["cached", "error"]
     results = results[ordered]
     return EvalReport(
         results,

@@ -1,6 +1,7 @@
 """The money meter of a run in progress: what the finished runs spent so far (the judges' part
-apart), what the cache saved, and how many runs had a call of unknown price. Progress bars show it as they advance, ``flownb
-run`` prints its total line, and DataFrame results carry it in ``attrs``.
+apart), what the cache saved, and how many runs had a call of unknown price. Progress bars show
+it as they advance, ``flownb run`` prints its total line, and DataFrame results carry it in
+``attrs``.
 """
 
 from __future__ import annotations
