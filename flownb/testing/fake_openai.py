@@ -12,7 +12,9 @@ scripts for a marker (``answers``: refusals, content parts, HTML error pages, ..
 every request (:attr:`FakeOpenAI.received`: path, query, headers, body), the prompt of every
 request it answered with a 200 (once the answer is written), and the peak number of requests in
 flight. ``usage_details`` adds usage sections to every text answer (e.g.
-``{"prompt_tokens_details": {"cached_tokens": 3}}``) and images answers report usage too.
+``{"prompt_tokens_details": {"cached_tokens": 3}}``) and images answers report usage too;
+``cached_tokens=N`` reports N of every text answer's prompt tokens as cache reads, as each
+vendor's fake does in its own usage fields (``cache_write_tokens`` too, for Anthropic's).
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
 to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
@@ -78,6 +80,7 @@ __all__ = [
     "FakeConfig",
     "FakeOpenAI",
     "add_control_routes",
+    "cache_split",
     "data_url_bytes",
     "echo",
     "image_bytes",
@@ -162,6 +165,13 @@ class FakeConfig:
     instant_429: float = 0.0
     # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
     usage_details: dict[str, Any] = field(default_factory=dict)
+    # Provider prompt caching: every text answer reports this many of its prompt tokens as read
+    # from the provider's cache (at most all of them), in each vendor's own fields: OpenAI's
+    # usage.prompt_tokens_details.cached_tokens, Anthropic's cache_read_input_tokens, Gemini's
+    # usageMetadata.cachedContentTokenCount. ``cache_write_tokens``: Anthropic's
+    # cache_creation_input_tokens (the others do not report writes).
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     # Seconds between two words of a streamed answer (``stream: true``).
     stream_delay: float = 0.0
     # marker -> N: the first streamed answer to a prompt containing the marker is cut off (the
@@ -355,9 +365,24 @@ def _error(
     return web.json_response(body, status=status, headers=dict(headers or {}))
 
 
-def _usage(prompt: str, text: str) -> dict[str, int]:
+def _usage(prompt: str, text: str, config: FakeConfig | None = None) -> dict[str, Any]:
+    """Return a text answer's usage (words as tokens), with ``prompt_tokens_details`` when the
+    fake reports cached prompt tokens (``config.cached_tokens``)."""
     p, c = len(prompt.split()), len(text.split())
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    cached = cache_split(p, config)[0] if config is not None else 0
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
+def cache_split(prompt_tokens: int, config: FakeConfig) -> tuple[int, int]:
+    """Return ``(read, written)``: how many of a prompt's tokens the fake reports as read from
+    and written to the provider's prompt cache (``cached_tokens``, ``cache_write_tokens``), at
+    most the prompt's tokens between them."""
+    read = max(0, min(int(config.cached_tokens), prompt_tokens))
+    written = max(0, min(int(config.cache_write_tokens), prompt_tokens - read))
+    return read, written
 
 
 def scripted_reply(prompt: str, replies: Mapping[str, str]) -> str | None:
@@ -467,7 +492,7 @@ def _answer(
                 }
                 for i in range(n)
             ],
-            "usage": {**_usage(prompt, text), **config.usage_details},
+            "usage": {**_usage(prompt, text, config), **config.usage_details},
         }
     if path.endswith("/completions"):
         text = echo(prompt)
@@ -485,7 +510,7 @@ def _answer(
                 }
                 for i in range(n)
             ],
-            "usage": _usage(prompt, text),
+            "usage": _usage(prompt, text, config),
         }
     fmt = body.get("response_format") or config.image_format
     items: list[dict[str, str]] = []
