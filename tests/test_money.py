@@ -101,7 +101,7 @@ def test_price_per_row_is_the_same_cold_half_cached_and_fully_cached(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    gpt, claude, gemini, judge_fake = three_vendors
+    judge_fake = three_vendors[3]
     cold = _evaluate(judge_fake)  # a first run: every call paid
     # Another FLOWNB_HOME (an empty cache): half the rows first, then all of them, twice.
     monkeypatch.setenv("FLOWNB_HOME", str(tmp_path / "second-home"))
@@ -143,7 +143,7 @@ def test_price_per_row_is_the_same_cold_half_cached_and_fully_cached(
     )
     # One judge call per variant and row, priced as bought.
     assert (cold.results["judge_calls"] == 1).all()
-    for variant, row in s_cold.iterrows():
+    for _, row in s_cold.iterrows():
         assert row["judge_price_per_row"] == pytest.approx(row["judge_spent_usd"] / len(TOPICS))
         assert row["price_per_row"] == pytest.approx(row["spent_usd"] / len(TOPICS))
     assert (full.results["price_usd"] == cold.results["price_usd"]).all()
@@ -159,7 +159,7 @@ def test_the_report_the_comparison_and_the_cli_show_the_three_figures_apart(
     html = report._repr_html_()
     assert "price per row (rank)" in html and "judges: price per row" in html
     assert "variants ranked by it" in html
-    for variant, row in summary.iterrows():
+    for _, row in summary.iterrows():
         assert f"<b>{usd(row['price_per_row'])}</b> ({int(row['price_rank'])})" in html
         assert f"<td>{usd(row['judge_price_per_row'])}</td>" in html
     total = report.money.loc["total"]
@@ -244,7 +244,8 @@ def test_anthropic_cache_reads_and_writes_are_priced(anthropic_fake: FakeAnthrop
     body = anthropic_fake.requests[0]
     assert body["model"] == "claude-haiku-4-5"
     usage = result.generations[0].usage
-    assert (usage["prompt_tokens"], usage["cached_tokens"], usage["cache_write_tokens"]) == (3, 1, 1)
+    counts = (usage["prompt_tokens"], usage["cached_tokens"], usage["cache_write_tokens"])
+    assert counts == (3, 1, 1)
     expected = _price(
         "anthropic", "claude-haiku-4-5", 3, 4, cache_read_tokens=1, cache_write_tokens=1
     )
@@ -303,9 +304,8 @@ def test_the_blog_intro_run_is_priced_text_and_image(
     result = f.run({"topic": "owls", "tone": "dry"})
     image, text = (g for g in sorted(result.generations, key=lambda g: g.media is None))
     assert image.model == "dall-e-3" and image.cost == 0.04
-    assert text.cost == pytest.approx(
-        _price("openai", "gpt-4o-mini", text.usage["prompt_tokens"], text.usage["completion_tokens"])
-    )
+    tokens = (text.usage["prompt_tokens"], text.usage["completion_tokens"])
+    assert text.cost == pytest.approx(_price("openai", "gpt-4o-mini", *tokens))
     assert result.cost == pytest.approx(0.04 + text.cost) and result.unpriced == 0
     again = f.run({"topic": "owls", "tone": "dry"})
     assert again.cost == 0.0 and again.price == pytest.approx(result.cost)
