@@ -106,7 +106,9 @@ def test_local_and_served_flows_side_by_side(
     assert summary.loc["served", "pass_rate"] == pytest.approx(2 / 3)
     assert summary.loc["served", "errors"] == 0
     html = report.compare()._repr_html_()
-    assert "<ins>!</ins>" in html and html.count("<tr>") == 4
+    # The head, each variant's price per row (a served flow's is not known here), 3 rows.
+    assert "<ins>!</ins>" in html and html.count("<tr>") == 5
+    assert "price unknown" in html and "$0 (rank 1)" in html
 
 
 def test_ctrl_c_keeps_finished_rows_and_rerun_pays_only_for_the_rest(
