@@ -336,3 +336,29 @@ def test_a_partly_priced_run_shows_at_least_its_priced_part(fake: FakeOpenAI) ->
     assert meter.text().startswith(f"at least {usd(text)} spent")
     assert money_text(text, 1) == f"at least {usd(text)}"
     assert money_text(math.nan, 0) == "price unknown"
+
+
+def test_streamed_answers_report_their_cached_tokens_too(
+    fake: FakeOpenAI, anthropic_fake: FakeAnthropic, gemini_fake: FakeGemini
+) -> None:
+    flows = {
+        ("openai", "gpt-4o-mini"): flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}})),
+        ("anthropic", "claude-haiku-4-5"): flownb.load_flow(
+            flow_with({"A": {"model": "claude-haiku-4-5"}}), provider="anthropic", cache=False
+        ),
+        ("google", "gemini-2.5-flash"): flownb.load_flow(
+            flow_with({"A": {"model": "gemini-2.5-flash"}}), provider="gemini", cache=False
+        ),
+    }
+    for server in (fake, anthropic_fake, gemini_fake):
+        server.configure(cached_tokens=2)
+    for (vendor, model), flow in flows.items():
+        *_, result = flow.stream({"topic": "owls"})
+        (gen,) = result.generations
+        assert gen.usage["cached_tokens"] == 2, vendor
+        out = gen.usage["completion_tokens"]
+        expected = _price(vendor, model, 3, out, cache_read_tokens=2)
+        assert result.cost == pytest.approx(expected, rel=1e-12), vendor
+    assert any(b.get("stream") for b in fake.requests)
+    assert any(b.get("stream") for b in anthropic_fake.requests)
+    assert any(":streamGenerateContent" in p for p in gemini_fake.state.paths)
