@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ..show.meter import usd
-from .money import RANK_NOTE, money_text
+from .money import RANK_NOTE, bill_html, money_cells, price_row
 
 if TYPE_CHECKING:
     from .shape import ReportView
@@ -290,26 +290,7 @@ def compare_html(
         note = f"<p>showing {shown} of {n} input rows (compare(limit=None) shows all)</p>"
     return (
         f"<style>{STYLE}</style>{note}<table class='flownb-eval'><thead><tr><th>input</th>"
-        f"{head}</tr>{_price_row(report)}</thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def _price_row(report: ReportView) -> str:
-    """Return the comparison's header row of each variant's price per row and its rank (1:
-    the cheapest), saying what it is; '' for a report kept before prices were."""
-    summary = report.summary
-    if "price_per_row" not in summary.columns:
-        return ""
-    cells = []
-    for v in report.variants:
-        row = summary.loc[v]
-        rank = row.get("price_rank")
-        ranked = "" if _missing(rank) else f" (rank {int(rank)})"
-        price = money_text(row["price_per_row"], row.get("unpriced_calls", 0))
-        cells.append(f"<td class='inp'>{_esc(price)}{ranked}</td>")
-    return (
-        "<tr><th class='inp'>price per row (list price, cached or not; 1 the cheapest)</th>"
-        f"{''.join(cells)}</tr>"
+        f"{head}</tr>{price_row(report)}</thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 
@@ -354,7 +335,7 @@ def summary_html(report: ReportView) -> str:
         tokens_text = "–" if tokens != tokens else f"{int(tokens):,}"
         cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
         if money:
-            cells.append(_money_cells(row))
+            cells.append(money_cells(row))
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
     return (
         _labels_note(summary)
@@ -368,51 +349,10 @@ def summary_html(report: ReportView) -> str:
             "interval: Wilson for rates, Student t for means]; p: paired test against the first "
             "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
             f"{'; ' + _esc(RANK_NOTE) if money else ''}</p>"
-            + _bill_html(report, judged)
+            + bill_html(report, judged)
             + _setup_html(report)
         )
     )
-
-
-def _money_cells(row: Any) -> str:
-    """Return a summary row's money cells: price per row with its rank, spent / saved, and
-    the judges' the same way when there are judges."""
-    rank = row.get("price_rank")
-    ranked = "" if _missing(rank) else f" ({int(rank)})"
-    unpriced = row.get("unpriced_calls", 0)
-    cells = (
-        f"<td><b>{_esc(money_text(row.get('price_per_row'), unpriced))}</b>{ranked}</td>"
-        f"<td>{_esc(money_text(row.get('spent_usd'), unpriced))} / "
-        f"{_esc(money_text(row.get('saved_usd'), unpriced))}</td>"
-    )
-    if "judge_price_per_row" in row:
-        unpriced = row.get("judge_unpriced_calls", 0)
-        cells += (
-            f"<td>{_esc(money_text(row.get('judge_price_per_row'), unpriced))}</td>"
-            f"<td>{_esc(money_text(row.get('judge_spent_usd'), unpriced))} / "
-            f"{_esc(money_text(row.get('judge_saved_usd'), unpriced))}</td>"
-        )
-    return cells
-
-
-def _bill_html(report: ReportView, judged: bool) -> str:
-    """Return the evaluation's bill in one line (variants, judges, total: spent, saved), or
-    '' for a report kept before prices were."""
-    money = getattr(report, "money", None)
-    if money is None or money.empty:
-        return ""
-    parts = []
-    for part in ("judges", "total") if judged else ("total",):
-        if part not in money.index:
-            continue
-        line = money.loc[part]
-        unpriced = line["unpriced_calls"]
-        parts.append(
-            f"{part}: {_esc(money_text(line['spent_usd'], unpriced))} spent, "
-            f"{_esc(money_text(line['saved_usd'], unpriced))} saved by the cache, "
-            f"{_esc(money_text(line['price_usd'], unpriced))} at list price"
-        )
-    return f"<p class='inp'>money: {'; '.join(parts)}</p>"
 
 
 def _setup_html(report: ReportView) -> str:

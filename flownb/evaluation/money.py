@@ -15,6 +15,7 @@ shown as "at least $X"; it is NaN, shown as "price unknown", only when none has 
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,13 +32,16 @@ __all__ = [
     "RANK_NOTE",
     "Charged",
     "bill",
+    "bill_html",
     "charge_judge",
     "combine_money",
+    "money_cells",
     "money_columns",
     "money_of_result",
     "money_text",
     "plus",
     "price_ranks",
+    "price_row",
     "summary_money",
 ]
 
@@ -243,3 +247,73 @@ def _sum_lines(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             total[name] = _add(total[name], line[name])
     total["unpriced_calls"] = sum(int(line["unpriced_calls"]) for line in lines)
     return total
+
+
+# -- in HTML (the summary, the comparison) ---------------------------------------------------
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or math.isnan(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def money_cells(row: Any) -> str:
+    """Return a summary row's money cells: price per row with its rank, spent / saved, and
+    the judges' the same way when there are judges."""
+    rank = row.get("price_rank")
+    ranked = "" if _missing(rank) else f" ({int(rank)})"
+    unpriced = row.get("unpriced_calls", 0)
+    cells = (
+        f"<td><b>{html.escape(money_text(row.get('price_per_row'), unpriced))}</b>{ranked}</td>"
+        f"<td>{html.escape(money_text(row.get('spent_usd'), unpriced))} / "
+        f"{html.escape(money_text(row.get('saved_usd'), unpriced))}</td>"
+    )
+    if "judge_price_per_row" in row:
+        unpriced = row.get("judge_unpriced_calls", 0)
+        cells += (
+            f"<td>{html.escape(money_text(row.get('judge_price_per_row'), unpriced))}</td>"
+            f"<td>{html.escape(money_text(row.get('judge_spent_usd'), unpriced))} / "
+            f"{html.escape(money_text(row.get('judge_saved_usd'), unpriced))}</td>"
+        )
+    return cells
+
+
+def bill_html(report: Any, judged: bool) -> str:
+    """Return the evaluation's bill in one line (variants, judges, total: spent, saved), or
+    '' for a report kept before prices were."""
+    money = getattr(report, "money", None)
+    if money is None or money.empty:
+        return ""
+    parts = []
+    for part in ("judges", "total") if judged else ("total",):
+        if part not in money.index:
+            continue
+        line = money.loc[part]
+        unpriced = line["unpriced_calls"]
+        parts.append(
+            f"{part}: {html.escape(money_text(line['spent_usd'], unpriced))} spent, "
+            f"{html.escape(money_text(line['saved_usd'], unpriced))} saved by the cache, "
+            f"{html.escape(money_text(line['price_usd'], unpriced))} at list price"
+        )
+    return f"<p class='inp'>money: {'; '.join(parts)}</p>"
+
+
+def price_row(report: Any) -> str:
+    """Return the comparison's header row of each variant's price per row and its rank (1:
+    the cheapest), saying what it is; '' for a report kept before prices were."""
+    summary = report.summary
+    if "price_per_row" not in summary.columns:
+        return ""
+    cells = []
+    for v in report.variants:
+        row = summary.loc[v]
+        rank = row.get("price_rank")
+        ranked = "" if _missing(rank) else f" (rank {int(rank)})"
+        price = money_text(row["price_per_row"], row.get("unpriced_calls", 0))
+        cells.append(f"<td class='inp'>{html.escape(price)}{ranked}</td>")
+    return (
+        "<tr><th class='inp'>price per row (list price, cached or not; 1 the cheapest)</th>"
+        f"{''.join(cells)}</tr>"
+    )
