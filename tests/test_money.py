@@ -92,7 +92,7 @@ def three_vendors(
     return fake, anthropic_fake, gemini_fake, judge_fake
 
 
-MONEY = ["price_per_row", "judge_price_per_row"]
+MONEY = ["price_per_row", "judge_price_per_row", "prompt_cache_saved_per_row"]
 
 
 def test_price_per_row_is_the_same_cold_half_cached_and_fully_cached(
@@ -122,6 +122,9 @@ def test_price_per_row_is_the_same_cold_half_cached_and_fully_cached(
     # at its rate, and 4 answer tokens (the fake counts its echo's words).
     gpt_row = _price("openai", MODELS["gpt"], 3, 4, cache_read_tokens=1)
     assert s_full.loc["gpt", "price_per_row"] == pytest.approx(gpt_row, rel=1e-12)
+    # What OpenAI's prompt cache saved on the row: the cached token at the fresh input rate.
+    gpt_saved = _price("openai", MODELS["gpt"], 3, 4) - gpt_row
+    assert s_full.loc["gpt", "prompt_cache_saved_per_row"] == pytest.approx(gpt_saved, rel=1e-9)
     # Claude's 4-word answer; Anthropic reports the cached token apart from input_tokens.
     claude_row = _price("anthropic", MODELS["claude"], 3, 5, cache_read_tokens=1)
     assert s_full.loc["claude", "price_per_row"] == pytest.approx(claude_row, rel=1e-12)
@@ -250,7 +253,11 @@ def test_anthropic_cache_reads_and_writes_are_priced(anthropic_fake: FakeAnthrop
         "anthropic", "claude-haiku-4-5", 3, 4, cache_read_tokens=1, cache_write_tokens=1
     )
     assert result.cost == pytest.approx(expected, rel=1e-12)
-    assert expected != _price("anthropic", "claude-haiku-4-5", 3, 4)
+    uncached = _price("anthropic", "claude-haiku-4-5", 3, 4)
+    assert expected != uncached
+    # The read saved, the write cost more than fresh input: what caching saved, either way.
+    saved = result.generations[0].prompt_cache_saved
+    assert saved == pytest.approx(uncached - expected, rel=1e-9, abs=1e-15)
 
 
 def test_gemini_cached_content_tokens_are_priced(gemini_fake: FakeGemini) -> None:

@@ -46,7 +46,13 @@ __all__ = [
 ]
 
 # The results' money columns per (variant, row), and the judges' beside them.
-MONEY_COLUMNS = ("spent_usd", "saved_usd", "price_usd", "unpriced_calls")
+MONEY_COLUMNS = (
+    "spent_usd",
+    "saved_usd",
+    "price_usd",
+    "unpriced_calls",
+    "prompt_cache_saved_usd",
+)
 JUDGE_COLUMNS = (
     "judge_calls",
     "judge_spent_usd",
@@ -93,6 +99,23 @@ def money_of_result(result: Any) -> Money | None:
     if isinstance(money, Money):
         return money
     return Money(math.nan, math.nan, math.nan, 0, 0)
+
+
+def prompt_cache_saved_of(result: Any) -> float:
+    """Return what the provider's prompt caching saved on a finished run's calls at list price
+    (0 when no answer reported cached tokens; NaN for a remote run, or when none of those that
+    did has a price). Kept with each answer, so the same on every re-run."""
+    gens = getattr(result, "generations", ())
+    if not gens:
+        return math.nan
+    saved = [g.prompt_cache_saved for g in gens if g is not None]
+    known = [float(s) for s in saved if s is not None]
+    if not known:
+        return 0.0
+    total = math.nan
+    for value in known:
+        total = _add(total, value)
+    return total
 
 
 def money_columns(moneys: Sequence[Money | None], prefix: str = "") -> dict[str, Any]:
@@ -157,6 +180,9 @@ def combine_money(first: pd.DataFrame, grouped: Any) -> None:
         first[f"{prefix}unpriced_calls"] = grouped[f"{prefix}unpriced_calls"].sum().to_numpy()
     if "judge_calls" in first.columns:
         first["judge_calls"] = grouped["judge_calls"].mean().to_numpy(dtype=float)
+    if "prompt_cache_saved_usd" in first.columns:  # one run's, as its price
+        saved = grouped["prompt_cache_saved_usd"].mean()
+        first["prompt_cache_saved_usd"] = saved.to_numpy(dtype=float)
 
 
 def _mean(values: pd.Series) -> float:
@@ -167,7 +193,9 @@ def _mean(values: pd.Series) -> float:
 def summary_money(g: pd.DataFrame) -> dict[str, Any]:
     """Return one variant's money for the summary, from its results rows ``g``: ``spent_usd``,
     ``saved_usd`` (sums; NaN when no call has a price), ``price_per_row`` (the mean price of
-    the rows that ran), ``unpriced_calls``; with judges, the same as ``judge_spent_usd``,
+    the rows that ran), ``unpriced_calls``, ``prompt_cache_saved_per_row`` (what the providers'
+    prompt caching saved per row at list price, already left out of the price); with judges,
+    the same as ``judge_spent_usd``,
     ``judge_saved_usd``, ``judge_price_per_row`` (over the rows the judges graded) and
     ``judge_unpriced_calls``. Empty for results kept before prices were."""
     if "price_usd" not in g.columns:
@@ -178,6 +206,8 @@ def summary_money(g: pd.DataFrame) -> dict[str, Any]:
         "saved_usd": float(g["saved_usd"].sum(min_count=1)),
         "unpriced_calls": int(g["unpriced_calls"].sum()),
     }
+    if "prompt_cache_saved_usd" in g.columns:
+        row["prompt_cache_saved_per_row"] = _mean(g["prompt_cache_saved_usd"])
     if "judge_price_usd" in g.columns:
         graded = g[g["judge_calls"] > 0]
         row["judge_price_per_row"] = _mean(graded["judge_price_usd"])

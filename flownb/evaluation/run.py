@@ -58,6 +58,7 @@ from .money import (
     charge_judge,
     money_columns,
     money_of_result,
+    prompt_cache_saved_of,
 )
 from .params import variant_params
 from .repeats import check_repeats, order_runs, repeat_flow, repeat_judge
@@ -125,6 +126,7 @@ class _Collected(Charged):
         self.tokens: list[float] = [math.nan] * n
         # Spent, saved and the row's price, kept apart (see .money).
         self.money: list[Money | None] = [None] * n
+        self.prompt_cache: list[float] = [math.nan] * n  # what providers' prompt caches saved
         self.cached: list[bool] = [False] * n
         self.error: list[str | None] = [None] * n
         self.done: list[bool] = [False] * n
@@ -140,6 +142,7 @@ class _Collected(Charged):
             column[i] = result.get(out)
         self.latency[i] = result.latency
         self.money[i] = money_of_result(result)
+        self.prompt_cache[i] = prompt_cache_saved_of(result)
         self.cached[i] = bool(result) and len(result.cached) >= len(result)
         tokens = 0
         reported = False
@@ -874,6 +877,7 @@ def _assemble(
         cols["latency_s"] = np.array(got.latency, dtype=float)
         cols["total_tokens"] = np.array(got.tokens, dtype=float)
         cols.update(money_columns(got.money))  # spent, saved and price kept apart
+        cols["prompt_cache_saved_usd"] = np.array(got.prompt_cache, dtype=float)
         cols.update(got.judge_columns())
         cols["cached"] = np.array(got.cached, dtype=bool)
         cols["error"] = pd.array(got.error, dtype=object)

@@ -241,6 +241,7 @@ class CallRunner:
                 if table is not None:
                     await table
                 hit.cost = self.provider.cost(hit)
+                hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
             if sink is not None and hit.media is None and hit.output:
                 sink(hit.output)
             return hit
@@ -281,6 +282,7 @@ class CallRunner:
             if table is not None:
                 await table
             gen.cost = self.provider.cost(gen)
+            gen.prompt_cache_saved = self.provider.prompt_cache_saving(gen)
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
