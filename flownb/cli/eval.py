@@ -149,7 +149,26 @@ def summary_text(report: Any) -> str:
                 text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
             table[m].append(text)
     frame = pd.DataFrame(table, index=summary.index)
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
+    money = "price_per_row" in summary.columns
+    if money:
+        from ..evaluation.money import money_text
+
+        frame["price/row (rank)"] = [
+            money_text(r["price_per_row"], r["unpriced_calls"])
+            + ("" if pd.isna(r["price_rank"]) else f" ({int(r['price_rank'])})")
+            for _, r in summary.iterrows()
+        ]
+        frame["spent / saved"] = [
+            f"{money_text(r['spent_usd'], r['unpriced_calls'])} / "
+            f"{money_text(r['saved_usd'], r['unpriced_calls'])}"
+            for _, r in summary.iterrows()
+        ]
+        if "judge_price_per_row" in summary.columns:
+            frame["judges: price/row"] = [
+                money_text(r["judge_price_per_row"], r["judge_unpriced_calls"])
+                for _, r in summary.iterrows()
+            ]
+    with pd.option_context("display.width", 250, "display.max_columns", 40):
         text = frame.to_string()
     note = "mean or rate [95% interval]"
     if "repeats" in summary.columns:
@@ -160,7 +179,33 @@ def summary_text(report: Any) -> str:
         )
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
+    if money:
+        from ..evaluation.money import RANK_NOTE
+
+        note += f"; {RANK_NOTE}"
     return f"{text}\n({note})"
+
+
+def money_line(report: Any) -> str | None:
+    """Return the evaluation's bill in one line: spent and saved, the judges' part apart and
+    in the total (None for a report without prices)."""
+    from ..evaluation.money import money_text
+
+    bill = report.money
+    if bill.empty:
+        return None
+    total = bill.loc["total"]
+    line = (
+        f"money: {money_text(total['spent_usd'], total['unpriced_calls'])} spent, "
+        f"{money_text(total['saved_usd'], total['unpriced_calls'])} saved by the cache"
+    )
+    if "judges" in bill.index:
+        judges = bill.loc["judges"]
+        line += (
+            f" (judges: {money_text(judges['spent_usd'], judges['unpriced_calls'])} spent, "
+            f"{money_text(judges['saved_usd'], judges['unpriced_calls'])} saved)"
+        )
+    return line
 
 
 @click.command("eval")
@@ -279,11 +324,9 @@ def eval_command(
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
     click.echo(summary_text(report))
-    if "cost_usd" in summary.columns:  # what each variant cost ("-": no known price)
-        from ..show.meter import usd
-
-        costs = ", ".join(f"{v} {usd(float(c))}" for v, c in summary["cost_usd"].items())
-        click.echo(f"flownb: cost per variant: {costs}", err=True)
+    line = money_line(report)
+    if line is not None:  # what the evaluation spent and saved, the judges' part apart
+        click.echo(f"flownb: {line}", err=True)
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]

@@ -233,6 +233,15 @@ class CallRunner:
         key = cache.key(self._prefix(cache, call), call.prompt)
         hit = cache.get(key)
         if hit is not None:
+            cost = hit.cost
+            if (cost is None or cost != cost) and hit.usage:
+                # Stored before prices were kept, or when the model had none: price it from the
+                # usage it was bought with, so the row's price does not depend on the cache.
+                table = self._price_table()
+                if table is not None:
+                    await table
+                hit.cost = self.provider.cost(hit)
+                hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
             if sink is not None and hit.media is None and hit.output:
                 sink(hit.output)
             return hit
@@ -273,6 +282,7 @@ class CallRunner:
             if table is not None:
                 await table
             gen.cost = self.provider.cost(gen)
+            gen.prompt_cache_saved = self.provider.prompt_cache_saving(gen)
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None

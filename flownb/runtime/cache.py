@@ -81,6 +81,8 @@ def _encode(gen: Generation) -> str:
     }
     if gen.finish_reason == "length":  # a text cut short stays flagged when read back
         stored["finish_reason"] = gen.finish_reason
+    if gen.prompt_cache_saved is not None:  # what the provider's prompt cache saved, when bought
+        stored["prompt_cache_saved"] = gen.prompt_cache_saved
     return json.dumps(stored)
 
 
@@ -233,6 +235,7 @@ class CallCache:
             cached=True,
             finish_reason=data.get("finish_reason"),
             cost=data.get("cost"),
+            prompt_cache_saved=data.get("prompt_cache_saved"),
         )
 
     def put(self, key: str, gen: Generation) -> None:

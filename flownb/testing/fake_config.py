@@ -51,6 +51,13 @@ class FakeConfig:
     instant_429: float = 0.0
     # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
     usage_details: dict[str, Any] = field(default_factory=dict)
+    # Provider prompt caching: every text answer reports this many of its prompt tokens as read
+    # from the provider's cache (at most all of them), in each vendor's own fields: OpenAI's
+    # usage.prompt_tokens_details.cached_tokens, Anthropic's cache_read_input_tokens, Gemini's
+    # usageMetadata.cachedContentTokenCount. ``cache_write_tokens``: Anthropic's
+    # cache_creation_input_tokens (the others do not report writes).
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     # Seconds between two words of a streamed answer (``stream: true``).
     stream_delay: float = 0.0
     # marker -> N: the first streamed answer to a prompt containing the marker is cut off (the
