@@ -24,9 +24,7 @@ PICTURE = make_flow({"pic": "A picture of {topic}."}, ["topic"], images=("pic",)
 
 def _images(home: Path) -> dict[str, int]:
     return {
-        p.name: p.stat().st_size
-        for p in (home / "media").iterdir()
-        if MEDIA_NAME.fullmatch(p.name)
+        p.name: p.stat().st_size for p in (home / "media").iterdir() if MEDIA_NAME.fullmatch(p.name)
     }
 
 

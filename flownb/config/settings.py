@@ -416,7 +416,8 @@ def resolve_serve_limits(
         import urllib.parse
 
         parts = urllib.parse.urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        plain = not (parts.query or parts.fragment)
+        if parts.scheme not in ("http", "https") or not parts.netloc or not plain:
             raise ConfigError(
                 f"the public URL must be http(s)://host[:port][/path], got {url!r} "
                 "(--public-url / FLOWNB_PUBLIC_URL)"

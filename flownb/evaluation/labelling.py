@@ -50,7 +50,9 @@ def _checked_note(note: Any) -> str:
     if not isinstance(note, str):
         raise ConfigError(f"note is text, not {type(note).__name__}")
     if len(note) > MAX_NOTE:
-        raise ConfigError(f"a note holds at most {MAX_NOTE:,} characters; this one has {len(note):,}")
+        raise ConfigError(
+            f"a note holds at most {MAX_NOTE:,} characters; this one has {len(note):,}"
+        )
     try:
         note.encode("utf-8")
     except UnicodeEncodeError as exc:

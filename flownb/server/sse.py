@@ -77,7 +77,11 @@ def streamed_run(
     """
     # Asked for by name, never by */*: the check is cheap for every other request. Media
     # types are case-insensitive (RFC 9110), so TEXT/EVENT-STREAM streams too.
-    if not accept or EVENT_STREAM not in accept.lower() or not accepts(accept, EVENT_STREAM, exact=True):
+    if (
+        not accept
+        or EVENT_STREAM not in accept.lower()
+        or not accepts(accept, EVENT_STREAM, exact=True)
+    ):
         return None
     if len(batch) == 1:
         return event_stream(
