@@ -27,6 +27,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -239,6 +240,10 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            # Not an error of ours: the client closed its connection before sending its whole
+            # request (or while waiting); there is no one to answer.
+            log.info("request %s: the client left before its request was read", rid)
         except Exception as exc:
             problem = from_exception(exc, rid)  # logs unexpected ones on one line
             if not started:
@@ -376,6 +381,7 @@ def _add_flow_routes(
     store = config.store
     max_batch = config.max_batch
     max_body = config.max_body_bytes
+    body_timeout = config.body_timeout
     limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
 
     def authenticate(request: Request) -> None:
@@ -401,11 +407,22 @@ def _add_flow_routes(
             raise _too_large(max_body)
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise _too_large(max_body)
-            chunks.append(chunk)
+        try:
+            # The whole body within body_timeout seconds: a client trickling it would hold a
+            # connection (and a place under --limit-concurrency) for as long as it liked.
+            async with asyncio.timeout(body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > max_body:
+                        raise _too_large(max_body)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ApiProblem(
+                408,
+                "request_timeout",
+                f"the request body did not arrive within {body_timeout:g} seconds",
+                headers={"Connection": "close"},
+            ) from None
         return b"".join(chunks)
 
     # -- routes --------------------------------------------------------------------------------
