@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.show.notices",  # warnings pointed at the caller's line
             "flownb.flowfile.lint",  # flow lint: reads the model, warns through notices
             "flownb.infra.writable",  # one line for a FLOWNB_HOME that cannot be written
+            "flownb.infra.private",  # FLOWNB_HOME's folders 0700 and files 0600
             "flownb.show.spreadsheet",  # CSV text a spreadsheet will not run as a formula
             "flownb.show.progress",  # progress bars moved by one thread of their own
             "flownb.config.endpoints",  # named ways to reach a model; settings resolves them

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
+from .private import private_dir
 from .writable import unwritable
 
 __all__ = ["MEDIA_KEY_FILE", "MEDIA_NAME", "MediaStore", "mark_used", "on_evict"]
@@ -133,7 +134,7 @@ class MediaStore:
             folder = self.key_path.parent
             what = f"the media key ({MEDIA_KEY_FILE})"
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                private_dir(folder)
             except OSError as exc:  # FileExistsError too: the "folder" is a file
                 raise unwritable(folder, exc, what) from None
             try:
@@ -191,8 +192,8 @@ class MediaStore:
         """
         path = self.path_for(name)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            private_dir(self.directory, self.key_path.parent)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")  # made 0600
         except OSError as exc:
             raise unwritable(self.directory, exc, "generated images") from None
         try:

@@ -39,6 +39,7 @@ from typing import Any
 from ..config.settings import media_dir as media_dir_of
 from ..errors import ConfigError
 from ..infra.media import mark_used, on_evict
+from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
 from ..show.notices import warn
@@ -104,7 +105,8 @@ class CallCache:
         self._lock = threading.Lock()  # the queue and the reading connection
         self._write_lock = threading.Lock()  # the writing connection: one commit at a time
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            private_file(self.path)  # 0600 before SQLite opens it: its WAL files take its mode
             # Two connections: lookups on the event loop never wait behind a commit (WAL lets a
             # reader and a writer work at once).
             self._db = _connect(self.path, self.busy_timeout)
@@ -430,7 +432,7 @@ def _forget_evicted(directory: Path, names: list[str]) -> None:
     """Drop the cache entries naming images the media cap deleted from ``directory``: in every
     cache open in this process that keeps its images there, else in the home's cache file."""
     folder = directory.absolute()
-    served = [c for c in list(_open_caches) if not c._closed and c.media_dir.absolute() == folder]
+    served = [c for c in list(_open_caches) if c.media_dir.absolute() == folder]
     if not served and (directory.parent / CACHE_FILE).is_file():
         try:
             served = [open_cache(directory.parent)]
