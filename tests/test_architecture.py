@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.error_map",
             "flownb.flowfile.template",
             "flownb.flowfile.model",
+            "flownb.flowfile.params",  # a model parameter's type and range
             "flownb.flowfile.validate",
             "flownb.flowfile.inputs",
             "flownb.flowfile.variants",
