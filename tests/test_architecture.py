@@ -31,6 +31,7 @@ SURFACES = {
     "flownb.frames.batch_api.listing",  # list_batches() / cancel_batch()
     "flownb.server.app",  # ServerConfig (each `serve --workers` process starts there)
     "flownb.server.commands",  # flownb keys / gc
+    "flownb.config.endpoint_list",  # endpoints() / flownb endpoints: FLOWNB_HOME's flownb.toml
 }
 # Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
 NOT_CORE = {"flownb", "flownb.wiring"}
@@ -63,6 +64,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.show.spreadsheet",  # CSV text a spreadsheet will not run as a formula
             "flownb.show.progress",  # progress bars moved by one thread of their own
             "flownb.config.endpoints",  # named ways to reach a model; settings resolves them
+            "flownb.config.endpoint_list",  # flownb endpoints: what is declared where
             "flownb.config.pricing",  # what a call costs, from the maintained price table
             "flownb.show.meter",  # money spent so far, for bars and the CLI's total line
             "flownb.runtime.events",  # what a streamed run yields before its result
@@ -367,6 +369,8 @@ PRIVATE_ALLOWED = {
     # An endpoint's copies and unpickled twins take over where its key is held (in memory
     # only); the holder never leaves flownb.config.endpoints.
     ("flownb.config.endpoints", "_held"),
+    # ... and whether its base URL is the one the environment pairs with its key variable.
+    ("flownb.config.endpoints", "_env_paired"),
 }
 
 

@@ -480,11 +480,11 @@ def resolve_endpoint(
     if kind == "azure":
         return Endpoint(
             "azure", "azure", base_url=s.azure_endpoint, api_version=s.azure_api_version
-        )
+        ).paired_with_environment()
     if kind == "openai":
         # The environment's endpoint, made explicit so a flow keeps it (and its key) wherever
         # it goes: OPENAI_BASE_URL, the key from OPENAI_API_KEY.
-        return Endpoint("openai", "openai", base_url=s.openai_base_url)
+        return Endpoint("openai", "openai", base_url=s.openai_base_url).paired_with_environment()
     return None
 
 
