@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from test_endpoints are parameters here)
 """Keys that go where the user did not expect (issue 30): a vendor's default key variable goes
 only to that vendor's hosts (or the base URL the environment pairs with it) unless an endpoint
 names it; a ``flownb.toml`` that hides another's endpoint of the same name says so, once; and
