@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import scorers
 from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks)
 from ._version import __version__
+from .config.endpoint_list import endpoints
 from .config.endpoints import Endpoint
 from .errors import (
     ApiError,
@@ -59,6 +60,7 @@ __all__ = [
     "__version__",
     "batches",
     "display_frame",
+    "endpoints",
     "evaluate",
     "load_flow",
     "load_report",

@@ -443,6 +443,24 @@ def batches(refresh: bool, cancel_id: str | None) -> None:
         click.echo(table.to_string(index=False))
 
 
+@cli.command()
+def endpoints() -> None:
+    """List the endpoints the flownb.toml files declare (this folder, its parents, then
+    FLOWNB_HOME): name, provider, host, the key variable sent there, the file, and which
+    declarations a nearer file hides."""
+    import pandas as pd
+
+    from ..config.endpoint_list import endpoints as declared
+
+    table = declared()
+    if table.empty:
+        click.echo("no endpoints declared: add [endpoints.NAME] tables to flownb.toml", err=True)
+        return
+    table = table.rename(columns={"key_env": "key variable"})
+    with pd.option_context("display.width", 200, "display.max_colwidth", 80):
+        click.echo(table.to_string(index=False))
+
+
 def _batch_rows(
     flow: BaseFlow,
     batch: list[Any] | None,

@@ -164,7 +164,9 @@ def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
     Raises:
         ConfigError: the name is not a provider, or the provider cannot be configured.
     """
-    provider = provider_class(name or config.provider).create(config, MediaStore(config.media_dir))
+    provider = provider_class(name or config.provider).create(
+        config, MediaStore(config.media_dir, max_bytes=config.media_max)
+    )
     endpoint = config.endpoint
     if endpoint is not None:
         provider.price_kind = endpoint.provider

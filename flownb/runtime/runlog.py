@@ -33,6 +33,7 @@ import orjson
 
 from ..config.pricing import money_of
 from ..errors import ConfigError, one_line
+from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
 
 if TYPE_CHECKING:
@@ -126,7 +127,8 @@ class RunLog:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            private_file(self.path)  # 0600 before SQLite opens it: its WAL files take its mode
             db = sqlite3.connect(
                 self.path, check_same_thread=False, timeout=30, isolation_level=None
             )

@@ -40,6 +40,8 @@ class FakeConfig:
     batch_fail_marker: str = ""
     batch_expire: bool = False
     batch_create_delay: float = 0.0  # seconds a create is answered after the batch exists
+    # Anthropic's batches: replies without their request counts (a reply seen in the wild).
+    batch_no_counts: bool = False
     # Scripted HTTP answers: marker -> answer, for every prompt containing the marker (the first
     # marker that matches wins), sent after the latency instead of the usual one. An answer is
     # a dict of: ``status`` (200), ``headers``, and one of ``json`` (the whole body, sent as
