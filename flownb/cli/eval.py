@@ -32,16 +32,20 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import ConfigError
 from ..flowfile.inputs import parse_map
-from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
-from ..scorers import JudgeScorer, Scorer, col
 from .opening import banner, open_flow, usage_error
+
+if TYPE_CHECKING:
+    from ..flows.local import BaseFlow
+    from ..scorers import Scorer
+
+# The scorers and the flow classes are imported when `flownb eval` runs, not for `flownb --help`.
 
 __all__ = ["eval_command", "load_config", "make_scorer"]
 
@@ -77,6 +81,8 @@ def load_config(path: str) -> dict[str, Any]:
 
 def _value(raw: Any) -> Any:
     if isinstance(raw, Mapping) and set(raw) == {"col"}:
+        from ..scorers import col
+
         return col(raw["col"])
     return raw
 
@@ -109,6 +115,8 @@ _VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "
 
 
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
+    from ..flows.local import LocalFlow
+
     variants: dict[str, BaseFlow] = {}
     for ref in flows:
         name, sep, source = ref.partition("=")
@@ -165,6 +173,7 @@ def _read_data(path: str) -> Any:
 
 def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
     """Print, once each, the banner of every provider the evaluation will call (stderr)."""
+    from ..scorers import JudgeScorer
 
     shown: set[str] = set()
     for flow in variants.values():
@@ -298,6 +307,7 @@ def eval_command(
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
     from ..evaluation.run import _bind_judges, evaluate
+    from ..scorers import JudgeScorer
 
     try:
         mapping = parse_map(map_pairs)

@@ -31,15 +31,17 @@ from ..flowfile.inputs import (
     read_csv,
     read_json_batch,
 )
-from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
-from ..show.meter import CostMeter
-from ..show.spreadsheet import csv_text
 from .clickhelp import FullHelpGroup
 from .opening import banner, open_flow, usage_error
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..flows.local import BaseFlow
+
+# What a command needs beyond click (the flow classes, pandas, the HTTP client) is imported
+# inside the command: `flownb --help` and a one-row offline run import no more than they use.
 
 __all__ = ["cli", "main"]
 
@@ -145,6 +147,8 @@ def check(flows: tuple[str, ...]) -> None:
 )
 def graph(flow: str, svg_path: str | None) -> None:
     """Draw a flow file's graph: Mermaid text on stdout, or an SVG file with --svg."""
+    from ..flows.local import LocalFlow
+
     f = open_flow(flow, base_url=None)
     if not isinstance(f, LocalFlow):
         _fail(
@@ -255,7 +259,7 @@ def run(
     A run never falls back to the flow's defaults on its own: every variable must be given,
     unless --use-defaults says to take the missing ones from the flow.
     """
-    import pandas as pd
+    from ..show.meter import CostMeter
 
     # Everything the user typed is checked before the flow is loaded or the banner printed.
     if csv_path and json_path:
@@ -312,12 +316,17 @@ def run(
             if target is None:
                 click.echo(str(result))
         if target is not None:
+            import pandas as pd
+
             _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=not raw_csv)
         meter = CostMeter()
         meter.add(result)
         click.echo(f"flownb: {meter.total_line()}", err=True)
         return
 
+    import pandas as pd
+
+    from ..flows.local import LocalFlow
     from ..frames.run import INTERRUPTED, run_dataframe
 
     rows = _batch_rows(f, batch, df, mapping, fill, defaults)
@@ -442,6 +451,8 @@ def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
         records = df.astype(object).where(df.notna(), None).to_dict(orient="records")
         text = json.dumps(records, ensure_ascii=False, indent=2, default=str) + "\n"
     else:
+        from ..show.spreadsheet import csv_text
+
         text = csv_text(df, safe=safe)
     if target == "-":
         click.echo(text, nl=False)
