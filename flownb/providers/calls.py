@@ -30,15 +30,16 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from typing import TYPE_CHECKING, Any
 
 from ..config import pricing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = [
     "NOTICE_AFTER",
@@ -344,6 +345,9 @@ class CallRunner:
             failed: BaseException | None = exc
         # Tenacity takes over from the failed first attempt: it is replayed as tenacity's
         # attempt 1 so its wait (Retry-After or backoff) and the attempt count stay exact.
+        # Imported at the first retry, not with flownb (a provider's warm-up imports it early).
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_for_retry,
