@@ -31,18 +31,21 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import ConfigError
-from ..evaluation.config import load_config, make_scorer
-from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
-from ..scorers import Scorer
-from ..scorers.judge import JudgeScorer
 from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
+
+if TYPE_CHECKING:
+    from ..flows.local import BaseFlow
+    from ..scorers import Scorer
+
+# The scorers, the flow classes and the evaluation are imported when `flownb eval` runs, not for
+# `flownb --help`.
 
 __all__ = ["eval_command"]
 
@@ -50,6 +53,8 @@ _VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "
 
 
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
+    from ..flows.local import LocalFlow
+
     variants: dict[str, BaseFlow] = {}
     for ref in flows:
         name, sep, source = ref.partition("=")
@@ -106,6 +111,7 @@ def _read_data(path: str) -> Any:
 
 def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
     """Print, once each, the banner of every provider the evaluation will call (stderr)."""
+    from ..scorers.judge import JudgeScorer
 
     shown: set[str] = set()
     for flow in variants.values():
@@ -283,8 +289,10 @@ def eval_command(
     dry_run: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
+    from ..evaluation.config import load_config, make_scorer
     from ..evaluation.jobs import _bind_judges
     from ..evaluation.run import evaluate
+    from ..scorers.judge import JudgeScorer
 
     try:
         mapping = parse_map(map_pairs)

@@ -23,10 +23,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
-from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
 from ..show.meter import CostMeter
-from ..show.spreadsheet import csv_text
 from .clickhelp import FullHelpGroup
 from .inputs import (
     CLI,
@@ -40,6 +38,11 @@ from .opening import banner, open_flow, usage_error
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..flows.local import BaseFlow
+
+# What a command needs beyond click (the flow classes, pandas, the HTTP client) is imported
+# inside the command: `flownb --help` and a one-row offline run import no more than they use.
 
 __all__ = ["cli", "main"]
 
@@ -145,6 +148,8 @@ def check(flows: tuple[str, ...]) -> None:
 )
 def graph(flow: str, svg_path: str | None) -> None:
     """Draw a flow file's graph: Mermaid text on stdout, or an SVG file with --svg."""
+    from ..flows.local import LocalFlow
+
     f = open_flow(flow, base_url=None)
     if not isinstance(f, LocalFlow):
         _fail(
@@ -393,6 +398,7 @@ def _run_rows(
     results, then the cost; exit 130 when interrupted, 1 when a row failed."""
     import pandas as pd
 
+    from ..flows.local import LocalFlow
     from ..frames.run import INTERRUPTED, run_dataframe
 
     meter = CostMeter()
@@ -530,6 +536,8 @@ def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
         records = df.astype(object).where(df.notna(), None).to_dict(orient="records")
         text = json.dumps(records, ensure_ascii=False, indent=2, default=str) + "\n"
     else:
+        from ..show.spreadsheet import csv_text
+
         text = csv_text(df, safe=safe)
     if target == "-":
         click.echo(text, nl=False)

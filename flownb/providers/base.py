@@ -200,6 +200,10 @@ class Provider(ABC):
     # an endpoint's own prices (model -> USD per million tokens), which come first.
     price_kind: str | None = None
     prices: Mapping[str, Mapping[str, Any]] | None = None
+    # Modules this provider's calls import (its HTTP client): imported in a background thread
+    # when the provider is made (see flownb.providers.warmup), with tenacity and the price table.
+    # Empty (the default): nothing is warmed up.
+    warm_modules: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> Self:

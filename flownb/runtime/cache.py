@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..config.settings import media_dir as media_dir_of
 from ..errors import ConfigError
 from ..infra.media import mark_used, on_evict
@@ -226,7 +228,10 @@ class CallCache:
         return found
 
     def _decode(self, value: str) -> Generation | None:
-        data = json.loads(value)
+        try:
+            data = orjson.loads(value)  # a few times json's speed: a cached re-run is decoding
+        except orjson.JSONDecodeError:  # what orjson refuses (a lone surrogate) json reads
+            data = json.loads(value)
         media = data.get("media")
         # Marked used: the media cap deletes the images used longest ago first.
         if media is not None and not mark_used(self.media_dir / media):

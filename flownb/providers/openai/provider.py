@@ -115,6 +115,7 @@ class OpenAIProvider(HostedProvider):
                 f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}"
             )
         self.transport_name = chosen
+        self.warm_modules = ("openai",) if chosen == "sdk" else ("aiohttp",)
         self._api_key = key  # for the Batch API's client; never shown
         self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(
             self.base_url, key, headers=headers, azure=azure, pool=pool
