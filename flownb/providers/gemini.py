@@ -11,7 +11,8 @@ What a node's modelParams become (decided once per node, at flow load):
   (``stopSequences``), ``seed``, ``presence_penalty``, ``frequency_penalty`` and ``system``
   (the system instruction) are sent; ``n`` > 1 asks for that many candidates and the first
   becomes the output; what Gemini lacks (``best_of``, ``logit_bias``, ...) is dropped with one
-  warning per flow for each;
+  warning per flow for each; the call's system message (``flow.with_system``) is sent as
+  ``system_instruction``, plain and streamed (it wins over a ``system`` param);
 - image nodes call a Gemini image model (:data:`DEFAULT_IMAGE_MODEL`; ``generateContent``
   answering an image, priced by its tokens); the image is kept in the media store. Imagen
   models (``imagen-*``) are refused at load: the Gemini API no longer serves them (Vertex AI
@@ -256,7 +257,9 @@ class GeminiProvider(HostedProvider):
         models = self._client().aio.models
         try:
             resp = await models.generate_content(
-                model=prepared["model"], contents=self._contents(call), config=prepared["config"]
+                model=prepared["model"],
+                contents=self._contents(call),
+                config=_with_system(prepared["config"], call),
             )
         except self._errors as exc:
             raise _translate(exc, self._key, self.base_url) from exc
@@ -298,7 +301,9 @@ class GeminiProvider(HostedProvider):
         meta = None
         try:
             chunks = await models.generate_content_stream(
-                model=prepared["model"], contents=self._contents(call), config=prepared["config"]
+                model=prepared["model"],
+                contents=self._contents(call),
+                config=_with_system(prepared["config"], call),
             )
             async for chunk in chunks:
                 model = chunk.model_version or model
@@ -340,6 +345,15 @@ class GeminiProvider(HostedProvider):
         client = self._client.clients.pop(asyncio.get_running_loop(), None)  # type: ignore[attr-defined]
         if client is not None:
             await client.aio.aclose()
+
+
+def _with_system(config: Mapping[str, Any], call: Call) -> dict[str, Any]:
+    """Return the request's config with the call's system message (``flow.with_system``) as
+    Gemini's ``system_instruction``: it wins over a ``system`` in the node's params, as OpenAI's
+    system role does, so every vendor of a comparison gets the same instructions."""
+    if not call.system:
+        return dict(config)
+    return {**config, "system_instruction": call.system}
 
 
 def _part(part: str | ImagePart) -> Any:

@@ -11,6 +11,8 @@ What a text node's modelParams become (decided once per node, at flow load):
 - ``temperature`` (Anthropic takes 0 to 1: a larger value is refused at load), ``top_p``,
   ``top_k``, ``stop`` (as ``stop_sequences``), ``system`` (the system prompt), ``metadata``,
   ``service_tier`` and ``thinking`` are sent;
+- the call's system message (``flow.with_system``) is sent as ``system``, for plain, streamed
+  and Message Batches calls alike (it wins over a ``system`` param);
 - what Claude lacks (``frequency_penalty``, ``presence_penalty``, ``seed``, ``n`` > 1,
   ``best_of``, ...) is dropped, with one warning per flow for each.
 
@@ -85,6 +87,15 @@ def _block(part: str | ImagePart) -> dict[str, Any]:
         return {"type": "image", "source": {"type": "url", "url": part.url}}
     source = {"type": "base64", "media_type": part.mime, "data": part.b64()}
     return {"type": "image", "source": source}
+
+
+def _with_system(body: Mapping[str, Any], call: Call) -> dict[str, Any]:
+    """Return ``body`` with the call's system message (``flow.with_system``) as the Messages
+    API's ``system``: it wins over a ``system`` in the node's params, as OpenAI's system role
+    does, so every vendor of a comparison gets the same instructions."""
+    if not call.system:
+        return dict(body)
+    return {**body, "system": call.system}
 
 
 def _translate(exc: Exception, key: str | None, base_url: str) -> ProviderError:
@@ -272,7 +283,9 @@ class AnthropicProvider(HostedProvider):
     async def _create(self, call: Call, body: Mapping[str, Any], **extra: Any) -> Any:
         """Post ``call`` (its params prepared as ``body``) to the Messages API; return the SDK's
         raw response (``extra``: ``stream=True`` for a streamed answer)."""
-        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
+        rest = {
+            k: v for k, v in _with_system(body, call).items() if k not in ("model", "max_tokens")
+        }
         # Sampling fields go as extra_body: SDK releases differ in which they take as keywords
         # (newer ones dropped temperature/top_p/top_k), the API takes them all.
         # with_raw_response: the same call, with the answer's rate-limit headers kept.
@@ -292,7 +305,7 @@ class AnthropicProvider(HostedProvider):
             ConfigError: the node's params are refused (see :meth:`prepare`).
         """
         body = self.prepare(call.params, call.node_id)
-        return {**body, "messages": self._messages(call)}
+        return {**_with_system(body, call), "messages": self._messages(call)}
 
     def _messages(self, call: Call) -> list[dict[str, Any]]:
         """Return the Messages API ``messages`` for ``call``: its prompt, with the images a
