@@ -82,7 +82,8 @@ def test_azure_calls_carry_the_system_message(openai_fake: FakeOpenAI) -> None:
     flow = _flow(endpoint=azure, cache=False).with_model("gpt-4o-mini")
     flow.run(topic="plain")
     _consume(flow, "streamed")
-    assert {r["path"] for r in openai_fake.received} == {"/openai/deployments/mini/chat/completions"}
+    paths = {r["path"] for r in openai_fake.received}
+    assert paths == {"/openai/deployments/mini/chat/completions"}
     assert _openai_systems(openai_fake.requests) == [SYSTEM, SYSTEM]
 
 
