@@ -76,7 +76,14 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.infra.tracing",
         },
     ),
-    ("engine/pipeline", {"flownb.runtime.engine", "flownb.runtime.pipeline"}),
+    (
+        "engine/pipeline",
+        {
+            "flownb.runtime.engine",
+            "flownb.runtime.pipeline",
+            "flownb.runtime.notes",  # what a flow's requests drop, replace or cannot price
+        },
+    ),
     (
         "flows",
         {

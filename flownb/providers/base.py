@@ -210,6 +210,14 @@ class Provider(ABC):
             ConfigError: naming the node and the parameter.
         """
 
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Sequence[tuple[str, str]]:
+        """Return what the provider changes in a node's request: ``(topic, message)`` pairs (a
+        parameter dropped, a model replaced). flownb says them once per provider and topic, when
+        a flow is first run or previewed (see :mod:`flownb.runtime.notes`), so they describe
+        what is sent, not a flow later changed by ``with_model``. The default changes nothing.
+        """
+        return ()
+
     @abstractmethod
     async def generate(self, call: Call) -> Generation:
         """Return the generation for ``call``.

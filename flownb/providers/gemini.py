@@ -38,8 +38,8 @@ from .images import ImagePart, has_images, prompt_parts
 from .vendor import (
     OPENAI_MODEL,
     HostedProvider,
+    Notes,
     Reach,
-    Warner,
     clients_per_loop,
     need_extra,
     redact,
@@ -153,8 +153,8 @@ class GeminiProvider(HostedProvider):
             )
         self._key = api_key
         self._headers = dict(headers or {})
-        self._warn = Warner("gemini")
-        self._prepared: dict[int, tuple[Mapping[str, Any], Kind, dict[str, Any]]] = {}
+        # id(params) -> (params, kind, the request, what it drops or replaces)
+        self._prepared: dict[int, tuple[Mapping[str, Any], Kind, dict[str, Any], Notes]] = {}
         self._client = clients_per_loop(self._new_client)
         self._errors: tuple[type[BaseException], ...] | None = None
 
@@ -188,22 +188,36 @@ class GeminiProvider(HostedProvider):
 
     def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:
         """Return ``{"model": ..., "config": {...}}`` for a node's params (the SDK's config
-        fields), warning once per flow about each parameter dropped or replaced.
+        fields); :meth:`notes` says what they drop or replace.
+
+        Raises:
+            ConfigError: an Imagen model (the Gemini API does not serve them).
+        """
+        return self._prepare(kind, params, node)[0]
+
+    def _prepare(
+        self, kind: Kind, params: Mapping[str, Any], node: str
+    ) -> tuple[dict[str, Any], Notes]:
+        """Return the request for a node's params and the notes on what it drops or replaces
+        (worked out once per params object and kind).
 
         Raises:
             ConfigError: an Imagen model (the Gemini API does not serve them).
         """
         entry = self._prepared.get(id(params))
         if entry is not None and entry[0] is params and entry[1] == kind:
-            return entry[2]
+            return entry[2], entry[3]
+        notes: Notes = []
         p = dict(params)
         default = DEFAULT_MODEL if kind == "text" else DEFAULT_IMAGE_MODEL
         model = p.pop("model", None) or default
         if OPENAI_MODEL.match(model):
-            self._warn(
-                f"model:{model}",
-                f"node {node!r}: {model!r} is an OpenAI model; sending {default!r} instead "
-                "(choose one with flow.with_model)",
+            notes.append(
+                (
+                    f"model:{model}",
+                    f"node {node!r}: {model!r} is an OpenAI model; sending {default!r} instead "
+                    "(choose one with flow.with_model)",
+                )
             )
             model = default
         if model.startswith("imagen"):
@@ -225,13 +239,16 @@ class GeminiProvider(HostedProvider):
             if field is not None:
                 config[field] = value
             else:
-                self._warn(name, f"{name} dropped: not a Gemini parameter flownb sends")
+                notes.append((name, f"{name} dropped: not a Gemini parameter flownb sends"))
         if kind == "image":
             config["response_modalities"] = ["IMAGE"]
         prepared = {"model": model, "config": config}
-        self._prepared[id(params)] = (params, kind, prepared)
-        self._warn.flush()
-        return prepared
+        self._prepared[id(params)] = (params, kind, prepared, notes)
+        return prepared, notes
+
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Notes:
+        """Return what this node's request drops or replaces (see :meth:`prepare`)."""
+        return self._prepare(kind, params, node)[1]
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model the node's calls are sent to (defaults and replacements applied)."""

@@ -1,13 +1,12 @@
 """What the SDK-based vendor providers (Anthropic, Gemini) share: where their endpoint and key
-come from, one SDK client per event loop, warnings once per flow, and the translation of an
-HTTP error answer into flownb's error tree.
+come from, one SDK client per event loop, the notes on what a request drops or replaces, and the
+translation of an HTTP error answer into flownb's error tree.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +19,8 @@ from .base import Provider, RateLimits
 __all__ = [
     "OPENAI_MODEL",
     "HostedProvider",
+    "Notes",
     "Reach",
-    "Warner",
     "clients_per_loop",
     "need_extra",
     "redact",
@@ -97,27 +96,8 @@ def redact(text: str, key: str | None) -> str:
     return _KEY_LIKE.sub(lambda m: m.group(1) + "***", text)
 
 
-class Warner:
-    """Says once per provider (so once per flow) what was dropped or replaced: each node's new
-    notes are gathered while its request is worked out, then said in one warning."""
-
-    def __init__(self, vendor: str) -> None:
-        self.vendor = vendor
-        self._said: set[str] = set()
-        self._pending: list[str] = []
-
-    def __call__(self, topic: str, message: str) -> None:
-        """Note ``message`` unless ``topic`` was already said or noted."""
-        if topic in self._said:
-            return
-        self._said.add(topic)
-        self._pending.append(message)
-
-    def flush(self) -> None:
-        """Say the notes gathered since the last flush, in one warning (nothing if none)."""
-        if self._pending:
-            notes, self._pending = self._pending, []
-            warnings.warn(f"flownb {self.vendor}: {'; '.join(notes)}", UserWarning, stacklevel=4)
+# What a vendor provider changes in a node's request: (topic, message) pairs, said once per topic.
+Notes = list[tuple[str, str]]
 
 
 def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:

@@ -45,8 +45,8 @@ from ..images import ImagePart, has_images, prompt_parts
 from ..vendor import (
     OPENAI_MODEL,
     HostedProvider,
+    Notes,
     Reach,
-    Warner,
     clients_per_loop,
     need_extra,
     redact,
@@ -163,8 +163,8 @@ class AnthropicProvider(HostedProvider):
         self._key = api_key
         self.media = media  # where the images a judge shows the model are read from
         self._headers = dict(headers or {})
-        self._warn = Warner("anthropic")
-        self._prepared: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+        # id(params) -> (params, the request fields, what they drop or replace)
+        self._prepared: dict[int, tuple[Mapping[str, Any], dict[str, Any], Notes]] = {}
         self._client = clients_per_loop(self._new_client)
 
     @classmethod
@@ -202,16 +202,28 @@ class AnthropicProvider(HostedProvider):
         Raises:
             ConfigError: a temperature over Anthropic's maximum of 1.
         """
+        return self._prepare(params, node)[0]
+
+    def _prepare(self, params: Mapping[str, Any], node: str) -> tuple[dict[str, Any], Notes]:
+        """Return the request fields for a node's params, and the notes on what they drop or
+        replace (worked out once per params object).
+
+        Raises:
+            ConfigError: a temperature over Anthropic's maximum of 1.
+        """
         entry = self._prepared.get(id(params))
         if entry is not None and entry[0] is params:
-            return entry[1]
+            return entry[1], entry[2]
+        notes: Notes = []
         p = dict(params)
         model = p.pop("model", None) or DEFAULT_MODEL
         if OPENAI_MODEL.match(model):
-            self._warn(
-                f"model:{model}",
-                f"node {node!r}: {model!r} is an OpenAI model; sending {DEFAULT_MODEL!r} instead "
-                "(choose one with flow.with_model)",
+            notes.append(
+                (
+                    f"model:{model}",
+                    f"node {node!r}: {model!r} is an OpenAI model; sending {DEFAULT_MODEL!r} "
+                    "instead (choose one with flow.with_model)",
+                )
             )
             model = DEFAULT_MODEL
         max_tokens = p.pop("max_tokens", None)
@@ -232,7 +244,7 @@ class AnthropicProvider(HostedProvider):
             body["system"] = str(system)
         n = p.pop("n", None)
         if n not in (None, 1):
-            self._warn("n", f"n={n} dropped: Claude gives one answer per request")
+            notes.append(("n", f"n={n} dropped: Claude gives one answer per request"))
         if p.get("best_of") == 1:
             del p["best_of"]  # the default everywhere: nothing to say
         for name, value in p.items():
@@ -240,10 +252,13 @@ class AnthropicProvider(HostedProvider):
                 body[name] = value
             else:
                 why = _LACKS.get(name, "not an Anthropic Messages parameter")
-                self._warn(name, f"{name} dropped: {why}")
-        self._prepared[id(params)] = (params, body)
-        self._warn.flush()
-        return body
+                notes.append((name, f"{name} dropped: {why}"))
+        self._prepared[id(params)] = (params, body, notes)
+        return body, notes
+
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Notes:
+        """Return what this node's request drops or replaces (see :meth:`prepare`)."""
+        return self._prepare(params, node)[1] if kind == "text" else []
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model the node's calls are sent to (defaults and replacements applied)."""

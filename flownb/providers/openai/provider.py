@@ -60,7 +60,6 @@ from ...config.settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from ...error_map import parse_retry_after
 from ...errors import ConfigError, ProviderError, ProviderTimeout, RateLimited
 from ...infra.media import MediaStore
-from ...show.notices import warn
 from ..base import PROMPT_LIMITS, Call, Generation, Kind, Provider, RateLimits
 from ..images import has_images, prompt_parts
 from .batch import OpenAIBatches
@@ -1173,7 +1172,7 @@ class OpenAIProvider(Provider):
         return f"provider: {self.name} at {self.base_url} (transport {self.transport_name})"
 
     def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> Prepared:
-        """Return the request a node's params map to, warning once about each dropped param.
+        """Return the request a node's params map to (:meth:`notes` says what it drops).
 
         Raises:
             ConfigError: params the API would refuse (best_of on a chat model, n>1 on dall-e-3).
@@ -1182,12 +1181,13 @@ class OpenAIProvider(Provider):
         if entry is not None and entry[0] is params and entry[1] == kind:
             return entry[2]
         prepared = (_prepare_text if kind == "text" else _prepare_image)(params, node)
-        if prepared.notes:
-            notes = "; ".join(prepared.notes)
-            warn(f"openai provider, node {node!r}: {notes}")
         # Keyed by identity: a node's params object lives as long as its plan.
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared
+
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> list[tuple[str, str]]:
+        """Return what this node's request drops, one note per node and parameter."""
+        return [(f"{node}:{n}", f"node {node!r}: {n}") for n in self.prepare(kind, params).notes]
 
     def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
         """Refuse params the API would reject, at flow load (see :meth:`prepare`).
