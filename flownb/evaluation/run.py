@@ -48,6 +48,7 @@ from ..providers.repeat import unrepeated
 from ..runtime.hooks import HOOKS
 from ..runtime.pipeline import Handover
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
+from ..scorers.judging import self_preference, variant_vendor
 from ..show.notices import warn
 from ..show.progress import Progress
 from .params import variant_params
@@ -813,6 +814,7 @@ def _assemble(
                 kinds.setdefault(o, k)
     parts = []
     infos: dict[str, ScorerInfo] = {}
+    vendors = {name: variant_vendor(flow) for name, flow in variants.items()}
     for name, got in collected.items():
         block = _block(inputs, got)
         failed = np.array(block.failed, dtype=bool)
@@ -848,6 +850,7 @@ def _assemble(
                 s.output,
                 s.describe(),
                 s.rate,
+                _judge_record(s, vendors) if info is None else info.judge,
             )
         cols["passed"] = passed
         cols["latency_s"] = np.array(got.latency, dtype=float)
@@ -876,6 +879,16 @@ def _assemble(
         context=context,
         setup={name: _setup(flow) for name, flow in variants.items()},
     )
+
+
+def _judge_record(scorer: Scorer, vendors: Mapping[str, str | None]) -> dict[str, Any] | None:
+    """Return who judged for a judge (endpoint, model, vendor, and the variants of its vendor:
+    ``same_vendor``), None for any other scorer."""
+    if not isinstance(scorer, JudgeScorer):
+        return None
+    info: dict[str, Any] = dict(scorer.judged_by())
+    info["same_vendor"] = self_preference(info["vendor"], vendors)
+    return info
 
 
 def _endpoint(provider: Any) -> str | None:

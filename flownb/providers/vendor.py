@@ -26,12 +26,38 @@ __all__ = [
     "redact",
     "split_version",
     "status_error",
+    "vendor_of",
 ]
 
 # Model names of OpenAI's families, as exported flows carry them: a vendor provider replaces
 # them with its own default (with a warning) instead of sending a name the vendor refuses.
 OPENAI_MODEL = re.compile(r"^(gpt-|chatgpt|o\d|dall-e|text-|davinci|babbage|gpt-image)")
+# A model's vendor told by its name (the vendor's own families), whoever serves it.
+_FAMILIES = (
+    ("OpenAI", OPENAI_MODEL),
+    ("Anthropic", re.compile(r"^claude")),
+    ("Google", re.compile(r"^(gemini|gemma|imagen)")),
+)
+# A provider kind's vendor, for a model name no family claims.
+_KIND_VENDORS = {
+    "openai": "OpenAI",
+    "azure": "OpenAI",
+    "anthropic": "Anthropic",
+    "gemini": "Google",
+}
 _KEY_LIKE = re.compile(r"(sk-ant-|AIza)[A-Za-z0-9_\-]{3,}")
+
+
+def vendor_of(provider: Provider, model: str | None) -> str:
+    """Return the vendor of ``model`` as ``provider`` sends it: by the model's family name
+    (``gpt-``/``o3`` OpenAI, ``claude`` Anthropic, ``gemini`` Google) wherever it is served,
+    else by the provider kind (Azure's is OpenAI), else the provider's name (``offline``, a
+    plugin's)."""
+    for vendor, family in _FAMILIES:
+        if model and family.match(model):
+            return vendor
+    kind = provider.price_kind or provider.name
+    return _KIND_VENDORS.get(kind, kind)
 
 
 class HostedProvider(Provider):
