@@ -171,8 +171,9 @@ class JudgeSetup:
 
 def variant_vendor(flow: Any) -> str | None:
     """Return the vendor whose model a variant's first text node sends (``OpenAI``,
-    ``Anthropic``, ``Google``, else its provider kind); None for a flow served elsewhere."""
-    if not isinstance(flow, LocalFlow):
+    ``Anthropic``, ``Google``, else its provider kind); None for a flow served elsewhere or run
+    offline (no model answers it)."""
+    if not isinstance(flow, LocalFlow) or flow.provider.name == "offline":
         return None
     for step in flow.plan.steps:
         if step.kind == "text":
