@@ -208,3 +208,38 @@ def test_flownb_eval_takes_a_judge_endpoint_from_the_scorers_file_and_names_it(
     assert f"flownb: {said}; the same vendor (OpenAI) as variant 'flow'" in done.stderr
     assert said in done.stdout and "self-preference" in done.stdout
     assert len(judge.requests) == 2 * len(ROWS)
+
+
+def test_flow_eval_magic_takes_a_judge_endpoint_and_shows_who_judged(
+    vendors: tuple[FakeOpenAI, FakeOpenAI, FakeAnthropic, FakeGemini], tmp_path: Path
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    _, judge, _, _ = vendors
+    (tmp_path / "flownb.toml").write_text(
+        f'[endpoints.referee]\nprovider = "openai"\nbase_url = "{judge.url}"\n'
+        'api_key_env = "JUDGE_KEY"\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "judges.toml").write_text(
+        '[[scorers]]\ntype = "pick_best"\noutput = "Intro"\nrubric = "Which?"\n'
+        'endpoint = "referee"\nmodel = "gpt-4.1-mini"\n',
+        encoding="utf-8",
+    )
+    start_ipython()
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "flownb")
+    try:
+        ip.user_ns.update(variants=_three_vendors(), rows=ROWS)
+        report = ip.run_line_magic(
+            "flow", "eval $variants --df $rows --scorers judges.toml --no-progress"
+        )
+    finally:
+        ip.run_line_magic("unload_ext", "flownb")
+        for name in ("variants", "rows"):
+            ip.user_ns.pop(name, None)
+    assert len(judge.requests) == len(ROWS)  # one pick per row, on the judge's endpoint
+    shown = report._repr_html_()
+    assert "referee" in shown and "gpt-4.1-mini" in shown
+    assert "the same vendor as variant gpt" in shown
