@@ -129,3 +129,23 @@ def test_flownb_eval_prints_the_warning_with_one_prefix(
     (line,) = [x for x in done.stderr.splitlines() if "OpenAI model" in x]
     assert line.startswith("flownb: anthropic: node 'A': 'gpt-4o-mini' is an OpenAI model")
     assert "flownb: flownb" not in done.stderr
+
+
+def test_the_report_lists_only_the_parameters_sent(
+    anthropic_fake: FakeAnthropic, tmp_path: Path
+) -> None:
+    lacking = {"model": "claude-haiku-4-5", "frequency_penalty": 0.5, "seed": 3, "top_p": 0.9}
+    flow = flownb.load_flow(flow_with({"A": lacking}), provider="anthropic")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the drops are said; here only the report matters
+        report = flownb.evaluate(
+            {"claude": flow},
+            pd.DataFrame({"topic": ["owls"]}),
+            [flownb.scorers.length("A")],
+            progress=False,
+        )
+    (node,) = report.context["variants"][0]["nodes"]
+    assert node["params"] == {"model": "claude-haiku-4-5", "max_tokens": 1024, "top_p": 0.9}
+    page = report.save(tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "frequency_penalty" not in page and "seed=" not in page
+    assert "max_tokens=1024" in page

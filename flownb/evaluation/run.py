@@ -927,7 +927,8 @@ def describe_evaluation(
                     "name": step.name,
                     "kind": step.kind,
                     "prompt": step.template.text,
-                    "params": dict(step.params),
+                    # What the provider sends: a parameter it drops is not listed.
+                    "params": flow.provider.sent_params(step.kind, step.params),
                     "models": sorted(models.get(k, ())),
                 }
                 for k, step in enumerate(plan.steps)

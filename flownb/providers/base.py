@@ -247,6 +247,12 @@ class Provider(ABC):
 
         return call_cost(self.price_kind or self.name, gen.model, gen.usage, self.prices)
 
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the model parameters a node's requests carry, as the provider sends them
+        (what reports show: a parameter the provider drops is not listed, a default it adds
+        is). The default sends the params as written."""
+        return dict(params)
+
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model a node's call would be priced as (for estimates): its ``model``."""
         model = params.get("model")

@@ -246,6 +246,12 @@ class GeminiProvider(HostedProvider):
         self._prepared[id(params)] = (params, kind, prepared, notes)
         return prepared, notes
 
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the model and the GenerateContentConfig fields a node's params become
+        (dropped ones left out)."""
+        prepared = self.prepare(kind, params)
+        return {"model": prepared["model"], **prepared["config"]}
+
     def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Notes:
         """Return what this node's request drops or replaces (see :meth:`prepare`)."""
         return self._prepare(kind, params, node)[1]

@@ -256,6 +256,11 @@ class AnthropicProvider(HostedProvider):
         self._prepared[id(params)] = (params, body, notes)
         return body, notes
 
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the Messages API fields a node's params become (dropped ones left out,
+        ``max_tokens`` as sent)."""
+        return dict(self.prepare(params)) if kind == "text" else dict(params)
+
     def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Notes:
         """Return what this node's request drops or replaces (see :meth:`prepare`)."""
         return self._prepare(params, node)[1] if kind == "text" else []

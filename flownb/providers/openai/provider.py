@@ -1185,6 +1185,10 @@ class OpenAIProvider(Provider):
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared
 
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the request fields a node's params become (dropped ones left out)."""
+        return dict(self.prepare(kind, params).body)
+
     def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> list[tuple[str, str]]:
         """Return what this node's request drops, one note per node and parameter."""
         return [(f"{node}:{n}", f"node {node!r}: {n}") for n in self.prepare(kind, params).notes]
