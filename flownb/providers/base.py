@@ -93,7 +93,9 @@ class Generation:
     for where the result goes (``file://`` locally, ``http://.../media/...`` from the server).
     ``limits`` is what the answer said about the provider's rate limits, for the run's limiter
     (never cached). ``finish_reason`` is why the provider stopped (``"length"``: at the token
-    limit, the text is cut short), ``None`` when it did not say.
+    limit, the text is cut short), ``None`` when it did not say; every provider says it in
+    OpenAI's words (``stop``, ``length``, ``content_filter``, ``tool_calls``). ``response_id`` is
+    the provider's id of its answer (for traces; not cached).
     ``cost`` is what the call cost in US dollars when it was paid for (NaN:
     price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving.
     """
@@ -107,6 +109,7 @@ class Generation:
     limits: RateLimits | None = None
     cost: float | None = None
     finish_reason: str | None = None
+    response_id: str | None = None
 
 
 # -- provider batches (half price, results within hours; driven by flownb.frames.batch_api)

@@ -179,6 +179,10 @@ class CallRunner:
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
         self._traced = tracing.tracer() is not None
+        # The endpoint's address and port, for the spans (server.address, server.port).
+        self._server = (
+            tracing.server_of(provider.identity().get("base_url")) if self._traced else None
+        )
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -196,7 +200,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call) if self._traced else None
+        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
         if span is None:
             return await self._answer(call)
         try:
@@ -215,7 +219,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call) if self._traced else None
+        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
         if span is None:
             return await self._answer(call, sink)
         try:

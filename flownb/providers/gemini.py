@@ -294,7 +294,13 @@ class GeminiProvider(HostedProvider):
             text = resp.text or ""
         except ValueError as exc:  # several candidates mixed with non-text parts
             raise ProviderError(f"Gemini answered no text: {exc}", provider="gemini") from exc
-        return Generation(text, model=model, usage=usage)
+        return Generation(
+            text,
+            model=model,
+            usage=usage,
+            finish_reason=finish_reason(resp),
+            response_id=getattr(resp, "response_id", None),
+        )
 
     def _contents(self, call: Call) -> Any:
         """Return the request's ``contents`` for ``call``: its prompt, with the images a judge
@@ -322,6 +328,8 @@ class GeminiProvider(HostedProvider):
         text: list[str] = []
         model = prepared["model"]
         meta = None
+        finish: str | None = None
+        answer_id: str | None = None
         try:
             chunks = await models.generate_content_stream(
                 model=prepared["model"],
@@ -331,6 +339,8 @@ class GeminiProvider(HostedProvider):
             async for chunk in chunks:
                 model = chunk.model_version or model
                 meta = chunk.usage_metadata or meta
+                finish = finish_reason(chunk) or finish
+                answer_id = getattr(chunk, "response_id", None) or answer_id
                 try:
                     piece = chunk.text or ""
                 except ValueError as exc:  # several candidates mixed with non-text parts
@@ -342,7 +352,13 @@ class GeminiProvider(HostedProvider):
                     yield piece
         except self._errors as exc:
             raise _translate(exc, self._key, self.base_url) from exc
-        yield Generation("".join(text), model=model, usage=_usage(meta))
+        yield Generation(
+            "".join(text),
+            model=model,
+            usage=_usage(meta),
+            finish_reason=finish,
+            response_id=answer_id,
+        )
 
     def _keep(self, raw: bytes, mime: str | None) -> str:
         name = self.media.name_for(raw, _EXT.get((mime or "").lower(), "png"))
@@ -368,6 +384,33 @@ class GeminiProvider(HostedProvider):
         client = self._client.clients.pop(asyncio.get_running_loop(), None)  # type: ignore[attr-defined]
         if client is not None:
             await client.aio.aclose()
+
+
+# Gemini's FinishReason -> OpenAI's finish_reason words, which flownb speaks (a text cut at the
+# token limit is "length": kept, flagged and warned about).
+_FINISHES = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+}
+
+
+def finish_reason(resp: Any) -> str | None:
+    """Return flownb's finish_reason for a Gemini answer (or stream chunk): its first
+    candidate's ``finish_reason``, None when it states none."""
+    candidates = getattr(resp, "candidates", None) or []
+    reason = getattr(candidates[0], "finish_reason", None) if candidates else None
+    if reason is None:
+        return None
+    name = str(getattr(reason, "name", reason))
+    if name == "FINISH_REASON_UNSPECIFIED":
+        return None
+    return _FINISHES.get(name, name.lower())
 
 
 def _with_system(config: Mapping[str, Any], call: Call) -> dict[str, Any]:

@@ -23,6 +23,7 @@ __all__ = [
     "Reach",
     "clients_per_loop",
     "need_extra",
+    "no_sdk_spans",
     "redact",
     "split_version",
     "status_error",
@@ -181,6 +182,20 @@ def status_error(
         provider=vendor.lower(),
         retry_after=retry_after,
     )
+
+
+def no_sdk_spans(client_class: Any) -> dict[str, Any]:
+    """Return the client option turning off a vendor SDK's own OpenTelemetry spans
+    (``open_telemetry=False``, as the anthropic SDK takes it; ``{}`` for a client without the
+    option): flownb's ``chat`` span already carries each call's usage, and a second span with
+    the same tokens would count it twice in a backend that sums them."""
+    import inspect
+
+    try:
+        accepts = "open_telemetry" in inspect.signature(client_class.__init__).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    return {"open_telemetry": False} if accepts else {}
 
 
 def need_extra(vendor: str, package: str, extra: str) -> ConfigError:

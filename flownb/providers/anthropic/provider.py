@@ -49,6 +49,7 @@ from ..vendor import (
     Reach,
     clients_per_loop,
     need_extra,
+    no_sdk_spans,
     redact,
     split_version,
     status_error,
@@ -194,6 +195,7 @@ class AnthropicProvider(HostedProvider):
             max_retries=0,
             timeout=None,
             default_headers=headers or None,
+            **no_sdk_spans(AsyncAnthropic),
         )
 
     def prepare(self, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:
@@ -298,6 +300,8 @@ class AnthropicProvider(HostedProvider):
             model=msg.model or body["model"],
             usage=_usage(msg.usage),
             limits=rate_limits(raw.headers),
+            finish_reason=finish_reason(getattr(msg, "stop_reason", None)),
+            response_id=getattr(msg, "id", None),
         )
 
     async def _create(self, call: Call, body: Mapping[str, Any], **extra: Any) -> Any:
@@ -339,7 +343,13 @@ class AnthropicProvider(HostedProvider):
         """Return the generation a Messages API answer (the SDK's ``Message``) holds, as
         :meth:`generate` reads it (a batch's answers come without rate-limit headers)."""
         text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
-        return Generation(text, model=msg.model, usage=_usage(msg.usage))
+        return Generation(
+            text,
+            model=msg.model,
+            usage=_usage(msg.usage),
+            finish_reason=finish_reason(getattr(msg, "stop_reason", None)),
+            response_id=getattr(msg, "id", None),
+        )
 
     supports_batches: ClassVar[bool] = True
 
@@ -369,6 +379,8 @@ class AnthropicProvider(HostedProvider):
         text: list[str] = []
         model = body["model"]
         usage: dict[str, Any] = {}
+        stop: str | None = None
+        answer_id: str | None = None
         try:
             raw = await self._create(call, body, stream=True)
             async for event in await raw.parse():
@@ -378,10 +390,13 @@ class AnthropicProvider(HostedProvider):
                     yield event.delta.text
                 elif kind == "message_start":
                     model = event.message.model or model
+                    answer_id = getattr(event.message, "id", None)
                     usage.update(_fields(event.message.usage))
-                elif kind == "message_delta" and event.usage is not None:
-                    # Cumulative counts: what it says replaces what message_start said.
-                    usage.update(_fields(event.usage))
+                elif kind == "message_delta":
+                    stop = getattr(event.delta, "stop_reason", None) or stop
+                    if event.usage is not None:
+                        # Cumulative counts: what it says replaces what message_start said.
+                        usage.update(_fields(event.usage))
         except anthropic.AnthropicError as exc:
             raise _translate(exc, self._key, self.base_url) from exc
         yield Generation(
@@ -389,6 +404,8 @@ class AnthropicProvider(HostedProvider):
             model=model,
             usage=_usage(SimpleNamespace(**usage)) if usage else None,
             limits=rate_limits(raw.headers),
+            finish_reason=finish_reason(stop),
+            response_id=answer_id,
         )
 
     async def aclose(self) -> None:
@@ -399,6 +416,25 @@ class AnthropicProvider(HostedProvider):
         client = self._client.clients.pop(loop, None)  # type: ignore[attr-defined]
         if client is not None:
             await client.close()
+
+
+# Anthropic's stop_reason -> OpenAI's finish_reason words, which flownb speaks (a text cut at the
+# token limit is "length": kept, flagged and warned about).
+_STOPS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+def finish_reason(stop: str | None) -> str | None:
+    """Return flownb's finish_reason for Anthropic's ``stop_reason`` (None when none was said;
+    an unknown one as it is)."""
+    return _STOPS.get(stop, stop) if stop else None
 
 
 def _seconds_until(stamp: str | None) -> float | None:

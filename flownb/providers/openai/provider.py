@@ -1289,12 +1289,14 @@ class OpenAIProvider(Provider):
         """
         model = data.get("model") or body["model"]
         text, finish = _answer_text(data, prepared.endpoint == "/chat/completions", request_id)
+        answer_id = data.get("id")
         return Generation(
             text,
             model=model,
             usage=usage_of(data.get("usage")),
             limits=limits,
             finish_reason=finish,
+            response_id=answer_id if isinstance(answer_id, str) else None,
         )
 
     supports_batches: ClassVar[bool] = True
