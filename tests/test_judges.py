@@ -114,6 +114,10 @@ def test_a_judge_on_its_own_endpoint_is_named_everywhere_with_its_vendor_overlap
     page = report.save(tmp_path / "report.html").read_text(encoding="utf-8")
     assert "referee" in page and "gpt-4.1-mini" in page
     assert "self-preference" in page and "the same vendor as variant gpt" in page
+    # Kept in the run log: a report read back names its judges alike.
+    again = flownb.load_report(report.id)
+    assert again.judges.equals(judges)
+    assert again.summary["judge_Intro_judged_by"].tolist() == ["referee · gpt-4.1-mini"] * 3
 
 
 def test_a_judge_given_an_endpoint_as_provider_is_not_refused_as_offline(
