@@ -36,10 +36,10 @@ def test_with_model_is_what_the_warning_talks_about(anthropic_fake: FakeAnthropi
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         base = flownb.load_flow(flow, provider="anthropic", cache=False)
-        claude = base.with_model("claude-haiku-45")
         here = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        claude = base.with_model("claude-haiku-45")  # said here, where the model is chosen
         claude.run(topic="owls")
-        claude.run(topic="bats")  # said once
+        claude.run(topic="bats")  # and not again
     assert anthropic_fake.requests[0]["model"] == "claude-haiku-45"
     assert _said(caught, "gpt-4o-mini") == []  # the loaded model is not what was sent
     (w,) = _said(caught, "claude-haiku-45")
@@ -70,10 +70,11 @@ def openai_fake(monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
 
 
 def test_a_misspelt_model_warns_once_naming_the_closest_names(openai_fake: FakeOpenAI) -> None:
+    """Said where the model is chosen, and not again when it runs (or a variant of it does)."""
     flow = flownb.load_flow(make_flow({"A": "About {topic}."}, ["topic"]), provider="openai")
-    mimi = flow.with_model("gpt-4o-mimi")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        mimi = flow.with_model("gpt-4o-mimi")
         mimi.run_dataframe(pd.DataFrame({"topic": ["a", "b"]}), progress=False)
         mimi.with_system("Be brief.").run(topic="c")  # a variant on the same provider
         flow.with_model("gpt-4o-mini").run(topic="d")  # a known model: nothing to say

@@ -615,27 +615,36 @@ class LocalFlow(BaseFlow):
             from ..flowfile import variants
 
             graph = variants.with_model(graph, model, None)
-        return LocalFlow(
+        flow = LocalFlow(
             graph,
             name=self.name,
             config=config,
             media_url=self.media_url,
             source=self.source if graph is self.graph else None,
         )
+        if model is not None:
+            flow.say_notes()  # the model was just chosen: say now what it sends, at this line
+        return flow
 
     def with_model(
         self, model: str | Mapping[str, str] | None = None, *, image: str | None = None
     ) -> LocalFlow:
         """Return a variant with other models: ``with_model("m")`` on every text node,
         ``with_model(image="m")`` on every image node, ``with_model({"Node": "m"})`` on the
-        named nodes. This flow is left untouched; cache keys follow the model.
+        named nodes. This flow is left untouched; cache keys follow the model. What the new
+        flow's requests drop, replace or cannot price (a model the price table does not know)
+        is said now, as a warning at the caller's line.
 
         Raises:
             ConfigError: no model given, an unknown node, or a model that is not a string.
         """
         from ..flowfile import variants
 
-        return self.variant(variants.with_model(self.graph, model, image))
+        flow = self.variant(variants.with_model(self.graph, model, image))
+        # The model was just chosen: a misspelt name is said at this line (and once: the run
+        # says nothing more about it).
+        flow.say_notes()
+        return flow
 
     def with_system(self, system: str | Mapping[str, str | None] | None) -> LocalFlow:
         """Return a variant whose text nodes send a system message: ``with_system("...")`` on
