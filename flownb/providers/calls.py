@@ -12,6 +12,11 @@ and retries, in that order.
    just under it, headers pace starts before the provider refuses (see AdaptiveLimiter).
 4. The success is put in the cache (errors never are).
 
+A request sent is billed, so a run that is stopped (:meth:`CallRunner.stop`: Ctrl-C, a client
+that went away) sends nothing more, ends what waits to be sent (a slot, the pace, a retry's
+backoff), and lets every attempt already sent run to its end, where its answer is cached as
+usual. :func:`calls_in_flight` says how many requests this process is waiting for.
+
 An optional ``gate`` (see :data:`Gate`) is entered around each attempt, after the local limiter:
 the tokens-per-minute limit and the cluster-wide limits of a Dask run plug in there.
 
@@ -49,6 +54,7 @@ __all__ = [
     "Settle",
     "TextSink",
     "announce",
+    "calls_in_flight",
     "notices_to",
     "retries_to",
 ]
@@ -137,6 +143,22 @@ SHARED_TWINS: ContextVar[dict[str, asyncio.Future[Generation]] | None] = Context
 )
 
 
+# Requests this process has sent and not yet had answered, over every run (the loop threads
+# change it; the lock makes each change whole).
+_sent = [0]
+_sent_lock = threading.Lock()
+
+
+def calls_in_flight() -> int:
+    """Return how many provider requests this process has sent and is waiting for."""
+    return _sent[0]
+
+
+def _count_sent(change: int) -> None:
+    with _sent_lock:
+        _sent[0] += change
+
+
 def _no_gate(call: Call) -> _Open:
     return _OPEN
 
@@ -176,9 +198,21 @@ class CallRunner:
         self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
         self._prefixes: dict[int, bytes] = {}
         self._table: asyncio.Future[None] | None = None  # see _price_table
+        # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
+        # pace, a gate or a retry's backoff) are kept, so stop() can end them.
+        self.stopping = False
+        self._waiting: set[asyncio.Task[Any]] = set()
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
         self._traced = tracing.tracer() is not None
+
+    def stop(self) -> None:
+        """Stop this run's calls: none is sent from now on, and those waiting to be sent end
+        (their tasks are cancelled); attempts already sent go on to their answer, cached as
+        usual. Call it on the loop that runs the calls."""
+        self.stopping = True
+        for task in tuple(self._waiting):
+            task.cancel()
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -260,15 +294,31 @@ class CallRunner:
         return gen
 
     async def _attempt(self, call: Call, sink: TextSink | None = None) -> Generation:
+        if self.stopping:  # a stopped run sends nothing more
+            raise asyncio.CancelledError
         limiter = self.limiter
         table = self._price_table()
-        async with limiter:
-            # What this call's answer speaks to, read as the limiter logged the start (a gate
-            # may wait, and others start meanwhile).
-            level, seq = limiter.in_flight, limiter.started
-            async with self.gate(call) as settle:
-                gen = await self._generate(call, level, seq, sink)
-                settle(gen)  # before the slot is freed, so the next call sees the correction
+        task = asyncio.current_task()
+        waiting = self._waiting
+        if task is not None:
+            waiting.add(task)
+        try:
+            async with limiter:
+                # What this call's answer speaks to, read as the limiter logged the start (a
+                # gate may wait, and others start meanwhile).
+                level, seq = limiter.in_flight, limiter.started
+                async with self.gate(call) as settle:
+                    # Admitted: from here the request is sent and paid for, so stop() lets it
+                    # end (no await between this and the send: it cannot be cancelled before).
+                    waiting.discard(task)
+                    _count_sent(1)
+                    try:
+                        gen = await self._generate(call, level, seq, sink)
+                    finally:
+                        _count_sent(-1)
+                    settle(gen)  # before the slot is freed, so the next call sees the correction
+        finally:
+            waiting.discard(task)
         if gen.cost is None:
             if table is not None:
                 await table
@@ -333,6 +383,16 @@ class CallRunner:
             f"(attempt {state.attempt_number + 1} of {self.retries + 1})"
         )
 
+    async def _backoff(self, seconds: float) -> None:
+        """Wait ``seconds`` before a retry, as a call waiting to be sent (stop() ends it)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.add(task)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._waiting.discard(task)
+
     async def _attempts(self, call: Call, sink: TextSink | None = None) -> Generation:
         if sink is not None:
             sink = _Restartable(sink)
@@ -345,6 +405,7 @@ class CallRunner:
         # Tenacity takes over from the failed first attempt: it is replayed as tenacity's
         # attempt 1 so its wait (Retry-After or backoff) and the attempt count stay exact.
         retrying = AsyncRetrying(
+            sleep=self._backoff,
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_for_retry,
             retry=retry_if_exception(retryable),

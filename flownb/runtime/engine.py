@@ -29,6 +29,7 @@ from ..flowfile.model import ActionNode, FlowGraph, ImageNode, OutputNode, Varia
 from ..flowfile.template import Template
 from ..flowfile.validate import VariableSpec
 from ..infra import tracing
+from ..infra.aio import settled
 from ..providers.base import Call, Generation, Kind, Provider
 from ..providers.calls import CallRunner, Gate
 from ..providers.limits import AdaptiveLimiter, Pacer
@@ -549,11 +550,13 @@ class Engine:
             ``ProviderError`` naming the node, ...).
         """
         runner = self._runner(concurrency)
+        element = asyncio.ensure_future(self._run_element(values, runner, emit))
         try:
-            return await self._run_element(values, runner, emit)
+            await _finish(runner, (element,))
         finally:
             if runner.cache is not None:
                 runner.cache.flush()
+        return element.result()
 
     async def _run_element(
         self, values: Mapping[str, str], runner: CallRunner, emit: Emit | None = None
@@ -674,6 +677,8 @@ class Engine:
 
         async def worker() -> None:
             for i in pending:  # one shared iterator: each index is taken exactly once
+                if runner.stopping:  # stopped: no element starts any more
+                    return
                 try:
                     result = await self._run_element(batch[i], runner)
                 except Exception as exc:
@@ -684,8 +689,42 @@ class Engine:
         # More workers than slots: elements waiting out a retry's backoff hold no slot, and
         # the others keep every slot busy meanwhile.
         n_workers = min(len(batch), 2 * concurrency)
+        workers = [asyncio.ensure_future(worker()) for _ in range(n_workers)]
         try:
-            await asyncio.gather(*(worker() for _ in range(n_workers)))
+            await _finish(runner, workers)
         finally:
             if runner.cache is not None:
                 runner.cache.flush()
+
+
+async def _finish(runner: CallRunner, tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Wait for a run's ``tasks``; return when they are done.
+
+    Cancelling the wait stops the run, not the requests it sent (a request sent is billed):
+    ``runner`` sends nothing more and ends what waits to be sent, the calls in flight go on to
+    their answers (cached, and their elements reported, as usual; each is bounded by its
+    attempt's timeout), and the cancellation is raised once they are done. A sync caller is
+    told when the rest may finish without it (see :func:`flownb.infra.aio.settled`). Cancelling
+    again abandons the calls in flight.
+
+    Raises:
+        CancelledError: the wait was cancelled (after the calls in flight ended).
+        Exception: what a task raised (after every task ended).
+    """
+    try:
+        await asyncio.wait(tasks)  # never cancels the tasks: they go on if this wait is cancelled
+    except asyncio.CancelledError:
+        runner.stop()
+        settled()
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError:  # cancelled again: abandon what is in flight
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled():
+                task.exception()  # looked at: the cancellation is what this run reports
+        raise
+    for task in tasks:
+        task.result()  # an unexpected error in a worker (elements' errors were reported)
