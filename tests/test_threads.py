@@ -1,7 +1,7 @@
 # ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
 """Nothing lost between threads or processes: a forked child runs flows, Ctrl-C while calls are
-in flight returns whole rows only (the calls finish afterwards, into the run log), and the run log keeps every row however many
-threads flush it at once."""
+in flight returns whole rows only (the calls finish afterwards, into the run log), and the run
+log keeps every row however many threads flush it at once."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ made float only because of gaps, such as ``3.0``, becomes ``"3"``); NaN/None is 
 error naming the rows unless ``fill`` says what to use. Outputs are appended as columns to a copy
 of the frame (index and input columns kept). Rows that fail at run time get a message in the
 error column and the rest still run. Ctrl-C stops the batch and returns what finished, with the
-unfinished rows marked, so nothing paid for is lost (and with the cache, re-running is free).
+unfinished rows marked, so nothing paid for is lost (and with the cache, re-running is free):
+the calls already sent finish in the background, into the cache and the run log.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 from ..errors import ConfigError, InputError, Problem, one_line
 from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
+from ..providers.calls import calls_in_flight
 from ..runtime.hooks import HOOKS, FrameOptions
 from ..runtime.pipeline import Handover
 from ..show.notices import warn
@@ -260,9 +262,17 @@ def run_dataframe(
             if not done[i]:
                 errors[i] = INTERRUPTED
         finished = sum(done)
+        # Sent, so paid for: they end in the background, into the cache and the run log.
+        sent = calls_in_flight()
+        late = (
+            f" {sent} call{'s' * (sent != 1)} already sent finish in the background and are "
+            "cached, so the next run does not pay for them again."
+            if sent
+            else ""
+        )
         warn(
             f"interrupted: {finished} of {n} rows finished and are kept; the other rows are "
-            f"marked in column {error_column!r}. Run again to complete them."
+            f"marked in column {error_column!r}. Run again to complete them.{late}"
         )
     if any(e is not None for e in errors):
         result[error_column] = pd.Series(errors, index=df.index, dtype=TEXT)

@@ -534,13 +534,20 @@ class Engine:
         )
 
     async def stream_one(
-        self, values: Mapping[str, str], emit: Emit, *, concurrency: int
+        self,
+        values: Mapping[str, str],
+        emit: Emit,
+        *,
+        concurrency: int,
+        on_result: OnResult | None = None,
     ) -> RunResult:
         """Run one validated element, handing ``emit`` each node's text as its provider
         streams it and each image when it is ready (see
         :class:`~flownb.runtime.events.StreamEvent`);
         a node starts once the nodes it reads have finished. The calls are cached, retried,
-        paced and limited as :meth:`run_async`'s.
+        paced and limited as :meth:`run_async`'s, and stopped as its are: cancelled, the run lets
+        its call in flight end, and ``on_result`` is told the element's outcome (as index 0)
+        whether or not the caller is still there.
 
         Returns:
             The element's result, exactly as :meth:`run_async` reports it.
@@ -550,7 +557,19 @@ class Engine:
             ``ProviderError`` naming the node, ...).
         """
         runner = self._runner(concurrency)
-        element = asyncio.ensure_future(self._run_element(values, runner, emit))
+
+        async def run() -> RunResult:
+            try:
+                result = await self._run_element(values, runner, emit)
+            except Exception as exc:
+                if on_result is not None:
+                    on_result(0, None, exc)
+                raise
+            if on_result is not None:
+                on_result(0, result, None)
+            return result
+
+        element = asyncio.ensure_future(run())
         try:
             await _finish(runner, (element,))
         finally:

@@ -201,15 +201,11 @@ class Runner:
         with tracing.flow_span(self.name, engine.provider.name, 1) as failures:
             report = failures.watch(report)  # the span names the element that failed
             try:
-                try:
-                    result = await engine.stream_one(
-                        values, emit, concurrency=concurrency or self.concurrency
-                    )
-                except Exception as exc:
-                    report(0, None, exc)
-                    raise
-                report(0, result, None)
-                return result
+                # Reported by the engine: a run whose caller went away still ends its call in
+                # flight (paid for), and the run log keeps it.
+                return await engine.stream_one(
+                    values, emit, concurrency=concurrency or self.concurrency, on_result=report
+                )
             finally:
                 if recorder is not None:
                     recorder.flush()
