@@ -486,7 +486,10 @@ def _add_flow_routes(
         if flow.runner.on_loop(len(batch)):
             await work  # done on the loop before anything could notice a disconnect
         elif not await _while_connected(request, work):
-            log.info("request %s: the client went away; its run was cancelled", _rid(request))
+            log.info(
+                "request %s: the client went away; its run was stopped (calls in flight ended)",
+                _rid(request),
+            )
             return Response(status_code=499)  # sent nowhere: no one is listening
 
         results = collect.results
@@ -590,9 +593,9 @@ def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
 
 async def _while_connected(request: Request, work: Coroutine[Any, Any, None]) -> bool:
     """Run ``work`` while the client is still there: return True when it finished, False when
-    the client disconnected first (``work`` is then cancelled, and waited for). When this
-    request is itself cancelled (the server's graceful shutdown ran out of time), ``work`` is
-    cancelled too.
+    the client disconnected first (``work`` is then cancelled, and waited for: a run lets its
+    calls in flight end, paid for, into the cache and run log). When this request is itself
+    cancelled (the server's graceful shutdown ran out of time), ``work`` is cancelled too.
 
     Raises:
         Exception: whatever ``work`` raised.
