@@ -46,7 +46,7 @@ from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..providers.repeat import unrepeated
 from ..runtime.hooks import HOOKS
-from ..runtime.pipeline import Handover
+from ..runtime.pipeline import Observers
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..show.notices import warn
 from ..show.progress import Progress
@@ -280,8 +280,8 @@ def _run_all(
     """Run every job together: inline flows here first (no I/O to overlap), then the others
     on the background loop under their endpoint's limiter and ``limits.total`` (remote flows in
     a thread each). Once this returns or raises (Ctrl-C), no job's ``on_result`` is called
-    again (see :class:`Handover`)."""
-    handovers = [Handover(on_result) for _, _, on_result in jobs]
+    again (see :class:`Observers`)."""
+    handovers = [Observers(on_result) for _, _, on_result in jobs]
     jobs = [(flow, batch, h) for (flow, batch, _), h in zip(jobs, handovers, strict=True)]
     try:
         _run_jobs(jobs, limits)

@@ -34,13 +34,11 @@ from ..providers.base import Provider
 from ..providers.calls import Notice, notices_to
 from ..providers.limits import AdaptiveLimiter
 from ..providers.registry import make_provider
-from ..runtime.cache import open_cache
-from ..runtime.engine import Engine, Plan
+from ..runtime.engine import Plan
 from ..runtime.events import StreamEvent
 from ..runtime.hooks import HOOKS, FrameOptions
-from ..runtime.pipeline import Outcomes, Runner
+from ..runtime.pipeline import Observers, Outcomes, assemble, observers_of
 from ..runtime.result import OnResult, RunResult
-from ..runtime.runlog import open_runlog
 from ..show.progress import Progress
 from .spec import FlowSpec, flow_from_spec, spec_of
 
@@ -250,30 +248,23 @@ class BaseFlow(ABC):
         """
         if check:
             self.spec.check_batch(batch)
+        # One list of observers for the run; the runner puts the run log and tracing first.
+        observers = observers_of(on_result)
         bar: Any = None
         if progress:
             # In a notebook front end, the live view (bar and finished rows) instead of the bar.
             bar = HOOKS["live_rows"](self, batch) or _progress_bar(len(batch), self.name)
-        report = on_result
-        if bar is not None:
-            from ..show.meter import show
-
-            live = getattr(bar, "record", None)
-
-            def report(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-                on_result(i, result, exc)
-                if live is not None:
-                    live(i, result, exc)
-                show(bar, result)  # money spent so far and the cache's saving, beside the bar
-                bar.update(1)
-
+            _watch_with_bar(observers, bar)
         try:
             if bar is None:
-                self._execute(batch, report, concurrency)
+                self._execute(batch, observers, concurrency)
             else:
                 with notices_to(_bar_notice(bar)):  # a slow retry says so on the bar
-                    self._execute(batch, report, concurrency)
+                    self._execute(batch, observers, concurrency)
         finally:
+            # The hand-over: whatever the flow runs on, no observer above is called once this
+            # returns or raises (a run stopped by Ctrl-C may still end calls in flight).
+            observers.close()
             if bar is not None:
                 bar.close()
 
@@ -405,6 +396,22 @@ def _progress_bar(total: int, name: str) -> Progress:
     return Progress(tqdm(total=total, desc=name, unit="row", leave=True))
 
 
+def _watch_with_bar(observers: Observers, bar: Any) -> None:
+    """Add the progress bar's observers: the live view's rows (in a notebook), the meter of
+    money spent and saved beside the bar, and the bar's count."""
+    from ..show.meter import show
+
+    live = getattr(bar, "record", None)
+    if live is not None:
+        observers.add(live)
+
+    def count(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+        show(bar, result)  # money spent so far and the cache's saving, beside the bar
+        bar.update(1)
+
+    observers.add(count)
+
+
 def _bar_notice(bar: Any) -> Notice:
     """Return where a run with progress bar ``bar`` announces things: the bar's postfix, and
     in a terminal also a line on stderr above the bar (a postfix is easy to miss there)."""
@@ -471,20 +478,15 @@ class LocalFlow(BaseFlow):
         self.plan = plan
         self.provider = provider
         self.concurrency = config.concurrency
-        self.engine = Engine(
-            self.plan,
+        self.runner = assemble(
+            plan,
             provider,
-            media_url or MediaStore(config.media_dir).file_url,
-            cache=open_cache(config.home) if config.cache and provider.cacheable else None,
-            rpm=config.rpm,
-            timeout=config.timeout,
-            retries=config.retries,
-            tpm=config.tpm,
+            config,
+            name=name,
+            media_url=media_url or MediaStore(config.media_dir).file_url,
         )
-        self.runlog = open_runlog(config.home) if config.runlog else None
-        self.runner = Runner(
-            self.engine, name=name, concurrency=config.concurrency, runlog=self.runlog
-        )
+        self.engine = self.runner.engine
+        self.runlog = self.runner.runlog
 
     @property
     def spec(self) -> VariableSpec:

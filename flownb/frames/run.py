@@ -19,7 +19,6 @@ from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
 from ..providers.calls import calls_in_flight
 from ..runtime.hooks import HOOKS, FrameOptions
-from ..runtime.pipeline import Handover
 from ..show.notices import warn
 from .kinds import takes_any_frame
 
@@ -234,18 +233,15 @@ def run_dataframe(
         done[i] = True
 
     interrupted = False
-    # Closed before the frame is built: a row the loop thread finishes while it unwinds after
-    # Ctrl-C (or after a form's Stop) cannot change the lists below while they are read.
-    handover = Handover(record)
     # In a notebook's live view, the returned frame's table is what the view ends as.
     slot = HOOKS["live_slot"](df.index) if progress else None
     try:
         # The rows were made from the frame's columns as strings: no second validation pass.
-        flow.run_each(batch, handover, progress=progress, concurrency=concurrency, check=False)
+        # run_each hands the run over before it returns or raises: a row the loop finishes
+        # after Ctrl-C (or a form's Stop) cannot change the lists below while they are read.
+        flow.run_each(batch, record, progress=progress, concurrency=concurrency, check=False)
     except KeyboardInterrupt:
         interrupted = True
-    finally:
-        handover.close()
     result = df.copy()
     if fill is not None:
         # The filled input cells show what the flow was given (fill="": empty text, not NaN).

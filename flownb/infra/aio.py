@@ -334,10 +334,11 @@ def stream_sync(
             settle.set()
 
     def cancelled(fut: concurrent.futures.Future[None]) -> None:
-        if fut.cancelled() and not task:  # before runner started: nothing will set them
+        if fut.cancelled():  # stopped: the consumer ends now, whatever the run still finishes
             found.put((_END, KeyboardInterrupt()))
-            finished.set()
-            settle.set()
+            if not task:  # before runner started: nothing else will set them
+                finished.set()
+                settle.set()
 
     future = asyncio.run_coroutine_threadsafe(runner(), loop)
     future.add_done_callback(cancelled)

@@ -143,6 +143,10 @@ SHARED_TWINS: ContextVar[dict[str, asyncio.Future[Generation]] | None] = Context
 )
 
 
+# The calls in flight of stopped runs, by cache key: a run started meanwhile (the cell run
+# again at once) waits for such a call's answer instead of buying it a second time.
+_finishing: dict[str, asyncio.Future[Generation]] = {}
+
 # Requests this process has sent and not yet had answered, over every run (the loop threads
 # change it; the lock makes each change whole).
 _sent = [0]
@@ -213,6 +217,7 @@ class CallRunner:
         self.stopping = True
         for task in tuple(self._waiting):
             task.cancel()
+        _finishing.update(self._in_flight)
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -276,6 +281,10 @@ class CallRunner:
             if sink is not None and gen.media is None and gen.output:
                 sink(gen.output)
             return dataclasses.replace(gen, cached=True)  # no provider call was made for this one
+        if _finishing:  # some stopped run still ends calls in flight: one may be this one
+            paid = await self._from_stopped_run(key, sink)
+            if paid is not None:
+                return paid
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_consume)
         self._in_flight[key] = fut
@@ -289,9 +298,30 @@ class CallRunner:
             raise
         finally:
             del self._in_flight[key]
+            if _finishing.get(key) is fut:
+                del _finishing[key]
         cache.put(key, gen)
         fut.set_result(gen)
         return gen
+
+    async def _from_stopped_run(self, key: str, sink: TextSink | None) -> Generation | None:
+        """Return the answer of a stopped run's call in flight with this key (on this loop),
+        as a cache hit (``cached=True``: this run paid nothing for it); None when there is no
+        such call, or it failed or was abandoned (this run then makes its own)."""
+        other = _finishing.get(key)
+        if other is None or other.get_loop() is not asyncio.get_running_loop():
+            return None
+        try:
+            gen = await asyncio.shield(other)
+        except asyncio.CancelledError:
+            if not other.cancelled():
+                raise  # this run is cancelled, not the other one
+            return None
+        except Exception:
+            return None
+        if sink is not None and gen.media is None and gen.output:
+            sink(gen.output)
+        return dataclasses.replace(gen, cached=True)
 
     async def _attempt(self, call: Call, sink: TextSink | None = None) -> Generation:
         if self.stopping:  # a stopped run sends nothing more

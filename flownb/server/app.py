@@ -46,8 +46,8 @@ from ..infra.media import MEDIA_NAME, MediaStore
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runtime.cache import open_cache
-from ..runtime.engine import Engine, Plan
-from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner
+from ..runtime.engine import Plan
+from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner, assemble
 from ..runtime.runlog import open_runlog
 from . import keys as keys_module
 from .errors import (
@@ -154,19 +154,10 @@ class ServerConfig:
         self.runlog = open_runlog(self.home) if self.run_config.runlog else None
 
     def _runner(self, flow_id: str, plan: Plan) -> Runner:
-        # One engine per version of a flow file (its pacing spans requests); media URLs are
-        # made from the current request's address (a context variable set per request).
-        cfg = self.run_config
-        engine = Engine(
-            plan,
-            self.provider,
-            _media_url,
-            cache=self.cache,
-            rpm=cfg.rpm,
-            timeout=cfg.timeout,
-            retries=cfg.retries,
-        )
-        return Runner(engine, name=flow_id, concurrency=cfg.concurrency, runlog=self.runlog)
+        # One engine per version of a flow file (its pacing spans requests), assembled as a
+        # local flow's is; media URLs are made from the current request's address (a context
+        # variable set per request).
+        return assemble(plan, self.provider, self.run_config, name=flow_id, media_url=_media_url)
 
 
 _current_request: ContextVar[Request | None] = ContextVar("flownb_request", default=None)
