@@ -19,9 +19,15 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from ..config.settings import RunConfig, live_view_mode, resolve_run_config
+from ..config.settings import (
+    RunConfig,
+    RunOptions,
+    check_run_options,
+    live_view_mode,
+    resolve_run_config,
+)
 from ..errors import BatchError, ConfigError, FlowFileError
 from ..flowfile import variants
 from ..flowfile.drawing import run_notes, to_mermaid, to_svg
@@ -731,23 +737,15 @@ def load_flow(
     *,
     name: str | None = None,
     provider: Provider | str | None = None,
-    concurrency: int | None = None,
-    cache: bool | None = None,
-    rpm: float | None = None,
-    timeout: float | None = None,
-    retries: int | None = None,
-    log: bool | None = None,
-    tpm: float | None = None,
-    endpoint: Endpoint | str | None = None,
-    base_url: str | None = None,
-    api_key: str | None = None,
+    **options: Unpack[RunOptions],
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
 
     ``name`` names the flow in the run log and progress bars (default: the file's name without
     ``.json``, or ``"flow"``). ``provider`` is a provider name (``"offline"``, ``"openai"``, or
     an installed plugin's) or instance; by default
-    ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight
+    ``FLOWNB_PROVIDER``, else offline. The run settings (``options``, see
+    :class:`~flownb.config.settings.RunOptions`): ``concurrency`` bounds provider calls in flight
     (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
     ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
     a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8); ``tpm`` caps tokens per minute
@@ -768,20 +766,10 @@ def load_flow(
         FlowFileError: the file is missing, not JSON, or not a valid graph.
         ConfigError: the provider or endpoint cannot be set up (unknown name, missing key,
             image nodes on an endpoint without images).
+        TypeError: an option that is not a run setting.
     """
-    config = resolve_run_config(
-        endpoint=endpoint,
-        base_url=base_url,
-        api_key=api_key,
-        provider=provider if isinstance(provider, str) else None,
-        concurrency=concurrency,
-        cache=cache,
-        log=log,
-        rpm=rpm,
-        timeout=timeout,
-        retries=retries,
-        tpm=tpm,
-    )
+    check_run_options(dict(options), "load_flow")
+    config = resolve_run_config(provider=provider if isinstance(provider, str) else None, **options)
     if isinstance(source, Mapping):
         name = name or "flow"
         graph, data = parse_flow(source, name), source

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,10 +32,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..config.endpoints import Endpoint
 from ..config.settings import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY,
+    RunOptions,
+    check_run_options,
     imported_serve_config,
     resolve_run_config,
 )
@@ -106,7 +107,8 @@ _FLOW_ID_PARAM = {
 class ServerConfig:
     """What one server serves and with what: flows folder, provider, keys, media, limits.
 
-    Settings are resolved once, here (explicit argument > environment > default): the server's
+    Settings are resolved once, here (explicit argument > environment > default; ``options``
+    are the run settings, :class:`~flownb.config.settings.RunOptions`): the server's
     call cache and run log are off unless ``FLOWNB_SERVER_CACHE=1`` / ``FLOWNB_SERVER_RUNLOG=1``
     (or ``cache=`` / ``log=``), since a server answers many callers and keeping their inputs
     and outputs is its operator's decision.
@@ -123,21 +125,16 @@ class ServerConfig:
         home: str | Path | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         max_body_bytes: int = DEFAULT_MAX_BODY,
-        concurrency: int | None = None,
-        cache: bool | None = None,
-        log: bool | None = None,
-        endpoint: Endpoint | str | None = None,
+        **options: Unpack[RunOptions],
     ) -> None:
         if max_batch < 1 or max_body_bytes < 1:
             raise ConfigError("--max-batch and --max-body-bytes must be at least 1")
+        check_run_options(dict(options), "ServerConfig")
         self.run_config = resolve_run_config(
-            endpoint=endpoint,
             provider=provider if isinstance(provider, str) else None,
-            concurrency=concurrency,
-            cache=cache,
-            log=log,
             home=home,
             server=True,
+            **options,
         )
         self.home = self.run_config.home
         self.media = MediaStore(self.run_config.media_dir)
