@@ -79,8 +79,8 @@ class Stopper:
 
     ``with stopper:`` on the working thread; :meth:`stop` from any thread (a widget's Stop
     button, a signal handler) cancels what runs and makes ``run_sync`` raise
-    ``KeyboardInterrupt`` there once it unwound, so callers keep what finished exactly as
-    after Ctrl-C. Work started after ``stop()`` is stopped at once.
+    ``KeyboardInterrupt`` there once it :func:`settled`, so callers keep what finished exactly
+    as after Ctrl-C. Work started after ``stop()`` is stopped at once.
     """
 
     def __init__(self) -> None:

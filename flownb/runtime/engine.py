@@ -686,6 +686,8 @@ class Engine:
 
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
         when the run is cancelled part-way; the cache is committed on the way out either way.
+        Cancelled, the run starts nothing more but lets the calls it sent end first (they are
+        billed): their elements are reported and their answers cached (see :func:`_finish`).
         ``gate`` is entered around each provider attempt after this engine's own token limit
         (a Dask run's cluster-wide limits come in here).
         """
