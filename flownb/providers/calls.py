@@ -32,7 +32,7 @@ import asyncio
 import dataclasses
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -42,6 +42,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from ..config import pricing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
+from ..infra.aio import settled
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 
@@ -55,6 +56,7 @@ __all__ = [
     "TextSink",
     "announce",
     "calls_in_flight",
+    "finish",
     "notices_to",
     "retries_to",
 ]
@@ -491,3 +493,36 @@ async def _streamed(provider: Provider, call: Call, sink: TextSink) -> Generatio
             provider=provider.name,
         )
     return gen
+
+
+async def finish(runner: CallRunner, tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Wait for a run's ``tasks``; return when they are done.
+
+    Cancelling the wait stops the run, not the requests it sent (a request sent is billed):
+    ``runner`` sends nothing more and ends what waits to be sent, the calls in flight go on to
+    their answers (cached, and their elements reported, as usual; each is bounded by its
+    attempt's timeout), and the cancellation is raised once they are done. A sync caller is
+    told when the rest may finish without it (see :func:`flownb.infra.aio.settled`). Cancelling
+    again abandons the calls in flight.
+
+    Raises:
+        CancelledError: the wait was cancelled (after the calls in flight ended).
+        Exception: what a task raised (after every task ended).
+    """
+    try:
+        await asyncio.wait(tasks)  # never cancels the tasks: they go on if this wait is cancelled
+    except asyncio.CancelledError:
+        runner.stop()
+        settled()
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError:  # cancelled again: abandon what is in flight
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled():
+                task.exception()  # looked at: the cancellation is what this run reports
+        raise
+    for task in tasks:
+        task.result()  # an unexpected error in a worker (elements' errors were reported)

@@ -29,9 +29,8 @@ from ..flowfile.model import ActionNode, FlowGraph, ImageNode, OutputNode, Varia
 from ..flowfile.template import Template
 from ..flowfile.validate import VariableSpec
 from ..infra import tracing
-from ..infra.aio import settled
 from ..providers.base import Call, Generation, Kind, Provider
-from ..providers.calls import CallRunner, Gate
+from ..providers.calls import CallRunner, Gate, finish
 from ..providers.limits import AdaptiveLimiter, Pacer
 from ..providers.tokens import TokenGate, chain
 from .events import StreamEvent
@@ -571,7 +570,7 @@ class Engine:
 
         element = asyncio.ensure_future(run())
         try:
-            await _finish(runner, (element,))
+            await finish(runner, (element,))
         finally:
             if runner.cache is not None:
                 runner.cache.flush()
@@ -687,7 +686,8 @@ class Engine:
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
         when the run is cancelled part-way; the cache is committed on the way out either way.
         Cancelled, the run starts nothing more but lets the calls it sent end first (they are
-        billed): their elements are reported and their answers cached (see :func:`_finish`).
+        billed): their elements are reported and their answers cached (see
+        :func:`flownb.providers.calls.finish`).
         ``gate`` is entered around each provider attempt after this engine's own token limit
         (a Dask run's cluster-wide limits come in here).
         """
@@ -712,40 +712,7 @@ class Engine:
         n_workers = min(len(batch), 2 * concurrency)
         workers = [asyncio.ensure_future(worker()) for _ in range(n_workers)]
         try:
-            await _finish(runner, workers)
+            await finish(runner, workers)
         finally:
             if runner.cache is not None:
                 runner.cache.flush()
-
-
-async def _finish(runner: CallRunner, tasks: Sequence[asyncio.Task[Any]]) -> None:
-    """Wait for a run's ``tasks``; return when they are done.
-
-    Cancelling the wait stops the run, not the requests it sent (a request sent is billed):
-    ``runner`` sends nothing more and ends what waits to be sent, the calls in flight go on to
-    their answers (cached, and their elements reported, as usual; each is bounded by its
-    attempt's timeout), and the cancellation is raised once they are done. A sync caller is
-    told when the rest may finish without it (see :func:`flownb.infra.aio.settled`). Cancelling
-    again abandons the calls in flight.
-
-    Raises:
-        CancelledError: the wait was cancelled (after the calls in flight ended).
-        Exception: what a task raised (after every task ended).
-    """
-    try:
-        await asyncio.wait(tasks)  # never cancels the tasks: they go on if this wait is cancelled
-    except asyncio.CancelledError:
-        runner.stop()
-        settled()
-        try:
-            await asyncio.wait(tasks)
-        except asyncio.CancelledError:  # cancelled again: abandon what is in flight
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
-        for task in tasks:
-            if not task.cancelled():
-                task.exception()  # looked at: the cancellation is what this run reports
-        raise
-    for task in tasks:
-        task.result()  # an unexpected error in a worker (elements' errors were reported)
