@@ -491,7 +491,7 @@ def _in_flight_line() -> str | None:
     if not n:
         return None
     return (
-        f"interrupted: waiting for {n} call{'s' * (n != 1)} in flight, Ctrl-C again to abandon "
+        f"stopping: waiting for {n} call{'s' * (n != 1)} in flight, Ctrl-C again to abandon "
         f"(at most {IN_FLIGHT_GRACE:g} s; they are paid for, so their answers are kept)"
     )
 
