@@ -9,7 +9,7 @@ Ctrl-C while waiting cancels the coroutine on the loop and waits (up to :data:`I
 seconds) until it has :func:`settled`: stopped starting work and handed over what it finished.
 A run's requests already sent are billed, so the engine lets them end after that, in the
 background (see :func:`flownb.runtime.engine.Engine.run_async`); callers that collect results
-close their hand-over first (see :class:`flownb.runtime.pipeline.Handover`), so nothing it
+close their hand-over first (see :class:`flownb.runtime.pipeline.Observers`), so nothing it
 reports later reaches what they return. A caller that would rather wait for them (the command
 line, before it exits) says so with :func:`patience`: Ctrl-C then waits for the coroutine to
 end, a bounded time, and a second Ctrl-C abandons it.
