@@ -251,3 +251,30 @@ def test_a_client_leaving_the_event_stream_does_not_make_the_call_bought_twice(
     assert again.status_code == 200, again.text
     assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
     assert fake.stats()["requests"] == 1, "the call was bought twice"
+
+
+def test_a_client_leaving_a_plain_run_does_not_make_the_call_bought_twice(
+    flownb_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAI(latency=2.0) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        flows = tmp_path / "flows"
+        flows.mkdir()
+        write_flow(flows / "story.json", make_flow({"story": "{x}"}, ["x"]))
+        with run_server(flows, flownb_env, provider="openai", cache=True, log=True) as running:
+            # The client gives up while the call is in flight (its read times out).
+            with pytest.raises(requests.exceptions.ReadTimeout):
+                requests.post(
+                    f"{running.url}/api/flows/run/story",
+                    json={"variables": {"x": WORDS}},
+                    headers={"x-api-key": running.key},
+                    timeout=(5, 0.5),
+                )
+            wait_until(lambda: fake.stats()["answered"] == 1, "the call's end")
+            wait_until(lambda: _cached_calls(flownb_env) == 1, "the answer in the cache")
+            wait_until(lambda: len(flownb.runs("story")) == 1, "the run in the run log")
+            again = post_run(running, "story", {"x": WORDS})
+            assert again.status_code == 200, again.text
+            assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
+            assert fake.stats()["requests"] == 1, "the call was bought twice"
