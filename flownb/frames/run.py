@@ -244,32 +244,13 @@ def run_dataframe(
         interrupted = True
     result = df.copy()
     if fill is not None:
-        # The filled input cells show what the flow was given (fill="": empty text, not NaN).
-        for col in dict.fromkeys((columns or {}).get(var, var) for var in flow.variables):
-            missing = result[col].isna()
-            if missing.any():
-                result[col] = result[col].astype(object).where(~missing, fill)
+        _show_fill(result, [(columns or {}).get(var, var) for var in flow.variables], fill)
     for out, col in out_cols.items():
         result[col] = pd.Series(values[out], index=df.index, dtype=TEXT)
     for node, col in trace_cols.items():
         result[col] = pd.Series(traced[node], index=df.index, dtype=TEXT)
     if interrupted:
-        for i in range(n):
-            if not done[i]:
-                errors[i] = INTERRUPTED
-        finished = sum(done)
-        # Sent, so paid for: they end in the background, into the cache and the run log.
-        sent = calls_in_flight()
-        late = (
-            f" {sent} call{'s' * (sent != 1)} already sent finish in the background and are "
-            "cached, so the next run does not pay for them again."
-            if sent
-            else ""
-        )
-        warn(
-            f"interrupted: {finished} of {n} rows finished and are kept; the other rows are "
-            f"marked in column {error_column!r}. Run again to complete them.{late}"
-        )
+        _mark_interrupted(errors, done, error_column)
     if any(e is not None for e in errors):
         result[error_column] = pd.Series(errors, index=df.index, dtype=TEXT)
     if any(t is not None for t in truncated):
@@ -280,6 +261,34 @@ def run_dataframe(
     if slot is not None:
         slot.show(result)
     return result
+
+
+def _show_fill(result: pd.DataFrame, used: list[str], fill: str) -> None:
+    """Put ``fill`` in the empty cells of the ``used`` columns of ``result``: the filled input
+    cells show what the flow was given (``fill=""``: empty text, not NaN)."""
+    for col in dict.fromkeys(used):
+        missing = result[col].isna()
+        if missing.any():
+            result[col] = result[col].astype(object).where(~missing, fill)
+
+
+def _mark_interrupted(errors: list[str | None], done: list[bool], error_column: str) -> None:
+    """Mark each unfinished row of an interrupted run in ``errors`` and say so, with the calls
+    that were in flight and finish in the background (paid for, so kept)."""
+    for i, finished in enumerate(done):
+        if not finished:
+            errors[i] = INTERRUPTED
+    sent = calls_in_flight()
+    late = (
+        f" {sent} call{'s' * (sent != 1)} already sent finish in the background and are "
+        "cached, so the next run does not pay for them again."
+        if sent
+        else ""
+    )
+    warn(
+        f"interrupted: {sum(done)} of {len(done)} rows finished and are kept; the other rows "
+        f"are marked in column {error_column!r}. Run again to complete them.{late}"
+    )
 
 
 def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
