@@ -171,18 +171,14 @@ def _after_interrupt(
     wait.say(line)
     try:
         # In slices, so a second Ctrl-C lands promptly (see run_sync).
-        deadline = _now() + wait.grace
-        while not finished.is_set() and _now() < deadline:
+        deadline = time.monotonic() + wait.grace
+        while not finished.is_set() and time.monotonic() < deadline:
             finished.wait(timeout=_WAKE)
     except KeyboardInterrupt:
         pass
     if not finished.is_set():
         cancel()  # Ctrl-C again, or the grace period is over: abandon what is in flight
         finished.wait(timeout=INTERRUPT_WAIT)
-
-
-def _now() -> float:
-    return time.monotonic()
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
