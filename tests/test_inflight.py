@@ -138,7 +138,7 @@ def test_ctrl_c_in_flownb_run_waits_for_the_calls_in_flight_and_buys_none_twice(
 
 
 def test_a_second_ctrl_c_abandons_the_calls_in_flight(tmp_path: Path) -> None:
-    with FakeOpenAI(latency=60.0) as slow:  # no answer comes while the test runs
+    with FakeOpenAI(fail_markers={"hang": "slow"}) as slow:  # held until the client leaves
         env = {**os.environ, "OPENAI_BASE_URL": slow.url, "OPENAI_API_KEY": FAKE_KEY}
         flow = write_flow(tmp_path / "say.json", SAY)
         err_path = tmp_path / "err.txt"
@@ -163,6 +163,7 @@ def test_a_second_ctrl_c_abandons_the_calls_in_flight(tmp_path: Path) -> None:
         assert code == 130
         assert slow.stats()["answered"] == 0  # abandoned before its answer came
         assert "waiting for 1 call in flight" in err_path.read_text()
+        wait_until(lambda: slow.stats()["in_flight"] == 0, "the fake to see the client leave")
 
 
 def test_interrupted_run_dataframe_returns_at_once_and_the_calls_end_in_the_background(
