@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.flowfile.variants",
             "flownb.runtime.result",
             "flownb.show.display",
+            "flownb.show.escape",  # text shown as written: HTML, Markdown, terminal
             "flownb.config.settings",
             "flownb.infra.media",
             "flownb.infra.aio",

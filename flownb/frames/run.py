@@ -18,6 +18,7 @@ from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
 from ..runtime.hooks import HOOKS, FrameOptions
 from ..runtime.pipeline import Handover
+from ..show.display import IMAGE_COLUMNS_ATTR
 from ..show.notices import warn
 from .kinds import takes_any_frame
 
@@ -211,6 +212,7 @@ def run_dataframe(
     errors: list[str | None] = [None] * n
     truncated: list[str | None] = [None] * n
     done = [False] * n
+    seen: set[str] = set()  # outputs a result called images (a remote flow's results say)
 
     def record(i: int, result: Any, exc: BaseException | None) -> None:
         # The row's values first, then "done": a row is never seen done without its outputs.
@@ -221,6 +223,8 @@ def run_dataframe(
         if result is not None:
             for out in out_cols:
                 values[out][i] = result.get(out)
+                if out not in seen and result.is_image(out):
+                    seen.add(out)
             if traced:
                 for node, output in result.trace.items():
                     traced[node][i] = output
@@ -271,6 +275,14 @@ def run_dataframe(
         while col in result.columns:
             col = f"{col}_output"
         result[col] = pd.Series(truncated, index=df.index, dtype=TEXT)
+    # Which columns hold images: an image node's outputs (as the flow or its results say),
+    # never a text that looks like an image URL.
+    plan = getattr(flow, "plan", None)
+    kinds = dict(getattr(plan, "output_kinds", None) or {})
+    images = [col for out, col in out_cols.items() if kinds.get(out) == "image" or out in seen]
+    image_nodes = set(getattr(plan, "image_nodes", ()))
+    images += [col for node, col in trace_cols.items() if node in image_nodes]
+    result.attrs[IMAGE_COLUMNS_ATTR] = images
     if slot is not None:
         slot.show(result)
     return result
