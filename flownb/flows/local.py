@@ -363,13 +363,16 @@ class BaseFlow(ABC):
             f"outputs={self.outputs!r}>"
         )
 
-    def _repr_markdown_(self) -> str:
-        def names(items: list[str]) -> str:
-            return ", ".join(f"`{n}`" for n in items) or "*(none)*"
+    def _repr_html_(self) -> str:
+        from ..show.escape import html_text, no_math
 
-        return (
-            f"**Flow `{self.name}`**\n\n- variables: {names(self.variables)}\n"
-            f"- outputs: {names(self.outputs)}"
+        def names(items: list[str]) -> str:
+            return ", ".join(f"<code>{html_text(n)}</code>" for n in items) or "<em>(none)</em>"
+
+        return no_math(
+            f"<b>Flow <code>{html_text(self.name)}</code></b><ul>"
+            f"<li>variables: {names(self.variables)}</li>"
+            f"<li>outputs: {names(self.outputs)}</li></ul>"
         )
 
 
@@ -509,12 +512,17 @@ class LocalFlow(BaseFlow):
         return run_notes([step.node_id for step in self.plan.steps], result.generations)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        # The picture for notebooks; Mermaid for front ends that render it; the Markdown list
-        # and the repr for everything else (terminals, nbval's text comparison).
+        # The picture as inline SVG in HTML, the type JupyterLab, Notebook 7, VS Code, nbconvert
+        # and GitHub all rank first (JupyterLab ranks Markdown above image/svg+xml, so no
+        # Markdown here); the SVG alone and Mermaid for tools that take those; the repr for
+        # terminals and nbval's text comparison.
+        from ..show.escape import no_math
+
+        svg = self.to_svg()
         return {
-            "image/svg+xml": self.to_svg(),
+            "text/html": no_math(svg, css="flownb-flow"),
+            "image/svg+xml": svg,
             "text/vnd.mermaid": self.to_mermaid(),
-            "text/markdown": self._repr_markdown_(),
             "text/plain": repr(self),
         }
 

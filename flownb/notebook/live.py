@@ -325,7 +325,7 @@ class LiveView:
 def _frame_view(frame: Any) -> tuple[str, str]:
     """Return the HTML a notebook shows for ``frame`` under ``%load_ext flownb`` (thumbnails for
     image columns, else pandas' own) and its text."""
-    if image_columns(frame):
+    if image_columns(frame) or IMAGE_COLUMNS_ATTR in frame.attrs:
         view = FrameView(frame)
         return view._repr_html_(), repr(view)
     return str(frame._repr_html_()), repr(frame)

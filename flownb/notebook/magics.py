@@ -49,6 +49,7 @@ from ..flows.local import LocalFlow
 from ..frames.batch_api.run import run_dataframe_batched
 from ..frames.run import run_dataframe
 from ..providers.registry import provider_names
+from ..show.escape import html_text, no_math, term_text
 from .args import MagicParser
 from .eval_magic import EvalMagics, eval_help
 from .failures import one_line_failure
@@ -147,16 +148,36 @@ class FlowInfo:
     flow: BaseFlow
     source: str
 
-    def _repr_markdown_(self) -> str:
+    def _repr_html_(self) -> str:
+        # HTML, each name and default escaped: a default is data, shown as written.
         def cell(text: str) -> str:
-            text = text.replace("|", "\\|").replace("\n", " ")
-            return text if len(text) <= 80 else text[:77] + "..."
+            text = text.replace("\n", " ")
+            return html_text(text if len(text) <= 80 else text[:77] + "...")
 
         defaults = self.flow.defaults
-        rows = [f"| `{cell(v)}` | {cell(defaults.get(v, ''))} |" for v in self.flow.variables]
-        table = "| variable | default |\n|---|---|\n" + "\n".join(rows) if rows else "*(none)*"
-        outs = ", ".join(f"`{o}`" for o in self.flow.outputs) or "*(none)*"
-        return f"**Flow `{self.flow.name}`** ({self.source})\n\n{table}\n\n**Outputs:** {outs}"
+        rows = "".join(
+            f"<tr><td><code>{cell(v)}</code></td><td>{cell(defaults.get(v, ''))}</td></tr>"
+            for v in self.flow.variables
+        )
+        table = (
+            "<table><thead><tr><th>variable</th><th>default</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+            if rows
+            else "<p><em>(none)</em></p>"
+        )
+        outs = ", ".join(f"<code>{html_text(o)}</code>" for o in self.flow.outputs)
+        return no_math(
+            f"<p><b>Flow <code>{html_text(self.flow.name)}</code></b> ({html_text(self.source)})"
+            f"</p>{table}<p><b>Outputs:</b> {outs or '<em>(none)</em>'}</p>",
+            css="flownb-info",
+        )
+
+    def __repr__(self) -> str:
+        defaults = self.flow.defaults
+        lines = [f"Flow {self.flow.name!r} ({self.source})"]
+        lines += [f"  {v} = {defaults.get(v, '')!r}" for v in self.flow.variables]
+        lines.append(f"  outputs: {', '.join(self.flow.outputs) or '(none)'}")
+        return term_text("\n".join(lines))
 
     def __repr__(self) -> str:
         defaults = self.flow.defaults
