@@ -504,7 +504,8 @@ class LocalFlow(BaseFlow):
         generation nodes with kind and model (the prompt on hover), outputs. With ``result``
         (a run of this flow), each generation node that ran also shows its time, tokens and
         cost, or that the cache served it (see :func:`flownb.flowfile.drawing.run_notes`)."""
-        return to_svg(self.graph, title=self.name, notes=self._run_notes(result))
+        values = result.inputs if result is not None else None
+        return to_svg(self.graph, title=self.name, notes=self._run_notes(result), values=values)
 
     def _run_notes(self, result: RunResult | None) -> dict[str, str]:
         if result is None:

@@ -363,6 +363,7 @@ class Engine:
             gens,
             self.trace_of,
             plan,
+            values,
         )
 
     def _warn_cut(self, gens: Sequence[Generation | None]) -> None:
@@ -643,6 +644,7 @@ class Engine:
                 gens,
                 self.trace_of,
                 plan,
+                values,
             )
             if entries
             else None
