@@ -15,13 +15,13 @@ kernel, ``0`` never.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..runtime.events import StreamEvent
 from ..show.escape import html_text, no_math, term_text
+from ..show.fallback import _in_kernel, in_front_end
 
 if TYPE_CHECKING:
     from ..flows.local import BaseFlow
@@ -32,23 +32,6 @@ __all__ = ["INTERVAL", "LiveText", "in_front_end", "live_run", "wanted"]
 # Seconds between two updates of the live area: a few a second look live, and a long answer
 # streamed token by token does not send thousands of messages to the browser.
 INTERVAL = 0.2
-
-
-def _in_kernel() -> bool:
-    kernelbase = sys.modules.get("ipykernel.kernelbase")
-    return kernelbase is not None and kernelbase.Kernel.initialized()
-
-
-def in_front_end() -> bool:
-    """Return whether this process is an IPython kernel a notebook front end shows: started
-    by a Jupyter server for a notebook (ipykernel sets ``__session__`` from the server's
-    ``JPY_SESSION_NAME``) or by VS Code (``__vsc_ipynb_file__``); not by nbclient."""
-    if not _in_kernel():
-        return False
-    from IPython import get_ipython
-
-    names = getattr(get_ipython(), "user_ns", {})
-    return "__session__" in names or "__vsc_ipynb_file__" in names
 
 
 def wanted(mode: str) -> bool:

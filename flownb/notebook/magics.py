@@ -174,20 +174,13 @@ class FlowInfo:
 
     def __repr__(self) -> str:
         defaults = self.flow.defaults
-        lines = [f"Flow {self.flow.name!r} ({self.source})"]
-        lines += [f"  {v} = {defaults.get(v, '')!r}" for v in self.flow.variables]
-        lines.append(f"  outputs: {', '.join(self.flow.outputs) or '(none)'}")
-        return term_text("\n".join(lines))
-
-    def __repr__(self) -> str:
-        defaults = self.flow.defaults
         lines = [f"flow: {self.flow.name} ({self.source})", "variables:"]
         for v in self.flow.variables:
             d = defaults.get(v, "")
             lines.append(f"  - {v}" + (f"  (default: {d!r})" if d else ""))
         lines.append("outputs:")
         lines += [f"  - {o}" for o in self.flow.outputs]
-        return "\n".join(lines)
+        return term_text("\n".join(lines))
 
 
 @magics_class

@@ -172,8 +172,8 @@ def image_bytes(url: str, *, fetch: bool = True) -> tuple[bytes, str] | None:
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             return None
-        data = read_media(unquote(parsed.path), _media_folders())
-        return None if data is None else (data, mime)
+        stored = read_media(unquote(parsed.path), _media_folders())
+        return None if stored is None else (stored, mime)
     if parsed.scheme in ("http", "https") and fetch and _is_loopback(parsed.hostname):
         found = _fetch(url)
         if found is None:
@@ -236,7 +236,8 @@ def output_bundles(result: Shown) -> list[Bundle]:
     for name, value in result.entries:
         heading = _heading(name, name in result.cached)
         if result.is_image(name):
-            bundles.append(({"text/plain": term_text(f"{name}:"), "text/html": no_math(heading)}, {}))
+            named = {"text/plain": term_text(f"{name}:"), "text/html": no_math(heading)}
+            bundles.append((named, {}))
             bundles.append((_image_bundle(name, value), {}))
         else:
             bundles.append(
