@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "flownb.runtime.result",
             "flownb.show.display",
             "flownb.show.escape",  # text shown as written: HTML, Markdown, terminal
+            "flownb.show.fallback",  # static copies of widgets, for readers without a kernel
             "flownb.config.settings",
             "flownb.infra.media",
             "flownb.infra.aio",

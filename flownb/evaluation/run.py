@@ -49,7 +49,6 @@ from ..runtime.hooks import HOOKS
 from ..runtime.pipeline import Handover
 from ..scorers import Block, JudgeScorer, PickBest, Scorer
 from ..show.notices import warn
-from ..show.progress import Progress
 from .params import variant_params
 from .repeats import check_repeats, order_runs, repeat_flow, repeat_judge
 from .report import EvalReport, ScorerInfo
@@ -555,11 +554,11 @@ def _run(
             list(setup.variants), data, setup.graders, preview.n_calls, len(rounds)
         )
     if preview is not None and bar is None:
-        from tqdm.auto import tqdm
+        from ..show.progress import open_bar
 
         # The bar counts provider calls: its total is the preview's count on this cache state.
         # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
-        bar = Progress(tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True))
+        bar = open_bar(preview.n_calls, "evaluate", "call")
     collected = [{name: _Collected(n, f.outputs) for name, f in r.variants.items()} for r in rounds]
     interrupted = False
     judged: list[Judged] = [{} for _ in rounds]

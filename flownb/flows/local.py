@@ -402,10 +402,10 @@ def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
 
 
 def _progress_bar(total: int, name: str) -> Progress:
-    from tqdm.auto import tqdm
+    from ..show.progress import open_bar
 
     # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
-    return Progress(tqdm(total=total, desc=name, unit="row", leave=True))
+    return open_bar(total, name, "row")
 
 
 def _bar_notice(bar: Any) -> Notice:

@@ -220,6 +220,8 @@ class LiveView:
         with self._lock:
             done, retries = self._done, self._retries
         self.n = done
+        if self.total and done > self.total:  # more than counted: the total grows, never shrinks
+            self.total = done
         elapsed = max(time.monotonic() - self._started, 1e-9)
         parts = [f"{done}/{self.total} {self.unit}s" if self.total else f"{done} {self.unit}s"]
         parts.append(f"{done / elapsed:.1f} {self.unit}s/s" if not final else f"{elapsed:.1f} s")
