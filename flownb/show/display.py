@@ -120,12 +120,9 @@ def _is_loopback(host: str | None) -> bool:
 def _media_folders() -> list[Path]:
     """The media folder of this process's FLOWNB_HOME (a report saved earlier points there),
     beside those of the stores opened here (:func:`flownb.infra.media.read_media`)."""
-    from ..config.settings import get_settings
+    from ..config.settings import home_dir, media_dir
 
-    try:
-        return [get_settings().media_dir]
-    except Exception:  # a bad setting is reported where it is used, not by a picture
-        return []
+    return [media_dir(home_dir())]
 
 
 def _fetch(url: str) -> tuple[bytes, str] | None:
