@@ -41,6 +41,7 @@ from ..flowfile.inputs import parse_map
 from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
 from ..scorers import JudgeScorer, Scorer, col
+from ..show.escape import term_text
 from .opening import banner, open_flow, usage_error
 
 __all__ = ["eval_command", "load_config", "make_scorer"]
@@ -279,7 +280,15 @@ def summary_text(report: Any) -> str:
     "summary gives per-row means, their spread and the rows whose pass/fail flips.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--dry-run", is_flag=True, help="Print the calls the evaluation would make.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the calls the evaluation would make (a summary per node; --details: every "
+    "call's rendered prompt).",
+)
+@click.option(
+    "--details", is_flag=True, help="With --dry-run: every call's rendered prompt, one a line."
+)
 def eval_command(
     flows: tuple[str, ...],
     data_path: str,
@@ -295,6 +304,7 @@ def eval_command(
     repeats: int,
     no_progress: bool,
     dry_run: bool,
+    details: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
     from ..evaluation.run import _bind_judges, evaluate
@@ -329,14 +339,15 @@ def eval_command(
         repeats=repeats,
     )
     if dry_run:
-        click.echo(str(result))
+        text = str(result) if details else result.brief("add --details")  # type: ignore[union-attr]
+        click.echo(term_text(text))
         return
     report = result
     if out_path:
         report.save(out_path, safe_csv=not raw_csv)  # type: ignore[union-attr]
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
-    click.echo(summary_text(report))
+    click.echo(term_text(summary_text(report)))
     if "cost_usd" in summary.columns:  # what each variant cost ("-": no known price)
         from ..show.meter import usd
 

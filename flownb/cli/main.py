@@ -33,6 +33,7 @@ from ..flowfile.inputs import (
 )
 from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
+from ..show.escape import term_text
 from ..show.meter import CostMeter
 from ..show.spreadsheet import csv_text
 from .clickhelp import FullHelpGroup
@@ -53,8 +54,16 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 
 def _flat(text: str) -> str:
-    """Return ``text`` on one line (the promise of README: one line per error)."""
-    return " ".join(text.split())
+    """Return ``text`` on one line (the promise of README: one line per error), with no
+    terminal control in it (an error may quote a model's answer)."""
+    return term_text(" ".join(text.split()))
+
+
+def _dry_run(preview: Any, details: bool) -> None:
+    """Print a dry run: the summary (calls per node, one prompt each), or with ``details``
+    every call's rendered prompt; control characters shown, never sent to the terminal."""
+    text = str(preview) if details else preview.brief("add --details")
+    click.echo(term_text(text))
 
 
 _usage = usage_error
@@ -222,7 +231,11 @@ def graph(flow: str, svg_path: str | None) -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print the rendered prompts and the calls a run would pay for; call nothing.",
+    help="Print the calls a run would pay for (a summary per node; --details: every call's "
+    "rendered prompt); call nothing.",
+)
+@click.option(
+    "--details", is_flag=True, help="With --dry-run: every call's rendered prompt, one a line."
 )
 @click.option(
     "--batch-api",
@@ -248,6 +261,7 @@ def run(
     no_progress: bool,
     no_cache: bool,
     dry_run: bool,
+    details: bool,
     batch_api: bool,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json).
@@ -301,7 +315,7 @@ def run(
         f.spec.check_one(values)
         _banner(f)
         if dry_run:
-            click.echo(str(f.preview(values)))
+            _dry_run(f.preview(values), details)
             return
         if target is None and _streams_to_terminal():
             from .terminal import stream_to_terminal
@@ -323,7 +337,7 @@ def run(
     rows = _batch_rows(f, batch, df, mapping, fill, defaults)
     _banner(f)
     if dry_run:
-        click.echo(str(f.preview(rows, mapping or None, fill=fill)))
+        _dry_run(f.preview(rows, mapping or None, fill=fill), details)
         return
     meter = CostMeter()
     if batch_api:
@@ -344,7 +358,7 @@ def run(
         with pd.option_context(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
         ):
-            click.echo(out.to_string())
+            click.echo(term_text(out.to_string()))  # no escape sequence reaches the tty
     click.echo(f"flownb: {meter.total_line()}", err=True)  # stdout stays the results alone
     errors = out["error"].dropna() if "error" in out.columns else pd.Series(dtype=object)
     if (errors == INTERRUPTED).any():
@@ -444,7 +458,8 @@ def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
     else:
         text = csv_text(df, safe=safe)
     if target == "-":
-        click.echo(text, nl=False)
+        # To a terminal, a model's escape sequences are shown, not obeyed; to a pipe, the data.
+        click.echo(term_text(text) if sys.stdout.isatty() else text, nl=False)
         return
     Path(target).write_text(text, encoding="utf-8")
     click.echo(f"flownb: wrote {len(df)} row{'s' * (len(df) != 1)} to {target}", err=True)
