@@ -100,8 +100,8 @@ def md_text(text: str) -> str:
     CommonMark's punctuation backslash-escaped, ``<`` and ``&`` as entities, ``$`` as ``\\\\$``
     (the form JupyterLab shows as a dollar sign: it typesets ``$...$`` and ``\\$...\\$``), line
     breaks as hard breaks, control characters shown as symbols."""
-    text = _controls_shown(text)
+    text = _MD_PUNCT.sub(r"\\\1", _controls_shown(text))
+    # After the backslashes: an entity's own "&" and ";" must stay as they are.
     text = text.replace("&", "&amp;").replace("<", "&lt;")
-    text = _MD_PUNCT.sub(r"\\\1", text)
     text = text.replace("$", "\\\\$")
     return "\\\n".join(text.split("\n"))
