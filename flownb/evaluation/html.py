@@ -53,7 +53,7 @@ STYLE = """
 .flownb-eval {font-family: system-ui, sans-serif; font-size: 13px; border-collapse: collapse;
   width: 100%}
 table.flownb-eval th, table.flownb-eval td {border: 1px solid #ccc; padding: 6px;
-  vertical-align: top; text-align: left !important}
+  vertical-align: top; text-align: left !important; overflow-wrap: anywhere}
 .flownb-eval th {background: #f3f3f3}
 .flownb-eval .out {white-space: pre-wrap; word-break: break-word}
 .flownb-eval ins {background: #c8f7c5; text-decoration: none}

@@ -264,7 +264,10 @@ class LabelReview(StaticFallback, widgets.VBox):
         return static_review(self.progress.value, self.inputs.value, self._static_panels())
 
     def _static_panels(self) -> list[str]:
-        return [f"{p.title.value}{p.output.value}{p.state.value}" for p in self.panels.values()]
+        return [
+            f"<div>{p.title.value}</div><div>{p.output.value}</div><div>{p.state.value}</div>"
+            for p in self.panels.values()
+        ]
 
     def static_text(self) -> str:
         """Return the row shown, as text: which row, how many are labelled."""
