@@ -79,7 +79,7 @@ def updates(messages: list[dict]) -> list[dict]:
         m
         for m in messages
         if m["msg_type"] == "comm_msg"
-        and 'class="flownb-live"' in str(m["content"]["data"].get("state", {}).get("value", ""))
+        and 'class="flownb-live ' in str(m["content"]["data"].get("state", {}).get("value", ""))
     ]
 
 
