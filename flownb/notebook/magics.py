@@ -27,7 +27,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,10 +48,10 @@ from ..flows.local import LocalFlow
 from ..frames.batch_api.run import run_dataframe_batched
 from ..frames.run import run_dataframe
 from ..providers.registry import provider_names
-from ..show.escape import html_text, no_math, term_text
 from .args import MagicParser
 from .eval_magic import EvalMagics, eval_help
 from .failures import one_line_failure
+from .info import FlowInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,48 +138,6 @@ def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
         if key.strip():
             return key.strip(), "prompt"
     raise UsageError("no API key: set FLOWNB_API_KEY, put it in a .env file, or answer the prompt")
-
-
-@dataclass
-class FlowInfo:
-    """What ``%flow info`` shows: a flow's variables (with defaults) and outputs."""
-
-    flow: BaseFlow
-    source: str
-
-    def _repr_html_(self) -> str:
-        # HTML, each name and default escaped: a default is data, shown as written.
-        def cell(text: str) -> str:
-            text = text.replace("\n", " ")
-            return html_text(text if len(text) <= 80 else text[:77] + "...")
-
-        defaults = self.flow.defaults
-        rows = "".join(
-            f"<tr><td><code>{cell(v)}</code></td><td>{cell(defaults.get(v, ''))}</td></tr>"
-            for v in self.flow.variables
-        )
-        table = (
-            "<table><thead><tr><th>variable</th><th>default</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>"
-            if rows
-            else "<p><em>(none)</em></p>"
-        )
-        outs = ", ".join(f"<code>{html_text(o)}</code>" for o in self.flow.outputs)
-        return no_math(
-            f"<p><b>Flow <code>{html_text(self.flow.name)}</code></b> ({html_text(self.source)})"
-            f"</p>{table}<p><b>Outputs:</b> {outs or '<em>(none)</em>'}</p>",
-            css="flownb-info",
-        )
-
-    def __repr__(self) -> str:
-        defaults = self.flow.defaults
-        lines = [f"flow: {self.flow.name} ({self.source})", "variables:"]
-        for v in self.flow.variables:
-            d = defaults.get(v, "")
-            lines.append(f"  - {v}" + (f"  (default: {d!r})" if d else ""))
-        lines.append("outputs:")
-        lines += [f"  - {o}" for o in self.flow.outputs]
-        return term_text("\n".join(lines))
 
 
 @magics_class
