@@ -22,24 +22,39 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield kc
 
 
-def test_a_finished_bar_replaces_its_widget_with_its_final_state(kernel: Any) -> None:
-    code = (
-        "import flownb\nflow = flownb.load_flow('echo.json')\n"
-        "rows = flow.run_batch([{'x': str(i)} for i in range(6)], progress=True)"
-    )
+def _bar_run(kernel: Any, code: str) -> list[dict[str, Any]]:
     reply, messages = execute(kernel, code)
-    assert reply["status"] == "ok"
-    shown = [m for m in messages if m["msg_type"] == "display_data"]
-    updates = [m for m in messages if m["msg_type"] == "update_display_data"]
-    assert (
-        len(shown) == 1
-        and "application/vnd.jupyter.widget-view+json" in shown[0]["content"]["data"]
-    )
-    bar_id = shown[0]["content"]["transient"]["display_id"]
-    final = [u["content"] for u in updates if u["content"]["transient"]["display_id"] == bar_id]
-    assert len(final) == 1  # one update: the final state, after the work
-    data = final[0]["data"]
+    assert reply["status"] == "ok", messages
+    return [m for m in messages if m["msg_type"] in ("display_data", "update_display_data")]
+
+
+RUN = "rows = flow.run_batch([{'x': str(i)} for i in range(6)], progress=True)"
+
+
+def _final(data: dict[str, Any]) -> None:
     assert sorted(data) == ["text/html", "text/plain"]  # no widget left to render
-    assert "6/6" in data["text/plain"] and "100%" in data["text/plain"]
+    assert data["text/plain"].startswith("echo: 6/6 rows in ")
     assert '<progress value="6" max="6"' in data["text/html"]
     assert "mathjax_ignore" in data["text/html"]
+
+
+def test_without_a_front_end_the_bar_is_its_final_state_only(kernel: Any) -> None:
+    # As under nbconvert --execute or nbval: nothing to draw a widget, one static output.
+    shown = _bar_run(kernel, f"import flownb\nflow = flownb.load_flow('echo.json')\n{RUN}")
+    assert [m["msg_type"] for m in shown] == ["display_data"]
+    _final(shown[0]["content"]["data"])
+
+
+def test_in_a_front_end_the_finished_bar_replaces_its_widget(kernel: Any) -> None:
+    # JupyterLab's kernels have __session__ (the live results view off: the plain bar): the
+    # widget moves, then its final state replaces it.
+    code = (
+        "import os\nos.environ['FLOWNB_LIVE'] = '0'\n__session__ = 'bar.ipynb'\n"
+        f"{RUN}\ndel __session__, os.environ['FLOWNB_LIVE']"
+    )
+    shown = _bar_run(kernel, code)
+    assert [m["msg_type"] for m in shown] == ["display_data", "update_display_data"]
+    widget, final = (m["content"] for m in shown)
+    assert "application/vnd.jupyter.widget-view+json" in widget["data"]
+    assert final["transient"]["display_id"] == widget["transient"]["display_id"]
+    _final(final["data"])
