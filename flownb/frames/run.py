@@ -223,8 +223,7 @@ def run_dataframe(
         if result is not None:
             for out in out_cols:
                 values[out][i] = result.get(out)
-                if out not in seen and result.is_image(out):
-                    seen.add(out)
+            seen.update(_images_of(result))
             if traced:
                 for node, output in result.trace.items():
                     traced[node][i] = output
@@ -275,17 +274,28 @@ def run_dataframe(
         while col in result.columns:
             col = f"{col}_output"
         result[col] = pd.Series(truncated, index=df.index, dtype=TEXT)
-    # Which columns hold images: an image node's outputs (as the flow or its results say),
-    # never a text that looks like an image URL.
+    result.attrs[IMAGE_COLUMNS_ATTR] = _image_columns(flow, out_cols, trace_cols, seen)
+    if slot is not None:
+        slot.show(result)
+    return result
+
+
+def _images_of(result: Any) -> list[str]:
+    """The outputs of ``result`` that image nodes made (its kinds say)."""
+    kinds = getattr(result, "kinds", None) or {}
+    return [name for name, kind in kinds.items() if kind == "image"]
+
+
+def _image_columns(
+    flow: BaseFlow, out_cols: Mapping[str, str], trace_cols: Mapping[str, str], seen: set[str]
+) -> list[str]:
+    """Return the columns that hold images: an image node's outputs (as the flow's plan or its
+    results say) and traced image nodes; never a text that looks like an image URL."""
     plan = getattr(flow, "plan", None)
     kinds = dict(getattr(plan, "output_kinds", None) or {})
     images = [col for out, col in out_cols.items() if kinds.get(out) == "image" or out in seen]
     image_nodes = set(getattr(plan, "image_nodes", ()))
-    images += [col for node, col in trace_cols.items() if node in image_nodes]
-    result.attrs[IMAGE_COLUMNS_ATTR] = images
-    if slot is not None:
-        slot.show(result)
-    return result
+    return images + [col for node, col in trace_cols.items() if node in image_nodes]
 
 
 def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
