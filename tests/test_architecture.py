@@ -351,6 +351,7 @@ PRIVATE_ALLOWED = {
     ("flownb.runtime.result", "_entries"),
     ("flownb.runtime.result", "_trace_of"),
     ("flownb.runtime.result", "_plan"),  # the plan a run's picture draws (RunResult.to_svg)
+    ("flownb.runtime.result", "_inputs"),  # the run's variables, drawn on that picture
     # ... and sets (or, unpickling, restores) the cost it computes lazily.
     ("flownb.runtime.result", "_costs"),
     # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).

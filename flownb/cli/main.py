@@ -29,6 +29,7 @@ import click
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
 from ..infra.aio import Patience, patience
 from ..providers.registry import provider_names
+from ..show.escape import term_text
 from ..show.meter import CostMeter
 from .clickhelp import FullHelpGroup
 from .inputs import (
@@ -61,8 +62,16 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 
 def _flat(text: str) -> str:
-    """Return ``text`` on one line (the promise of README: one line per error)."""
-    return " ".join(text.split())
+    """Return ``text`` on one line (the promise of README: one line per error), with no
+    terminal control in it (an error may quote a model's answer)."""
+    return term_text(" ".join(text.split()))
+
+
+def _dry_run(preview: Any, details: bool) -> None:
+    """Print a dry run: the summary (calls per node, one prompt each), or with ``details``
+    every call's rendered prompt; control characters shown, never sent to the terminal."""
+    text = str(preview) if details else preview.brief("add --details")
+    click.echo(term_text(text))
 
 
 _usage = usage_error
@@ -232,7 +241,11 @@ def graph(flow: str, svg_path: str | None) -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print the rendered prompts and the calls a run would pay for; call nothing.",
+    help="Print the calls a run would pay for (a summary per node; --details: every call's "
+    "rendered prompt); call nothing.",
+)
+@click.option(
+    "--details", is_flag=True, help="With --dry-run: every call's rendered prompt, one a line."
 )
 @click.option(
     "--batch-api",
@@ -258,6 +271,7 @@ def run(
     no_progress: bool,
     no_cache: bool,
     dry_run: bool,
+    details: bool,
     batch_api: bool,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json).
@@ -279,12 +293,14 @@ def run(
     )
     defaults = f.defaults if use_defaults else {}
     if df is None and batch is None:
-        _run_once(f, {**defaults, **values}, target, dry_run=dry_run, safe=not raw_csv)
+        _run_once(
+            f, {**defaults, **values}, target, dry_run=dry_run, details=details, safe=not raw_csv
+        )
         return
     rows = _batch_rows(f, batch, df, mapping, fill, defaults)
     _banner(f)
     if dry_run:
-        click.echo(str(f.preview(rows, mapping or None, fill=fill)))
+        _dry_run(f.preview(rows, mapping or None, fill=fill), details)
         return
     _run_rows(
         f,
@@ -359,6 +375,7 @@ def _run_once(
     target: tuple[str, str] | None,
     *,
     dry_run: bool,
+    details: bool,
     safe: bool,
 ) -> None:
     """Run ``f`` once (or show what it would call), print or write the result, then the cost.
@@ -371,7 +388,7 @@ def _run_once(
     f.spec.check_one(values)
     _banner(f)
     if dry_run:
-        click.echo(str(f.preview(values)))
+        _dry_run(f.preview(values), details)
         return
     if target is None and _streams_to_terminal():
         from .terminal import stream_to_terminal
@@ -425,7 +442,7 @@ def _run_rows(
         with pd.option_context(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
         ):
-            click.echo(out.to_string())
+            click.echo(term_text(out.to_string()))  # no escape sequence reaches the tty
     click.echo(f"flownb: {meter.total_line()}", err=True)  # stdout stays the results alone
     errors = out["error"].dropna() if "error" in out.columns else pd.Series(dtype=object)
     if (errors == INTERRUPTED).any():
@@ -545,7 +562,8 @@ def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
 
         text = csv_text(df, safe=safe)
     if target == "-":
-        click.echo(text, nl=False)
+        # To a terminal, a model's escape sequences are shown, not obeyed; to a pipe, the data.
+        click.echo(term_text(text) if sys.stdout.isatty() else text, nl=False)
         return
     Path(target).write_text(text, encoding="utf-8")
     click.echo(f"flownb: wrote {len(df)} row{'s' * (len(df) != 1)} to {target}", err=True)

@@ -47,6 +47,7 @@ __all__ = [
     "env_value",
     "export_serve_config",
     "get_settings",
+    "home_dir",
     "imported_serve_config",
     "media_dir",
     "parse_size",
@@ -151,6 +152,11 @@ def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float 
     return value
 
 
+def home_dir() -> Path:
+    """Return ``FLOWNB_HOME`` as the environment says now (default ``~/.flownb``)."""
+    return Path(os.environ.get("FLOWNB_HOME") or Path.home() / ".flownb").expanduser()
+
+
 def get_settings() -> Settings:
     """Return the current settings read from the environment.
 
@@ -160,7 +166,7 @@ def get_settings() -> Settings:
         ConfigError: a variable is set to something unusable (non-number, bad flag).
     """
     env = os.environ
-    home = Path(env.get("FLOWNB_HOME") or Path.home() / ".flownb").expanduser()
+    home = home_dir()
     provider = (env.get("FLOWNB_PROVIDER") or DEFAULT_PROVIDER).strip().lower()
     concurrency = _number("FLOWNB_CONCURRENCY", env.get("FLOWNB_CONCURRENCY"), int)
     return Settings(

@@ -390,13 +390,16 @@ class BaseFlow(ABC):
             f"outputs={self.outputs!r}>"
         )
 
-    def _repr_markdown_(self) -> str:
-        def names(items: list[str]) -> str:
-            return ", ".join(f"`{n}`" for n in items) or "*(none)*"
+    def _repr_html_(self) -> str:
+        from ..show.escape import html_text, no_math
 
-        return (
-            f"**Flow `{self.name}`**\n\n- variables: {names(self.variables)}\n"
-            f"- outputs: {names(self.outputs)}"
+        def names(items: list[str]) -> str:
+            return ", ".join(f"<code>{html_text(n)}</code>" for n in items) or "<em>(none)</em>"
+
+        return no_math(
+            f"<b>Flow <code>{html_text(self.name)}</code></b><ul>"
+            f"<li>variables: {names(self.variables)}</li>"
+            f"<li>outputs: {names(self.outputs)}</li></ul>"
         )
 
 
@@ -426,10 +429,10 @@ def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
 
 
 def _progress_bar(total: int, name: str) -> Progress:
-    from tqdm.auto import tqdm
+    from ..show.progress import open_bar
 
     # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
-    return Progress(tqdm(total=total, desc=name, unit="row", leave=True))
+    return open_bar(total, name, "row")
 
 
 def _watch_with_bar(observers: Observers, bar: Any) -> None:
@@ -539,7 +542,8 @@ class LocalFlow(BaseFlow):
         generation nodes with kind and model (the prompt on hover), outputs. With ``result``
         (a run of this flow), each generation node that ran also shows its time, tokens and
         cost, or that the cache served it (see :func:`flownb.flowfile.drawing.run_notes`)."""
-        return to_svg(self.graph, title=self.name, notes=self._run_notes(result))
+        values = result.inputs if result is not None else None
+        return to_svg(self.graph, title=self.name, notes=self._run_notes(result), values=values)
 
     def _run_notes(self, result: RunResult | None) -> dict[str, str]:
         if result is None:
@@ -547,12 +551,17 @@ class LocalFlow(BaseFlow):
         return run_notes([step.node_id for step in self.plan.steps], result.generations)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        # The picture for notebooks; Mermaid for front ends that render it; the Markdown list
-        # and the repr for everything else (terminals, nbval's text comparison).
+        # The picture as inline SVG in HTML, the type JupyterLab, Notebook 7, VS Code, nbconvert
+        # and GitHub all rank first (JupyterLab ranks Markdown above image/svg+xml, so no
+        # Markdown here); the SVG alone and Mermaid for tools that take those; the repr for
+        # terminals and nbval's text comparison.
+        from ..show.escape import no_math
+
+        svg = self.to_svg()
         return {
-            "image/svg+xml": self.to_svg(),
+            "text/html": no_math(svg, css="flownb-flow"),
+            "image/svg+xml": svg,
             "text/vnd.mermaid": self.to_mermaid(),
-            "text/markdown": self._repr_markdown_(),
             "text/plain": repr(self),
         }
 

@@ -19,6 +19,7 @@ from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
 from ..providers.calls import calls_in_flight
 from ..runtime.hooks import HOOKS, FrameOptions
+from ..show.display import IMAGE_COLUMNS_ATTR
 from ..show.notices import warn
 from .kinds import takes_any_frame
 
@@ -212,6 +213,7 @@ def run_dataframe(
     errors: list[str | None] = [None] * n
     truncated: list[str | None] = [None] * n
     done = [False] * n
+    seen: set[str] = set()  # outputs a result called images (a remote flow's results say)
 
     def record(i: int, result: Any, exc: BaseException | None) -> None:
         # The row's values first, then "done": a row is never seen done without its outputs.
@@ -222,6 +224,7 @@ def run_dataframe(
         if result is not None:
             for out in out_cols:
                 values[out][i] = result.get(out)
+            seen.update(_images_of(result))
             if traced:
                 for node, output in result.trace.items():
                     traced[node][i] = output
@@ -258,6 +261,7 @@ def run_dataframe(
         while col in result.columns:
             col = f"{col}_output"
         result[col] = pd.Series(truncated, index=df.index, dtype=TEXT)
+    result.attrs[IMAGE_COLUMNS_ATTR] = _image_columns(flow, out_cols, trace_cols, seen)
     if slot is not None:
         slot.show(result)
     return result
@@ -289,6 +293,24 @@ def _mark_interrupted(errors: list[str | None], done: list[bool], error_column: 
         f"interrupted: {sum(done)} of {len(done)} rows finished and are kept; the other rows "
         f"are marked in column {error_column!r}. Run again to complete them.{late}"
     )
+
+
+def _images_of(result: Any) -> list[str]:
+    """The outputs of ``result`` that image nodes made (its kinds say)."""
+    kinds = getattr(result, "kinds", None) or {}
+    return [name for name, kind in kinds.items() if kind == "image"]
+
+
+def _image_columns(
+    flow: BaseFlow, out_cols: Mapping[str, str], trace_cols: Mapping[str, str], seen: set[str]
+) -> list[str]:
+    """Return the columns that hold images: an image node's outputs (as the flow's plan or its
+    results say) and traced image nodes; never a text that looks like an image URL."""
+    plan = getattr(flow, "plan", None)
+    kinds = dict(getattr(plan, "output_kinds", None) or {})
+    images = [col for out, col in out_cols.items() if kinds.get(out) == "image" or out in seen]
+    image_nodes = set(getattr(plan, "image_nodes", ()))
+    return images + [col for node, col in trace_cols.items() if node in image_nodes]
 
 
 def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:

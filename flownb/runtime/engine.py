@@ -152,6 +152,7 @@ class Engine:
             gens,
             self.trace_of,
             plan,
+            values,
         )
 
     def _warn_cut(self, gens: Sequence[Generation | None]) -> None:
@@ -488,6 +489,7 @@ class Engine:
                 gens,
                 self.trace_of,
                 plan,
+                values,
             )
             if entries
             else None
