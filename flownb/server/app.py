@@ -21,11 +21,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import FileResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .._version import __version__
@@ -39,7 +38,7 @@ from ..config.settings import (
 )
 from ..errors import ConfigError, FlowFileError, FlownbError
 from ..flowfile.model import describe
-from ..infra.media import MEDIA_NAME, MediaStore, mark_used
+from ..infra.media import MediaStore
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runtime.cache import open_cache
@@ -64,13 +63,12 @@ from .errors import (
 from .keys import KeyStore
 from .offload import DecodePool, needs_worker, raise_from
 from .request_id import RequestIdMiddleware, _rid
+from .routes_service import _add_health_route, _add_media_route, _openapi
 from .schemas import (
     FLOW_ROUTE_RESPONSES,
     FLOWS_RESPONSES,
-    MEDIA_RESPONSES,
     RUN_REQUEST_BODY,
     RUN_RESPONSES,
-    Health,
 )
 from .sse import streamed_run
 from .store import FlowStore, StoredFlow
@@ -84,15 +82,6 @@ OFFLOAD_BYTES = 64 * 1024
 
 
 _FLOW_PATHS = ("/api/flows/getFlowInfo/", "/api/flows/run/")
-
-
-_MEDIA_TYPES = {
-    "png": "image/png",
-    "jpg": "image/jpeg",
-    "jpeg": "image/jpeg",
-    "webp": "image/webp",
-    "gif": "image/gif",
-}
 
 
 _SECURITY: dict[str, Any] = {"security": [{"ApiKeyAuth": []}]}
@@ -483,71 +472,6 @@ def _add_flow_routes(
         return json_response(answer)
 
     return run_flow, get_flow_info
-
-
-def _add_media_route(app: FastAPI, media: MediaStore) -> None:
-    """Add ``/media/{name}``: generated images, no key needed (names are unguessable digests)."""
-
-    @app.get(
-        "/media/{name}",
-        summary="A generated image (no key needed: names are unguessable digests)",
-        operation_id="getMedia",
-        responses=MEDIA_RESPONSES,
-        response_class=Response,
-        tags=["media"],
-    )
-    async def get_media(name: str) -> Response:
-        match = MEDIA_NAME.fullmatch(name)
-        path = media.directory / name
-        # Marked used (the media cap deletes the images used longest ago first).
-        if match is None or not mark_used(path):
-            raise ApiProblem(404, "not_found", "no image with this name")
-        return FileResponse(
-            path,
-            media_type=_MEDIA_TYPES[match.group(1)],
-            headers={"Cache-Control": "public, max-age=31536000, immutable"},
-        )
-
-
-def _add_health_route(app: FastAPI, provider: Provider) -> None:
-    """Add ``/healthz``: the service is up, and with which provider."""
-
-    @app.get(
-        "/healthz",
-        summary="Health check",
-        operation_id="healthz",
-        response_model=Health,
-        tags=["service"],
-    )
-    async def healthz() -> Response:
-        return json_response({"status": "ok", "provider": provider.name})
-
-
-def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """Return the app's OpenAPI document maker: FastAPI's, less the 422 that only the run
-    route can answer, with the ``x-api-key`` scheme; made once."""
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=app.routes,
-            )
-            # FastAPI documents a 422 for every route with a parameter; only run can answer it.
-            paths = schema["paths"]
-            for path in ("/media/{name}",):
-                paths[path]["get"]["responses"].pop("422", None)
-            for unused in ("HTTPValidationError", "ValidationError"):
-                schema["components"]["schemas"].pop(unused, None)
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "ApiKeyAuth": {"type": "apiKey", "in": "header", "name": "x-api-key"}
-            }
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    return openapi
 
 
 def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
