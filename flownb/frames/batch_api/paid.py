@@ -52,6 +52,18 @@ class _PaidOnce:
             self.used.add(key)
         return dataclasses.replace(gen, cached=False)
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+        """Return what the cache's bulk lookup returns, each answer a batch brought in and not
+        yet shown served as :meth:`get` serves it (the engine looks a batch's calls up in bulk
+        before making them; without this they would all read as free cache hits)."""
+        found = self.cache.get_many(keys)
+        with self.lock:
+            for key in [k for k in found if k in self.paid]:
+                self.paid.discard(key)
+                self.used.add(key)
+                found[key] = dataclasses.replace(found[key], cached=False)
+        return found
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cache, name)
 
