@@ -401,30 +401,6 @@ def _add_flow_routes(
         flow = store.peek(flow_id)
         return flow if flow is not None else await run_in_threadpool(store.get, flow_id)
 
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise _too_large(max_body)
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            # The whole body within body_timeout seconds: a client trickling it would hold a
-            # connection (and a place under --limit-concurrency) for as long as it liked.
-            async with asyncio.timeout(body_timeout):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > max_body:
-                        raise _too_large(max_body)
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise ApiProblem(
-                408,
-                "request_timeout",
-                f"the request body did not arrive within {body_timeout:g} seconds",
-                headers={"Connection": "close"},
-            ) from None
-        return b"".join(chunks)
-
     # -- routes --------------------------------------------------------------------------------
 
     @app.get(
@@ -490,7 +466,7 @@ def _add_flow_routes(
                 "send the body as JSON, with the header Content-Type: application/json",
             )
         flow = await get_flow(request)
-        body = await read_body(request)
+        body = await _read_body(request, max_body, body_timeout)
         names = flow.plan.spec.names
         if len(body) <= OFFLOAD_BYTES:
             variables = checked_variables(body, max_batch, names)
@@ -671,6 +647,38 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     )
+
+
+async def _read_body(request: Request, max_body: int, body_timeout: float) -> bytes:
+    """Return a request's whole body.
+
+    Raises:
+        ApiProblem: 413 over ``max_body`` bytes (declared or sent); 408 when the whole body did
+            not arrive within ``body_timeout`` seconds (the answer closes the connection).
+        ClientDisconnect: the client left before sending it all.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body:
+        raise _too_large(max_body)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        # The whole body within body_timeout seconds: a client trickling it would hold a
+        # connection (and a place under --limit-concurrency) for as long as it liked.
+        async with asyncio.timeout(body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body:
+                    raise _too_large(max_body)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiProblem(
+            408,
+            "request_timeout",
+            f"the request body did not arrive within {body_timeout:g} seconds",
+            headers={"Connection": "close"},
+        ) from None
+    return b"".join(chunks)
 
 
 def _too_large(limit: int) -> ApiProblem:
