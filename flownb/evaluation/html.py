@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ..show.meter import usd
+from .money import RANK_NOTE, bill_html, money_cells, price_row
 
 if TYPE_CHECKING:
     from .shape import ReportView
@@ -289,7 +290,7 @@ def compare_html(
         note = f"<p>showing {shown} of {n} input rows (compare(limit=None) shows all)</p>"
     return (
         f"<style>{STYLE}</style>{note}<table class='flownb-eval'><thead><tr><th>input</th>"
-        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"{head}</tr>{price_row(report)}</thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 
@@ -306,6 +307,13 @@ def summary_html(report: ReportView) -> str:
     metrics = ["pass_rate"] + [s.name for s in report.scorers]
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
     head = "".join(f"<th>{_esc(m)}</th>" for m in metrics)
+    money = "price_per_row" in summary.columns  # reports kept before prices were have none
+    judged = "judge_price_per_row" in summary.columns
+    money_head = ""
+    if money:
+        money_head = "<th>price per row (rank)</th><th>spent / saved</th>"
+        if judged:
+            money_head += "<th>judges: price per row</th><th>judges: spent / saved</th>"
     rows = []
     for variant, row in summary.iterrows():
         cells = [f"<td>{int(row['n'])}</td><td>{int(row['errors'])}</td>"]
@@ -326,20 +334,24 @@ def summary_html(report: ReportView) -> str:
         tokens = row["total_tokens"]
         tokens_text = "–" if tokens != tokens else f"{int(tokens):,}"
         cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
-        cells.append(f"<td>{_money(row.get('cost_usd'))}<br>{_money(row.get('cost_per_row'))}</td>")
+        if money:
+            cells.append(money_cells(row))
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
     return (
         _labels_note(summary)
         + _repeats_note(summary)
         + _wins_note(report)
+        + judges_html(report)
         + (
             f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
-            f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
+            f"<th>latency_s</th><th>total_tokens</th>{money_head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody>"
             "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
             "interval: Wilson for rates, Student t for means]; p: paired test against the first "
             "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
-            "</p>" + _setup_html(report)
+            f"{'; ' + _esc(RANK_NOTE) if money else ''}</p>"
+            + bill_html(report, judged)
+            + _setup_html(report)
         )
     )
 
@@ -358,6 +370,30 @@ def _setup_html(report: ReportView) -> str:
         "<table class='flownb-eval'><thead><tr><th>variant</th><th>endpoint</th><th>model</th>"
         f"<th>system</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def judges_html(report: ReportView) -> str:
+    """Return a line per judge naming its endpoint and model, and the variants of its vendor
+    (self-preference is possible there: said, not forbidden); '' without judges."""
+    lines = []
+    for s in report.scorers:
+        judge = s.judge
+        if not judge:
+            continue
+        line = (
+            f"judge <b>{_esc(s.name)}</b>: endpoint <b class='flownb-judge-endpoint'>"
+            f"{_esc(judge['endpoint'])}</b>, model <b class='flownb-judge-model'>"
+            f"{_esc(judge['model'])}</b> ({_esc(judge['vendor'])})"
+        )
+        same = list(judge.get("same_vendor") or ())
+        if same:
+            line += (
+                f"; <span class='flownb-self-preference'>the same vendor as variant"
+                f"{'s' * (len(same) > 1)} {_esc(', '.join(same))}: a judge may favour its own "
+                "vendor's answers (self-preference)</span>"
+            )
+        lines.append(f"<p class='inp flownb-judge'>{line}</p>")
+    return "".join(lines)
 
 
 def _wins_note(report: Any) -> str:
@@ -514,6 +550,7 @@ def header_html(report: ReportView) -> str:
     scorers = [
         f"<li><b>{_esc(s.name)}</b>: <code>{_esc(s.definition or s.kind)}</code>"
         + (f" (passes at ≥ {_esc(fmt_number(s.threshold))})" if s.threshold is not None else "")
+        + (f"; judged by {_esc(s.judge['endpoint'])} · {_esc(s.judge['model'])}" if s.judge else "")
         + "</li>"
         for s in report.scorers
     ]

@@ -27,18 +27,19 @@ import asyncio
 import dataclasses
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from typing import TYPE_CHECKING, Any
 
 from ..config import pricing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = [
     "NOTICE_AFTER",
@@ -175,10 +176,19 @@ class CallRunner:
         )
         self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
         self._prefixes: dict[int, bytes] = {}
+        # Hits looked up in bulk ahead of their calls (see prefetch), by (params, prompt): one
+        # key per params object, as _prefix has it, so a hit costs no hashing. Each used once.
+        self._hits: dict[tuple[int, str], Generation] = {}
+        # Keys hit() just found missing, so the call that follows does not query again.
+        self._missed: set[str] = set()
         self._table: asyncio.Future[None] | None = None  # see _price_table
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
         self._traced = tracing.tracer() is not None
+        # The endpoint's address and port, for the spans (server.address, server.port).
+        self._server = (
+            tracing.server_of(provider.identity().get("base_url")) if self._traced else None
+        )
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -189,6 +199,43 @@ class CallRunner:
             self._prefixes[id(params)] = prefix
         return prefix
 
+    def prefetch(self, calls: Iterable[Call]) -> None:
+        """Look the cache up for ``calls`` (about to be made) in one bulk query, so that each of
+        their hits is answered without a query of its own; a miss is looked up again when its
+        call is made (another process may have stored it meanwhile). Nothing without a cache."""
+        cache = self.cache
+        if cache is None:
+            return
+        keys = {
+            cache.key(self._prefix(cache, call), call.prompt): (id(call.params), call.prompt)
+            for call in calls
+        }
+        if keys:
+            hits = self._hits
+            for key, gen in cache.get_many(keys).items():
+                hits[keys[key]] = gen
+
+    def hit(self, call: Call) -> Generation | None:
+        """Return ``call``'s answer when the cache holds it (looked up without waiting: the
+        bulk lookup's, else one query), else ``None``, and the call is then to be made with
+        this runner. Always ``None`` for an uncached or traced run (whose hits are spans)."""
+        cache = self.cache
+        if cache is None or self._traced:
+            return None
+        slot = (id(call.params), call.prompt)
+        hit = self._hits.pop(slot, None) if self._hits else None
+        if hit is None:
+            key = cache.key(self._prefix(cache, call), call.prompt)
+            hit = cache.get(key)
+            if hit is None:
+                self._missed.add(key)
+        if hit is not None and _unpriced(hit):
+            # Priced from its usage on the loop (the price table may still be loading): the
+            # call goes through :meth:`_answer`, which finds the hit here.
+            self._hits[slot] = hit
+            return None
+        return hit
+
     async def __call__(self, call: Call) -> Generation:
         """Return the generation for ``call`` (from the cache, a twin call, or the provider),
         as an OpenTelemetry span when a tracer provider is configured (see flownb.infra.tracing).
@@ -196,7 +243,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call) if self._traced else None
+        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
         if span is None:
             return await self._answer(call)
         try:
@@ -215,7 +262,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call) if self._traced else None
+        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
         if span is None:
             return await self._answer(call, sink)
         try:
@@ -231,8 +278,21 @@ class CallRunner:
         if cache is None:
             return await self._attempts(call, sink)
         key = cache.key(self._prefix(cache, call), call.prompt)
-        hit = cache.get(key)
+        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
+        if hit is None:
+            if key in self._missed:  # hit() looked it up a moment ago
+                self._missed.discard(key)
+            else:
+                hit = cache.get(key)
         if hit is not None:
+            if _unpriced(hit):
+                # Stored before prices were kept, or when the model had none: price it from the
+                # usage it was bought with, so the row's price does not depend on the cache.
+                table = self._price_table()
+                if table is not None:
+                    await table
+                hit.cost = self.provider.cost(hit)
+                hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
             if sink is not None and hit.media is None and hit.output:
                 sink(hit.output)
             return hit
@@ -273,6 +333,7 @@ class CallRunner:
             if table is not None:
                 await table
             gen.cost = self.provider.cost(gen)
+            gen.prompt_cache_saved = self.provider.prompt_cache_saving(gen)
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
@@ -344,6 +405,9 @@ class CallRunner:
             failed: BaseException | None = exc
         # Tenacity takes over from the failed first attempt: it is replayed as tenacity's
         # attempt 1 so its wait (Retry-After or backoff) and the attempt count stay exact.
+        # Imported at the first retry, not with flownb (a provider's warm-up imports it early).
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_for_retry,
@@ -400,3 +464,10 @@ async def _streamed(provider: Provider, call: Call, sink: TextSink) -> Generatio
             provider=provider.name,
         )
     return gen
+
+
+def _unpriced(gen: Generation) -> bool:
+    """Whether a cached answer has no price but the usage to work one out (it was stored before
+    prices were kept, or when its model had none)."""
+    cost = gen.cost
+    return (cost is None or cost != cost) and bool(gen.usage)

@@ -172,4 +172,12 @@ def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
         provider.price_kind = endpoint.provider
         if endpoint.prices is not None:
             provider.prices = endpoint.prices
+    if provider.warm_modules:
+        from ..config.pricing import uses_table
+        from .warmup import warm_up
+
+        warm_up(
+            (*provider.warm_modules, "tenacity"),
+            table=uses_table(provider.price_kind or provider.name, provider.prices),
+        )
     return provider

@@ -1,13 +1,14 @@
-"""What the SDK-based vendor providers (Anthropic, Gemini) share: where their endpoint and key
-come from, one SDK client per event loop, warnings once per flow, and the translation of an
-HTTP error answer into flownb's error tree.
+"""What the hosted vendor providers share: where their endpoint and key come from, one SDK
+client per event loop, the notes on what a request drops or replaces (Anthropic, Gemini), a
+model's vendor, and for all three (OpenAI too) the masking of API keys in anything shown
+(:func:`redact`) and the translation of an HTTP error answer into flownb's error tree
+(:func:`status_error`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,19 +21,48 @@ from .base import Provider, RateLimits
 __all__ = [
     "OPENAI_MODEL",
     "HostedProvider",
+    "Notes",
     "Reach",
-    "Warner",
     "clients_per_loop",
     "need_extra",
+    "no_sdk_spans",
     "redact",
     "split_version",
     "status_error",
+    "vendor_of",
+    "wait_asked",
 ]
 
 # Model names of OpenAI's families, as exported flows carry them: a vendor provider replaces
 # them with its own default (with a warning) instead of sending a name the vendor refuses.
 OPENAI_MODEL = re.compile(r"^(gpt-|chatgpt|o\d|dall-e|text-|davinci|babbage|gpt-image)")
-_KEY_LIKE = re.compile(r"(sk-ant-|AIza)[A-Za-z0-9_\-]{3,}")
+# A model's vendor told by its name (the vendor's own families), whoever serves it.
+_FAMILIES = (
+    ("OpenAI", OPENAI_MODEL),
+    ("Anthropic", re.compile(r"^claude")),
+    ("Google", re.compile(r"^(gemini|gemma|imagen)")),
+)
+# A provider kind's vendor, for a model name no family claims.
+_KIND_VENDORS = {
+    "openai": "OpenAI",
+    "azure": "OpenAI",
+    "anthropic": "Anthropic",
+    "gemini": "Google",
+}
+# Anthropic's, OpenAI's and Google's key shapes ("*" too: text already masked stays masked).
+_KEY_LIKE = re.compile(r"(sk-ant-|sk-|AIza)[A-Za-z0-9_*\-]{3,}")
+
+
+def vendor_of(provider: Provider, model: str | None) -> str:
+    """Return the vendor of ``model`` as ``provider`` sends it: by the model's family name
+    (``gpt-``/``o3`` OpenAI, ``claude`` Anthropic, ``gemini`` Google) wherever it is served,
+    else by the provider kind (Azure's is OpenAI), else the provider's name (``offline``, a
+    plugin's)."""
+    for vendor, family in _FAMILIES:
+        if model and family.match(model):
+            return vendor
+    kind = provider.price_kind or provider.name
+    return _KIND_VENDORS.get(kind, kind)
 
 
 class HostedProvider(Provider):
@@ -97,27 +127,8 @@ def redact(text: str, key: str | None) -> str:
     return _KEY_LIKE.sub(lambda m: m.group(1) + "***", text)
 
 
-class Warner:
-    """Says once per provider (so once per flow) what was dropped or replaced: each node's new
-    notes are gathered while its request is worked out, then said in one warning."""
-
-    def __init__(self, vendor: str) -> None:
-        self.vendor = vendor
-        self._said: set[str] = set()
-        self._pending: list[str] = []
-
-    def __call__(self, topic: str, message: str) -> None:
-        """Note ``message`` unless ``topic`` was already said or noted."""
-        if topic in self._said:
-            return
-        self._said.add(topic)
-        self._pending.append(message)
-
-    def flush(self) -> None:
-        """Say the notes gathered since the last flush, in one warning (nothing if none)."""
-        if self._pending:
-            notes, self._pending = self._pending, []
-            warnings.warn(f"flownb {self.vendor}: {'; '.join(notes)}", UserWarning, stacklevel=4)
+# What a vendor provider changes in a node's request: (topic, message) pairs, said once per topic.
+Notes = list[tuple[str, str]]
 
 
 def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:
@@ -136,6 +147,20 @@ def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:
     return get
 
 
+def wait_asked(headers: Mapping[str, str]) -> float | None:
+    """Return the wait an answer asks for, in seconds: ``retry-after-ms`` (OpenAI's, more
+    precise) first, else ``Retry-After`` (seconds or an HTTP date); ``None`` when neither."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value < float("inf"):
+            return value
+    return parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+
+
 def status_error(
     vendor: str,
     status: int,
@@ -146,17 +171,21 @@ def status_error(
     request_id_header: str,
     quota_exhausted: bool = False,
     limits: RateLimits | None = None,
+    url: str | None = None,
 ) -> ProviderError:
     """Return the flownb error for a vendor's HTTP error answer: 429 is :class:`RateLimited`
-    (with the Retry-After hint) unless the account is out of credit, 408/504 a
-    :class:`ProviderTimeout`, anything else a :class:`ProviderError` keeping the status (5xx
-    and 529 "overloaded" are retried by the engine)."""
-    get = (headers or {}).get
-    request_id = get(request_id_header)
+    (with the wait asked for, see :func:`wait_asked`) unless the account is out of credit,
+    408/504 a :class:`ProviderTimeout`, anything else a :class:`ProviderError` keeping the
+    status (5xx and 529 "overloaded" are retried by the engine). ``url`` is the address asked
+    for, named in a 404's message (a wrong base URL or path); keys are masked throughout."""
+    headers = headers or {}
+    request_id = headers.get(request_id_header)
     text = f"{vendor} API error {status}: {redact(message or 'no message', key)}"
+    if status == 404 and url:
+        text += f" (asked for {redact(url, key)}; is the base URL right?)"
     if request_id:
         text += f" (request id {request_id})"
-    retry_after = parse_retry_after(get("retry-after") or get("Retry-After"))
+    retry_after = wait_asked(headers)
     if status == 429 and not quota_exhausted:
         return RateLimited(
             text,
@@ -175,6 +204,20 @@ def status_error(
         provider=vendor.lower(),
         retry_after=retry_after,
     )
+
+
+def no_sdk_spans(client_class: Any) -> dict[str, Any]:
+    """Return the client option turning off a vendor SDK's own OpenTelemetry spans
+    (``open_telemetry=False``, as the anthropic SDK takes it; ``{}`` for a client without the
+    option): flownb's ``chat`` span already carries each call's usage, and a second span with
+    the same tokens would count it twice in a backend that sums them."""
+    import inspect
+
+    try:
+        accepts = "open_telemetry" in inspect.signature(client_class.__init__).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    return {"open_telemetry": False} if accepts else {}
 
 
 def need_extra(vendor: str, package: str, extra: str) -> ConfigError:

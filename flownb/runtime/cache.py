@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..config.settings import media_dir as media_dir_of
 from ..errors import ConfigError
 from ..infra.media import mark_used, on_evict
@@ -83,6 +85,8 @@ def _encode(gen: Generation) -> str:
     }
     if gen.finish_reason == "length":  # a text cut short stays flagged when read back
         stored["finish_reason"] = gen.finish_reason
+    if gen.prompt_cache_saved is not None:  # what the provider's prompt cache saved, when bought
+        stored["prompt_cache_saved"] = gen.prompt_cache_saved
     return json.dumps(stored)
 
 
@@ -224,7 +228,10 @@ class CallCache:
         return found
 
     def _decode(self, value: str) -> Generation | None:
-        data = json.loads(value)
+        try:
+            data = orjson.loads(value)  # a few times json's speed: a cached re-run is decoding
+        except orjson.JSONDecodeError:  # what orjson refuses (a lone surrogate) json reads
+            data = json.loads(value)
         media = data.get("media")
         # Marked used: the media cap deletes the images used longest ago first.
         if media is not None and not mark_used(self.media_dir / media):
@@ -237,6 +244,7 @@ class CallCache:
             cached=True,
             finish_reason=data.get("finish_reason"),
             cost=data.get("cost"),
+            prompt_cache_saved=data.get("prompt_cache_saved"),
         )
 
     def put(self, key: str, gen: Generation) -> None:
