@@ -10,6 +10,10 @@ exits 130 after saving what finished.
 What FLOW means, how values, pairs and batch files are read: :mod:`flownb.flowfile.inputs`, shared
 with
 the ``%flow`` magics.
+
+Ctrl-C stops a run from sending more calls and waits, at most :data:`IN_FLIGHT_GRACE` seconds
+and saying so, for the calls in flight (sent, so paid for): their rows are kept, counted in the
+cost line and cached; a second Ctrl-C ends the command at once.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
+from ..infra.aio import Patience, patience
 from ..providers.registry import provider_names
 from ..show.meter import CostMeter
 from .clickhelp import FullHelpGroup
@@ -570,11 +575,36 @@ cli.add_command(_eval_command, "eval")
 cli.add_command(_gc_command, "gc")
 
 
+# Seconds Ctrl-C waits for the provider calls in flight (sent, so paid for) before the command
+# ends; a second Ctrl-C ends it at once.
+IN_FLIGHT_GRACE = 60.0
+
+
+def _in_flight_line() -> str | None:
+    """The line Ctrl-C prints while calls in flight end (None: there are none)."""
+    from ..providers.calls import calls_in_flight  # only once a run was stopped
+
+    n = calls_in_flight()
+    if not n:
+        return None
+    return (
+        f"stopping: waiting for {n} call{'s' * (n != 1)} in flight, Ctrl-C again to abandon "
+        f"(at most {IN_FLIGHT_GRACE:g} s; they are paid for, so their answers are kept)"
+    )
+
+
+def _say(line: str) -> None:
+    click.echo(f"flownb: {line}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``flownb`` console script; exits with the command's status."""
     warnings.showwarning = _show_warning
+    # Ctrl-C lets the calls already sent end (bounded, announced) before the command exits.
+    wait = Patience(grace=IN_FLIGHT_GRACE, waiting=_in_flight_line, say=_say)
     try:
-        cli.main(args=argv, prog_name="flownb", standalone_mode=False)
+        with patience(wait):
+            cli.main(args=argv, prog_name="flownb", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("flownb: interrupted", err=True)
         sys.exit(130)

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -33,10 +33,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
-from ..config.endpoints import Endpoint
 from ..config.settings import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY,
+    RunOptions,
+    check_run_options,
     imported_serve_config,
     resolve_run_config,
     resolve_serve_limits,
@@ -48,8 +49,8 @@ from ..infra.media import MEDIA_NAME, MediaStore, mark_used
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runtime.cache import open_cache
-from ..runtime.engine import Engine, Plan
-from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner
+from ..runtime.engine import Plan
+from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner, assemble
 from ..runtime.runlog import open_runlog
 from . import keys as keys_module
 from .errors import (
@@ -108,7 +109,8 @@ _FLOW_ID_PARAM = {
 class ServerConfig:
     """What one server serves and with what: flows folder, provider, keys, media, limits.
 
-    Settings are resolved once, here (explicit argument > environment > default): the server's
+    Settings are resolved once, here (explicit argument > environment > default; ``options``
+    are the run settings, :class:`~flownb.config.settings.RunOptions`): the server's
     call cache and run log are off unless ``FLOWNB_SERVER_CACHE=1`` / ``FLOWNB_SERVER_RUNLOG=1``
     (or ``cache=`` / ``log=``), since a server answers many callers and keeping their inputs
     and outputs is its operator's decision.
@@ -125,28 +127,23 @@ class ServerConfig:
         home: str | Path | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         max_body_bytes: int = DEFAULT_MAX_BODY,
-        concurrency: int | None = None,
-        cache: bool | None = None,
-        log: bool | None = None,
-        endpoint: Endpoint | str | None = None,
         body_timeout: float | None = None,
         media_max_bytes: int | None = None,
         public_url: str | None = None,
+        **options: Unpack[RunOptions],
     ) -> None:
         if max_batch < 1 or max_body_bytes < 1:
             raise ConfigError("--max-batch and --max-body-bytes must be at least 1")
+        check_run_options(dict(options), "ServerConfig")
         serving = resolve_serve_limits(body_timeout=body_timeout, public_url=public_url)
         self.body_timeout = serving.body_timeout
         self.public_url = serving.public_url
         self.run_config = resolve_run_config(
-            endpoint=endpoint,
             provider=provider if isinstance(provider, str) else None,
-            concurrency=concurrency,
-            cache=cache,
-            log=log,
             home=home,
             server=True,
             media_max=media_max_bytes,
+            **options,
         )
         self.home = self.run_config.home
         self.media = MediaStore(self.run_config.media_dir, max_bytes=self.run_config.media_max)
@@ -163,25 +160,15 @@ class ServerConfig:
         self.runlog = open_runlog(self.home) if self.run_config.runlog else None
 
     def _runner(self, flow_id: str, plan: Plan) -> Runner:
-        # One engine per version of a flow file (its pacing spans requests); media URLs are
-        # made from the public URL, else the address the current request reached (a context
-        # variable set per request).
-        cfg = self.run_config
+        # One engine per version of a flow file (its pacing spans requests), assembled as a
+        # local flow's is; media URLs are made from the public URL, else the address the current
+        # request reached (a context variable set per request).
         public = self.public_url
 
         def media_url(name: str) -> str:
             return _media_url(name, public)
 
-        engine = Engine(
-            plan,
-            self.provider,
-            media_url,
-            cache=self.cache,
-            rpm=cfg.rpm,
-            timeout=cfg.timeout,
-            retries=cfg.retries,
-        )
-        return Runner(engine, name=flow_id, concurrency=cfg.concurrency, runlog=self.runlog)
+        return assemble(plan, self.provider, self.run_config, name=flow_id, media_url=media_url)
 
 
 _current_request: ContextVar[Request | None] = ContextVar("flownb_request", default=None)
@@ -503,7 +490,10 @@ def _add_flow_routes(
         if flow.runner.on_loop(len(batch)):
             await work  # done on the loop before anything could notice a disconnect
         elif not await _while_connected(request, work):
-            log.info("request %s: the client went away; its run was cancelled", _rid(request))
+            log.info(
+                "request %s: the client went away; its run was stopped (calls in flight ended)",
+                _rid(request),
+            )
             return Response(status_code=499)  # sent nowhere: no one is listening
 
         results = collect.results
@@ -608,9 +598,9 @@ def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
 
 async def _while_connected(request: Request, work: Coroutine[Any, Any, None]) -> bool:
     """Run ``work`` while the client is still there: return True when it finished, False when
-    the client disconnected first (``work`` is then cancelled, and waited for). When this
-    request is itself cancelled (the server's graceful shutdown ran out of time), ``work`` is
-    cancelled too.
+    the client disconnected first (``work`` is then cancelled, and waited for: a run lets its
+    calls in flight end, paid for, into the cache and run log). When this request is itself
+    cancelled (the server's graceful shutdown ran out of time), ``work`` is cancelled too.
 
     Raises:
         Exception: whatever ``work`` raised.
