@@ -490,9 +490,11 @@ def resolve_endpoint(
     """Return the endpoint calls go to: ``endpoint`` (an :class:`Endpoint`, or a name declared
     in ``flownb.toml``), else ``FLOWNB_ENDPOINT``'s; ``base_url`` / ``api_key`` override its
     fields (or, alone, make an endpoint named ``"custom"`` of ``provider``'s kind, OpenAI by
-    default, whose key is ``api_key`` or else the provider's usual variable). Without any of
+    default, whose key is ``api_key``, else the provider's usual variable when ``base_url`` is
+    the vendor's own host: see :attr:`Endpoint.default_key_allowed`). Without any of
     these, the provider kind decides: ``azure`` takes ``AZURE_OPENAI_ENDPOINT`` and
-    ``OPENAI_API_VERSION``, ``openai`` ``OPENAI_BASE_URL`` (its key from ``OPENAI_API_KEY``);
+    ``OPENAI_API_VERSION``, ``openai`` ``OPENAI_BASE_URL`` (its key from ``OPENAI_API_KEY``:
+    the environment pairs the two);
     ``None`` for the others (offline, plugins: they read their own settings).
 
     Raises:

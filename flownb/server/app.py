@@ -49,9 +49,9 @@ from ..runtime.runlog import open_runlog
 from . import keys as keys_module
 from .body import (
     _is_json,
-    _too_large,
     checked_variables,
     parse_run_body,
+    read_body,
 )
 from .errors import (
     ApiProblem,
@@ -314,30 +314,6 @@ def _add_flow_routes(
         flow = store.peek(flow_id)
         return flow if flow is not None else await run_in_threadpool(store.get, flow_id)
 
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise _too_large(max_body)
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            # The whole body within body_timeout seconds: a client trickling it would hold a
-            # connection (and a place under --limit-concurrency) for as long as it liked.
-            async with asyncio.timeout(body_timeout):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > max_body:
-                        raise _too_large(max_body)
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise ApiProblem(
-                408,
-                "request_timeout",
-                f"the request body did not arrive within {body_timeout:g} seconds",
-                headers={"Connection": "close"},
-            ) from None
-        return b"".join(chunks)
-
     # -- routes --------------------------------------------------------------------------------
 
     @app.get(
@@ -403,7 +379,7 @@ def _add_flow_routes(
                 "send the body as JSON, with the header Content-Type: application/json",
             )
         flow = await get_flow(request)
-        body = await read_body(request)
+        body = await read_body(request, max_body, body_timeout)
         names = flow.plan.spec.names
         if len(body) <= OFFLOAD_BYTES:
             variables = checked_variables(body, max_batch, names)

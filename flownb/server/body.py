@@ -6,10 +6,11 @@ knows (:func:`checked_variables`, every problem of a batch collected, up to
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, Problem
 from ..flowfile.validate import VariableSpec, json_type
@@ -18,7 +19,10 @@ from .errors import (
     input_problem,
 )
 
-__all__ = ["PROBLEMS_COLLECTED", "checked_variables", "parse_run_body"]
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+__all__ = ["PROBLEMS_COLLECTED", "checked_variables", "parse_run_body", "read_body"]
 
 # Validation stops building problems after this many (it goes on counting them): an error body
 # lists at most MAX_LISTED anyway, and a million problem objects would cost the server its memory.
@@ -42,6 +46,38 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     )
+
+
+async def read_body(request: Request, max_body: int, body_timeout: float) -> bytes:
+    """Return a request's whole body.
+
+    Raises:
+        ApiProblem: 413 over ``max_body`` bytes (declared or sent); 408 when the whole body did
+            not arrive within ``body_timeout`` seconds (the answer closes the connection).
+        ClientDisconnect: the client left before sending it all.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body:
+        raise _too_large(max_body)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        # The whole body within body_timeout seconds: a client trickling it would hold a
+        # connection (and a place under --limit-concurrency) for as long as it liked.
+        async with asyncio.timeout(body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body:
+                    raise _too_large(max_body)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiProblem(
+            408,
+            "request_timeout",
+            f"the request body did not arrive within {body_timeout:g} seconds",
+            headers={"Connection": "close"},
+        ) from None
+    return b"".join(chunks)
 
 
 def _too_large(limit: int) -> ApiProblem:
