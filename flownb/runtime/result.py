@@ -183,6 +183,12 @@ class RunResult(dict[str, str]):
         but cut short. Empty when none was (and for remote runs)."""
         if self._trace_of is None:
             return ()
+        # Asked of every row by run_dataframe: the common answer (nothing cut) without a zip.
+        for g in self.generations:
+            if g is not None and g.finish_reason == "length":
+                break
+        else:
+            return ()
         names = self._trace_of[0]
         return tuple(
             name

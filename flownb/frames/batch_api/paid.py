@@ -53,15 +53,18 @@ class _PaidOnce:
         return dataclasses.replace(gen, cached=False)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
-        """Return what the cache's bulk lookup returns, each answer a batch brought in and not
-        yet shown served as :meth:`get` serves it (the engine looks a batch's calls up in bulk
-        before making them; without this they would all read as free cache hits)."""
+        """Return :meth:`CallCache.get_many`'s generations, each answer a batch brought in
+        served as :meth:`get` serves it the first time (the engine looks a batch's calls up in
+        bulk: the accounting must not depend on which lookup finds an answer)."""
         found = self.cache.get_many(keys)
-        with self.lock:
-            for key in [k for k in found if k in self.paid]:
-                self.paid.discard(key)
-                self.used.add(key)
-                found[key] = dataclasses.replace(found[key], cached=False)
+        fresh = [key for key in found if key in self.paid]
+        if fresh:
+            with self.lock:
+                for key in fresh:
+                    if key in self.paid:
+                        self.paid.discard(key)
+                        self.used.add(key)
+                        found[key] = dataclasses.replace(found[key], cached=False)
         return found
 
     def __getattr__(self, name: str) -> Any:
