@@ -11,8 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -32,6 +30,7 @@ from flownb.evaluation import stats
 from flownb.frames.run import INTERRUPTED
 from flownb.providers.base import Call, Generation
 from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow, write_flow
 
 pytestmark = pytest.mark.timeout(120)
@@ -106,7 +105,9 @@ def test_local_and_served_flows_side_by_side(
     assert summary.loc["served", "pass_rate"] == pytest.approx(2 / 3)
     assert summary.loc["served", "errors"] == 0
     html = report.compare()._repr_html_()
-    assert "<ins>!</ins>" in html and html.count("<tr>") == 4
+    # The head, each variant's price per row (a served flow's is not known here), 3 rows.
+    assert "<ins>!</ins>" in html and html.count("<tr>") == 5
+    assert "price unknown" in html and "$0 (rank 1)" in html
 
 
 def test_ctrl_c_keeps_finished_rows_and_rerun_pays_only_for_the_rest(
@@ -238,11 +239,8 @@ def test_dry_run_calls_nothing_and_counts_cache_hits(fake: FakeOpenAI) -> None:
     assert single.n_calls == 2 and "Intro about t2." in str(single)
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd, env=os.environ.copy(),
-    )  # fmt: skip
+def cli(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def test_cli_eval_gates_on_min_pass_and_run_dry_run(tmp_path: Path, blog_flow_path: Path) -> None:
@@ -257,7 +255,8 @@ def test_cli_eval_gates_on_min_pass_and_run_dry_run(tmp_path: Path, blog_flow_pa
     ok = cli("eval", *args, "--out", "report.html", "--min-pass", "0.5", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "short" in ok.stdout and "is_dry" in ok.stdout
-    assert "flownb: cost per variant: blog-intro $0, short $0" in ok.stderr  # offline: free
+    assert "flownb: money: $0 spent, $0 saved by the cache" in ok.stderr  # offline: free
+    assert "price/row (rank)" in ok.stdout and "$0 (1)" in ok.stdout
     assert (tmp_path / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     gate = cli("eval", *args, "--min-pass", "0.9", cwd=tmp_path)
     assert gate.returncode == 1 and "blog-intro 0.500" in gate.stderr

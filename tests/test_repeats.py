@@ -7,9 +7,6 @@ report and the command line carry the repeats."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import ClassVar
@@ -28,6 +25,7 @@ from flownb.providers.offline import OfflineProvider
 from flownb.providers.repeat import repeated
 from flownb.runtime.cache import CallCache
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,9 +54,11 @@ def test_repeats_pay_k_times_once_and_a_rerun_pays_nothing(fake: FakeOpenAI) -> 
     again = flownb.evaluate({"v": flow}, data, [judge], repeats=3, progress=False)
     assert len(fake.requests) == 0
     assert again.repeats == 3 and len(again.runs) == 12 and again.runs["cached"].all()
+    # Everything but what this run paid and how long it took, the price per row included.
+    paid = ["latency_s", "cached", "total_tokens", "spent_usd", "saved_usd"]
+    paid += ["judge_spent_usd", "judge_saved_usd"]
     pd.testing.assert_frame_equal(
-        again.results.drop(columns=["latency_s", "cached", "total_tokens", "cost_usd"]),
-        report.results.drop(columns=["latency_s", "cached", "total_tokens", "cost_usd"]),
+        again.results.drop(columns=paid), report.results.drop(columns=paid)
     )
     assert again.runs["repeat"].tolist() == [0, 1, 2] * 4
 
@@ -186,11 +186,9 @@ def test_cli_eval_takes_repeats(tmp_path: Path) -> None:
     (tmp_path / "eval.toml").write_text(
         '[[scorers]]\ntype = "contains"\noutput = "say"\ntext = "o"\n', encoding="utf-8"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "flownb", "eval", "say.json", "--data", "rows.csv", "--scorers",
-         "eval.toml", "--repeats", "2", "--no-progress", "--provider", "offline", "--out",
-         "r.json"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=os.environ.copy(),
+    done = run_cli(
+        "eval", "say.json", "--data", "rows.csv", "--scorers", "eval.toml", "--repeats", "2",
+        "--no-progress", "--provider", "offline", "--out", "r.json", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "each row ran 2 times" in done.stdout

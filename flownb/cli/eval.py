@@ -33,87 +33,32 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import ConfigError
-from ..flowfile.inputs import parse_map
-from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
-from ..scorers import JudgeScorer, Scorer, col
-from ..scorers.judging import judged_by_line, self_preference, variant_vendor
+from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
 
-__all__ = ["eval_command", "load_config", "make_scorer"]
+if TYPE_CHECKING:
+    from ..flows.local import BaseFlow
+    from ..scorers import Scorer
 
-_SCORERS = {
-    "equals": ("output", "expected"),
-    "contains": ("output", "text"),
-    "regex": ("output", "pattern"),
-    "is_json": ("output",),
-    "length": ("output",),
-    "judge": ("output", "rubric"),
-    "pick_best": ("output", "rubric"),
-}
+# The scorers, the flow classes and the evaluation are imported when `flownb eval` runs, not for
+# `flownb --help`.
 
-
-def load_config(path: str) -> dict[str, Any]:
-    """Return the decoded scorers file (``.toml``, else JSON).
-
-    Raises:
-        ConfigError: unreadable or not a table/object.
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid {p.suffix.lstrip('.') or 'JSON'}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold an object with 'scorers' (and 'variants')")
-    return data
-
-
-def _value(raw: Any) -> Any:
-    if isinstance(raw, Mapping) and set(raw) == {"col"}:
-        return col(raw["col"])
-    return raw
-
-
-def make_scorer(spec: Mapping[str, Any]) -> Scorer:
-    """Return the scorer a config entry describes (``type`` plus the function's arguments).
-
-    Raises:
-        ConfigError: unknown type, missing or unknown argument.
-    """
-    from .. import scorers
-
-    kind = spec.get("type")
-    if kind not in _SCORERS:
-        raise ConfigError(
-            f"scorer type {kind!r} is not one of {', '.join(_SCORERS)} "
-            "(python scorers need Python: use flownb.evaluate)"
-        )
-    args = {k: _value(v) for k, v in spec.items() if k != "type"}
-    missing = [a for a in _SCORERS[kind] if a not in args]
-    if missing:
-        raise ConfigError(f"scorer {kind!r} needs {', '.join(missing)}")
-    try:
-        return getattr(scorers, kind)(**args)
-    except TypeError as exc:
-        raise ConfigError(f"scorer {kind!r}: {exc}") from None
-
+__all__ = ["eval_command"]
 
 _VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "system"})
 
 
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
+    from ..flows.local import LocalFlow
+
     variants: dict[str, BaseFlow] = {}
     for ref in flows:
         name, sep, source = ref.partition("=")
@@ -170,6 +115,7 @@ def _read_data(path: str) -> Any:
 
 def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
     """Print, once each, the banner of every provider the evaluation will call (stderr)."""
+    from ..scorers.judge import JudgeScorer
 
     shown: set[str] = set()
     for flow in variants.values():
@@ -177,6 +123,8 @@ def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
         if key not in shown:
             shown.add(key)
             banner(flow)
+    from ..scorers.judging import judged_by_line, self_preference, variant_vendor
+
     vendors = {name: variant_vendor(flow) for name, flow in variants.items()}
     for j in graders:
         if isinstance(j, JudgeScorer):
@@ -211,7 +159,26 @@ def summary_text(report: Any) -> str:
                 text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
             table[m].append(text)
     frame = pd.DataFrame(table, index=summary.index)
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
+    money = "price_per_row" in summary.columns
+    if money:
+        from ..evaluation.money import money_text
+
+        frame["price/row (rank)"] = [
+            money_text(r["price_per_row"], r["unpriced_calls"])
+            + ("" if pd.isna(r["price_rank"]) else f" ({int(r['price_rank'])})")
+            for _, r in summary.iterrows()
+        ]
+        frame["spent / saved"] = [
+            f"{money_text(r['spent_usd'], r['unpriced_calls'])} / "
+            f"{money_text(r['saved_usd'], r['unpriced_calls'])}"
+            for _, r in summary.iterrows()
+        ]
+        if "judge_price_per_row" in summary.columns:
+            frame["judges: price/row"] = [
+                money_text(r["judge_price_per_row"], r["judge_unpriced_calls"])
+                for _, r in summary.iterrows()
+            ]
+    with pd.option_context("display.width", 250, "display.max_columns", 40):
         text = frame.to_string()
     note = "mean or rate [95% interval]"
     if "repeats" in summary.columns:
@@ -222,12 +189,40 @@ def summary_text(report: Any) -> str:
         )
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
+    if money:
+        from ..evaluation.money import RANK_NOTE
+
+        note += f"; {RANK_NOTE}"
+    from ..scorers.judging import judged_by_line
+
     judges = [
         judged_by_line(s.name, s.judge, s.judge.get("same_vendor") or ())
         for s in report.scorers
         if getattr(s, "judge", None)
     ]
     return "\n".join([text, f"({note})", *judges])
+
+
+def money_line(report: Any) -> str | None:
+    """Return the evaluation's bill in one line: spent and saved, the judges' part apart and
+    in the total (None for a report without prices)."""
+    from ..evaluation.money import money_text
+
+    bill = report.money
+    if bill.empty:
+        return None
+    total = bill.loc["total"]
+    line = (
+        f"money: {money_text(total['spent_usd'], total['unpriced_calls'])} spent, "
+        f"{money_text(total['saved_usd'], total['unpriced_calls'])} saved by the cache"
+    )
+    if "judges" in bill.index:
+        judges = bill.loc["judges"]
+        line += (
+            f" (judges: {money_text(judges['spent_usd'], judges['unpriced_calls'])} spent, "
+            f"{money_text(judges['saved_usd'], judges['unpriced_calls'])} saved)"
+        )
+    return line
 
 
 @click.command("eval")
@@ -305,7 +300,10 @@ def eval_command(
     dry_run: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    from ..evaluation.run import _bind_judges, evaluate
+    from ..evaluation.config import load_config, make_scorer
+    from ..evaluation.jobs import _bind_judges
+    from ..evaluation.run import evaluate
+    from ..scorers.judge import JudgeScorer
 
     try:
         mapping = parse_map(map_pairs)
@@ -345,11 +343,9 @@ def eval_command(
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
     click.echo(summary_text(report))
-    if "cost_usd" in summary.columns:  # what each variant cost ("-": no known price)
-        from ..show.meter import usd
-
-        costs = ", ".join(f"{v} {usd(float(c))}" for v, c in summary["cost_usd"].items())
-        click.echo(f"flownb: cost per variant: {costs}", err=True)
+    line = money_line(report)
+    if line is not None:  # what the evaluation spent and saved, the judges' part apart
+        click.echo(f"flownb: {line}", err=True)
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]

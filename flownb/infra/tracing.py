@@ -27,6 +27,7 @@ under the same trace, are turned off in the clients flownb makes (the anthropic 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -128,6 +129,11 @@ def tracer() -> Any:
     """
     global _cached
     if _api is _UNSET:
+        # A tracer provider is configured through opentelemetry.trace (set_tracer_provider, or
+        # opentelemetry-instrument, which imports it at start-up): while nothing has imported it,
+        # none is configured, and a run need not pay the package's import to learn so.
+        if "opentelemetry.trace" not in sys.modules:
+            return None
         _trace_api()
     if _api is None:
         return None

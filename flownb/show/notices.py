@@ -21,7 +21,7 @@ from types import FrameType
 __all__ = ["PACKAGE_DIR", "warn"]
 
 # The package's folder as its modules' code objects name it (the same import path as __file__):
-# this module lives in flownb/show/, so the package is its folder's parent.
+# flownb/, two levels up from flownb/show/notices.py, so every layer's frames are skipped.
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
