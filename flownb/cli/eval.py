@@ -125,8 +125,6 @@ def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
         if key not in shown:
             shown.add(key)
             banner(flow)
-    from ..scorers.judging import judged_by_line, self_preference, variant_vendor
-
     vendors = {name: variant_vendor(flow) for name, flow in variants.items()}
     for j in graders:
         if isinstance(j, JudgeScorer):

@@ -142,16 +142,6 @@ def _endpoint(provider: Any) -> str | None:
     return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else None
 
 
-def _judge_record(scorer: Scorer, vendors: Mapping[str, str | None]) -> dict[str, Any] | None:
-    """Return who judged for a judge (endpoint, model, vendor, and the variants of its vendor:
-    ``same_vendor``), None for any other scorer."""
-    if not isinstance(scorer, JudgeScorer):
-        return None
-    info: dict[str, Any] = dict(scorer.judged_by())
-    info["same_vendor"] = self_preference(info["vendor"], vendors)
-    return info
-
-
 def describe_evaluation(
     names: Mapping[str, str],
     variants: Mapping[str, BaseFlow],
