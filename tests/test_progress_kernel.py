@@ -58,3 +58,20 @@ def test_in_a_front_end_the_finished_bar_replaces_its_widget(kernel: Any) -> Non
     assert "application/vnd.jupyter.widget-view+json" in widget["data"]
     assert final["transient"]["display_id"] == widget["transient"]["display_id"]
     _final(final["data"])
+
+
+def test_a_bar_with_nothing_left_to_do_ends_full_and_its_money_is_not_math() -> None:
+    import io
+
+    from tqdm import tqdm
+
+    from flownb.show.progress import Progress
+
+    bar = Progress(tqdm(total=3, desc="evaluate", unit="call", file=io.StringIO()))
+    bar.set_postfix_str("$0 spent, $0.0081 saved by cache")
+    bar.close(end_at_count=True)  # every call was cached: none made
+    final = bar.final_bundle()
+    assert final["text/plain"].startswith("evaluate: 0/0 calls in ")
+    assert final["text/plain"].endswith(" · $0 spent, $0.0081 saved by cache")
+    assert '<progress value="1" max="1"' in final["text/html"]
+    assert "<span>$</span>0 spent, <span>$</span>0.0081" in final["text/html"]

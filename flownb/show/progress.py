@@ -132,12 +132,14 @@ class Progress:
         0.38 s · $0 spent``), and in HTML a bar element with the same line (not typeset as
         math). No rate nor clock time: a saved notebook compares equal run after run."""
         bar = self.bar
-        total = bar.total or max(bar.n, 1)
+        total = bar.total if bar.total is not None else bar.n
         elapsed = bar.format_dict.get("elapsed", 0.0)
         line = f"{bar.desc}: {bar.n}/{total} {bar.unit}s in {elapsed:.2f} s"
         if bar.postfix:
             line += f" · {bar.postfix}"
-        meter = f'<progress value="{bar.n}" max="{total}" style="width:12em"></progress> '
+        # Nothing left to do (every call cached) reads as done, not as an empty bar.
+        value, most = (bar.n, total) if total else (1, 1)
+        meter = f'<progress value="{value}" max="{most}" style="width:12em"></progress> '
         return {"text/plain": line, "text/html": no_math(meter + html_text(line), css="flownb-bar")}
 
 
