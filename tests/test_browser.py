@@ -97,7 +97,9 @@ def _drive_form(page: playwright_sync.Page, lab: Lab, notebook: str) -> None:
     form.screenshot(path=str(ARTIFACTS / "browser-form-widget.png"))
 
 
-# A form whose second node is held until the run is stopped (once): the Stop button's notebook.
+# A form whose second node answers slowly the first time it is asked (long enough to press Stop
+# while it is in flight): the Stop button's notebook. Stop lets that call finish in the background
+# (it was sent, so paid for), and the next Run is served its answer instead of buying it again.
 STOP_NOTEBOOK = "stop-form.ipynb"
 _STOP_CELL = """import asyncio, json
 import flownb
@@ -105,15 +107,12 @@ from flownb.providers.base import Generation, Provider
 
 class HeldOnce(Provider):
     name = "held-once"
-    stopped = False
+    held = False
 
     async def generate(self, call):
-        if "HOLD" in call.prompt and not self.stopped:
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                type(self).stopped = True
-                raise
+        if "HOLD" in call.prompt and not self.held:
+            type(self).held = True
+            await asyncio.sleep(20)
         return Generation("said " + call.prompt)
 
 held_form = flownb.load_flow(json.loads(FLOW), provider=HeldOnce(), name="held").form()
@@ -127,7 +126,7 @@ def _write_stop_notebook(work: Path) -> None:
 
 def _stop_form(page: playwright_sync.Page, lab: Lab) -> None:
     """Open the Stop notebook, run it, click Run, then Stop: the form says it stopped, and the
-    next Run completes with the finished node from the cache."""
+    next Run completes with the finished node from the cache and the stopped one's answer."""
     page.goto(lab.notebook_url(STOP_NOTEBOOK), wait_until="domcontentloaded")
     cell = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt:visible").first
     cell.wait_for(state="visible", timeout=60_000)

@@ -86,7 +86,7 @@ class Progress:
         if postfix is not None:
             self.bar.set_postfix_str(postfix, refresh=False)
         if done > self._shown:
-            total = self.bar.total
+            total = getattr(self.bar, "total", None)  # any tqdm-like bar; not all have one
             if total is not None and done > total:  # more than counted: the total grows, never
                 self.bar.total = done  # shrinks while the work runs
             self.bar.update(done - self._shown)
@@ -115,7 +115,7 @@ class Progress:
         if self._updater is not threading.current_thread():
             self._updater.join()
         self._show()
-        if end_at_count and self.bar.total is not None and self.bar.n != self.bar.total:
+        if end_at_count and getattr(self.bar, "total", None) not in (None, self.bar.n):
             self.bar.total = self.bar.n
             self.bar.refresh()
         self.bar.close()
