@@ -15,7 +15,9 @@ from ..errors import ConfigError
 from . import stats
 from .labelling import Labelled
 from .preferences import Preferring
+from .price import price_per_row
 from .shape import ScorerInfo
+from .speed import variant_speed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,7 +34,11 @@ class EvalReport(Labelled, Preferring):
         id: the evaluation's id in the run log (``report.diff(id)`` reads it back).
         results: one row per (variant, input row): ``variant``, the input row's index and
             columns, every output, one column per scorer (``<name>_reason`` where reasons
-            exist), ``passed``, ``latency_s``, ``total_tokens``, ``cost_usd`` (US dollars the
+            exist), ``passed``, ``latency_s`` (the row's time here, cache included),
+            ``provider_s`` (its time at the provider on the critical path, see
+            :mod:`flownb.evaluation.speed`), ``output_tokens`` and ``fresh_s`` (output tokens and
+            provider seconds of the calls that went to the provider this run),
+            ``total_tokens``, ``cost_usd`` (US dollars the
             row's calls cost: 0 when cached, NaN when the price is unknown), ``cached``,
             ``error``. With repeats (``evaluate(..., repeats=k)``): per-row means over the
             repeats (a pass/fail scorer's column and ``passed`` become the share of repeats
@@ -129,9 +135,15 @@ class EvalReport(Labelled, Preferring):
         """One row per variant (index: variant name): ``n``, ``errors``, ``pass_rate`` and per
         scorer its mean (the pass rate for pass/fail scorers, the win rate for ``pick_best``),
         each with a 95% interval (``_low``/``_high``: Wilson for rates, Student t for means);
-        mean ``latency_s``; summed ``total_tokens``; ``cost_usd`` (the variant's total, NaN when
-        no row has a known price) and ``cost_per_row`` (its mean over the rows with a known
-        price). With two or more variants, ``<name>_p`` and ``<name>_differs``: a paired test
+        mean ``latency_s``; the speed at the provider (see :mod:`flownb.evaluation.speed`):
+        ``latency_p50_s`` and ``latency_p95_s`` over the rows whose time is known,
+        ``latency_rows`` (how many), ``latency_cached_rows`` (of those, served from the cache
+        and timed as when bought), ``latency_unknown_rows`` (left out), ``tokens_per_s`` (output
+        tokens per second of provider time); summed ``total_tokens``; ``cost_usd`` (the
+        variant's total, NaN when no row has a known price) and ``cost_per_row`` (its mean over
+        the rows with a known price), and ``usd_per_1m_rows`` (a million rows at list price;
+        see :meth:`price`).
+        With two or more variants, ``<name>_p`` and ``<name>_differs``: a paired test
         against the first variant over the same rows (McNemar exact for rates, Wilcoxon
         signed-rank or a sign test for scores), differing when p < 0.05. With repeats, every
         figure rests on the per-row means (t intervals, and Wilcoxon or the sign test on them),
@@ -159,6 +171,7 @@ class EvalReport(Labelled, Preferring):
             spread = variant_spread(self.runs, self.scorers, self.variants)
             # Per-row shares and means: intervals and paired tests for scores apply.
             metrics = [(name, "float") for name, _ in metrics]
+        runs = self.runs
         for v, g in groups.items():
             row: dict[str, Any] = {"n": len(g), "errors": int(g["error"].notna().sum())}
             for name, kind in metrics:
@@ -179,6 +192,7 @@ class EvalReport(Labelled, Preferring):
             row["latency_s"] = (
                 float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
             )
+            row.update(variant_speed(runs[runs["variant"] == v]))  # over every repeat's run
             row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
             if "cost_usd" in g.columns:  # reports stored before costs were kept have none
                 row["cost_usd"] = float(g["cost_usd"].sum(min_count=1))
@@ -194,6 +208,8 @@ class EvalReport(Labelled, Preferring):
                     row[field] = known.get(field)
             rows.append(row)
         summary = pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
+        per_row = price_per_row(summary)
+        summary.insert(summary.columns.get_loc("total_tokens"), "usd_per_1m_rows", per_row * 1e6)
         return self._with_label_counts(summary)  # how many labels the human figures rest on
 
     @staticmethod
@@ -210,6 +226,114 @@ class EvalReport(Labelled, Preferring):
             )
         return stats.paired_float_test(
             a[both].astype(float).tolist(), b[both].astype(float).tolist()
+        )
+
+    # -- the decision: price at scale, the frontier, the choice -----------------------------------
+
+    def price(self, rows: int = 1_000_000) -> pd.DataFrame:
+        """Return what each variant costs for ``rows`` rows (index: variant): ``price_per_row``
+        (list price; see :func:`flownb.evaluation.price.price_per_row`), ``rows``,
+        ``list_usd``, ``batch_usd`` (through the provider's batch API at half price; NaN where
+        it has none), ``judges_usd`` (the judges' price for those rows, apart) and
+        ``total_usd`` (list price plus judges).
+
+        Raises:
+            ConfigError: ``rows`` is not a whole number of at least 1.
+        """
+        from .price import price_table
+
+        return price_table(self.summary, self.context, rows)
+
+    def _quality_kind(self, quality: str) -> str:
+        """Return how the paired test treats ``quality``: ``"bool"`` for rates, else float."""
+        if self.repeats > 1:
+            return "float"
+        if quality == "pass_rate":
+            return "bool"
+        info = next((s for s in self.scorers if s.name == quality), None)
+        return "bool" if info is not None and (info.rate or info.kind == "bool") else "float"
+
+    def frontier(
+        self,
+        quality: str = "pass_rate",
+        price: str | None = None,
+        speed: str | None = "latency_p95_s",
+    ) -> Any:
+        """Return the :class:`~flownb.evaluation.frontier.Frontier`: ``quality`` (``pass_rate``
+        or a scorer's name) against ``price`` (a summary column; default: the price per row),
+        each point with its 95% interval, ``speed`` (a summary column, None: none) as its
+        colour, the Pareto-efficient variants joined and the dominated ones faded. Shown as SVG
+        in a notebook; ``.sentence`` says which variants are efficient and which pairs the data
+        cannot tell apart (intervals overlap or paired test p >= 0.05); ``.save("f.png")``.
+
+        Raises:
+            ConfigError: an unknown quality, price or speed column.
+        """
+        from .frontier import build_frontier
+
+        summary = self.summary
+        if price is not None and price not in summary.columns:
+            raise ConfigError(f"no price column {price!r} in the summary; try 'cost_per_row'")
+        prices = summary[price].astype(float) if price else price_per_row(summary)
+        kind = self._quality_kind(quality)
+        res = self.results
+
+        def paired(a: str, b: str) -> float:
+            first, other = res[res["variant"] == a], res[res["variant"] == b]
+            return self._paired(first, other, quality, kind)
+
+        return build_frontier(
+            summary,
+            prices,
+            quality=quality,
+            price=price or "price per row",
+            speed=speed,
+            paired=paired,
+        )
+
+    def choose(
+        self,
+        min_quality: float | None = None,
+        max_price: float | None = None,
+        max_p95: float | None = None,
+        *,
+        quality: str = "pass_rate",
+    ) -> Any:
+        """Return the :class:`~flownb.evaluation.choose.Choice`: the cheapest variant whose
+        ``quality`` (``pass_rate`` or a scorer) has a 95% lower bound of at least
+        ``min_quality``, whose price per row is at most ``max_price`` (US dollars) and whose p95
+        latency at the provider is at most ``max_p95`` seconds (a bar left None is not applied).
+        Its repr states the rule and every variant's numbers; when no variant qualifies it says
+        why, how many more rows would decide it and which rows to label.
+
+        Raises:
+            ConfigError: an unknown quality, or a bar that is not a number.
+        """
+        from .choose import choose_variant
+
+        summary = self.summary
+        if f"{quality}_low" not in summary.columns:
+            names = ["pass_rate", *(s.name for s in self.scorers)]
+            raise ConfigError(f"no quality {quality!r}; choose one of {names}")
+        table = summary[["n", quality, f"{quality}_low", f"{quality}_high"]].copy()
+        table.columns = ["n", "quality", "quality_low", "quality_high"]
+        table["price_per_row"] = price_per_row(summary)
+        table["latency_p95_s"] = summary["latency_p95_s"].astype(float)
+        column = "passed" if quality == "pass_rate" else quality
+        res = self.results
+        unscored = {
+            v: res.loc[
+                (res["variant"] == v) & (res[column].isna() | res["error"].notna()), self.index_name
+            ].tolist()
+            for v in self.variants
+        }
+        return choose_variant(
+            table,
+            unscored,
+            quality=quality,
+            min_quality=min_quality,
+            max_price=max_price,
+            max_p95=max_p95,
         )
 
     # -- views -----------------------------------------------------------------------------------

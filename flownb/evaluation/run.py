@@ -53,6 +53,7 @@ from ..show.progress import Progress
 from .params import variant_params
 from .repeats import check_repeats, order_runs, repeat_flow, repeat_judge
 from .report import EvalReport, ScorerInfo
+from .speed import row_speed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -107,8 +108,12 @@ def _scorers(scorers: Scorer | Sequence[Scorer] | None) -> list[Scorer]:
 class _Collected:
     """One variant's outcomes as columns, filled as rows finish (no RunResult kept)."""
 
-    def __init__(self, n: int, outputs: Sequence[str]) -> None:
+    def __init__(self, n: int, outputs: Sequence[str], plan: Any = None) -> None:
         self.outputs = list(dict.fromkeys(outputs))
+        self.plan = plan  # the flow's plan: which calls wait for which (the critical path)
+        # Per row (see .speed.row_speed): provider time on the critical path, and the output
+        # tokens and provider seconds of the calls that went to the provider.
+        self.speed: list[tuple[float, float, float]] = [(math.nan, 0.0, 0.0)] * n
         self.values: dict[str, list[Any]] = {o: [None] * n for o in self.outputs}
         self.latency: list[float] = [math.nan] * n
         self.tokens: list[float] = [math.nan] * n
@@ -146,6 +151,7 @@ class _Collected:
                 tokens += usage.get("total_tokens", 0)
         if reported:
             self.tokens[i] = float(tokens)
+        self.speed[i] = row_speed(self.plan, result.generations)
         self.done[i] = True  # last: a row is never seen done without its values
 
     def mark_interrupted(self) -> int:
@@ -309,6 +315,10 @@ def _run_jobs(
         # A call two variants (or judges) make alike is paid once, even when both are in
         # flight at the same moment: what the preview counts.
         SHARED_TWINS.set({})
+        # Each SDK's first-use set-up, done before any call is in flight: it blocks the loop,
+        # and would otherwise be counted in the time of every answer then awaited.
+        for provider in {id(f.provider): f.provider for f in local}.values():
+            provider.warm()
         bound = _Bound(total) if several else None
         tasks = []
         for flow, batch, on_result in rest:
@@ -560,7 +570,10 @@ def _run(
         # The bar counts provider calls: its total is the preview's count on this cache state.
         # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
         bar = Progress(tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True))
-    collected = [{name: _Collected(n, f.outputs) for name, f in r.variants.items()} for r in rounds]
+    collected = [
+        {name: _Collected(n, f.outputs, getattr(f, "plan", None)) for name, f in r.variants.items()}
+        for r in rounds
+    ]
     interrupted = False
     judged: list[Judged] = [{} for _ in rounds]
     paid_log = ExitStack()
@@ -849,6 +862,8 @@ def _assemble(
         cols["latency_s"] = np.array(got.latency, dtype=float)
         cols["total_tokens"] = np.array(got.tokens, dtype=float)
         cols["cost_usd"] = np.array(got.cost, dtype=float)
+        speed = np.array(got.speed, dtype=float).reshape(n, 3)
+        cols["provider_s"], cols["output_tokens"], cols["fresh_s"] = speed.T
         cols["cached"] = np.array(got.cached, dtype=bool)
         cols["error"] = pd.array(got.error, dtype=object)
         parts.append(pd.DataFrame(cols))
@@ -859,7 +874,8 @@ def _assemble(
         ordered.append(s.name)
         if f"{s.name}_reason" in results.columns:
             ordered.append(f"{s.name}_reason")
-    ordered += ["passed", "latency_s", "total_tokens", "cost_usd", "cached", "error"]
+    ordered += ["passed", "latency_s", "provider_s", "output_tokens", "fresh_s"]
+    ordered += ["total_tokens", "cost_usd", "cached", "error"]
     results = results[ordered]
     return EvalReport(
         results,
@@ -905,6 +921,7 @@ def describe_evaluation(
             models = collected[name].models if name in collected else {}
             item["provider"] = flow.provider.name
             item["endpoint"] = _endpoint(flow.provider)
+            item["batch_api"] = bool(flow.provider.supports_batches)  # half price there
             item["nodes"] = [
                 {
                     "name": step.name,

@@ -96,6 +96,9 @@ class Generation:
     limit, the text is cut short), ``None`` when it did not say.
     ``cost`` is what the call cost in US dollars when it was paid for (NaN:
     price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving.
+    ``provider_s`` is how long the provider took to answer the attempt that succeeded (seconds,
+    request sent to answer read; queueing and retries excluded), kept with a cached generation
+    as the time it took when bought; ``None`` when not measured.
     """
 
     output: str
@@ -107,6 +110,7 @@ class Generation:
     limits: RateLimits | None = None
     cost: float | None = None
     finish_reason: str | None = None
+    provider_s: float | None = None
 
 
 # -- provider batches (half price, results within hours; driven by flownb.frames.batch_api)
@@ -209,6 +213,12 @@ class Provider(ABC):
         Raises:
             ConfigError: naming the node and the parameter.
         """
+
+    def warm(self) -> None:  # noqa: B027 - a hook: most providers have nothing to make
+        """Make what the first call on the running event loop would make first (an SDK's client,
+        whose TLS set-up takes a good part of a second, and what its first request loads), so
+        that the time measured for the answers of a run started after it is the provider's:
+        called on the event loop before a run's calls are sent. The default does nothing."""
 
     @abstractmethod
     async def generate(self, call: Call) -> Generation:

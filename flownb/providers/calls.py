@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
@@ -267,7 +268,11 @@ class CallRunner:
             # may wait, and others start meanwhile).
             level, seq = limiter.in_flight, limiter.started
             async with self.gate(call) as settle:
+                sent = time.perf_counter()
                 gen = await self._generate(call, level, seq, sink)
+                # The provider's own time, apart from waits for a slot and retries: the speed
+                # an evaluation reports (and keeps with the cached answer).
+                gen.provider_s = time.perf_counter() - sent
                 settle(gen)  # before the slot is freed, so the next call sees the correction
         if gen.cost is None:
             if table is not None:

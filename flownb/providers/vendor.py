@@ -23,6 +23,7 @@ __all__ = [
     "Reach",
     "Warner",
     "clients_per_loop",
+    "import_quietly",
     "need_extra",
     "redact",
     "split_version",
@@ -118,6 +119,18 @@ class Warner:
         if self._pending:
             notes, self._pending = self._pending, []
             warnings.warn(f"flownb {self.vendor}: {'; '.join(notes)}", UserWarning, stacklevel=4)
+
+
+def import_quietly(*modules: str) -> None:
+    """Import ``modules`` now, those that exist: what an SDK would import on its first request
+    (see :meth:`~flownb.providers.base.Provider.warm`)."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
 
 
 def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:

@@ -79,6 +79,8 @@ def _encode(gen: Generation) -> str:
         "usage": gen.usage,
         "cost": gen.cost,  # a hit's saving (null: priced before flownb kept prices)
     }
+    if gen.provider_s is not None:  # how long it took when bought: a cached row's speed
+        stored["provider_s"] = gen.provider_s
     if gen.finish_reason == "length":  # a text cut short stays flagged when read back
         stored["finish_reason"] = gen.finish_reason
     return json.dumps(stored)
@@ -233,6 +235,7 @@ class CallCache:
             cached=True,
             finish_reason=data.get("finish_reason"),
             cost=data.get("cost"),
+            provider_s=data.get("provider_s"),
         )
 
     def put(self, key: str, gen: Generation) -> None:

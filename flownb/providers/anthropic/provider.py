@@ -46,6 +46,7 @@ from ..vendor import (
     Reach,
     Warner,
     clients_per_loop,
+    import_quietly,
     need_extra,
     redact,
     split_version,
@@ -167,6 +168,12 @@ class AnthropicProvider(HostedProvider):
         v = config.vendors
         reach = Reach.of(config, "anthropic", v.anthropic_api_key, v.anthropic_base_url)
         return cls(api_key=reach.key, base_url=reach.base_url, headers=reach.headers, media=media)
+
+    def warm(self) -> None:
+        """Make this event loop's SDK client and load what its first request would load (the
+        async backend, the tracing headers); see :meth:`Provider.warm`."""
+        self._client()
+        import_quietly("anyio._backends._asyncio", "opentelemetry.propagate")
 
     def _new_client(self) -> Any:
         from anthropic import AsyncAnthropic
