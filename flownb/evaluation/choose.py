@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..show.meter import usd
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +29,7 @@ def _fmt(x: float, unit: str = "") -> str:
     if x is None or math.isnan(x):
         return "unknown"
     if unit == "$":
-        return f"${x:.6g}"
+        return usd(x)
     return f"{x:.4g}{unit}"
 
 
@@ -118,7 +119,7 @@ def _misses(row: pd.Series, min_quality: float, max_price: float, max_p95: float
         if math.isnan(price):
             why.append("price unknown")
         elif price > max_price:
-            why.append(f"price ${price:.6g} > ${max_price:g}")
+            why.append(f"price {usd(price)} > {usd(max_price)}")
     p95 = float(row["latency_p95_s"])
     if not math.isinf(max_p95):
         if math.isnan(p95):
@@ -168,7 +169,7 @@ def choose_variant(
     rule = (
         f"the cheapest variant whose 95% lower bound of {quality} is at least "
         f"{'any' if min_quality is None else f'{min_quality:g}'}, price per row at most "
-        f"{'any' if max_price is None else f'${max_price:g}'} and p95 latency at most "
+        f"{'any' if max_price is None else usd(max_price)} and p95 latency at most "
         f"{'any' if max_p95 is None else f'{max_p95:g} s'} (ties: the higher quality)"
     )
     ok = table[table["meets"]]

@@ -146,9 +146,10 @@ class Frontier:
         norm = mpl.colors.Normalize(low_s, high_s if high_s > low_s else low_s + 1.0)
         colours = []
         for p in placed:
-            rgba = list(cmap(norm(p.speed))) if not math.isnan(p.speed) else [0.5, 0.5, 0.5, 1]
-            rgba[3] = 1.0 if p.variant in self.efficient else 0.3  # dominated ones faded
-            colours.append(tuple(rgba))
+            r, g, b, _ = cmap(norm(p.speed)) if not math.isnan(p.speed) else (0.5, 0.5, 0.5, 1)
+            alpha = 1.0 if p.variant in self.efficient else 0.3  # dominated ones faded
+            rgba = (r, g, b, alpha)
+            colours.append(rgba)
             below = p.quality - p.low if not math.isnan(p.low) else 0.0
             above = p.high - p.quality if not math.isnan(p.high) else 0.0
             ax.errorbar(
@@ -156,12 +157,12 @@ class Frontier:
                 [p.quality],
                 yerr=[[max(below, 0.0)], [max(above, 0.0)]],
                 fmt="none",
-                ecolor=tuple(rgba),
+                ecolor=rgba,
                 capsize=3,
             )
             ax.annotate(
                 p.variant, (p.price, p.quality), xytext=(6, 4), textcoords="offset points",
-                fontsize=8, alpha=rgba[3],
+                fontsize=8, alpha=alpha,
             )  # fmt: skip
         line = sorted((p for p in placed if p.variant in self.efficient), key=lambda p: p.price)
         ax.plot([p.price for p in line], [p.quality for p in line], "-", color="0.35", lw=1)
@@ -172,7 +173,11 @@ class Frontier:
         if self.speed is not None and known_speeds:
             bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax)
             bar.set_label(f"{self.speed} (darker: slower)", fontsize=8)
-        ax.set_xlabel(f"{self.price} (US$)")
+        from ..show.meter import usd
+
+        ax.xaxis.set_major_formatter(lambda x, _: usd(x))
+        ax.tick_params(axis="x", labelsize=8)
+        ax.set_xlabel(self.price)
         ax.set_ylabel(f"{self.quality} (95% interval)")
         ax.grid(alpha=0.3)
         ax.margins(x=0.15, y=0.1)
@@ -204,11 +209,13 @@ class Frontier:
             raise ConfigError(f"a frontier is saved as .png or .svg, not {p.name!r}")
         return p
 
-    def _repr_svg_(self) -> str:
-        return self.svg()
-
+    # No _repr_svg_: front ends would keep the SVG beside the HTML, and its colours (speeds
+    # measured afresh) would differ on every run of a saved notebook.
     def _repr_html_(self) -> str:
-        return f"<div>{self.svg()}<p>{html.escape(self.sentence)}</p></div>"
+        from .decide_html import svg_img
+
+        picture = svg_img(self.svg(), "quality against price per row, one point per variant")
+        return f"<div>{picture}<p>{html.escape(self.sentence)}</p></div>"
 
     def __repr__(self) -> str:
         return f"<Frontier {self.quality} vs {self.price}: {self.sentence}>"

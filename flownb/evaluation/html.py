@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ..show.meter import usd
+from .decide_html import SPEED_HEAD, frontier_section, speed_cell
 
 if TYPE_CHECKING:
     from .shape import ReportView
@@ -322,10 +323,9 @@ def summary_html(report: ReportView) -> str:
                 note = fmt_p(p)
                 text += "<br>" + (f"<b>{note} differs</b>" if row[f"{m}_differs"] else note)
             cells.append(f"<td>{text}</td>")
-        latency = row["latency_s"]
         tokens = row["total_tokens"]
         tokens_text = "–" if tokens != tokens else f"{int(tokens):,}"
-        cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
+        cells.append(f"{speed_cell(row)}<td>{tokens_text}</td>")
         cells.append(f"<td>{_money(row.get('cost_usd'))}<br>{_money(row.get('cost_per_row'))}</td>")
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
     return (
@@ -334,7 +334,7 @@ def summary_html(report: ReportView) -> str:
         + _wins_note(report)
         + (
             f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
-            f"<th>latency_s</th><th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
+            f"{SPEED_HEAD}<th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody>"
             "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
             "interval: Wilson for rates, Student t for means]; p: paired test against the first "
@@ -546,6 +546,6 @@ def page_html(report: ReportView, limit: int | None = 1000) -> str:
         "img-src data:; style-src 'unsafe-inline'\">"
         f"<title>{heading}</title><style>{STYLE}{PAGE_STYLE}</style></head><body>"
         f"<h1>{heading}</h1>{header_html(report)}<h2>Summary</h2>{summary_html(report)}"
-        f"{plot_svg(report)}"
+        f"{plot_svg(report)}{frontier_section(report)}"
         f"<h2>Side by side</h2>{compare_html(report, limit=limit)}</body></html>\n"
     )

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SPEED_COLUMNS", "row_speed", "variant_speed"]
+__all__ = ["SPEED_COLUMNS", "row_speed", "speed_text", "variant_speed"]
 
 # The summary's speed columns, in order (see variant_speed).
 SPEED_COLUMNS = (
@@ -101,3 +101,14 @@ def variant_speed(runs: pd.DataFrame) -> dict[str, float]:
         "latency_unknown_rows": int((~measured).sum()),
         "tokens_per_s": tokens / fresh if fresh > 0 and tokens > 0 else math.nan,
     }
+
+
+def speed_text(row: Any) -> str:
+    """Return one variant's speed for a text table: ``0.612 / 0.664 (10)``, p50 / p95 seconds
+    and the rows timed (``+3 cached`` when some were timed as bought); ``-`` when none was."""
+    rows = int(row.get("latency_rows") or 0)
+    if not rows:
+        return "-"
+    cached = int(row.get("latency_cached_rows") or 0)
+    more = f", {cached} cached" if cached else ""
+    return f"{row['latency_p50_s']:.3g} / {row['latency_p95_s']:.3g} ({rows}{more})"
