@@ -52,8 +52,7 @@ def svg_img(svg: str, alt: str) -> str:
     """Return ``svg`` as an ``<img>`` holding a data URI: no request, no script can run."""
     data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
     return (
-        f'<img class="flownb-plot" src="data:image/svg+xml;base64,{data}" '
-        f'alt="{html.escape(alt)}">'
+        f'<img class="flownb-plot" src="data:image/svg+xml;base64,{data}" alt="{html.escape(alt)}">'
     )
 
 

@@ -40,6 +40,7 @@ from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
+from .wire import WIRE, Wire
 
 __all__ = [
     "NOTICE_AFTER",
@@ -268,11 +269,17 @@ class CallRunner:
             # may wait, and others start meanwhile).
             level, seq = limiter.in_flight, limiter.started
             async with self.gate(call) as settle:
-                sent = time.perf_counter()
-                gen = await self._generate(call, level, seq, sink)
-                # The provider's own time, apart from waits for a slot and retries: the speed
-                # an evaluation reports (and keeps with the cached answer).
-                gen.provider_s = time.perf_counter() - sent
+                wire = Wire()
+                mark = WIRE.set(wire)
+                began = time.perf_counter()
+                try:
+                    gen = await self._generate(call, level, seq, sink)
+                finally:
+                    WIRE.reset(mark)
+                # The provider's own time, apart from waits for a slot, retries and (where the
+                # HTTP client says when the request left and the answer came) the other calls
+                # on this loop: the speed an evaluation reports, kept with the cached answer.
+                gen.provider_s = wire.elapsed(began, time.perf_counter(), streamed=sink is not None)
                 settle(gen)  # before the slot is freed, so the next call sees the correction
         if gen.cost is None:
             if table is not None:

@@ -52,6 +52,7 @@ from ..vendor import (
     split_version,
     status_error,
 )
+from ..wire import httpx_hooks
 from .batch import AnthropicBatches
 
 __all__ = [
@@ -184,12 +185,16 @@ class AnthropicProvider(HostedProvider):
         if self._key:
             # The Messages API's own key header, whichever header this SDK release sends.
             headers.setdefault("x-api-key", self._key)
+        from anthropic import DefaultAsyncHttpxClient
+
         return AsyncAnthropic(
             api_key=self._key or "unused",
             base_url=self.base_url,
             max_retries=0,
             timeout=None,
             default_headers=headers or None,
+            # When each request left and its answer came, for its time at the provider.
+            http_client=DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None),
         )
 
     def prepare(self, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:

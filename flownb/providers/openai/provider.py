@@ -63,6 +63,7 @@ from ...infra.media import MediaStore
 from ...show.notices import warn
 from ..base import PROMPT_LIMITS, Call, Generation, Kind, Provider, RateLimits
 from ..images import has_images, prompt_parts
+from ..wire import aiohttp_trace
 from .batch import OpenAIBatches
 from .stream import ChatChunks, sse_data
 
@@ -773,6 +774,7 @@ class _AiohttpTransport:
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            trace_configs=[aiohttp_trace()],  # when each request left, for its time
         )
         _SESSIONS[ident] = session
         await _close_with_loop(_SESSIONS, ident, session.close)
