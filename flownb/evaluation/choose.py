@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..show.meter import usd
+from .speed import sig
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,18 +32,23 @@ def _fmt(x: float, unit: str = "") -> str:
         return "unknown"
     if unit == "$":
         return usd(x)
-    return f"{x:.4g}{unit}"
+    return f"{sig(x, 4)}{unit}"
 
 
-# Characters Markdown would read as markup (or HTML) in a variant's name: shown as themselves.
+# Characters Markdown would read as markup (or HTML) anywhere in a line: shown as themselves.
+# Dots and dashes are markup only where a line starts (a list): numbers keep their dots.
 _MARKDOWN = str.maketrans(
-    {c: "\\" + c for c in "\\`*_{}[]()#+-.!|$~>"} | {"<": "&lt;", "&": "&amp;"}
+    {c: "\\" + c for c in "\\`*_{}[]()#!|$~>"} | {"<": "&lt;", "&": "&amp;"}
 )
+_LIST_START = re.compile(r"^(\s*)(\d+)([.)])|^(\s*)([-+])")
 
 
 def _md(text: str) -> str:
     """Return ``text`` as Markdown that shows exactly these characters."""
-    return text.translate(_MARKDOWN)
+    escaped = text.translate(_MARKDOWN)
+    return _LIST_START.sub(
+        lambda m: f"{m[1]}{m[2]}\\{m[3]}" if m[2] else f"{m[4]}\\{m[5]}", escaped
+    )
 
 
 @dataclass
@@ -113,7 +120,7 @@ def _misses(row: pd.Series, min_quality: float, max_price: float, max_p95: float
     if math.isnan(low):
         why.append("quality interval unknown")
     elif low < min_quality:
-        why.append(f"quality lower bound {low:.4g} < {min_quality:g}")
+        why.append(f"quality lower bound {sig(low, 4)} < {sig(min_quality, 4)}")
     price = float(row["price_per_row"])
     if not math.isinf(max_price):
         if math.isnan(price):
@@ -125,7 +132,7 @@ def _misses(row: pd.Series, min_quality: float, max_price: float, max_p95: float
         if math.isnan(p95):
             why.append("p95 latency unknown")
         elif p95 > max_p95:
-            why.append(f"p95 {p95:.4g} s > {max_p95:g} s")
+            why.append(f"p95 {sig(p95, 4)} s > {sig(max_p95, 4)} s")
     return why
 
 
@@ -168,9 +175,9 @@ def choose_variant(
     table["why"] = ["; ".join(w) for w in why]
     rule = (
         f"the cheapest variant whose 95% lower bound of {quality} is at least "
-        f"{'any' if min_quality is None else f'{min_quality:g}'}, price per row at most "
+        f"{'any' if min_quality is None else sig(min_quality, 4)}, price per row at most "
         f"{'any' if max_price is None else usd(max_price)} and p95 latency at most "
-        f"{'any' if max_p95 is None else f'{max_p95:g} s'} (ties: the higher quality)"
+        f"{'any' if max_p95 is None else f'{sig(max_p95, 4)} s'} (ties: the higher quality)"
     )
     ok = table[table["meets"]]
     if len(ok):
@@ -188,7 +195,7 @@ def choose_variant(
         if more is not None:
             choice.more_rows[v] = more
             choice.advice.append(
-                f"{v} clears the bar on its mean ({float(row['quality']):.4g}); about {more} "
+                f"{v} clears the bar on its mean ({sig(float(row['quality']), 4)}); about {more} "
                 f"more rows would decide it if the mean holds."
             )
         if unscored.get(v):

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..show.meter import usd
+from .speed import sig
 
 if TYPE_CHECKING:
     from .shape import ReportView
@@ -24,7 +25,7 @@ def _seconds(value: Any) -> str:
         x = float(value)
     except (TypeError, ValueError):
         return "–"
-    return "–" if math.isnan(x) else f"{x:.3g} s"
+    return "–" if math.isnan(x) else f"{sig(x)} s"
 
 
 def speed_cell(row: Any) -> str:
@@ -44,7 +45,7 @@ def speed_cell(row: Any) -> str:
         )
         tps = row.get("tokens_per_s")
         if tps is not None and tps == tps:
-            text += f"<br><span class='inp'>{float(tps):.3g} tokens/s</span>"
+            text += f"<br><span class='inp'>{sig(float(tps))} tokens/s</span>"
     return f"<td>{text}</td>"
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SPEED_COLUMNS", "row_speed", "speed_text", "variant_speed"]
+__all__ = ["SPEED_COLUMNS", "row_speed", "sig", "speed_text", "variant_speed"]
 
 # The summary's speed columns, in order (see variant_speed).
 SPEED_COLUMNS = (
@@ -103,6 +103,16 @@ def variant_speed(runs: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def sig(x: float, digits: int = 3) -> str:
+    """Return ``x`` with ``digits`` significant digits, never in exponent notation
+    (``0.0000812``, ``1.53``, ``12300``); ``-`` for NaN."""
+    import numpy as np
+
+    if math.isnan(x):
+        return "-"
+    return str(np.format_float_positional(x, precision=digits, fractional=False, trim="-"))
+
+
 def speed_text(row: Any) -> str:
     """Return one variant's speed for a text table: ``0.612 / 0.664 (10)``, p50 / p95 seconds
     and the rows timed (``+3 cached`` when some were timed as bought); ``-`` when none was."""
@@ -111,4 +121,4 @@ def speed_text(row: Any) -> str:
         return "-"
     cached = int(row.get("latency_cached_rows") or 0)
     more = f", {cached} cached" if cached else ""
-    return f"{row['latency_p50_s']:.3g} / {row['latency_p95_s']:.3g} ({rows}{more})"
+    return f"{sig(row['latency_p50_s'])} / {sig(row['latency_p95_s'])} ({rows}{more})"
