@@ -37,9 +37,7 @@ def _fmt(x: float, unit: str = "") -> str:
 
 # Characters Markdown would read as markup (or HTML) anywhere in a line: shown as themselves.
 # Dots and dashes are markup only where a line starts (a list): numbers keep their dots.
-_MARKDOWN = str.maketrans(
-    {c: "\\" + c for c in "\\`*_{}[]()#!|$~>"} | {"<": "&lt;", "&": "&amp;"}
-)
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()#!|$~>"} | {"<": "&lt;", "&": "&amp;"})
 _LIST_START = re.compile(r"^(\s*)(\d+)([.)])|^(\s*)([-+])")
 
 
