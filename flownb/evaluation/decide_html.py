@@ -28,6 +28,12 @@ def _seconds(value: Any) -> str:
     return "–" if math.isnan(x) else f"{sig(x)} s"
 
 
+def _usd(value: Any) -> str:
+    """Return US dollars, "–" when unknown (as the rest of the report shows it)."""
+    x = float(value)
+    return "–" if math.isnan(x) else usd(x)
+
+
 def speed_cell(row: Any) -> str:
     """Return the summary's latency cell for one variant: the mean time here, then the
     provider's p50 / p95, and how many rows they rest on (of which cached, timed as bought)."""
@@ -64,10 +70,11 @@ def frontier_section(report: ReportView) -> str:
         return ""
     frontier = report.frontier()
     price = report.price(1_000_000)
+    columns = ("price_per_row", "list_usd", "batch_usd", "judges_usd")
     rows = "".join(
-        f"<tr><th>{html.escape(str(v))}</th><td>{usd(float(r['price_per_row']))}</td>"
-        f"<td>{usd(float(r['list_usd']))}</td><td>{usd(float(r['batch_usd']))}</td>"
-        f"<td>{usd(float(r['judges_usd']))}</td></tr>"
+        f"<tr><th>{html.escape(str(v))}</th>"
+        + "".join(f"<td>{_usd(r[c])}</td>" for c in columns)
+        + "</tr>"
         for v, r in price.iterrows()
     )
     return (
