@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import scorers
 from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks)
+from ._version import __version__
 from .config.endpoints import Endpoint
 from .errors import (
     ApiError,
@@ -32,8 +33,6 @@ from .runtime.pipeline import Outcomes
 from .runtime.result import RunResult
 from .runtime.runlog import runs
 from .show.display import display_frame
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ApiError",

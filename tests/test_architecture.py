@@ -10,8 +10,11 @@ wherever it stands: at the top, inside a function, or under ``if TYPE_CHECKING``
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 import flownb
 
@@ -35,89 +38,41 @@ SURFACES = {
 # Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
 NOT_CORE = {"flownb", "flownb.wiring"}
 
-# The layers, lowest first: a module imports only modules of its own layer or of lower ones.
-# A module is in the layer of the longest prefix that names it; every module is in one.
+# The layers, lowest first: each is a folder of flownb/ (the ground floor: three root modules),
+# and a module imports only modules of its own layer or of lower ones. A module is in the layer
+# of the folder it sits in; the package root `flownb` is only itself, so a new top-level module
+# must be placed here on purpose.
 LAYERS: list[tuple[str, set[str]]] = [
-    (
-        "model/template (pure)",
-        {
-            "flownb.errors",
-            "flownb.error_map",
-            "flownb.flowfile.template",
-            "flownb.flowfile.model",
-            "flownb.flowfile.validate",
-            "flownb.flowfile.inputs",
-            "flownb.flowfile.variants",
-            "flownb.runtime.result",
-            "flownb.show.display",
-            "flownb.config.settings",
-            "flownb.infra.media",
-            "flownb.infra.aio",
-            "flownb.runtime.hooks",
-            "flownb.flowfile.drawing",  # draws a flow: imports only the model
-            "flownb.show.notices",  # warnings pointed at the caller's line
-            "flownb.flowfile.lint",  # flow lint: reads the model, warns through notices
-            "flownb.infra.writable",  # one line for a FLOWNB_HOME that cannot be written
-            "flownb.show.spreadsheet",  # CSV text a spreadsheet will not run as a formula
-            "flownb.show.progress",  # progress bars moved by one thread of their own
-            "flownb.config.endpoints",  # named ways to reach a model; settings resolves them
-            "flownb.config.pricing",  # what a call costs, from the maintained price table
-            "flownb.show.meter",  # money spent so far, for bars and the CLI's total line
-            "flownb.runtime.events",  # what a streamed run yields before its result
-        },
-    ),
-    # flownb.infra.tracing: OpenTelemetry spans of provider calls and flow runs (no-ops without it).
-    (
-        "providers",
-        {
-            "flownb.providers",
-            "flownb.runtime.cache",
-            "flownb.runtime.runlog",
-            "flownb.infra.tracing",
-        },
-    ),
-    ("engine/pipeline", {"flownb.runtime.engine", "flownb.runtime.pipeline"}),
-    (
-        "flows",
-        {
-            "flownb.flows.local",
-            "flownb.flows.spec",
-            "flownb.flows.client",
-            "flownb.flows.client_stream",
-        },
-    ),
-    (
-        "features",
-        {
-            "flownb.frames.run",
-            "flownb.frames.kinds",  # polars (narwhals) frames through the pandas frame features
-            "flownb.frames.preview",
-            "flownb.scorers",
-            "flownb.frames.dask",
-            "flownb.evaluation",
-            "flownb.frames.batch_api",  # a frame through a provider's batch API
-        },
-    ),
+    ("ground", {"flownb.errors", "flownb.error_map", "flownb._version"}),
+    ("show", {"flownb.show"}),  # display, progress bars, meter, notices, spreadsheet CSV
+    ("config", {"flownb.config"}),  # settings (the only reader of env vars), endpoints, pricing
+    ("infra", {"flownb.infra"}),  # the background event loop, tracing, media, writable homes
+    ("flowfile", {"flownb.flowfile"}),  # the flow file: model, template, checks, drawing
+    ("providers", {"flownb.providers"}),  # one call to a model, per vendor
+    ("runtime", {"flownb.runtime"}),  # engine, pipeline, results, events, cache, run log
+    ("flows", {"flownb.flows"}),  # the flows users hold: local, remote, by value
+    ("scorers", {"flownb.scorers"}),  # flownb.scorers
+    ("frames", {"flownb.frames"}),  # DataFrames: pandas/polars, preview, batch API, Dask
+    ("evaluation", {"flownb.evaluation"}),  # flownb.evaluate and its reports
     (
         "surfaces",
         {
-            "flownb",
+            "flownb",  # the public API
             "flownb.__main__",
-            "flownb.cli.main",
-            "flownb.cli.terminal",  # a single run's text printed as it streams (flownb run)
-            "flownb.cli.opening",
-            "flownb.wiring",
-            "flownb.cli.eval",
+            "flownb.wiring",  # plugs the features into the flows' hooks
+            "flownb.cli",
             "flownb.notebook",
-            "flownb.notebook.live",  # the live results view (ipywidgets), reached via hooks
             "flownb.server",
             "flownb.testing",
         },
     ),
 ]
+ROOT = "flownb"
 
 
+@functools.cache
 def modules() -> dict[str, ast.Module]:
+    """Return every flownb module's parsed source by dotted name, parsed once per session."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).with_suffix("")
@@ -157,9 +112,8 @@ def layer_of(name: str) -> int:
     best: tuple[int, int] | None = None  # (prefix length, layer)
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (name == prefix or name.startswith(prefix + ".")) and (
-                best is None or len(prefix) > best[0]
-            ):
+            inside = prefix != ROOT and name.startswith(prefix + ".")
+            if (name == prefix or inside) and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), index)
     if best is None:
         raise KeyError(f"{name} is in no layer of LAYERS")
@@ -190,10 +144,12 @@ def _is_package(name: str) -> bool:
     return (PACKAGE.parent / Path(*name.split(".")) / "__init__.py").exists()
 
 
+@functools.cache
 def import_graph(*, module_level: bool = False) -> dict[str, set[str]]:
     """Return module -> the flownb modules it imports. By default every import statement
     counts, wherever it stands (in a function, under ``TYPE_CHECKING``): a lazy import is still
-    a dependency. ``module_level=True``: only those that run when the module is imported."""
+    a dependency. ``module_level=True``: only those that run when the module is imported.
+    Cached: the tests share one graph (treat it as read-only)."""
     mods = modules()
     known = set(mods)
     graph: dict[str, set[str]] = {name: set() for name in mods}
@@ -270,6 +226,35 @@ def test_every_module_is_in_a_layer() -> None:
         layer_of(name)
 
 
+def test_every_layer_is_a_folder_and_the_root_holds_only_the_named_modules() -> None:
+    for _, prefixes in LAYERS:
+        for prefix in prefixes - {ROOT}:
+            path = PACKAGE.parent / Path(*prefix.split("."))
+            assert path.is_dir() or path.with_suffix(".py").is_file(), prefix
+            if path.is_dir():
+                assert (path / "__init__.py").is_file(), prefix
+    named = {p for _, prefixes in LAYERS for p in prefixes}
+    top = {f"flownb.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert top <= named, top - named
+    with pytest.raises(KeyError, match="in no layer"):
+        layer_of("flownb.loose_module")  # the root package does not swallow a new module
+
+
+def test_nothing_imports_the_package_root() -> None:
+    # The root imports every feature (wiring): a module that imports it for one name, such as
+    # the server for __version__, drags all of them in. _version.py holds that one.
+    graph = import_graph()
+    assert [name for name, targets in graph.items() if ROOT in targets] == []
+    tree = modules()["flownb._version"]
+    (version,) = [
+        n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+    ]
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'\nversion = "{version}"\n' in pyproject
+
+
 def test_no_module_imports_a_higher_layer() -> None:
     upward = [
         f"{name} ({LAYERS[layer_of(name)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"
@@ -286,6 +271,8 @@ def test_the_layer_check_catches_an_import_that_climbs() -> None:
     )
     assert layer_of("flownb.cli.eval") > layer_of("flownb.evaluation.run")
     assert layer_of("flownb.flows.spec") < layer_of("flownb.frames.dask.run")
+    assert layer_of("flownb.errors") == 0 < layer_of("flownb.show.display")
+    assert layer_of("flownb") == layer_of("flownb.server.app") == len(LAYERS) - 1
 
 
 def test_the_flows_import_none_of_their_features() -> None:
@@ -296,7 +283,12 @@ def test_the_flows_import_none_of_their_features() -> None:
         "flownb.frames.dask",
         "flownb.notebook",
     )
-    for name in ("flownb.flows.local", "flownb.flows.spec", "flownb.flows.client"):
+    for name in (
+        "flownb.flows.local",
+        "flownb.flows.spec",
+        "flownb.flows.client",
+        "flownb.flows.remote",
+    ):
         assert not [t for t in graph[name] if t.startswith(features)], name
 
 

@@ -19,6 +19,7 @@ import pytest
 
 import flownb
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT, make_flow, write_flow
 from tests.openai_fake import KEY
 
@@ -248,20 +249,9 @@ def test_cancel_and_refresh_from_the_cli(fake: FakeOpenAI) -> None:
     flow = flownb.load_flow(make_flow({"echo": "Say {word}"}, ["word"]))
     flow.run_dataframe(pd.DataFrame({"word": ["z"]}), batch_api=True, progress=False, poll=0)
     batch_id = flownb.batches().loc[0, "id"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cancelled = subprocess.run(
-        [sys.executable, "-m", "flownb", "batches", "--cancel", batch_id],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    cancelled = run_cli("batches", "--cancel", batch_id)
     assert cancelled.returncode == 0, cancelled.stderr
-    listed = subprocess.run(
-        [sys.executable, "-m", "flownb", "batches", "--refresh"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    listed = run_cli("batches", "--refresh")
     assert listed.returncode == 0 and batch_id in listed.stdout and "cancelled" in listed.stdout
 
 

@@ -119,7 +119,7 @@ def test_each_custom_id_is_the_calls_cache_key_and_the_answer_is_priced_at_the_b
 def test_batches_split_at_the_request_and_byte_limits(
     fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flownb.providers import anthropic_batch
+    from flownb.providers.anthropic import batch as anthropic_batch
 
     flow = _flow({"echo": "Say {word}"}, ["word"])
     words = pd.DataFrame({"word": [f"w{i}" for i in range(7)]})

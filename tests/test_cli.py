@@ -1,4 +1,6 @@
-"""The ``flownb`` console script, run as a user runs it: a subprocess."""
+"""The ``flownb`` command: in this process (``tests/cli_inprocess.py``, what the console script
+runs, under click's ``CliRunner`` isolation), and as a user runs it, a subprocess, where only a
+process proves it: the installed console script and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -13,19 +15,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import DATA, FLOWS, make_flow, write_flow
 
 
-def flownb(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def flownb(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
+    return run_cli(*args, cwd=cwd, env=env)
+
+
+def console_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``flownb`` console script (next to this venv's python) as a user does."""
+    script = Path(sys.executable).parent / "flownb"
     return subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
+        [str(script), *args], capture_output=True, text=True, timeout=120, env={**os.environ}
     )
 
 
@@ -34,6 +36,13 @@ def test_info_lists_variables_with_defaults_and_outputs(blog_flow_path: Path) ->
     assert res.returncode == 0, res.stderr
     assert "topic  (default: 'tide pools')" in res.stdout
     assert res.stdout.index("intro") < res.stdout.index("header_image")
+
+
+def test_the_installed_console_script_runs_a_flow(blog_flow_path: Path) -> None:
+    res = console_script("run", str(blog_flow_path), "--var", "topic=owls", "--var", "tone=dry")
+    assert res.returncode == 0, res.stderr
+    assert "Write a dry two-sentence intro for a blog post about owls." in res.stdout
+    assert "offline" in res.stderr and "offline" not in res.stdout
 
 
 def test_single_run_prints_each_output_and_an_offline_banner(blog_flow_path: Path) -> None:

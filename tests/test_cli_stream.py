@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 
 WORDS = "one two three four five six seven eight"
@@ -88,14 +89,8 @@ def test_a_terminal_sees_the_text_as_it_streams(tmp_path: Path, streaming_fake: 
     first_text = next(t for t, data in reads if b"echo" in data)
     assert first_text < sent[-1][0]  # on the terminal before the fake sent the last word
     assert len([d for _, d in reads if d.strip()]) >= 2  # in pieces, not all at the end
-    # The same layout as without a terminal.
-    piped = subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(streaming_fake),
-    )
+    # The same layout as without a terminal (in this process: stdout is a buffer there).
+    piped = run_cli(*args, env=_env(streaming_fake))
     assert piped.returncode == 0, piped.stderr
     assert shown == piped.stdout == f"── story {'─' * 35}\necho: {WORDS}\n"
     # Piped, the request did not ask for a stream: nothing changed there.

@@ -4,9 +4,6 @@ failures that keep what succeeded."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from flownb import (
     ProviderError,
     RunResult,
 )
+from tests.cli_inprocess import run_cli
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,18 +157,24 @@ def test_environment_supplies_address_and_key(
     assert c.flow("echo").run(a="x", b="y")["say"] == "A=x B=y"
 
 
+def test_a_remote_flow_runs_a_frame_async_as_it_does_sync(client: Client) -> None:
+    import asyncio
+
+    import pandas as pd
+
+    flow = client.flow("echo")
+    df = pd.DataFrame({"a": ["1", "2"], "b": ["x", "y"]})
+    got = asyncio.run(flow.arun_dataframe(df, progress=False))
+    assert got["say"].tolist() == ["A=1 B=x", "A=2 B=y"]
+    pd.testing.assert_frame_equal(got, flow.run_dataframe(df, progress=False))
+
+
 def test_cli_runs_a_flow_id_through_the_client(server: Running) -> None:
-    env = {**os.environ, "FLOWNB_BASE_URL": server.url, "FLOWNB_API_KEY": server.key}
-    info = subprocess.run(
-        [sys.executable, "-m", "flownb", "info", "echo"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    env = {"FLOWNB_BASE_URL": server.url, "FLOWNB_API_KEY": server.key}
+    info = run_cli("info", "echo", env=env)
     assert info.returncode == 0, info.stderr
     assert "- a" in info.stdout and "- say" in info.stdout
-    run = subprocess.run(
-        [sys.executable, "-m", "flownb", "run", "echo", "--var", "a=1", "--var", "b=2"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    run = run_cli("run", "echo", "--var", "a=1", "--var", "b=2", env=env)
     assert run.returncode == 0, run.stderr
     assert "A=1 B=2" in run.stdout
     assert server.key not in run.stdout + run.stderr

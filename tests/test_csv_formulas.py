@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +14,7 @@ import pandas as pd
 import flownb
 from flownb import scorers as S
 from flownb.show.spreadsheet import FORMULA_START, csv_text
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow, write_flow
 
 # Each starts a formula somewhere (the last two are a tab and a carriage return).
@@ -43,11 +41,8 @@ def live_formulas(rows: list[list[str]]) -> list[str]:
     return [cell for row in rows for cell in row if cell.startswith(FORMULA_START)]
 
 
-def flownb_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd, env=os.environ.copy(),
-    )  # fmt: skip
+def flownb_cli(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def test_csv_text_neutralises_text_cells_and_names_only() -> None:

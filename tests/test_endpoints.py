@@ -20,6 +20,7 @@ import flownb
 from flownb.config.endpoints import Endpoint
 from flownb.errors import ConfigError
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow
 
 KEY_A = "sk-vendor-A-0123456789"
@@ -382,15 +383,8 @@ def test_with_model_per_kind_and_per_node() -> None:
 # -- the command line and the magics ---------------------------------------------------------------
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=dict(os.environ),
-    )
+def cli(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def endpoints_toml(a: FakeOpenAI, b: FakeOpenAI) -> str:

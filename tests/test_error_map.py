@@ -96,7 +96,7 @@ def test_retry_after_takes_seconds_and_http_dates_in_one_place() -> None:
     later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert 25 <= (parse_retry_after(later) or 0) <= 31
     # Every parser of the header is this one function.
-    for path in ("flownb/flows/client.py", "flownb/providers/openai/provider.py"):
+    for path in ("flownb/flows/client.py", "flownb/providers/vendor.py"):
         text = (ROOT / path).read_text()
         assert "parse_retry_after" in text and "def _retry_after" not in text, path
 

@@ -11,8 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -32,6 +30,7 @@ from flownb.evaluation import stats
 from flownb.frames.run import INTERRUPTED
 from flownb.providers.base import Call, Generation
 from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow, write_flow
 
 pytestmark = pytest.mark.timeout(120)
@@ -238,11 +237,8 @@ def test_dry_run_calls_nothing_and_counts_cache_hits(fake: FakeOpenAI) -> None:
     assert single.n_calls == 2 and "Intro about t2." in str(single)
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd, env=os.environ.copy(),
-    )  # fmt: skip
+def cli(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def test_cli_eval_gates_on_min_pass_and_run_dry_run(tmp_path: Path, blog_flow_path: Path) -> None:

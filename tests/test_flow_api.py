@@ -199,3 +199,26 @@ def test_result_displays_text_and_images(blog_flow_path: Path) -> None:
     assert "owls" in bundle["text/plain"] and "header_image" in bundle["text/plain"]
     assert "data:image/png;base64," in bundle["text/markdown"]
     assert res.to_items()[0] == {"name": "intro", "output": res["intro"], "type": "output"}
+
+
+def test_the_async_set_is_complete_on_local_and_remote_flows() -> None:
+    import inspect
+
+    for cls in (flownb.LocalFlow, flownb.RemoteFlow):
+        for name in ("arun", "arun_batch", "arun_dataframe"):
+            assert inspect.iscoroutinefunction(getattr(cls, name)), (cls, name)
+        assert inspect.isasyncgenfunction(cls.astream), cls
+
+
+def test_arun_dataframe_gives_what_run_dataframe_gives() -> None:
+    import pandas as pd
+
+    flow = flownb.load_flow(make_flow({"o": "<{x}>"}, ["x"]))
+    df = pd.DataFrame({"x": ["a", None, "c"]}, index=[5, 7, 9])
+
+    async def main() -> pd.DataFrame:
+        return await flow.arun_dataframe(df, progress=False, fill="?")
+
+    got = asyncio.run(main())
+    assert got["o"].tolist() == ["<a>", "<?>", "<c>"]
+    pd.testing.assert_frame_equal(got, flow.run_dataframe(df, progress=False, fill="?"))

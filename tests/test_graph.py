@@ -6,8 +6,6 @@ the notebook bundle, ``flownb graph``)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from flownb.flowfile.drawing import layout
 from flownb.flowfile.model import parse_flow
 from flownb.runtime.result import RunResult
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow
 from tests.providers_for_tests import EchoProvider
 
@@ -181,10 +180,8 @@ def test_the_notebook_view_is_the_picture_with_mermaid_and_text(blog_flow_path: 
     assert "blog-intro" in bundle["text/plain"] and "variables" in bundle["text/markdown"]
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", *args], capture_output=True, text=True, cwd=cwd
-    )
+def _cli(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def test_flownb_graph_prints_mermaid_or_writes_svg(blog_flow_path: Path, tmp_path: Path) -> None:

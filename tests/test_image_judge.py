@@ -270,7 +270,7 @@ def test_a_provider_that_shows_no_images_is_refused_before_any_call() -> None:
 def test_images_by_url_go_as_urls_in_each_vendor_s_format() -> None:
     from flownb.providers.anthropic.provider import _block
     from flownb.providers.gemini import _part
-    from flownb.providers.openai.provider import _content_parts
+    from flownb.providers.openai.request import _content_parts
 
     url = "https://example.invalid/cat.jpg"
     prompt = f"Grade:\n{image_ref(url)}\nnow"

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,21 +15,14 @@ from serving import run_server
 from flownb.errors import ConfigError
 from flownb.server import KeyStore
 from flownb.server.keys import KEY_PREFIX
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow, write_flow
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLOWNB_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def _cli(*args: str, home: Path) -> CliResult:
+    return run_cli(*args, env={"FLOWNB_HOME": str(home)})
 
 
 def test_keys_are_prefixed_high_entropy_and_stored_as_digests_only(tmp_path: Path) -> None:

@@ -4,8 +4,6 @@ empty flow refused everywhere."""
 from __future__ import annotations
 
 import inspect
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from serving import run_server
 import flownb
 from flownb.flowfile.lint import lint
 from flownb.flowfile.model import parse_flow
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import FLOWS, make_flow, write_flow
 
 
@@ -23,13 +22,8 @@ def codes(flow: dict) -> list[tuple[str, str]]:
     return [(f.level, f.code) for f in lint(parse_flow(flow))]
 
 
-def check(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", "check", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def check(*args: str) -> CliResult:
+    return run_cli("check", *args)
 
 
 def test_a_clean_flow_has_no_findings() -> None:
@@ -128,9 +122,7 @@ def test_an_empty_flow_is_an_error_everywhere(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert res.stdout.strip() == f"{empty}: error: the flow is empty: it has no nodes"
     for args in (["run", str(empty)], ["info", str(empty)]):
-        res = subprocess.run(
-            [sys.executable, "-m", "flownb", *args], capture_output=True, text=True, timeout=120
-        )
+        res = run_cli(*args)
         assert res.returncode == 2 and res.stderr.strip().endswith(
             "the flow is empty: it has no nodes"
         )

@@ -9,10 +9,7 @@ over ``NOTICE_AFTER`` seconds says so once: on stderr, or in the progress bar.""
 from __future__ import annotations
 
 import http.server
-import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +22,7 @@ from flownb.errors import ProviderError, one_line
 from flownb.providers import calls
 from flownb.providers.limits import retryable
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 
 
@@ -160,18 +158,11 @@ def test_a_slow_retry_shows_in_the_progress_bar(
 def test_the_cli_says_why_an_endpoint_cannot_be_reached(tmp_path: Path) -> None:
     path = write_flow(tmp_path / "f.json", make_flow({"out": "say {a}"}, ["a"]))
     env = {
-        **os.environ,
         "OPENAI_BASE_URL": "http://no-such-host.invalid/v1",
         "OPENAI_API_KEY": "sk-test-endpoint",
         "FLOWNB_HOME": str(tmp_path / "home"),
     }
-    res = subprocess.run(
-        [sys.executable, "-m", "flownb", "run", str(path), "--provider", "openai", "--var", "a=x"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    res = run_cli("run", str(path), "--provider", "openai", "--var", "a=x", env=env)
     assert res.returncode != 0
     lines = [line for line in res.stderr.splitlines() if "no-such-host.invalid" in line]
     assert len(lines) >= 1 and "does not resolve" in lines[-1]

@@ -19,9 +19,11 @@ import flownb
 from flownb.infra.media import MediaStore
 from flownb.providers.base import Call, RateLimits
 from flownb.providers.limits import AdaptiveLimiter, Pacer
-from flownb.providers.openai.provider import OpenAIProvider, parse_duration, rate_limits
+from flownb.providers.openai.answers import parse_duration, rate_limits
+from flownb.providers.openai.provider import OpenAIProvider
 from flownb.providers.tokens import Meter
-from flownb.testing.fake_openai import FakeOpenAI, duration, echo
+from flownb.testing.fake_openai import FakeOpenAI, echo
+from flownb.testing.fake_state import duration
 from tests.conftest import make_flow
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}

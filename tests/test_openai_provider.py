@@ -214,7 +214,7 @@ def test_provider_errors_keep_status_message_and_request_id_without_the_key(
 
 def test_a_key_echoed_by_the_server_is_masked(fake: FakeOpenAI, transport: str) -> None:
     provider = OpenAIProvider(media=MediaStore(Path("unused")), api_key=KEY)
-    from flownb.providers import openai as mod
+    from flownb.providers.openai import answers as mod
 
     err = mod._translate_status(
         401,
@@ -238,7 +238,7 @@ def test_rate_limited_after_retries_is_rate_limited(fake: FakeOpenAI, transport:
 
 
 def test_insufficient_quota_is_not_retried() -> None:
-    from flownb.providers import openai as mod
+    from flownb.providers.openai import answers as mod
 
     err = mod._translate_status(
         429,
@@ -306,7 +306,7 @@ def test_b64_is_decoded_exactly() -> None:
 
 
 def test_proxy_is_resolved_once_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flownb.providers.openai.provider import _AiohttpTransport
+    from flownb.providers.openai.transport import _AiohttpTransport
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     monkeypatch.setenv("NO_PROXY", "internal.example")
@@ -370,7 +370,7 @@ def test_fake_server_runs_as_a_module_for_the_plain_sdk() -> None:
 def test_an_image_over_the_download_cap_is_refused_not_stored(
     fake: FakeOpenAI, transport: str, monkeypatch: pytest.MonkeyPatch, flownb_env: Path
 ) -> None:
-    from flownb.providers import openai as mod
+    from flownb.providers.openai import transport as mod
 
     size = len(image_bytes("About owls."))
     monkeypatch.setattr(mod, "MAX_IMAGE_BYTES", size - 1)  # the fake's PNG is one byte over
@@ -388,7 +388,7 @@ def test_http_sessions_close_with_their_loop_and_are_not_kept(
 ) -> None:
     """Each ``asyncio.run`` makes its own loop: its session (aiohttp) or client (SDK) is closed
     as that loop shuts down, and no longer held (they used to pile up until exit)."""
-    from flownb.providers import openai as mod
+    from flownb.providers.openai import transport as mod
 
     provider = OpenAIProvider(
         media=MediaStore(Path("unused")), base_url=fake.url, transport=transport
@@ -413,7 +413,7 @@ def test_http_sessions_close_with_their_loop_and_are_not_kept(
 
 
 def test_a_loop_closed_without_shutting_down_leaves_nothing_behind(fake: FakeOpenAI) -> None:
-    from flownb.providers import openai as mod
+    from flownb.providers.openai import transport as mod
 
     provider = OpenAIProvider(media=MediaStore(Path("unused")), base_url=fake.url)
     loop = asyncio.new_event_loop()

@@ -7,9 +7,6 @@ report and the command line carry the repeats."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import ClassVar
@@ -28,6 +25,7 @@ from flownb.providers.offline import OfflineProvider
 from flownb.providers.repeat import repeated
 from flownb.runtime.cache import CallCache
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 
 pytestmark = pytest.mark.timeout(120)
@@ -186,11 +184,9 @@ def test_cli_eval_takes_repeats(tmp_path: Path) -> None:
     (tmp_path / "eval.toml").write_text(
         '[[scorers]]\ntype = "contains"\noutput = "say"\ntext = "o"\n', encoding="utf-8"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "flownb", "eval", "say.json", "--data", "rows.csv", "--scorers",
-         "eval.toml", "--repeats", "2", "--no-progress", "--provider", "offline", "--out",
-         "r.json"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=os.environ.copy(),
+    done = run_cli(
+        "eval", "say.json", "--data", "rows.csv", "--scorers", "eval.toml", "--repeats", "2",
+        "--no-progress", "--provider", "offline", "--out", "r.json", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "each row ran 2 times" in done.stdout

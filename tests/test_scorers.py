@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +17,7 @@ import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
 from flownb.testing.fake_openai import FakeOpenAI, judge_reply, judge_score, scripted_reply
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 from tests.serving import ScriptedProvider
 
@@ -318,10 +317,7 @@ def test_eval_toml_regex_is_bounded_too(tmp_path: Path) -> None:
         '[[scorers]]\ntype = "regex"\noutput = "say"\npattern = "(a+)+$"\n', encoding="utf-8"
     )
     args = ["--data", "rows.csv", "--scorers", "eval.toml", "--no-progress", "--out", "r.json"]
-    res = subprocess.run(
-        [sys.executable, "-m", "flownb", "eval", str(flow), *args],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+    res = run_cli("eval", str(flow), *args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     results = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["results"]
     assert [r["regex_say"] for r in results] == [None, True]

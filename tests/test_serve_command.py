@@ -17,6 +17,7 @@ import pytest
 from flownb.providers.base import Generation
 from flownb.runtime.cache import CACHE_FILE, CallCache
 from flownb.runtime.runlog import RUNLOG_FILE, RunLog
+from tests.cli_inprocess import run_cli
 from tests.serving import sample_flows
 
 pytestmark = pytest.mark.timeout(60)
@@ -111,13 +112,13 @@ def _runs(home: Path) -> int:
 
 def test_gc_prunes_media_cache_and_run_log_by_age(flownb_env: Path) -> None:
     _home_with_history(flownb_env)
-    dry = _flownb("gc", "--older-than", "30d", "--dry-run")
+    dry = run_cli("gc", "--older-than", "30d", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "would remove 2 image(s)" in dry.stdout
     assert "would remove 2 entry(ies)" in dry.stdout
     assert "would remove 3 run(s)" in dry.stdout
     assert len(list((flownb_env / "media").iterdir())) == 4  # nothing removed
-    done = _flownb("gc", "--older-than", "30d")
+    done = run_cli("gc", "--older-than", "30d")
     assert done.returncode == 0, done.stderr
     left = sorted(p.name for p in (flownb_env / "media").iterdir())
     assert left == ["c" * 40 + ".png", "notes.txt"]
@@ -127,7 +128,7 @@ def test_gc_prunes_media_cache_and_run_log_by_age(flownb_env: Path) -> None:
 
 def test_gc_max_size_removes_the_oldest_images_first(flownb_env: Path) -> None:
     _home_with_history(flownb_env)
-    done = _flownb("gc", "--max-size", "3500")
+    done = run_cli("gc", "--max-size", "3500")
     assert done.returncode == 0, done.stderr
     left = sorted(p.name for p in (flownb_env / "media").glob("*.png"))
     assert left == ["b" * 40 + ".png", "c" * 40 + ".png"]
@@ -135,7 +136,7 @@ def test_gc_max_size_removes_the_oldest_images_first(flownb_env: Path) -> None:
 
 
 def test_gc_needs_to_be_told_what_to_prune(flownb_env: Path) -> None:
-    done = _flownb("gc")
+    done = run_cli("gc")
     assert done.returncode == 2
-    bad = _flownb("gc", "--older-than", "soon")
+    bad = run_cli("gc", "--older-than", "soon")
     assert bad.returncode == 2 and "not an age" in bad.stderr

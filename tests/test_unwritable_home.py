@@ -7,13 +7,11 @@ root included. (The tests run as root, for whom ``chmod a-w`` stops nothing.)
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import FLOWS
 
 
@@ -24,15 +22,11 @@ def home(tmp_path: Path) -> Path:
     return blocker / "home"
 
 
-def flownb(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flownb", *args],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "FLOWNB_HOME": str(home), **env},
-    )  # fmt: skip
+def flownb(home: Path, *args: str, **env: str) -> CliResult:
+    return run_cli(*args, env={"FLOWNB_HOME": str(home), **env})
 
 
-def one_line_error(res: subprocess.CompletedProcess[str], home: Path) -> str:
+def one_line_error(res: CliResult, home: Path) -> str:
     assert res.returncode != 0
     assert "Traceback" not in res.stderr, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("flownb: error:")]

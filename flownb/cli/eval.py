@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,73 +36,15 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..flowfile.inputs import parse_map
+from ..evaluation.config import load_config, make_scorer
 from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
-from ..scorers import JudgeScorer, Scorer, col
+from ..scorers import Scorer
+from ..scorers.judge import JudgeScorer
+from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
 
-__all__ = ["eval_command", "load_config", "make_scorer"]
-
-_SCORERS = {
-    "equals": ("output", "expected"),
-    "contains": ("output", "text"),
-    "regex": ("output", "pattern"),
-    "is_json": ("output",),
-    "length": ("output",),
-    "judge": ("output", "rubric"),
-    "pick_best": ("output", "rubric"),
-}
-
-
-def load_config(path: str) -> dict[str, Any]:
-    """Return the decoded scorers file (``.toml``, else JSON).
-
-    Raises:
-        ConfigError: unreadable or not a table/object.
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid {p.suffix.lstrip('.') or 'JSON'}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold an object with 'scorers' (and 'variants')")
-    return data
-
-
-def _value(raw: Any) -> Any:
-    if isinstance(raw, Mapping) and set(raw) == {"col"}:
-        return col(raw["col"])
-    return raw
-
-
-def make_scorer(spec: Mapping[str, Any]) -> Scorer:
-    """Return the scorer a config entry describes (``type`` plus the function's arguments).
-
-    Raises:
-        ConfigError: unknown type, missing or unknown argument.
-    """
-    from .. import scorers
-
-    kind = spec.get("type")
-    if kind not in _SCORERS:
-        raise ConfigError(
-            f"scorer type {kind!r} is not one of {', '.join(_SCORERS)} "
-            "(python scorers need Python: use flownb.evaluate)"
-        )
-    args = {k: _value(v) for k, v in spec.items() if k != "type"}
-    missing = [a for a in _SCORERS[kind] if a not in args]
-    if missing:
-        raise ConfigError(f"scorer {kind!r} needs {', '.join(missing)}")
-    try:
-        return getattr(scorers, kind)(**args)
-    except TypeError as exc:
-        raise ConfigError(f"scorer {kind!r}: {exc}") from None
-
+__all__ = ["eval_command"]
 
 _VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "system"})
 
@@ -326,7 +267,8 @@ def eval_command(
     dry_run: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    from ..evaluation.run import _bind_judges, evaluate
+    from ..evaluation.jobs import _bind_judges
+    from ..evaluation.run import evaluate
 
     try:
         mapping = parse_map(map_pairs)

@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
-from ..flowfile.inputs import (
+from ..flows.local import BaseFlow, LocalFlow
+from ..providers.registry import provider_names
+from ..show.meter import CostMeter
+from ..show.spreadsheet import csv_text
+from .clickhelp import FullHelpGroup
+from .inputs import (
     CLI,
     flow_location,
     parse_map,
@@ -31,11 +36,6 @@ from ..flowfile.inputs import (
     read_csv,
     read_json_batch,
 )
-from ..flows.local import BaseFlow, LocalFlow
-from ..providers.registry import provider_names
-from ..show.meter import CostMeter
-from ..show.spreadsheet import csv_text
-from .clickhelp import FullHelpGroup
 from .opening import banner, open_flow, usage_error
 
 if TYPE_CHECKING:
@@ -255,38 +255,10 @@ def run(
     A run never falls back to the flow's defaults on its own: every variable must be given,
     unless --use-defaults says to take the missing ones from the flow.
     """
-    import pandas as pd
-
     # Everything the user typed is checked before the flow is loaded or the banner printed.
-    if csv_path and json_path:
-        raise click.UsageError("give --csv or --json, not both")
-    if (csv_path or json_path) and var_pairs:
-        raise click.UsageError("--var sets a single run; it cannot be combined with --csv/--json")
-    if map_pairs and not csv_path:
-        raise click.UsageError("--map applies to --csv columns")
-    if fill is not None and not csv_path:
-        raise click.UsageError("--fill applies to --csv cells")
-    if batch_api and not (csv_path or json_path):
-        raise click.UsageError("--batch-api runs a --csv or --json batch")
+    _check_run_options(var_pairs, csv_path, json_path, map_pairs, fill, batch_api)
     target = _out_target(out_path, out_format)
-    try:
-        values = parse_values(var_pairs)
-    except ConfigError as exc:
-        raise _usage("--var", exc) from None
-    try:
-        mapping = parse_map(map_pairs)
-    except ConfigError as exc:
-        raise _usage("--map", exc) from None
-    df: pd.DataFrame | None = None
-    batch: list[Any] | None = None
-    try:
-        if csv_path:
-            df = read_csv(csv_path)
-        elif json_path:
-            batch = read_json_batch(json_path)
-    except ConfigError as exc:
-        raise _usage("--csv" if csv_path else "--json", exc) from None
-
+    values, mapping, df, batch = _read_run_inputs(var_pairs, map_pairs, csv_path, json_path)
     f = open_flow(
         flow,
         provider=provider,
@@ -297,34 +269,132 @@ def run(
     )
     defaults = f.defaults if use_defaults else {}
     if df is None and batch is None:
-        values = {**defaults, **values}
-        f.spec.check_one(values)
-        _banner(f)
-        if dry_run:
-            click.echo(str(f.preview(values)))
-            return
-        if target is None and _streams_to_terminal():
-            from .terminal import stream_to_terminal
-
-            result = stream_to_terminal(f, values, sys.stdout)
-        else:
-            result = f.run(values)
-            if target is None:
-                click.echo(str(result))
-        if target is not None:
-            _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=not raw_csv)
-        meter = CostMeter()
-        meter.add(result)
-        click.echo(f"flownb: {meter.total_line()}", err=True)
+        _run_once(f, {**defaults, **values}, target, dry_run=dry_run, safe=not raw_csv)
         return
-
-    from ..frames.run import INTERRUPTED, run_dataframe
-
     rows = _batch_rows(f, batch, df, mapping, fill, defaults)
     _banner(f)
     if dry_run:
         click.echo(str(f.preview(rows, mapping or None, fill=fill)))
         return
+    _run_rows(
+        f,
+        rows,
+        mapping,
+        fill,
+        target,
+        progress=not no_progress,
+        batch_api=batch_api,
+        safe=not raw_csv,
+    )
+
+
+def _check_run_options(
+    var_pairs: tuple[str, ...],
+    csv_path: str | None,
+    json_path: str | None,
+    map_pairs: tuple[str, ...],
+    fill: str | None,
+    batch_api: bool,
+) -> None:
+    """Refuse options of ``flownb run`` that do not go together.
+
+    Raises:
+        click.UsageError: naming the options.
+    """
+    if csv_path and json_path:
+        raise click.UsageError("give --csv or --json, not both")
+    if (csv_path or json_path) and var_pairs:
+        raise click.UsageError("--var sets a single run; it cannot be combined with --csv/--json")
+    if map_pairs and not csv_path:
+        raise click.UsageError("--map applies to --csv columns")
+    if fill is not None and not csv_path:
+        raise click.UsageError("--fill applies to --csv cells")
+    if batch_api and not (csv_path or json_path):
+        raise click.UsageError("--batch-api runs a --csv or --json batch")
+
+
+def _read_run_inputs(
+    var_pairs: tuple[str, ...],
+    map_pairs: tuple[str, ...],
+    csv_path: str | None,
+    json_path: str | None,
+) -> tuple[dict[str, str], dict[str, str], pd.DataFrame | None, list[Any] | None]:
+    """Return the ``--var`` values, the ``--map`` mapping, and the ``--csv`` rows or the
+    ``--json`` batch (``None`` when not given).
+
+    Raises:
+        click.UsageError: a bad pair or an unreadable file, naming its option.
+    """
+    try:
+        values = parse_values(var_pairs)
+    except ConfigError as exc:
+        raise _usage("--var", exc) from None
+    try:
+        mapping = parse_map(map_pairs)
+    except ConfigError as exc:
+        raise _usage("--map", exc) from None
+    try:
+        if csv_path:
+            return values, mapping, read_csv(csv_path), None
+        if json_path:
+            return values, mapping, None, read_json_batch(json_path)
+    except ConfigError as exc:
+        raise _usage("--csv" if csv_path else "--json", exc) from None
+    return values, mapping, None, None
+
+
+def _run_once(
+    f: BaseFlow,
+    values: dict[str, str],
+    target: tuple[str, str] | None,
+    *,
+    dry_run: bool,
+    safe: bool,
+) -> None:
+    """Run ``f`` once (or show what it would call), print or write the result, then the cost.
+
+    Raises:
+        InputError: a variable is missing or unknown.
+    """
+    import pandas as pd
+
+    f.spec.check_one(values)
+    _banner(f)
+    if dry_run:
+        click.echo(str(f.preview(values)))
+        return
+    if target is None and _streams_to_terminal():
+        from .terminal import stream_to_terminal
+
+        result = stream_to_terminal(f, values, sys.stdout)
+    else:
+        result = f.run(values)
+        if target is None:
+            click.echo(str(result))
+    if target is not None:
+        _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=safe)
+    meter = CostMeter()
+    meter.add(result)
+    click.echo(f"flownb: {meter.total_line()}", err=True)
+
+
+def _run_rows(
+    f: BaseFlow,
+    rows: pd.DataFrame,
+    mapping: dict[str, str],
+    fill: str | None,
+    target: tuple[str, str] | None,
+    *,
+    progress: bool,
+    batch_api: bool,
+    safe: bool,
+) -> None:
+    """Run ``f`` over ``rows`` (live, or through the provider's batch API), print or write the
+    results, then the cost; exit 130 when interrupted, 1 when a row failed."""
+    import pandas as pd
+
+    from ..frames.run import INTERRUPTED, run_dataframe
+
     meter = CostMeter()
     if batch_api:
         if not isinstance(f, LocalFlow):
@@ -332,14 +402,14 @@ def run(
         from ..frames.batch_api import run_dataframe_batched
 
         out = run_dataframe_batched(
-            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI, meter=meter
+            f, rows, mapping or None, fill=fill, progress=progress, spelling=CLI, meter=meter
         )
     else:
         out = run_dataframe(
-            f, rows, mapping or None, fill=fill, progress=not no_progress, spelling=CLI, meter=meter
+            f, rows, mapping or None, fill=fill, progress=progress, spelling=CLI, meter=meter
         )
     if target is not None:
-        _write(out, *target, safe=not raw_csv)
+        _write(out, *target, safe=safe)
     else:
         with pd.option_context(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60

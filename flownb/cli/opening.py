@@ -13,9 +13,9 @@ import click
 
 from ..config.settings import resolve_run_config
 from ..errors import ConfigError, FlownbError
-from ..flowfile.inputs import CLI, flow_location, no_server
 from ..flows.client import Client
 from ..flows.local import BaseFlow, load_flow
+from .inputs import CLI, flow_location, no_server
 
 __all__ = ["banner", "open_flow", "usage_error"]
 

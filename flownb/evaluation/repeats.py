@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import ConfigError
 from ..flows.local import BaseFlow, LocalFlow
 from ..providers.repeat import repeated
-from ..scorers import JudgeScorer
+from ..scorers.judge import JudgeScorer
 from .shape import ScorerInfo
 
 if TYPE_CHECKING:

@@ -1,48 +1,20 @@
-"""What the command line and the ``%flow`` magics share: turning what a user typed into flow
-inputs, the same way on both surfaces.
-
-- :func:`flow_location`: whether FLOW names a local flow file (a :class:`~pathlib.Path`) or a
-  flow id on a server (a ``str``);
-- :func:`to_text`: a Python value as the text a variable takes (also used by the DataFrame path);
-- :func:`read_csv` / :func:`read_json_batch`: batch files, read with one set of options;
-- :func:`parse_values` / :func:`parse_map`: ``NAME=VALUE`` and ``VAR=COLUMN`` pairs;
-- :class:`Spelling`: how each surface (Python, CLI, magic) words the advice in an error, so the
-  command line never tells its users to pass ``fill=''``.
-
-Errors here are :class:`~flownb.errors.ConfigError` (an argument that cannot work) or
-:class:`~flownb.errors.FlowFileError`; each surface adds its own option name when it shows them.
+"""What a flow's variables take from the caller, as the library words it: :func:`to_text` (a
+Python value as the text a variable takes, also per DataFrame cell) and :class:`Spelling`, how
+each surface words the advice in an error; :data:`PYTHON` is the library's own wording (so the
+DataFrame path never tells a Python user to pass ``--map``). The command line's and the magics'
+spellings, and the parsing of what they type (FLOW, CSV/JSON batch files, ``NAME=VALUE``
+pairs), are in :mod:`flownb.cli.inputs`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
-import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import ConfigError, FlowFileError
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-__all__ = [
-    "CLI",
-    "CSV_OPTIONS",
-    "MAGIC",
-    "PYTHON",
-    "Spelling",
-    "flow_location",
-    "no_server",
-    "parse_map",
-    "parse_values",
-    "read_csv",
-    "read_json_batch",
-    "to_text",
-]
+__all__ = ["PYTHON", "Spelling", "to_text"]
 
 
 @dataclass(frozen=True)
@@ -59,59 +31,12 @@ class Spelling:
     """How to name a flow server when FLOW is a flow id."""
 
 
-def _quoted_map(var: str) -> str:
-    return f"--map {shlex.quote(var + '=')}COLUMN"
-
-
 PYTHON = Spelling(
     map_option="columns",
     map_example=lambda var: f"columns={{{var!r}: 'column'}}",
     fill="pass fill='' (or another value)",
     server="pass base_url=...",
 )
-CLI = Spelling(
-    map_option="--map",
-    map_example=_quoted_map,
-    fill='give --fill "" (or another value)',
-    server="give --base-url URL",
-)
-MAGIC = Spelling(
-    map_option="--map",
-    map_example=_quoted_map,
-    fill="give --fill '' (or another value)",
-    server="run %flow connect URL first",
-)
-
-
-# ---- FLOW ------------------------------------------------------------------------------------
-
-
-def flow_location(ref: str) -> Path | str:
-    """Return where FLOW points: a :class:`Path` for a local flow file, else the flow id.
-
-    FLOW names a file when it ends in ``.json``, holds a ``/`` or ``\\`` (either separator, on
-    every system, so a path copied from Windows is not sent to a server as an id), or exists
-    here.
-
-    Raises:
-        FlowFileError: FLOW is a directory (no flow file to load).
-    """
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        found = sorted(p.name for p in path.glob("*.json"))[:3]
-        example = f" (it holds {', '.join(found)})" if found else ""
-        raise FlowFileError(f"{ref} is a directory; give the path of a flow .json file{example}")
-    if ref.endswith(".json") or "/" in ref or "\\" in ref or path.is_file():
-        return path
-    return ref
-
-
-def no_server(flow_id: str, spelling: Spelling) -> ConfigError:
-    """Return the error for a flow id with no server to send it to, worded for ``spelling``."""
-    return ConfigError(
-        f"{flow_id!r} is not a flow file here; to run a server flow by id, {spelling.server} "
-        "(or set FLOWNB_BASE_URL)"
-    )
 
 
 # ---- values ----------------------------------------------------------------------------------
@@ -148,103 +73,3 @@ def to_text(value: Any) -> str | None:
     except (TypeError, ValueError):  # arrays and other values pd.isna does not answer for
         pass
     return str(value)
-
-
-# ---- batch files -----------------------------------------------------------------------------
-
-CSV_OPTIONS: dict[str, Any] = {"dtype": str, "keep_default_na": False, "na_values": [""]}
-"""How flownb reads a CSV: every cell as text, and only truly empty cells are missing ("NA" or
-"null" may be real text)."""
-
-
-def read_csv(path: str | Path) -> pd.DataFrame:
-    """Return the rows of a CSV file, every cell a string (empty cells NaN).
-
-    Raises:
-        ConfigError: no such file, a directory, unreadable, or not CSV.
-    """
-    import pandas as pd
-
-    try:
-        return pd.read_csv(path, **CSV_OPTIONS)
-    except FileNotFoundError:
-        raise ConfigError(f"no such file: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path} is a directory, not a CSV file") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not a readable CSV: {exc}") from None
-
-
-def read_json_batch(path: str | Path) -> list[Any]:
-    """Return the elements of a JSON batch file: an array of variable objects, one object, or a
-    run request body (``{"variables": ...}``).
-
-    Raises:
-        ConfigError: the file cannot be read, is not JSON, or holds something else.
-    """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"no such file: {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path} is not JSON (line {exc.lineno} column {exc.colno}: {exc.msg})"
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason})") from None
-    if isinstance(data, dict) and "variables" in data:
-        data = data["variables"]  # a contract request body works too
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        raise ConfigError(f"{path} must hold a JSON array of variable objects")
-    return data
-
-
-# ---- pairs -----------------------------------------------------------------------------------
-
-
-def parse_values(
-    pairs: Iterable[str],
-    *,
-    form: str = "NAME=VALUE",
-    convert: Callable[[str, str], str] | None = None,
-) -> dict[str, str]:
-    """Return the variables ``NAME=VALUE`` pairs set (a value may hold ``=``).
-
-    ``convert(name, raw)`` turns each raw value into the text passed (the magic expands
-    ``$name`` there); by default the value is taken as written.
-
-    Raises:
-        ConfigError: a pair without ``=`` or a name, or a variable given twice.
-    """
-    values: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise ConfigError(f"expected {form}, got {pair!r}")
-        if name in values:
-            raise ConfigError(f"variable {name!r} is given twice")
-        values[name] = convert(name, raw) if convert is not None else raw
-    return values
-
-
-def parse_map(pairs: Iterable[str], *, form: str = "VAR=COLUMN") -> dict[str, str]:
-    """Return the variable -> column mapping ``VAR=COLUMN`` pairs give.
-
-    Raises:
-        ConfigError: a pair without a variable, ``=`` or column, or a variable mapped twice.
-    """
-    mapping: dict[str, str] = {}
-    for pair in pairs:
-        var, sep, col = pair.partition("=")
-        if not sep or not var or not col:
-            raise ConfigError(f"expected {form}, got {pair!r}")
-        if var in mapping:
-            raise ConfigError(f"variable {var!r} is mapped twice")
-        mapping[var] = col
-    return mapping

@@ -27,7 +27,6 @@ line or exception.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import threading
@@ -43,7 +42,7 @@ from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from ..config.settings import DEFAULT_MAX_BATCH, resolve_run_config
-from ..error_map import from_http, parse_retry_after
+from ..error_map import parse_retry_after
 from ..errors import (
     ApiError,
     BatchError,
@@ -54,19 +53,26 @@ from ..errors import (
     ServiceTimeout,
     ServiceUnavailable,
 )
-from ..flowfile.validate import VariableSpec
-from ..runtime.events import StreamEvent
-from ..runtime.result import OnResult, RunResult
-from .client_stream import error_of, read_events
-from .local import BaseFlow
+from .client_errors import (
+    _element_errors,
+    _error_from,
+    _json,
+    _json_or_none,
+    _path,
+    _unreachable,
+)
+from .client_stream import read_events
+from .remote import Items, RemoteFlow
 
 __all__ = ["Client", "RemoteFlow"]
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
-DEFAULT_PARALLEL = 4
-_IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 
-Items = list[dict[str, str]]
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+DEFAULT_PARALLEL = 4
+
+
 # One element's outcome: its run output items, or the exception it failed with.
 Outcome = tuple[Items | None, FlownbError | None]
 
@@ -543,263 +549,3 @@ class Client:
         hint = parse_retry_after(resp.headers.get("Retry-After"))
         # An absent or unreadable hint: fall back to backoff.
         return self._backoff(attempt) if hint is None else min(120.0, hint)
-
-
-class RemoteFlow(BaseFlow):
-    """A flow run by a flow execution service; same interface as a local flow."""
-
-    def __init__(
-        self,
-        client: Client,
-        flow_id: str,
-        info: list[dict[str, str]],
-        image_outputs: str | None = None,
-    ) -> None:
-        self.client = client
-        self.flow_id = flow_id
-        self.name = flow_id
-        self._spec = VariableSpec([i["name"] for i in info if i.get("type") == "variable"])
-        self._outputs = [i["name"] for i in info if i.get("type") == "output"]
-        # The server says which outputs are images; another service may not (then: by value).
-        self._image_outputs: set[str] | None = None
-        if image_outputs is not None:
-            positions = {int(p) for p in image_outputs.split(",") if p.strip().isdigit()}
-            self._image_outputs = {n for k, n in enumerate(self._outputs) if k in positions}
-
-    @property
-    def spec(self) -> VariableSpec:
-        """The flow's variables, for validation (checked locally before anything is sent)."""
-        return self._spec
-
-    @property
-    def outputs(self) -> list[str]:
-        """The names of the outputs a run yields, in node order."""
-        return list(self._outputs)
-
-    def __repr__(self) -> str:
-        return (
-            f"<RemoteFlow {self.flow_id!r} at {self.client.base_url} "
-            f"variables={self.variables!r} outputs={self.outputs!r}>"
-        )
-
-    def _result(self, items: Items, latency: float) -> RunResult:
-        pairs = [(str(i.get("name", "")), str(i.get("output", ""))) for i in items]
-        outputs: dict[str, str] = {}
-        for name, value in pairs:
-            outputs.setdefault(name, value)
-        if self._image_outputs is not None:
-            kinds = {n: "image" if n in self._image_outputs else "text" for n in outputs}
-        else:
-            kinds = {n: "image" if _looks_like_image(v) else "text" for n, v in outputs.items()}
-        result = RunResult(outputs, kinds=kinds, provider="remote", latency=latency)
-        if len(pairs) != len(outputs):  # two output nodes share a name: keep both, in order
-            result = RunResult(
-                outputs, kinds=kinds, provider="remote", latency=latency, entries=pairs
-            )
-        return result
-
-    def _execute(
-        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
-    ) -> None:
-        started = time.perf_counter()
-
-        def on_element(i: int, items: Items | None, exc: FlownbError | None) -> None:
-            if exc is not None:
-                on_result(i, None, exc)
-                return
-            try:
-                result = self._result(items or [], time.perf_counter() - started)
-            except Exception as err:  # a malformed item: this element failed, not the batch
-                on_result(i, None, ApiError(f"unexpected run output: {err}", status=200))
-            else:
-                on_result(i, result, None)
-
-        self.client.run_elements(
-            self.flow_id, batch, on_element, concurrency or self.client.max_parallel
-        )
-
-    async def _stream_run(
-        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
-    ) -> RunResult:
-        """Run validated ``values`` once on the service, streaming (see
-        :meth:`Client.stream_run`): ``emit`` gets each event as it arrives; return the result.
-        The HTTP exchange runs in a worker thread; cancelling stops it at its next event.
-
-        Raises:
-            What :meth:`run` raises.
-        """
-        loop = asyncio.get_running_loop()
-        stop = threading.Event()
-
-        def work() -> RunResult:
-            started = time.perf_counter()
-            events = self.client.stream_run(self.flow_id, values)
-            streamed = False
-            try:
-                for name, data in events:
-                    if stop.is_set():
-                        raise KeyboardInterrupt  # the caller is gone: stop reading
-                    if name == "result":
-                        result = self._result(_items(data), time.perf_counter() - started)
-                        if not streamed:  # answered whole (no streaming there): each output
-                            for whole in _whole(result):
-                                loop.call_soon_threadsafe(emit, whole)
-                        return result
-                    if name == "error":
-                        raise error_of(data)
-                    event = _event_of(name, data)
-                    if event is not None:
-                        streamed = True
-                        loop.call_soon_threadsafe(emit, event)
-            finally:
-                events.close()  # closes the response, whatever ended the loop
-            raise ApiError("the service's event stream ended without a result", status=200)
-
-        try:
-            return await asyncio.to_thread(work)
-        finally:
-            stop.set()
-
-
-def _items(data: Any) -> Items:
-    """Return a streamed ``result``'s items: the object body's list, or an array's only one."""
-    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], list):
-        data = data[0]
-    if not isinstance(data, list) or not all(isinstance(i, dict) for i in data):
-        raise ApiError("unexpected run output in the service's event stream", status=200)
-    return data
-
-
-def _whole(result: RunResult) -> list[StreamEvent]:
-    """Return the events of a result that came whole: one per output, text or image."""
-    return [
-        StreamEvent("image", name, (name,), url=value)
-        if result.is_image(name)
-        else StreamEvent("text", name, (name,), value)
-        for name, value in result.entries
-        if value or result.is_image(name)
-    ]
-
-
-def _event_of(name: str, data: Any) -> StreamEvent | None:
-    """Return the :class:`StreamEvent` of a streamed ``text``/``image``/``restart`` event (None
-    for an event this client does not know)."""
-    if name not in ("text", "image", "restart") or not isinstance(data, dict):
-        return None
-    outputs = tuple(str(o) for o in data.get("outputs") or ())
-    node = str(data.get("node", ""))
-    if name == "text":
-        return StreamEvent("text", node, outputs, str(data.get("delta", "")))
-    if name == "image":
-        return StreamEvent("image", node, outputs, url=str(data.get("url", "")))
-    return StreamEvent("restart", node, outputs)
-
-
-# -- translating answers into flownb exceptions ---------------------------------------------------
-
-
-def _path(url: str) -> str:
-    parts = urlsplit(url)
-    return parts.path or "/"
-
-
-def _unreachable(method: str, url: str, exc: Exception) -> ServiceUnavailable:
-    parts = urlsplit(url)
-    return ServiceUnavailable(
-        f"cannot reach the flow service at {parts.scheme}://{parts.netloc} "
-        f"({method} {parts.path}): {_reason(exc)}"
-    )
-
-
-def _reason(exc: Exception) -> str:
-    """Name why a connection failed (refused, name not known, ...) without the URL again."""
-    text = str(exc)
-    for marker in ("Connection refused", "Name or service not known", "No route to host",
-                   "Network is unreachable", "timed out"):  # fmt: skip
-        if marker.lower() in text.lower():
-            return marker.lower()
-    return type(exc).__name__
-
-
-def _json(resp: requests.Response) -> Any:
-    try:
-        return resp.json()
-    except ValueError:
-        raise ApiError(
-            f"the service answered {_path(resp.url)} with something that is not JSON "
-            f"(HTTP {resp.status_code})",
-            status=resp.status_code,
-        ) from None
-
-
-def _json_or_none(resp: requests.Response) -> Any:
-    try:
-        return resp.json()
-    except ValueError:
-        return None
-
-
-def _problems(body: Any) -> list[Problem]:
-    raw = body.get("errors") if isinstance(body, dict) else None
-    problems = []
-    for e in raw if isinstance(raw, list) else []:
-        if isinstance(e, dict) and isinstance(e.get("message"), str):
-            index = e.get("index")
-            variable = e.get("variable")
-            problems.append(
-                Problem(
-                    str(e.get("code") or "error"),
-                    e["message"],
-                    index if isinstance(index, int) else None,
-                    variable if isinstance(variable, str) else None,
-                )
-            )
-    return problems
-
-
-def _error_from(resp: requests.Response) -> FlownbError:
-    """Return the flownb exception for an error answer; its message is the service's."""
-    body = _json_or_none(resp)
-    status = resp.status_code
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        message = body["message"]
-        code = str(body.get("code") or "")
-        request_id = body.get("request_id") or resp.headers.get("x-request-id")
-    else:
-        text = (resp.text or "").strip().replace("\n", " ")[:200]
-        message = f"HTTP {status} from {_path(resp.url)}" + (f": {text}" if text else "")
-        code = ""
-        request_id = resp.headers.get("x-request-id")
-    total = body.get("errors_total") if isinstance(body, dict) else None
-    return from_http(
-        status,
-        code,
-        message,
-        problems=_problems(body),
-        request_id=request_id,
-        retry_after=parse_retry_after(resp.headers.get("Retry-After")),
-        total=total if isinstance(total, int) else None,
-    )
-
-
-def _element_errors(body: Any, fallback: FlownbError, n: int) -> dict[int, FlownbError]:
-    """Map each failed element (index within the request) to its own exception."""
-    out: dict[int, FlownbError] = {}
-    status = getattr(fallback, "status", None) or 500
-    request_id = getattr(fallback, "request_id", None)
-    retry_after = getattr(fallback, "retry_after", None)
-    for p in _problems(body):
-        if p.index is not None and 0 <= p.index < n and p.index not in out:
-            out[p.index] = from_http(
-                status, p.code, p.message, request_id=request_id, retry_after=retry_after
-            )
-    return out
-
-
-def _looks_like_image(value: str) -> bool:
-    if value.startswith("data:image/"):
-        return True
-    if not value.startswith(("http://", "https://")) or any(c.isspace() for c in value):
-        return False
-    path = urlsplit(value).path.lower()
-    return "/media/" in path or path.endswith(_IMAGE_EXTENSIONS)

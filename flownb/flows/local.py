@@ -19,7 +19,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..config.settings import RunConfig, live_view_mode, resolve_run_config
 from ..errors import BatchError, ConfigError, FlowFileError
@@ -37,7 +37,7 @@ from ..providers.registry import make_provider
 from ..runtime.cache import open_cache
 from ..runtime.engine import Engine, Plan
 from ..runtime.events import StreamEvent
-from ..runtime.hooks import HOOKS, FrameOptions
+from ..runtime.hooks import HOOKS, DataFrameOptions, FrameOptions
 from ..runtime.pipeline import Outcomes, Runner
 from ..runtime.result import OnResult, RunResult
 from ..runtime.runlog import open_runlog
@@ -335,6 +335,25 @@ class BaseFlow(ABC):
                 raise ConfigError("rpm= and tpm= per run apply to local flows only")
             flow = self.gated(_run_limits(rpm, tpm))
         return HOOKS["run_dataframe"](flow, df, columns, **options)
+
+    async def arun_dataframe(
+        self,
+        df: pd.DataFrame,
+        columns: Mapping[str, str] | None = None,
+        **options: Unpack[DataFrameOptions],
+    ) -> pd.DataFrame:
+        """Async :meth:`run_dataframe`, with the same arguments: the rows run on flownb's own
+        background loop (as every sync run does) while the caller's event loop stays free.
+        Cancelling the await does not stop the rows already sent (a call sent is a call paid):
+        they finish and are cached, so a re-run pays only for what is missing.
+
+        Returns:
+            What :meth:`run_dataframe` returns.
+
+        Raises:
+            What :meth:`run_dataframe` raises.
+        """
+        return await asyncio.to_thread(self.run_dataframe, df, columns, **options)
 
     def preview(
         self,

@@ -22,7 +22,8 @@ from ..providers.images import image_tokens
 from ..providers.offline import OfflineProvider
 from ..providers.repeat import unrepeated
 from ..runtime.cache import CallCache
-from ..scorers import JudgeScorer, PickBest, Scorer
+from ..scorers import Scorer
+from ..scorers.judge import JudgeScorer, PickBest
 from .run import rows_to_variables
 
 if TYPE_CHECKING:

@@ -118,7 +118,7 @@ class EvalMagics:
         found: list[Scorer] = []
         for ref in refs:
             if ref.lower().endswith((".json", ".toml")):
-                from ..cli.eval import load_config, make_scorer
+                from ..evaluation.config import load_config, make_scorer
 
                 found += [make_scorer(s) for s in load_config(ref).get("scorers") or []]
                 continue

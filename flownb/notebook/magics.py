@@ -34,17 +34,17 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 
-from ..config.settings import resolve_run_config
-from ..errors import ConfigError, FlownbError
-from ..flowfile.inputs import (
+from ..cli.inputs import (
     MAGIC,
     flow_location,
     no_server,
     parse_map,
     parse_values,
     read_csv,
-    to_text,
 )
+from ..config.settings import resolve_run_config
+from ..errors import ConfigError, FlownbError
+from ..flowfile.inputs import to_text
 from ..flows.local import LocalFlow
 from ..frames.batch_api.run import run_dataframe_batched
 from ..frames.run import run_dataframe

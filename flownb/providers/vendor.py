@@ -1,6 +1,7 @@
-"""What the SDK-based vendor providers (Anthropic, Gemini) share: where their endpoint and key
-come from, one SDK client per event loop, warnings once per flow, and the translation of an
-HTTP error answer into flownb's error tree.
+"""What the hosted vendor providers share: where their endpoint and key come from, one SDK
+client per event loop, warnings once per flow (Anthropic, Gemini), and for all three (OpenAI
+too) the masking of API keys in anything shown (:func:`redact`) and the translation of an HTTP
+error answer into flownb's error tree (:func:`status_error`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ __all__ = [
     "redact",
     "split_version",
     "status_error",
+    "wait_asked",
 ]
 
 # Model names of OpenAI's families, as exported flows carry them: a vendor provider replaces
 # them with its own default (with a warning) instead of sending a name the vendor refuses.
 OPENAI_MODEL = re.compile(r"^(gpt-|chatgpt|o\d|dall-e|text-|davinci|babbage|gpt-image)")
-_KEY_LIKE = re.compile(r"(sk-ant-|AIza)[A-Za-z0-9_\-]{3,}")
+# Anthropic's, OpenAI's and Google's key shapes ("*" too: text already masked stays masked).
+_KEY_LIKE = re.compile(r"(sk-ant-|sk-|AIza)[A-Za-z0-9_*\-]{3,}")
 
 
 class HostedProvider(Provider):
@@ -149,6 +152,20 @@ def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:
     return get
 
 
+def wait_asked(headers: Mapping[str, str]) -> float | None:
+    """Return the wait an answer asks for, in seconds: ``retry-after-ms`` (OpenAI's, more
+    precise) first, else ``Retry-After`` (seconds or an HTTP date); ``None`` when neither."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value < float("inf"):
+            return value
+    return parse_retry_after(headers.get("retry-after") or headers.get("Retry-After"))
+
+
 def status_error(
     vendor: str,
     status: int,
@@ -159,17 +176,21 @@ def status_error(
     request_id_header: str,
     quota_exhausted: bool = False,
     limits: RateLimits | None = None,
+    url: str | None = None,
 ) -> ProviderError:
     """Return the flownb error for a vendor's HTTP error answer: 429 is :class:`RateLimited`
-    (with the Retry-After hint) unless the account is out of credit, 408/504 a
-    :class:`ProviderTimeout`, anything else a :class:`ProviderError` keeping the status (5xx
-    and 529 "overloaded" are retried by the engine)."""
-    get = (headers or {}).get
-    request_id = get(request_id_header)
+    (with the wait asked for, see :func:`wait_asked`) unless the account is out of credit,
+    408/504 a :class:`ProviderTimeout`, anything else a :class:`ProviderError` keeping the
+    status (5xx and 529 "overloaded" are retried by the engine). ``url`` is the address asked
+    for, named in a 404's message (a wrong base URL or path); keys are masked throughout."""
+    headers = headers or {}
+    request_id = headers.get(request_id_header)
     text = f"{vendor} API error {status}: {redact(message or 'no message', key)}"
+    if status == 404 and url:
+        text += f" (asked for {redact(url, key)}; is the base URL right?)"
     if request_id:
         text += f" (request id {request_id})"
-    retry_after = parse_retry_after(get("retry-after") or get("Retry-After"))
+    retry_after = wait_asked(headers)
     if status == 429 and not quota_exhausted:
         return RateLimited(
             text,

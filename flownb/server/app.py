@@ -31,7 +31,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import __version__
+from .._version import __version__
 from ..config.endpoints import Endpoint
 from ..config.settings import (
     DEFAULT_MAX_BATCH,

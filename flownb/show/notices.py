@@ -20,8 +20,9 @@ from types import FrameType
 
 __all__ = ["PACKAGE_DIR", "warn"]
 
-# The package's folder as its modules' code objects name it (the same import path as __file__).
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The package's folder as its modules' code objects name it (the same import path as __file__):
+# flownb/, two levels up from flownb/show/notices.py, so every layer's frames are skipped.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def warn(message: str, category: type[Warning] = UserWarning) -> None:

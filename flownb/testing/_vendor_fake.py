@@ -15,7 +15,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from .fake_openai import FakeConfig, _State, add_control_routes, send_stream
+from .fake_config import FakeConfig
+from .fake_openai import add_control_routes, send_stream
+from .fake_state import _State
 
 __all__ = ["Vendor", "control_routes", "handler", "serve_until_interrupted", "words"]
 

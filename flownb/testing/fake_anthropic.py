@@ -35,19 +35,12 @@ from typing import Any
 
 from aiohttp import web
 
-from ..providers.openai.provider import parse_duration
+from ..providers.openai.answers import parse_duration
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
-from .fake_openai import (
-    FakeConfig,
-    FakeOpenAI,
-    _State,
-    echo,
-    judge_reply,
-    scripted_reply,
-    seen_image,
-    split_words,
-    sse_event,
-)
+from .fake_config import FakeConfig
+from .fake_openai import FakeOpenAI, sse_event
+from .fake_replies import echo, judge_reply, scripted_reply, seen_image, split_words
+from .fake_state import _State
 
 __all__ = ["FakeAnthropic", "main", "make_app"]
 

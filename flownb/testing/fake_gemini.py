@@ -33,18 +33,10 @@ from typing import Any
 from aiohttp import web
 
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
-from .fake_openai import (
-    FakeConfig,
-    FakeOpenAI,
-    _State,
-    echo,
-    image_bytes,
-    judge_reply,
-    scripted_reply,
-    seen_image,
-    split_words,
-    sse_event,
-)
+from .fake_config import FakeConfig
+from .fake_openai import FakeOpenAI, sse_event
+from .fake_replies import echo, image_bytes, judge_reply, scripted_reply, seen_image, split_words
+from .fake_state import _State
 
 __all__ = ["FakeGemini", "main", "make_app"]
 

@@ -57,22 +57,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import hashlib
-import io
 import json
-import random
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiohttp import web
 
 from .fake_batches import BatchBackend
+from .fake_config import FakeConfig
 from .fake_message_batches import MessageBatches
+from .fake_replies import (
+    _answer,
+    _prompt_of,
+    data_url_bytes,
+    echo,
+    image_bytes,
+    judge_reply,
+    judge_score,
+    scripted_answer,
+    scripted_reply,
+    seen_image,
+    split_words,
+)
+from .fake_state import _State
 
 __all__ = [
     "FakeConfig",
@@ -92,321 +101,12 @@ __all__ = [
     "sse_event",
 ]
 
-FAULTS = ("429", "500", "hang", "drop")
-
-
-def echo(prompt: str, choice: int = 0) -> str:
-    """Return the text the fake answers for ``prompt`` (choice 0 is the plain echo)."""
-    return f"echo: {prompt}" if choice == 0 else f"echo[{choice}]: {prompt}"
-
-
-def image_bytes(prompt: str) -> bytes:
-    """Return the small PNG the fake answers for ``prompt`` (same prompt, same bytes)."""
-    from PIL import Image
-
-    digest = hashlib.sha256(prompt.encode("utf-8")).digest()
-    img = Image.new("RGB", (8, 8), tuple(digest[:3]))
-    out = io.BytesIO()
-    img.save(out, format="PNG")
-    return out.getvalue()
-
-
-def image_url(prompt: str, base: str = "https://images.invalid") -> str:
-    """Return the URL the fake answers for ``prompt`` when asked for ``response_format=url``:
-    under ``base`` (the fake's own address, which serves it as :func:`image_bytes` until the
-    fake stops, as a provider's expiring URL would)."""
-    return f"{base}/_fake/images/{image_id(prompt)}.png"
-
-
-def image_id(prompt: str) -> str:
-    """Return the name part of the image URL for ``prompt``."""
-    return hashlib.sha256(prompt.encode()).hexdigest()[:32]
-
-
-@dataclass
-class FakeConfig:
-    """How the fake behaves. ``faults`` maps a fault (``"429"``, ``"500"``, ``"hang"``,
-    ``"drop"``) to the share of requests that get it; ``fail_markers`` maps a fault to a substring:
-    every request whose prompt contains it gets that fault."""
-
-    latency: float = 0.0
-    faults: dict[str, float] = field(default_factory=dict)
-    fail_markers: dict[str, str] = field(default_factory=dict)
-    retry_after: str | None = "0"
-    seed: int = 0
-    image_format: str = "url"  # what images answer when the request does not say
-    max_in_flight: int | None = None  # 429 at once beyond this many requests being served
-    rate_limit: int | None = None  # requests per rate_window; 429 (with headers) beyond it
-    rate_window: float = 60.0
-    # Faults answered at once, before the latency (as a provider's front door refuses), instead
-    # of after it (as a busy replica does).
-    faults_first: bool = False
-    # Scripted text answers: marker -> reply, for every prompt containing the marker (the
-    # first marker that matches wins). ``{score}`` in a reply becomes a number in [0, 1] drawn
-    # from the prompt's digest, so a fake judge gives different, reproducible grades.
-    replies: dict[str, str] = field(default_factory=dict)
-    # The Batches API (see fake_batches.py): seconds from creation to completion, the marker of
-    # lines that fail, and whether batches expire with half their lines answered.
-    batch_seconds: float = 1.0
-    batch_fail_marker: str = ""
-    batch_expire: bool = False
-    batch_create_delay: float = 0.0  # seconds a create is answered after the batch exists
-    # Scripted HTTP answers: marker -> answer, for every prompt containing the marker (the first
-    # marker that matches wins), sent after the latency instead of the usual one. An answer is
-    # a dict of: ``status`` (200), ``headers``, and one of ``json`` (the whole body, sent as
-    # JSON), ``text`` (a raw body; ``content_type`` defaults to text/html when it starts with
-    # "<"), or ``message`` / ``finish_reason`` / ``choices`` / ``data`` (the usual answer with
-    # the first choice's message or finish reason replaced, or its choices / image data list).
-    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Share of requests answered 429 at once, before any latency (a provider shedding load).
-    instant_429: float = 0.0
-    # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
-    usage_details: dict[str, Any] = field(default_factory=dict)
-    # Seconds between two words of a streamed answer (``stream: true``).
-    stream_delay: float = 0.0
-    # marker -> N: the first streamed answer to a prompt containing the marker is cut off (the
-    # connection dropped) after N words; the prompt's next request streams whole.
-    stream_cut: dict[str, int] = field(default_factory=dict)
-    # Answer every ``stream: true`` request 400, as a compatible server without streaming does.
-    refuse_stream: bool = False
-
-    def update(self, data: Mapping[str, Any]) -> None:
-        """Change the fields named in ``data``; raises ValueError on unknown names or faults."""
-        for key, value in data.items():
-            if key not in self.__dataclass_fields__:
-                raise ValueError(f"unknown fake setting {key!r}")
-            setattr(self, key, value)
-        unknown = (set(self.faults) | set(self.fail_markers)) - set(FAULTS)
-        if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
-
-
-class _State:
-    def __init__(self, config: FakeConfig) -> None:
-        self.config = config
-        self.rng = random.Random(config.seed)
-        self.requests: list[dict[str, Any]] = []  # every body received, in arrival order
-        self.paths: list[str] = []
-        self.queries: list[dict[str, str]] = []
-        self.headers: list[dict[str, str]] = []
-        self.images: dict[str, str] = {}  # image id -> prompt, for the URLs answered
-        self.image_headers: list[dict[str, str]] = []  # headers of every image download
-        self.in_flight = 0  # every request being served (what max_in_flight counts)
-        # The peak counts only requests that arrived since the last reset: one a previous test
-        # left hanging (the client gave up; the fake notices within 0.1 s) is not this test's.
-        self.peak_in_flight = 0
-        self._epoch = 0
-        self._epoch_in_flight = 0
-        self.answered = 0  # 200s sent
-        self.answered_prompts: list[str] = []  # the prompt of every 200 sent, in order
-        self.faults_sent: dict[str, int] = dict.fromkeys(FAULTS, 0)
-        self.limited = 0  # 429s sent by the rate limit (max_in_flight / rate_limit)
-        self.window_start = 0.0
-        self.window_used = 0
-        self.batches = BatchBackend(config, self.answer_live)
-        # Anthropic's Message Batches (the Anthropic fake mounts them and says how to answer).
-        self.message_batches = MessageBatches(config)
-        # Per streamed answer: (perf_counter time, word) for every word, as it was sent.
-        self.streams: list[list[tuple[float, str]]] = []
-        self.cut_prompts: set[str] = set()  # prompts whose stream was cut once (stream_cut)
-
-    def answer_live(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Return the body the fake answers ``body`` with on ``path`` (for batch lines)."""
-        return _answer(path, body, _prompt_of(path, body), self.config, images=self.images)
-
-    def reset(self) -> None:
-        self.rng = random.Random(self.config.seed)
-        self.batches.reset()
-        self.message_batches.reset()
-        self.requests.clear()
-        self.paths.clear()
-        self.queries.clear()
-        self.headers.clear()
-        self.image_headers.clear()
-        self._epoch += 1
-        self._epoch_in_flight = 0
-        self.peak_in_flight = 0
-        self.answered = 0
-        self.answered_prompts.clear()
-        self.streams.clear()
-        self.cut_prompts.clear()
-        self.faults_sent = dict.fromkeys(FAULTS, 0)
-        self.limited = 0
-        self.window_start = 0.0
-        self.window_used = 0
-
-    def enter(self) -> int:
-        """Count a request in flight; return the token :meth:`leave` takes back."""
-        self.in_flight += 1
-        self._epoch_in_flight += 1
-        self.peak_in_flight = max(self.peak_in_flight, self._epoch_in_flight)
-        return self._epoch
-
-    def leave(self, token: int) -> None:
-        """Count a request out of flight (``token``: what :meth:`enter` returned)."""
-        self.in_flight -= 1
-        if token == self._epoch:
-            self._epoch_in_flight -= 1
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            "requests": len(self.requests),
-            "answered": self.answered,
-            "peak_in_flight": self.peak_in_flight,
-            "in_flight": self.in_flight,
-            "faults": dict(self.faults_sent),
-            "limited": self.limited,
-        }
-
-    def take_quota(self) -> tuple[bool, dict[str, str]]:
-        """Count a request against ``rate_limit``: return whether it is within the limit, and
-        the rate-limit headers to answer with (none when no rate limit is set)."""
-        limit = self.config.rate_limit
-        if limit is None:
-            return True, {}
-        window = self.config.rate_window
-        now = time.monotonic()
-        if now - self.window_start >= window:
-            self.window_start, self.window_used = now, 0
-        allowed = self.window_used < limit
-        if allowed:
-            self.window_used += 1
-        reset = max(0.0, self.window_start + window - now)
-        headers = {
-            "x-ratelimit-limit-requests": str(limit),
-            "x-ratelimit-remaining-requests": str(limit - self.window_used),
-            "x-ratelimit-reset-requests": duration(reset),
-        }
-        if not allowed:
-            headers["Retry-After"] = f"{reset:.3f}"
-        return allowed, headers
-
-    def pick_fault(self, prompt: str) -> str | None:
-        for fault, marker in self.config.fail_markers.items():
-            if marker and marker in prompt:
-                return fault
-        roll = self.rng.random()
-        for fault in FAULTS:
-            share = self.config.faults.get(fault, 0.0)
-            if roll < share:
-                return fault
-            roll -= share
-        return None
-
-
-def duration(seconds: float) -> str:
-    """Return ``seconds`` in OpenAI's rate-limit duration format: "6m0s", "1.5s", "20ms"."""
-    if seconds < 1:
-        return f"{max(1, round(seconds * 1000))}ms"
-    minutes, rest = divmod(seconds, 60)
-    if minutes:
-        return f"{int(minutes)}m{rest:.0f}s"
-    return f"{rest:.3g}s"
-
-
-def seen_image(data: bytes | None, url: str = "") -> str:
-    """Return how the fakes read an image a request shows the model, in the prompt text they
-    answer: ``[image sha256:<hex>]`` of its bytes (``[image url:<url>]`` when it came as an
-    http(s) URL), so a judge's verdict on it follows the image."""
-    if data is None:
-        return f"[image url:{url}]"
-    return f"[image sha256:{hashlib.sha256(data).hexdigest()}]"
-
-
-def data_url_bytes(url: str) -> bytes | None:
-    """Return the bytes of a base64 ``data:`` URL, None for any other URL."""
-    header, sep, payload = url.partition(",")
-    if not (url.startswith("data:") and sep and header.endswith(";base64")):
-        return None
-    return base64.b64decode(payload)
-
-
-def _chat_text(content: Any) -> str:
-    """Return a chat message's content as the fake reads it: the text parts, and each
-    ``image_url`` part as :func:`seen_image` says."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
-        return json.dumps(content)
-    out = []
-    for part in content:
-        if part.get("type") == "text":
-            out.append(str(part.get("text", "")))
-        elif part.get("type") == "image_url":
-            url = str((part.get("image_url") or {}).get("url", ""))
-            out.append(seen_image(data_url_bytes(url), url))
-        else:
-            out.append(json.dumps(part))
-    return "".join(out)
-
-
-def _prompt_of(path: str, body: Mapping[str, Any]) -> str:
-    if path.endswith("/chat/completions"):
-        messages = body.get("messages") or [{}]
-        return _chat_text(messages[-1].get("content", ""))
-    prompt = body.get("prompt", "")
-    return prompt if isinstance(prompt, str) else json.dumps(prompt)
-
 
 def _error(
     status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
 ) -> web.Response:
     body = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
     return web.json_response(body, status=status, headers=dict(headers or {}))
-
-
-def _usage(prompt: str, text: str) -> dict[str, int]:
-    p, c = len(prompt.split()), len(text.split())
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-
-
-def scripted_reply(prompt: str, replies: Mapping[str, str]) -> str | None:
-    """Return the scripted reply for ``prompt`` (see ``FakeConfig.replies``), or None."""
-    for marker, reply in replies.items():
-        if marker and marker in prompt:
-            score = hashlib.sha256(prompt.encode("utf-8")).digest()[0] / 255
-            return reply.replace("{score}", f"{score:.2f}")
-    return None
-
-
-_GRADED = re.compile(r"\nOutput to grade:\n<<<\n(.*)\n>>>", re.DOTALL)
-_CANDIDATE = re.compile(r"^Candidate (\d+):\n<<<\n(.*?)\n>>>$", re.DOTALL | re.MULTILINE)
-
-
-def judge_score(text: str) -> float:
-    """Return the fake judge's score for a graded ``text``: the first two bytes of its SHA-256
-    read as a number over 65535, rounded to two decimals (in 0..1)."""
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return round(int.from_bytes(digest[:2], "big") / 65535, 2)
-
-
-def judge_reply(prompt: str) -> str | None:
-    """Return the fake's verdict for a flownb judge or pick_best prompt (JSON text), or None
-    when ``prompt`` is neither."""
-    from ..scorers import JUDGE_MARKER, PICK_MARKER
-
-    if prompt.startswith(JUDGE_MARKER):
-        graded = _GRADED.search(prompt)
-        if graded is None:
-            return None
-        score = judge_score(graded.group(1))
-        reason = f"fake verdict: {score:.2f} drawn from the graded text's digest"
-        return json.dumps({"score": score, "reason": reason})
-    if prompt.startswith(PICK_MARKER):
-        candidates = [(int(k), judge_score(t)) for k, t in _CANDIDATE.findall(prompt)]
-        if not candidates:
-            return None
-        best = max(candidates, key=lambda c: (c[1], -c[0]))[0]
-        return json.dumps({"best": best, "reason": "fake verdict: the highest digest score"})
-    return None
-
-
-def scripted_answer(prompt: str, answers: Mapping[str, Mapping[str, Any]]) -> Any:
-    """Return the scripted answer for ``prompt`` (see ``FakeConfig.answers``), or None."""
-    for marker, answer in answers.items():
-        if marker and marker in prompt:
-            return answer
-    return None
 
 
 def _scripted_response(
@@ -433,86 +133,6 @@ def _scripted_response(
             first["finish_reason"] = answer["finish_reason"]
         body["choices"] = [first, *body["choices"][1:]]
     return web.json_response(body, status=status, headers=headers)
-
-
-def _answer(
-    path: str,
-    body: Mapping[str, Any],
-    prompt: str,
-    config: FakeConfig,
-    base: str = "https://images.invalid",
-    images: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    n = int(body.get("n") or 1)
-    scripted = scripted_reply(prompt, config.replies)
-    if scripted is None and not path.endswith("/images/generations"):
-        scripted = judge_reply(prompt)
-    model = body.get("model", "")
-    created = int(time.time())
-    if path.endswith("/chat/completions"):
-        text = echo(prompt)
-        return {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": i,
-                    "message": {
-                        "role": "assistant",
-                        "content": scripted if scripted is not None else echo(prompt, i),
-                    },
-                    "finish_reason": "stop",
-                }
-                for i in range(n)
-            ],
-            "usage": {**_usage(prompt, text), **config.usage_details},
-        }
-    if path.endswith("/completions"):
-        text = echo(prompt)
-        return {
-            "id": "cmpl-fake",
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": i,
-                    "text": scripted if scripted is not None else echo(prompt, i),
-                    "finish_reason": "stop",
-                    "logprobs": None,
-                }
-                for i in range(n)
-            ],
-            "usage": _usage(prompt, text),
-        }
-    fmt = body.get("response_format") or config.image_format
-    items: list[dict[str, str]] = []
-    for i in range(n):
-        p = prompt if i == 0 else f"{prompt} #{i}"
-        if fmt == "b64_json":
-            items.append({"b64_json": base64.b64encode(image_bytes(p)).decode("ascii")})
-        else:
-            items.append({"url": image_url(p, base)})
-            if images is not None:
-                images[image_id(p)] = p
-    tokens = len(prompt.split())
-    usage = {
-        "input_tokens": tokens,
-        "output_tokens": 272 * n,
-        "total_tokens": tokens + 272 * n,
-        "input_tokens_details": {"text_tokens": tokens, "image_tokens": 0},
-    }
-    return {"created": created, "data": items, "usage": usage}
-
-
-_WORDS = re.compile(r"\s+|\S+\s*")
-
-
-def split_words(text: str) -> list[str]:
-    """Return ``text`` as the pieces a fake streams: each word with the spaces after it."""
-    return _WORDS.findall(text)
 
 
 def sse_event(data: Any, event: str | None = None) -> bytes:
@@ -593,6 +213,70 @@ def _chat_stream(usual: Mapping[str, Any], usage: bool) -> list[tuple[str, bytes
     return events
 
 
+def _refusal(state: _State, config: FakeConfig) -> tuple[web.Response | None, dict[str, str]]:
+    """Return the 429 a request is refused with at once (beyond ``max_in_flight``, over the
+    ``rate_limit`` window, or an ``instant_429``), else ``None``; and the rate-limit headers
+    every answer carries under ``rate_limit``."""
+    limit_headers: dict[str, str] = {}
+    if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
+        state.limited += 1  # refused at once, as a provider's concurrency limit does
+        return _error(
+            429,
+            "Too many requests in flight",
+            "rate_limit_exceeded",
+            {"x-request-id": "req_fake_limit", "Retry-After": "0"},
+        ), limit_headers
+    if config.rate_limit is not None:
+        within, limit_headers = state.take_quota()
+        if not within:
+            state.limited += 1
+            return _error(
+                429,
+                "Rate limit reached for requests",
+                "rate_limit_exceeded",
+                {"x-request-id": "req_fake_limit", **limit_headers},
+            ), limit_headers
+    if config.instant_429 and state.rng.random() < config.instant_429:
+        state.faults_sent["429"] += 1
+        return _error(
+            429,
+            "Rate limit reached for requests",
+            "rate_limit_exceeded",
+            {"x-request-id": "req_fake_429", "Retry-After": "0"},
+        ), limit_headers
+    return None, limit_headers
+
+
+async def _misbehave(fault: str, request: web.Request, config: FakeConfig) -> web.Response:
+    """Return the answer of an injected ``fault`` ("429", "500"), or hang / drop the connection.
+
+    Raises:
+        asyncio.CancelledError: a hang the client gave up on, or a dropped connection.
+    """
+    if fault == "429":
+        headers = {"x-request-id": "req_fake_429"}
+        if config.retry_after is not None:
+            headers["Retry-After"] = config.retry_after
+        return _error(429, "Rate limit reached for requests", "rate_limit_exceeded", headers)
+    if fault == "500":
+        return _error(
+            500,
+            "The server had an error while processing your request.",
+            "server_error",
+            {"x-request-id": "req_fake_500"},
+        )
+    if fault == "hang":
+        # Hang until the client gives up (then this request is no longer in flight).
+        for _ in range(36000):
+            if request.transport is None or request.transport.is_closing():
+                break
+            await asyncio.sleep(0.1)
+        raise asyncio.CancelledError
+    if request.transport is not None:  # "drop"
+        request.transport.abort()
+    raise asyncio.CancelledError
+
+
 def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake API over ``state``."""
 
@@ -621,63 +305,15 @@ def make_app(state: _State) -> web.Application:
                     "Unrecognized request arguments supplied: stream, stream_options",
                     "invalid_request_error",
                 )
-            limit_headers: dict[str, str] = {}
-            if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
-                state.limited += 1  # refused at once, as a provider's concurrency limit does
-                return _error(
-                    429,
-                    "Too many requests in flight",
-                    "rate_limit_exceeded",
-                    {"x-request-id": "req_fake_limit", "Retry-After": "0"},
-                )
-            if config.rate_limit is not None:
-                within, limit_headers = state.take_quota()
-                if not within:
-                    state.limited += 1
-                    return _error(
-                        429,
-                        "Rate limit reached for requests",
-                        "rate_limit_exceeded",
-                        {"x-request-id": "req_fake_limit", **limit_headers},
-                    )
-            if config.instant_429 and state.rng.random() < config.instant_429:
-                state.faults_sent["429"] += 1
-                return _error(
-                    429,
-                    "Rate limit reached for requests",
-                    "rate_limit_exceeded",
-                    {"x-request-id": "req_fake_429", "Retry-After": "0"},
-                )
+            refused, limit_headers = _refusal(state, config)
+            if refused is not None:
+                return refused
             fault = state.pick_fault(prompt)
             if config.latency and not (fault is not None and config.faults_first):
                 await asyncio.sleep(config.latency)
             if fault is not None:
                 state.faults_sent[fault] += 1
-            if fault == "429":
-                headers = {"x-request-id": "req_fake_429"}
-                if config.retry_after is not None:
-                    headers["Retry-After"] = config.retry_after
-                return _error(
-                    429, "Rate limit reached for requests", "rate_limit_exceeded", headers
-                )
-            if fault == "500":
-                return _error(
-                    500,
-                    "The server had an error while processing your request.",
-                    "server_error",
-                    {"x-request-id": "req_fake_500"},
-                )
-            if fault == "hang":
-                # Hang until the client gives up (then this request is no longer in flight).
-                for _ in range(36000):
-                    if request.transport is None or request.transport.is_closing():
-                        break
-                    await asyncio.sleep(0.1)
-                raise asyncio.CancelledError
-            if fault == "drop":
-                if request.transport is not None:
-                    request.transport.abort()
-                raise asyncio.CancelledError
+                return await _misbehave(fault, request, config)
             base = str(request.url.origin())
             usual = _answer(request.path, body, prompt, config, base, state.images)
             headers = {"x-request-id": "req_fake_ok", **limit_headers}

@@ -1,11 +1,15 @@
-"""README's code blocks run as written, offline, so the README cannot drift from the code.
+"""The code blocks of README.md and of every docs page run as written, offline, so the docs
+cannot drift from the code; and the docs site builds with warnings as errors.
+
+The pages are read in the order of mkdocs.yml's nav, after README.md:
 
 - ```python blocks run in order in one IPython shell (so ``%flow`` magics work too), sharing one
   namespace, in a temporary folder holding a copy of ``notebooks/`` (flows and data), with
   FLOWNB_HOME in a temporary folder.
-- ```bash / ```shell blocks whose first command starts with ``flownb `` run each command as a
-  subprocess (``python -m flownb``) in that folder and must exit 0. Other shell blocks (``pip
-  install``, ``bash scripts/test``, ``export ...``) are set-up steps, not flownb usage.
+- ```bash / ```shell blocks whose first command starts with ``flownb `` run each command in this
+  process (``tests/cli_inprocess.run_cli``, what the console script runs) in that folder and
+  must exit 0. Other shell blocks (``pip install``, ``bash scripts/test``, ``export ...``) are
+  set-up steps, not flownb usage.
 - A block preceded by ``<!-- readme-test: skip -->`` is not run: only for blocks that need an
   OpenAI key or a running server.
 """
@@ -25,25 +29,39 @@ from typing import Any
 
 import pytest
 
+from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 SKIP = "<!-- readme-test: skip -->"
 _FENCE = re.compile(r"^```(\w*)\s*$")
 
 
 @dataclass
 class Block:
-    """One fenced code block of README: its language, first line number, text, skip marker."""
+    """One fenced code block: its page, language, first line number, text, skip marker."""
 
     lang: str
     line: int
     code: str
     skip: bool
+    page: str = "README.md"
+
+    @property
+    def where(self) -> str:
+        """``page line N``: where a failing block stands."""
+        return f"{self.page} line {self.line}"
 
 
-def readme_blocks(text: str) -> list[Block]:
-    """Return README's fenced code blocks in order."""
+def pages() -> list[Path]:
+    """README.md, then the docs pages in the order of mkdocs.yml's nav."""
+    nav = re.findall(r"^\s+- [^:]+: (\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    return [README, *(DOCS / name for name in nav)]
+
+
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
+    """Return a page's fenced code blocks in order."""
     blocks: list[Block] = []
     lines = text.splitlines()
     i = 0
@@ -60,7 +78,7 @@ def readme_blocks(text: str) -> list[Block]:
             i += 1
         before = [ln for ln in lines[:start] if ln.strip()]
         skip = bool(before) and before[-1].strip() == SKIP
-        blocks.append(Block(m.group(1), start + 1, "\n".join(body) + "\n", skip))
+        blocks.append(Block(m.group(1), start + 1, "\n".join(body) + "\n", skip, page))
         i += 1
     return blocks
 
@@ -71,7 +89,11 @@ def shell_commands(code: str) -> list[list[str]]:
     return [argv for ln in joined.splitlines() if (argv := shlex.split(ln, comments=True))]
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = [
+    block
+    for path in pages()
+    for block in readme_blocks(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+]
 PYTHON = [b for b in BLOCKS if b.lang == "python" and not b.skip]
 SHELL = [
     b
@@ -119,14 +141,14 @@ def test_readme_has_runnable_blocks_and_skips_only_server_or_key_blocks() -> Non
     skipped = [b for b in BLOCKS if b.skip]
     for block in skipped:
         needs = ("Client(", "flownb serve", "openai", "OPENAI_API_KEY", "127.0.0.1:8000")
-        assert any(n in block.code for n in needs), f"README line {block.line} skipped"
+        assert any(n in block.code for n in needs), f"{block.where} skipped"
 
 
 def test_readme_python_blocks_run_in_order(shell: Any) -> None:
     for block in PYTHON:
         result = shell.run_cell(block.code, store_history=False)
         error = result.error_before_exec or result.error_in_exec
-        assert error is None, f"README line {block.line}: {type(error).__name__}: {error}"
+        assert error is None, f"{block.where}: {type(error).__name__}: {error}"
     # The evaluation example shows real numbers: its judges grade on the flows' (loopback)
     # provider, not offline.
     summary = shell.user_ns["report"].summary
@@ -134,15 +156,36 @@ def test_readme_python_blocks_run_in_order(shell: Any) -> None:
     assert (summary["pass_rate"] > 0).any() and summary["pick_best_intro"].sum() == 1.0
 
 
-@pytest.mark.parametrize("block", SHELL, ids=[f"line{b.line}" for b in SHELL])
+@pytest.mark.parametrize("block", SHELL, ids=[f"{Path(b.page).stem}-line{b.line}" for b in SHELL])
 def test_readme_shell_blocks_run(block: Block, workdir: Path) -> None:
     for argv in shell_commands(block.code):
-        assert argv[0] == "flownb", f"README line {block.line}: {argv} is not a flownb command"
-        res = subprocess.run(
-            [sys.executable, "-m", "flownb", *argv[1:]],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=dict(os.environ),
-        )
-        assert res.returncode == 0, f"README line {block.line}: {shlex.join(argv)}\n{res.stderr}"
+        assert argv[0] == "flownb", f"{block.where}: {argv} is not a flownb command"
+        res = run_cli(*argv[1:])  # in this process: what the console script runs
+        assert res.returncode == 0, f"{block.where}: {shlex.join(argv)}\n{res.stderr}"
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    listed = {p.name for p in pages()[1:]}
+    on_disk = {p.name for p in DOCS.glob("*.md")}
+    assert listed == on_disk
+
+
+def test_readme_is_the_front_door() -> None:
+    """The README is the pitch, the two set-up commands, a short tour and links: 200 lines at
+    most; everything else lives on a docs page."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    for path in pages()[1:]:
+        assert f"docs/{path.name}" in text, f"README does not link docs/{path.name}"
+
+
+def test_the_docs_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert (tmp_path / "site" / "reference" / "index.html").exists()

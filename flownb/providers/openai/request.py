@@ -1,0 +1,213 @@
+"""What a node's modelParams become in an OpenAI request, decided once per node at flow load
+(:func:`_prepare_text`, :func:`_prepare_image`, read through ``OpenAIProvider.prepare``):
+
+- text nodes go to ``/chat/completions`` (prompt = one user message), or to ``/completions``
+  for completion models (``*-instruct``, ``davinci-002``, ``babbage-002``) or when the node sets
+  ``endpoint: "completions"``;
+- ``max_tokens`` is sent as ``max_completion_tokens`` to reasoning models (o1/o3/o4/gpt-5
+  families), which also refuse sampling knobs: temperature, top_p and the penalties are left
+  out for them, with a warning;
+- ``n`` > 1 is sent and the **first** choice (index 0) becomes the output;
+- ``best_of`` exists only on ``/completions``: 1 is a no-op and dropped; more on a chat model is
+  refused at load time (:class:`ConfigError`), never sent to fail;
+- a handful of known extra parameters pass through (``seed``, ``stop``, ...); anything else is
+  dropped with a warning naming it;
+- image nodes go to ``/images/generations``.
+
+:class:`Azure` is what makes a request Azure's (its URL, api-version and credentials).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import ConfigError
+from ...infra.media import MediaStore
+from ..images import prompt_parts
+
+__all__ = ["DEFAULT_IMAGE_MODEL", "DEFAULT_TEXT_MODEL", "Azure", "Prepared"]
+
+
+DEFAULT_TEXT_MODEL = "gpt-4o-mini"
+
+
+DEFAULT_IMAGE_MODEL = "dall-e-3"
+
+
+_REASONING = re.compile(r"^(o1|o3|o4|gpt-5)(\b|[-.])")
+
+
+_COMPLETION_MODELS = re.compile(r"(-instruct\b|^davinci-002$|^babbage-002$|^text-)")
+
+
+_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+
+
+# Extra parameters passed through as written; anything else is dropped with a warning.
+_CHAT_EXTRAS = frozenset(
+    {
+        "seed",
+        "stop",
+        "user",
+        "logit_bias",
+        "response_format",
+        "reasoning_effort",
+        "service_tier",
+        "logprobs",
+        "top_logprobs",
+        "verbosity",
+    }
+)
+
+
+_COMPLETION_EXTRAS = frozenset({"seed", "stop", "user", "logit_bias", "logprobs", "suffix", "echo"})
+
+
+_IMAGE_EXTRAS = frozenset(
+    {
+        "size",
+        "quality",
+        "style",
+        "response_format",
+        "background",
+        "output_format",
+        "output_compression",
+        "moderation",
+        "user",
+    }
+)
+
+
+_IMAGE_EXT = {"png": "png", "jpeg": "jpg", "jpg": "jpg", "webp": "webp", "gif": "gif"}
+
+
+class Prepared:
+    """A node's request, fixed at load time: the endpoint path and every body field but the
+    prompt."""
+
+    __slots__ = ("body", "endpoint", "image_ext", "notes")
+
+    def __init__(
+        self, endpoint: str, body: dict[str, Any], notes: list[str], image_ext: str = "png"
+    ):
+        self.endpoint = endpoint
+        self.body = body
+        self.notes = notes
+        self.image_ext = image_ext
+
+
+def _prepare_text(params: Mapping[str, Any], node: str) -> Prepared:
+    p = dict(params)
+    notes: list[str] = []
+    model = p.pop("model", None) or DEFAULT_TEXT_MODEL
+    endpoint_choice = p.pop("endpoint", None)
+    if endpoint_choice not in (None, "chat", "completions"):
+        raise ConfigError(
+            f"node {node!r}: endpoint must be 'chat' or 'completions', got {endpoint_choice!r}"
+        )
+    completions = endpoint_choice == "completions" or (
+        endpoint_choice is None and bool(_COMPLETION_MODELS.search(model))
+    )
+    reasoning = bool(_REASONING.match(model)) and not completions
+    body: dict[str, Any] = {"model": model}
+
+    best_of = p.pop("best_of", None)
+    if best_of is not None and best_of != 1:
+        if not completions:
+            raise ConfigError(
+                f"node {node!r}: best_of={best_of} only works on the completions endpoint, and "
+                f"{model!r} is a chat model; remove best_of, or set endpoint: 'completions' with a "
+                "completion model (e.g. gpt-3.5-turbo-instruct)"
+            )
+        body["best_of"] = best_of
+    n = p.pop("n", None)
+    if n is not None and n != 1:
+        if best_of is not None and best_of != 1 and best_of < n:
+            raise ConfigError(f"node {node!r}: best_of ({best_of}) must be at least n ({n})")
+        body["n"] = n  # the first choice becomes the output
+    max_tokens = p.pop("max_tokens", None)
+    max_completion = p.pop("max_completion_tokens", None)
+    if max_completion is not None:
+        # Written in the node: sent as written (the current name; /completions has only the old).
+        body["max_tokens" if completions else "max_completion_tokens"] = max_completion
+        if max_tokens is not None:
+            notes.append("max_tokens dropped: max_completion_tokens is set")
+    elif max_tokens is not None:
+        body["max_completion_tokens" if reasoning else "max_tokens"] = max_tokens
+    for name in _SAMPLING:
+        value = p.pop(name, None)
+        if value is None:
+            continue
+        if reasoning:
+            notes.append(f"{name} dropped: reasoning model {model!r} only takes its default")
+        else:
+            body[name] = value
+    allowed = _COMPLETION_EXTRAS if completions else _CHAT_EXTRAS
+    for name, value in p.items():
+        if name in allowed:
+            body[name] = value
+        else:
+            where = "completions" if completions else "chat completions"
+            notes.append(f"{name} dropped: not a {where} parameter flownb passes through")
+    return Prepared("/completions" if completions else "/chat/completions", body, notes)
+
+
+def _prepare_image(params: Mapping[str, Any], node: str) -> Prepared:
+    p = dict(params)
+    notes: list[str] = []
+    model = p.pop("model", None) or DEFAULT_IMAGE_MODEL
+    body: dict[str, Any] = {"model": model}
+    n = p.pop("n", None)
+    if n is not None and n != 1:
+        if model == "dall-e-3":
+            raise ConfigError(f"node {node!r}: dall-e-3 makes one image per request; n must be 1")
+        body["n"] = n  # the first image becomes the output
+    for name, value in p.items():
+        if name in _IMAGE_EXTRAS:
+            body[name] = value
+        else:
+            notes.append(f"{name} dropped: not an images parameter")
+    fmt = str(body.get("output_format", "png")).lower()
+    return Prepared("/images/generations", body, notes, _IMAGE_EXT.get(fmt, "png"))
+
+
+def _content_parts(prompt: str, media: MediaStore) -> list[dict[str, Any]]:
+    """Return a prompt with images as chat content parts: ``text`` parts and ``image_url``
+    parts (the bytes as a ``data:`` URL, or the image's http(s) URL)."""
+    return [
+        {"type": "text", "text": part}
+        if isinstance(part, str)
+        else {"type": "image_url", "image_url": {"url": part.data_url()}}
+        for part in prompt_parts(prompt, media)
+    ]
+
+
+class Azure:
+    """What makes a request Azure's: the api-version, the model -> deployment map, and an Entra
+    ID token provider (``None`` when an ``api-key`` is sent instead)."""
+
+    __slots__ = ("api_version", "deployments", "token_provider")
+
+    def __init__(
+        self,
+        api_version: str,
+        deployments: Mapping[str, str] | None = None,
+        token_provider: Callable[[], str] | None = None,
+    ) -> None:
+        self.api_version = api_version
+        self.deployments = dict(deployments or {})
+        self.token_provider = token_provider
+
+    def deployment(self, model: str) -> str:
+        """Return the deployment serving ``model``: the mapped name, else the model's."""
+        return self.deployments.get(model, model)
+
+    def url(self, base_url: str, endpoint: str, model: str) -> str:
+        """Return ``{base}/openai/deployments/{deployment}{endpoint}?api-version=V``."""
+        deployment = urllib.parse.quote(self.deployment(model), safe="")
+        version = urllib.parse.quote(self.api_version, safe="")
+        return f"{base_url}/openai/deployments/{deployment}{endpoint}?api-version={version}"

@@ -1,0 +1,587 @@
+"""How OpenAI requests travel: a lean aiohttp path by default (about a tenth of the SDK's CPU
+per call, which is what bounds throughput against fast local servers at high concurrency), or
+the official ``openai`` SDK's ``AsyncOpenAI`` (``transport="sdk"`` /
+``FLOWNB_OPENAI_TRANSPORT=sdk``). Either way one call is one attempt: retries, backoff and the
+concurrency limit belong to the engine, so they work the same for every provider.
+
+Each transport posts a body and returns the decoded answer with its request id and rate limits,
+streams chat chunks, and downloads a generated image (never with the API key, capped at
+:data:`MAX_IMAGE_BYTES`). Errors are translated at this boundary (answers with
+:func:`~flownb.providers.openai.answers._translate_status`, failed connections with
+:func:`_connection_failed`). Azure's differences (deployment URLs, ``api-key``, Entra ID tokens)
+are an :class:`~flownb.providers.openai.request.Azure` handed to either transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import errno
+import ipaddress
+import json
+import os
+import socket
+import ssl
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+from ...errors import ProviderError, ProviderTimeout
+from ..base import RateLimits
+from ..vendor import redact
+from ..wire import aiohttp_trace
+from .answers import (
+    _as_chunk,
+    _chunk_of,
+    _first_line,
+    _not_json,
+    _translate_status,
+    rate_limits,
+)
+from .request import (
+    Azure,
+)
+from .stream import sse_data
+
+__all__ = ["MAX_IMAGE_BYTES", "TRANSPORTS", "UNREACHABLE"]
+
+
+TRANSPORTS = ("aiohttp", "sdk")
+
+
+# The largest image downloaded from a provider's URL (a 4K PNG is about 25 MB).
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
+
+
+# A ProviderError with this code is a setup problem (bad host name, nothing listening on a
+# local address, no TLS there): reported at once, never retried (see limits.retryable).
+UNREACHABLE = "provider_unreachable"
+
+
+_NO_ROUTE = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH})
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """Return ``exc`` and what it was raised from or during (aiohttp's ``os_error`` too)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        nxt = current.__cause__ or current.__context__
+        os_error = getattr(current, "os_error", None)
+        current = nxt if nxt is not None else os_error if isinstance(os_error, OSError) else None
+    return seen
+
+
+def _local(host: str) -> bool:
+    """Return whether ``host`` is a loopback, private, link-local or reserved address (or
+    ``localhost``): nothing listening there is not a passing state of a public service."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_reserved
+
+
+def _unreachable(exc: BaseException, url: str) -> str | None:
+    """Return why ``url`` cannot be reached in a way no retry fixes (the host name does not
+    resolve, nothing listens on a local address, no route, TLS fails), or ``None`` when the
+    failure may pass (a refused connection to a public host, a reset, a timeout)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    where = parts.netloc or host
+    for cause in _causes(exc):
+        if isinstance(cause, socket.gaierror):
+            return f"the host name {host!r} does not resolve (DNS: {cause.strerror or cause})"
+        if isinstance(cause, ssl.SSLError) and type(cause).__module__ == "ssl":
+            reason = getattr(cause, "reason", None) or cause.strerror or str(cause)
+            hint = ": is it http://, not https://?" if "VERSION" in str(reason) else ""
+            return f"the TLS handshake with {where} failed ({reason}{hint})"
+        if isinstance(cause, ssl.CertificateError):
+            return f"the TLS certificate of {where} was not accepted ({cause})"
+        if isinstance(cause, ConnectionRefusedError) and _local(host):
+            return f"nothing is listening at {where} (connection refused)"
+        if isinstance(cause, OSError) and cause.errno in _NO_ROUTE:
+            return f"there is no route to {where} ({cause.strerror})"
+    return None
+
+
+def _connection_failed(exc: BaseException, base_url: str, key: str | None) -> ProviderError:
+    """Return the error for a request that got no answer: one line saying why, and whether a
+    retry can help (:data:`UNREACHABLE` when it cannot)."""
+    why = _unreachable(exc, base_url)
+    if why is not None:
+        return ProviderError(
+            f"could not reach the OpenAI API at {base_url}: {redact(why, key)} (check "
+            "OPENAI_BASE_URL)",
+            provider="openai",
+            code=UNREACHABLE,
+        )
+    detail = next(
+        (str(c) for c in reversed(_causes(exc)) if str(c)), type(exc).__name__
+    )  # the innermost cause says most ("Connection error." says nothing)
+    return ProviderError(
+        f"could not reach the OpenAI API at {base_url}: {type(exc).__name__}: "
+        f"{redact(_first_line(detail), key)}",
+        provider="openai",
+    )
+
+
+async def _read_capped(chunks: AsyncIterator[bytes], url: str) -> bytes:
+    """Return the downloaded image's bytes, read as they come (both transports' bodies).
+
+    Raises:
+        ProviderError: it grew over MAX_IMAGE_BYTES (stopped there, not read to the end).
+    """
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_IMAGE_BYTES:
+            raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _download_failed(url: str, why: str) -> ProviderError:
+    where = urllib.parse.urlsplit(url)
+    return ProviderError(
+        f"could not download the generated image from {where.scheme}://{where.netloc}: {why}",
+        provider="openai",
+    )
+
+
+# aiohttp sessions, shared by every provider with the same endpoint and key on the same event
+# loop (a session is bound to its loop): flows loaded one after another reuse connections. A
+# session is closed with its loop (see _close_with_loop), or at exit for a loop still running.
+_SESSIONS: dict[tuple[asyncio.AbstractEventLoop, str, str | None], Any] = {}
+
+
+# (registry, key) -> the suspended async generator that closes a registry's entry when the
+# entry's loop shuts down; kept here so it lives as long as the entry.
+_WATCHES: dict[tuple[int, Any], AsyncGenerator[None, None]] = {}
+
+
+def _loop_of(ident: Any) -> asyncio.AbstractEventLoop:
+    return ident[0] if isinstance(ident, tuple) else ident
+
+
+async def _close_with_loop(
+    registry: dict[Any, Any], ident: Any, close: Callable[[], Awaitable[Any]]
+) -> None:
+    """Have ``close`` run on the running loop as it shuts down, and ``ident`` leave
+    ``registry`` then: ``asyncio.run`` (and any loop that shuts down its async generators
+    before closing) finishes the generator started here while it can still run coroutines.
+    Also forgets the entries of loops that closed without doing so (nothing can close those
+    any more; at least they are not kept until exit)."""
+    for key in [k for k in _WATCHES if _loop_of(k[1]).is_closed()]:
+        _WATCHES.pop(key, None)
+    for reg in (_SESSIONS, registry):
+        for k in [k for k in reg if _loop_of(k).is_closed()]:
+            reg.pop(k, None)
+    entry = registry[ident]
+
+    async def watch() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if registry.get(ident) is entry:
+                del registry[ident]
+            with contextlib.suppress(Exception):
+                await close()
+
+    gen = watch()
+    await gen.__anext__()  # started on this loop: the loop now finalizes it at shutdown
+    _WATCHES[(id(registry), ident)] = gen
+
+
+@atexit.register
+def _close_sessions() -> None:
+    for (loop, _, _), session in list(_SESSIONS.items()):
+        if session.closed or loop.is_closed():
+            continue
+        if loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(session.close(), loop).result(2)
+    _SESSIONS.clear()
+
+
+class _AiohttpTransport:
+    """POSTs JSON with one aiohttp session per event loop, endpoint and key."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        azure: Azure | None = None,
+        pool: str = "",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.key = api_key
+        self.azure = azure
+        self.pool = pool
+        self.headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            **(headers or {}),
+        }
+        # Per request, not on the session: image downloads go to other hosts, without the key.
+        if api_key and azure is not None:
+            self.auth: dict[str, str] | None = {"api-key": api_key}
+        else:
+            self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        # The proxy from HTTP(S)_PROXY / NO_PROXY, worked out once: aiohttp's trust_env would
+        # look it up again in a worker thread for every request (a third of our CPU per call).
+        parts = urllib.parse.urlsplit(self.base_url)
+        host = parts.hostname or ""
+        bypass = urllib.request.proxy_bypass(host) or host in ("127.0.0.1", "localhost", "::1")
+        self.proxy = None if bypass else urllib.request.getproxies().get(parts.scheme)
+
+    def _url(self, endpoint: str, body: Mapping[str, Any]) -> str:
+        if self.azure is None:
+            return self.base_url + endpoint
+        return self.azure.url(self.base_url, endpoint, str(body.get("model", "")))
+
+    def _headers(self) -> dict[str, str]:
+        azure = self.azure
+        # Entra ID: azure-identity caches the token and refreshes it (a blocking call, about
+        # once an hour) shortly before it expires.
+        if azure is not None and azure.token_provider is not None:
+            return {**self.headers, "Authorization": f"Bearer {azure.token_provider()}"}
+        return {**self.headers, **self.auth} if self.auth else self.headers
+
+    def _ident(self) -> tuple[Any, str, str | None]:
+        # One session per loop, endpoint (its pool: endpoints on one host stay apart) and key.
+        return (asyncio.get_running_loop(), self.pool + self.base_url, self.key)
+
+    async def _session(self) -> Any:
+        session = _SESSIONS.get(self._ident())
+        if session is None or session.closed:
+            session = await self._new_session()
+        return session
+
+    async def _new_session(self) -> Any:
+        import aiohttp
+
+        ident = self._ident()
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+        session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            trace_configs=[aiohttp_trace()],  # when each request left, for its time
+        )
+        _SESSIONS[ident] = session
+        await _close_with_loop(_SESSIONS, ident, session.close)
+        return session
+
+    async def post(
+        self, endpoint: str, body: Mapping[str, Any]
+    ) -> tuple[Any, str | None, RateLimits | None]:
+        import aiohttp
+
+        try:
+            session = _SESSIONS.get(self._ident())
+            if session is None or session.closed:
+                session = await self._new_session()
+            async with session.post(
+                self._url(endpoint, body),
+                data=json.dumps(body),
+                headers=self._headers(),
+                proxy=self.proxy,
+            ) as resp:
+                raw = await resp.read()
+                status = resp.status
+                headers = resp.headers
+        except aiohttp.ServerTimeoutError as exc:
+            raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
+        except aiohttp.ClientError as exc:
+            raise _connection_failed(exc, self.base_url, self.key) from exc
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = raw.decode("utf-8", "replace")
+        if status >= 400:
+            raise _translate_status(status, data, headers, self.key, self.base_url + endpoint)
+        if not isinstance(data, dict):
+            raise _not_json(status, data, headers.get("x-request-id"))
+        return data, headers.get("x-request-id"), rate_limits(headers)
+
+    async def stream(
+        self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Yield the chunks (decoded JSON) of a streamed answer as they arrive, after putting
+        its ``request_id`` and ``limits`` in ``info``. A server that answers in one JSON body
+        instead yields it as one chunk.
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
+        """
+        import aiohttp
+
+        url = self._url(endpoint, body)
+        headers = {**self._headers(), "Accept": "text/event-stream"}
+        try:
+            session = await self._session()
+            async with session.post(
+                url, data=json.dumps(body), headers=headers, proxy=self.proxy
+            ) as resp:
+                request_id = resp.headers.get("x-request-id")
+                # Read as events unless it says JSON: some servers stream as text/plain.
+                whole = "json" in resp.content_type and "event-stream" not in resp.content_type
+                if resp.status >= 400 or whole:
+                    raw = await resp.read()
+                    try:
+                        data = json.loads(raw)
+                    except ValueError:
+                        data = raw.decode("utf-8", "replace")
+                    if resp.status >= 400:
+                        raise _translate_status(
+                            resp.status, data, resp.headers, self.key, self.base_url + endpoint
+                        )
+                    if not isinstance(data, dict):
+                        raise _not_json(resp.status, data, request_id)
+                    info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                    yield _as_chunk(data)
+                    return
+                info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                async for text in sse_data(resp.content):
+                    if text.strip() == "[DONE]":
+                        return
+                    yield _chunk_of(text, resp.status, resp.headers, self.key)
+        except aiohttp.ServerTimeoutError as exc:
+            raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
+        except aiohttp.ClientError as exc:
+            raise _connection_failed(exc, self.base_url, self.key) from exc
+
+    async def fetch(self, url: str) -> tuple[bytes, str]:
+        """Return the bytes and content type at ``url`` (an image a response pointed to),
+        through this loop's session, without the API key.
+
+        Raises:
+            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
+        """
+        import aiohttp
+
+        parts = urllib.parse.urlsplit(url)
+        proxy = None
+        if not urllib.request.proxy_bypass(parts.hostname or ""):
+            proxy = urllib.request.getproxies().get(parts.scheme)
+        try:
+            session = await self._session()
+            async with session.get(url, proxy=proxy) as resp:
+                if resp.status >= 400:
+                    raise _download_failed(url, f"HTTP {resp.status}")
+                if (resp.content_length or 0) > MAX_IMAGE_BYTES:
+                    raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
+                data = await _read_capped(resp.content.iter_chunked(256 * 1024), url)
+                return data, resp.headers.get("Content-Type", "")
+        except aiohttp.ClientError as exc:
+            raise _download_failed(url, type(exc).__name__) from exc
+
+    async def aclose(self) -> None:
+        ident = self._ident()
+        session = _SESSIONS.pop(ident, None)
+        _WATCHES.pop((id(_SESSIONS), ident), None)
+        if session is not None:
+            await session.close()
+
+
+class _SdkTransport:
+    """The same calls through the official SDK's ``AsyncOpenAI`` (its own retries off)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        azure: Azure | None = None,
+        pool: str = "",
+    ) -> None:
+        self.base_url = base_url
+        self.key = api_key
+        self.headers = dict(headers or {}) or None
+        self.azure = azure
+        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+
+    async def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            azure = self.azure
+            if azure is not None:
+                from openai import AsyncAzureOpenAI
+
+                # The SDK puts the deployment (the body's model) and api-version in the URL.
+                client = AsyncAzureOpenAI(
+                    azure_endpoint=self.base_url,
+                    api_version=azure.api_version,
+                    api_key=self.key if azure.token_provider is None else None,
+                    azure_ad_token_provider=azure.token_provider,
+                    default_headers=self.headers,
+                    max_retries=0,
+                    timeout=None,
+                )
+            else:
+                from openai import AsyncOpenAI
+
+                # A placeholder key for local servers that need none (the SDK insists on one).
+                client = AsyncOpenAI(
+                    api_key=self.key or "unused",
+                    base_url=self.base_url,
+                    default_headers=self.headers,
+                    max_retries=0,
+                    timeout=None,
+                )
+            self._clients[loop] = client
+            await _close_with_loop(self._clients, loop, client.close)  # not kept past its loop
+        return client
+
+    async def post(
+        self, endpoint: str, body: Mapping[str, Any]
+    ) -> tuple[Any, str | None, RateLimits | None]:
+        import openai
+
+        client = await self._client()
+        rest = dict(body)
+        model = rest.pop("model")
+        if self.azure is not None:
+            model = self.azure.deployment(model)  # the SDK routes by deployment name
+        try:
+            # with_raw_response: the same call, with the answer's headers (rate limits) kept.
+            if endpoint == "/chat/completions":
+                messages = rest.pop("messages")
+                raw = await client.chat.completions.with_raw_response.create(
+                    model=model, messages=messages, extra_body=rest
+                )
+            elif endpoint == "/completions":
+                prompt = rest.pop("prompt")
+                raw = await client.completions.with_raw_response.create(
+                    model=model, prompt=prompt, extra_body=rest
+                )
+            else:
+                prompt = rest.pop("prompt")
+                raw = await client.images.with_raw_response.generate(
+                    model=model, prompt=prompt, extra_body=rest
+                )
+        except openai.OpenAIError as exc:
+            raise self._translate(exc) from exc
+        request_id = raw.headers.get("x-request-id")
+        try:
+            data = json.loads(raw.content)  # the answer as sent, not the SDK's typed reading
+        except ValueError as exc:
+            raise _not_json(raw.status_code, raw.text, request_id) from exc
+        if not isinstance(data, dict):
+            raise _not_json(raw.status_code, data, request_id)
+        return data, request_id, rate_limits(raw.headers)
+
+    def _translate(self, exc: Exception) -> ProviderError:
+        """Return the flownb error for an exception of the SDK."""
+        import openai
+
+        if isinstance(exc, openai.APIStatusError):
+            return _translate_status(
+                exc.status_code,
+                exc.body if exc.body is not None else exc.response.text,
+                exc.response.headers,
+                self.key,
+                str(exc.response.request.url),
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai")
+        if isinstance(exc, openai.APIConnectionError):
+            return _connection_failed(exc, self.base_url, self.key)
+        return ProviderError(f"OpenAI SDK error: {redact(str(exc), self.key)}", provider="openai")
+
+    async def stream(
+        self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Yield the chunks of a streamed chat answer as the SDK reads them (as plain JSON
+        data), after putting its ``request_id`` and ``limits`` in ``info``.
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
+        """
+        import openai
+
+        client = await self._client()
+        rest = dict(body)
+        model = rest.pop("model")
+        if self.azure is not None:
+            model = self.azure.deployment(model)
+        messages = rest.pop("messages")
+        rest.pop("stream", None)
+        options = rest.pop("stream_options", None)
+        try:
+            raw = await client.chat.completions.with_raw_response.create(
+                model=model,
+                messages=messages,
+                stream=True,
+                stream_options=options,
+                extra_body=rest,
+            )
+            info.update(request_id=raw.headers.get("x-request-id"), limits=rate_limits(raw.headers))
+            kind = raw.headers.get("content-type", "")
+            if "json" in kind and "event-stream" not in kind:  # answered whole, not streamed
+                content = await raw.http_response.aread()
+                try:
+                    data = json.loads(content)
+                except ValueError as exc:
+                    text = content.decode("utf-8", "replace")
+                    raise _not_json(raw.status_code, text, None) from exc
+                if not isinstance(data, dict):
+                    raise _not_json(raw.status_code, data, None)
+                yield _as_chunk(data)
+                return
+            async for chunk in raw.parse():
+                yield chunk.model_dump(mode="json", exclude_unset=True)
+        except openai.OpenAIError as exc:
+            raise self._translate(exc) from exc
+
+    async def fetch(self, url: str) -> tuple[bytes, str]:
+        """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
+        without the API key.
+
+        Raises:
+            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
+        """
+        import httpx
+
+        try:
+            async with (
+                httpx.AsyncClient(timeout=60) as client,
+                client.stream("GET", url) as resp,
+            ):
+                if resp.status_code >= 400:
+                    raise _download_failed(url, f"HTTP {resp.status_code}")
+                data = await _read_capped(resp.aiter_bytes(), url)
+                return data, resp.headers.get("Content-Type", "")
+        except httpx.HTTPError as exc:
+            raise _download_failed(url, type(exc).__name__) from exc
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        _WATCHES.pop((id(self._clients), loop), None)
+        if client is not None:
+            await client.close()
+
+
+def _forget_sessions_in_child() -> None:
+    # A forked child must neither use nor close its parent's sessions (their loop and sockets
+    # stay the parent's): they are kept aside unused, and the child's loop opens its own.
+    _INHERITED_SESSIONS.append((dict(_SESSIONS), dict(_WATCHES)))
+    _SESSIONS.clear()
+    _WATCHES.clear()  # the watchers of the parent's loops: never run in the child
+
+
+_INHERITED_SESSIONS: list[object] = []
+
+
+os.register_at_fork(after_in_child=_forget_sessions_in_child)
