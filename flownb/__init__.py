@@ -2,14 +2,19 @@
 
 Load a flow exported from the web tool, run it once, over a batch or a DataFrame, from a widget
 form or a ``%flow`` magic, locally (offline by default) or against a flow service.
+
+``import flownb`` is cheap: each public name below is imported from its module the first time it
+is used (module ``__getattr__``), so a script that only loads a flow never imports pandas, the
+HTTP clients or OpenTelemetry.
 """
 
 from __future__ import annotations
 
-from . import scorers
-from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks; cheap)
 from ._version import __version__
-from .config.endpoints import Endpoint
 from .errors import (
     ApiError,
     AuthError,
@@ -25,14 +30,19 @@ from .errors import (
     ServiceTimeout,
     ServiceUnavailable,
 )
-from .evaluation import EvalReport, evaluate, load_report, reports
-from .flows.client import Client, RemoteFlow
-from .flows.local import BaseFlow, LocalFlow, load_flow
-from .frames.batch_api import list_batches as batches
-from .runtime.pipeline import Outcomes
-from .runtime.result import RunResult
-from .runtime.runlog import runs
-from .show.display import display_frame
+
+if TYPE_CHECKING:
+    from . import scorers
+    from .config.endpoint_list import endpoints
+    from .config.endpoints import Endpoint
+    from .evaluation import EvalReport, evaluate, load_report, reports
+    from .flows.client import Client, RemoteFlow
+    from .flows.local import BaseFlow, LocalFlow, load_flow
+    from .frames.batch_api import list_batches as batches
+    from .runtime.pipeline import Outcomes
+    from .runtime.result import RunResult
+    from .runtime.runlog import runs
+    from .show.display import display_frame
 
 __all__ = [
     "ApiError",
@@ -59,6 +69,7 @@ __all__ = [
     "__version__",
     "batches",
     "display_frame",
+    "endpoints",
     "evaluate",
     "load_flow",
     "load_report",
@@ -66,6 +77,44 @@ __all__ = [
     "runs",
     "scorers",
 ]
+
+# Where each lazily imported public name lives: name -> (module, attribute); attribute None
+# means the module itself.
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "scorers": (".scorers", None),
+    "Endpoint": (".config.endpoints", "Endpoint"),
+    "endpoints": (".config.endpoint_list", "endpoints"),
+    "EvalReport": (".evaluation", "EvalReport"),
+    "evaluate": (".evaluation", "evaluate"),
+    "load_report": (".evaluation", "load_report"),
+    "reports": (".evaluation", "reports"),
+    "Client": (".flows.client", "Client"),
+    "RemoteFlow": (".flows.client", "RemoteFlow"),
+    "BaseFlow": (".flows.local", "BaseFlow"),
+    "LocalFlow": (".flows.local", "LocalFlow"),
+    "load_flow": (".flows.local", "load_flow"),
+    "batches": (".frames.batch_api.listing", "list_batches"),
+    "Outcomes": (".runtime.pipeline", "Outcomes"),
+    "RunResult": (".runtime.result", "RunResult"),
+    "runs": (".runtime.runlog", "runs"),
+    "display_frame": (".show.display", "display_frame"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Return the public name ``name``, importing its module on first use (then cached here).
+
+    Raises:
+        AttributeError: ``name`` is not a public name of flownb (nor a loaded submodule).
+    """
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'flownb' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name, __name__)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

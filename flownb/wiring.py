@@ -8,15 +8,12 @@ registers each feature under the name of the flow method that opens it.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .flows.local import BaseFlow
-from .frames import preview
-from .frames import run as frame
-from .frames.batch_api import run as batching
-from .frames.dask import run as dask
-from .frames.kinds import takes_any_frame
 from .runtime.hooks import HOOKS
+
+if TYPE_CHECKING:
+    from .flows.local import BaseFlow
 
 __all__: list[str] = []
 
@@ -74,11 +71,40 @@ def _live_run(flow: BaseFlow, values: Any) -> Any:
     return live_run(flow, values)
 
 
-HOOKS.register("run_dataframe", frame.run_dataframe)
-HOOKS.register("run_dask_dataframe", dask.run_dataframe)
-# A polars frame through the batch API comes back as polars, as from the plain run.
-HOOKS.register("run_dataframe_batched", takes_any_frame(batching.run_dataframe_batched))
-HOOKS.register("preview", preview.preview_data)
+# Each feature's module (pandas, Dask, the batch API) is imported when its door is first
+# opened, not by ``import flownb``: a script that never runs a frame never imports pandas.
+
+
+def _run_dataframe(*args: Any, **kwargs: Any) -> Any:
+    from .frames.run import run_dataframe
+
+    return run_dataframe(*args, **kwargs)
+
+
+def _run_dask_dataframe(*args: Any, **kwargs: Any) -> Any:
+    from .frames.dask.run import run_dataframe
+
+    return run_dataframe(*args, **kwargs)
+
+
+def _run_dataframe_batched(*args: Any, **kwargs: Any) -> Any:
+    from .frames.batch_api.run import run_dataframe_batched
+    from .frames.kinds import takes_any_frame
+
+    # A polars frame through the batch API comes back as polars, as from the plain run.
+    return takes_any_frame(run_dataframe_batched)(*args, **kwargs)
+
+
+def _preview(*args: Any, **kwargs: Any) -> Any:
+    from .frames.preview import preview_data
+
+    return preview_data(*args, **kwargs)
+
+
+HOOKS.register("run_dataframe", _run_dataframe)
+HOOKS.register("run_dask_dataframe", _run_dask_dataframe)
+HOOKS.register("run_dataframe_batched", _run_dataframe_batched)
+HOOKS.register("preview", _preview)
 HOOKS.register("form", _form)
 # The notebook's live results view (flownb.notebook.live): a progress bar's replacement, None
 # where it is not used; the slot lets run_dataframe show its returned frame in it at the end.

@@ -39,6 +39,8 @@ def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI
         stream_delay=0.0,
         stream_cut={},
         refuse_stream=False,
+        cached_tokens=0,
+        cache_write_tokens=0,
     )
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

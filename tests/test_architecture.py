@@ -34,6 +34,7 @@ SURFACES = {
     "flownb.frames.batch_api.listing",  # list_batches() / cancel_batch()
     "flownb.server.app",  # ServerConfig (each `serve --workers` process starts there)
     "flownb.server.commands",  # flownb keys / gc
+    "flownb.config.endpoint_list",  # endpoints() / flownb endpoints: FLOWNB_HOME's flownb.toml
 }
 # Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
 NOT_CORE = {"flownb", "flownb.wiring"}
@@ -357,6 +358,10 @@ PRIVATE_ALLOWED = {
     # An endpoint's copies and unpickled twins take over where its key is held (in memory
     # only); the holder never leaves flownb.config.endpoints.
     ("flownb.config.endpoints", "_held"),
+    # ... and whether its base URL is the one the environment pairs with its key variable.
+    ("flownb.config.endpoints", "_env_paired"),
+    # ... and whether its base URL is the one the environment pairs with its key variable.
+    ("flownb.config.endpoints", "_env_paired"),
 }
 
 

@@ -437,16 +437,28 @@ def test_evaluate_through_batches_logs_what_the_batches_cost(fake: FakeOpenAI) -
     flow = flownb.load_flow(make_flow({"say": "Say {word}"}, ["word"]))
     data = pd.DataFrame({"word": ["owl", "bat"]})
     scorers = [S.judge("say", "Is it short?", threshold=0.5)]
-    flownb.evaluate({"plain": flow}, data, scorers, batch_api=True, progress=False, log=False)
+    first = flownb.evaluate(
+        {"plain": flow}, data, scorers, batch_api=True, progress=False, log=False
+    )
     cache = open_cache(flow.config.home)
     lines = _uploaded_lines(fake)
     spent = sum(cache.get(ln["custom_id"]).cost for ln in lines)  # type: ignore[union-attr]
     log = flownb.runs()
     assert len(log) == 2 + 2 and not log["cached"].any()  # the variant's runs, the judges'
     assert log["cost_usd"].sum() == pytest.approx(spent)
+    # In the report the batch answers are paid calls at the batch price, and that is their
+    # price per row: not cache hits.
+    bill = first.money
+    assert not first.results["cached"].any()
+    assert bill.loc["total", "spent_usd"] == pytest.approx(spent)
+    assert bill.loc["total", "price_usd"] == pytest.approx(spent)
+    assert bill.loc["total", "saved_usd"] == 0
+    live = flownb.evaluate({"plain": flow}, data, scorers, progress=False, log=False)
+    assert live.money.loc["total", "spent_usd"] == 0  # the same calls again: cache hits
     flownb.evaluate({"plain": flow}, data, scorers, batch_api=True, progress=False, log=False)
     again = flownb.runs().iloc[4:]
     assert again["cached"].all() and again["cost_usd"].sum() == 0
+    assert live.summary["price_per_row"].tolist() == first.summary["price_per_row"].tolist()
 
 
 def test_a_pending_batch_that_cannot_be_looked_for_stops_the_run_in_one_line(

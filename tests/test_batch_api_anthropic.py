@@ -239,3 +239,18 @@ def test_the_provider_says_which_parameters_it_batches(fake: FakeAnthropic) -> N
         "max_tokens": 200,
         "messages": [{"role": "user", "content": "Say x"}],
     }
+
+
+def test_a_batch_reply_without_request_counts_is_remembered_and_finished(
+    fake: FakeAnthropic,
+) -> None:
+    """Issue 30: a reply whose request_counts is null raised TypeError after the batch was
+    made, leaving a pending record; now the batch is recorded with its id and picked up."""
+    fake.configure(batch_no_counts=True, batch_seconds=0.1)
+    flow = _flow({"echo": "Say {word}"}, ["word"])
+    out = flow.run_dataframe(pd.DataFrame({"word": ["owl", "bat"]}), batch_api=True, progress=False)
+    assert list(out["echo"]) == ["echo: Say owl", "echo: Say bat"]
+    assert fake.message_batches.created == 1
+    listed = flownb.batches()
+    assert len(listed) == 1 and listed.loc[0, "id"].startswith("msgbatch_")
+    assert listed.loc[0, "status"] == "completed"

@@ -290,3 +290,27 @@ def test_bulk_put_and_get_agree_with_single_ones(tmp_path: Path) -> None:
     assert "img" not in cache.get_many(["img"]) and cache.get("img") is None
     # Committed: another connection to the same file sees every entry.
     assert len(CallCache(tmp_path / "cache.sqlite", tmp_path / "media")) == 1202
+
+
+def test_a_cached_rerun_reads_the_cache_in_bulk(fake: FakeOpenAI, flownb_env: Path) -> None:
+    """A batch whose calls are all stored looks them up a few hundred keys per query, not one
+    query per call, and calls the provider for none; a row added since is still paid once."""
+    flownb.load_flow(two_nodes()).run_batch(rows(600), concurrency=8)
+    fake.reset()
+    cache = open_cache(flownb_env)
+    statements: list[str] = []
+    cache._db.set_trace_callback(statements.append)
+    try:
+        again = flownb.load_flow(two_nodes()).run_batch(rows(601), concurrency=8)
+    finally:
+        cache._db.set_trace_callback(None)
+    assert [r["messages"][0]["content"] for r in fake.requests] == [
+        "Intro about t600.",
+        "Title about t600.",
+    ]
+    assert all(r.cached == {"intro", "title"} for r in again[:600])
+    assert again[600].cached == frozenset()
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    # 1,202 calls: 3 bulk queries of at most 500 keys each, and one more query for each call
+    # the bulk lookup did not find (the new row's two); one query per call would be 1,202.
+    assert len(selects) <= 6, len(selects)

@@ -151,26 +151,33 @@ def test_meter_counts_spent_saved_and_unpriced() -> None:
     for r in (R(0.5, 0.0), R(0.0, 0.25), R(math.nan, math.nan), None):
         meter.add(r)
     assert (meter.spent, meter.saved, meter.unpriced, meter.runs) == (0.5, 0.25, 1, 3)
-    assert meter.text() == "$0.5000 spent, $0.2500 saved by cache, 1 unpriced"
-    assert "1 run(s) without a known price not counted" in meter.total_line()
+    assert meter.text() == "at least $0.5000 spent, $0.2500 saved by cache, 1 with price unknown"
+    assert "1 run(s) with a call of unknown price (not counted)" in meter.total_line()
+    judged = CostMeter()
+    judged.add(R(0.5, 0.0))
+    judged.add(R(0.25, 0.0), judge=True)
+    assert judged.text() == "$0.7500 spent (judges $0.2500)"
+    assert judged.total_line() == "cost: $0.7500 for 2 run(s), of which judges $0.2500"
     assert usd(math.nan) == "-" and usd(12.345) == "$12.35" and usd(0) == "$0"
     assert usd(0.0000284) == "$0.000028" and usd(0.0123) == "$0.0123"
 
 
-def test_evaluation_report_has_cost_per_row_and_per_variant(fake: FakeOpenAI) -> None:
+def test_evaluation_report_has_price_per_row_and_spent_per_variant(fake: FakeOpenAI) -> None:
     base = flownb.load_flow(flow_with({"A": {"model": "gpt-4o-mini"}}))
     big = base.with_params(model="gpt-4o")
     data = pd.DataFrame({"topic": ["owls", "cats"]})
     report = flownb.evaluate({"mini": base, "big": big}, data, progress=False)
     rows = report.results
     mini = _table("openai", "gpt-4o-mini", 3, 4)
-    assert list(rows[rows["variant"] == "mini"]["cost_usd"]) == [pytest.approx(mini)] * 2
+    assert list(rows[rows["variant"] == "mini"]["spent_usd"]) == [pytest.approx(mini)] * 2
+    assert list(rows[rows["variant"] == "mini"]["price_usd"]) == [pytest.approx(mini)] * 2
     summary = report.summary
-    assert summary.loc["mini", "cost_usd"] == pytest.approx(2 * mini)
-    assert summary.loc["mini", "cost_per_row"] == pytest.approx(mini)
-    assert summary.loc["big", "cost_usd"] == pytest.approx(2 * _table("openai", "gpt-4o", 3, 4))
+    assert summary.loc["mini", "spent_usd"] == pytest.approx(2 * mini)
+    assert summary.loc["mini", "price_per_row"] == pytest.approx(mini)
+    assert summary.loc["big", "spent_usd"] == pytest.approx(2 * _table("openai", "gpt-4o", 3, 4))
+    assert summary["price_rank"].tolist() == [1, 2]
     html = report._repr_html_()
-    assert "cost (total / per row)" in html and usd(2 * mini) in html
+    assert "price per row (rank)" in html and usd(2 * mini) in html
 
 
 def test_progress_bar_shows_money_spent_and_saved(fake: FakeOpenAI, capsys) -> None:

@@ -105,7 +105,9 @@ def test_local_and_served_flows_side_by_side(
     assert summary.loc["served", "pass_rate"] == pytest.approx(2 / 3)
     assert summary.loc["served", "errors"] == 0
     html = report.compare()._repr_html_()
-    assert "<ins>!</ins>" in html and html.count("<tr>") == 4
+    # The head, each variant's price per row (a served flow's is not known here), 3 rows.
+    assert "<ins>!</ins>" in html and html.count("<tr>") == 5
+    assert "price unknown" in html and "$0 (rank 1)" in html
 
 
 def test_ctrl_c_keeps_finished_rows_and_rerun_pays_only_for_the_rest(
@@ -253,7 +255,8 @@ def test_cli_eval_gates_on_min_pass_and_run_dry_run(tmp_path: Path, blog_flow_pa
     ok = cli("eval", *args, "--out", "report.html", "--min-pass", "0.5", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "short" in ok.stdout and "is_dry" in ok.stdout
-    assert "flownb: cost per variant: blog-intro $0, short $0" in ok.stderr  # offline: free
+    assert "flownb: money: $0 spent, $0 saved by the cache" in ok.stderr  # offline: free
+    assert "price/row (rank)" in ok.stdout and "$0 (1)" in ok.stdout
     assert (tmp_path / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     gate = cli("eval", *args, "--min-pass", "0.9", cwd=tmp_path)
     assert gate.returncode == 1 and "blog-intro 0.500" in gate.stderr

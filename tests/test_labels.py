@@ -137,8 +137,16 @@ def test_bad_labels_are_refused_in_one_line(tmp_path: Path) -> None:
         report.label("nope", "a", passed=True)
     with pytest.raises(ConfigError, match="passed is True, False or None"):
         report.label("r0", "a", passed="yes")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="finite"):
+    with pytest.raises(ConfigError, match="from 1 to 5"):
         report.label("r0", "a", score=math.nan)
+    with pytest.raises(ConfigError, match="from 1 to 5, not 99"):
+        report.label("r0", "a", score=99)
+    with pytest.raises(ConfigError, match="lone surrogate"):
+        report.label("r0", "a", note="ok \udcff")
+    with pytest.raises(ConfigError, match="at most 10,000 characters"):
+        report.label("r0", "a", note="x" * 10_000_000)
+    with pytest.raises(ConfigError, match="note is text"):
+        report.label("r0", "a", passed=True, note=b"bytes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="needs passed="):
         report.label("r0", "a")
     with pytest.raises(ConfigError, match="no evaluation 'missing'"):
@@ -215,7 +223,8 @@ def test_a_score_agreement_uses_rho_and_unknown_scorers_fail(tmp_path: Path) -> 
     report = flownb.evaluate({"v": flow}, data, [judge], progress=False, log=False)
     with pytest.raises(ConfigError, match="no labels with score"):
         report.agreement("judge_s")
-    for i, s in enumerate([2, 1, 4, 3, 6, 5]):
+    # On the 1-5 scale; ranked 2 1 4 3 6 5, as the judge's are 1..6.
+    for i, s in enumerate([1.5, 1, 3, 2.5, 5, 4]):
         report.label(i, "v", score=s)
     found = report.agreement(judge)
     assert found.kind == "score" and found.rho == pytest.approx(1 - 36 / 210) and found.n == 6

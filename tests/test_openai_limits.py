@@ -235,9 +235,13 @@ def test_a_concurrency_limit_is_found_with_few_429s(fake: FakeOpenAI) -> None:
     stats = fake.stats()
     assert stats["answered"] == 200
     # The first burst refuses the 12 calls over the limit (and some retries land in it too);
-    # after that, about one probe per 8 x 4 successes: ~25 in all. Halving (the old way) kept
-    # half the calls refused for seconds and lost rows after 8 retries.
-    assert stats["limited"] <= 40, stats
+    # after that, about one probe per 8 x 4 successes: ~25 in all on a quiet machine, ~60 with
+    # CPU hogs beside it (which calls a probe overlaps depends on the order answers come back
+    # in). A client that kept 16 in flight against a limit of 4 would see three attempts in four
+    # refused, ~600 429s for these 200 answers; halving (the old way) kept half the calls
+    # refused for seconds and lost rows after 8 retries. Counted against the answers, not a
+    # clock: at most one 429 per two answers, whatever the load.
+    assert stats["limited"] <= stats["answered"] // 2, stats
     assert fake.peak_in_flight <= 5
 
 

@@ -321,7 +321,6 @@ def test_fake_server_runs_as_a_module_for_the_plain_sdk() -> None:
     import socket
     import subprocess
     import sys
-    import time
     import urllib.request
 
     from openai import OpenAI
@@ -338,15 +337,15 @@ def test_fake_server_runs_as_a_module_for_the_plain_sdk() -> None:
         "--faults",
         "429=1.0",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/_fake/stats", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        # The server prints its address once it listens: wait for that line (however long a
+        # busy machine takes to import and bind), never for a number of seconds.
+        assert proc.stdout is not None
+        said = proc.stdout.readline()
+        assert said.startswith("fake OpenAI on http://127.0.0.1:"), (said, proc.poll())
+        urllib.request.urlopen(base + "/_fake/stats", timeout=60).close()
         client = OpenAI(api_key=KEY, base_url=base + "/v1", max_retries=0)
         import openai
 

@@ -54,9 +54,11 @@ def test_repeats_pay_k_times_once_and_a_rerun_pays_nothing(fake: FakeOpenAI) -> 
     again = flownb.evaluate({"v": flow}, data, [judge], repeats=3, progress=False)
     assert len(fake.requests) == 0
     assert again.repeats == 3 and len(again.runs) == 12 and again.runs["cached"].all()
+    # Everything but what this run paid and how long it took, the price per row included.
+    paid = ["latency_s", "cached", "total_tokens", "spent_usd", "saved_usd"]
+    paid += ["judge_spent_usd", "judge_saved_usd"]
     pd.testing.assert_frame_equal(
-        again.results.drop(columns=["latency_s", "cached", "total_tokens", "cost_usd"]),
-        report.results.drop(columns=["latency_s", "cached", "total_tokens", "cost_usd"]),
+        again.results.drop(columns=paid), report.results.drop(columns=paid)
     )
     assert again.runs["repeat"].tolist() == [0, 1, 2] * 4
 

@@ -112,7 +112,9 @@ def test_images_are_absolute_urls_served_without_a_key(server: Running) -> None:
     assert again[1]["output"] == url
 
 
-def test_image_urls_use_the_address_the_caller_used(server: Running) -> None:
+def test_image_urls_use_the_address_the_connection_reached_not_the_host_header(
+    server: Running,
+) -> None:
     port = server.url.rsplit(":", 1)[1]
     resp = requests.post(
         f"http://localhost:{port}/api/flows/run/blog-intro",
@@ -120,7 +122,9 @@ def test_image_urls_use_the_address_the_caller_used(server: Running) -> None:
         headers={"x-api-key": server.key},
         timeout=30,
     )
-    assert resp.json()[1]["output"].startswith(f"http://localhost:{port}/media/")
+    # The server listens on 127.0.0.1: that is what "localhost" reached (the Host header is
+    # the caller's to write, so it never decides a URL; --public-url does, behind a proxy).
+    assert resp.json()[1]["output"].startswith(f"http://127.0.0.1:{port}/media/")
 
 
 def test_media_names_outside_the_pattern_are_404(server: Running) -> None:

@@ -296,8 +296,9 @@ def test_connections_that_trickle_their_request_head_are_closed(
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120  # a guard against a server that never starts
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
     port = server.config.port
     conns = []

@@ -179,8 +179,9 @@ def test_an_unknown_cost_is_left_off_the_span(
     fake: FakeOpenAI, spans: InMemorySpanExporter
 ) -> None:
     flow = flownb.load_flow(make_flow({"pic": "A picture of {topic}."}, ["topic"], images=("pic",)))
+    flow = flow.with_params({"pic": {"model": "an-unpriced-image-model"}})
     result = flow.run(topic="owls")
-    assert math.isnan(result.cost)  # the fake's image answers are not priced
+    assert math.isnan(result.cost)  # no price per token nor per image for this model
     (span,) = by_operation(spans, "generate_content")
     assert "flownb.cost_usd" not in span.attributes and "flownb.saved_usd" not in span.attributes
     # An unpriced chat model alike; its cache hit still spent nothing.

@@ -25,6 +25,8 @@ _GOOD = {
     "max_in_flight": None,
     "rate_limit": None,
     "replies": {},
+    "cached_tokens": 0,
+    "cache_write_tokens": 0,
 }
 
 

@@ -31,18 +31,21 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import ConfigError
-from ..evaluation.config import load_config, make_scorer
-from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
-from ..scorers import Scorer
-from ..scorers.judge import JudgeScorer
 from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
+
+if TYPE_CHECKING:
+    from ..flows.local import BaseFlow
+    from ..scorers import Scorer
+
+# The scorers, the flow classes and the evaluation are imported when `flownb eval` runs, not for
+# `flownb --help`.
 
 __all__ = ["eval_command"]
 
@@ -50,6 +53,8 @@ _VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "
 
 
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
+    from ..flows.local import LocalFlow
+
     variants: dict[str, BaseFlow] = {}
     for ref in flows:
         name, sep, source = ref.partition("=")
@@ -106,6 +111,7 @@ def _read_data(path: str) -> Any:
 
 def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
     """Print, once each, the banner of every provider the evaluation will call (stderr)."""
+    from ..scorers.judge import JudgeScorer
 
     shown: set[str] = set()
     for flow in variants.values():
@@ -167,7 +173,26 @@ def summary_text(report: Any) -> str:
     if "latency_p50_s" in summary.columns:
         table["p50 / p95 s"] = [speed_text(row) for _, row in summary.iterrows()]
     frame = pd.DataFrame(table, index=summary.index)
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
+    money = "price_per_row" in summary.columns
+    if money:
+        from ..evaluation.money import money_text
+
+        frame["price/row (rank)"] = [
+            money_text(r["price_per_row"], r["unpriced_calls"])
+            + ("" if pd.isna(r["price_rank"]) else f" ({int(r['price_rank'])})")
+            for _, r in summary.iterrows()
+        ]
+        frame["spent / saved"] = [
+            f"{money_text(r['spent_usd'], r['unpriced_calls'])} / "
+            f"{money_text(r['saved_usd'], r['unpriced_calls'])}"
+            for _, r in summary.iterrows()
+        ]
+        if "judge_price_per_row" in summary.columns:
+            frame["judges: price/row"] = [
+                money_text(r["judge_price_per_row"], r["judge_unpriced_calls"])
+                for _, r in summary.iterrows()
+            ]
+    with pd.option_context("display.width", 250, "display.max_columns", 40):
         text = frame.to_string()
     note = "mean or rate [95% interval]"
     if "latency_p50_s" in summary.columns:
@@ -180,7 +205,33 @@ def summary_text(report: Any) -> str:
         )
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
+    if money:
+        from ..evaluation.money import RANK_NOTE
+
+        note += f"; {RANK_NOTE}"
     return f"{text}\n({note})"
+
+
+def money_line(report: Any) -> str | None:
+    """Return the evaluation's bill in one line: spent and saved, the judges' part apart and
+    in the total (None for a report without prices)."""
+    from ..evaluation.money import money_text
+
+    bill = report.money
+    if bill.empty:
+        return None
+    total = bill.loc["total"]
+    line = (
+        f"money: {money_text(total['spent_usd'], total['unpriced_calls'])} spent, "
+        f"{money_text(total['saved_usd'], total['unpriced_calls'])} saved by the cache"
+    )
+    if "judges" in bill.index:
+        judges = bill.loc["judges"]
+        line += (
+            f" (judges: {money_text(judges['spent_usd'], judges['unpriced_calls'])} spent, "
+            f"{money_text(judges['saved_usd'], judges['unpriced_calls'])} saved)"
+        )
+    return line
 
 
 @click.command("eval")
@@ -267,8 +318,10 @@ def eval_command(
     dry_run: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
+    from ..evaluation.config import load_config, make_scorer
     from ..evaluation.jobs import _bind_judges
     from ..evaluation.run import evaluate
+    from ..scorers.judge import JudgeScorer
 
     try:
         mapping = parse_map(map_pairs)
@@ -315,12 +368,10 @@ def eval_command(
         frontier.save(frontier_path)
         click.echo(frontier.sentence)
         click.echo(f"flownb: wrote the frontier to {frontier_path}", err=True)
-    if "cost_usd" in summary.columns:  # what each variant cost ("-": no known price)
-        from ..show.meter import usd
-
-        costs = ", ".join(f"{v} {usd(float(c))}" for v, c in summary["cost_usd"].items())
-        click.echo(f"flownb: cost per variant: {costs}", err=True)
-        click.echo(f"flownb: {scale_text(report)}", err=True)
+    line = money_line(report)
+    if line is not None:  # what the evaluation spent and saved, the judges' part apart
+        click.echo(f"flownb: {line}", err=True)
+    click.echo(f"flownb: {scale_text(report)}", err=True)
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]

@@ -23,10 +23,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
-from ..flows.local import BaseFlow, LocalFlow
 from ..providers.registry import provider_names
 from ..show.meter import CostMeter
-from ..show.spreadsheet import csv_text
 from .clickhelp import FullHelpGroup
 from .inputs import (
     CLI,
@@ -40,6 +38,11 @@ from .opening import banner, open_flow, usage_error
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ..flows.local import BaseFlow
+
+# What a command needs beyond click (the flow classes, pandas, the HTTP client) is imported
+# inside the command: `flownb --help` and a one-row offline run import no more than they use.
 
 __all__ = ["cli", "main"]
 
@@ -145,6 +148,8 @@ def check(flows: tuple[str, ...]) -> None:
 )
 def graph(flow: str, svg_path: str | None) -> None:
     """Draw a flow file's graph: Mermaid text on stdout, or an SVG file with --svg."""
+    from ..flows.local import LocalFlow
+
     f = open_flow(flow, base_url=None)
     if not isinstance(f, LocalFlow):
         _fail(
@@ -393,6 +398,7 @@ def _run_rows(
     results, then the cost; exit 130 when interrupted, 1 when a row failed."""
     import pandas as pd
 
+    from ..flows.local import LocalFlow
     from ..frames.run import INTERRUPTED, run_dataframe
 
     meter = CostMeter()
@@ -440,6 +446,24 @@ def batches(refresh: bool, cancel_id: str | None) -> None:
         click.echo("no provider batches yet (flownb run ... --batch-api submits some)")
         return
     with pd.option_context("display.width", 160, "display.max_rows", 200):
+        click.echo(table.to_string(index=False))
+
+
+@cli.command()
+def endpoints() -> None:
+    """List the endpoints the flownb.toml files declare (this folder, its parents, then
+    FLOWNB_HOME): name, provider, host, the key variable sent there, the file, and which
+    declarations a nearer file hides."""
+    import pandas as pd
+
+    from ..config.endpoint_list import endpoints as declared
+
+    table = declared()
+    if table.empty:
+        click.echo("no endpoints declared: add [endpoints.NAME] tables to flownb.toml", err=True)
+        return
+    table = table.rename(columns={"key_env": "key variable"})
+    with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         click.echo(table.to_string(index=False))
 
 
@@ -512,6 +536,8 @@ def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
         records = df.astype(object).where(df.notna(), None).to_dict(orient="records")
         text = json.dumps(records, ensure_ascii=False, indent=2, default=str) + "\n"
     else:
+        from ..show.spreadsheet import csv_text
+
         text = csv_text(df, safe=safe)
     if target == "-":
         click.echo(text, nl=False)

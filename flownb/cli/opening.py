@@ -8,14 +8,16 @@ option a value was refused for.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..config.settings import resolve_run_config
 from ..errors import ConfigError, FlownbError
-from ..flows.client import Client
-from ..flows.local import BaseFlow, load_flow
 from .inputs import CLI, flow_location, no_server
+
+if TYPE_CHECKING:
+    from ..flows.local import BaseFlow
 
 __all__ = ["banner", "open_flow", "usage_error"]
 
@@ -50,6 +52,8 @@ def open_flow(
     """
     location = flow_location(flow)
     if isinstance(location, Path):
+        from ..flows.local import load_flow  # imported when a flow file is run, not for --help
+
         return load_flow(
             location, provider=provider, concurrency=concurrency, cache=cache, endpoint=endpoint
         )
@@ -67,4 +71,6 @@ def open_flow(
             f"no API key for {base_url}: set FLOWNB_API_KEY "
             "(for flownb serve, create one with: flownb keys create --name NAME)"
         )
+    from ..flows.client import Client  # requests only for a flow id
+
     return Client(base_url, config.service_key).flow(flow)

@@ -18,13 +18,19 @@ deployment map. Endpoints are built in Python, or declared in ``flownb.toml``::
     deployments = { "gpt-4o-mini" = "mini-eu" }
 
 Files are read from the working folder, then each parent folder, then ``FLOWNB_HOME`` (the
-nearest declaration of a name wins). A file never holds a key: ``api_key`` in a file is refused.
+nearest declaration of a name wins, with a warning, once, naming both files: a project's file
+must not silently send calls, and keys, where the home's declared otherwise). A file never holds
+a key: ``api_key`` in a file is refused. ``flownb endpoints`` (``flownb.endpoints()``) lists what is
+declared where (:mod:`flownb.config.endpoint_list`).
 
 **Keys.** A key is named by the environment variable that holds it (``api_key_env``; read from
 the environment, else from a ``.env`` file), or given literally in Python (``api_key=``). An
 endpoint that names no source uses its provider's usual variable (``OPENAI_API_KEY``,
 ``AZURE_OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GEMINI_API_KEY``), which a local server may
-leave unset.
+leave unset; but that variable goes only to its vendor's own hosts (:data:`VENDOR_HOSTS`), or to
+the base URL the environment pairs with it (``OPENAI_BASE_URL``, ``AZURE_OPENAI_ENDPOINT``). An
+endpoint elsewhere that names no variable sends no key (with a warning, once, when the variable
+is set): to send it there, name it (``api_key_env = "OPENAI_API_KEY"``).
 
 A flow reads its endpoint's key once, when it is loaded (:meth:`Endpoint.bind`), and keeps it in
 memory: copies of the flow in this process use that key even if the variable changes later, so
@@ -42,19 +48,25 @@ import secrets
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..show.notices import warn
 
 __all__ = [
     "DEFAULT_KEY_ENV",
     "ENDPOINTS_FILE",
+    "VENDOR_HOSTS",
+    "Declared",
     "Endpoint",
+    "declarations",
     "endpoint_files",
     "find_endpoint",
     "load_endpoints",
     "read_secrets_with",
+    "table_endpoint",
 ]
 
 
@@ -83,6 +95,19 @@ DEFAULT_KEY_ENV: Mapping[str, str] = {
     "anthropic": "ANTHROPIC_API_KEY",
     "gemini": "GEMINI_API_KEY",
 }
+
+# The hosts a provider's default key variable may go to when an endpoint names no variable:
+# the vendor's own (a name, or a suffix starting with a dot).
+VENDOR_HOSTS: Mapping[str, tuple[str, ...]] = {
+    "openai": ("api.openai.com",),
+    "azure": (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com"),
+    "anthropic": ("api.anthropic.com",),
+    "gemini": ("generativelanguage.googleapis.com",),
+}
+
+# Warnings given once per process: (endpoint, host) a default key was kept from, and
+# (name, nearer file, farther file) of a shadowed declaration.
+_warned: set[tuple[str, ...]] = set()
 
 # Keys of endpoints pickled in this process, by the random token that stands for them.
 _KEYS: dict[str, str] = {}
@@ -153,6 +178,7 @@ class Endpoint:
     """
 
     __slots__ = (
+        "_env_paired",
         "_held",
         "api_key_env",
         "api_version",
@@ -217,6 +243,17 @@ class Endpoint:
         self.concurrency = concurrency
         self.rpm = _positive(rpm, f"endpoint {name!r}: rpm")
         self.tpm = _positive(tpm, f"endpoint {name!r}: tpm")
+        # Made from the environment, whose base URL variable pairs with the provider's key
+        # variable (OPENAI_BASE_URL with OPENAI_API_KEY): that key may go to that URL.
+        self._env_paired = False
+
+    def paired_with_environment(self) -> Endpoint:
+        """Return a copy whose base URL came from the environment variable that pairs with its
+        provider's default key variable (``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``,
+        ``AZURE_OPENAI_ENDPOINT`` / ``AZURE_OPENAI_API_KEY``): that key may be sent there."""
+        new = self.replace()
+        new._env_paired = True
+        return new
 
     # -- the key --------------------------------------------------------------------------------
 
@@ -227,10 +264,26 @@ class Endpoint:
 
     @property
     def key_env(self) -> str | None:
-        """The name of the variable the key is read from (``None`` for a literal key)."""
+        """The name of the variable the key is read from (``None`` for a literal key, or for
+        no key: the endpoint names no variable and its host is not its vendor's)."""
         if self._held.key is not None or self._held.withheld:
             return None
-        return self.api_key_env or DEFAULT_KEY_ENV.get(self.provider)
+        if self.api_key_env:
+            return self.api_key_env
+        return DEFAULT_KEY_ENV.get(self.provider) if self.default_key_allowed else None
+
+    @property
+    def default_key_allowed(self) -> bool:
+        """Whether the provider's default key variable may be sent to this endpoint's host:
+        its vendor's own host (or the vendor's default, no base URL), or the base URL the
+        environment pairs with that variable."""
+        if not self.base_url or self._env_paired:
+            return True
+        host = (urllib.parse.urlsplit(self.base_url).hostname or "").lower().rstrip(".")
+        return any(
+            host == allowed or (allowed.startswith(".") and host.endswith(allowed))
+            for allowed in VENDOR_HOSTS.get(self.provider, ())
+        )
 
     @property
     def bound(self) -> bool:
@@ -279,7 +332,19 @@ class Endpoint:
                 )
             return value
         default = DEFAULT_KEY_ENV.get(self.provider)
-        return env_secret(default) if default else None
+        if not default:
+            return None
+        if not self.default_key_allowed:
+            # Never a vendor's key to another host unless the endpoint names the variable.
+            if env_secret(default) and ("key", self.name, str(self.host)) not in _warned:
+                _warned.add(("key", self.name, str(self.host)))
+                warn(
+                    f"endpoint {self.name!r} names no key variable and {self.host} is not "
+                    f"{self.provider}'s own host: {default} is not sent there (to send it, "
+                    f'name it: api_key_env = "{default}")'
+                )
+            return None
+        return env_secret(default)
 
     # -- identity, copies, display --------------------------------------------------------------
 
@@ -317,6 +382,8 @@ class Endpoint:
         new = Endpoint(**fields)
         if not rekeyed:
             new._held.withheld = self._held.withheld  # a key withheld stays withheld
+        # The environment's pairing holds for its own base URL, never for another.
+        new._env_paired = self._env_paired and new.base_url == self.base_url
         return new
 
     def fields(self) -> dict[str, Any]:
@@ -348,7 +415,7 @@ class Endpoint:
             token = held.token
             _KEYS[token] = key
         literal = held.key is not None or held.withheld
-        return (_rebuild, (self.fields(), token, literal))
+        return (_rebuild, (self.fields(), token, literal, self._env_paired))
 
     def fingerprint(self) -> str:
         """Return a text telling this endpoint from any other, keys included, without any key:
@@ -382,8 +449,11 @@ class Endpoint:
         return f"Endpoint({', '.join(parts)})"
 
 
-def _rebuild(fields: dict[str, Any], token: str | None, literal: bool) -> Endpoint:
+def _rebuild(
+    fields: dict[str, Any], token: str | None, literal: bool, env_paired: bool = False
+) -> Endpoint:
     endpoint = Endpoint(**fields)
+    endpoint._env_paired = env_paired
     held = endpoint._held
     held.token = token  # names the key (not secret): flows with other keys stay apart
     key = _KEYS.get(token) if token is not None else None
@@ -411,7 +481,13 @@ def endpoint_files(cwd: Path, home: Path) -> list[Path]:
     return found
 
 
-def _from_table(name: str, table: Any, path: Path) -> Endpoint:
+def table_endpoint(name: str, table: Any, path: Path) -> Endpoint:
+    """Return the endpoint an ``[endpoints.NAME]`` table of the file ``path`` declares.
+
+    Raises:
+        ConfigError: the table is wrong (a key in it, an unknown field, no provider, ...),
+            naming the file and the field.
+    """
     where = f"{path}: [endpoints.{name}]"
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where} must be a table")
@@ -436,14 +512,24 @@ def _from_table(name: str, table: Any, path: Path) -> Endpoint:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def load_endpoints(cwd: Path, home: Path) -> dict[str, Endpoint]:
-    """Return every endpoint declared in the ``flownb.toml`` files seen from ``cwd`` (the
-    nearest declaration of a name wins).
+@dataclass(frozen=True)
+class Declared:
+    """One ``[endpoints.NAME]`` table: the endpoint, the file declaring it, and the farther
+    files whose declarations of the same name it hides."""
+
+    endpoint: Endpoint
+    file: Path
+    shadows: tuple[Path, ...] = ()
+
+
+def declarations(cwd: Path, home: Path) -> dict[str, Declared]:
+    """Return every declared endpoint name with its nearest declaration (see
+    :func:`load_endpoints`).
 
     Raises:
         ConfigError: a file is not TOML, or an endpoint table is wrong (naming file and field).
     """
-    found: dict[str, Endpoint] = {}
+    found: dict[str, Declared] = {}
     for path in endpoint_files(cwd, home):
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -453,9 +539,34 @@ def load_endpoints(cwd: Path, home: Path) -> dict[str, Endpoint]:
         if not isinstance(tables, Mapping):
             raise ConfigError(f"{path}: endpoints must be tables: [endpoints.NAME]")
         for name, table in tables.items():
-            if name not in found:
-                found[name] = _from_table(name, table, path)
+            nearer = found.get(name)
+            if nearer is None:
+                found[name] = Declared(table_endpoint(name, table, path), path)
+            else:
+                found[name] = Declared(nearer.endpoint, nearer.file, (*nearer.shadows, path))
     return found
+
+
+def load_endpoints(cwd: Path, home: Path) -> dict[str, Endpoint]:
+    """Return every endpoint declared in the ``flownb.toml`` files seen from ``cwd`` (the
+    nearest declaration of a name wins; a warning, once per process, names the files when one
+    hides another's declaration).
+
+    Raises:
+        ConfigError: a file is not TOML, or an endpoint table is wrong (naming file and field).
+    """
+    declared = declarations(cwd, home)
+    for name, entry in declared.items():
+        for hidden in entry.shadows:
+            once = ("shadow", name, str(entry.file), str(hidden))
+            if once not in _warned:
+                _warned.add(once)
+                warn(
+                    f"endpoint {name!r} of {entry.file} hides the one of the same name in "
+                    f"{hidden}: calls (and keys) go to {entry.endpoint.host or 'the default host'}"
+                    " (see `flownb endpoints`)"
+                )
+    return {name: entry.endpoint for name, entry in declared.items()}
 
 
 def find_endpoint(name: str, cwd: Path, home: Path) -> Endpoint:

@@ -14,7 +14,14 @@ Keys of a model's prices: ``input``, ``output`` and optionally ``cached_input`` 
 defaults to ``input``) and ``cache_write`` (defaults to ``input``).
 
 A price that cannot be found is ``NaN``, never 0: an unknown cost must not read as free. The
-offline provider's calls cost exactly 0.
+offline provider's calls cost exactly 0. Image generations the table cannot price (OpenAI bills
+``dall-e-2`` and ``dall-e-3`` per image) are priced from :mod:`flownb.config.image_prices`.
+
+Three figures are kept apart (:func:`money_of`): what a run *spent* (its paid calls; a cache hit
+costs 0), what the cache *saved*, and the row's *price* (every call at the price it was bought
+for, cached or not: the same on every re-run). A figure some of whose calls have no price is
+the sum of the priced ones, a lower bound ("at least"), with ``unpriced`` counting the others;
+NaN only when none of its calls has a price.
 
 Estimates (previews, dry runs) count a prompt's tokens as ``ceil(characters / 4)`` (OpenAI's
 rule of thumb for English; tiktoken's encodings are downloaded at first use, which flownb does
@@ -28,7 +35,8 @@ import functools
 import math
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -36,11 +44,14 @@ __all__ = [
     "BATCH_RATE",
     "ESTIMATE_OUTPUT_TOKENS",
     "NAN",
+    "Money",
     "call_cost",
     "costs_of",
     "estimate_cost",
     "estimate_tokens",
+    "image_call_cost",
     "load_table",
+    "money_of",
     "table_id",
     "table_loaded",
     "uses_table",
@@ -231,18 +242,77 @@ def estimate_cost(
     return call_cost(provider, model, usage, prices)
 
 
-def costs_of(provider: str, generations: Any) -> tuple[float, float]:
-    """Return ``(spent, saved)`` in US dollars for one run's generations: what the fresh calls
-    cost, and what the cached ones would have cost (each NaN when some price is unknown). The
-    offline provider's runs cost 0."""
+def image_call_cost(
+    provider: str,
+    model: str | None,
+    usage: Mapping[str, int] | None,
+    params: Mapping[str, Any],
+    prices: Mapping[str, Mapping[str, Any]] | None = None,
+) -> float:
+    """Return the US dollars one image request cost: from its token usage as
+    :func:`call_cost` prices it, else, for OpenAI's and Azure's images API, the per-image list
+    price of ``model`` at the request's ``params`` (``size``, ``quality``, ``n``; see
+    :func:`~flownb.config.image_prices.image_price`). NaN when neither knows it."""
+    cost = call_cost(provider, model, usage, prices)
+    if not math.isnan(cost) or provider not in ("openai", "azure"):
+        return cost
+    if prices and _override(prices, model):
+        return cost  # the endpoint priced this model itself: its word stands
+    from .image_prices import image_price
+
+    return image_price(model, params)
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """The money of one run (or a sum of runs), three figures never mixed.
+
+    ``spent``: what its paid calls cost (cache hits cost 0). ``saved``: what its cached
+    answers cost when they were bought. ``price``: every call at the price it was bought for,
+    cached or not (a row's list price, the same on every re-run; a batch answer's is the batch
+    price). ``unpriced``: calls without a known price, left out of the sums, which are then
+    lower bounds ("at least"); a figure is NaN only when it has calls and none is priced.
+    ``unpriced_paid``: how many of those were paid in this run (what ``spent`` lacks)."""
+
+    spent: float = 0.0
+    saved: float = 0.0
+    price: float = 0.0
+    unpriced: int = 0
+    unpriced_paid: int = 0
+
+
+def _known_sum(costs: list[float]) -> float:
+    """Return the sum of the known costs; NaN when there are costs and none is known."""
+    known = [c for c in costs if not math.isnan(c)]
+    if costs and not known:
+        return NAN
+    return float(sum(known))
+
+
+def money_of(provider: str, generations: Iterable[Any]) -> Money:
+    """Return the :class:`Money` of one run's generations (``None`` entries, nodes that did not
+    run, are skipped). The offline provider's runs cost 0."""
     if provider == "offline":
-        return 0.0, 0.0
-    spent = saved = 0.0
+        return Money()
+    paid: list[float] = []
+    cached: list[float] = []
     for g in generations:
-        cost = g.cost
-        value = NAN if cost is None else cost
-        if g.cached:
-            saved += value
-        else:
-            spent += value
-    return spent, saved
+        if g is None:
+            continue
+        cost = NAN if g.cost is None else float(g.cost)
+        (cached if g.cached else paid).append(cost)
+    unpriced_paid = sum(1 for c in paid if math.isnan(c))
+    return Money(
+        spent=_known_sum(paid),
+        saved=_known_sum(cached),
+        price=_known_sum(paid + cached),
+        unpriced=unpriced_paid + sum(1 for c in cached if math.isnan(c)),
+        unpriced_paid=unpriced_paid,
+    )
+
+
+def costs_of(provider: str, generations: Any) -> tuple[float, float]:
+    """Return ``(spent, saved)`` of :func:`money_of` (each the sum of the priced calls, NaN
+    when none of its calls has a price)."""
+    money = money_of(provider, generations)
+    return money.spent, money.saved

@@ -10,7 +10,9 @@ else calls :func:`get_settings` or looks at ``os.environ``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,17 +24,20 @@ if TYPE_CHECKING:
     from .endpoints import Endpoint
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_HEADER_TIMEOUT",
     "DEFAULT_KEEP_ALIVE",
     "DEFAULT_LIMIT_CONCURRENCY",
     "DEFAULT_MAX_BATCH",
     "DEFAULT_MAX_BODY",
+    "DEFAULT_MEDIA_MAX",
     "DEFAULT_PROVIDER",
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
     "SERVE_CONFIG",
     "RunConfig",
+    "ServeLimits",
     "Settings",
     "VendorKeys",
     "env_secret",
@@ -41,8 +46,10 @@ __all__ = [
     "get_settings",
     "imported_serve_config",
     "media_dir",
+    "parse_size",
     "resolve_endpoint",
     "resolve_run_config",
+    "resolve_serve_limits",
 ]
 
 DEFAULT_PROVIDER = "offline"
@@ -54,10 +61,31 @@ DEFAULT_MAX_BATCH = 1000  # elements per run request (server limit; client chunk
 DEFAULT_MAX_BODY = 10 * 1024 * 1024  # bytes per run request body
 # flownb serve's connection limits (see flownb/server/protocol.py).
 DEFAULT_HEADER_TIMEOUT = 10.0  # seconds a connection may take to send a request's head
+# Seconds a request may take to send its whole body (FLOWNB_BODY_TIMEOUT, --body-timeout): a
+# 10 MB body needs only 330 kB/s; a client trickling bytes is answered 408 and let go.
+DEFAULT_BODY_TIMEOUT = 30.0
 DEFAULT_KEEP_ALIVE = 5  # seconds an idle keep-alive connection stays open (uvicorn's default)
 DEFAULT_LIMIT_CONCURRENCY = 1000  # connections plus requests in flight before 503s
 DEFAULT_SHUTDOWN_TIMEOUT = 3  # seconds a stopping server lets runs in flight finish
 DEFAULT_OPENAI_TRANSPORT = "aiohttp"
+# Bytes of images kept in FLOWNB_HOME/media (FLOWNB_MEDIA_MAX, flownb serve --media-max-size):
+# past it, the images used longest ago are deleted as new ones are written. 0: no cap.
+DEFAULT_MEDIA_MAX = 1024**3
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Return the bytes in a size like ``500M``, ``2G``, ``750KB``, ``1GiB`` or ``1048576``.
+
+    Raises:
+        ConfigError: not such a size.
+    """
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ConfigError(f"{text!r} is not a size; write e.g. 500M, 2G or 1048576")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
 
 def media_dir(home: Path) -> Path:
@@ -98,6 +126,9 @@ class Settings:
     azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT
     azure_api_version: str | None = None  # OPENAI_API_VERSION
     vendors: VendorKeys | None = None
+    media_max: int = DEFAULT_MEDIA_MAX  # FLOWNB_MEDIA_MAX (bytes; 0: no cap)
+    body_timeout: float = DEFAULT_BODY_TIMEOUT  # FLOWNB_BODY_TIMEOUT (flownb serve)
+    public_url: str | None = None  # FLOWNB_PUBLIC_URL: where clients reach flownb serve
 
     @property
     def media_dir(self) -> Path:
@@ -162,6 +193,12 @@ def get_settings() -> Settings:
             gemini_api_key=env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY") or None,
             gemini_base_url=env.get("GEMINI_BASE_URL") or env.get("GOOGLE_GEMINI_BASE_URL") or None,
         ),
+        media_max=_media_max(env.get("FLOWNB_MEDIA_MAX")),
+        body_timeout=float(
+            _number("FLOWNB_BODY_TIMEOUT", env.get("FLOWNB_BODY_TIMEOUT"), float)
+            or DEFAULT_BODY_TIMEOUT
+        ),
+        public_url=env.get("FLOWNB_PUBLIC_URL") or None,
     )
 
 
@@ -239,6 +276,8 @@ class RunConfig:
     # The flow service flow ids run on (FLOWNB_BASE_URL / FLOWNB_API_KEY): the client's.
     service_url: str | None = None
     service_key: str | None = field(default=None, repr=False)
+    # Bytes of images kept in home/media before the least recently used go (0: no cap).
+    media_max: int = DEFAULT_MEDIA_MAX
 
     @property
     def media_dir(self) -> Path:
@@ -276,6 +315,7 @@ def resolve_run_config(
     base_url: str | None = None,
     api_key: str | None = None,
     local: bool = True,
+    media_max: int | None = None,
 ) -> RunConfig:
     """Return the run configuration: each explicit argument, else the environment, else the
     default. Every surface builds its configuration here, once. ``server=True`` takes the
@@ -318,6 +358,8 @@ def resolve_run_config(
     for knob, value in (("rpm", rpm), ("tpm", tpm)):
         if value is not None and value <= 0:
             raise ConfigError(f"{knob} must be positive, got {value}")
+    if media_max is not None and media_max < 0:
+        raise ConfigError(f"the media size cap must be 0 (none) or more bytes, got {media_max}")
     default_cache, default_log = (
         (s.server_cache, s.server_runlog) if server else (s.cache, s.runlog)
     )
@@ -339,7 +381,49 @@ def resolve_run_config(
         vendors=s.vendors or VendorKeys(),
         service_url=s.base_url,
         service_key=s.api_key,
+        media_max=media_max if media_max is not None else s.media_max,
     )
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """``flownb serve``'s own settings besides its run configuration: seconds a request may take
+    to send its body, and the public URL image links are made under (``None``: the address each
+    request's connection reached)."""
+
+    body_timeout: float
+    public_url: str | None
+
+
+def resolve_serve_limits(
+    *, body_timeout: float | None = None, public_url: str | None = None
+) -> ServeLimits:
+    """Return the server's body timeout and public URL: each argument, else
+    ``FLOWNB_BODY_TIMEOUT`` / ``FLOWNB_PUBLIC_URL``, else the default.
+
+    Raises:
+        ConfigError: a timeout that is not a positive finite number, or a public URL that is
+            not an http(s) URL without query or fragment.
+    """
+    s = get_settings()
+    timeout = s.body_timeout if body_timeout is None else body_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigError(f"the body timeout must be a number of seconds, got {timeout!r}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"the body timeout must be a positive number of seconds, got {timeout}")
+    url = public_url if public_url is not None else s.public_url
+    if url:
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(url.strip())
+        plain = not (parts.query or parts.fragment)
+        if parts.scheme not in ("http", "https") or not parts.netloc or not plain:
+            raise ConfigError(
+                f"the public URL must be http(s)://host[:port][/path], got {url!r} "
+                "(--public-url / FLOWNB_PUBLIC_URL)"
+            )
+        url = url.strip().rstrip("/")
+    return ServeLimits(float(timeout), url or None)
 
 
 def resolve_endpoint(
@@ -396,11 +480,11 @@ def resolve_endpoint(
     if kind == "azure":
         return Endpoint(
             "azure", "azure", base_url=s.azure_endpoint, api_version=s.azure_api_version
-        )
+        ).paired_with_environment()
     if kind == "openai":
         # The environment's endpoint, made explicit so a flow keeps it (and its key) wherever
         # it goes: OPENAI_BASE_URL, the key from OPENAI_API_KEY.
-        return Endpoint("openai", "openai", base_url=s.openai_base_url)
+        return Endpoint("openai", "openai", base_url=s.openai_base_url).paired_with_environment()
     return None
 
 
@@ -441,6 +525,19 @@ def _live(raw: str | None) -> str:
     if value in ("0", "false", "no", "off"):
         return "off"
     raise ConfigError(f"FLOWNB_LIVE must be auto, 1 or 0 (on/off), got {raw!r}")
+
+
+def _media_max(raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MEDIA_MAX
+    if raw.strip().lower() in ("off", "none", "no"):
+        return 0
+    try:
+        return parse_size(raw)
+    except ConfigError:
+        raise ConfigError(
+            f"FLOWNB_MEDIA_MAX must be a size (500M, 2G; 0 for no cap), got {raw!r}"
+        ) from None
 
 
 def _retries(raw: str | None) -> int:

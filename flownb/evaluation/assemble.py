@@ -13,6 +13,7 @@ from ..flows.local import BaseFlow, LocalFlow
 from ..scorers import Scorer
 from ..scorers.judge import JudgeScorer
 from .jobs import _block, _Collected, _input_block
+from .money import JUDGE_COLUMNS, MONEY_COLUMNS, money_columns
 from .report import EvalReport, ScorerInfo
 
 if TYPE_CHECKING:
@@ -84,7 +85,9 @@ def _assemble(
         cols["passed"] = passed
         cols["latency_s"] = np.array(got.latency, dtype=float)
         cols["total_tokens"] = np.array(got.tokens, dtype=float)
-        cols["cost_usd"] = np.array(got.cost, dtype=float)
+        cols.update(money_columns(got.money))  # spent, saved and price kept apart
+        cols["prompt_cache_saved_usd"] = np.array(got.prompt_cache, dtype=float)
+        cols.update(got.judge_columns())
         speed = np.array(got.speed, dtype=float).reshape(n, 3)
         cols["provider_s"], cols["output_tokens"], cols["fresh_s"] = speed.T
         cols["cached"] = np.array(got.cached, dtype=bool)
@@ -97,8 +100,11 @@ def _assemble(
         ordered.append(s.name)
         if f"{s.name}_reason" in results.columns:
             ordered.append(f"{s.name}_reason")
-    ordered += ["passed", "latency_s", "provider_s", "output_tokens", "fresh_s"]
-    ordered += ["total_tokens", "cost_usd", "cached", "error"]
+    ordered += ["passed", "latency_s", "provider_s", "output_tokens", "fresh_s", "total_tokens"]
+    ordered += list(MONEY_COLUMNS)
+    if "judge_calls" in results.columns:
+        ordered += list(JUDGE_COLUMNS)
+    ordered += ["cached", "error"]
     results = results[ordered]
     return EvalReport(
         results,

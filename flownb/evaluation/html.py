@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 
 from ..show.meter import usd
 from .decide_html import SPEED_HEAD, frontier_section, speed_cell
+from .money import RANK_NOTE, bill_html, money_cells, price_row
 
 if TYPE_CHECKING:
     from .shape import ReportView
@@ -290,7 +291,7 @@ def compare_html(
         note = f"<p>showing {shown} of {n} input rows (compare(limit=None) shows all)</p>"
     return (
         f"<style>{STYLE}</style>{note}<table class='flownb-eval'><thead><tr><th>input</th>"
-        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"{head}</tr>{price_row(report)}</thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 
@@ -307,6 +308,13 @@ def summary_html(report: ReportView) -> str:
     metrics = ["pass_rate"] + [s.name for s in report.scorers]
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
     head = "".join(f"<th>{_esc(m)}</th>" for m in metrics)
+    money = "price_per_row" in summary.columns  # reports kept before prices were have none
+    judged = "judge_price_per_row" in summary.columns
+    money_head = ""
+    if money:
+        money_head = "<th>price per row (rank)</th><th>spent / saved</th>"
+        if judged:
+            money_head += "<th>judges: price per row</th><th>judges: spent / saved</th>"
     rows = []
     for variant, row in summary.iterrows():
         cells = [f"<td>{int(row['n'])}</td><td>{int(row['errors'])}</td>"]
@@ -326,7 +334,8 @@ def summary_html(report: ReportView) -> str:
         tokens = row["total_tokens"]
         tokens_text = "–" if tokens != tokens else f"{int(tokens):,}"
         cells.append(f"{speed_cell(row)}<td>{tokens_text}</td>")
-        cells.append(f"<td>{_money(row.get('cost_usd'))}<br>{_money(row.get('cost_per_row'))}</td>")
+        if money:
+            cells.append(money_cells(row))
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
     return (
         _labels_note(summary)
@@ -334,12 +343,14 @@ def summary_html(report: ReportView) -> str:
         + _wins_note(report)
         + (
             f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
-            f"{SPEED_HEAD}<th>total_tokens</th><th>cost (total / per row)</th></tr></thead>"
+            f"{SPEED_HEAD}<th>total_tokens</th>{money_head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody>"
             "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
             "interval: Wilson for rates, Student t for means]; p: paired test against the first "
             "variant over the same rows (McNemar exact for rates, Wilcoxon signed-rank for scores)"
-            "</p>" + _setup_html(report)
+            f"{'; ' + _esc(RANK_NOTE) if money else ''}</p>"
+            + bill_html(report, judged)
+            + _setup_html(report)
         )
     )
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..config.pricing import Money
 from ..errors import ConfigError, one_line
 from ..flows.local import BaseFlow, LocalFlow
 from ..frames.run import INTERRUPTED
@@ -24,6 +25,7 @@ from ..providers.repeat import unrepeated
 from ..runtime.pipeline import Handover
 from ..scorers import Block, Scorer
 from ..scorers.judge import JudgeScorer
+from .money import Charged, money_of_result, prompt_cache_saved_of
 from .speed import row_speed
 
 if TYPE_CHECKING:
@@ -33,10 +35,12 @@ if TYPE_CHECKING:
 OnResult = Callable[[int, Any, BaseException | None], None]
 
 
-class _Collected:
-    """One variant's outcomes as columns, filled as rows finish (no RunResult kept)."""
+class _Collected(Charged):
+    """One variant's outcomes as columns, filled as rows finish (no RunResult kept), and the
+    judges' bill for grading them."""
 
     def __init__(self, n: int, outputs: Sequence[str], plan: Any = None) -> None:
+        super().__init__(n)
         self.outputs = list(dict.fromkeys(outputs))
         self.plan = plan  # the flow's plan: which calls wait for which (the critical path)
         # Per row (see .speed.row_speed): provider time on the critical path, and the output
@@ -45,7 +49,9 @@ class _Collected:
         self.values: dict[str, list[Any]] = {o: [None] * n for o in self.outputs}
         self.latency: list[float] = [math.nan] * n
         self.tokens: list[float] = [math.nan] * n
-        self.cost: list[float] = [math.nan] * n
+        # Spent, saved and the row's price, kept apart (see .money).
+        self.money: list[Money | None] = [None] * n
+        self.prompt_cache: list[float] = [math.nan] * n  # what providers' prompt caches saved
         self.cached: list[bool] = [False] * n
         self.error: list[str | None] = [None] * n
         self.done: list[bool] = [False] * n
@@ -60,7 +66,8 @@ class _Collected:
         for out, column in self.values.items():
             column[i] = result.get(out)
         self.latency[i] = result.latency
-        self.cost[i] = result.cost
+        self.money[i] = money_of_result(result)
+        self.prompt_cache[i] = prompt_cache_saved_of(result)
         self.cached[i] = bool(result) and len(result.cached) >= len(result)
         tokens = 0
         reported = False
@@ -97,11 +104,17 @@ def _paid(result: Any) -> int:
 
 
 def _with_bar(
-    on_result: OnResult, bar: Any, *, remote: bool = False, key: str | None = None
+    on_result: OnResult,
+    bar: Any,
+    *,
+    remote: bool = False,
+    key: str | None = None,
+    judge: bool = False,
 ) -> OnResult:
     """Return ``on_result`` that also advances ``bar`` by the provider calls each run made (the
     bar counts calls, as the preview does, not rows; a served flow's run is one call). With
-    ``key`` (a variant's name), a live view's summary also gets the run."""
+    ``key`` (a variant's name), a live view's summary also gets the run; ``judge``: the runs
+    are a judge's calls, whose money the bar's meter keeps apart."""
     if bar is None:
         return on_result
 
@@ -114,7 +127,7 @@ def _with_bar(
         if live is not None:
             live(key, i, result, exc)
         if exc is None:
-            show(bar, result)  # money spent so far and the cache's saving, beside the bar
+            show(bar, result, judge=judge)  # money spent so far and saved, beside the bar
             made = 1 if remote else _paid(result)
             if made:
                 bar.update(made)

@@ -24,6 +24,7 @@ from .jobs import (
     _run_all,
     _with_bar,
 )
+from .money import charge_judge
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -130,11 +131,18 @@ def _judge_jobs(
         answers[j.name] = got
         where[j.name] = [k for k, _ in asked]
 
-        def keep(i: int, result: Any, exc: BaseException | None, got: list = got) -> None:
+        keys_asked = where[j.name]
+
+        def keep(
+            i: int, result: Any, exc: BaseException | None, got: list = got, keys: list = keys_asked
+        ) -> None:
             failed = f"(judge call failed: {one_line(exc, code=True)})" if exc is not None else ""
             got[i] = result["answer"] if exc is None else failed
+            charge_judge(collected, keys[i], result)  # the judges' bill, apart from the flows'
 
-        jobs.append((j.flow(), [{"q": p} for _, p in asked], _with_bar(keep, bar)))
+        for c in collected.values():
+            c.judged = True
+        jobs.append((j.flow(), [{"q": p} for _, p in asked], _with_bar(keep, bar, judge=True)))
     return jobs, lambda: _parse_answers(judges, names, n, where, answers)
 
 

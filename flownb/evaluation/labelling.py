@@ -21,17 +21,45 @@ if TYPE_CHECKING:
 
     from .agreement import Agreement
 
-__all__ = ["HUMAN_OUTPUT", "Labelled"]
+__all__ = ["HUMAN_OUTPUT", "MAX_NOTE", "SCORE_RANGE", "Labelled"]
 
 # The ``output`` of an ``S.human()`` scorer: ``labels:passed`` or ``labels:score``. Its column is
 # filled from the labels, not from any output, so it marks the column as the labels' own.
 HUMAN_OUTPUT = "labels:"
+# A label's score is on the documented 1-5 scale (the review's buttons); its note is text of at
+# most this many characters (a note is a remark, and every label is kept in the run log).
+SCORE_RANGE = (1.0, 5.0)
+MAX_NOTE = 10_000
 
 
 def _native(value: Any) -> Any:
     """Return a numpy scalar as the Python value it holds (what JSON and sqlite keep)."""
     item = getattr(value, "item", None)
     return item() if callable(item) and not isinstance(value, str | bytes) else value
+
+
+def _checked_note(note: Any) -> str:
+    """Return a label's note as text ("" for None).
+
+    Raises:
+        ConfigError: not a string, over :data:`MAX_NOTE` characters, or not Unicode text (a lone
+            surrogate, which cannot be stored as UTF-8).
+    """
+    if note is None:
+        return ""
+    if not isinstance(note, str):
+        raise ConfigError(f"note is text, not {type(note).__name__}")
+    if len(note) > MAX_NOTE:
+        raise ConfigError(
+            f"a note holds at most {MAX_NOTE:,} characters; this one has {len(note):,}"
+        )
+    try:
+        note.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"the note is not valid Unicode text (a lone surrogate at character {exc.start})"
+        ) from None
+    return note
 
 
 class Labelled:
@@ -57,13 +85,15 @@ class Labelled:
         note: str = "",
     ) -> None:
         """Label ``variant``'s output for input row ``row`` (the input row's index label): pass or
-        fail, a score (1-5 by convention, any number is kept), and/or a note. The label is kept
+        fail, a score from 1 to 5 (fractions allowed), and/or a note (text, at most
+        :data:`MAX_NOTE` characters). The label is kept
         in the run log at once (when the evaluation has one), so a kernel restart loses none;
         labelling a pair again replaces its label in :attr:`labels`.
 
         Raises:
-            ConfigError: an unknown row or variant, a score that is not a finite number, or
-                nothing given.
+            ConfigError: an unknown row or variant, a score that is not a number from 1 to 5, a
+                note that is not text (not a string, a lone surrogate) or too long, or nothing
+                given.
         """
         if variant not in self.variants:
             raise ConfigError(f"no variant {variant!r}; the variants are {self.variants}")
@@ -75,8 +105,10 @@ class Labelled:
             if isinstance(score, bool) or not isinstance(_native(score), int | float):
                 raise ConfigError(f"score is a number or None, not {score!r}")
             score = float(score)
-            if not math.isfinite(score):
-                raise ConfigError(f"score must be a finite number, not {score!r}")
+            low, high = SCORE_RANGE
+            if not math.isfinite(score) or not low <= score <= high:
+                raise ConfigError(f"score must be a number from {low:g} to {high:g}, not {score!r}")
+        note = _checked_note(note)
         if passed is None and score is None and not note:
             raise ConfigError("a label needs passed=, score= or a note")
         given = {
@@ -84,7 +116,7 @@ class Labelled:
             "variant": variant,
             "passed": passed,
             "score": score,
-            "note": str(note or ""),
+            "note": note,
             "labelled_at": time.time(),
         }
         if self.home is not None:

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..flows.local import BaseFlow, LocalFlow
 from ..providers.repeat import repeated
 from ..scorers.judge import JudgeScorer
+from .money import combine_money
 from .shape import ScorerInfo
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ def combine(
     ordered by variant, row, repeat as :func:`order_runs` leaves them): the inputs, outputs,
     reasons and index of repeat 0; each scorer's mean over the repeats that scored (pass/fail
     as the share that passed); ``passed`` the share of repeats that passed; ``flips`` whether
-    it differed between them; ``latency_s`` the mean; ``total_tokens`` and ``cost_usd`` the sums;
+    it differed between them; ``latency_s`` the mean; ``total_tokens``, ``spent_usd`` and
+    ``saved_usd`` the sums, ``price_usd`` the mean (one run's list price; see :mod:`.money`);
     ``cached`` whether every repeat was; ``error`` the first repeat's error, if any failed."""
     keys = _row_keys(runs, variants)
     grouped = runs.assign(_v=keys[0], _pos=keys[1]).groupby(["_v", "_pos"], sort=True)
@@ -115,8 +117,8 @@ def combine(
     flips = passed.groupby([keys[0], keys[1]], sort=True).nunique().to_numpy() > 1
     first.insert(first.columns.get_loc("passed") + 1, "flips", flips)
     first["latency_s"] = grouped["latency_s"].mean().to_numpy(dtype=float)
-    for name in ("total_tokens", "cost_usd"):
-        first[name] = grouped[name].sum(min_count=1).to_numpy(dtype=float)
+    first["total_tokens"] = grouped["total_tokens"].sum(min_count=1).to_numpy(dtype=float)
+    combine_money(first, grouped)
     first["cached"] = grouped["cached"].all().to_numpy(dtype=bool)
     first["error"] = grouped["error"].agg(_first_error).to_numpy(dtype=object)
     first["error"] = first["error"].where(first["error"].notna(), None)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from . import stats
 from .labelling import Labelled
+from .money import bill, price_ranks, summary_money
 from .preferences import Preferring
 from .price import price_per_row
 from .shape import ScorerInfo
@@ -38,12 +39,18 @@ class EvalReport(Labelled, Preferring):
             ``provider_s`` (its time at the provider on the critical path, see
             :mod:`flownb.evaluation.speed`), ``output_tokens`` and ``fresh_s`` (output tokens and
             provider seconds of the calls that went to the provider this run),
-            ``total_tokens``, ``cost_usd`` (US dollars the
-            row's calls cost: 0 when cached, NaN when the price is unknown), ``cached``,
-            ``error``. With repeats (``evaluate(..., repeats=k)``): per-row means over the
+            ``total_tokens``, ``spent_usd`` (US dollars this run paid for the row: 0 when
+            cached), ``saved_usd`` (what the cache saved),
+            ``price_usd`` (the row's list price: its calls at what they cost when bought,
+            cached or not), ``unpriced_calls`` (calls without a known price, left out of
+            those), with judges ``judge_calls``, ``judge_spent_usd``, ``judge_saved_usd``,
+            ``judge_price_usd``, ``judge_unpriced_calls`` (the judges' calls grading the row;
+            a ``pick_best`` call shared evenly among the variants), ``cached``, ``error``.
+            With repeats (``evaluate(..., repeats=k)``): per-row means over the
             repeats (a pass/fail scorer's column and ``passed`` become the share of repeats
             that passed), ``flips`` (pass/fail differed between repeats), the outputs and
-            reasons of repeat 0, summed tokens and cost, the first error; see :attr:`runs`.
+            reasons of repeat 0, summed tokens, spent and saved, the mean price of one run,
+            the first error; see :attr:`runs`.
         repeats: how many times each (variant, row) ran (1 without ``repeats=``).
         variants: the variant names, in the order given (the first is the baseline).
         context: what was evaluated, for a report read later: ``title``, ``dataset`` (name,
@@ -139,11 +146,17 @@ class EvalReport(Labelled, Preferring):
         ``latency_p50_s`` and ``latency_p95_s`` over the rows whose time is known,
         ``latency_rows`` (how many), ``latency_cached_rows`` (of those, served from the cache
         and timed as when bought), ``latency_unknown_rows`` (left out), ``tokens_per_s`` (output
-        tokens per second of provider time); summed ``total_tokens``; ``cost_usd`` (the
-        variant's total, NaN when no row has a known price) and ``cost_per_row`` (its mean over
-        the rows with a known price), and ``usd_per_1m_rows`` (a million rows at list price;
-        see :meth:`price`).
-        With two or more variants, ``<name>_p`` and ``<name>_differs``: a paired test
+        tokens per second of provider time); ``usd_per_1m_rows`` (a million rows at list price;
+        see :meth:`price`); summed ``total_tokens``; the money, three figures never mixed (see
+        :mod:`flownb.evaluation.money`): ``price_per_row`` (what one row costs at list price,
+        from the tokens each answer used when it was bought, cached or not: the same on every
+        re-run) and ``price_rank`` (1: the cheapest per row), ``spent_usd`` (what this run
+        paid; cache hits cost 0), ``saved_usd`` (what the cache saved) and ``unpriced_calls``
+        (calls without a known price, left out: the figures are then lower bounds; NaN when
+        none has a price); with judges, ``judge_price_per_row``, ``judge_spent_usd``,
+        ``judge_saved_usd`` and ``judge_unpriced_calls``: the judges' calls grading this
+        variant's rows, apart (:attr:`money` adds them up). With two or more variants,
+        ``<name>_p`` and ``<name>_differs``: a paired test
         against the first variant over the same rows (McNemar exact for rates, Wilcoxon
         signed-rank or a sign test for scores), differing when p < 0.05. With repeats, every
         figure rests on the per-row means (t intervals, and Wilcoxon or the sign test on them),
@@ -194,10 +207,7 @@ class EvalReport(Labelled, Preferring):
             )
             row.update(variant_speed(runs[runs["variant"] == v]))  # over every repeat's run
             row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
-            if "cost_usd" in g.columns:  # reports stored before costs were kept have none
-                row["cost_usd"] = float(g["cost_usd"].sum(min_count=1))
-                known = g["cost_usd"].dropna()
-                row["cost_per_row"] = float(known.mean()) if len(known) else math.nan
+            row.update(summary_money(g))  # spent, saved, price per row; the judges' apart
             if spread:
                 row["repeats"] = self.repeats
                 row.update(spread[v])
@@ -208,9 +218,30 @@ class EvalReport(Labelled, Preferring):
                     row[field] = known.get(field)
             rows.append(row)
         summary = pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
+        if "price_per_row" in summary.columns:  # comparisons rank by the price of a row
+            summary.insert(
+                summary.columns.get_loc("price_per_row") + 1,
+                "price_rank",
+                price_ranks(summary["price_per_row"]),
+            )
         per_row = price_per_row(summary)
         summary.insert(summary.columns.get_loc("total_tokens"), "usd_per_1m_rows", per_row * 1e6)
         return self._with_label_counts(summary)  # how many labels the human figures rest on
+
+    @property
+    def money(self) -> pd.DataFrame:
+        """The evaluation's bill: one row per variant, ``judges`` (every judge's calls) and
+        ``total`` (variants and judges), with ``spent_usd`` (what this run paid),
+        ``saved_usd`` (what the cache saved), ``price_usd`` (all of it at list price, the same
+        on every re-run), ``price_per_row`` (per input row) and ``unpriced_calls`` (calls
+        without a known price, left out of the sums: then lower bounds). Empty for reports
+        kept before prices were."""
+        import pandas as pd
+
+        summary = self.summary
+        if "price_per_row" not in summary.columns:
+            return pd.DataFrame()
+        return bill(summary, int(summary["n"].max()) if len(summary) else 0)
 
     @staticmethod
     def _paired(first: pd.DataFrame, other: pd.DataFrame, name: str, kind: str) -> float:

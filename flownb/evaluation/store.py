@@ -34,6 +34,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError
+from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
 from ..runtime.runlog import RUNLOG_FILE
 
@@ -117,7 +118,8 @@ _RESULT_CHUNK = 5_000
 def _connect(home: Path) -> sqlite3.Connection:
     path = Path(home) / RUNLOG_FILE
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        private_file(path)  # 0600 before SQLite opens it: its WAL files take its mode
         db = sqlite3.connect(path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(_SCHEMA)

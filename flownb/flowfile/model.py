@@ -14,9 +14,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..errors import FlowFileError
+from .params import RULES, params_problem
 
 __all__ = [
     "MAX_FLOW_BYTES",
@@ -29,6 +38,7 @@ __all__ = [
     "OutputNode",
     "VariableNode",
     "describe",
+    "first_error",
     "load_flow_file",
     "parse_flow",
     "read_flow_file",
@@ -79,6 +89,31 @@ class ModelParams(BaseModel):
     presence_penalty: float | None = None
     n: int | None = None
     best_of: int | None = None
+
+    @field_validator(
+        "temperature",
+        "max_tokens",
+        "top_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "n",
+        "best_of",
+        mode="before",
+    )
+    @classmethod
+    def _no_bool(cls, value: Any) -> Any:
+        # pydantic would read true as 1: a flag is never a number here.
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, got {str(value).lower()}")
+        return value
+
+    @model_validator(mode="after")
+    def _in_range(self) -> ModelParams:
+        # Every parameter in its documented range, NaN and infinity nowhere (flowfile/params.py).
+        problem = params_problem(self.model_dump())
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def as_dict(self) -> dict[str, Any]:
         """Return the set parameters (``None`` left out), extras included."""
@@ -170,10 +205,22 @@ def _node_label(raw: Mapping[str, Any], index: int) -> str:
     return f"node {node_id!r}" if isinstance(node_id, str) else f"node #{index}"
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
+    """Return a validation error's first problem on one line: where, then what (a model
+    parameter's problem says its allowed values)."""
     err = exc.errors(include_url=False)[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    return f"{loc}: {err['msg']}" if loc else err["msg"]
+    parts = [str(p) for p in err["loc"]]
+    if parts and parts[0] in NODE_TYPES:  # the union's tag: the caller names the node type
+        parts = parts[1:]
+    if parts[:1] == ["data"]:
+        parts = parts[1:]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if parts and parts[-1] in RULES and parts[:-1] in ([], ["modelParams"]):
+        name = parts[-1]
+        where = "modelParams: " if len(parts) == 2 else ""
+        return f"{where}{name} must be {RULES[name].allowed()}, got {err.get('input')!r}"
+    loc = ".".join(parts)
+    return f"{loc}: {msg}" if loc else msg
 
 
 def parse_flow(data: Any, source: str = "") -> FlowGraph:
@@ -206,12 +253,12 @@ def parse_flow(data: Any, source: str = "") -> FlowGraph:
             nodes.append(_NODES.validate_python(raw))
         except ValidationError as exc:
             raise FlowFileError(
-                f"{where}{_node_label(raw, i)} ({raw['type']}) is invalid: {_first_error(exc)}"
+                f"{where}{_node_label(raw, i)} ({raw['type']}) is invalid: {first_error(exc)}"
             ) from None
     try:
         edges = _EDGES.validate_python(data.get("edges") or [])
     except ValidationError as exc:
-        raise FlowFileError(f"{where}edges are invalid: {_first_error(exc)}") from None
+        raise FlowFileError(f"{where}edges are invalid: {first_error(exc)}") from None
     graph = FlowGraph.model_construct(nodes=nodes, edges=edges)
     _check_graph(graph, where)
     return graph

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..errors import ConfigError
-from .model import ActionNode, FlowGraph, ImageNode, ModelParams
+from .model import ActionNode, FlowGraph, ImageNode, ModelParams, first_error
 
 __all__ = [
     "generation_nodes",
@@ -54,13 +56,15 @@ def resolve_node(graph: FlowGraph, ref: str) -> str:
 def _merged(params: ModelParams, update: Mapping[str, Any], where: str) -> ModelParams:
     if not isinstance(update, Mapping):
         raise ConfigError(f"parameters for {where} must be a mapping, got {type(update).__name__}")
-    # Validated afresh (not model_copy(update=...)), so a wrong type (temperature="hot") is
-    # refused here, and extra parameters stay extras. None removes a parameter.
+    # Validated afresh (not model_copy(update=...)), so a wrong type (temperature="hot") or a
+    # value out of range (temperature=nan, n=1000000) is refused here, and extra parameters
+    # stay extras. None removes a parameter.
     merged = {**params.model_dump(), **update}
     try:
         return ModelParams.model_validate({k: v for k, v in merged.items() if v is not None})
-    except ValueError as exc:
-        raise ConfigError(f"invalid model parameters for {where}: {exc}") from None
+    except ValidationError as exc:
+        problem = first_error(exc).removeprefix("modelParams: ")
+        raise ConfigError(f"invalid model parameters for {where}: {problem}") from None
 
 
 def _replace(graph: FlowGraph, changes: Mapping[str, Mapping[str, Any]]) -> FlowGraph:

@@ -5,7 +5,8 @@ estimate of what they would cost. Nothing here calls a provider.
 Estimates, not quotes: prompt tokens are ``ceil(characters / 4)``, each text call is assumed to
 write its node's ``max_tokens`` (or :data:`~flownb.config.pricing.ESTIMATE_OUTPUT_TOKENS`), and the
 price is the table's (or the endpoint's ``prices``) for the model the provider would send.
-Image calls, judges without a known model and remote flows are not priced (NaN, shown ``-``).
+Image calls are priced per image where :mod:`flownb.config.image_prices` knows the model;
+others, judges without a known model and remote flows are not priced (NaN, shown ``-``).
 
 A prompt that uses an upstream node's output is rendered with that output when the upstream
 call is cached, else with a ``«output of NODE»`` placeholder (and counted as a call).
@@ -64,6 +65,10 @@ def _pricer(provider: Any) -> Any:
 
     def price(kind: str, params: Mapping[str, Any], tokens: int) -> tuple[int, float]:
         if kind != "text":
+            if kind_name in ("openai", "azure"):  # OpenAI's images API: a price per image
+                from ..config.image_prices import image_price
+
+                return 0, image_price(provider.priced_model(kind, params), params)
             return 0, 0.0 if kind_name == "offline" else NAN
         out = params.get("max_tokens") or params.get("max_completion_tokens")
         out = int(out) if out else ESTIMATE_OUTPUT_TOKENS

@@ -1,5 +1,11 @@
 """Where generated images live: ``FLOWNB_HOME/media``, named by an unguessable digest.
 
+The folder has a size cap (``max_bytes``; 0: none): when a write takes it over, the images
+used longest ago (a file's modification time is its last use: written, or read back from the
+call cache) are deleted until it is at 90% of the cap, never the image just written. Whoever
+keeps names of images (the call cache) hears which were deleted (:func:`on_evict`), and drops
+what named them.
+
 A name is an HMAC of the image's source (the prompt, or the image's bytes) keyed by a secret
 made once per FLOWNB_HOME (``FLOWNB_HOME/media.key``, mode 0600): the same prompt gets the same
 name within one home, so repeats and caches still hit, but nobody without the secret can work a
@@ -14,13 +20,16 @@ import os
 import re
 import secrets
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
+from .private import private_dir
 from .writable import unwritable
 
-__all__ = ["MEDIA_KEY_FILE", "MEDIA_NAME", "MediaStore"]
+__all__ = ["MEDIA_KEY_FILE", "MEDIA_NAME", "MediaStore", "mark_used", "on_evict"]
 
 MEDIA_KEY_FILE = "media.key"
 
@@ -28,15 +37,89 @@ MEDIA_KEY_FILE = "media.key"
 MEDIA_NAME = re.compile(r"[0-9a-f]{32,64}\.(png|jpg|jpeg|webp|gif)")
 
 
+# After eviction the folder holds at most this share of its cap: room for the next writes
+# before the folder is listed again.
+_LOW_WATER = 0.9
+
+# Called with (media folder, names deleted) after each eviction: the call cache drops the
+# entries that named them.
+_evict_listeners: list[Callable[[Path, list[str]], None]] = []
+
+
+def on_evict(listener: Callable[[Path, list[str]], None]) -> None:
+    """Call ``listener(folder, names)`` whenever images are deleted to keep a folder under its
+    cap (in the thread that wrote the image that took it over)."""
+    _evict_listeners.append(listener)
+
+
+def mark_used(path: Path) -> bool:
+    """Record that the image at ``path`` was used now (its modification time: the cap deletes
+    the images used longest ago first); return whether the file is there."""
+    try:
+        _stamp(path)
+    except FileNotFoundError:
+        return False
+    except OSError:  # a read-only home: the file may be there, unmarked
+        return path.is_file()
+    return True
+
+
+def _stamp(path: Path) -> None:
+    # The precise clock, not the kernel's coarse file time (a few ms): an image used just after
+    # another was written must not look as old as it.
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))
+
+
+class _Budget:
+    """What one process knows of one media folder's size (shared by its MediaStores)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total: int | None = None  # bytes, None until the folder is listed
+
+
+_budgets: dict[Path, _Budget] = {}
+_budgets_lock = threading.Lock()
+
+
+def _budget(directory: Path) -> _Budget:
+    with _budgets_lock:
+        return _budgets.setdefault(directory.absolute(), _Budget())
+
+
+def _listing(directory: Path) -> list[tuple[float, int, str]]:
+    """Return ``(mtime, size, name)`` of the folder's images, least recently used first."""
+    files = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if not MEDIA_NAME.fullmatch(entry.name):
+            continue  # temp files and anything not ours are left alone
+        try:
+            st = entry.stat()
+        except FileNotFoundError:
+            continue
+        files.append((st.st_mtime, st.st_size, entry.name))
+    files.sort()
+    return files
+
+
 class MediaStore:
-    """A folder of generated images.
+    """A folder of generated images, kept under ``max_bytes`` (0: no cap; see the module
+    docstring).
 
     Files are written atomically (temp file + rename), so a reader never sees half an image and
     two writers of the same name never corrupt each other.
     """
 
-    def __init__(self, directory: str | Path, key_path: str | Path | None = None) -> None:
+    def __init__(
+        self, directory: str | Path, key_path: str | Path | None = None, *, max_bytes: int = 0
+    ) -> None:
         self.directory = Path(directory)
+        self.max_bytes = max_bytes
         # Beside the folder, not in it: the media folder is what gets served and pruned.
         self.key_path = Path(key_path) if key_path else self.directory.parent / MEDIA_KEY_FILE
         self._key: bytes | None = None
@@ -51,7 +134,7 @@ class MediaStore:
             folder = self.key_path.parent
             what = f"the media key ({MEDIA_KEY_FILE})"
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                private_dir(folder)
             except OSError as exc:  # FileExistsError too: the "folder" is a file
                 raise unwritable(folder, exc, what) from None
             try:
@@ -109,18 +192,55 @@ class MediaStore:
         """
         path = self.path_for(name)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            private_dir(self.directory, self.key_path.parent)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")  # made 0600
         except OSError as exc:
             raise unwritable(self.directory, exc, "generated images") from None
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, path)
+            if self.max_bytes:
+                _stamp(path)  # on the clock mark_used uses
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        if self.max_bytes:
+            self._keep_under_cap(len(data), name)
         return name
+
+    def _keep_under_cap(self, added: int, written: str) -> None:
+        """Delete the least recently used images when ``added`` bytes took the folder over its
+        cap (never ``written``, the image just saved), then tell the evict listeners."""
+        budget = _budget(self.directory)
+        cap = self.max_bytes
+        with budget.lock:
+            if budget.total is not None:
+                budget.total += added
+                if budget.total <= cap:
+                    return
+            files = _listing(self.directory)  # the truth: other processes write here too
+            total = sum(size for _, size, _ in files)
+            evicted: list[str] = []
+            if total > cap:
+                goal = int(cap * _LOW_WATER)
+                for _, size, name in files:
+                    if total <= goal:
+                        break
+                    if name == written:
+                        continue
+                    try:
+                        (self.directory / name).unlink()
+                    except FileNotFoundError:
+                        pass  # another process evicted it first
+                    except OSError:
+                        continue
+                    total -= size
+                    evicted.append(name)
+            budget.total = total
+        if evicted:
+            for listener in list(_evict_listeners):
+                listener(self.directory, evicted)
 
     def file_url(self, name: str) -> str:
         """Return the ``file://`` URL of a stored media name."""

@@ -19,6 +19,7 @@ status, ``error.type`` and ``flownb.error``; a run's span fails when any of its 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -83,6 +84,11 @@ def tracer() -> Any:
     """
     global _cached
     if _api is _UNSET:
+        # A tracer provider is configured through opentelemetry.trace (set_tracer_provider, or
+        # opentelemetry-instrument, which imports it at start-up): while nothing has imported it,
+        # none is configured, and a run need not pay the package's import to learn so.
+        if "opentelemetry.trace" not in sys.modules:
+            return None
         _trace_api()
     if _api is None:
         return None

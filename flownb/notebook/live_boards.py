@@ -198,7 +198,7 @@ class EvalBoard:
         self.floats = [s for s in self.scorers if s.kind == "float"]
         self.judged = len(self.scorers) < len(scorers)
         self.cached = 0
-        zero = dict.fromkeys(("done", "errors", "passed", "cost"), 0.0)
+        zero = dict.fromkeys(("done", "errors", "passed", "spent", "price", "priced"), 0.0)
         self.stats: dict[str, dict[str, float]] = {v: dict(zero) for v in self.variants}
         self.sums: dict[str, dict[str, list[float]]] = {
             v: {s.name: [0.0, 0.0] for s in self.floats} for v in self.variants
@@ -219,7 +219,11 @@ class EvalBoard:
             self.cached += _hits(result)
             cost = result.cost
             if not math.isnan(cost):
-                stats["cost"] += cost
+                stats["spent"] += cost
+            price = getattr(result, "price", math.nan)  # the row's list price, cached or not
+            if not math.isnan(price):
+                stats["price"] += price
+                stats["priced"] += 1
             fresh.setdefault(variant, []).append((i, result))
         for variant, rows in fresh.items():
             cols = {c: [values[i] for i, _ in rows] for c, values in self.inputs.items()}
@@ -257,7 +261,7 @@ class EvalBoard:
         from ..show.meter import usd
 
         head = ["variant", "done", "errors", "pass rate", *(f"mean {s.name}" for s in self.floats)]
-        head.append("cost")
+        head += ["price/row", "spent"]
         body = []
         lines = []
         for v in self.variants:
@@ -274,7 +278,8 @@ class EvalBoard:
                 str(int(st["errors"])),
                 rate,
                 *means,
-                usd(st["cost"]),
+                usd(st["price"] / st["priced"]) if st["priced"] else "-",
+                usd(st["spent"]),
             ]
             tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
             body.append(f"<tr{style}><th>{html.escape(v)}</th>{tds}</tr>")

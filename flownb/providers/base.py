@@ -95,7 +95,14 @@ class Generation:
     (never cached). ``finish_reason`` is why the provider stopped (``"length"``: at the token
     limit, the text is cut short), ``None`` when it did not say.
     ``cost`` is what the call cost in US dollars when it was paid for (NaN:
-    price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving.
+    price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving and
+    as the row's price. ``priced_as`` is what the request asked for that a per-image price
+    depends on (``size``, ``quality``, ``n``), for image generations priced per image (see
+    :func:`~flownb.config.pricing.image_call_cost`); ``None`` for the others.
+    ``prompt_cache_saved`` is what the provider's prompt caching saved on this call at list price
+    (its cached input tokens priced as fresh input, less ``cost``; negative when writing the
+    cache cost more than it saved), kept with the cached answer; ``None`` when the answer
+    reported no cached tokens.
     ``provider_s`` is how long the provider took to answer the attempt that succeeded (seconds,
     request sent to answer read; queueing and retries excluded), kept with a cached generation
     as the time it took when bought; ``None`` when not measured.
@@ -110,6 +117,8 @@ class Generation:
     limits: RateLimits | None = None
     cost: float | None = None
     finish_reason: str | None = None
+    priced_as: Mapping[str, Any] | None = None
+    prompt_cache_saved: float | None = None
     provider_s: float | None = None
 
 
@@ -195,6 +204,10 @@ class Provider(ABC):
     # an endpoint's own prices (model -> USD per million tokens), which come first.
     price_kind: str | None = None
     prices: Mapping[str, Mapping[str, Any]] | None = None
+    # Modules this provider's calls import (its HTTP client): imported in a background thread
+    # when the provider is made (see flownb.providers.warmup), with tenacity and the price table.
+    # Empty (the default): nothing is warmed up.
+    warm_modules: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, config: RunConfig, media: MediaStore) -> Self:
@@ -244,10 +257,26 @@ class Provider(ABC):
         yield gen
 
     def cost(self, gen: Generation) -> float:
-        """Return what ``gen`` cost in US dollars, from its model and usage (NaN: unknown)."""
-        from ..config.pricing import call_cost
+        """Return what ``gen`` cost in US dollars, from its model and usage, or for an image
+        priced per image from what its request asked for (NaN: unknown)."""
+        from ..config.pricing import call_cost, image_call_cost
 
-        return call_cost(self.price_kind or self.name, gen.model, gen.usage, self.prices)
+        kind = self.price_kind or self.name
+        if gen.priced_as is not None:
+            return image_call_cost(kind, gen.model, gen.usage, gen.priced_as, self.prices)
+        return call_cost(kind, gen.model, gen.usage, self.prices)
+
+    def prompt_cache_saving(self, gen: Generation) -> float | None:
+        """Return what the provider's prompt caching saved on ``gen`` at list price: its cost
+        with every cached input token (reads and writes) priced as fresh input, less its cost
+        (NaN: a price is unknown). ``None`` when its usage reports no cached tokens."""
+        usage = gen.usage
+        if not usage or not (usage.get("cached_tokens") or usage.get("cache_write_tokens")):
+            return None
+        fresh = {k: v for k, v in usage.items() if k not in ("cached_tokens", "cache_write_tokens")}
+        uncached = Generation(gen.output, model=gen.model, usage=fresh, priced_as=gen.priced_as)
+        cost = self.cost(gen) if gen.cost is None else gen.cost
+        return self.cost(uncached) - cost
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model a node's call would be priced as (for estimates): its ``model``."""

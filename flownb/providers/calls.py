@@ -28,12 +28,10 @@ import dataclasses
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from typing import TYPE_CHECKING, Any
 
 from ..config import pricing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
@@ -41,6 +39,9 @@ from ..infra import tracing
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 from .wire import WIRE, Wire
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = [
     "NOTICE_AFTER",
@@ -177,6 +178,11 @@ class CallRunner:
         )
         self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
         self._prefixes: dict[int, bytes] = {}
+        # Hits looked up in bulk ahead of their calls (see prefetch), by (params, prompt): one
+        # key per params object, as _prefix has it, so a hit costs no hashing. Each used once.
+        self._hits: dict[tuple[int, str], Generation] = {}
+        # Keys hit() just found missing, so the call that follows does not query again.
+        self._missed: set[str] = set()
         self._table: asyncio.Future[None] | None = None  # see _price_table
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
@@ -190,6 +196,37 @@ class CallRunner:
             prefix = cache.prefix(self.provider.identity(), call.kind, params, call.system)
             self._prefixes[id(params)] = prefix
         return prefix
+
+    def prefetch(self, calls: Iterable[Call]) -> None:
+        """Look the cache up for ``calls`` (about to be made) in one bulk query, so that each of
+        their hits is answered without a query of its own; a miss is looked up again when its
+        call is made (another process may have stored it meanwhile). Nothing without a cache."""
+        cache = self.cache
+        if cache is None:
+            return
+        keys = {
+            cache.key(self._prefix(cache, call), call.prompt): (id(call.params), call.prompt)
+            for call in calls
+        }
+        if keys:
+            hits = self._hits
+            for key, gen in cache.get_many(keys).items():
+                hits[keys[key]] = gen
+
+    def hit(self, call: Call) -> Generation | None:
+        """Return ``call``'s answer when the cache holds it (looked up without waiting: the
+        bulk lookup's, else one query), else ``None``, and the call is then to be made with
+        this runner. Always ``None`` for an uncached or traced run (whose hits are spans)."""
+        cache = self.cache
+        if cache is None or self._traced:
+            return None
+        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
+        if hit is None:
+            key = cache.key(self._prefix(cache, call), call.prompt)
+            hit = cache.get(key)
+            if hit is None:
+                self._missed.add(key)
+        return hit
 
     async def __call__(self, call: Call) -> Generation:
         """Return the generation for ``call`` (from the cache, a twin call, or the provider),
@@ -233,8 +270,22 @@ class CallRunner:
         if cache is None:
             return await self._attempts(call, sink)
         key = cache.key(self._prefix(cache, call), call.prompt)
-        hit = cache.get(key)
+        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
+        if hit is None:
+            if key in self._missed:  # hit() looked it up a moment ago
+                self._missed.discard(key)
+            else:
+                hit = cache.get(key)
         if hit is not None:
+            cost = hit.cost
+            if (cost is None or cost != cost) and hit.usage:
+                # Stored before prices were kept, or when the model had none: price it from the
+                # usage it was bought with, so the row's price does not depend on the cache.
+                table = self._price_table()
+                if table is not None:
+                    await table
+                hit.cost = self.provider.cost(hit)
+                hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
             if sink is not None and hit.media is None and hit.output:
                 sink(hit.output)
             return hit
@@ -285,6 +336,7 @@ class CallRunner:
             if table is not None:
                 await table
             gen.cost = self.provider.cost(gen)
+            gen.prompt_cache_saved = self.provider.prompt_cache_saving(gen)
         usage = gen.usage
         limiter.succeeded(
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
@@ -356,6 +408,9 @@ class CallRunner:
             failed: BaseException | None = exc
         # Tenacity takes over from the failed first attempt: it is replayed as tenacity's
         # attempt 1 so its wait (Retry-After or backoff) and the attempt count stay exact.
+        # Imported at the first retry, not with flownb (a provider's warm-up imports it early).
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_for_retry,

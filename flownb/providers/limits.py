@@ -10,12 +10,13 @@ import collections
 import random
 import threading
 import time
-from typing import Any
-
-from tenacity import RetryCallState, wait_random_exponential
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError, ProviderTimeout, RateLimited
 from .base import RateLimits
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = ["AdaptiveLimiter", "Pacer", "retryable", "wait_for_retry"]
 
@@ -411,7 +412,19 @@ def retryable(exc: BaseException) -> bool:
     return False
 
 
-_backoff = wait_random_exponential(multiplier=0.25, max=20.0)  # full jitter, 0.5 s, 1 s, ...
+_exponential: Any = None  # tenacity's wait, built at the first backoff (see _backoff)
+
+
+def _backoff(state: RetryCallState) -> float:
+    """Return exponential backoff with full jitter (0.5 s, 1 s, ... up to 20 s). tenacity is
+    imported here, at the first retry (a provider's warm-up imports it beside the first calls),
+    not when flownb is."""
+    global _exponential
+    if _exponential is None:
+        from tenacity import wait_random_exponential
+
+        _exponential = wait_random_exponential(multiplier=0.25, max=20.0)
+    return float(_exponential(state))
 
 
 def wait_for_retry(state: RetryCallState) -> float:

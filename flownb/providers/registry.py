@@ -164,10 +164,20 @@ def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
     Raises:
         ConfigError: the name is not a provider, or the provider cannot be configured.
     """
-    provider = provider_class(name or config.provider).create(config, MediaStore(config.media_dir))
+    provider = provider_class(name or config.provider).create(
+        config, MediaStore(config.media_dir, max_bytes=config.media_max)
+    )
     endpoint = config.endpoint
     if endpoint is not None:
         provider.price_kind = endpoint.provider
         if endpoint.prices is not None:
             provider.prices = endpoint.prices
+    if provider.warm_modules:
+        from ..config.pricing import uses_table
+        from .warmup import warm_up
+
+        warm_up(
+            (*provider.warm_modules, "tenacity"),
+            table=uses_table(provider.price_kind or provider.name, provider.prices),
+        )
     return provider

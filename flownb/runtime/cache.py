@@ -36,8 +36,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..config.settings import media_dir as media_dir_of
 from ..errors import ConfigError
+from ..infra.media import mark_used, on_evict
+from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
 from ..show.notices import warn
@@ -83,6 +87,8 @@ def _encode(gen: Generation) -> str:
         stored["provider_s"] = gen.provider_s
     if gen.finish_reason == "length":  # a text cut short stays flagged when read back
         stored["finish_reason"] = gen.finish_reason
+    if gen.prompt_cache_saved is not None:  # what the provider's prompt cache saved, when bought
+        stored["prompt_cache_saved"] = gen.prompt_cache_saved
     return json.dumps(stored)
 
 
@@ -105,7 +111,8 @@ class CallCache:
         self._lock = threading.Lock()  # the queue and the reading connection
         self._write_lock = threading.Lock()  # the writing connection: one commit at a time
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            private_file(self.path)  # 0600 before SQLite opens it: its WAL files take its mode
             # Two connections: lookups on the event loop never wait behind a commit (WAL lets a
             # reader and a writer work at once).
             self._db = _connect(self.path, self.busy_timeout)
@@ -223,9 +230,13 @@ class CallCache:
         return found
 
     def _decode(self, value: str) -> Generation | None:
-        data = json.loads(value)
+        try:
+            data = orjson.loads(value)  # a few times json's speed: a cached re-run is decoding
+        except orjson.JSONDecodeError:  # what orjson refuses (a lone surrogate) json reads
+            data = json.loads(value)
         media = data.get("media")
-        if media is not None and not (self.media_dir / media).is_file():
+        # Marked used: the media cap deletes the images used longest ago first.
+        if media is not None and not mark_used(self.media_dir / media):
             return None  # the image file was deleted: pay for it again
         return Generation(
             data.get("output", ""),
@@ -235,6 +246,7 @@ class CallCache:
             cached=True,
             finish_reason=data.get("finish_reason"),
             cost=data.get("cost"),
+            prompt_cache_saved=data.get("prompt_cache_saved"),
             provider_s=data.get("provider_s"),
         )
 
@@ -341,6 +353,38 @@ class CallCache:
                     del pending[k]
         return True
 
+    def forget_media(self, names: Iterable[str]) -> int:
+        """Drop every entry (queued or stored) whose answer is one of the images ``names``
+        (deleted to keep the media folder under its cap); return how many stored rows went.
+        A store that fails is recorded in ``errors``, not raised."""
+        gone = set(names)
+        if not gone:
+            return 0
+        with self._lock:
+            for key, value in list(self._pending.items()):
+                if json.loads(value).get("media") in gone:
+                    del self._pending[key]
+        removed = 0
+        try:
+            with self._write_lock:
+                # A digest appears in no other field; the JSON is read to be sure (in Python:
+                # stored values may hold NaN, which SQLite's json functions refuse).
+                doomed = [
+                    key
+                    for name in sorted(gone)
+                    for key, value in self._wdb.execute(
+                        "SELECT key, value FROM calls WHERE instr(value, ?) > 0", (name,)
+                    )
+                    if json.loads(value).get("media") == name
+                ]
+                for key in doomed:
+                    removed += self._wdb.execute("DELETE FROM calls WHERE key = ?", (key,)).rowcount
+        except sqlite3.ProgrammingError:
+            return removed  # closed meanwhile
+        except sqlite3.Error as exc:
+            self._failed(exc)
+        return removed
+
     def _failed(self, exc: BaseException) -> None:
         if not self.errors:
             warn(
@@ -393,6 +437,23 @@ def _reopen_caches_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_reopen_caches_in_child)
+
+
+def _forget_evicted(directory: Path, names: list[str]) -> None:
+    """Drop the cache entries naming images the media cap deleted from ``directory``: in every
+    cache open in this process that keeps its images there, else in the home's cache file."""
+    folder = directory.absolute()
+    served = [c for c in list(_open_caches) if c.media_dir.absolute() == folder]
+    if not served and (directory.parent / CACHE_FILE).is_file():
+        try:
+            served = [open_cache(directory.parent)]
+        except ConfigError:
+            return  # a cache that cannot be opened holds nothing to serve (its entries miss)
+    for cache in served:
+        cache.forget_media(names)
+
+
+on_evict(_forget_evicted)
 
 
 def open_cache(home: str | Path) -> CallCache:

@@ -45,6 +45,9 @@ MediaUrl = Callable[[str], str]
 
 # Where a streamed run's events go, as they happen (see Engine.stream_one).
 Emit = Callable[[StreamEvent], None]
+# Elements whose first calls are looked up in the cache in one go (see Engine._prefetcher):
+# a few queries of a few hundred keys each, and little memory held for a long batch.
+_PREFETCH_CHUNK = 1024
 
 
 class Engine:
@@ -346,8 +349,14 @@ class Engine:
     ) -> RunResult:
         started = time.perf_counter()
         plan = self.plan
+        # Cache hits are answered here, without a task or a wait each (a cached re-run).
+        hits = emit is None and runner.cache is not None
         if len(plan.steps) == 1:  # nothing else to keep when the one node fails
             step = plan.steps[0]
+            if hits:
+                gens1: list[Any] = [None]
+                if not self._answered((step,), values, gens1, runner):
+                    return self._result(values, gens1, started)
             return self._result(values, [await self._call(step, values, runner, emit)], started)
         gens: list[Any] = [None] * len(plan.steps)
         failed: list[tuple[Step, Exception]] = []
@@ -357,6 +366,8 @@ class Engine:
                 ready = tuple(s for s in level if not lost.intersection(s.upstream))
                 lost.update(s.index for s in level if s not in ready)
                 level = ready
+            if hits and level:
+                level = self._answered(level, values, gens, runner)
             if not level:
                 continue
             done: list[Any]
@@ -384,6 +395,33 @@ class Engine:
         if failed:
             raise self._partial(values, gens, lost, failed, started)
         return self._result(values, gens, started)
+
+    def _answered(
+        self,
+        level: Sequence[Step],
+        values: Mapping[str, str],
+        gens: list[Any],
+        runner: CallRunner,
+    ) -> tuple[Step, ...]:
+        """Put into ``gens`` the answers the cache holds for ``level``'s steps (each with its
+        time here as ``latency``); return the steps left to call (a miss, or a prompt that
+        fails: its call reports the failure)."""
+        left: list[Step] = []
+        clock = time.perf_counter
+        for step in level:
+            begun = clock()
+            try:
+                prompt = self._prompt(step, self._context(values, gens, step))
+            except Exception:  # the call made for it raises it again, as that step's failure
+                left.append(step)
+                continue
+            gen = runner.hit(Call(step.kind, prompt, step.params, step.node_id, step.system))
+            if gen is None:
+                left.append(step)
+                continue
+            gen.latency = clock() - begun
+            gens[step.index] = gen
+        return tuple(left)
 
     def _partial(
         self,
@@ -435,6 +473,42 @@ class Engine:
         )
         return first.in_row(names, partial)
 
+    def _prefetcher(
+        self, batch: Sequence[Mapping[str, str]], runner: CallRunner
+    ) -> Callable[[int], None] | None:
+        """Return what looks up the cache in bulk for the calls of the elements from ``i`` on,
+        a chunk at a time, before element ``i`` runs (None: no cache, or a single element).
+
+        Only the nodes that read nothing but variables are looked up ahead (the others' prompts
+        are known once their upstream nodes answered): a re-run of a cached batch then costs a
+        query per few hundred calls, not one per call.
+        """
+        if runner.cache is None or len(batch) < 2:
+            return None
+        first = [(step, self.limits[step.index]) for step in self.plan.steps if not step.upstream]
+        ahead = 0  # elements before this one are looked up already
+
+        def prefetch(i: int) -> None:
+            nonlocal ahead
+            if i < ahead:
+                return
+            end = min(len(batch), max(i + 1, ahead + _PREFETCH_CHUNK))
+            calls: list[Call] = []
+            for values in batch[ahead:end]:
+                for step, limit in first:
+                    try:
+                        prompt = step.template.render(values)
+                    except Exception:  # the element's own run reports it
+                        continue
+                    if len(prompt) <= limit:
+                        calls.append(
+                            Call(step.kind, prompt, step.params, step.node_id, step.system)
+                        )
+            ahead = end
+            runner.prefetch(calls)
+
+        return prefetch
+
     async def run_async(
         self,
         batch: Sequence[Mapping[str, str]],
@@ -457,9 +531,12 @@ class Engine:
             return
         runner = self._runner(concurrency, limiter, gate)
         pending = iter(range(len(batch)))
+        prefetch = self._prefetcher(batch, runner)
 
         async def worker() -> None:
             for i in pending:  # one shared iterator: each index is taken exactly once
+                if prefetch is not None:
+                    prefetch(i)
                 try:
                     result = await self._run_element(batch[i], runner)
                 except Exception as exc:

@@ -11,9 +11,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..config.pricing import Money
 from ..show.display import display_result, result_bundle, result_text
 
 __all__ = ["OnResult", "RunResult", "make_result"]
+
+# A remote run's money: the service does not say.
+_UNKNOWN = Money(math.nan, math.nan, math.nan, 0, 0)
 
 
 class RunResult(dict[str, str]):
@@ -27,9 +31,12 @@ class RunResult(dict[str, str]):
         cached: names of the outputs served from the cache without a provider call.
         latency: seconds the run took.
         truncated: the nodes whose answer stopped at the token limit (see the property).
-        cost: US dollars this run's provider calls cost (NaN when a price is unknown; 0 when
-            everything came from the cache, or offline). ``cache_saving``: what the cached
-            outputs would have cost.
+        cost: US dollars this run spent on provider calls (0 when everything came from the
+            cache, or offline). ``cache_saving``: what the cached outputs cost when they were
+            bought. ``price``: the run's list price, every call at what it cost when bought,
+            cached or not (the same on every re-run). ``unpriced``: calls without a known price,
+            left out of those sums (then lower bounds); each is NaN only when none of its calls
+            has a price.
     """
 
     # Instance attributes on a dict subclass: declared, so typos fail loudly.
@@ -64,27 +71,44 @@ class RunResult(dict[str, str]):
         self.latency = latency
         self.generations = generations
         self._trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None
-        self._costs: tuple[float, float] | None = None
+        self._costs: Money | None = None
         self._plan: Any = None
 
-    def _money(self) -> tuple[float, float]:
+    def _money(self) -> Money:
         if self._costs is None:
             if not self.generations:  # remote runs: the service does not say
-                return (math.nan, math.nan)
-            from ..config.pricing import costs_of
+                return _UNKNOWN
+            from ..config.pricing import money_of
 
-            self._costs = costs_of(self.provider, self.generations)
+            self._costs = money_of(self.provider, self.generations)
         return self._costs
 
     @property
+    def money(self) -> Money:
+        """The run's :class:`~flownb.config.pricing.Money`: spent, saved, price, unpriced."""
+        return self._money()
+
+    @property
     def cost(self) -> float:
-        """US dollars this run's provider calls cost (NaN: a price is unknown)."""
-        return self._money()[0]
+        """US dollars this run spent on provider calls (the priced ones when some have no
+        price: see :attr:`unpriced`; NaN when none has)."""
+        return self._money().spent
 
     @property
     def cache_saving(self) -> float:
-        """US dollars the outputs served from the cache would have cost (NaN: unknown)."""
-        return self._money()[1]
+        """US dollars the outputs served from the cache cost when they were bought."""
+        return self._money().saved
+
+    @property
+    def price(self) -> float:
+        """US dollars this run's calls cost when they were bought, cached or not: its list
+        price, the same on every re-run (NaN when none has a known price)."""
+        return self._money().price
+
+    @property
+    def unpriced(self) -> int:
+        """How many of this run's calls have no known price (left out of the sums)."""
+        return self._money().unpriced
 
     @property
     def trace(self) -> dict[str, str]:
@@ -207,11 +231,14 @@ def _rebuild(
     provider: str,
     cached: frozenset[str],
     latency: float,
-    costs: tuple[float, float] | None = None,
+    costs: Money | tuple[float, float] | None = None,
 ) -> RunResult:
     result = RunResult(
         outputs, entries=entries, kinds=kinds, provider=provider, cached=cached, latency=latency
     )
+    if isinstance(costs, tuple):  # pickled before prices were kept
+        spent, saved = costs
+        costs = Money(spent, saved, math.nan, 0, 0)
     result._costs = costs
     return result
 

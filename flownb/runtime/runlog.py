@@ -4,9 +4,12 @@ read back as a DataFrame with :func:`runs`.
 Each row keeps the flow, the inputs, the outputs, the provider and model(s), the latency, the
 token usage the provider reported (fresh calls only: cached outputs cost nothing; the details
 such as ``cached_tokens``, ``reasoning_tokens`` and ``image_tokens`` kept apart), which outputs
-came from the cache, the error of a failed run, and the money: ``cost_usd`` (what the run's
-calls cost, from :mod:`flownb.config.pricing`; NaN when a price is unknown, never 0) and
-``saved_usd`` (what its cached outputs would have cost). Rows are collected in memory while a batch
+came from the cache, the error of a failed run, and the money (:mod:`flownb.config.pricing`):
+``cost_usd`` (what the run spent: its paid calls; a cache hit costs 0), ``saved_usd`` (what its
+cached outputs cost when bought), ``price_usd`` (its list price: every call at what it cost when
+bought, cached or not, the same on every re-run) and ``unpriced_calls`` (calls without a known
+price, left out of those sums, which are then lower bounds; a sum is NaN, never 0, when none of
+its calls has a price). Rows are collected in memory while a batch
 runs and written by a writer thread, one INSERT per chunk of rows (every 500 rows of real calls,
 once at the end of an offline batch, and when interrupted), so logging stays off the run's path.
 """
@@ -28,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..config.pricing import costs_of
+from ..config.pricing import money_of
 from ..errors import ConfigError, one_line
+from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
 
 if TYPE_CHECKING:
@@ -69,7 +73,8 @@ SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
        json_extract(r.value, '$[7]') AS completion_tokens,
        json_extract(r.value, '$[8]') AS total_tokens, json_extract(r.value, '$[9]') AS cached,
        json_extract(r.value, '$[10]') AS error, json_extract(r.value, '$[11]') AS usage_details,
-       json_extract(r.value, '$[12]') AS cost_usd, json_extract(r.value, '$[13]') AS saved_usd
+       json_extract(r.value, '$[12]') AS cost_usd, json_extract(r.value, '$[13]') AS saved_usd,
+       json_extract(r.value, '$[14]') AS price_usd, json_extract(r.value, '$[15]') AS unpriced_calls
 FROM chunks AS c, json_each(c.rows) AS r;
 """
 _INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
@@ -93,6 +98,8 @@ COLUMNS = [
     "usage_details",
     "cost_usd",
     "saved_usd",
+    "price_usd",
+    "unpriced_calls",
 ]
 # Usage counts kept in their own columns; any other the provider reported goes to usage_details.
 _TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
@@ -120,7 +127,8 @@ class RunLog:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            private_file(self.path)  # 0600 before SQLite opens it: its WAL files take its mode
             db = sqlite3.connect(
                 self.path, check_same_thread=False, timeout=30, isolation_level=None
             )
@@ -320,6 +328,8 @@ class RunRecorder:
                         None,
                         spent,
                         0.0,
+                        spent,
+                        None if spent is None else 0,
                     ]
                     for i, f, r, _ in taken
                     if r is not None  # all are; says so to the type checker
@@ -331,7 +341,7 @@ class RunRecorder:
                 error = one_line(exc, code=True) if exc is not None else None
                 append([i, finished, None, batch[i], None, None, None, None, None, None, error])
                 continue
-            spent, saved = costs_of(self._provider, result.generations)
+            money = money_of(self._provider, result.generations)
             models: dict[str, None] = {}
             p = c = t = 0
             reported = False
@@ -362,11 +372,18 @@ class RunRecorder:
                     sorted(result.cached) if result.cached else None,
                     None,
                     details or None,
-                    None if math.isnan(spent) else spent,  # JSON has no NaN: null is unknown
-                    None if math.isnan(saved) else saved,
+                    _json_usd(money.spent),
+                    _json_usd(money.saved),
+                    _json_usd(money.price),
+                    money.unpriced,
                 ]
             )
         self._log.write(self.run_id, self._flow, self._provider, rows)
+
+
+def _json_usd(value: float) -> float | None:
+    """Return dollars as the log keeps them: JSON has no NaN, so an unknown figure is null."""
+    return None if math.isnan(value) else value
 
 
 _logs: dict[Path, RunLog] = {}
@@ -408,13 +425,17 @@ def runs(
     from the cache), ``cached_outputs`` (their names), ``error`` (``code: message``),
     ``usage_details`` (a dict of the other token counts the provider reported for fresh calls,
     summed over the run's calls: ``cached_tokens``, ``reasoning_tokens``, ``image_tokens``, ...;
-    ``None`` when there were none), ``cost_usd`` (US dollars the run's calls cost; NaN when a
-    price is unknown or the run failed, 0 for fully cached and offline runs) and ``saved_usd``
-    (what its cached outputs would have cost).
+    ``None`` when there were none), ``cost_usd`` (US dollars the run spent: 0 for fully cached
+    and offline runs; NaN when no paid call has a known price, or the run failed),
+    ``saved_usd`` (what its cached outputs cost when bought), ``price_usd`` (the run's list
+    price: every call at what it cost when bought, cached or not, the same on every re-run) and
+    ``unpriced_calls`` (calls without a known price: the money figures sum the others, so they
+    are lower bounds when this is over 0; missing for runs logged before it was kept).
 
     The totals (``by=``) have one row per group: ``runs``, ``errors``, ``prompt_tokens``,
-    ``completion_tokens``, ``cost_usd`` and ``saved_usd`` (sums of the known values; NaN when
-    none is known) and ``unpriced`` (successful runs whose cost is unknown, left out of the sum).
+    ``completion_tokens``, ``cost_usd``, ``saved_usd`` and ``price_usd`` (sums of the known
+    values; NaN when none is known) and ``unpriced`` (successful runs some or all of whose calls
+    have no price: the sums leave those calls out).
 
     ``flow`` keeps one flow's runs (its file name without ``.json``); ``limit`` the last ones.
     A row logged twice under one ``run_id`` and ``index`` (a Dask partition recomputed after
@@ -437,6 +458,8 @@ def runs(
             # logged before costs were kept (under 14 fields) have an unknown cost (NaN).
             details = row[11] if len(row) > 11 else None
             cost, saved = (row[12], row[13]) if len(row) > 13 else (None, None)
+            # Rows logged before prices were kept (14 fields): the price is unknown.
+            price, unpriced = (row[14], row[15]) if len(row) > 15 else (None, None)
             cached_names = cached or []
             records.append(
                 (
@@ -458,6 +481,8 @@ def runs(
                     details,
                     math.nan if cost is None else cost,
                     math.nan if saved is None else saved,
+                    math.nan if price is None else price,
+                    unpriced,
                 )
             )
     # Keep the last write of each (run_id, index): a recomputed partition logs its rows again.
@@ -482,6 +507,8 @@ def runs(
     df["latency"] = df["latency"].astype(float)
     df["cost_usd"] = df["cost_usd"].astype(float)
     df["saved_usd"] = df["saved_usd"].astype(float)
+    df["price_usd"] = df["price_usd"].astype(float)
+    df["unpriced_calls"] = df["unpriced_calls"].astype("Int64")
     return df if by is None else _totals(df, by)
 
 
@@ -497,7 +524,9 @@ def _totals(df: pd.DataFrame, by: str | Sequence[str]) -> pd.DataFrame:
         day=df["finished"].dt.strftime("%Y-%m-%d"),
         model=df["model"].fillna("-"),
         errors=df["error"].notna(),
-        unpriced=df["error"].isna() & df["cost_usd"].isna(),
+        # Runs some of whose calls have no price: their sums are lower bounds ("at least").
+        unpriced=df["error"].isna()
+        & (df["cost_usd"].isna() | (df["unpriced_calls"].fillna(0) > 0)),
         runs=1,
     )
     grouped = frame.groupby(keys, sort=True)
@@ -511,6 +540,7 @@ def _totals(df: pd.DataFrame, by: str | Sequence[str]) -> pd.DataFrame:
     # min_count=1: a group with no known price sums to NaN, never to a 0 that reads as free.
     out["cost_usd"] = grouped["cost_usd"].sum(min_count=1)
     out["saved_usd"] = grouped["saved_usd"].sum(min_count=1)
+    out["price_usd"] = grouped["price_usd"].sum(min_count=1)
     return out[
         [
             "runs",
@@ -519,6 +549,7 @@ def _totals(df: pd.DataFrame, by: str | Sequence[str]) -> pd.DataFrame:
             "completion_tokens",
             "cost_usd",
             "saved_usd",
+            "price_usd",
             "unpriced",
         ]
     ]

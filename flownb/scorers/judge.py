@@ -291,7 +291,8 @@ class JudgeScorer(Scorer):
             return image_ref(url) if url.startswith(("http://", "https://")) else None
         data, mime = found
         if self._media is None:
-            self._media = MediaStore(self.flow().config.media_dir)
+            config = self.flow().config
+            self._media = MediaStore(config.media_dir, max_bytes=config.media_max)
         media: MediaStore = self._media
         name = media.name_for(data, _IMAGE_EXT.get(mime, "png"))
         if not media.exists(name):

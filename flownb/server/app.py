@@ -27,6 +27,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,11 +39,12 @@ from ..config.settings import (
     DEFAULT_MAX_BODY,
     imported_serve_config,
     resolve_run_config,
+    resolve_serve_limits,
 )
 from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
 from ..flowfile.model import describe
 from ..flowfile.validate import VariableSpec, json_type
-from ..infra.media import MEDIA_NAME, MediaStore
+from ..infra.media import MEDIA_NAME, MediaStore, mark_used
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runtime.cache import open_cache
@@ -127,9 +129,15 @@ class ServerConfig:
         cache: bool | None = None,
         log: bool | None = None,
         endpoint: Endpoint | str | None = None,
+        body_timeout: float | None = None,
+        media_max_bytes: int | None = None,
+        public_url: str | None = None,
     ) -> None:
         if max_batch < 1 or max_body_bytes < 1:
             raise ConfigError("--max-batch and --max-body-bytes must be at least 1")
+        serving = resolve_serve_limits(body_timeout=body_timeout, public_url=public_url)
+        self.body_timeout = serving.body_timeout
+        self.public_url = serving.public_url
         self.run_config = resolve_run_config(
             endpoint=endpoint,
             provider=provider if isinstance(provider, str) else None,
@@ -138,9 +146,10 @@ class ServerConfig:
             log=log,
             home=home,
             server=True,
+            media_max=media_max_bytes,
         )
         self.home = self.run_config.home
-        self.media = MediaStore(self.run_config.media_dir)
+        self.media = MediaStore(self.run_config.media_dir, max_bytes=self.run_config.media_max)
         self.provider: Provider = (
             provider if isinstance(provider, Provider) else make_provider(self.run_config)
         )
@@ -155,12 +164,18 @@ class ServerConfig:
 
     def _runner(self, flow_id: str, plan: Plan) -> Runner:
         # One engine per version of a flow file (its pacing spans requests); media URLs are
-        # made from the current request's address (a context variable set per request).
+        # made from the public URL, else the address the current request reached (a context
+        # variable set per request).
         cfg = self.run_config
+        public = self.public_url
+
+        def media_url(name: str) -> str:
+            return _media_url(name, public)
+
         engine = Engine(
             plan,
             self.provider,
-            _media_url,
+            media_url,
             cache=self.cache,
             rpm=cfg.rpm,
             timeout=cfg.timeout,
@@ -172,10 +187,20 @@ class ServerConfig:
 _current_request: ContextVar[Request | None] = ContextVar("flownb_request", default=None)
 
 
-def _media_url(name: str) -> str:
+def _media_url(name: str, public_url: str | None) -> str:
+    """Return the URL of a media file in an answer: under ``public_url`` when the operator set
+    one, else at the address and port the request's connection reached (never the ``Host``
+    header, which the caller writes), else relative."""
+    if public_url:
+        return f"{public_url}/media/{name}"
     request = _current_request.get()
-    base = str(request.base_url) if request is not None else "/"
-    return f"{base}media/{name}"
+    server = request.scope.get("server") if request is not None else None
+    if not server or server[1] is None:
+        return f"/media/{name}"  # a Unix socket: no address to name
+    host, port = server
+    shown = f"[{host}]" if ":" in str(host) else host
+    scheme = request.url.scheme if request is not None else "http"
+    return f"{scheme}://{shown}:{port}/media/{name}"
 
 
 class RequestIdMiddleware:
@@ -215,6 +240,10 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            # Not an error of ours: the client closed its connection before sending its whole
+            # request (or while waiting); there is no one to answer.
+            log.info("request %s: the client left before its request was read", rid)
         except Exception as exc:
             problem = from_exception(exc, rid)  # logs unexpected ones on one line
             if not started:
@@ -352,6 +381,7 @@ def _add_flow_routes(
     store = config.store
     max_batch = config.max_batch
     max_body = config.max_body_bytes
+    body_timeout = config.body_timeout
     limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
 
     def authenticate(request: Request) -> None:
@@ -377,11 +407,22 @@ def _add_flow_routes(
             raise _too_large(max_body)
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise _too_large(max_body)
-            chunks.append(chunk)
+        try:
+            # The whole body within body_timeout seconds: a client trickling it would hold a
+            # connection (and a place under --limit-concurrency) for as long as it liked.
+            async with asyncio.timeout(body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > max_body:
+                        raise _too_large(max_body)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ApiProblem(
+                408,
+                "request_timeout",
+                f"the request body did not arrive within {body_timeout:g} seconds",
+                headers={"Connection": "close"},
+            ) from None
         return b"".join(chunks)
 
     # -- routes --------------------------------------------------------------------------------
@@ -521,7 +562,8 @@ def _add_media_route(app: FastAPI, media: MediaStore) -> None:
     async def get_media(name: str) -> Response:
         match = MEDIA_NAME.fullmatch(name)
         path = media.directory / name
-        if match is None or not path.is_file():
+        # Marked used (the media cap deletes the images used longest ago first).
+        if match is None or not mark_used(path):
             raise ApiProblem(404, "not_found", "no image with this name")
         return FileResponse(
             path,

@@ -11,6 +11,7 @@ import click
 
 from ..cli.clickhelp import FullHelpGroup
 from ..config.settings import (
+    DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_KEEP_ALIVE,
     DEFAULT_LIMIT_CONCURRENCY,
@@ -92,6 +93,27 @@ __all__ = ["gc", "keys", "serve"]
     "(with --workers: always the default).",
 )
 @click.option(
+    "--body-timeout",
+    default=None,
+    type=click.FloatRange(min=0.1),
+    help=f"Seconds a request may take to send its whole body before it is answered 408 "
+    f"(default: FLOWNB_BODY_TIMEOUT, else {DEFAULT_BODY_TIMEOUT:g}).",
+)
+@click.option(
+    "--media-max-size",
+    metavar="SIZE",
+    default=None,
+    help="Cap on the images kept in FLOWNB_HOME/media (500M, 2G; 0: none); the least recently "
+    "used go first (default: FLOWNB_MEDIA_MAX, else 1G).",
+)
+@click.option(
+    "--public-url",
+    metavar="URL",
+    default=None,
+    help="Where clients reach this server (https://flows.example.com): image URLs in answers "
+    "are made under it (default: FLOWNB_PUBLIC_URL, else the address the connection reached).",
+)
+@click.option(
     "--limit-concurrency",
     default=DEFAULT_LIMIT_CONCURRENCY,
     show_default=True,
@@ -118,12 +140,16 @@ def serve(
     log_level: str,
     timeout_keep_alive: int,
     header_timeout: float,
+    body_timeout: float | None,
+    media_max_size: str | None,
+    public_url: str | None,
     limit_concurrency: int,
     shutdown_timeout: int,
 ) -> None:
     """Serve the flows of a folder over HTTP, as the flow execution service does."""
     import uvicorn
 
+    from ..config.settings import parse_size
     from .app import ServerConfig, create_app
     from .logs import log_config
     from .protocol import HTTP_PROTOCOL, MAX_HEADER_BYTES, bind, http_protocol
@@ -134,6 +160,9 @@ def serve(
         max_batch=max_batch,
         max_body_bytes=max_body_bytes,
         endpoint=endpoint,
+        body_timeout=body_timeout,
+        media_max_bytes=parse_size(media_max_size) if media_max_size is not None else None,
+        public_url=public_url,
     )
     app = create_app(config)
     # Bound before anything is announced: a busy port is one error line, not a false
@@ -168,6 +197,11 @@ def serve(
         home = str(config.home.resolve())
         options = {"provider": config.provider.name, "max_batch": max_batch, "home": home}
         options.update(flows_dir=str(flows_dir), max_body_bytes=max_body_bytes)
+        options.update(
+            body_timeout=config.body_timeout,
+            media_max_bytes=config.run_config.media_max,
+            public_url=config.public_url,
+        )
         if endpoint is not None:  # by name: each worker reads the same flownb.toml
             options["endpoint"] = endpoint
         export_serve_config(json.dumps(options))

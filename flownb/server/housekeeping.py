@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.settings import parse_size
 from ..errors import ConfigError
 from ..infra.media import MEDIA_NAME
 from ..runtime.cache import CACHE_FILE
@@ -30,8 +31,6 @@ __all__ = ["Pruned", "parse_age", "parse_size", "prune"]
 
 _AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
 def parse_age(text: str) -> float:
@@ -44,18 +43,6 @@ def parse_age(text: str) -> float:
     if match is None:
         raise ConfigError(f"{text!r} is not an age; write e.g. 30d, 12h, 45m or 90s")
     return float(match.group(1)) * _AGE_UNITS[match.group(2).lower()]
-
-
-def parse_size(text: str) -> int:
-    """Return the bytes in a size like ``500M``, ``2G``, ``750KB``, ``1GiB`` or ``1048576``.
-
-    Raises:
-        ConfigError: not such a size.
-    """
-    match = _SIZE.fullmatch(text)
-    if match is None:
-        raise ConfigError(f"{text!r} is not a size; write e.g. 500M, 2G or 1048576")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..infra.private import private_dir
 from ..infra.writable import unwritable
 
 try:  # POSIX: serialise writers; elsewhere atomic replace alone has to do.
@@ -102,8 +103,17 @@ class KeyStore:
     def _locked(self) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             try:
-                self.home.mkdir(parents=True, exist_ok=True)
-                fh = stack.enter_context(open(self._lock_path, "a")) if fcntl else None
+                private_dir(self.home)
+                fh = (
+                    stack.enter_context(
+                        os.fdopen(
+                            os.open(self._lock_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
+                            "a",
+                        )
+                    )
+                    if fcntl
+                    else None
+                )
             except OSError as exc:  # a read-only home, or one under a file: one line, no trace
                 raise self._unwritable(exc) from None
             if fh is None:  # pragma: no cover

@@ -75,8 +75,13 @@ def streamed_run(
     Raises:
         ApiProblem: 406 ``not_acceptable``: a batch of several asked only for a stream.
     """
-    # Asked for by name, never by */*: the check is cheap for every other request.
-    if not accept or EVENT_STREAM not in accept or not accepts(accept, EVENT_STREAM, exact=True):
+    # Asked for by name, never by */*: the check is cheap for every other request. Media
+    # types are case-insensitive (RFC 9110), so TEXT/EVENT-STREAM streams too.
+    if (
+        not accept
+        or EVENT_STREAM not in accept.lower()
+        or not accepts(accept, EVENT_STREAM, exact=True)
+    ):
         return None
     if len(batch) == 1:
         return event_stream(

@@ -1,6 +1,7 @@
-"""The money meter of a run in progress: what the finished runs cost so far, what the cache
-saved, and how many runs had no known price. Progress bars show it as they advance, ``flownb
-run`` prints its total line, and DataFrame results carry it in ``attrs``.
+"""The money meter of a run in progress: what the finished runs spent so far (the judges' part
+apart), what the cache saved, and how many runs had a call of unknown price. Progress bars show
+it as they advance, ``flownb run`` prints its total line, and DataFrame results carry it in
+``attrs``.
 """
 
 from __future__ import annotations
@@ -24,51 +25,74 @@ def usd(value: float) -> str:
 
 
 class CostMeter:
-    """Adds up the cost of run results as they finish (safe from several threads)."""
+    """Adds up the money of run results as they finish (safe from several threads): what they
+    spent and what the cache saved, the judges' calls apart from the flows' and in the totals.
+    A run some of whose paid calls have no price adds the priced ones and counts as
+    ``unpriced``: the figure shown is then "at least" that much."""
 
-    __slots__ = ("_lock", "runs", "saved", "spent", "unpriced")
+    __slots__ = ("_lock", "judge_runs", "judge_spent", "runs", "saved", "spent", "unpriced")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.spent = 0.0
+        self.spent = 0.0  # every run's, the judges' included
         self.saved = 0.0
-        self.unpriced = 0  # finished runs whose cost is unknown (left out of ``spent``)
+        self.judge_spent = 0.0  # the judges' part of ``spent``
+        self.judge_runs = 0
+        self.unpriced = 0  # finished runs with a paid call of unknown price (partly counted)
         self.runs = 0
 
-    def add(self, result: Any) -> None:
-        """Count one finished run's :class:`~flownb.runtime.result.RunResult` (``None``: failed)."""
+    def add(self, result: Any, *, judge: bool = False) -> None:
+        """Count one finished run's :class:`~flownb.runtime.result.RunResult` (``None``: failed);
+        ``judge``: a judge's call, kept apart as well as in the totals."""
         if result is None:
             return
         cost, saving = result.cost, result.cache_saving
+        money = getattr(result, "money", None)
+        partial = bool(money.unpriced_paid) if money is not None else math.isnan(cost)
         with self._lock:
             self.runs += 1
-            if math.isnan(cost):
+            if partial or math.isnan(cost):
                 self.unpriced += 1
-            else:
+            if not math.isnan(cost):
                 self.spent += cost
+                if judge:
+                    self.judge_spent += cost
+            if judge:
+                self.judge_runs += 1
             if not math.isnan(saving):
                 self.saved += saving
 
+    def _spent(self) -> str:
+        """Return the spent figure: ``$0.0123``, ``at least $0.0123`` when some paid call has
+        no price."""
+        return f"at least {usd(self.spent)}" if self.unpriced else usd(self.spent)
+
     def text(self) -> str:
-        """Return the meter as a progress bar's postfix: ``$0.0123 spent, $0.0040 saved``."""
-        if self.runs and self.unpriced == self.runs:
-            return "cost unknown"
-        parts = [f"{usd(self.spent)} spent"]
+        """Return the meter as a progress bar's postfix: ``$0.0123 spent (judges $0.0018),
+        $0.0040 saved by cache``."""
+        if self.runs and self.unpriced == self.runs and not self.spent:
+            return "price unknown"
+        spent = f"{self._spent()} spent"
+        if self.judge_runs:
+            spent += f" (judges {usd(self.judge_spent)})"
+        parts = [spent]
         if self.saved:
             parts.append(f"{usd(self.saved)} saved by cache")
         if self.unpriced:
-            parts.append(f"{self.unpriced} unpriced")
+            parts.append(f"{self.unpriced} with price unknown")
         return ", ".join(parts)
 
     def total_line(self) -> str:
         """Return the one-line total a finished run ends with."""
-        if self.runs and self.unpriced == self.runs:
-            return f"cost: unknown (no price for this model); {self.runs} run(s)"
-        line = f"cost: {usd(self.spent)} for {self.runs} run(s)"
+        if self.runs and self.unpriced == self.runs and not self.spent:
+            return f"cost: price unknown (no price for this model); {self.runs} run(s)"
+        line = f"cost: {self._spent()} for {self.runs} run(s)"
+        if self.judge_runs:
+            line += f", of which judges {usd(self.judge_spent)}"
         if self.saved:
             line += f"; the cache saved {usd(self.saved)}"
         if self.unpriced:
-            line += f"; {self.unpriced} run(s) without a known price not counted"
+            line += f"; {self.unpriced} run(s) with a call of unknown price (not counted)"
         return line
 
 
@@ -81,9 +105,9 @@ def attach(bar: Any) -> CostMeter:
     return meter
 
 
-def show(bar: Any, result: Any) -> None:
-    """Count ``result`` on ``bar``'s meter and show the meter beside the bar (redrawn with the
-    bar's next update, not on its own)."""
+def show(bar: Any, result: Any, *, judge: bool = False) -> None:
+    """Count ``result`` on ``bar``'s meter (``judge``: a judge's call) and show the meter beside
+    the bar (redrawn with the bar's next update, not on its own)."""
     meter = attach(bar)
-    meter.add(result)
+    meter.add(result, judge=judge)
     bar.set_postfix_str(meter.text(), refresh=False)

@@ -6,7 +6,9 @@ no internet).
 one; an image block reads as :func:`~flownb.testing.fake_openai.seen_image` of its bytes) as a
 Messages response, with ``usage``
 counting words as tokens (``input_tokens``: the prompt's and the system prompt's words;
-``output_tokens``: the answer's). Like the real API it refuses a request without ``model``,
+``output_tokens``: the answer's; ``configure(cached_tokens=N, cache_write_tokens=M)`` moves N
+of them to ``cache_read_input_tokens`` and M to ``cache_creation_input_tokens``). Like the real
+API it refuses a request without ``model``,
 ``max_tokens`` or ``messages`` (400 ``invalid_request_error``); errors have Anthropic's shape
 (``{"type": "error", "error": {"type", "message"}}``) and 429s carry ``retry-after``. It
 misbehaves on purpose as the OpenAI fake does (``faults``, ``fail_markers``, latency,
@@ -39,7 +41,7 @@ from ..providers.openai.answers import parse_duration
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
 from .fake_config import FakeConfig
 from .fake_openai import FakeOpenAI, sse_event
-from .fake_replies import echo, judge_reply, scripted_reply, seen_image, split_words
+from .fake_replies import cache_split, echo, judge_reply, scripted_reply, seen_image, split_words
 from .fake_state import _State
 
 __all__ = ["FakeAnthropic", "main", "make_app"]
@@ -94,6 +96,8 @@ class _Anthropic:
         text = scripted if scripted is not None else echo(prompt)
         system = body.get("system")
         system_text = _text_of(system) if system is not None else ""
+        tokens = words(prompt) + words(system_text)
+        read, written = cache_split(tokens, config)  # Anthropic counts them apart from input
         return {
             "id": "msg_fake",
             "type": "message",
@@ -103,10 +107,10 @@ class _Anthropic:
             "stop_reason": "end_turn",
             "stop_sequence": None,
             "usage": {
-                "input_tokens": words(prompt) + words(system_text),
+                "input_tokens": tokens - read - written,
                 "output_tokens": words(text),
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read,
             },
         }
 

@@ -40,6 +40,8 @@ class FakeConfig:
     batch_fail_marker: str = ""
     batch_expire: bool = False
     batch_create_delay: float = 0.0  # seconds a create is answered after the batch exists
+    # Anthropic's batches: replies without their request counts (a reply seen in the wild).
+    batch_no_counts: bool = False
     # Scripted HTTP answers: marker -> answer, for every prompt containing the marker (the first
     # marker that matches wins), sent after the latency instead of the usual one. An answer is
     # a dict of: ``status`` (200), ``headers``, and one of ``json`` (the whole body, sent as
@@ -51,6 +53,13 @@ class FakeConfig:
     instant_429: float = 0.0
     # Extra usage sections merged into every text answer's usage (prompt_tokens_details, ...).
     usage_details: dict[str, Any] = field(default_factory=dict)
+    # Provider prompt caching: every text answer reports this many of its prompt tokens as read
+    # from the provider's cache (at most all of them), in each vendor's own fields: OpenAI's
+    # usage.prompt_tokens_details.cached_tokens, Anthropic's cache_read_input_tokens, Gemini's
+    # usageMetadata.cachedContentTokenCount. ``cache_write_tokens``: Anthropic's
+    # cache_creation_input_tokens (the others do not report writes).
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     # Seconds between two words of a streamed answer (``stream: true``).
     stream_delay: float = 0.0
     # marker -> N: the first streamed answer to a prompt containing the marker is cut off (the

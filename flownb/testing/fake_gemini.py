@@ -4,7 +4,8 @@ no internet).
 - ``POST /v1beta/models/{model}:generateContent`` answers ``"echo: <prompt>"`` (or a scripted
   reply) as one candidate per ``candidateCount``; asked for ``responseModalities: ["IMAGE"]`` it
   answers the prompt's small PNG (:func:`~flownb.testing.fake_openai.image_bytes`) as
-  ``inlineData``. ``usageMetadata`` counts words as tokens.
+  ``inlineData``. ``usageMetadata`` counts words as tokens; ``configure(cached_tokens=N)``
+  reports N of a text answer's prompt tokens as ``cachedContentTokenCount``.
 
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` answers the same as server-sent
   events: one ``GenerateContentResponse`` per word of the first candidate's text
@@ -35,7 +36,15 @@ from aiohttp import web
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
 from .fake_config import FakeConfig
 from .fake_openai import FakeOpenAI, sse_event
-from .fake_replies import echo, image_bytes, judge_reply, scripted_reply, seen_image, split_words
+from .fake_replies import (
+    cache_split,
+    echo,
+    image_bytes,
+    judge_reply,
+    scripted_reply,
+    seen_image,
+    split_words,
+)
 from .fake_state import _State
 
 __all__ = ["FakeGemini", "main", "make_app"]
@@ -104,13 +113,13 @@ class _Gemini:
         p = words(prompt) + words(system)
         # An image counts 1290 output tokens, as Gemini bills a 1024x1024 one.
         c = sum(words(t) for t in texts) if not parts else 1290
+        usage = {"promptTokenCount": p, "candidatesTokenCount": c, "totalTokenCount": p + c}
+        cached = cache_split(p, config)[0] if not parts else 0
+        if cached:  # a part of the prompt count, as Google reports it
+            usage["cachedContentTokenCount"] = cached
         return {
             "candidates": candidates,
-            "usageMetadata": {
-                "promptTokenCount": p,
-                "candidatesTokenCount": c,
-                "totalTokenCount": p + c,
-            },
+            "usageMetadata": usage,
             "modelVersion": model,
         }
 

@@ -12,7 +12,8 @@ answers the same request live. It misbehaves as the real one can: requests whose
 ``batch_fail_marker`` end ``errored`` (with an error body), ``batch_expire=True`` ends the batch
 with its second half ``expired``, a cancelled batch ends with its requests ``canceled``, and
 ``batch_create_delay`` holds the answer to a create for that many seconds after the batch exists
-(a client killed meanwhile never learns its id).
+(a client killed meanwhile never learns its id), and ``batch_no_counts=True`` leaves the request
+counts out of every batch object (``null``).
 
 It records what a test needs: every created batch's requests, and how many batches were created.
 """
@@ -68,7 +69,7 @@ class _Batch:
                 found[item["result"]["type"]] += 1
         return found
 
-    def as_json(self, origin: str) -> dict[str, Any]:
+    def as_json(self, origin: str, counts: bool = True) -> dict[str, Any]:
         if self.ended is not None:
             status = "ended"
         elif self.cancel_at is not None:
@@ -79,7 +80,7 @@ class _Batch:
             "id": self.id,
             "type": "message_batch",
             "processing_status": status,
-            "request_counts": self.counts(),
+            "request_counts": self.counts() if counts else None,
             "created_at": _stamp(self.created),
             "expires_at": _stamp(self.created + 86400),
             "ended_at": _stamp(self.ended),
@@ -104,6 +105,10 @@ class MessageBatches:
         self.submitted: list[list[dict[str, Any]]] = []  # every created batch's requests
         self.created = 0
         self._ids = itertools.count(1)
+
+    @property
+    def _counts(self) -> bool:
+        return not getattr(self.settings, "batch_no_counts", False)
 
     def reset(self) -> None:
         self.batches.clear()
@@ -192,7 +197,7 @@ class MessageBatches:
         self.submitted.append(batch.requests)
         self.created += 1
         await hold(request, self.settings.batch_create_delay)  # it exists; its creator hears late
-        return web.json_response(batch.as_json(_origin(request)))
+        return web.json_response(batch.as_json(_origin(request), self._counts))
 
     def _found(self, request: web.Request) -> _Batch | web.Response:
         batch = self.batches.get(request.match_info["id"])
@@ -211,7 +216,7 @@ class MessageBatches:
             self._advance(batch)
         return web.json_response(
             {
-                "data": [b.as_json(origin) for b in page],
+                "data": [b.as_json(origin, self._counts) for b in page],
                 "has_more": more,
                 "first_id": page[0].id if page else None,
                 "last_id": page[-1].id if page else None,
@@ -222,7 +227,7 @@ class MessageBatches:
         found = self._found(request)
         if isinstance(found, web.Response):
             return found
-        return web.json_response(found.as_json(_origin(request)))
+        return web.json_response(found.as_json(_origin(request), self._counts))
 
     async def _cancel(self, request: web.Request) -> web.Response:
         found = self._found(request)
@@ -230,7 +235,7 @@ class MessageBatches:
             return found
         if found.ended is None:
             found.cancel_at = time.time()
-        return web.json_response(found.as_json(_origin(request)))
+        return web.json_response(found.as_json(_origin(request), self._counts))
 
     async def _results(self, request: web.Request) -> web.Response:
         found = self._found(request)

@@ -12,7 +12,9 @@ scripts for a marker (``answers``: refusals, content parts, HTML error pages, ..
 every request (:attr:`FakeOpenAI.received`: path, query, headers, body), the prompt of every
 request it answered with a 200 (once the answer is written), and the peak number of requests in
 flight. ``usage_details`` adds usage sections to every text answer (e.g.
-``{"prompt_tokens_details": {"cached_tokens": 3}}``) and images answers report usage too.
+``{"prompt_tokens_details": {"cached_tokens": 3}}``) and images answers report usage too;
+``cached_tokens=N`` reports N of every text answer's prompt tokens as cache reads, as each
+vendor's fake does in its own usage fields (``cache_write_tokens`` too, for Anthropic's).
 
 It can also enforce a real rate limit, as a provider does: ``max_in_flight=N`` answers 429 at once
 to any request beyond N being served; ``rate_limit=N`` (with ``rate_window`` seconds, 60 by
@@ -71,6 +73,7 @@ from .fake_message_batches import MessageBatches
 from .fake_replies import (
     _answer,
     _prompt_of,
+    cache_split,
     data_url_bytes,
     echo,
     image_bytes,
@@ -87,6 +90,7 @@ __all__ = [
     "FakeConfig",
     "FakeOpenAI",
     "add_control_routes",
+    "cache_split",
     "data_url_bytes",
     "echo",
     "image_bytes",

@@ -89,9 +89,24 @@ def _prompt_of(path: str, body: Mapping[str, Any]) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt)
 
 
-def _usage(prompt: str, text: str) -> dict[str, int]:
+def _usage(prompt: str, text: str, config: FakeConfig | None = None) -> dict[str, Any]:
+    """Return a text answer's usage (words as tokens), with ``prompt_tokens_details`` when the
+    fake reports cached prompt tokens (``config.cached_tokens``)."""
     p, c = len(prompt.split()), len(text.split())
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    cached = cache_split(p, config)[0] if config is not None else 0
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
+def cache_split(prompt_tokens: int, config: FakeConfig) -> tuple[int, int]:
+    """Return ``(read, written)``: how many of a prompt's tokens the fake reports as read from
+    and written to the provider's prompt cache (``cached_tokens``, ``cache_write_tokens``), at
+    most the prompt's tokens between them."""
+    read = max(0, min(int(config.cached_tokens), prompt_tokens))
+    written = max(0, min(int(config.cache_write_tokens), prompt_tokens - read))
+    return read, written
 
 
 def scripted_reply(prompt: str, replies: Mapping[str, str]) -> str | None:
@@ -177,7 +192,7 @@ def _answer(
                 }
                 for i in range(n)
             ],
-            "usage": {**_usage(prompt, text), **config.usage_details},
+            "usage": {**_usage(prompt, text, config), **config.usage_details},
         }
     if path.endswith("/completions"):
         text = echo(prompt)
@@ -195,7 +210,7 @@ def _answer(
                 }
                 for i in range(n)
             ],
-            "usage": _usage(prompt, text),
+            "usage": _usage(prompt, text, config),
         }
     fmt = body.get("response_format") or config.image_format
     items: list[dict[str, str]] = []

@@ -262,6 +262,9 @@ def collect(
             failures[key] = got
             continue
         # The batch rate; NaN (an unknown price) stays NaN, never 0.
+        got.cost = None
+        saved = provider.prompt_cache_saving(got)  # at the live price, then the batch rate
+        got.prompt_cache_saved = None if saved is None else saved * BATCH_RATE
         got.cost = provider.cost(got) * BATCH_RATE
         answers[key] = got
     cache.put_many(answers.items())  # one transaction for the whole batch

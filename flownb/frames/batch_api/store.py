@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from ...errors import ConfigError
+from ...infra.private import private_dir
 
 __all__ = [
     "BATCHES_DIR",
@@ -83,8 +84,10 @@ def save_record(record: BatchRecord, home: Path) -> None:
     path = folder / f"{record.id}.json"
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(record.model_dump_json(), encoding="utf-8")
+        private_dir(folder, home)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(record.model_dump_json())
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

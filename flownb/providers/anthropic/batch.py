@@ -127,7 +127,9 @@ class AnthropicBatches:
         """
         requests = [orjson.loads(line) for line in lines]
         with self._translated():
-            return self._state(self._client.messages.batches.create(requests=requests))
+            return self._state(
+                self._client.messages.batches.create(requests=requests), len(requests)
+            )
 
     def status(self, batch_id: str) -> BatchState:
         """Return the batch's current state.
@@ -182,26 +184,47 @@ class AnthropicBatches:
         return found
 
     @staticmethod
-    def _state(batch: Any) -> BatchState:
-        counts = batch.request_counts
-        succeeded, errored = counts.succeeded, counts.errored
-        expired, canceled = counts.expired, counts.canceled
-        total = succeeded + errored + expired + canceled + counts.processing
-        if batch.processing_status == "ended":
-            if batch.cancel_initiated_at is not None:
+    def _state(batch: Any, requests: int | None = None) -> BatchState:
+        """Return the state of an Anthropic batch object. A reply missing its request counts
+        (or some of them) counts them as 0, and ``requests`` (the number just submitted) stands
+        for the total: the batch was made and must be remembered, not lost to a TypeError.
+
+        Raises:
+            ProviderError: the reply has no batch id (nothing to remember or ask about).
+        """
+        batch_id = getattr(batch, "id", None)
+        if not isinstance(batch_id, str) or not batch_id:
+            raise ProviderError("Anthropic answered a batch request without a batch id")
+        counts = getattr(batch, "request_counts", None)
+        succeeded, errored, expired, canceled, processing = (
+            _count(counts, name)
+            for name in ("succeeded", "errored", "expired", "canceled", "processing")
+        )
+        total = succeeded + errored + expired + canceled + processing
+        if requests is not None and total == 0:
+            total = requests
+        processing_status = getattr(batch, "processing_status", None)
+        if processing_status == "ended":
+            if getattr(batch, "cancel_initiated_at", None) is not None:
                 status = "cancelled"
             elif expired:
                 status = "expired"
             else:
                 status = "completed"
-        elif batch.processing_status == "canceling":
+        elif processing_status == "canceling":
             status = "cancelling"
         else:
             status = "in_progress"
         return BatchState(
-            batch.id,
+            batch_id,
             status,
             total=total,
             completed=succeeded,
             failed=errored + expired + canceled,
         )
+
+
+def _count(counts: Any, name: str) -> int:
+    """Return one request count of a batch reply (0 when missing or not a whole number)."""
+    value = getattr(counts, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -115,6 +115,7 @@ class OpenAIProvider(HostedProvider):
                 f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}"
             )
         self.transport_name = chosen
+        self.warm_modules = ("openai",) if chosen == "sdk" else ("aiohttp",)
         self._api_key = key  # for the Batch API's client; never shown
         self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(
             self.base_url, key, headers=headers, azure=azure, pool=pool
@@ -181,6 +182,11 @@ class OpenAIProvider(HostedProvider):
         """
         self.prepare(kind, params, node)
 
+    def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
+        """Return the model a node's calls are sent to (an image node's default included)."""
+        model = self.prepare(kind, params).body.get("model")
+        return str(model) if model else None
+
     async def generate(self, call: Call) -> Generation:
         """Return one generation: a single attempt (retries are the engine's).
 
@@ -193,6 +199,9 @@ class OpenAIProvider(HostedProvider):
             gen = await self._image(data, prepared, request_id)
             gen.limits = limits
             gen.usage = usage_of(data.get("usage"))
+            # dall-e models are billed per image, by size and quality: what pricing needs.
+            body = prepared.body
+            gen.priced_as = {k: body[k] for k in ("size", "quality", "n") if k in body}
             return gen
         return self.text_answer(data, prepared, body, request_id, limits)
 
