@@ -39,17 +39,24 @@ def vendors() -> Iterator[dict[str, FakeOpenAI]]:
         yield {"gpt": gpt, "claude": claude, "gem": gem}
 
 
-def _flows(fakes: dict[str, FakeOpenAI], flow: dict | None = None) -> dict[str, flownb.LocalFlow]:
+def _flows(
+    fakes: dict[str, FakeOpenAI],
+    flow: dict | None = None,
+    cached_input: dict[str, float] | None = None,
+) -> dict[str, flownb.LocalFlow]:
     kinds = {"gpt": "openai", "claude": "anthropic", "gem": "gemini"}
     flows = {}
     for name, fake in fakes.items():
         inp, out = PRICES[name]
+        prices = {"input": inp, "output": out}
+        if cached_input is not None:
+            prices["cached_input"] = cached_input[name]
         endpoint = Endpoint(
             name,
             kinds[name],
             base_url=fake.url,
             api_key="sk-test-key",
-            prices={"*": {"input": inp, "output": out}},
+            prices={"*": prices},
         )
         loaded = flownb.load_flow(
             flow or make_flow({"A": PROMPT}, ["topic"]), endpoint=endpoint, provider=kinds[name]
@@ -251,3 +258,23 @@ def _env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "ANTHROPIC"))}
+
+
+def test_price_at_scale_prices_cached_prompt_tokens_at_their_rate(vendors: dict) -> None:
+    # Each fake reports 2 of the prompt's 4 tokens read from the provider's prompt cache.
+    _script(vendors, {"gpt": 0, "claude": 0, "gem": 0})
+    for fake in vendors.values():
+        fake.configure(cached_tokens=2)
+    flows = _flows(vendors, cached_input={"gpt": 0.5, "claude": 0.3, "gem": 0.125})
+    data = pd.DataFrame({"topic": ["x00", "x01", "x02"]})
+    report = flownb.evaluate(flows, data, progress=False)
+    # A million rows: 2 fresh input tokens, 2 cached ones at the cached rate, 1 output token
+    # (the OpenAI fake: the 5 words of its echo).
+    outputs = {"gpt": 5, "claude": 1, "gem": 1}
+    cached_rate = {"gpt": 0.5, "claude": 0.3, "gem": 0.125}
+    expected = {
+        name: 2 * inp + 2 * cached_rate[name] + outputs[name] * out
+        for name, (inp, out) in PRICES.items()
+    }
+    assert expected == {"gpt": 13.0, "claude": 21.6, "gem": 2.25}
+    assert report.price(rows=1_000_000)["list_usd"].to_dict() == pytest.approx(expected)
