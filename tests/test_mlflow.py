@@ -105,3 +105,43 @@ def test_a_store_mlflow_refuses_is_one_line(
     finally:
         mlflow.set_tracking_uri(previous)
     assert "\n" not in str(info.value)
+
+
+_DEFAULT_STORE = """
+import json
+import mlflow
+import pandas as pd
+import flownb
+
+flow = flownb.load_flow(json.loads(open("flow.json").read()), provider="offline")
+report = flownb.evaluate(flow, pd.DataFrame({"topic": ["a", "b"]}), progress=False)
+runs = report.to_mlflow("flownb-default")
+found = mlflow.search_runs(experiment_names=["flownb-default"])
+print(json.dumps({"uri": mlflow.get_tracking_uri(), "runs": sorted(runs.values()),
+                  "found": sorted(found["run_id"])}))
+"""
+
+
+def test_to_mlflow_works_with_mlflows_default_store_and_no_setting(tmp_path: Path) -> None:
+    """What ``pip install flownb[mlflow]`` gives a user who sets nothing: MLflow 3's default
+    store (sqlite:///mlflow.db in the working folder) opens, and the runs are read back."""
+    import json
+    import os
+    import subprocess
+
+    (tmp_path / "flow.json").write_text(json.dumps(FLOW), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["FLOWNB_HOME"] = str(tmp_path / "home")
+    done = subprocess.run(
+        [sys.executable, "-c", _DEFAULT_STORE],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["uri"].startswith("sqlite:") and said["uri"].endswith("mlflow.db")
+    assert (tmp_path / "mlflow.db").is_file()
+    assert said["runs"] == said["found"] and len(said["runs"]) == 1

@@ -54,7 +54,7 @@ def _dropping_flow(tmp_path: Path) -> Path:
     return write_flow(tmp_path / "drop.json", flow)
 
 
-def test_a_provider_warning_at_load_points_at_the_load_flow_line(
+def test_a_provider_warning_points_at_the_line_that_previews_or_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
@@ -62,8 +62,11 @@ def test_a_provider_warning_at_load_points_at_the_load_flow_line(
     path = _dropping_flow(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        flow = flownb.load_flow(path, provider="openai", cache=False)
+        assert caught == []  # said about what is sent, not at load (with_model may follow)
         line = _line()
-        flownb.load_flow(path, provider="openai", cache=False)
+        flow.preview({"topic": "owls"})
+        flow.preview({"topic": "bats"})  # said once
     (w,) = [w for w in caught if "frobnicate" in str(w.message)]
     assert (w.filename, w.lineno) == (__file__, line)
     assert not str(w.message).startswith("flownb")
@@ -92,7 +95,7 @@ def test_the_cli_prefixes_a_warning_once(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     (line,) = [x for x in res.stderr.splitlines() if "frobnicate" in x]
-    assert line.startswith("flownb: openai provider, node 'out': frobnicate dropped")
+    assert line.startswith("flownb: openai: node 'out': frobnicate dropped")
     assert "flownb: flownb" not in res.stderr and ".py:" not in res.stderr
 
 

@@ -91,9 +91,9 @@ def test_reasoning_models_get_max_completion_tokens_and_no_sampling_knobs(
     fake: FakeOpenAI, transport: str
 ) -> None:
     params = {**BLOG_PARAMS, "model": "o3-mini"}
+    flow = flownb.load_flow(one_node(params), cache=False)
     with pytest.warns(UserWarning, match="temperature dropped"):
-        flow = flownb.load_flow(one_node(params), cache=False)
-    flow.run(topic="owls")
+        flow.run(topic="owls")
     (body,) = fake.requests
     assert body["model"] == "o3-mini"
     assert body["max_completion_tokens"] == 200
@@ -157,9 +157,9 @@ def test_known_extras_pass_through_unknown_ones_are_dropped_with_a_warning(
     fake: FakeOpenAI,
 ) -> None:
     params = {"model": "gpt-4o-mini", "seed": 7, "stop": ["\n"], "frobnicate": True}
+    flow = flownb.load_flow(one_node(params), cache=False)
     with pytest.warns(UserWarning, match="frobnicate dropped"):
-        flow = flownb.load_flow(one_node(params), cache=False)
-    flow.run(topic="owls")
+        flow.run(topic="owls")
     body = fake.requests[0]
     assert body["seed"] == 7 and body["stop"] == ["\n"]
     assert "frobnicate" not in body

@@ -19,8 +19,12 @@ The scorers file (JSON or TOML) lists scorers and, optionally, variants of the f
     model = "gpt-4o-mini"        # every text node's model (or { "Node" = "model" })
     system = "Answer in one sentence."  # (or { "Node" = "message" })
 
-The provider banner (each variant's provider, and the one each judge uses) goes to stderr before
-anything runs; the summary (each metric's mean or rate with its 95% interval) to stdout. Exit
+A judge entry may say who judges: ``endpoint = "NAME"`` (an ``[endpoints.NAME]`` of flownb.toml)
+or ``provider = "..."``, and ``model = "..."``; without them it uses the first variant's.
+
+The provider banner (each variant's provider, and each judge's endpoint and model, with a note
+when it is of the same vendor as a variant it grades) goes to stderr before anything runs; the
+summary (each metric's mean or rate with its 95% interval, then who judged) to stdout. Exit
 status: 0, or 1 when some variant's pass rate is under ``--min-pass`` (or a run failed), 2 for
 bad arguments or files.
 """
@@ -112,6 +116,7 @@ def _read_data(path: str) -> Any:
 def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
     """Print, once each, the banner of every provider the evaluation will call (stderr)."""
     from ..scorers.judge import JudgeScorer
+    from ..scorers.judging import judged_by_line, self_preference, variant_vendor
 
     shown: set[str] = set()
     for flow in variants.values():
@@ -119,14 +124,12 @@ def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
         if key not in shown:
             shown.add(key)
             banner(flow)
+    vendors = {name: variant_vendor(flow) for name, flow in variants.items()}
     for j in graders:
         if isinstance(j, JudgeScorer):
-            flow = j.flow()
-            model = flow.plan.steps[0].params.get("model") or "the provider's default model"
-            click.echo(
-                f"flownb: judge {j.name!r}: provider {flow.provider.name}, model {model}",
-                err=True,
-            )
+            info = j.judged_by()
+            same = self_preference(info["vendor"], vendors)
+            click.echo(f"flownb: {judged_by_line(j.name, info, same)}", err=True)
 
 
 def scale_text(report: Any, rows: int = 1_000_000) -> str:
@@ -209,7 +212,14 @@ def summary_text(report: Any) -> str:
         from ..evaluation.money import RANK_NOTE
 
         note += f"; {RANK_NOTE}"
-    return f"{text}\n({note})"
+    from ..scorers.judging import judged_by_line
+
+    judges = [
+        judged_by_line(s.name, s.judge, s.judge.get("same_vendor") or ())
+        for s in report.scorers
+        if getattr(s, "judge", None)
+    ]
+    return "\n".join([text, f"({note})", *judges])
 
 
 def money_line(report: Any) -> str | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..flows.local import BaseFlow, LocalFlow
 from ..scorers import Scorer
 from ..scorers.judge import JudgeScorer
+from ..scorers.judging import self_preference, variant_vendor
 from .jobs import _block, _Collected, _input_block
 from .money import JUDGE_COLUMNS, MONEY_COLUMNS, money_columns
 from .report import EvalReport, ScorerInfo
@@ -46,6 +47,7 @@ def _assemble(
                 kinds.setdefault(o, k)
     parts = []
     infos: dict[str, ScorerInfo] = {}
+    vendors = {name: variant_vendor(flow) for name, flow in variants.items()}
     for name, got in collected.items():
         block = _block(inputs, got)
         failed = np.array(block.failed, dtype=bool)
@@ -81,6 +83,7 @@ def _assemble(
                 s.output,
                 s.describe(),
                 s.rate,
+                _judge_record(s, vendors) if info is None else info.judge,
             )
         cols["passed"] = passed
         cols["latency_s"] = np.array(got.latency, dtype=float)
@@ -117,6 +120,16 @@ def _assemble(
         context=context,
         setup={name: _setup(flow) for name, flow in variants.items()},
     )
+
+
+def _judge_record(scorer: Scorer, vendors: Mapping[str, str | None]) -> dict[str, Any] | None:
+    """Return who judged for a judge (endpoint, model, vendor, and the variants of its vendor:
+    ``same_vendor``), None for any other scorer."""
+    if not isinstance(scorer, JudgeScorer):
+        return None
+    info: dict[str, Any] = dict(scorer.judged_by())
+    info["same_vendor"] = self_preference(info["vendor"], vendors)
+    return info
 
 
 def _endpoint(provider: Any) -> str | None:
@@ -156,7 +169,8 @@ def describe_evaluation(
                     "name": step.name,
                     "kind": step.kind,
                     "prompt": step.template.text,
-                    "params": dict(step.params),
+                    # What the provider sends: a parameter it drops is not listed.
+                    "params": flow.provider.sent_params(step.kind, step.params),
                     "models": sorted(models.get(k, ())),
                 }
                 for k, step in enumerate(plan.steps)

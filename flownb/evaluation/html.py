@@ -341,6 +341,7 @@ def summary_html(report: ReportView) -> str:
         _labels_note(summary)
         + _repeats_note(summary)
         + _wins_note(report)
+        + judges_html(report)
         + (
             f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
             f"{SPEED_HEAD}<th>total_tokens</th>{money_head}</tr></thead>"
@@ -369,6 +370,30 @@ def _setup_html(report: ReportView) -> str:
         "<table class='flownb-eval'><thead><tr><th>variant</th><th>endpoint</th><th>model</th>"
         f"<th>system</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def judges_html(report: ReportView) -> str:
+    """Return a line per judge naming its endpoint and model, and the variants of its vendor
+    (self-preference is possible there: said, not forbidden); '' without judges."""
+    lines = []
+    for s in report.scorers:
+        judge = s.judge
+        if not judge:
+            continue
+        line = (
+            f"judge <b>{_esc(s.name)}</b>: endpoint <b class='flownb-judge-endpoint'>"
+            f"{_esc(judge['endpoint'])}</b>, model <b class='flownb-judge-model'>"
+            f"{_esc(judge['model'])}</b> ({_esc(judge['vendor'])})"
+        )
+        same = list(judge.get("same_vendor") or ())
+        if same:
+            line += (
+                f"; <span class='flownb-self-preference'>the same vendor as variant"
+                f"{'s' * (len(same) > 1)} {_esc(', '.join(same))}: a judge may favour its own "
+                "vendor's answers (self-preference)</span>"
+            )
+        lines.append(f"<p class='inp flownb-judge'>{line}</p>")
+    return "".join(lines)
 
 
 def _wins_note(report: Any) -> str:
@@ -525,6 +550,7 @@ def header_html(report: ReportView) -> str:
     scorers = [
         f"<li><b>{_esc(s.name)}</b>: <code>{_esc(s.definition or s.kind)}</code>"
         + (f" (passes at ≥ {_esc(fmt_number(s.threshold))})" if s.threshold is not None else "")
+        + (f"; judged by {_esc(s.judge['endpoint'])} · {_esc(s.judge['model'])}" if s.judge else "")
         + "</li>"
         for s in report.scorers
     ]

@@ -163,8 +163,11 @@ class EvalReport(Labelled, Preferring):
         and ``repeats``, ``flips`` (rows whose pass/fail differed between repeats) and per
         metric ``_std``, ``_min``, ``_max`` (of the figure each repeat alone gives) say how far
         a single run could have strayed. Where known,
-        ``endpoint``, ``model`` and ``system`` say what each variant ran on. Once rows carry human
-        labels, ``labels``: how many of the variant's rows are labelled.
+        ``endpoint``, ``model`` and ``system`` say what each variant ran on. Per judge (``judge``,
+        ``pick_best``), ``<name>_judged_by`` names its endpoint and model (``"ge ·
+        gemini-2.5-flash"``) and ``<name>_same_vendor`` says whether the judge's model is of this
+        variant's vendor (self-preference is possible: see :attr:`judges`). Once rows carry
+        human labels, ``labels``: how many of the variant's rows are labelled.
         """
         import numpy as np
         import pandas as pd
@@ -216,6 +219,10 @@ class EvalReport(Labelled, Preferring):
                 known = self.setup.get(v, {})
                 for field in ("endpoint", "model", "system"):
                     row[field] = known.get(field)
+            for s in self.scorers:  # who judged, and whether it is this variant's vendor
+                if s.judge:
+                    row[f"{s.name}_judged_by"] = f"{s.judge['endpoint']} · {s.judge['model']}"
+                    row[f"{s.name}_same_vendor"] = v in (s.judge.get("same_vendor") or ())
             rows.append(row)
         summary = pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
         if "price_per_row" in summary.columns:  # comparisons rank by the price of a row
@@ -242,6 +249,29 @@ class EvalReport(Labelled, Preferring):
         if "price_per_row" not in summary.columns:
             return pd.DataFrame()
         return bill(summary, int(summary["n"].max()) if len(summary) else 0)
+
+    @property
+    def judges(self) -> pd.DataFrame:
+        """Who judged, one row per judge (index: its column name): ``endpoint`` (the endpoint's
+        name, else the provider's), ``model`` (as sent), ``vendor``, and ``same_vendor``: the
+        variants of the judge's vendor, comma-separated (a judge may favour its own vendor's
+        answers: give it an endpoint of another vendor to avoid it). Empty without judges."""
+        import pandas as pd
+
+        rows = {
+            s.name: {
+                "endpoint": s.judge["endpoint"],
+                "model": s.judge["model"],
+                "vendor": s.judge["vendor"],
+                "same_vendor": ", ".join(s.judge.get("same_vendor") or ()),
+            }
+            for s in self.scorers
+            if s.judge
+        }
+        columns = ["endpoint", "model", "vendor", "same_vendor"]
+        frame = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+        frame.index.name = "judge"
+        return frame
 
     @staticmethod
     def _paired(first: pd.DataFrame, other: pd.DataFrame, name: str, kind: str) -> float:

@@ -244,6 +244,10 @@ def _prepare(
     }
     judges = [s for s in graders if isinstance(s, JudgeScorer)]
     _bind_judges(judges, variants)
+    # What each variant's and judge's requests drop, replace or cannot price: said here, on
+    # the caller's thread (the runs go on flownb's loop), once per provider and topic.
+    for flow in [*variants.values(), *(j.flow() for j in judges)]:
+        flow.say_notes()
     return _Setup(variants, names, batches, graders, judges, _rounds(variants, graders, repeats))
 
 

@@ -19,7 +19,9 @@ __all__ = ["ReportView", "ScorerInfo"]
 @dataclass(frozen=True)
 class ScorerInfo:
     """What the report knows of a scorer: its column, kind, threshold and output, how it was
-    defined (its call, for the report's header) and whether its mean is a rate (pick_best)."""
+    defined (its call, for the report's header), whether its mean is a rate (pick_best) and,
+    for a judge, who judged: ``judge`` holds ``endpoint``, ``model`` (as sent), ``vendor`` and
+    ``same_vendor`` (the variants of the judge's vendor: self-preference is possible there)."""
 
     name: str
     kind: str
@@ -28,6 +30,7 @@ class ScorerInfo:
     output: str
     definition: str = ""
     rate: bool = False
+    judge: Mapping[str, Any] | None = None
 
 
 class ReportView(Protocol):

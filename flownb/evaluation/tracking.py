@@ -2,6 +2,8 @@
 its set-up as parameters, its summary figures as metrics, and its results and the HTML report
 as artifacts. MLflow is imported only here, when asked for; where the runs go is MLflow's own
 choice (``mlflow.set_tracking_uri`` or ``MLFLOW_TRACKING_URI``): nothing else is contacted.
+With neither, MLflow 3 uses ``sqlite:///mlflow.db`` in the working folder, which the ``mlflow``
+extra makes work (it brings sqlalchemy and alembic, which ``mlflow-skinny`` leaves out).
 """
 
 from __future__ import annotations

@@ -34,10 +34,12 @@ from ..providers.base import Provider
 from ..providers.calls import Notice, notices_to
 from ..providers.limits import AdaptiveLimiter
 from ..providers.registry import make_provider
+from ..providers.repeat import unrepeated
 from ..runtime.cache import open_cache
 from ..runtime.engine import Engine, Plan
 from ..runtime.events import StreamEvent
 from ..runtime.hooks import HOOKS, DataFrameOptions, FrameOptions
+from ..runtime.notes import say_notes
 from ..runtime.pipeline import Outcomes, Runner
 from ..runtime.result import OnResult, RunResult
 from ..runtime.runlog import open_runlog
@@ -96,6 +98,10 @@ class BaseFlow(ABC):
         """Return the contract's describe response: ``{"name", "type"}`` items, variables first."""
         return describe(self.variables, self.outputs)
 
+    def say_notes(self) -> None:  # noqa: B027 - a hook: local flows say what they change
+        """Warn, once, about what this flow's requests drop, replace or cannot price (see
+        :mod:`flownb.runtime.notes`); a flow served elsewhere says nothing here."""
+
     def run(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
         """Run the flow once. Variables come as a mapping, keyword arguments, or both.
 
@@ -139,6 +145,7 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
+        self.say_notes()  # here, on the caller's thread: the warning names the caller's line
         # Each event goes from the loop straight to this thread's queue: nothing the run does
         # after it (caching, logging) holds it back.
         return stream_sync(lambda emit: self._stream_run(values, emit))
@@ -153,6 +160,7 @@ class BaseFlow(ABC):
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
+        self.say_notes()
 
         def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
             return self._stream_run(values, emit)
@@ -250,6 +258,7 @@ class BaseFlow(ABC):
         """
         if check:
             self.spec.check_batch(batch)
+        self.say_notes()
         bar: Any = None
         if progress:
             # In a notebook front end, the live view (bar and finished rows) instead of the bar.
@@ -320,6 +329,7 @@ class BaseFlow(ABC):
             "error_column": error_column,
             "trace": trace,
         }
+        self.say_notes()
         if _is_dask_frame(df):
             return HOOKS["run_dask_dataframe"](self, df, columns, rpm=rpm, tpm=tpm, **options)
         if batch_api:
@@ -370,6 +380,7 @@ class BaseFlow(ABC):
         Raises:
             InputError: the data does not fit the flow's variables.
         """
+        self.say_notes()  # what a run would send: the same warnings a run gives
         return HOOKS["preview"](self, data, columns, fill)
 
     def form(self) -> Any:
@@ -547,6 +558,11 @@ class LocalFlow(BaseFlow):
         """Each variable's default value as the web tool exported it."""
         return dict(self.plan.defaults)
 
+    def say_notes(self) -> None:
+        """Warn, once per provider and topic, about what this flow's requests drop, replace or
+        cannot price (see :mod:`flownb.runtime.notes`), attributed to the caller's line."""
+        say_notes(unrepeated(self.provider), self.plan.steps)
+
     def _execute(
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
@@ -618,27 +634,36 @@ class LocalFlow(BaseFlow):
             from ..flowfile import variants
 
             graph = variants.with_model(graph, model, None)
-        return LocalFlow(
+        flow = LocalFlow(
             graph,
             name=self.name,
             config=config,
             media_url=self.media_url,
             source=self.source if graph is self.graph else None,
         )
+        if model is not None:
+            flow.say_notes()  # the model was just chosen: say now what it sends, at this line
+        return flow
 
     def with_model(
         self, model: str | Mapping[str, str] | None = None, *, image: str | None = None
     ) -> LocalFlow:
         """Return a variant with other models: ``with_model("m")`` on every text node,
         ``with_model(image="m")`` on every image node, ``with_model({"Node": "m"})`` on the
-        named nodes. This flow is left untouched; cache keys follow the model.
+        named nodes. This flow is left untouched; cache keys follow the model. What the new
+        flow's requests drop, replace or cannot price (a model the price table does not know)
+        is said now, as a warning at the caller's line.
 
         Raises:
             ConfigError: no model given, an unknown node, or a model that is not a string.
         """
         from ..flowfile import variants
 
-        return self.variant(variants.with_model(self.graph, model, image))
+        flow = self.variant(variants.with_model(self.graph, model, image))
+        # The model was just chosen: a misspelt name is said at this line (and once: the run
+        # says nothing more about it).
+        flow.say_notes()
+        return flow
 
     def with_system(self, system: str | Mapping[str, str | None] | None) -> LocalFlow:
         """Return a variant whose text nodes send a system message: ``with_system("...")`` on
@@ -692,6 +717,7 @@ class LocalFlow(BaseFlow):
         """Run an already-validated batch with an extra ``gate`` around each provider attempt
         and the run log's ``run_id`` for it (a Dask partition's cluster-wide limits, per-run
         rpm/tpm), reporting each element to ``on_result``."""
+        self.say_notes()
         self.runner.run(batch, on_result, concurrency=concurrency, gate=gate, run_id=run_id)
 
     def gated(self, gate: Gate | None, run_id: str | None = None) -> BaseFlow:

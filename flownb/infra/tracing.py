@@ -8,12 +8,20 @@ every function returns ``None`` and the callers take their untraced path: the pa
 imported only when tracing is first looked for, never when flownb is imported.
 
 A flow run is an ``invoke_workflow`` span (``gen_ai.workflow.name``); each provider call under
-it a ``chat`` span (``generate_content`` for an image) with the request and response model,
-the token usage, ``flownb.cache_hit`` (answered from the cache: no provider call made) and
-``flownb.cost_usd`` (US dollars the call spent, when known: 0 for a cache hit, whose
-``flownb.saved_usd`` is what its answer cost when it was paid for). A failure sets the span's
-status, ``error.type`` and ``flownb.error``; a run's span fails when any of its elements did
-(``flownb.failed_rows``, and an exception event per failed element naming its ``flownb.row``).
+it a ``chat`` span (``generate_content`` for an image) with the provider as the GenAI registry
+names it (``openai``, ``azure.ai.openai``, ``anthropic``, ``gcp.gemini``), ``server.address`` and
+``server.port`` of its endpoint, the request and response model, ``gen_ai.response.id``,
+``gen_ai.response.finish_reasons``, the token usage, ``flownb.cache_hit`` (answered from the
+cache: no provider call made) and ``flownb.cost_usd`` (US dollars the call spent, when known:
+0 for a cache hit, whose ``flownb.saved_usd`` is what its answer cost when it was paid for).
+A failure sets the span's status, ``error.type`` and ``flownb.error``; a run's span fails when
+any of its elements did (``flownb.failed_rows``, and an exception event per failed element
+naming its ``flownb.row``).
+
+Usage is counted once: a span carries ``gen_ai.usage.*`` only for a call paid in this run (a
+cache hit carries none), and the vendor SDKs' own spans, which would repeat the same tokens
+under the same trace, are turned off in the clients flownb makes (the anthropic SDK's
+``open_telemetry=False``), so summing ``gen_ai.usage.*`` over a trace gives the run log's tokens.
 """
 
 from __future__ import annotations
@@ -25,7 +33,42 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["RunFailures", "call_span", "end_call", "flow_span", "traced", "tracer"]
+__all__ = [
+    "RunFailures",
+    "call_span",
+    "end_call",
+    "flow_span",
+    "genai_provider",
+    "server_of",
+    "traced",
+    "tracer",
+]
+
+# flownb's provider names -> the OpenTelemetry GenAI registry's ``gen_ai.provider.name`` values.
+_GENAI_PROVIDERS = {"azure": "azure.ai.openai", "gemini": "gcp.gemini"}
+
+
+def genai_provider(name: str) -> str:
+    """Return the ``gen_ai.provider.name`` of a flownb provider name (``gemini`` ->
+    ``gcp.gemini``, ``azure`` -> ``azure.ai.openai``; others as they are)."""
+    return _GENAI_PROVIDERS.get(name, name)
+
+
+def server_of(base_url: Any) -> tuple[str, int] | None:
+    """Return ``(server.address, server.port)`` of an endpoint's base URL (the scheme's port
+    when the URL names none), or None when there is no URL."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(base_url, str) or not base_url:
+        return None
+    parts = urlsplit(base_url)
+    if not parts.hostname:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    return parts.hostname, port or (80 if parts.scheme == "http" else 443)
 
 
 # What a span reads of a provider call and its answer (flownb.providers.base's Call and
@@ -46,6 +89,8 @@ class Generation(Protocol):
     def model(self) -> str | None: ...
     @property
     def usage(self) -> Mapping[str, int] | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
 
 
 C = TypeVar("C", bound=Call)
@@ -205,9 +250,9 @@ def flow_span(flow: str, provider: str, rows: int) -> Iterator[RunFailures]:
     attributes = {
         "gen_ai.operation.name": "invoke_workflow",
         "gen_ai.workflow.name": flow,
-        "gen_ai.provider.name": provider,
-        "gen_ai.system": provider,
-        "flownb.flows.local": flow,
+        "gen_ai.provider.name": genai_provider(provider),
+        "gen_ai.system": genai_provider(provider),
+        "flownb.flow": flow,
         "flownb.rows": rows,
     }
     with t.start_as_current_span(
@@ -229,9 +274,10 @@ def flow_span(flow: str, provider: str, rows: int) -> Iterator[RunFailures]:
         _elements_failed(span, failures.close(), rows)
 
 
-def call_span(provider: str, call: Call) -> Any:
+def call_span(provider: str, call: Call, server: tuple[str, int] | None = None) -> Any:
     """Start the span of one provider call (not made current: calls run concurrently), or
-    return ``None`` without tracing. End it with :func:`end_call`."""
+    return ``None`` without tracing. ``server`` is the endpoint's address and port (see
+    :func:`server_of`). End it with :func:`end_call`."""
     t = tracer()
     if t is None:
         return None
@@ -241,10 +287,12 @@ def call_span(provider: str, call: Call) -> Any:
     model = call.params.get("model") if call.params else None
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": operation,
-        "gen_ai.provider.name": provider,
-        "gen_ai.system": provider,
+        "gen_ai.provider.name": genai_provider(provider),
+        "gen_ai.system": genai_provider(provider),
         "gen_ai.output.type": "image" if call.kind == "image" else "text",
     }
+    if server is not None:
+        attributes["server.address"], attributes["server.port"] = server
     if model:
         attributes["gen_ai.request.model"] = str(model)
     for name in ("temperature", "max_tokens", "top_p"):
@@ -270,6 +318,12 @@ def end_call(span: Any, gen: Generation | None, exc: BaseException | None = None
             if "gen_ai.request.model" not in getattr(span, "attributes", {}):
                 # No model in the node's params: the provider's default answered, by this name.
                 span.set_attribute("gen_ai.request.model", gen.model)
+        if not gen.cached:  # a cached answer got no response this time
+            response_id = getattr(gen, "response_id", None)
+            if response_id:
+                span.set_attribute("gen_ai.response.id", str(response_id))
+            if gen.finish_reason:
+                span.set_attribute("gen_ai.response.finish_reasons", [gen.finish_reason])
         usage = gen.usage or {}
         if not gen.cached:  # a cached answer used no tokens this time
             if usage.get("prompt_tokens") is not None:
@@ -294,14 +348,16 @@ def end_call(span: Any, gen: Generation | None, exc: BaseException | None = None
     span.end()
 
 
-def traced(provider: str, generate: Callable[[C], G]) -> Callable[[C], G]:
+def traced(
+    provider: str, generate: Callable[[C], G], server: tuple[str, int] | None = None
+) -> Callable[[C], G]:
     """Return ``generate`` (a synchronous provider call) tracing each call when a tracer is
     configured, else ``generate`` itself (chosen once per batch: no cost per call when off)."""
     if tracer() is None:
         return generate
 
     def call(c: C) -> G:
-        span = call_span(provider, c)
+        span = call_span(provider, c, server)
         try:
             gen = generate(c)
         except BaseException as exc:

@@ -93,7 +93,9 @@ class Generation:
     for where the result goes (``file://`` locally, ``http://.../media/...`` from the server).
     ``limits`` is what the answer said about the provider's rate limits, for the run's limiter
     (never cached). ``finish_reason`` is why the provider stopped (``"length"``: at the token
-    limit, the text is cut short), ``None`` when it did not say.
+    limit, the text is cut short), ``None`` when it did not say; every provider says it in
+    OpenAI's words (``stop``, ``length``, ``content_filter``, ``tool_calls``). ``response_id`` is
+    the provider's id of its answer (for traces; not cached).
     ``cost`` is what the call cost in US dollars when it was paid for (NaN:
     price unknown; ``None``: not priced yet); a cached generation keeps it, as the saving and
     as the row's price. ``priced_as`` is what the request asked for that a per-image price
@@ -119,6 +121,7 @@ class Generation:
     finish_reason: str | None = None
     priced_as: Mapping[str, Any] | None = None
     prompt_cache_saved: float | None = None
+    response_id: str | None = None
     provider_s: float | None = None
 
 
@@ -233,6 +236,14 @@ class Provider(ABC):
         that the time measured for the answers of a run started after it is the provider's:
         called on the event loop before a run's calls are sent. The default does nothing."""
 
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Sequence[tuple[str, str]]:
+        """Return what the provider changes in a node's request: ``(topic, message)`` pairs (a
+        parameter dropped, a model replaced). flownb says them once per provider and topic, when
+        a flow is first run or previewed (see :mod:`flownb.runtime.notes`), so they describe
+        what is sent, not a flow later changed by ``with_model``. The default changes nothing.
+        """
+        return ()
+
     @abstractmethod
     async def generate(self, call: Call) -> Generation:
         """Return the generation for ``call``.
@@ -277,6 +288,12 @@ class Provider(ABC):
         uncached = Generation(gen.output, model=gen.model, usage=fresh, priced_as=gen.priced_as)
         cost = self.cost(gen) if gen.cost is None else gen.cost
         return self.cost(uncached) - cost
+
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the model parameters a node's requests carry, as the provider sends them
+        (what reports show: a parameter the provider drops is not listed, a default it adds
+        is). The default sends the params as written."""
+        return dict(params)
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model a node's call would be priced as (for estimates): its ``model``."""

@@ -187,6 +187,10 @@ class CallRunner:
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
         self._traced = tracing.tracer() is not None
+        # The endpoint's address and port, for the spans (server.address, server.port).
+        self._server = (
+            tracing.server_of(provider.identity().get("base_url")) if self._traced else None
+        )
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -220,12 +224,18 @@ class CallRunner:
         cache = self.cache
         if cache is None or self._traced:
             return None
-        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
+        slot = (id(call.params), call.prompt)
+        hit = self._hits.pop(slot, None) if self._hits else None
         if hit is None:
             key = cache.key(self._prefix(cache, call), call.prompt)
             hit = cache.get(key)
             if hit is None:
                 self._missed.add(key)
+        if hit is not None and _unpriced(hit):
+            # Priced from its usage on the loop (the price table may still be loading): the
+            # call goes through :meth:`_answer`, which finds the hit here.
+            self._hits[slot] = hit
+            return None
         return hit
 
     async def __call__(self, call: Call) -> Generation:
@@ -235,7 +245,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call) if self._traced else None
+        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
         if span is None:
             return await self._answer(call)
         try:
@@ -254,7 +264,7 @@ class CallRunner:
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call) if self._traced else None
+        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
         if span is None:
             return await self._answer(call, sink)
         try:
@@ -277,8 +287,7 @@ class CallRunner:
             else:
                 hit = cache.get(key)
         if hit is not None:
-            cost = hit.cost
-            if (cost is None or cost != cost) and hit.usage:
+            if _unpriced(hit):
                 # Stored before prices were kept, or when the model had none: price it from the
                 # usage it was bought with, so the row's price does not depend on the cache.
                 table = self._price_table()
@@ -467,3 +476,10 @@ async def _streamed(provider: Provider, call: Call, sink: TextSink) -> Generatio
             provider=provider.name,
         )
     return gen
+
+
+def _unpriced(gen: Generation) -> bool:
+    """Whether a cached answer has no price but the usage to work one out (it was stored before
+    prices were kept, or when its model had none)."""
+    cost = gen.cost
+    return (cost is None or cost != cost) and bool(gen.usage)

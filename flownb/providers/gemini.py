@@ -11,7 +11,8 @@ What a node's modelParams become (decided once per node, at flow load):
   (``stopSequences``), ``seed``, ``presence_penalty``, ``frequency_penalty`` and ``system``
   (the system instruction) are sent; ``n`` > 1 asks for that many candidates and the first
   becomes the output; what Gemini lacks (``best_of``, ``logit_bias``, ...) is dropped with one
-  warning per flow for each;
+  warning per flow for each; the call's system message (``flow.with_system``) is sent as
+  ``system_instruction``, plain and streamed (it wins over a ``system`` param);
 - image nodes call a Gemini image model (:data:`DEFAULT_IMAGE_MODEL`; ``generateContent``
   answering an image, priced by its tokens); the image is kept in the media store. Imagen
   models (``imagen-*``) are refused at load: the Gemini API no longer serves them (Vertex AI
@@ -37,8 +38,8 @@ from .images import ImagePart, has_images, prompt_parts
 from .vendor import (
     OPENAI_MODEL,
     HostedProvider,
+    Notes,
     Reach,
-    Warner,
     clients_per_loop,
     import_quietly,
     need_extra,
@@ -153,8 +154,8 @@ class GeminiProvider(HostedProvider):
             )
         self._key = api_key
         self._headers = dict(headers or {})
-        self._warn = Warner("gemini")
-        self._prepared: dict[int, tuple[Mapping[str, Any], Kind, dict[str, Any]]] = {}
+        # id(params) -> (params, kind, the request, what it drops or replaces)
+        self._prepared: dict[int, tuple[Mapping[str, Any], Kind, dict[str, Any], Notes]] = {}
         self._client = clients_per_loop(self._new_client)
         self._errors: tuple[type[BaseException], ...] | None = None
 
@@ -197,22 +198,36 @@ class GeminiProvider(HostedProvider):
 
     def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:
         """Return ``{"model": ..., "config": {...}}`` for a node's params (the SDK's config
-        fields), warning once per flow about each parameter dropped or replaced.
+        fields); :meth:`notes` says what they drop or replace.
+
+        Raises:
+            ConfigError: an Imagen model (the Gemini API does not serve them).
+        """
+        return self._prepare(kind, params, node)[0]
+
+    def _prepare(
+        self, kind: Kind, params: Mapping[str, Any], node: str
+    ) -> tuple[dict[str, Any], Notes]:
+        """Return the request for a node's params and the notes on what it drops or replaces
+        (worked out once per params object and kind).
 
         Raises:
             ConfigError: an Imagen model (the Gemini API does not serve them).
         """
         entry = self._prepared.get(id(params))
         if entry is not None and entry[0] is params and entry[1] == kind:
-            return entry[2]
+            return entry[2], entry[3]
+        notes: Notes = []
         p = dict(params)
         default = DEFAULT_MODEL if kind == "text" else DEFAULT_IMAGE_MODEL
         model = p.pop("model", None) or default
         if OPENAI_MODEL.match(model):
-            self._warn(
-                f"model:{model}",
-                f"node {node!r}: {model!r} is an OpenAI model; sending {default!r} instead "
-                "(choose one with flow.with_model)",
+            notes.append(
+                (
+                    f"model:{model}",
+                    f"node {node!r}: {model!r} is an OpenAI model; sending {default!r} instead "
+                    "(choose one with flow.with_model)",
+                )
             )
             model = default
         if model.startswith("imagen"):
@@ -234,13 +249,22 @@ class GeminiProvider(HostedProvider):
             if field is not None:
                 config[field] = value
             else:
-                self._warn(name, f"{name} dropped: not a Gemini parameter flownb sends")
+                notes.append((name, f"{name} dropped: not a Gemini parameter flownb sends"))
         if kind == "image":
             config["response_modalities"] = ["IMAGE"]
         prepared = {"model": model, "config": config}
-        self._prepared[id(params)] = (params, kind, prepared)
-        self._warn.flush()
-        return prepared
+        self._prepared[id(params)] = (params, kind, prepared, notes)
+        return prepared, notes
+
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the model and the GenerateContentConfig fields a node's params become
+        (dropped ones left out)."""
+        prepared = self.prepare(kind, params)
+        return {"model": prepared["model"], **prepared["config"]}
+
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Notes:
+        """Return what this node's request drops or replaces (see :meth:`prepare`)."""
+        return self._prepare(kind, params, node)[1]
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model the node's calls are sent to (defaults and replacements applied)."""
@@ -266,7 +290,9 @@ class GeminiProvider(HostedProvider):
         models = self._client().aio.models
         try:
             resp = await models.generate_content(
-                model=prepared["model"], contents=self._contents(call), config=prepared["config"]
+                model=prepared["model"],
+                contents=self._contents(call),
+                config=_with_system(prepared["config"], call),
             )
         except self._errors as exc:
             raise _translate(exc, self._key, self.base_url) from exc
@@ -278,7 +304,13 @@ class GeminiProvider(HostedProvider):
             text = resp.text or ""
         except ValueError as exc:  # several candidates mixed with non-text parts
             raise ProviderError(f"Gemini answered no text: {exc}", provider="gemini") from exc
-        return Generation(text, model=model, usage=usage)
+        return Generation(
+            text,
+            model=model,
+            usage=usage,
+            finish_reason=finish_reason(resp),
+            response_id=getattr(resp, "response_id", None),
+        )
 
     def _contents(self, call: Call) -> Any:
         """Return the request's ``contents`` for ``call``: its prompt, with the images a judge
@@ -306,13 +338,19 @@ class GeminiProvider(HostedProvider):
         text: list[str] = []
         model = prepared["model"]
         meta = None
+        finish: str | None = None
+        answer_id: str | None = None
         try:
             chunks = await models.generate_content_stream(
-                model=prepared["model"], contents=self._contents(call), config=prepared["config"]
+                model=prepared["model"],
+                contents=self._contents(call),
+                config=_with_system(prepared["config"], call),
             )
             async for chunk in chunks:
                 model = chunk.model_version or model
                 meta = chunk.usage_metadata or meta
+                finish = finish_reason(chunk) or finish
+                answer_id = getattr(chunk, "response_id", None) or answer_id
                 try:
                     piece = chunk.text or ""
                 except ValueError as exc:  # several candidates mixed with non-text parts
@@ -324,7 +362,13 @@ class GeminiProvider(HostedProvider):
                     yield piece
         except self._errors as exc:
             raise _translate(exc, self._key, self.base_url) from exc
-        yield Generation("".join(text), model=model, usage=_usage(meta))
+        yield Generation(
+            "".join(text),
+            model=model,
+            usage=_usage(meta),
+            finish_reason=finish,
+            response_id=answer_id,
+        )
 
     def _keep(self, raw: bytes, mime: str | None) -> str:
         name = self.media.name_for(raw, _EXT.get((mime or "").lower(), "png"))
@@ -350,6 +394,42 @@ class GeminiProvider(HostedProvider):
         client = self._client.clients.pop(asyncio.get_running_loop(), None)  # type: ignore[attr-defined]
         if client is not None:
             await client.aio.aclose()
+
+
+# Gemini's FinishReason -> OpenAI's finish_reason words, which flownb speaks (a text cut at the
+# token limit is "length": kept, flagged and warned about).
+_FINISHES = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+}
+
+
+def finish_reason(resp: Any) -> str | None:
+    """Return flownb's finish_reason for a Gemini answer (or stream chunk): its first
+    candidate's ``finish_reason``, None when it states none."""
+    candidates = getattr(resp, "candidates", None) or []
+    reason = getattr(candidates[0], "finish_reason", None) if candidates else None
+    if reason is None:
+        return None
+    name = str(getattr(reason, "name", reason))
+    if name == "FINISH_REASON_UNSPECIFIED":
+        return None
+    return _FINISHES.get(name, name.lower())
+
+
+def _with_system(config: Mapping[str, Any], call: Call) -> dict[str, Any]:
+    """Return the request's config with the call's system message (``flow.with_system``) as
+    Gemini's ``system_instruction``: it wins over a ``system`` in the node's params, as OpenAI's
+    system role does, so every vendor of a comparison gets the same instructions."""
+    if not call.system:
+        return dict(config)
+    return {**config, "system_instruction": call.system}
 
 
 def _part(part: str | ImagePart) -> Any:

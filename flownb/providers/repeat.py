@@ -10,7 +10,7 @@ still goes to the real provider (its connection pool, limits and prices are shar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import BatchAPI, Call, Generation, Kind, Provider
@@ -42,6 +42,12 @@ class RepeatedProvider(Provider):
 
     def warm(self) -> None:
         self.real.warm()
+
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        return self.real.sent_params(kind, params)
+
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Sequence[tuple[str, str]]:
+        return self.real.notes(kind, params, node)
 
     async def generate(self, call: Call) -> Generation:
         return await self.real.generate(call)

@@ -1,14 +1,14 @@
 """What the hosted vendor providers share: where their endpoint and key come from, one SDK
-client per event loop, warnings once per flow (Anthropic, Gemini), and for all three (OpenAI
-too) the masking of API keys in anything shown (:func:`redact`) and the translation of an HTTP
-error answer into flownb's error tree (:func:`status_error`).
+client per event loop, the notes on what a request drops or replaces (Anthropic, Gemini), a
+model's vendor, and for all three (OpenAI too) the masking of API keys in anything shown
+(:func:`redact`) and the translation of an HTTP error answer into flownb's error tree
+(:func:`status_error`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,22 +21,49 @@ from .base import Provider, RateLimits
 __all__ = [
     "OPENAI_MODEL",
     "HostedProvider",
+    "Notes",
     "Reach",
-    "Warner",
     "clients_per_loop",
     "import_quietly",
     "need_extra",
+    "no_sdk_spans",
     "redact",
     "split_version",
     "status_error",
+    "vendor_of",
     "wait_asked",
 ]
 
 # Model names of OpenAI's families, as exported flows carry them: a vendor provider replaces
 # them with its own default (with a warning) instead of sending a name the vendor refuses.
 OPENAI_MODEL = re.compile(r"^(gpt-|chatgpt|o\d|dall-e|text-|davinci|babbage|gpt-image)")
+# A model's vendor told by its name (the vendor's own families), whoever serves it.
+_FAMILIES = (
+    ("OpenAI", OPENAI_MODEL),
+    ("Anthropic", re.compile(r"^claude")),
+    ("Google", re.compile(r"^(gemini|gemma|imagen)")),
+)
+# A provider kind's vendor, for a model name no family claims.
+_KIND_VENDORS = {
+    "openai": "OpenAI",
+    "azure": "OpenAI",
+    "anthropic": "Anthropic",
+    "gemini": "Google",
+}
 # Anthropic's, OpenAI's and Google's key shapes ("*" too: text already masked stays masked).
 _KEY_LIKE = re.compile(r"(sk-ant-|sk-|AIza)[A-Za-z0-9_*\-]{3,}")
+
+
+def vendor_of(provider: Provider, model: str | None) -> str:
+    """Return the vendor of ``model`` as ``provider`` sends it: by the model's family name
+    (``gpt-``/``o3`` OpenAI, ``claude`` Anthropic, ``gemini`` Google) wherever it is served,
+    else by the provider kind (Azure's is OpenAI), else the provider's name (``offline``, a
+    plugin's)."""
+    for vendor, family in _FAMILIES:
+        if model and family.match(model):
+            return vendor
+    kind = provider.price_kind or provider.name
+    return _KIND_VENDORS.get(kind, kind)
 
 
 class HostedProvider(Provider):
@@ -101,27 +128,8 @@ def redact(text: str, key: str | None) -> str:
     return _KEY_LIKE.sub(lambda m: m.group(1) + "***", text)
 
 
-class Warner:
-    """Says once per provider (so once per flow) what was dropped or replaced: each node's new
-    notes are gathered while its request is worked out, then said in one warning."""
-
-    def __init__(self, vendor: str) -> None:
-        self.vendor = vendor
-        self._said: set[str] = set()
-        self._pending: list[str] = []
-
-    def __call__(self, topic: str, message: str) -> None:
-        """Note ``message`` unless ``topic`` was already said or noted."""
-        if topic in self._said:
-            return
-        self._said.add(topic)
-        self._pending.append(message)
-
-    def flush(self) -> None:
-        """Say the notes gathered since the last flush, in one warning (nothing if none)."""
-        if self._pending:
-            notes, self._pending = self._pending, []
-            warnings.warn(f"flownb {self.vendor}: {'; '.join(notes)}", UserWarning, stacklevel=4)
+# What a vendor provider changes in a node's request: (topic, message) pairs, said once per topic.
+Notes = list[tuple[str, str]]
 
 
 def import_quietly(*modules: str) -> None:
@@ -209,6 +217,20 @@ def status_error(
         provider=vendor.lower(),
         retry_after=retry_after,
     )
+
+
+def no_sdk_spans(client_class: Any) -> dict[str, Any]:
+    """Return the client option turning off a vendor SDK's own OpenTelemetry spans
+    (``open_telemetry=False``, as the anthropic SDK takes it; ``{}`` for a client without the
+    option): flownb's ``chat`` span already carries each call's usage, and a second span with
+    the same tokens would count it twice in a backend that sums them."""
+    import inspect
+
+    try:
+        accepts = "open_telemetry" in inspect.signature(client_class.__init__).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    return {"open_telemetry": False} if accepts else {}
 
 
 def need_extra(vendor: str, package: str, extra: str) -> ConfigError:

@@ -10,17 +10,17 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..flowfile.model import parse_flow
 from ..flowfile.template import Template
-from ..flows.local import LocalFlow, load_flow
+from ..flows.local import LocalFlow
 from .base import Kind, Row, Scorer, _missing, _recorded, _text
 from .examples import Example, select_examples
+from .judging import JudgeSetup, judge_info
 
 if TYPE_CHECKING:
+    from ..config.endpoints import Endpoint
     from ..providers.base import Provider
 
 
@@ -99,73 +99,6 @@ def parse_answer(answer: str, field_name: str) -> tuple[Any, str]:
     return None, answer
 
 
-def _judge_source(model: str | None) -> dict[str, Any]:
-    """Return the one-node flow a judge's calls run through: ``{q}`` in, the answer out."""
-    params: dict[str, Any] = {"temperature": 0}
-    if model:
-        params["model"] = model
-    return {
-        "nodes": [
-            {"id": "v", "type": "variableNode", "data": {"variable": {"label": "q"}}},
-            {
-                "id": "judge",
-                "type": "actionNode",
-                "data": {"name": "judge", "prompt": "{q}", "modelParams": params},
-            },
-            {"id": "o", "type": "outputNode", "data": {"name": "answer"}},
-        ],
-        "edges": [{"source": "v", "target": "judge"}, {"source": "judge", "target": "o"}],
-    }
-
-
-def _text_model(flow: LocalFlow) -> str | None:
-    """Return the model the first text node of ``flow`` names, if any."""
-    for step in flow.plan.steps:
-        model = step.params.get("model")
-        if step.kind == "text" and isinstance(model, str) and model:
-            return model
-    return None
-
-
-@dataclass
-class _JudgeSetup:
-    model: str | None
-    provider: Provider | str | None
-    # (purpose, id of the provider borrowed or 0) -> (that provider, the flow built for it)
-    flows: dict[tuple[str, int], tuple[Any, LocalFlow]] = field(default_factory=dict)
-    graded: LocalFlow | None = None
-
-    def flow(self, purpose: str) -> LocalFlow:
-        """Return the one-node flow judge calls run through (built once per provider): the
-        engine's cache, limits, retries and run log apply to them as to any call.
-
-        The judge's own ``provider``/``model`` come first; without a provider it borrows the
-        provider (and, without a model, the text model) of the flow it grades, set by
-        :meth:`JudgeScorer.grades`; with neither, ``FLOWNB_PROVIDER``'s.
-        """
-        graded = self.graded if self.provider is None else None
-        key = (purpose, id(graded.provider) if graded is not None else 0)
-        held = self.flows.get(key)
-        if held is not None and (graded is None or held[0] is graded.provider):
-            return held[1]
-        if graded is not None:
-            source = _judge_source(self.model or _text_model(graded))
-            # The graded flow's provider instance (its endpoint, key, connections) and its run
-            # configuration (home: cache and run log), as its variants share them.
-            flow = LocalFlow(
-                parse_flow(source, purpose),
-                name=purpose,
-                config=graded.config,
-                provider=graded.provider,
-                source=source,
-            )
-        else:
-            flow = load_flow(_judge_source(self.model), name=purpose, provider=self.provider)
-        self.flows[key] = (graded.provider if graded is not None else None, flow)
-        return flow
-
-
-# Image MIME type -> the extension of the media file a judge keeps it under.
 _IMAGE_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
 
 
@@ -181,11 +114,12 @@ class JudgeScorer(Scorer):
         output: str,
         rubric: str,
         model: str | None,
-        provider: Provider | str | None,
+        provider: Provider | Endpoint | str | None,
         threshold: float | None,
         name: str | None,
         examples: Any = None,
         max_examples: int = MAX_EXAMPLES,
+        endpoint: Endpoint | str | None = None,
     ) -> None:
         if not isinstance(rubric, str) or not rubric.strip():
             raise ConfigError("judge() needs a rubric: what a good output does")
@@ -195,7 +129,7 @@ class JudgeScorer(Scorer):
         self.rubric = rubric
         self.threshold = threshold
         self.name = name or f"judge_{output}"
-        self.setup = _JudgeSetup(model, provider)
+        self.setup = JudgeSetup(model, provider, endpoint)
         self.examples: list[Example] = []
         self.labels_given = 0  # usable labels in examples=, of which self.examples are shown
         if examples is not None:
@@ -219,10 +153,21 @@ class JudgeScorer(Scorer):
         """Return the flow the judge's calls go through."""
         return self.setup.flow(f"judge:{self.name}")
 
+    def judged_by(self) -> dict[str, str]:
+        """Return who this judge's calls go to: ``endpoint`` (its name, else the provider's),
+        ``model`` (as sent, defaults applied) and ``vendor`` (see
+        :func:`flownb.scorers.judging.judge_info`).
+
+        Raises:
+            ConfigError: the judge's provider or endpoint cannot be set up.
+        """
+        return judge_info(self.flow())
+
     def grades(self, flow: Any) -> None:
-        """Bind the flow whose outputs this judge grades: without its own ``provider=`` the
-        judge uses that flow's provider (and, without ``model=``, its text model). A flow that
-        is not local (a served flow) lends nothing: ``FLOWNB_PROVIDER`` decides then."""
+        """Bind the flow whose outputs this judge grades: without its own ``provider=`` or
+        ``endpoint=`` the judge uses that flow's provider (and, without ``model=``, its text
+        model). A flow that is not local (a served flow) lends nothing: ``FLOWNB_PROVIDER``
+        decides then."""
         from ..flows.local import LocalFlow
 
         self.setup.graded = flow if isinstance(flow, LocalFlow) else None
@@ -246,8 +191,9 @@ class JudgeScorer(Scorer):
         if isinstance(provider, OfflineProvider):
             raise ConfigError(
                 f"scorer {self.name!r} would be judged by the {provider.name} provider, which "
-                "only echoes its prompt: give it a model with provider= and model= (e.g. "
-                "provider='openai', model='gpt-4o-mini'; in a scorers file provider = \"openai\"), "
+                "only echoes its prompt: give it a model with endpoint= (a flownb.Endpoint or an "
+                "endpoint's name in flownb.toml) or provider=, and model= (e.g. "
+                "provider='openai', model='gpt-4o-mini'; in a scorers file endpoint = \"name\"), "
                 "or run the flows it grades on a model provider"
             )
         if self.image:
@@ -397,8 +343,9 @@ def judge(
     output: str,
     rubric: str,
     model: str | None = None,
-    provider: Provider | str | None = None,
+    provider: Provider | Endpoint | str | None = None,
     *,
+    endpoint: Endpoint | str | None = None,
     threshold: float | None = None,
     name: str | None = None,
     examples: Any = None,
@@ -406,10 +353,16 @@ def judge(
 ) -> JudgeScorer:
     """Grade ``output`` with a model against ``rubric`` (which may use ``{output}`` and the
     input row's ``{column}``s): a score in 0..1 and a reason (column ``judge_<output>`` and
-    ``judge_<output>_reason``). Without ``provider`` the judge uses the provider of the flow it
-    grades (the first variant's) and, without ``model``, that flow's text model, else the
-    provider's default. A judge that would run offline is refused before any call. An
-    unparseable answer scores NaN with the raw answer as the reason.
+    ``judge_<output>_reason``).
+
+    Who judges: ``endpoint`` (a :class:`~flownb.Endpoint`, or the name of one in
+    ``flownb.toml``) or ``provider`` (a provider name or instance; an endpoint given as
+    ``provider`` counts as ``endpoint``) with ``model`` (else that provider's default model).
+    Without either, the judge uses the provider of the flow it grades (the first variant's) and,
+    without ``model``, that flow's text model. A judge on another vendor than the variants it
+    grades avoids self-preference; reports name each judge's endpoint and model and say when
+    it shares a vendor with a variant. A judge that would run offline is refused before any
+    call. An unparseable answer scores NaN with the raw answer as the reason.
 
     An image output is shown to the model as an image (OpenAI, Anthropic and Gemini; the
     bytes sent inline). A judge whose provider shows no images, or whose model is known to read
@@ -420,9 +373,12 @@ def judge(
     prompt, so of the cache key: other examples, other calls.
 
     Raises:
-        ConfigError: no rubric, or ``examples`` without a usable label.
+        ConfigError: no rubric, ``examples`` without a usable label, or both ``endpoint`` and
+            ``provider``.
     """
-    return JudgeScorer(output, rubric, model, provider, threshold, name, examples, max_examples)
+    return JudgeScorer(
+        output, rubric, model, provider, threshold, name, examples, max_examples, endpoint
+    )
 
 
 @_recorded
@@ -430,11 +386,19 @@ def pick_best(
     output: str,
     rubric: str,
     model: str | None = None,
-    provider: Provider | str | None = None,
+    provider: Provider | Endpoint | str | None = None,
     *,
+    endpoint: Endpoint | str | None = None,
     name: str | None = None,
 ) -> PickBest:
     """Ask a model, once per input row, which variant's ``output`` is best by ``rubric``:
-    1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``).
-    ``provider`` and ``model`` are chosen as for :func:`judge`."""
-    return PickBest(output, rubric, model, provider, None, name or f"pick_best_{output}")
+    1.0 for the chosen variant and 0.0 for the others (column ``pick_best_<output>``). With
+    two variants this is pairwise judging. ``endpoint``, ``provider`` and ``model`` are chosen
+    as for :func:`judge`.
+
+    Raises:
+        ConfigError: no rubric, or both ``endpoint`` and ``provider``.
+    """
+    return PickBest(
+        output, rubric, model, provider, None, name or f"pick_best_{output}", endpoint=endpoint
+    )

@@ -28,6 +28,7 @@ From a shell: ``python -m flownb.testing.fake_gemini --port 8125``.
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -121,6 +122,9 @@ class _Gemini:
             "candidates": candidates,
             "usageMetadata": usage,
             "modelVersion": model,
+            # As Google answers: an id per response (here the prompt's digest, so a test can
+            # expect it).
+            "responseId": "fake-" + hashlib.sha256(prompt.encode()).hexdigest()[:16],
         }
 
     def stream(
@@ -148,6 +152,7 @@ class _Gemini:
                 # As Google streams it: the prompt's count on every chunk, the rest at the end.
                 "usageMetadata": usage if last else {"promptTokenCount": usage["promptTokenCount"]},
                 "modelVersion": answer["modelVersion"],
+                "responseId": answer["responseId"],
             }
             events.append((word, sse_event(chunk)))
         return events

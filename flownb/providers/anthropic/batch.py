@@ -26,6 +26,7 @@ import orjson
 
 from ...errors import ConfigError, ProviderError
 from ..base import BatchState, Call, Generation
+from ..vendor import no_sdk_spans
 
 __all__ = ["BATCH_LIMITS", "ENDPOINT", "AnthropicBatches"]
 
@@ -89,6 +90,7 @@ class AnthropicBatches:
             max_retries=3,
             timeout=timeout,
             default_headers=extra or None,
+            **no_sdk_spans(Anthropic),
         )
         if not hasattr(self._client.messages, "batches"):
             raise ConfigError(

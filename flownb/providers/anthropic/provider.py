@@ -11,6 +11,8 @@ What a text node's modelParams become (decided once per node, at flow load):
 - ``temperature`` (Anthropic takes 0 to 1: a larger value is refused at load), ``top_p``,
   ``top_k``, ``stop`` (as ``stop_sequences``), ``system`` (the system prompt), ``metadata``,
   ``service_tier`` and ``thinking`` are sent;
+- the call's system message (``flow.with_system``) is sent as ``system``, for plain, streamed
+  and Message Batches calls alike (it wins over a ``system`` param);
 - what Claude lacks (``frequency_penalty``, ``presence_penalty``, ``seed``, ``n`` > 1,
   ``best_of``, ...) is dropped, with one warning per flow for each.
 
@@ -43,11 +45,12 @@ from ..images import ImagePart, has_images, prompt_parts
 from ..vendor import (
     OPENAI_MODEL,
     HostedProvider,
+    Notes,
     Reach,
-    Warner,
     clients_per_loop,
     import_quietly,
     need_extra,
+    no_sdk_spans,
     redact,
     split_version,
     status_error,
@@ -87,6 +90,15 @@ def _block(part: str | ImagePart) -> dict[str, Any]:
         return {"type": "image", "source": {"type": "url", "url": part.url}}
     source = {"type": "base64", "media_type": part.mime, "data": part.b64()}
     return {"type": "image", "source": source}
+
+
+def _with_system(body: Mapping[str, Any], call: Call) -> dict[str, Any]:
+    """Return ``body`` with the call's system message (``flow.with_system``) as the Messages
+    API's ``system``: it wins over a ``system`` in the node's params, as OpenAI's system role
+    does, so every vendor of a comparison gets the same instructions."""
+    if not call.system:
+        return dict(body)
+    return {**body, "system": call.system}
 
 
 def _translate(exc: Exception, key: str | None, base_url: str) -> ProviderError:
@@ -154,8 +166,8 @@ class AnthropicProvider(HostedProvider):
         self._key = api_key
         self.media = media  # where the images a judge shows the model are read from
         self._headers = dict(headers or {})
-        self._warn = Warner("anthropic")
-        self._prepared: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+        # id(params) -> (params, the request fields, what they drop or replace)
+        self._prepared: dict[int, tuple[Mapping[str, Any], dict[str, Any], Notes]] = {}
         self._client = clients_per_loop(self._new_client)
 
     @classmethod
@@ -193,6 +205,7 @@ class AnthropicProvider(HostedProvider):
             max_retries=0,
             timeout=None,
             default_headers=headers or None,
+            **no_sdk_spans(AsyncAnthropic),
             # When each request left and its answer came, for its time at the provider.
             http_client=DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None),
         )
@@ -203,16 +216,28 @@ class AnthropicProvider(HostedProvider):
         Raises:
             ConfigError: a temperature over Anthropic's maximum of 1.
         """
+        return self._prepare(params, node)[0]
+
+    def _prepare(self, params: Mapping[str, Any], node: str) -> tuple[dict[str, Any], Notes]:
+        """Return the request fields for a node's params, and the notes on what they drop or
+        replace (worked out once per params object).
+
+        Raises:
+            ConfigError: a temperature over Anthropic's maximum of 1.
+        """
         entry = self._prepared.get(id(params))
         if entry is not None and entry[0] is params:
-            return entry[1]
+            return entry[1], entry[2]
+        notes: Notes = []
         p = dict(params)
         model = p.pop("model", None) or DEFAULT_MODEL
         if OPENAI_MODEL.match(model):
-            self._warn(
-                f"model:{model}",
-                f"node {node!r}: {model!r} is an OpenAI model; sending {DEFAULT_MODEL!r} instead "
-                "(choose one with flow.with_model)",
+            notes.append(
+                (
+                    f"model:{model}",
+                    f"node {node!r}: {model!r} is an OpenAI model; sending {DEFAULT_MODEL!r} "
+                    "instead (choose one with flow.with_model)",
+                )
             )
             model = DEFAULT_MODEL
         max_tokens = p.pop("max_tokens", None)
@@ -233,7 +258,7 @@ class AnthropicProvider(HostedProvider):
             body["system"] = str(system)
         n = p.pop("n", None)
         if n not in (None, 1):
-            self._warn("n", f"n={n} dropped: Claude gives one answer per request")
+            notes.append(("n", f"n={n} dropped: Claude gives one answer per request"))
         if p.get("best_of") == 1:
             del p["best_of"]  # the default everywhere: nothing to say
         for name, value in p.items():
@@ -241,10 +266,18 @@ class AnthropicProvider(HostedProvider):
                 body[name] = value
             else:
                 why = _LACKS.get(name, "not an Anthropic Messages parameter")
-                self._warn(name, f"{name} dropped: {why}")
-        self._prepared[id(params)] = (params, body)
-        self._warn.flush()
-        return body
+                notes.append((name, f"{name} dropped: {why}"))
+        self._prepared[id(params)] = (params, body, notes)
+        return body, notes
+
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the Messages API fields a node's params become (dropped ones left out,
+        ``max_tokens`` as sent)."""
+        return dict(self.prepare(params)) if kind == "text" else dict(params)
+
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Notes:
+        """Return what this node's request drops or replaces (see :meth:`prepare`)."""
+        return self._prepare(params, node)[1] if kind == "text" else []
 
     def priced_model(self, kind: Kind, params: Mapping[str, Any]) -> str | None:
         """Return the model the node's calls are sent to (defaults and replacements applied)."""
@@ -279,12 +312,16 @@ class AnthropicProvider(HostedProvider):
             model=msg.model or body["model"],
             usage=_usage(msg.usage),
             limits=rate_limits(raw.headers),
+            finish_reason=finish_reason(getattr(msg, "stop_reason", None)),
+            response_id=getattr(msg, "id", None),
         )
 
     async def _create(self, call: Call, body: Mapping[str, Any], **extra: Any) -> Any:
         """Post ``call`` (its params prepared as ``body``) to the Messages API; return the SDK's
         raw response (``extra``: ``stream=True`` for a streamed answer)."""
-        rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens")}
+        rest = {
+            k: v for k, v in _with_system(body, call).items() if k not in ("model", "max_tokens")
+        }
         # Sampling fields go as extra_body: SDK releases differ in which they take as keywords
         # (newer ones dropped temperature/top_p/top_k), the API takes them all.
         # with_raw_response: the same call, with the answer's rate-limit headers kept.
@@ -304,7 +341,7 @@ class AnthropicProvider(HostedProvider):
             ConfigError: the node's params are refused (see :meth:`prepare`).
         """
         body = self.prepare(call.params, call.node_id)
-        return {**body, "messages": self._messages(call)}
+        return {**_with_system(body, call), "messages": self._messages(call)}
 
     def _messages(self, call: Call) -> list[dict[str, Any]]:
         """Return the Messages API ``messages`` for ``call``: its prompt, with the images a
@@ -318,7 +355,13 @@ class AnthropicProvider(HostedProvider):
         """Return the generation a Messages API answer (the SDK's ``Message``) holds, as
         :meth:`generate` reads it (a batch's answers come without rate-limit headers)."""
         text = "".join(getattr(block, "text", "") for block in msg.content if block.type == "text")
-        return Generation(text, model=msg.model, usage=_usage(msg.usage))
+        return Generation(
+            text,
+            model=msg.model,
+            usage=_usage(msg.usage),
+            finish_reason=finish_reason(getattr(msg, "stop_reason", None)),
+            response_id=getattr(msg, "id", None),
+        )
 
     supports_batches: ClassVar[bool] = True
 
@@ -348,6 +391,8 @@ class AnthropicProvider(HostedProvider):
         text: list[str] = []
         model = body["model"]
         usage: dict[str, Any] = {}
+        stop: str | None = None
+        answer_id: str | None = None
         try:
             raw = await self._create(call, body, stream=True)
             async for event in await raw.parse():
@@ -357,10 +402,13 @@ class AnthropicProvider(HostedProvider):
                     yield event.delta.text
                 elif kind == "message_start":
                     model = event.message.model or model
+                    answer_id = getattr(event.message, "id", None)
                     usage.update(_fields(event.message.usage))
-                elif kind == "message_delta" and event.usage is not None:
-                    # Cumulative counts: what it says replaces what message_start said.
-                    usage.update(_fields(event.usage))
+                elif kind == "message_delta":
+                    stop = getattr(event.delta, "stop_reason", None) or stop
+                    if event.usage is not None:
+                        # Cumulative counts: what it says replaces what message_start said.
+                        usage.update(_fields(event.usage))
         except anthropic.AnthropicError as exc:
             raise _translate(exc, self._key, self.base_url) from exc
         yield Generation(
@@ -368,6 +416,8 @@ class AnthropicProvider(HostedProvider):
             model=model,
             usage=_usage(SimpleNamespace(**usage)) if usage else None,
             limits=rate_limits(raw.headers),
+            finish_reason=finish_reason(stop),
+            response_id=answer_id,
         )
 
     async def aclose(self) -> None:
@@ -378,6 +428,25 @@ class AnthropicProvider(HostedProvider):
         client = self._client.clients.pop(loop, None)  # type: ignore[attr-defined]
         if client is not None:
             await client.close()
+
+
+# Anthropic's stop_reason -> OpenAI's finish_reason words, which flownb speaks (a text cut at the
+# token limit is "length": kept, flagged and warned about).
+_STOPS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+def finish_reason(stop: str | None) -> str | None:
+    """Return flownb's finish_reason for Anthropic's ``stop_reason`` (None when none was said;
+    an unknown one as it is)."""
+    return _STOPS.get(stop, stop) if stop else None
 
 
 def _seconds_until(stamp: str | None) -> float | None:

@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 from ...config.settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
 from ...errors import ConfigError, ProviderError
 from ...infra.media import MediaStore
-from ...show.notices import warn
 from ..base import PROMPT_LIMITS, Call, Generation, Kind, RateLimits
 from ..images import has_images
 from ..vendor import HostedProvider
@@ -158,7 +157,7 @@ class OpenAIProvider(HostedProvider):
         return f"provider: {self.name} at {self.base_url} (transport {self.transport_name})"
 
     def prepare(self, kind: Kind, params: Mapping[str, Any], node: str = "") -> Prepared:
-        """Return the request a node's params map to, warning once about each dropped param.
+        """Return the request a node's params map to (:meth:`notes` says what it drops).
 
         Raises:
             ConfigError: params the API would refuse (best_of on a chat model, n>1 on dall-e-3).
@@ -167,12 +166,17 @@ class OpenAIProvider(HostedProvider):
         if entry is not None and entry[0] is params and entry[1] == kind:
             return entry[2]
         prepared = (_prepare_text if kind == "text" else _prepare_image)(params, node)
-        if prepared.notes:
-            notes = "; ".join(prepared.notes)
-            warn(f"openai provider, node {node!r}: {notes}")
         # Keyed by identity: a node's params object lives as long as its plan.
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared
+
+    def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the request fields a node's params become (dropped ones left out)."""
+        return dict(self.prepare(kind, params).body)
+
+    def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> list[tuple[str, str]]:
+        """Return what this node's request drops, one note per node and parameter."""
+        return [(f"{node}:{n}", f"node {node!r}: {n}") for n in self.prepare(kind, params).notes]
 
     def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
         """Refuse params the API would reject, at flow load (see :meth:`prepare`).
@@ -278,12 +282,14 @@ class OpenAIProvider(HostedProvider):
         """
         model = data.get("model") or body["model"]
         text, finish = _answer_text(data, prepared.endpoint == "/chat/completions", request_id)
+        answer_id = data.get("id")
         return Generation(
             text,
             model=model,
             usage=usage_of(data.get("usage")),
             limits=limits,
             finish_reason=finish,
+            response_id=answer_id if isinstance(answer_id, str) else None,
         )
 
     supports_batches: ClassVar[bool] = True

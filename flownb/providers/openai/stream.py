@@ -38,7 +38,7 @@ async def sse_data(lines: AsyncIterator[bytes]) -> AsyncIterator[str]:
 class ChatChunks:
     """The chunks of one streamed chat answer, gathered (choice 0 only: the output's)."""
 
-    __slots__ = ("calls", "finish", "model", "refusal", "seen", "text", "usage")
+    __slots__ = ("calls", "finish", "id", "model", "refusal", "seen", "text", "usage")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -46,6 +46,7 @@ class ChatChunks:
         self.calls: list[dict[str, Any]] = []
         self.finish: Any = None
         self.model: Any = None
+        self.id: Any = None
         self.usage: Any = None
         self.seen = False  # whether any chunk had choice 0
 
@@ -53,6 +54,8 @@ class ChatChunks:
         """Take one chunk; return the text it adds to the output (``""``: none)."""
         if chunk.get("model"):
             self.model = chunk["model"]
+        if chunk.get("id"):
+            self.id = chunk["id"]
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         added = ""
@@ -88,4 +91,6 @@ class ChatChunks:
         body: dict[str, Any] = {"choices": [choice] if self.seen else [], "usage": self.usage}
         if self.model:
             body["model"] = self.model
+        if self.id:
+            body["id"] = self.id
         return body
