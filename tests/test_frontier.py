@@ -74,13 +74,14 @@ def _script(fakes: dict[str, FakeOpenAI], fails: dict[str, int]) -> None:
 
 def test_p50_and_p95_are_the_providers_set_latencies_and_cached_rows_keep_them() -> None:
     data = pd.DataFrame({"topic": [f"x{i:02d}" for i in range(8)]})
-    # Long enough that 10% covers what a loaded machine adds to a loopback round trip (threads
-    # waiting for a core: tens of milliseconds), short enough for a test.
-    latencies = {"gpt": 1.5, "claude": 2.0, "gem": 2.5}
+    # Long enough that 10% covers what a loaded machine adds to a loopback round trip (the
+    # fakes' threads and the client's loop waiting for a core: up to a few tenths of a second
+    # on a busy shared machine), short enough for a test.
+    latencies = {"gpt": 3.0, "claude": 4.0, "gem": 5.0}
     with (
-        FakeOpenAI(latency=1.5) as gpt,
-        FakeAnthropic(latency=2.0) as claude,
-        FakeGemini(latency=2.5) as gem,
+        FakeOpenAI(latency=3.0) as gpt,
+        FakeAnthropic(latency=4.0) as claude,
+        FakeGemini(latency=5.0) as gem,
     ):
         flows = _flows({"gpt": gpt, "claude": claude, "gem": gem})
         report = flownb.evaluate(flows, data, progress=False)
@@ -114,12 +115,12 @@ def test_a_rows_provider_time_follows_the_critical_path() -> None:
     flow = make_flow({"A": PROMPT, "B": "Other " + PROMPT, "C": "Use {A}"}, ["topic"])
     flow["edges"].append({"id": "chain", "source": "node-A", "target": "node-C"})
     data = pd.DataFrame({"topic": ["x00", "x01", "x02"]})
-    with FakeOpenAI(latency=1.0) as gpt:
+    with FakeOpenAI(latency=2.0) as gpt:
         report = flownb.evaluate(_flows({"gpt": gpt}, flow), data, progress=False)
         assert len(gpt.requests) == 9
     times = report.results["provider_s"]
-    assert times.to_list() == pytest.approx([2.0] * 3, rel=0.1)
-    assert report.summary.loc["gpt", "latency_p50_s"] == pytest.approx(2.0, rel=0.1)
+    assert times.to_list() == pytest.approx([4.0] * 3, rel=0.1)
+    assert report.summary.loc["gpt", "latency_p50_s"] == pytest.approx(4.0, rel=0.1)
 
 
 def _decision_report(vendors: dict[str, FakeOpenAI]) -> flownb.EvalReport:

@@ -206,3 +206,44 @@ def choose_variant(
             "No variant within the price and speed bars comes near the quality bar."
         )
     return choice
+
+
+def report_choice(
+    report: Any,
+    quality: str,
+    min_quality: float | None,
+    max_price: float | None,
+    max_p95: float | None,
+) -> Choice:
+    """Return the choice among an :class:`~flownb.evaluation.report.EvalReport`'s variants
+    (see its :meth:`~flownb.evaluation.report.EvalReport.choose`).
+
+    Raises:
+        ConfigError: an unknown quality, or a bar that is not a number.
+    """
+    from .price import price_per_row
+
+    summary = report.summary
+    if f"{quality}_low" not in summary.columns:
+        names = ["pass_rate", *(s.name for s in report.scorers)]
+        raise ConfigError(f"no quality {quality!r}; choose one of {names}")
+    table = summary[["n", quality, f"{quality}_low", f"{quality}_high"]].copy()
+    table.columns = ["n", "quality", "quality_low", "quality_high"]
+    table["price_per_row"] = price_per_row(summary)
+    table["latency_p95_s"] = summary["latency_p95_s"].astype(float)
+    column = "passed" if quality == "pass_rate" else quality
+    res = report.results
+    # Rows without a quality score (failed, or a judge that did not answer): label them first.
+    missing = res[column].isna() | res["error"].notna()
+    unscored = {
+        v: res.loc[(res["variant"] == v) & missing, report.index_name].tolist()
+        for v in report.variants
+    }
+    return choose_variant(
+        table,
+        unscored,
+        quality=quality,
+        min_quality=min_quality,
+        max_price=max_price,
+        max_p95=max_p95,
+    )

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 
@@ -264,3 +264,43 @@ def build_frontier(
         if math.isnan(p) or p >= ALPHA:
             ties.append((a.variant, b.variant, f"paired test p = {p:.2g}"))
     return Frontier(points, quality=quality, price=price, speed=speed, ties=ties)
+
+
+def _quality_kind(report: Any, quality: str) -> str:
+    """Return how the paired test treats ``quality``: ``"bool"`` for rates, else float."""
+    if report.repeats > 1:
+        return "float"
+    if quality == "pass_rate":
+        return "bool"
+    info = next((s for s in report.scorers if s.name == quality), None)
+    return "bool" if info is not None and (info.rate or info.kind == "bool") else "float"
+
+
+def report_frontier(report: Any, quality: str, price: str | None, speed: str | None) -> Frontier:
+    """Return the frontier of an :class:`~flownb.evaluation.report.EvalReport` (see its
+    :meth:`~flownb.evaluation.report.EvalReport.frontier`).
+
+    Raises:
+        ConfigError: an unknown quality, price or speed column.
+    """
+    from .price import price_per_row
+
+    summary = report.summary
+    if price is not None and price not in summary.columns:
+        raise ConfigError(f"no price column {price!r} in the summary; try 'price_per_row'")
+    prices = summary[price].astype(float) if price else price_per_row(summary)
+    kind = _quality_kind(report, quality)
+    res = report.results
+
+    def paired(a: str, b: str) -> float:
+        first, other = res[res["variant"] == a], res[res["variant"] == b]
+        return float(report._paired(first, other, quality, kind))
+
+    return build_frontier(
+        summary,
+        prices,
+        quality=quality,
+        price=price or "price per row",
+        speed=speed,
+        paired=paired,
+    )

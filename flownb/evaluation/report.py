@@ -305,15 +305,6 @@ class EvalReport(Labelled, Preferring):
 
         return price_table(self.summary, self.context, rows)
 
-    def _quality_kind(self, quality: str) -> str:
-        """Return how the paired test treats ``quality``: ``"bool"`` for rates, else float."""
-        if self.repeats > 1:
-            return "float"
-        if quality == "pass_rate":
-            return "bool"
-        info = next((s for s in self.scorers if s.name == quality), None)
-        return "bool" if info is not None and (info.rate or info.kind == "bool") else "float"
-
     def frontier(
         self,
         quality: str = "pass_rate",
@@ -330,27 +321,9 @@ class EvalReport(Labelled, Preferring):
         Raises:
             ConfigError: an unknown quality, price or speed column.
         """
-        from .frontier import build_frontier
+        from .frontier import report_frontier
 
-        summary = self.summary
-        if price is not None and price not in summary.columns:
-            raise ConfigError(f"no price column {price!r} in the summary; try 'cost_per_row'")
-        prices = summary[price].astype(float) if price else price_per_row(summary)
-        kind = self._quality_kind(quality)
-        res = self.results
-
-        def paired(a: str, b: str) -> float:
-            first, other = res[res["variant"] == a], res[res["variant"] == b]
-            return self._paired(first, other, quality, kind)
-
-        return build_frontier(
-            summary,
-            prices,
-            quality=quality,
-            price=price or "price per row",
-            speed=speed,
-            paired=paired,
-        )
+        return report_frontier(self, quality, price, speed)
 
     def choose(
         self,
@@ -370,32 +343,9 @@ class EvalReport(Labelled, Preferring):
         Raises:
             ConfigError: an unknown quality, or a bar that is not a number.
         """
-        from .choose import choose_variant
+        from .choose import report_choice
 
-        summary = self.summary
-        if f"{quality}_low" not in summary.columns:
-            names = ["pass_rate", *(s.name for s in self.scorers)]
-            raise ConfigError(f"no quality {quality!r}; choose one of {names}")
-        table = summary[["n", quality, f"{quality}_low", f"{quality}_high"]].copy()
-        table.columns = ["n", "quality", "quality_low", "quality_high"]
-        table["price_per_row"] = price_per_row(summary)
-        table["latency_p95_s"] = summary["latency_p95_s"].astype(float)
-        column = "passed" if quality == "pass_rate" else quality
-        res = self.results
-        unscored = {
-            v: res.loc[
-                (res["variant"] == v) & (res[column].isna() | res["error"].notna()), self.index_name
-            ].tolist()
-            for v in self.variants
-        }
-        return choose_variant(
-            table,
-            unscored,
-            quality=quality,
-            min_quality=min_quality,
-            max_price=max_price,
-            max_p95=max_p95,
-        )
+        return report_choice(self, quality, min_quality, max_price, max_p95)
 
     # -- views -----------------------------------------------------------------------------------
 
