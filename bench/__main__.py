@@ -24,6 +24,9 @@ BENCHMARKS = {
     "endpoints": "2 endpoints x 1,000 calls, one with 10% 429s: the clean one vs alone",
     "live_view": "notebook live view vs the tqdm bar: 1,000 rows at 50 ms in a kernel",
     "stream_first_token": "first streamed text seen vs the provider's first token (aim <= 50 ms)",
+    "cold_start": "import flownb, flownb --help, a one-row offline run vs import pandas",
+    "first_batch": "a fresh process's first batch under 10% instant 429s vs ideal and bare aiohttp",
+    "cached_rerun": "10,000 rows, every call a cache hit, vs a bare SELECT + json.loads loop",
 }
 
 

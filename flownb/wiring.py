@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .infra import media as _media  # noqa: F401  (plugs the media reader into the display)
 from .runtime.hooks import HOOKS
 
 if TYPE_CHECKING:

@@ -256,6 +256,15 @@ def test_nothing_imports_the_package_root() -> None:
     assert f'\nversion = "{version}"\n' in pyproject
 
 
+def test_the_notebook_shares_only_the_inputs_module_of_the_cli() -> None:
+    # The magics parse what users type as the CLI does (cli/inputs.py); the rest of the CLI
+    # (click, the commands) is the command line's own, and evaluation/ reads scorer files.
+    graph = import_graph()
+    for name, targets in graph.items():
+        if name.startswith("flownb.notebook"):
+            assert {t for t in targets if t.startswith("flownb.cli")} <= {"flownb.cli.inputs"}, name
+
+
 def test_no_module_imports_a_higher_layer() -> None:
     upward = [
         f"{name} ({LAYERS[layer_of(name)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"
@@ -351,6 +360,7 @@ PRIVATE_ALLOWED = {
     ("flownb.runtime.result", "_entries"),
     ("flownb.runtime.result", "_trace_of"),
     ("flownb.runtime.result", "_plan"),  # the plan a run's picture draws (RunResult.to_svg)
+    ("flownb.runtime.result", "_inputs"),  # the run's variables, drawn on that picture
     # ... and sets (or, unpickling, restores) the cost it computes lazily.
     ("flownb.runtime.result", "_costs"),
     # Dask's own name for a frame's empty, typed schema (what map_partitions' meta= expects).

@@ -205,9 +205,7 @@ def killed_before_the_batch_id(
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
     assert [p.name.split("-")[0] for p in records.glob("*.json")] == ["pending"]
     fake.configure(batch_create_delay=0.0)
-    second = subprocess.run(
-        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
-    )
+    second = run_cli(*cmd[3:], "--out", str(out), "--no-progress")  # a new run, in this process
     assert second.returncode == 0, second.stderr
     return json.loads(out.read_text()), records
 
@@ -228,13 +226,7 @@ def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     assert fake.batches.created == 1
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
-    second = subprocess.run(
-        [*cmd, "--out", str(out), "--no-progress"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    second = run_cli(*cmd[3:], "--out", str(out), "--no-progress")  # a new run, in this process
     assert second.returncode == 0, second.stderr
     assert fake.batches.created == 1
     assert [r["echo"] for r in json.loads(out.read_text())] == [

@@ -17,6 +17,7 @@ import pytest
 
 import flownb
 from flownb.testing.fake_anthropic import FakeAnthropic
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow
 from tests.test_batch_api import batch_cli, killed_before_the_batch_id, wait_for
 from tests.vendor_fakes import (  # noqa: F401  (fixtures)
@@ -200,9 +201,7 @@ def test_a_process_killed_while_polling_is_resumed_without_a_second_batch(
     wait_for(lambda: any(records.glob("msgbatch_*.json")), "the batch was never recorded")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
-    second = subprocess.run(
-        [*cmd, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True
-    )
+    second = run_cli(*cmd[3:], "--out", str(out), "--no-progress")  # a new run, in this process
     assert second.returncode == 0, second.stderr
     assert fake.message_batches.created == 1
     assert [r["echo"] for r in json.loads(out.read_text())] == ["echo: Say one", "echo: Say two"]

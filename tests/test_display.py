@@ -1,4 +1,4 @@
-"""Display bundles: each output under its name, text as Markdown, images embedded as bytes;
+"""Display bundles: each output under its name, text as written (HTML), images embedded as bytes;
 DataFrames with image columns as thumbnails; readable plain text for terminals."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from IPython.utils.capture import capture_output
 from PIL import Image
 
 import flownb
+from flownb.infra.media import MediaStore
 from flownb.runtime.result import RunResult
 from flownb.show.display import (
     display_frame,
@@ -60,12 +61,14 @@ def _blog_result(blog_flow_path: Path) -> RunResult:
     return flownb.load_flow(blog_flow_path).run(topic="owls **at night**", tone="dry")
 
 
-def test_each_output_under_its_name_text_as_markdown_image_as_png(blog_flow_path: Path) -> None:
+def test_each_output_under_its_name_text_as_written_image_as_png(blog_flow_path: Path) -> None:
     result = _blog_result(blog_flow_path)
     bundles = [data for data, _ in output_bundles(result)]
-    assert bundles[0]["text/markdown"].startswith("#### intro\n\n")
-    assert "owls **at night**" in bundles[0]["text/markdown"]  # Markdown kept for rendering
-    assert bundles[1]["text/markdown"] == "#### header_image"
+    assert all("text/markdown" not in b for b in bundles)  # a model's text is never Markdown
+    assert '<h4 class="flownb-output-name">intro</h4>' in bundles[0]["text/html"]
+    assert "owls **at night**" in bundles[0]["text/html"]  # the asterisks as written
+    assert "mathjax_ignore" in bundles[0]["text/html"]
+    assert '<h4 class="flownb-output-name">header_image</h4>' in bundles[1]["text/html"]
     image = bundles[2]
     assert "image/png" in image and "text/html" not in image
     path = Path(result["header_image"].removeprefix("file://"))
@@ -84,8 +87,8 @@ def test_run_result_displays_one_bundle_per_output_in_ipython(blog_flow_path: Pa
         display(result)
     kinds = [sorted(o.data) for o in captured.outputs]
     assert kinds == [
-        ["text/markdown", "text/plain"],
-        ["text/markdown", "text/plain"],
+        ["text/html", "text/plain"],
+        ["text/html", "text/plain"],
         ["image/png", "text/plain"],
     ]
 
@@ -93,9 +96,9 @@ def test_run_result_displays_one_bundle_per_output_in_ipython(blog_flow_path: Pa
 def test_single_bundle_inlines_file_images_as_data_urls(blog_flow_path: Path) -> None:
     result = _blog_result(blog_flow_path)
     bundle = result_bundle(result)
-    assert set(bundle) == {"text/plain", "text/markdown"}
-    assert '<img src="data:image/png;base64,' in bundle["text/markdown"]
-    assert "file://" not in bundle["text/markdown"]
+    assert set(bundle) == {"text/plain", "text/html"}
+    assert '<img src="data:image/png;base64,' in bundle["text/html"]
+    assert "file://" not in bundle["text/html"]
 
 
 def test_plain_text_is_readable_in_a_terminal(blog_flow_path: Path) -> None:
@@ -130,7 +133,8 @@ def test_data_and_loopback_http_images_are_embedded(png_server: str) -> None:
     assert bundles[2] == {
         "text/plain": "[image c] https://cdn.example.invalid/x.png",
         "text/html": (
-            '<img src="https://cdn.example.invalid/x.png" alt="c" style="max-width:480px"/>'
+            '<div class="tex2jax_ignore mathjax_ignore">'
+            '<img src="https://cdn.example.invalid/x.png" alt="c" style="max-width:480px"/></div>'
         ),
     }
     assert "text/html" in bundles[3] and "image/png" not in bundles[3]
@@ -179,13 +183,15 @@ def test_frame_with_missing_cells_and_no_image_columns() -> None:
 
 
 def test_frame_with_duplicate_names_and_unreadable_images(tmp_path: Path) -> None:
-    pic = tmp_path / "pic.png"
-    pic.write_bytes(_png())
-    gone = (tmp_path / "gone.png").as_uri()
-    df = pd.DataFrame([[pic.as_uri(), gone, "t"]], columns=["img", "img", "t"])
+    store = MediaStore(tmp_path / "media")
+    pic = store.file_url(store.save("a" * 40 + ".png", _png()))
+    gone = store.file_url("b" * 40 + ".png")
+    elsewhere = tmp_path / "pic.png"  # an image, but not in flownb's media store: never read
+    elsewhere.write_bytes(_png())
+    df = pd.DataFrame([[pic, gone, elsewhere.as_uri(), "t"]], columns=["img", "img", "x", "t"])
     page = display_frame(df)._repr_html_()
-    assert page.count("<img ") == 1  # the readable one; the other stays as its URL text
-    assert f"<td>{gone}</td>" in page
+    assert page.count("<img ") == 1  # the readable one; the others stay as their URL text
+    assert f"<td>{gone}</td>" in page and f"<td>{elsewhere.as_uri()}</td>" in page
 
 
 def test_extension_entry_points_are_not_public_api() -> None:

@@ -104,7 +104,11 @@ def test_with_the_extension_a_long_frame_shows_a_page_and_a_short_one_pandas_vie
 def test_a_failed_rows_missing_image_keeps_the_column_an_image_column(tmp_path) -> None:
     from PIL import Image
 
-    pic = tmp_path / "pic.png"
+    from flownb.infra.media import MediaStore
+
+    store = MediaStore(tmp_path / "media")  # flownb reads images from its media store only
+    pic = store.path_for("f" * 40 + ".png")
+    pic.parent.mkdir(parents=True)
     Image.new("RGB", (4, 4), "red").save(pic)
     df = pd.DataFrame({"art": pd.array([pic.as_uri(), None], dtype="string")})
     assert image_columns(df) == ["art"]

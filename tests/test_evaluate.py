@@ -262,7 +262,19 @@ def test_cli_eval_gates_on_min_pass_and_run_dry_run(tmp_path: Path, blog_flow_pa
     assert gate.returncode == 1 and "blog-intro 0.500" in gate.stderr
     dry = cli("run", str(blog_flow_path), "--csv", "rows.csv", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0 and "4 provider call(s)" in dry.stdout
-    assert "Write a warm two-sentence intro for a blog post about bees." in dry.stdout
+    # A summary first: the totals, then one line per node, then how to see every prompt.
+    lines = dry.stdout.splitlines()
+    assert lines[0].startswith("preview: 4 provider call(s)") and lines[2] == "calls per node:"
+    assert [x.split(":")[0] for x in lines[3:5]] == [
+        "  blog-intro / Blog intro (text)",
+        "  blog-intro / Header art (image)",
+    ]
+    assert "2 call(s), 0 cached" in lines[3] and lines[-1] == "every call's prompt: add --details"
+    assert "Write a warm two-sentence intro for a blog post about bees." not in dry.stdout
+    full = cli(
+        "run", str(blog_flow_path), "--csv", "rows.csv", "--dry-run", "--details", cwd=tmp_path
+    )
+    assert "Write a warm two-sentence intro for a blog post about bees." in full.stdout
 
 
 def test_flow_eval_magic(

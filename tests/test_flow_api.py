@@ -197,7 +197,7 @@ def test_result_displays_text_and_images(blog_flow_path: Path) -> None:
     res = flownb.load_flow(blog_flow_path).run(topic="owls", tone="dry")
     bundle = res._repr_mimebundle_()
     assert "owls" in bundle["text/plain"] and "header_image" in bundle["text/plain"]
-    assert "data:image/png;base64," in bundle["text/markdown"]
+    assert "data:image/png;base64," in bundle["text/html"]
     assert res.to_items()[0] == {"name": "intro", "output": res["intro"], "type": "output"}
 
 

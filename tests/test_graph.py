@@ -154,8 +154,33 @@ def test_each_node_is_timed_on_its_own(tmp_path: Path) -> None:
     # The echo provider reports no usage: no tokens, and a price nobody knows.
     assert lines == [f"outline: {first.latency:.2f} s · $?", f"draft: {second.latency:.2f} s · $?"]
     bundle = result.trace_picture()._repr_mimebundle_()
-    assert set(bundle) == {"image/svg+xml", "text/plain"}
+    assert set(bundle) == {"text/html", "image/svg+xml", "text/plain"}
     assert set(_notes(bundle["image/svg+xml"])) == {"node-outline", "node-draft"}
+    assert bundle["image/svg+xml"] in bundle["text/html"]  # drawn inline by every front end
+
+
+def _variable_details(svg: str) -> dict[str, str]:
+    """Each variable box's title -> its detail line."""
+    found = {}
+    for g in ET.fromstring(svg).iter(f"{SVG}g"):
+        if "variable" in (g.get("class") or "").split():
+            texts = [t.text or "" for t in g.iter(f"{SVG}text")]
+            found[texts[0]] = texts[1]
+    return found
+
+
+def test_the_run_picture_shows_that_runs_inputs_not_the_defaults() -> None:
+    data = make_flow({"outline": "Outline {t} for {who}"}, ["t", "who"])
+    for node in data["nodes"]:
+        if node["type"] == "variableNode":
+            node["data"]["variable"]["value"] = "the default"
+    flow = flownb.load_flow(data, provider=EchoProvider())
+    result = flow.run(t="owls <b>$5 & $7</b>", who="")
+    assert result.inputs == {"t": "owls <b>$5 & $7</b>", "who": ""}
+    details = _variable_details(result.trace_picture().svg)
+    assert details == {"t": "= owls <b>$5 & $7</b>", "who": "(empty)"}
+    assert _variable_details(flow.to_svg(result)) == details
+    assert set(_variable_details(flow.to_svg()).values()) == {"= the default"}
 
 
 def test_a_remote_run_has_no_picture_and_says_why() -> None:
@@ -177,7 +202,11 @@ def test_the_notebook_view_is_the_picture_with_mermaid_and_text(blog_flow_path: 
     bundle = flow._repr_mimebundle_()
     assert bundle["image/svg+xml"].startswith("<svg")
     assert bundle["text/vnd.mermaid"].startswith("flowchart LR")
-    assert "blog-intro" in bundle["text/plain"] and "variables" in bundle["text/markdown"]
+    assert "blog-intro" in bundle["text/plain"]
+    # JupyterLab ranks Markdown above SVG: no Markdown, the SVG inline in the HTML that wins.
+    assert "text/markdown" not in bundle
+    assert bundle["image/svg+xml"] in bundle["text/html"]
+    assert "mathjax_ignore" in bundle["text/html"]
 
 
 def _cli(*args: str, cwd: Path) -> CliResult:

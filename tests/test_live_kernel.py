@@ -79,7 +79,7 @@ def updates(messages: list[dict]) -> list[dict]:
         m
         for m in messages
         if m["msg_type"] == "comm_msg"
-        and 'class="flownb-live"' in str(m["content"]["data"].get("state", {}).get("value", ""))
+        and 'class="flownb-live ' in str(m["content"]["data"].get("state", {}).get("value", ""))
     ]
 
 
@@ -248,10 +248,11 @@ def test_auto_is_off_in_an_nbclient_kernel_and_the_setting_decides(
     code = "r = flow.run_batch([{'topic': 'a', 'tone': 'b'}], progress=True)"
     reply, messages = run(nbclient_kernel, code)
     assert reply["status"] == "ok"
-    # Today's output: tqdm's notebook bar, no live view.
+    # No live view: the plain bar's final state, static (no front end would draw a widget).
     assert not updates(messages)
     assert not any("flownb-live" in str(m["content"]) for m in messages)
-    assert any(WIDGET in m["content"].get("data", {}) for m in messages)
+    assert not any(WIDGET in m["content"].get("data", {}) for m in messages)
+    assert any("flownb-bar" in m["content"].get("data", {}).get("text/html", "") for m in messages)
     reply, messages = run(nbclient_kernel, "import os\nos.environ['FLOWNB_LIVE'] = '1'\n" + code)
     assert reply["status"] == "ok"
     assert any("flownb-live" in str(m["content"]) for m in messages)

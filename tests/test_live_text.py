@@ -105,11 +105,9 @@ def test_flow_run_as_the_cells_value_shows_text_growing(
     )
     assert reply["status"] == "ok"
     check_growing_text(messages, streaming_fake, f"echo: {WORDS}")
-    # Then the result, exactly as without streaming (one named Markdown block).
+    # Then the result, exactly as without streaming (one named block, the text as written).
     after = [m for _, m in messages if m["msg_type"] == "display_data"][1:]
-    assert [m["content"]["data"]["text/markdown"] for m in after] == [
-        f"#### story\n\necho: {WORDS}"
-    ]
+    assert [m["content"]["data"]["text/plain"] for m in after] == [f"story:\necho: {WORDS}"]
 
 
 def test_flow_run_magic_shows_text_growing(kernel: Any, streaming_fake: FakeOpenAI) -> None:

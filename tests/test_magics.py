@@ -193,9 +193,10 @@ def test_cell_magic_needs_var_when_the_flow_has_several(ip: Any) -> None:
 
 def test_info_shows_variables_with_defaults_and_outputs(ip: Any) -> None:
     info = magic(ip, "info blog.json")
-    md = info._repr_markdown_()
-    assert "| `topic` | tide pools |" in md and "| `tone` | playful |" in md
-    assert "`intro`, `header_image`" in md
+    shown = info._repr_html_()
+    assert "<td><code>topic</code></td><td>tide pools</td>" in shown
+    assert "<td><code>tone</code></td><td>playful</td>" in shown
+    assert "<code>intro</code>, <code>header_image</code>" in shown
     assert "topic  (default: 'tide pools')" in repr(info)
 
 
@@ -243,7 +244,7 @@ def test_results_dataframe_html_has_thumbnails_after_load_ext(
     ip.user_ns["df"] = pd.DataFrame({"topic": ["owls"], "tone": ["dry"]})
     out = magic(ip, "batch blog.json --df df --no-progress")
     data, _ = ip.display_formatter.format(out)
-    assert '<div class="flownb-frame">' in data["text/html"]
+    assert '<div class="flownb-frame tex2jax_ignore mathjax_ignore">' in data["text/html"]
     assert '<img src="data:image/png;base64,' in data["text/html"]
     plain, _ = ip.display_formatter.format(pd.DataFrame({"a": [1]}))
     assert "flownb-frame" not in plain["text/html"] and "<table" in plain["text/html"]
@@ -333,7 +334,7 @@ def test_out_variable_result_is_shown_even_when_other_lines_follow(ip: Any) -> N
     with capture_output() as captured:
         result = ip.run_cell("%flow run blog.json topic=owls tone=dry -o r\nx = 1")
     assert result.success, result.error_in_exec
-    shown = [o.data.get("text/markdown", "") for o in captured.outputs]
+    shown = [o.data.get("text/html", "") for o in captured.outputs]
     assert any("about owls." in text for text in shown), shown
     with capture_output() as captured:
         ip.run_cell("%flow run blog.json topic=owls tone=dry -o r -q\nx = 1", store_history=False)

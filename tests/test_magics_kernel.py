@@ -42,13 +42,13 @@ def test_load_ext_and_run_sends_markdown_and_png_bundles(kernel: Any) -> None:
     assert reply["status"] == "ok"
     shown = [sorted(m["data"]) for m in outputs(messages, "display_data")]
     assert shown == [
-        ["text/markdown", "text/plain"],
-        ["text/markdown", "text/plain"],
+        ["text/html", "text/plain"],
+        ["text/html", "text/plain"],
         ["image/png", "text/plain"],
     ]
-    intro = outputs(messages, "display_data")[0]["data"]["text/markdown"]
+    intro = outputs(messages, "display_data")[0]["data"]["text/plain"]
     assert intro == (
-        "#### intro\n\nWrite a quietly amazed two-sentence intro for a blog post about sea glass."
+        "intro:\nWrite a quietly amazed two-sentence intro for a blog post about sea glass."
     )
 
 
@@ -142,10 +142,19 @@ def test_cell_magic_and_batch_in_the_kernel(kernel: Any) -> None:
 
 def test_form_in_the_kernel_sends_a_widget_and_runs_on_click(kernel: Any) -> None:
     execute(kernel, "import flownb\nform = flownb.load_flow('blog.json').form()")
+    # No front end (as under nbconvert --execute): only the static copy, which a saved
+    # notebook shows anywhere.
     reply, messages = execute(kernel, "form")
     assert reply["status"] == "ok"
     result = outputs(messages, "execute_result")[0]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in result
+    assert sorted(result) == ["text/html", "text/plain"]
+    assert "tide pools" in result["text/html"] and "topic = 'tide pools'" in result["text/plain"]
+    # A front end (JupyterLab's kernels have __session__): the widget, with the copy beside it.
+    reply, messages = execute(kernel, "__session__ = 'forms.ipynb'\nform")
+    assert reply["status"] == "ok"
+    result = outputs(messages, "execute_result")[0]["data"]
+    assert "application/vnd.jupyter.widget-view+json" in result and "text/html" in result
+    execute(kernel, "del __session__")
     code = (
         "form.inputs['topic'].value = 'kelp'\n"
         "form.button.click()\n"

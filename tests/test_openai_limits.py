@@ -323,3 +323,23 @@ def test_meter_corrections_from_many_threads_all_count() -> None:
 
     _hammer(work)
     assert meter._next == pytest.approx(before + 16000.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_limit_smeared_over_levels_by_a_busy_client_still_cuts(seed: int) -> None:
+    """A client behind on reading its answers counts more calls in flight than the provider
+    sees, so a limit of 8 shows as half the calls refused at every level from 9 to 14, with
+    as many answered there: no level splits them, but that steady share is a limit all the
+    same, and the allowance ends at or under the lowest level refused."""
+    limiter = AdaptiveLimiter(32)
+    rng = random.Random(seed)
+    refused = 0  # in the second half
+    for seq in range(1, 1001):
+        level = rng.randint(max(1, limiter.capacity - 5), limiter.capacity)
+        if level > 8 and rng.random() < 0.5:
+            limiter.rejected(level, seq)
+            refused += seq > 500
+        else:
+            limiter.succeeded(level, seq)
+    assert limiter.capacity <= 9
+    assert refused < 0.15 * 500  # uncut, half of them would be

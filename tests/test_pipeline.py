@@ -15,6 +15,7 @@ from providers_for_tests import EchoProvider
 import flownb
 from flownb.errors import BatchError
 from flownb.runtime.pipeline import INLINE_ON_LOOP
+from flownb.server import ServerConfig
 from tests.conftest import make_flow
 from tests.serving import post_run, run_server, sample_flows
 
@@ -103,3 +104,26 @@ def test_the_dataframe_path_and_run_batch_log_alike() -> None:
     assert len(log) == 4 and log["run_id"].nunique() == 2
     assert list(log["error"].isna()) == [True, False, True, False]
     assert log["error"][1].startswith("provider_error: ")  # one_line(exc, code=True)
+
+
+def test_local_flows_and_the_server_assemble_their_engine_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One assembly (flownb.runtime.pipeline.assemble): the server's engines get every run
+    # setting a local flow's get, its token limit included.
+    monkeypatch.setenv("FLOWNB_TPM", "5000")
+    monkeypatch.setenv("FLOWNB_TIMEOUT", "7")
+    monkeypatch.setenv("FLOWNB_RETRIES", "2")
+    flow = flownb.load_flow(ECHO)
+    server = ServerConfig(sample_flows(tmp_path), home=tmp_path / "home", log=True)
+    runner = server._runner("echo", flow.plan)
+    for engine in (flow.engine, runner.engine):
+        assert engine.tokens is not None
+        assert (engine.timeout, engine.retries) == (7.0, 2)
+    assert runner.runlog is not None and runner.name == "echo"
+
+
+def test_the_run_settings_are_checked_by_name() -> None:
+    with pytest.raises(TypeError, match=r"argument 'concurency'; did you mean 'concurrency'\?"):
+        flownb.load_flow(ECHO, concurency=4)  # type: ignore[call-arg]
+    assert flownb.load_flow(ECHO, concurrency=4, tpm=100, log=False).concurrency == 4

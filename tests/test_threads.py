@@ -1,7 +1,7 @@
 # ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
-"""Nothing lost between threads or processes: a forked child runs flows, Ctrl-C during a cleanup
-that outlasts the wait returns whole rows only, and the run log keeps every row however many
-threads flush it at once."""
+"""Nothing lost between threads or processes: a forked child runs flows, Ctrl-C while calls are
+in flight returns whole rows only (the calls finish afterwards, into the run log), and the run
+log keeps every row however many threads flush it at once."""
 
 from __future__ import annotations
 
@@ -104,46 +104,48 @@ def test_a_forked_child_runs_flows_after_a_run_in_the_parent(fake: FakeOpenAI) -
 # -- interrupt ------------------------------------------------------------------------------------
 
 
-class SlowCleanup(Provider):
-    """Answers at once, except prompts with HANG: those wait until cancelled, then take between
-    ``cleanup`` seconds (low, high) to clean up and answer anyway (a paid call finishing)."""
+class HeldCalls(Provider):
+    """Answers at once, except prompts with HANG: those are held until :attr:`released` is
+    set, then take between ``late`` seconds (low, high) more to answer (paid calls in flight,
+    which Ctrl-C lets finish)."""
 
-    name: ClassVar[str] = "slow-cleanup"
+    name: ClassVar[str] = "held-calls"
     cacheable: ClassVar[bool] = False
 
-    def __init__(self, cleanup: tuple[float, float]) -> None:
-        self.cleanup = cleanup
+    def __init__(self, late: tuple[float, float]) -> None:
+        self.late = late
+        self.released = threading.Event()
         self.hanging = 0
-        self.cleaned = 0
+        self.answered_late = 0
 
     async def generate(self, call: Call) -> Generation:
         if "HANG" not in call.prompt:
             return Generation(f"said {call.prompt}")
         self.hanging += 1
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            await asyncio.sleep(random.uniform(*self.cleanup))
-            self.cleaned += 1
-            return Generation(f"late {call.prompt}")
-        raise AssertionError("not cancelled")
+        while not self.released.is_set():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(random.uniform(*self.late))
+        self.answered_late += 1
+        return Generation(f"late {call.prompt}")
 
 
-def _ctrl_c_when(condition: Callable[[], bool]) -> None:
-    """In a thread: a real SIGINT (as the terminal sends it) once ``condition`` holds."""
+def _ctrl_c_when(condition: Callable[[], bool], then: Callable[[], None] = lambda: None) -> None:
+    """In a thread: a real SIGINT (as the terminal sends it) once ``condition`` holds, then
+    ``then()``."""
 
     def watch() -> None:
         deadline = time.monotonic() + 60
         while not condition() and time.monotonic() < deadline:
             time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGINT)
+        then()
 
     threading.Thread(target=watch, name="ctrl-c", daemon=True).start()
 
 
 @pytest.fixture
 def short_wait(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Ctrl-C waits 0.2 s for the cancelled run, far less than its cleanup takes."""
+    """Ctrl-C waits 0.2 s at most for the cancelled run to settle."""
     monkeypatch.setattr(aio, "INTERRUPT_WAIT", 0.2)
     yield
 
@@ -153,7 +155,7 @@ def _words(n: int) -> list[dict[str, str]]:
 
 
 def test_nothing_reaches_on_result_after_ctrl_c_returned(short_wait: None) -> None:
-    provider = SlowCleanup(cleanup=(0.5, 1.0))  # all after the 0.2 s wait
+    provider = HeldCalls(late=(0.0, 0.1))
     flow = flownb.load_flow(SAY, provider=provider, log=False)
     batch = _words(40)
     reported: list[int] = []
@@ -161,7 +163,9 @@ def test_nothing_reaches_on_result_after_ctrl_c_returned(short_wait: None) -> No
     with pytest.raises(KeyboardInterrupt):
         flow.run_each(batch, lambda i, r, e: reported.append(i), concurrency=64)
     seen = list(reported)
-    wait_until(lambda: provider.cleaned == 20, what="the cancelled calls' cleanup")
+    # Ctrl-C returned at once; the calls in flight finish afterwards (they are paid for).
+    provider.released.set()
+    wait_until(lambda: provider.answered_late == 20, what="the calls in flight")
     assert reported == seen  # the late answers never reached the caller's callback
     assert set(seen) >= set(range(0, 40, 2))  # every quick row was reported before Ctrl-C
 
@@ -169,25 +173,28 @@ def test_nothing_reaches_on_result_after_ctrl_c_returned(short_wait: None) -> No
 def test_an_interrupted_frame_has_whole_rows_only_and_the_log_keeps_the_late_ones(
     short_wait: None,
 ) -> None:
-    # The late rows end around the moment the 0.2 s wait runs out and the frame is built.
-    provider = SlowCleanup(cleanup=(0.2, 0.24))
+    # The held calls are let go as Ctrl-C lands: the late rows end while the frame is built.
+    provider = HeldCalls(late=(0.0, 0.05))
     flow = flownb.load_flow(SAY, provider=provider, name="say")
     n = 400
     df = pd.DataFrame(_words(n))
-    _ctrl_c_when(lambda: provider.hanging == n // 2 and len(flownb.runs()) >= n // 2)
+    _ctrl_c_when(
+        lambda: provider.hanging == n // 2 and len(flownb.runs()) >= n // 2,
+        then=provider.released.set,
+    )
     with switching_often(), pytest.warns(UserWarning, match="interrupted"):
         out = flow.run_dataframe(df, progress=False, concurrency=n)
     # No "error" column would mean every row finished, so each must have its output.
     errors = out["error"] if "error" in out else [pd.NA] * n
     for i, word, said, error in zip(out.index, out["word"], out["say"], errors, strict=True):
-        if error is pd.NA:  # finished: with its output (a hanging one may end within the wait)
+        if error is pd.NA:  # finished: with its output (a held one may end before the frame)
             assert said in (f"said say {word}", f"late say {word}"), (i, word, said)
         else:  # or marked unfinished, without one; never "done" with <NA>
             assert error == INTERRUPTED and said is pd.NA, (i, word, said, error)
     quick = ~out["word"].str.endswith("HANG")
     assert out.loc[quick, "say"].notna().all()  # every quick row is there
-    # The rows that ended during the cleanup were paid for: the run log keeps them all.
-    wait_until(lambda: provider.cleaned == n // 2, what="the cancelled calls' cleanup")
+    # The rows that ended after Ctrl-C were paid for: the run log keeps them all.
+    wait_until(lambda: provider.answered_late == n // 2, what="the calls in flight")
     wait_until(lambda: len(flownb.runs("say")) == n, what="every row in the run log")
     log = flownb.runs("say")
     assert log["error"].isna().all() and log["index"].nunique() == n

@@ -41,6 +41,7 @@ import click
 
 from ..errors import ConfigError
 from ..providers.registry import provider_names
+from ..show.escape import term_text
 from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
 
@@ -309,7 +310,15 @@ def money_line(report: Any) -> str | None:
     "and print which variants are on the frontier.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--dry-run", is_flag=True, help="Print the calls the evaluation would make.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the calls the evaluation would make (a summary per node; --details: every "
+    "call's rendered prompt).",
+)
+@click.option(
+    "--details", is_flag=True, help="With --dry-run: every call's rendered prompt, one a line."
+)
 def eval_command(
     flows: tuple[str, ...],
     data_path: str,
@@ -326,6 +335,7 @@ def eval_command(
     frontier_path: str | None,
     no_progress: bool,
     dry_run: bool,
+    details: bool,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
     from ..evaluation.config import load_config, make_scorer
@@ -365,18 +375,19 @@ def eval_command(
         repeats=repeats,
     )
     if dry_run:
-        click.echo(str(result))
+        text = str(result) if details else result.brief("add --details")  # type: ignore[union-attr]
+        click.echo(term_text(text))
         return
     report = result
     if out_path:
         report.save(out_path, safe_csv=not raw_csv)  # type: ignore[union-attr]
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
-    click.echo(summary_text(report))
+    click.echo(term_text(summary_text(report)))
     if frontier_path:
         frontier = report.frontier()  # type: ignore[union-attr]
         frontier.save(frontier_path)
-        click.echo(frontier.sentence)
+        click.echo(term_text(frontier.sentence))  # variant names are text
         click.echo(f"flownb: wrote the frontier to {frontier_path}", err=True)
     line = money_line(report)
     if line is not None:  # what the evaluation spent and saved, the judges' part apart

@@ -10,6 +10,10 @@ exits 130 after saving what finished.
 What FLOW means, how values, pairs and batch files are read: :mod:`flownb.flowfile.inputs`, shared
 with
 the ``%flow`` magics.
+
+Ctrl-C stops a run from sending more calls and waits, at most :data:`IN_FLIGHT_GRACE` seconds
+and saying so, for the calls in flight (sent, so paid for): their rows are kept, counted in the
+cost line and cached; a second Ctrl-C ends the command at once.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
+from ..infra.aio import Patience, patience
 from ..providers.registry import provider_names
+from ..show.escape import term_text
 from ..show.meter import CostMeter
 from .clickhelp import FullHelpGroup
 from .inputs import (
@@ -56,8 +62,16 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 
 def _flat(text: str) -> str:
-    """Return ``text`` on one line (the promise of README: one line per error)."""
-    return " ".join(text.split())
+    """Return ``text`` on one line (the promise of README: one line per error), with no
+    terminal control in it (an error may quote a model's answer)."""
+    return term_text(" ".join(text.split()))
+
+
+def _dry_run(preview: Any, details: bool) -> None:
+    """Print a dry run: the summary (calls per node, one prompt each), or with ``details``
+    every call's rendered prompt; control characters shown, never sent to the terminal."""
+    text = str(preview) if details else preview.brief("add --details")
+    click.echo(term_text(text))
 
 
 _usage = usage_error
@@ -227,7 +241,11 @@ def graph(flow: str, svg_path: str | None) -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print the rendered prompts and the calls a run would pay for; call nothing.",
+    help="Print the calls a run would pay for (a summary per node; --details: every call's "
+    "rendered prompt); call nothing.",
+)
+@click.option(
+    "--details", is_flag=True, help="With --dry-run: every call's rendered prompt, one a line."
 )
 @click.option(
     "--batch-api",
@@ -253,6 +271,7 @@ def run(
     no_progress: bool,
     no_cache: bool,
     dry_run: bool,
+    details: bool,
     batch_api: bool,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json).
@@ -274,12 +293,14 @@ def run(
     )
     defaults = f.defaults if use_defaults else {}
     if df is None and batch is None:
-        _run_once(f, {**defaults, **values}, target, dry_run=dry_run, safe=not raw_csv)
+        _run_once(
+            f, {**defaults, **values}, target, dry_run=dry_run, details=details, safe=not raw_csv
+        )
         return
     rows = _batch_rows(f, batch, df, mapping, fill, defaults)
     _banner(f)
     if dry_run:
-        click.echo(str(f.preview(rows, mapping or None, fill=fill)))
+        _dry_run(f.preview(rows, mapping or None, fill=fill), details)
         return
     _run_rows(
         f,
@@ -354,6 +375,7 @@ def _run_once(
     target: tuple[str, str] | None,
     *,
     dry_run: bool,
+    details: bool,
     safe: bool,
 ) -> None:
     """Run ``f`` once (or show what it would call), print or write the result, then the cost.
@@ -366,7 +388,7 @@ def _run_once(
     f.spec.check_one(values)
     _banner(f)
     if dry_run:
-        click.echo(str(f.preview(values)))
+        _dry_run(f.preview(values), details)
         return
     if target is None and _streams_to_terminal():
         from .terminal import stream_to_terminal
@@ -420,7 +442,7 @@ def _run_rows(
         with pd.option_context(
             "display.max_colwidth", 60, "display.width", 160, "display.max_rows", 60
         ):
-            click.echo(out.to_string())
+            click.echo(term_text(out.to_string()))  # no escape sequence reaches the tty
     click.echo(f"flownb: {meter.total_line()}", err=True)  # stdout stays the results alone
     errors = out["error"].dropna() if "error" in out.columns else pd.Series(dtype=object)
     if (errors == INTERRUPTED).any():
@@ -540,7 +562,8 @@ def _write(df: Any, target: str, fmt: str, *, safe: bool = True) -> None:
 
         text = csv_text(df, safe=safe)
     if target == "-":
-        click.echo(text, nl=False)
+        # To a terminal, a model's escape sequences are shown, not obeyed; to a pipe, the data.
+        click.echo(term_text(text) if sys.stdout.isatty() else text, nl=False)
         return
     Path(target).write_text(text, encoding="utf-8")
     click.echo(f"flownb: wrote {len(df)} row{'s' * (len(df) != 1)} to {target}", err=True)
@@ -570,11 +593,36 @@ cli.add_command(_eval_command, "eval")
 cli.add_command(_gc_command, "gc")
 
 
+# Seconds Ctrl-C waits for the provider calls in flight (sent, so paid for) before the command
+# ends; a second Ctrl-C ends it at once.
+IN_FLIGHT_GRACE = 60.0
+
+
+def _in_flight_line() -> str | None:
+    """The line Ctrl-C prints while calls in flight end (None: there are none)."""
+    from ..providers.calls import calls_in_flight  # only once a run was stopped
+
+    n = calls_in_flight()
+    if not n:
+        return None
+    return (
+        f"stopping: waiting for {n} call{'s' * (n != 1)} in flight, Ctrl-C again to abandon "
+        f"(at most {IN_FLIGHT_GRACE:g} s; they are paid for, so their answers are kept)"
+    )
+
+
+def _say(line: str) -> None:
+    click.echo(f"flownb: {line}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``flownb`` console script; exits with the command's status."""
     warnings.showwarning = _show_warning
+    # Ctrl-C lets the calls already sent end (bounded, announced) before the command exits.
+    wait = Patience(grace=IN_FLIGHT_GRACE, waiting=_in_flight_line, say=_say)
     try:
-        cli.main(args=argv, prog_name="flownb", standalone_mode=False)
+        with patience(wait):
+            cli.main(args=argv, prog_name="flownb", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("flownb: interrupted", err=True)
         sys.exit(130)

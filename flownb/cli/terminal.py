@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from ..runtime.events import StreamEvent
+from ..show.escape import term_text
 
 if TYPE_CHECKING:
     from ..flows.local import BaseFlow
@@ -24,7 +25,7 @@ __all__ = ["stream_to_terminal"]
 
 def _header(name: str) -> str:
     # As flownb.show.display.result_text draws it.
-    return f"── {name} " + "─" * max(3, 40 - len(name))
+    return term_text(f"── {name} " + "─" * max(3, 40 - len(name)))
 
 
 def stream_to_terminal(flow: BaseFlow, values: Mapping[str, str], out: TextIO) -> RunResult:
@@ -49,7 +50,7 @@ def stream_to_terminal(flow: BaseFlow, values: Mapping[str, str], out: TextIO) -
             current = name
             out.write(_header(name) + "\n")
             blocks = 1
-        out.write(item.delta)
+        out.write(term_text(item.delta))  # no escape sequence a model wrote reaches the tty
         printed += item.delta
         out.flush()
     assert result is not None  # every stream ends with its result
@@ -59,7 +60,7 @@ def stream_to_terminal(flow: BaseFlow, values: Mapping[str, str], out: TextIO) -
         if name == current and value == printed and not result.is_image(name):
             continue
         shown = f"[image] {value}" if result.is_image(name) else value
-        out.write(("\n" if blocks else "") + _header(name) + "\n" + shown + "\n")
+        out.write(("\n" if blocks else "") + _header(name) + "\n" + term_text(shown) + "\n")
         blocks += 1
     if not result.entries:
         out.write("(no outputs)\n")

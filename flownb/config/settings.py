@@ -14,8 +14,9 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from ..errors import ConfigError
 from .endpoints import Endpoint, find_endpoint, read_secrets_with
@@ -37,13 +38,16 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "SERVE_CONFIG",
     "RunConfig",
+    "RunOptions",
     "ServeLimits",
     "Settings",
     "VendorKeys",
+    "check_run_options",
     "env_secret",
     "env_value",
     "export_serve_config",
     "get_settings",
+    "home_dir",
     "imported_serve_config",
     "media_dir",
     "parse_size",
@@ -148,6 +152,11 @@ def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> float 
     return value
 
 
+def home_dir() -> Path:
+    """Return ``FLOWNB_HOME`` as the environment says now (default ``~/.flownb``)."""
+    return Path(os.environ.get("FLOWNB_HOME") or Path.home() / ".flownb").expanduser()
+
+
 def get_settings() -> Settings:
     """Return the current settings read from the environment.
 
@@ -157,7 +166,7 @@ def get_settings() -> Settings:
         ConfigError: a variable is set to something unusable (non-number, bad flag).
     """
     env = os.environ
-    home = Path(env.get("FLOWNB_HOME") or Path.home() / ".flownb").expanduser()
+    home = home_dir()
     provider = (env.get("FLOWNB_PROVIDER") or DEFAULT_PROVIDER).strip().lower()
     concurrency = _number("FLOWNB_CONCURRENCY", env.get("FLOWNB_CONCURRENCY"), int)
     return Settings(
@@ -289,6 +298,50 @@ class RunConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
+class RunOptions(TypedDict, total=False):
+    """The run settings a surface may give explicitly, spelled once: ``load_flow``,
+    :func:`resolve_run_config` and the server take them as ``**options``. Each left out (or
+    ``None``) is the environment's, else the default."""
+
+    concurrency: int | None
+    """Provider calls in flight at once (``FLOWNB_CONCURRENCY``, default 16)."""
+    cache: bool | None
+    """Use the call cache (``FLOWNB_CACHE``; the server's: ``FLOWNB_SERVER_CACHE``)."""
+    log: bool | None
+    """Keep runs in the run log (``FLOWNB_RUNLOG``; the server's: ``FLOWNB_SERVER_RUNLOG``)."""
+    rpm: float | None
+    """Requests per minute (``FLOWNB_RPM``)."""
+    tpm: float | None
+    """Tokens per minute, estimated before each call (``FLOWNB_TPM``)."""
+    timeout: float | None
+    """Seconds per provider attempt (``FLOWNB_TIMEOUT``)."""
+    retries: int | None
+    """Retries per call after a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8)."""
+    endpoint: Endpoint | str | None
+    """Where calls go: an :class:`Endpoint` or a name in ``flownb.toml`` (``FLOWNB_ENDPOINT``)."""
+    base_url: str | None
+    """An OpenAI-compatible endpoint's URL, or one that overrides the endpoint's."""
+    api_key: str | None
+    """The key for ``base_url`` (kept in memory only)."""
+
+
+_RUN_OPTIONS = frozenset(RunOptions.__annotations__)
+
+
+def check_run_options(options: dict[str, object], caller: str) -> None:
+    """Refuse what is not a run setting, as Python refuses an unknown keyword argument.
+
+    Raises:
+        TypeError: naming the first unknown option of ``caller`` (and the setting probably
+            meant).
+    """
+    for name in options:
+        if name not in _RUN_OPTIONS:
+            close = get_close_matches(name, sorted(_RUN_OPTIONS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}{hint}")
+
+
 def live_view_mode() -> str:
     """Return ``FLOWNB_LIVE`` as ``"auto"``, ``"on"`` or ``"off"``, read now: the notebook's
     live results view decides when each batch starts, not when its flow was loaded.
@@ -302,23 +355,15 @@ def live_view_mode() -> str:
 def resolve_run_config(
     *,
     provider: str | None = None,
-    concurrency: int | None = None,
-    cache: bool | None = None,
-    log: bool | None = None,
-    rpm: float | None = None,
-    tpm: float | None = None,
-    timeout: float | None = None,
-    retries: int | None = None,
     home: str | Path | None = None,
     server: bool = False,
-    endpoint: Endpoint | str | None = None,
-    base_url: str | None = None,
-    api_key: str | None = None,
     local: bool = True,
     media_max: int | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunConfig:
-    """Return the run configuration: each explicit argument, else the environment, else the
-    default. Every surface builds its configuration here, once. ``server=True`` takes the
+    """Return the run configuration: each explicit argument (``options``: see
+    :class:`RunOptions`), else the environment, else the default. Every surface builds its
+    configuration here, once. ``server=True`` takes the
     server's defaults for the cache and the run log (``FLOWNB_SERVER_CACHE`` /
     ``FLOWNB_SERVER_RUNLOG``, both off unless set).
 
@@ -330,7 +375,14 @@ def resolve_run_config(
     Raises:
         ConfigError: an argument or variable that cannot work (concurrency below 1, ...), an
             unknown endpoint name, or a provider that contradicts the endpoint.
+        TypeError: an option that is not a run setting.
     """
+    check_run_options(dict(options), "resolve_run_config")
+    concurrency, cache, log = options.get("concurrency"), options.get("cache"), options.get("log")
+    rpm, tpm = options.get("rpm"), options.get("tpm")
+    timeout, retries = options.get("timeout"), options.get("retries")
+    endpoint, base_url = options.get("endpoint"), options.get("base_url")
+    api_key = options.get("api_key")
     s = get_settings()
     chosen = (
         resolve_endpoint(
@@ -438,9 +490,11 @@ def resolve_endpoint(
     """Return the endpoint calls go to: ``endpoint`` (an :class:`Endpoint`, or a name declared
     in ``flownb.toml``), else ``FLOWNB_ENDPOINT``'s; ``base_url`` / ``api_key`` override its
     fields (or, alone, make an endpoint named ``"custom"`` of ``provider``'s kind, OpenAI by
-    default, whose key is ``api_key`` or else the provider's usual variable). Without any of
+    default, whose key is ``api_key``, else the provider's usual variable when ``base_url`` is
+    the vendor's own host: see :attr:`Endpoint.default_key_allowed`). Without any of
     these, the provider kind decides: ``azure`` takes ``AZURE_OPENAI_ENDPOINT`` and
-    ``OPENAI_API_VERSION``, ``openai`` ``OPENAI_BASE_URL`` (its key from ``OPENAI_API_KEY``);
+    ``OPENAI_API_VERSION``, ``openai`` ``OPENAI_BASE_URL`` (its key from ``OPENAI_API_KEY``:
+    the environment pairs the two);
     ``None`` for the others (offline, plugins: they read their own settings).
 
     Raises:

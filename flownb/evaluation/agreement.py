@@ -131,7 +131,11 @@ class Agreement:
             f"{_fmt(high)}), on {self.n} labelled rows; "
             f"{len(self.disagreements)} disagree.</p>"
         )
-        return head + self.table.to_html()
+        from ..show.escape import no_math
+
+        # The table quotes outputs and reasons (a model's text): escaped by pandas, and kept
+        # out of the math typesetter.
+        return no_math(head + self.table.to_html())
 
 
 def agreement(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import difflib
 import functools
-import html
 import io
 import math
 import re
@@ -30,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from ..show.escape import NO_MATH, html_attr, html_text, no_math
 from ..show.meter import usd
 from .decide_html import SPEED_HEAD, frontier_section, speed_cell
 from .money import RANK_NOTE, bill_html, money_cells, price_row
@@ -54,8 +54,8 @@ THUMB = 160  # pixels: the longest side of an embedded thumbnail
 STYLE = """
 .flownb-eval {font-family: system-ui, sans-serif; font-size: 13px; border-collapse: collapse;
   width: 100%}
-.flownb-eval th, .flownb-eval td {border: 1px solid #ccc; padding: 6px; vertical-align: top;
-  text-align: left}
+table.flownb-eval th, table.flownb-eval td {border: 1px solid #ccc; padding: 6px;
+  vertical-align: top; text-align: left !important; overflow-wrap: anywhere}
 .flownb-eval th {background: #f3f3f3}
 .flownb-eval .out {white-space: pre-wrap; word-break: break-word}
 .flownb-eval ins {background: #c8f7c5; text-decoration: none}
@@ -82,7 +82,13 @@ _TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
 
 
 def _esc(value: Any) -> str:
-    return html.escape(str(value))
+    """Element content, shown as written (escaped, ``$`` never a math delimiter)."""
+    return html_text(str(value))
+
+
+def _attr(value: Any) -> str:
+    """A quoted attribute's value (a title, a src, a data- attribute)."""
+    return html_attr(str(value))
 
 
 def _changes(a: list[str], b: list[str]) -> list[tuple[bool, str, str]]:
@@ -160,11 +166,11 @@ def _thumbnail(url: str, size: int) -> str | None:
 def _image(url: str) -> str:
     src = thumbnail(url)
     if src is not None:
-        return f'<img src="{_esc(src)}" alt="image output">'
+        return f'<img src="{_attr(src)}" alt="image output">'
     # A remote URL is not fetched (a saved page must stay offline): a link, shown as text; only
     # http(s) URLs are links (a "javascript:" output must not become one).
     if urlparse(url).scheme.lower() in ("http", "https"):
-        return f'<a href="{_esc(url)}" rel="noreferrer">{_esc(url)}</a>'
+        return f'<a href="{_attr(url)}" rel="noreferrer">{_esc(url)}</a>'
     return _esc(url)
 
 
@@ -173,7 +179,7 @@ def _score_line(report: ReportView, row: Any) -> str:
     for s in report.scorers:
         value = row[s.name]
         reason = row.get(f"{s.name}_reason")
-        title = f' title="{_esc(reason)}"' if isinstance(reason, str) and reason else ""
+        title = f' title="{_attr(reason)}"' if isinstance(reason, str) and reason else ""
         if value is None or value is _na() or (isinstance(value, float) and math.isnan(value)):
             parts.append(f"<span{title}>{_esc(s.name)} –</span>")
         elif s.kind == "bool" and 0 < float(value) < 1:  # repeats that disagreed: the share
@@ -206,7 +212,7 @@ def _cell(report: ReportView, row: Any, outputs: Sequence[str], base: Any) -> st
             continue
         text = str(value)
         label = f"<b>{_esc(out)}</b><br>" if len(outputs) > 1 else ""
-        if report.kinds.get(out) == "image" or text.startswith(("data:image/", "file://")):
+        if report.kinds.get(out) == "image":  # only an image node's output: a text is text
             body = _image(text)
         elif base is not None and isinstance(base[out], str):
             body = _diff(base[out], text)
@@ -246,13 +252,13 @@ def image_grid_html(report: ReportView, output: str, limit: int | None = 100) ->
                 body = _image(str(value))
             if report.scorers:
                 body += f'<div class="scores">{_score_line(report, record)}</div>'
-            cells.append(f'<td data-variant="{_esc(v)}" data-row="{_esc(row)}">{body}</td>')
+            cells.append(f'<td data-variant="{_attr(v)}" data-row="{_attr(row)}">{body}</td>')
         rows.append(f'<tr><th>{_esc(row)}<div class="inp">{inputs}</div></th>{"".join(cells)}</tr>')
     note = ""
     if shown < n:
         note = f"<p>showing {shown} of {n} input rows (compare(limit=None) shows all)</p>"
     return (
-        f"{note}<table class='flownb-eval flownb-grid' data-output='{_esc(output)}'><thead>"
+        f"{note}<table class='flownb-eval flownb-grid' data-output='{_attr(output)}'><thead>"
         f"<tr><th>{_esc(output)}</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -267,7 +273,7 @@ def compare_html(
     outputs = [output] if isinstance(output, str) else list(output or report.outputs)
     if outputs and all(report.kinds.get(o) == "image" for o in outputs):
         grids = "".join(image_grid_html(report, o, limit) for o in outputs)
-        return f"<style>{STYLE}</style>{grids}"
+        return no_math(f"<style>{STYLE}</style>{grids}")
     by_variant = {v: results[results["variant"] == v] for v in report.variants}
     n = len(next(iter(by_variant.values()))) if by_variant else 0
     shown = n if limit is None else min(n, limit)
@@ -289,7 +295,7 @@ def compare_html(
     note = ""
     if shown < n:
         note = f"<p>showing {shown} of {n} input rows (compare(limit=None) shows all)</p>"
-    return (
+    return no_math(
         f"<style>{STYLE}</style>{note}<table class='flownb-eval'><thead><tr><th>input</th>"
         f"{head}</tr>{price_row(report)}</thead><tbody>{''.join(rows)}</tbody></table>"
     )
@@ -577,11 +583,13 @@ def page_html(report: ReportView, limit: int | None = 1000) -> str:
     summary, the plot and the comparison. Its Content-Security-Policy forbids every request
     (images and the plot are embedded)."""
     heading = _esc(report_title(report))
+    title = _attr(report_title(report))  # a <title> shows markup as text
     return (
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
         "img-src data:; style-src 'unsafe-inline'\">"
-        f"<title>{heading}</title><style>{STYLE}{PAGE_STYLE}</style></head><body>"
+        f"<title>{title}</title><style>{STYLE}{PAGE_STYLE}</style></head>"
+        f"<body class='{NO_MATH}'>"
         f"<h1>{heading}</h1>{header_html(report)}<h2>Summary</h2>{summary_html(report)}"
         f"{plot_svg(report)}{frontier_section(report)}"
         f"<h2>Side by side</h2>{compare_html(report, limit=limit)}</body></html>\n"

@@ -22,7 +22,7 @@ from ..infra.aio import run_sync
 from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..providers.repeat import unrepeated
-from ..runtime.pipeline import Handover
+from ..runtime.pipeline import Observers
 from ..scorers import Block, Scorer
 from ..scorers.judge import JudgeScorer
 from .money import Charged, money_of_result, prompt_cache_saved_of
@@ -227,8 +227,8 @@ def _run_all(
     """Run every job together: inline flows here first (no I/O to overlap), then the others
     on the background loop under their endpoint's limiter and ``limits.total`` (remote flows in
     a thread each). Once this returns or raises (Ctrl-C), no job's ``on_result`` is called
-    again (see :class:`Handover`)."""
-    handovers = [Handover(on_result) for _, _, on_result in jobs]
+    again (see :class:`Observers`)."""
+    handovers = [Observers(on_result) for _, _, on_result in jobs]
     jobs = [(flow, batch, h) for (flow, batch, _), h in zip(jobs, handovers, strict=True)]
     try:
         _run_jobs(jobs, limits)

@@ -18,15 +18,24 @@ Stable CSS classes for tests and styling: ``flownb-pairwise`` (the widget), ``fl
 from __future__ import annotations
 
 import hashlib
-import html
 import random
 from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as widgets
 
+from ..show.escape import html_text
+from ..show.fallback import StaticFallback
 from .preferences import TIE
-from .review import _chosen_outputs, _inputs_table, _navigation, _outputs_html, _rows_of
+from .review import (
+    _chosen_outputs,
+    _inputs_table,
+    _navigation,
+    _outputs_html,
+    _plain,
+    _rows_of,
+    static_review,
+)
 
 __all__ = ["PairwiseReview", "shown_order"]
 
@@ -39,7 +48,7 @@ def shown_order(eval_id: str, row: Any, pair: tuple[str, str]) -> tuple[str, str
     return (pair[1], pair[0]) if flip else pair
 
 
-class PairwiseReview(widgets.VBox):
+class PairwiseReview(StaticFallback, widgets.VBox):
     """Walks an evaluation's rows asking which of two variants is better (see the module
     docstring).
 
@@ -98,6 +107,18 @@ class PairwiseReview(widgets.VBox):
         )
         self.add_class("flownb-pairwise")
         self._show()
+
+    def static_html(self) -> str:
+        """Return the row shown, as HTML for readers without a kernel: the count, the inputs,
+        A and B (which variant is which stays hidden until answered, as in the widget)."""
+        return (
+            static_review(self.progress.value, self.inputs.value, [p.value for p in self.panes])
+            + self.reveal.value
+        )
+
+    def static_text(self) -> str:
+        """Return the row shown, as text: which row, how many are compared."""
+        return f"pairwise review of {self.report.id}: {_plain(self.progress.value)}"
 
     # -- answering -------------------------------------------------------------------------------
 
@@ -173,6 +194,6 @@ class PairwiseReview(widgets.VBox):
         else:
             verdict = "tie" if answer["winner"] == TIE else f"{answer['winner']} better"
             self.reveal.value = (
-                f"A was <b>{html.escape(self.sides[0])}</b>, B was "
-                f"<b>{html.escape(self.sides[1])}</b> · answered: {html.escape(verdict)}"
+                f"A was <b>{html_text(self.sides[0])}</b>, B was "
+                f"<b>{html_text(self.sides[1])}</b> · answered: {html_text(verdict)}"
             )

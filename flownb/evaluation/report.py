@@ -531,14 +531,14 @@ class EvalReport(Labelled, Preferring):
         return to_mlflow(self, experiment)
 
     def _repr_html_(self) -> str:
-        import html
-
+        from ..show.escape import html_text, no_math
         from .html import STYLE, report_title, summary_html
 
-        return (
-            f"<style>{STYLE}</style><b>{html.escape(report_title(self))}</b>: "
+        # In an element the front end's math typesetter skips: "$0.01 spent, $0.02" is money.
+        return no_math(
+            f"<style>{STYLE}</style><b>{html_text(report_title(self))}</b>: "
             f"{len(self.variants)} variant(s), {len(self.results)} runs (evaluation "
-            f"{html.escape(self.id)}){summary_html(self)}"
+            f"{html_text(self.id)}){summary_html(self)}"
         )
 
     def __repr__(self) -> str:

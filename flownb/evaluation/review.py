@@ -17,13 +17,14 @@ given so far.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import ipywidgets as widgets
 
 from ..errors import ConfigError
+from ..show.escape import html_attr, html_block, html_text
+from ..show.fallback import StaticFallback
 from .html import thumbnail
 from .labelling import HUMAN_OUTPUT
 
@@ -44,11 +45,31 @@ def _shown(value: Any, image: bool) -> str:
     if _missing(value):
         return "<i>no output</i>"
     text = str(value)
-    if image or text.startswith(("data:image/", "file://")):
+    if image:  # only an image node's output: a text that looks like a URL stays text
         src = thumbnail(text, REVIEW_SIZE)
         if src is not None:
             return f'<img src="{src}" alt="image output" style="max-width:100%">'
-    return f"<div style='white-space:pre-wrap'>{html.escape(text)}</div>"
+    return html_block(text)
+
+
+def static_review(progress: str, inputs: str, panes: Sequence[str]) -> str:
+    """Return a review widget's static copy: its count line, its inputs and its panes side by
+    side (each already HTML the widget shows)."""
+    cells = "".join(
+        f'<td style="vertical-align:top;text-align:left !important">{p}</td>' for p in panes
+    )
+    return (
+        f"<p>{progress} <i>(a review: run the notebook to answer)</i></p>{inputs}"
+        f'<table style="width:100%;table-layout:fixed"><tr>{cells}</tr></table>'
+    )
+
+
+def _plain(markup: str) -> str:
+    """The text of a line of the widget's own HTML (its tags dropped, entities read)."""
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
 
 
 # The longest side, in pixels, of the image being labelled (large enough to judge by).
@@ -63,7 +84,7 @@ def _thumb(value: Any) -> str:
         return "–"
     src = thumbnail(str(value))
     if src is None:
-        return html.escape(str(value)[:40])
+        return html_text(str(value)[:40])
     style = "max-width:96px;max-height:96px;display:block"
     return f'<img src="{src}" alt="image output" style="{style}">'
 
@@ -109,8 +130,8 @@ def _inputs_table(report: Any, at: Any) -> str:
     """Return the HTML table of one row's inputs (``at``: that row's results)."""
     first = at.iloc[0]
     cells = "".join(
-        f"<tr><th style='text-align:left'>{html.escape(c)}</th>"
-        f"<td>{html.escape(str(first[c]))}</td></tr>"
+        f"<tr><th style='text-align:left'>{html_text(c)}</th>"
+        f"<td>{html_text(str(first[c]))}</td></tr>"
         for c in [report.index_name, *report.inputs]
         if c in at.columns
     )
@@ -123,7 +144,7 @@ def _outputs_html(report: Any, outputs: list[str], record: Any) -> str:
     shown = []
     for out in outputs:
         value = None if record is None else record[out]
-        head = f"<small>{html.escape(out)}</small>" if len(outputs) > 1 else ""
+        head = f"<small>{html_text(out)}</small>" if len(outputs) > 1 else ""
         shown.append(head + _shown(value, report.kinds.get(out) == "image"))
     return "".join(shown)
 
@@ -141,7 +162,7 @@ class _VariantPanel:
 
     def __init__(self, review: LabelReview, variant: str) -> None:
         self.variant = variant
-        self.title = widgets.HTML(f"<b>{html.escape(variant)}</b>")
+        self.title = widgets.HTML(f"<b>{html_text(variant)}</b>")
         self.output = widgets.HTML()
         self.passed = widgets.Button(description="pass (p)", button_style="")
         self.failed = widgets.Button(description="fail (f)", button_style="")
@@ -184,7 +205,7 @@ class _VariantPanel:
         return changed
 
 
-class LabelReview(widgets.VBox):
+class LabelReview(StaticFallback, widgets.VBox):
     """Walks an evaluation's rows for labelling (see the module docstring).
 
     Attributes:
@@ -236,6 +257,21 @@ class LabelReview(widgets.VBox):
         )
         self.add_class("flownb-review")
         self._show()
+
+    def static_html(self) -> str:
+        """Return the row shown, as HTML for readers without a kernel: the count, the inputs
+        and each variant's output (scores stay hidden, as in the widget)."""
+        return static_review(self.progress.value, self.inputs.value, self._static_panels())
+
+    def _static_panels(self) -> list[str]:
+        return [
+            f"<div>{p.title.value}</div><div>{p.output.value}</div><div>{p.state.value}</div>"
+            for p in self.panels.values()
+        ]
+
+    def static_text(self) -> str:
+        """Return the row shown, as text: which row, how many are labelled."""
+        return f"label review of {self.report.id}: {_plain(self.progress.value)}"
 
     # -- answering -------------------------------------------------------------------------------
 
@@ -309,7 +345,7 @@ class LabelReview(widgets.VBox):
         total = len(self.rows) * len(self.variants)
         self.progress.value = (
             f"row {self.position + 1} of {len(self.rows)} · {done} of {total} labelled · "
-            f"keys answer for <b>{html.escape(self.variants[self.active])}</b>"
+            f"keys answer for <b>{html_text(self.variants[self.active])}</b>"
         )
         self.inputs.value = _inputs_table(report, at)
         if self.images:
@@ -343,7 +379,7 @@ class LabelReview(widgets.VBox):
             (str(r), v): (p, s)
             for r, v, p, s in labels[["row", "variant", "passed", "score"]].itertuples(index=False)
         }
-        head = "".join(f"<th>{html.escape(v)}</th>" for v in self.variants)
+        head = "".join(f"<th>{html_text(v)}</th>" for v in self.variants)
         lines = []
         for k, row in enumerate(window, start=start):
             mark = " style='background:#fff3c4'" if k == self.position else ""
@@ -354,10 +390,10 @@ class LabelReview(widgets.VBox):
                 label = given.get((str(row), variant))
                 said = "" if label is None else _said(*label)
                 cells.append(
-                    f"<td data-variant='{html.escape(variant)}' data-row='{html.escape(str(row))}'>"
+                    f"<td data-variant='{html_attr(variant)}' data-row='{html_attr(str(row))}'>"
                     f"{images}<small>{said}</small></td>"
                 )
-            lines.append(f"<tr{mark}><th>{html.escape(str(row))}</th>{''.join(cells)}</tr>")
+            lines.append(f"<tr{mark}><th>{html_text(str(row))}</th>{''.join(cells)}</tr>")
         return (
             f"<table style='border-collapse:collapse'><thead><tr><th>row</th>{head}</tr></thead>"
             f"<tbody>{''.join(lines)}</tbody></table>"
@@ -372,6 +408,6 @@ class LabelReview(widgets.VBox):
             value = record[s.name]
             text = "–" if _missing(value) else f"{value}"
             reason = record.get(f"{s.name}_reason")
-            why = "" if _missing(reason) else f": {html.escape(str(reason))}"
-            parts.append(f"<div><small><b>{html.escape(s.name)}</b> {text}{why}</small></div>")
+            why = "" if _missing(reason) else f": {html_text(str(reason))}"
+            parts.append(f"<div><small><b>{html_text(s.name)}</b> {text}{why}</small></div>")
         return "".join(parts)

@@ -42,7 +42,6 @@ from ..runtime.hooks import HOOKS
 from ..scorers import Scorer
 from ..scorers.judge import JudgeScorer
 from ..show.notices import warn
-from ..show.progress import Progress
 from .assemble import _assemble, describe_evaluation
 from .jobs import _bind_judges, _Collected, _input_rows, _Limits, _Round, _run_all, _with_bar
 from .judging import Judged, _batchable, _Interrupted, _judges_through_batches, _run_judges
@@ -313,11 +312,11 @@ def _run(
             list(setup.variants), data, setup.graders, preview.n_calls, len(rounds)
         )
     if preview is not None and bar is None:
-        from tqdm.auto import tqdm
+        from ..show.progress import open_bar
 
         # The bar counts provider calls: its total is the preview's count on this cache state.
         # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
-        bar = Progress(tqdm(total=preview.n_calls, desc="evaluate", unit="call", leave=True))
+        bar = open_bar(preview.n_calls, "evaluate", "call")
     collected = [
         {name: _Collected(n, f.outputs, getattr(f, "plan", None)) for name, f in r.variants.items()}
         for r in rounds

@@ -64,10 +64,14 @@ class Drawing:
 
 def _box_text(
     node: VariableNode | ActionNode | ImageNode | OutputNode,
+    values: Mapping[str, str] | None = None,
 ) -> tuple[BoxKind, str, str, str]:
     if isinstance(node, VariableNode):
+        label = node.data.variable.label
+        if values is not None and label in values:  # a run's own input, not the default
+            return "variable", label, f"= {values[label]}" if values[label] else "(empty)", ""
         value = node.data.variable.value
-        return "variable", node.data.variable.label, f"= {value}" if value else "(no default)", ""
+        return "variable", label, f"= {value}" if value else "(no default)", ""
     if isinstance(node, OutputNode):
         return "output", node.data.name, "output", ""
     kind: BoxKind = "image" if isinstance(node, ImageNode) else "text"
@@ -76,10 +80,11 @@ def _box_text(
     return kind, node.data.name or node.id, detail, node.data.prompt
 
 
-def layout(graph: FlowGraph) -> Drawing:
+def layout(graph: FlowGraph, values: Mapping[str, str] | None = None) -> Drawing:
     """Return where each node of ``graph`` is drawn: variables in the first column, generation
     nodes one column right of the deepest node feeding them, outputs in the last column; rows
-    in node order within a column."""
+    in node order within a column. A variable's detail is its value in ``values`` (a run's
+    inputs, by variable name) when there, else its default."""
     nodes = {n.id: n for n in graph.nodes}
     incoming: dict[str, list[str]] = {n: [] for n in nodes}
     outgoing: dict[str, list[str]] = {n: [] for n in nodes}
@@ -127,7 +132,7 @@ def layout(graph: FlowGraph) -> Drawing:
         col = column[node_id]
         row = rows.get(col, 0)
         rows[col] = row + 1
-        kind, title, detail, tooltip = _box_text(node)
+        kind, title, detail, tooltip = _box_text(node, values)
         generation = kind in ("text", "image")
         boxes.append(
             Box(
@@ -170,14 +175,21 @@ def _positions(drawing: Drawing, box_h: int) -> tuple[dict[str, tuple[int, int]]
     return where, width, height
 
 
-def to_svg(graph: FlowGraph, *, title: str = "", notes: Mapping[str, str] | None = None) -> str:
+def to_svg(
+    graph: FlowGraph,
+    *,
+    title: str = "",
+    notes: Mapping[str, str] | None = None,
+    values: Mapping[str, str] | None = None,
+) -> str:
     """Return a self-contained SVG picture of ``graph`` (no script, no outside reference).
 
     ``title`` names the picture (shown by screen readers and as a tooltip); ``notes`` maps a
-    node id to one extra line drawn under its detail (a run's time, tokens, cost).
+    node id to one extra line drawn under its detail (a run's time, tokens, cost); ``values``
+    (a run's inputs, by variable name) are shown on the variables instead of their defaults.
     """
     notes = notes or {}
-    drawing = layout(graph)
+    drawing = layout(graph, values)
     box_h = _BOX_H + (_NOTE_H if notes else 0)
     where, width, height = _positions(drawing, box_h)
     esc = html.escape
@@ -313,7 +325,10 @@ class Picture:
         self.text = text
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"image/svg+xml": self.svg, "text/plain": self.text}
+        # Inline SVG in HTML first (what every notebook front end draws), in an element math
+        # typesetters skip (a note's "$0.0012 ... $0.0040" is money).
+        html_svg = f'<div class="flownb-picture tex2jax_ignore mathjax_ignore">{self.svg}</div>'
+        return {"text/html": html_svg, "image/svg+xml": self.svg, "text/plain": self.text}
 
     def __repr__(self) -> str:
         return self.text

@@ -21,7 +21,13 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
-from ..config.settings import RunConfig, live_view_mode, resolve_run_config
+from ..config.settings import (
+    RunConfig,
+    RunOptions,
+    check_run_options,
+    live_view_mode,
+    resolve_run_config,
+)
 from ..errors import BatchError, ConfigError, FlowFileError
 from ..flowfile import variants
 from ..flowfile.drawing import run_notes, to_mermaid, to_svg
@@ -35,14 +41,12 @@ from ..providers.calls import Notice, notices_to
 from ..providers.limits import AdaptiveLimiter
 from ..providers.registry import make_provider
 from ..providers.repeat import unrepeated
-from ..runtime.cache import open_cache
-from ..runtime.engine import Engine, Plan
+from ..runtime.engine import Plan
 from ..runtime.events import StreamEvent
 from ..runtime.hooks import HOOKS, DataFrameOptions, FrameOptions
 from ..runtime.notes import say_notes
-from ..runtime.pipeline import Outcomes, Runner
+from ..runtime.pipeline import Observers, Outcomes, assemble, observers_of
 from ..runtime.result import OnResult, RunResult
-from ..runtime.runlog import open_runlog
 from ..show.progress import Progress
 from .spec import FlowSpec, flow_from_spec, spec_of
 
@@ -259,30 +263,23 @@ class BaseFlow(ABC):
         if check:
             self.spec.check_batch(batch)
         self.say_notes()
+        # One list of observers for the run; the runner puts the run log and tracing first.
+        observers = observers_of(on_result)
         bar: Any = None
         if progress:
             # In a notebook front end, the live view (bar and finished rows) instead of the bar.
             bar = HOOKS["live_rows"](self, batch) or _progress_bar(len(batch), self.name)
-        report = on_result
-        if bar is not None:
-            from ..show.meter import show
-
-            live = getattr(bar, "record", None)
-
-            def report(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-                on_result(i, result, exc)
-                if live is not None:
-                    live(i, result, exc)
-                show(bar, result)  # money spent so far and the cache's saving, beside the bar
-                bar.update(1)
-
+            _watch_with_bar(observers, bar)
         try:
             if bar is None:
-                self._execute(batch, report, concurrency)
+                self._execute(batch, observers, concurrency)
             else:
                 with notices_to(_bar_notice(bar)):  # a slow retry says so on the bar
-                    self._execute(batch, report, concurrency)
+                    self._execute(batch, observers, concurrency)
         finally:
+            # The hand-over: whatever the flow runs on, no observer above is called once this
+            # returns or raises (a run stopped by Ctrl-C may still end calls in flight).
+            observers.close()
             if bar is not None:
                 bar.close()
 
@@ -393,13 +390,16 @@ class BaseFlow(ABC):
             f"outputs={self.outputs!r}>"
         )
 
-    def _repr_markdown_(self) -> str:
-        def names(items: list[str]) -> str:
-            return ", ".join(f"`{n}`" for n in items) or "*(none)*"
+    def _repr_html_(self) -> str:
+        from ..show.escape import html_text, no_math
 
-        return (
-            f"**Flow `{self.name}`**\n\n- variables: {names(self.variables)}\n"
-            f"- outputs: {names(self.outputs)}"
+        def names(items: list[str]) -> str:
+            return ", ".join(f"<code>{html_text(n)}</code>" for n in items) or "<em>(none)</em>"
+
+        return no_math(
+            f"<b>Flow <code>{html_text(self.name)}</code></b><ul>"
+            f"<li>variables: {names(self.variables)}</li>"
+            f"<li>outputs: {names(self.outputs)}</li></ul>"
         )
 
 
@@ -429,10 +429,26 @@ def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
 
 
 def _progress_bar(total: int, name: str) -> Progress:
-    from tqdm.auto import tqdm
+    from ..show.progress import open_bar
 
     # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
-    return Progress(tqdm(total=total, desc=name, unit="row", leave=True))
+    return open_bar(total, name, "row")
+
+
+def _watch_with_bar(observers: Observers, bar: Any) -> None:
+    """Add the progress bar's observers: the live view's rows (in a notebook), the meter of
+    money spent and saved beside the bar, and the bar's count."""
+    from ..show.meter import show
+
+    live = getattr(bar, "record", None)
+    if live is not None:
+        observers.add(live)
+
+    def count(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+        show(bar, result)  # money spent so far and the cache's saving, beside the bar
+        bar.update(1)
+
+    observers.add(count)
 
 
 def _bar_notice(bar: Any) -> Notice:
@@ -501,20 +517,15 @@ class LocalFlow(BaseFlow):
         self.plan = plan
         self.provider = provider
         self.concurrency = config.concurrency
-        self.engine = Engine(
-            self.plan,
+        self.runner = assemble(
+            plan,
             provider,
-            media_url or MediaStore(config.media_dir).file_url,
-            cache=open_cache(config.home) if config.cache and provider.cacheable else None,
-            rpm=config.rpm,
-            timeout=config.timeout,
-            retries=config.retries,
-            tpm=config.tpm,
+            config,
+            name=name,
+            media_url=media_url or MediaStore(config.media_dir).file_url,
         )
-        self.runlog = open_runlog(config.home) if config.runlog else None
-        self.runner = Runner(
-            self.engine, name=name, concurrency=config.concurrency, runlog=self.runlog
-        )
+        self.engine = self.runner.engine
+        self.runlog = self.runner.runlog
 
     @property
     def spec(self) -> VariableSpec:
@@ -531,7 +542,8 @@ class LocalFlow(BaseFlow):
         generation nodes with kind and model (the prompt on hover), outputs. With ``result``
         (a run of this flow), each generation node that ran also shows its time, tokens and
         cost, or that the cache served it (see :func:`flownb.flowfile.drawing.run_notes`)."""
-        return to_svg(self.graph, title=self.name, notes=self._run_notes(result))
+        values = result.inputs if result is not None else None
+        return to_svg(self.graph, title=self.name, notes=self._run_notes(result), values=values)
 
     def _run_notes(self, result: RunResult | None) -> dict[str, str]:
         if result is None:
@@ -539,12 +551,17 @@ class LocalFlow(BaseFlow):
         return run_notes([step.node_id for step in self.plan.steps], result.generations)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        # The picture for notebooks; Mermaid for front ends that render it; the Markdown list
-        # and the repr for everything else (terminals, nbval's text comparison).
+        # The picture as inline SVG in HTML, the type JupyterLab, Notebook 7, VS Code, nbconvert
+        # and GitHub all rank first (JupyterLab ranks Markdown above image/svg+xml, so no
+        # Markdown here); the SVG alone and Mermaid for tools that take those; the repr for
+        # terminals and nbval's text comparison.
+        from ..show.escape import no_math
+
+        svg = self.to_svg()
         return {
-            "image/svg+xml": self.to_svg(),
+            "text/html": no_math(svg, css="flownb-flow"),
+            "image/svg+xml": svg,
             "text/vnd.mermaid": self.to_mermaid(),
-            "text/markdown": self._repr_markdown_(),
             "text/plain": repr(self),
         }
 
@@ -774,23 +791,15 @@ def load_flow(
     *,
     name: str | None = None,
     provider: Provider | str | None = None,
-    concurrency: int | None = None,
-    cache: bool | None = None,
-    rpm: float | None = None,
-    timeout: float | None = None,
-    retries: int | None = None,
-    log: bool | None = None,
-    tpm: float | None = None,
-    endpoint: Endpoint | str | None = None,
-    base_url: str | None = None,
-    api_key: str | None = None,
+    **options: Unpack[RunOptions],
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
 
     ``name`` names the flow in the run log and progress bars (default: the file's name without
     ``.json``, or ``"flow"``). ``provider`` is a provider name (``"offline"``, ``"openai"``, or
     an installed plugin's) or instance; by default
-    ``FLOWNB_PROVIDER``, else offline. ``concurrency`` bounds provider calls in flight
+    ``FLOWNB_PROVIDER``, else offline. The run settings (``options``, see
+    :class:`~flownb.config.settings.RunOptions`): ``concurrency`` bounds provider calls in flight
     (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
     ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
     a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8); ``tpm`` caps tokens per minute
@@ -811,20 +820,10 @@ def load_flow(
         FlowFileError: the file is missing, not JSON, or not a valid graph.
         ConfigError: the provider or endpoint cannot be set up (unknown name, missing key,
             image nodes on an endpoint without images).
+        TypeError: an option that is not a run setting.
     """
-    config = resolve_run_config(
-        endpoint=endpoint,
-        base_url=base_url,
-        api_key=api_key,
-        provider=provider if isinstance(provider, str) else None,
-        concurrency=concurrency,
-        cache=cache,
-        log=log,
-        rpm=rpm,
-        timeout=timeout,
-        retries=retries,
-        tpm=tpm,
-    )
+    check_run_options(dict(options), "load_flow")
+    config = resolve_run_config(provider=provider if isinstance(provider, str) else None, **options)
     if isinstance(source, Mapping):
         name = name or "flow"
         graph, data = parse_flow(source, name), source

@@ -155,6 +155,26 @@ class Preview:
             )
         return line
 
+    def brief(self, more: str = "str(preview) or preview.calls") -> str:
+        """Return the preview in a few lines: :meth:`headline`, :meth:`cost_line`, then one line
+        per variant and node (its calls, cache hits, and one of its prompts, clipped), then
+        where every call's prompt is (``more``: how to ask for it)."""
+        lines = [self.headline(), self.cost_line()]
+        calls = self.calls
+        if len(calls):
+            lines.append("calls per node:")
+            groups = calls.groupby(["variant", "node", "kind"], sort=False, dropna=False)
+            for (variant, node, kind), group in groups:
+                paid = int((~group["cached"]).sum())
+                hits = len(group) - paid
+                prompts = [p for p in group["prompt"].tolist() if isinstance(p, str)]
+                example = _clip(prompts[0]) if prompts else "(prompt known at run time)"
+                lines.append(
+                    f"  {variant} / {node} ({kind}): {paid} call(s), {hits} cached; e.g. {example}"
+                )
+            lines.append(f"every call's prompt: {more}")
+        return "\n".join(lines)
+
     def __str__(self) -> str:
         lines = [self.headline(), self.cost_line()]
         for rec in self.calls.itertuples(index=False):
@@ -178,10 +198,18 @@ class Preview:
         )
 
     def _repr_html_(self) -> str:
-        import html
+        from ..show.escape import html_text, no_math
 
-        head, cost = html.escape(self.headline()), html.escape(self.cost_line())
-        return f"<p><b>{head}</b><br>{cost}</p>" + self.calls.to_html(max_rows=50)
+        # Escaped, and not typeset: "about $0.0012 ... about $0.0006" is money, and a prompt's
+        # text is data.
+        head, cost = html_text(self.headline()), html_text(self.cost_line())
+        return no_math(f"<p><b>{head}</b><br>{cost}</p>" + self.calls.to_html(max_rows=50))
+
+
+def _clip(text: str, width: int = 80) -> str:
+    """``text`` on one line, at most ``width`` characters, quoted."""
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= width else flat[: width - 1] + "…")
 
 
 # One variant's outputs per row, where known before the run (None: not known).

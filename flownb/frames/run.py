@@ -5,7 +5,8 @@ made float only because of gaps, such as ``3.0``, becomes ``"3"``); NaN/None is 
 error naming the rows unless ``fill`` says what to use. Outputs are appended as columns to a copy
 of the frame (index and input columns kept). Rows that fail at run time get a message in the
 error column and the rest still run. Ctrl-C stops the batch and returns what finished, with the
-unfinished rows marked, so nothing paid for is lost (and with the cache, re-running is free).
+unfinished rows marked, so nothing paid for is lost (and with the cache, re-running is free):
+the calls already sent finish in the background, into the cache and the run log.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 from ..errors import ConfigError, InputError, Problem, one_line
 from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
+from ..providers.calls import calls_in_flight
 from ..runtime.hooks import HOOKS, FrameOptions
-from ..runtime.pipeline import Handover
+from ..show.display import IMAGE_COLUMNS_ATTR
 from ..show.notices import warn
 from .kinds import takes_any_frame
 
@@ -211,6 +213,7 @@ def run_dataframe(
     errors: list[str | None] = [None] * n
     truncated: list[str | None] = [None] * n
     done = [False] * n
+    seen: set[str] = set()  # outputs a result called images (a remote flow's results say)
 
     def record(i: int, result: Any, exc: BaseException | None) -> None:
         # The row's values first, then "done": a row is never seen done without its outputs.
@@ -221,6 +224,7 @@ def run_dataframe(
         if result is not None:
             for out in out_cols:
                 values[out][i] = result.get(out)
+            seen.update(_images_of(result))
             if traced:
                 for node, output in result.trace.items():
                     traced[node][i] = output
@@ -232,38 +236,24 @@ def run_dataframe(
         done[i] = True
 
     interrupted = False
-    # Closed before the frame is built: a row the loop thread finishes while it unwinds after
-    # Ctrl-C (or after a form's Stop) cannot change the lists below while they are read.
-    handover = Handover(record)
     # In a notebook's live view, the returned frame's table is what the view ends as.
     slot = HOOKS["live_slot"](df.index) if progress else None
     try:
         # The rows were made from the frame's columns as strings: no second validation pass.
-        flow.run_each(batch, handover, progress=progress, concurrency=concurrency, check=False)
+        # run_each hands the run over before it returns or raises: a row the loop finishes
+        # after Ctrl-C (or a form's Stop) cannot change the lists below while they are read.
+        flow.run_each(batch, record, progress=progress, concurrency=concurrency, check=False)
     except KeyboardInterrupt:
         interrupted = True
-    finally:
-        handover.close()
     result = df.copy()
     if fill is not None:
-        # The filled input cells show what the flow was given (fill="": empty text, not NaN).
-        for col in dict.fromkeys((columns or {}).get(var, var) for var in flow.variables):
-            missing = result[col].isna()
-            if missing.any():
-                result[col] = result[col].astype(object).where(~missing, fill)
+        _show_fill(result, [(columns or {}).get(var, var) for var in flow.variables], fill)
     for out, col in out_cols.items():
         result[col] = pd.Series(values[out], index=df.index, dtype=TEXT)
     for node, col in trace_cols.items():
         result[col] = pd.Series(traced[node], index=df.index, dtype=TEXT)
     if interrupted:
-        for i in range(n):
-            if not done[i]:
-                errors[i] = INTERRUPTED
-        finished = sum(done)
-        warn(
-            f"interrupted: {finished} of {n} rows finished and are kept; the other rows are "
-            f"marked in column {error_column!r}. Run again to complete them."
-        )
+        _mark_interrupted(errors, done, error_column)
     if any(e is not None for e in errors):
         result[error_column] = pd.Series(errors, index=df.index, dtype=TEXT)
     if any(t is not None for t in truncated):
@@ -271,9 +261,56 @@ def run_dataframe(
         while col in result.columns:
             col = f"{col}_output"
         result[col] = pd.Series(truncated, index=df.index, dtype=TEXT)
+    result.attrs[IMAGE_COLUMNS_ATTR] = _image_columns(flow, out_cols, trace_cols, seen)
     if slot is not None:
         slot.show(result)
     return result
+
+
+def _show_fill(result: pd.DataFrame, used: list[str], fill: str) -> None:
+    """Put ``fill`` in the empty cells of the ``used`` columns of ``result``: the filled input
+    cells show what the flow was given (``fill=""``: empty text, not NaN)."""
+    for col in dict.fromkeys(used):
+        missing = result[col].isna()
+        if missing.any():
+            result[col] = result[col].astype(object).where(~missing, fill)
+
+
+def _mark_interrupted(errors: list[str | None], done: list[bool], error_column: str) -> None:
+    """Mark each unfinished row of an interrupted run in ``errors`` and say so, with the calls
+    that were in flight and finish in the background (paid for, so kept)."""
+    for i, finished in enumerate(done):
+        if not finished:
+            errors[i] = INTERRUPTED
+    sent = calls_in_flight()
+    late = (
+        f" {sent} call{'s' * (sent != 1)} already sent finish in the background and are "
+        "cached, so the next run does not pay for them again."
+        if sent
+        else ""
+    )
+    warn(
+        f"interrupted: {sum(done)} of {len(done)} rows finished and are kept; the other rows "
+        f"are marked in column {error_column!r}. Run again to complete them.{late}"
+    )
+
+
+def _images_of(result: Any) -> list[str]:
+    """The outputs of ``result`` that image nodes made (its kinds say)."""
+    kinds = getattr(result, "kinds", None) or {}
+    return [name for name, kind in kinds.items() if kind == "image"]
+
+
+def _image_columns(
+    flow: BaseFlow, out_cols: Mapping[str, str], trace_cols: Mapping[str, str], seen: set[str]
+) -> list[str]:
+    """Return the columns that hold images: an image node's outputs (as the flow's plan or its
+    results say) and traced image nodes; never a text that looks like an image URL."""
+    plan = getattr(flow, "plan", None)
+    kinds = dict(getattr(plan, "output_kinds", None) or {})
+    images = [col for out, col in out_cols.items() if kinds.get(out) == "image" or out in seen]
+    image_nodes = set(getattr(plan, "image_nodes", ()))
+    return images + [col for node, col in trace_cols.items() if node in image_nodes]
 
 
 def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:

@@ -6,10 +6,13 @@ kernel), and lets providers keep HTTP connection pools alive across calls, since
 coroutine they serve from sync code runs on the same loop.
 
 Ctrl-C while waiting cancels the coroutine on the loop and waits (up to :data:`INTERRUPT_WAIT`
-seconds) for it to unwind, so work it finished has been handed over before ``KeyboardInterrupt``
-reaches the caller. A coroutine that takes longer to clean up keeps running on the loop; callers
-that collect results close their hand-over first (see :class:`flownb.runtime.pipeline.Handover`), so
-nothing it reports later reaches what they return.
+seconds) until it has :func:`settled`: stopped starting work and handed over what it finished.
+A run's requests already sent are billed, so the engine lets them end after that, in the
+background (see :func:`flownb.runtime.engine.Engine.run_async`); callers that collect results
+close their hand-over first (see :class:`flownb.runtime.pipeline.Observers`), so nothing it
+reports later reaches what they return. A caller that would rather wait for them (the command
+line, before it exits) says so with :func:`patience`: Ctrl-C then waits for the coroutine to
+end, a bounded time, and a second Ctrl-C abandons it.
 
 A process forked while the loop runs (multiprocessing's ``fork``, a pre-forking server, a
 Dask/joblib worker) inherits the loop object but not its thread: the child forgets it and
@@ -23,10 +26,23 @@ import concurrent.futures
 import os
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["INTERRUPT_WAIT", "Stopper", "run_sync", "stream_async", "stream_sync"]
+__all__ = [
+    "INTERRUPT_WAIT",
+    "Patience",
+    "Stopper",
+    "patience",
+    "run_sync",
+    "settled",
+    "stream_async",
+    "stream_sync",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,8 +79,8 @@ class Stopper:
 
     ``with stopper:`` on the working thread; :meth:`stop` from any thread (a widget's Stop
     button, a signal handler) cancels what runs and makes ``run_sync`` raise
-    ``KeyboardInterrupt`` there once it unwound, so callers keep what finished exactly as
-    after Ctrl-C. Work started after ``stop()`` is stopped at once.
+    ``KeyboardInterrupt`` there once it :func:`settled`, so callers keep what finished exactly
+    as after Ctrl-C. Work started after ``stop()`` is stopped at once.
     """
 
     def __init__(self) -> None:
@@ -99,6 +115,70 @@ class Stopper:
         """Stop watching ``future``."""
         with self._lock:
             self._futures.discard(future)
+
+
+# Set by run_sync/stream_sync for the coroutine they run: the event its caller waits for after
+# Ctrl-C (see settled()).
+_settled: ContextVar[threading.Event | None] = ContextVar("flownb_settled", default=None)
+
+
+def settled() -> None:
+    """Tell the sync caller of the running coroutine (if any) that after its cancellation the
+    coroutine stopped starting work and handed over what it finished: what it still does
+    (requests in flight ending) can go on without the caller (see the module docstring)."""
+    event = _settled.get()
+    if event is not None:
+        event.set()
+
+
+@dataclass(frozen=True)
+class Patience:
+    """How a sync caller waits after Ctrl-C for the interrupted coroutine to end (see
+    :func:`patience`): ``grace`` seconds at most; ``waiting()`` returns the line to announce
+    when the wait starts (``None``: nothing is in flight, so nothing to wait for)."""
+
+    grace: float
+    waiting: Callable[[], str | None]
+    say: Callable[[str], None]
+
+
+@contextmanager
+def patience(wait: Patience) -> Iterator[None]:
+    """Inside this block, Ctrl-C during :func:`run_sync` / :func:`stream_sync` on this thread
+    waits up to ``wait.grace`` seconds for the coroutine to end (announced with
+    ``wait.say(wait.waiting())``), and a second Ctrl-C abandons it at once."""
+    before = getattr(_local, "patience", None)
+    _local.patience = wait
+    try:
+        yield
+    finally:
+        _local.patience = before
+
+
+def _after_interrupt(
+    cancel: Callable[[], None], finished: threading.Event, settle: threading.Event
+) -> None:
+    """After the first Ctrl-C cancelled the coroutine: wait until it :func:`settled` (or
+    ended); with :func:`patience`, also until it ended, a second Ctrl-C cancelling it again."""
+    settle.wait(timeout=INTERRUPT_WAIT)
+    wait: Patience | None = getattr(_local, "patience", None)
+    if wait is None or finished.is_set():
+        return
+    line = wait.waiting()
+    if line is None:
+        finished.wait(timeout=INTERRUPT_WAIT)
+        return
+    wait.say(line)
+    try:
+        # In slices, so a second Ctrl-C lands promptly (see run_sync).
+        deadline = time.monotonic() + wait.grace
+        while not finished.is_set() and time.monotonic() < deadline:
+            finished.wait(timeout=_WAKE)
+    except KeyboardInterrupt:
+        pass
+    if not finished.is_set():
+        cancel()  # Ctrl-C again, or the grace period is over: abandon what is in flight
+        finished.wait(timeout=INTERRUPT_WAIT)
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
@@ -148,14 +228,31 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         coro.close()  # never started: no "never awaited" warning
         raise
     finished = threading.Event()
+    settle = threading.Event()
+    task: list[asyncio.Task[Any]] = []
 
     async def tracked() -> T:
+        current = asyncio.current_task()
+        if current is not None:
+            task.append(current)
+        _settled.set(settle)
         try:
             return await coro
         finally:
             finished.set()
+            settle.set()
+
+    def cancel_again() -> None:
+        if task:
+            loop.call_soon_threadsafe(task[0].cancel)
+
+    def never_started(fut: concurrent.futures.Future[T]) -> None:
+        if fut.cancelled() and not task:  # tracked() may never run: nothing else sets them
+            finished.set()
+            settle.set()
 
     future = asyncio.run_coroutine_threadsafe(tracked(), loop)
+    future.add_done_callback(never_started)
     stopper: Stopper | None = getattr(_local, "stopper", None)
     if stopper is not None:
         stopper.watch(future)
@@ -170,18 +267,19 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         if stopper is None or not stopper.stopped:
             raise
         # Stopped from another thread: the same unwinding, and the same exception, as Ctrl-C.
-        finished.wait(timeout=INTERRUPT_WAIT)
+        settle.wait(timeout=INTERRUPT_WAIT)
         raise KeyboardInterrupt from None
     except KeyboardInterrupt:
         future.cancel()
-        # Let the coroutine unwind (its finally blocks hand over finished work) before raising.
-        finished.wait(timeout=INTERRUPT_WAIT)
+        # Let the coroutine hand over finished work (and, with patience, end) before raising.
+        _after_interrupt(cancel_again, finished, settle)
         raise
     finally:
         if stopper is not None:
             stopper.forget(future)
 
 
+_running: set[asyncio.Task[Any]] = set()  # stream_async's runs (see there)
 _END = object()  # what the runner puts last: (_END, its result or exception)
 
 
@@ -203,11 +301,21 @@ def stream_sync(
     loop = _loop_for_sync()
     found: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
     finished = threading.Event()
+    settle = threading.Event()
+    task: list[asyncio.Task[Any]] = []
 
     def emit(item: T) -> None:
         found.put((item, None))
 
+    def cancel_again() -> None:
+        if task:
+            loop.call_soon_threadsafe(task[0].cancel)
+
     async def runner() -> None:
+        current = asyncio.current_task()
+        if current is not None:
+            task.append(current)
+        _settled.set(settle)
         try:
             result = await run(emit)
         except asyncio.CancelledError:
@@ -219,11 +327,14 @@ def stream_sync(
             found.put((_END, (result,)))
         finally:
             finished.set()
+            settle.set()
 
     def cancelled(fut: concurrent.futures.Future[None]) -> None:
-        if fut.cancelled():  # perhaps before runner started: the consumer must not wait on
+        if fut.cancelled():  # stopped: the consumer ends now, whatever the run still finishes
             found.put((_END, KeyboardInterrupt()))
-            finished.set()
+            if not task:  # before runner started: nothing else will set them
+                finished.set()
+                settle.set()
 
     future = asyncio.run_coroutine_threadsafe(runner(), loop)
     future.add_done_callback(cancelled)
@@ -242,10 +353,16 @@ def stream_sync(
                 raise end
             yield end[0]
             return
-    finally:
-        if not done:  # closed early, interrupted, or stopped: cancel, let it unwind
+    except KeyboardInterrupt:
+        if not done:
+            done = True
             future.cancel()
-            finished.wait(timeout=INTERRUPT_WAIT)
+            _after_interrupt(cancel_again, finished, settle)
+        raise
+    finally:
+        if not done:  # closed early, or stopped: cancel, let it hand over what it finished
+            future.cancel()
+            settle.wait(timeout=INTERRUPT_WAIT)
         if stopper is not None:
             stopper.forget(future)
 
@@ -262,6 +379,10 @@ async def stream_async(
     """
     items: asyncio.Queue[T] = asyncio.Queue()
     task = asyncio.ensure_future(run(items.put_nowait))
+    # Kept until it ends: cancelled with this iterator, a run may go on finishing the requests
+    # it sent (see settled) after nothing awaits it any more.
+    _running.add(task)
+    task.add_done_callback(_running.discard)
     try:
         while not task.done() or not items.empty():
             if items.empty():

@@ -19,22 +19,38 @@ import hmac
 import os
 import re
 import secrets
+import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..show.display import MAX_IMAGE_BYTES, read_media_with
 from .private import private_dir
 from .writable import unwritable
 
-__all__ = ["MEDIA_KEY_FILE", "MEDIA_NAME", "MediaStore", "mark_used", "on_evict"]
+__all__ = [
+    "MAX_IMAGE_BYTES",
+    "MEDIA_KEY_FILE",
+    "MEDIA_NAME",
+    "MediaStore",
+    "mark_used",
+    "on_evict",
+    "read_home_media",
+    "read_media",
+]
 
 MEDIA_KEY_FILE = "media.key"
 
 # What a media file name looks like; anything else is refused before touching the disk.
 MEDIA_NAME = re.compile(r"[0-9a-f]{32,64}\.(png|jpg|jpeg|webp|gif)")
+
+
+# Every media folder a store was opened on in this process: the only folders flownb reads images
+# back from (a text that names some other file is not an image of ours).
+_KNOWN: set[Path] = set()
 
 
 # After eviction the folder holds at most this share of its cap: room for the next writes
@@ -123,6 +139,7 @@ class MediaStore:
         # Beside the folder, not in it: the media folder is what gets served and pruned.
         self.key_path = Path(key_path) if key_path else self.directory.parent / MEDIA_KEY_FILE
         self._key: bytes | None = None
+        _KNOWN.add(Path(os.path.realpath(self.directory)))
 
     def _secret(self) -> bytes:
         """Return this home's naming secret, creating it (0600, exactly once) on first use.
@@ -245,3 +262,44 @@ class MediaStore:
     def file_url(self, name: str) -> str:
         """Return the ``file://`` URL of a stored media name."""
         return self.path_for(name).resolve().as_uri()
+
+
+def read_media(path: str | Path, folders: Iterable[Path] = ()) -> bytes | None:
+    """Return the bytes of the media file at ``path``, or None when it is not one: its name is
+    not a media name, its folder (symbolic links resolved) is neither a media folder a
+    :class:`MediaStore` was opened on in this process nor one of ``folders``, it is not a regular
+    file (a FIFO, a device, a folder), or it holds more than :data:`MAX_IMAGE_BYTES`. Opened
+    without blocking, so a FIFO named like an image never hangs the reader. Never raises."""
+    real = Path(os.path.realpath(path))
+    if not MEDIA_NAME.fullmatch(real.name):
+        return None
+    allowed = _KNOWN | {Path(os.path.realpath(f)) for f in folders}
+    if real.parent not in allowed:
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_IMAGE_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_IMAGE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= MAX_IMAGE_BYTES else None
+
+
+def read_home_media(path: str) -> bytes | None:
+    """Return the image at ``path`` when it is one of flownb's media files (see
+    :func:`read_media`): in a store opened in this process, or in the media folder of this
+    process's FLOWNB_HOME (a report saved earlier points there); else None."""
+    from ..config.settings import home_dir, media_dir
+
+    return read_media(path, [media_dir(home_dir())])
+
+
+read_media_with(read_home_media)  # what the notebook display reads file:// images with

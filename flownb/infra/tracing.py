@@ -199,6 +199,11 @@ class RunFailures:
 
         return report
 
+    def note(self, i: int, result: object, exc: BaseException | None) -> None:
+        """Note element ``i``'s failure for the span, if it failed (an observer of the run)."""
+        if exc is not None:
+            self._note(i, exc)
+
     def _note(self, i: int, exc: BaseException) -> None:
         # Reports come from the event loop's thread; one after the span ended (a run Ctrl-C
         # gave up waiting for) is not the span's to record.

@@ -16,15 +16,17 @@ _state: dict[int, Any] = {}
 
 
 def _frame_html(df: Any) -> str | None:
-    """Return the HTML of ``df``: flownb's view (thumbnails for image-URL columns; one page
-    of a long frame, with how to see the others) when it has image columns or more rows than
-    a page, else pandas' own."""
-    from ..show.display import FrameView, image_columns
+    """Return the HTML of ``df``: flownb's view (thumbnails for image columns; one page of a
+    long frame, with how to see the others; text shown as written) when a flownb run made it,
+    it has image columns or more rows than a page, else pandas' own."""
+    from ..show.display import IMAGE_COLUMNS_ATTR, FrameView, image_columns
 
     try:
         columns = image_columns(df)
         view = FrameView(df, columns)
-        if columns or view.pages > 1:
+        # A frame a flownb run made holds model text: always flownb's view, which shows it as
+        # written (pandas' escapes markup, but its "$" would still be typeset as math).
+        if columns or view.pages > 1 or IMAGE_COLUMNS_ATTR in df.attrs:
             return view._repr_html_()
     except Exception:  # a frame shape we do not handle: pandas' own view, never a broken cell
         pass

@@ -14,6 +14,7 @@ from __future__ import annotations
 from IPython.core.error import UsageError
 
 from ..errors import FlownbError, one_line
+from ..show.escape import term_text
 
 __all__ = ["FlowUsageError", "one_line_failure"]
 
@@ -36,7 +37,9 @@ def one_line_failure(exc: BaseException) -> BaseException:
     if isinstance(exc, UsageError):
         return FlowUsageError(str(exc))
     if isinstance(exc, FlownbError):
-        line = f"{type(exc).__name__}: {one_line(exc)}"
+        # Shown as text: a model's escape sequence in the message is not obeyed (JupyterLab
+        # renders ANSI colours in tracebacks).
+        line = term_text(f"{type(exc).__name__}: {one_line(exc)}")
         # An instance attribute, read by IPython's showtraceback: the class stays the caller's.
         setattr(exc, "_render_traceback_", lambda: [line])  # noqa: B010
     return exc

@@ -17,7 +17,6 @@ Whether the view is used: ``FLOWNB_LIVE`` (see :func:`enabled`).
 
 from __future__ import annotations
 
-import html
 import threading
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from typing import Any
 from ..config.settings import live_view_mode
 from ..providers.calls import retries_to
 from ..scorers import Scorer
+from ..show.escape import html_text, no_math, term_text
 from .live_boards import EvalBoard, RowsBoard, _frame_view
 from .live_text import in_front_end
 
@@ -202,6 +202,8 @@ class LiveView:
         with self._lock:
             done, retries = self._done, self._retries
         self.n = done
+        if self.total and done > self.total:  # more than counted: the total grows, never shrinks
+            self.total = done
         elapsed = max(time.monotonic() - self._started, 1e-9)
         parts = [f"{done}/{self.total} {self.unit}s" if self.total else f"{done} {self.unit}s"]
         parts.append(f"{done / elapsed:.1f} {self.unit}s/s" if not final else f"{elapsed:.1f} s")
@@ -223,14 +225,14 @@ class LiveView:
             if not final
             else ""
         )
-        text = " · ".join(html.escape(p) for p in parts)
+        text = " · ".join(html_text(p) for p in parts)
         return (
-            f'<div class="flownb-live-bar">{meter}<b>{html.escape(self.desc)}</b>{state}: '
+            f'<div class="flownb-live-bar">{meter}<b>{html_text(self.desc)}</b>{state}: '
             f"{text}</div>"
         )
 
     def _html(self, board: str) -> str:
-        return f'<div class="flownb-live">{self._bar(final=False)}{board}</div>'
+        return no_math(self._bar(final=False) + board, css="flownb-live")
 
     def close(self, *, end_at_count: bool = False) -> None:
         """Stop the updater, draw every finished element once more, then replace the widget by
@@ -277,8 +279,8 @@ class LiveView:
         """Show the final bar and ``table`` (``text`` for plain-text readers) as static output
         in the widget's place, and close the widget."""
         bundle = {
-            "text/html": f'<div class="flownb-live">{self._final_bar}{table}</div>',
-            "text/plain": "\n".join(t for t in (self._final_line, text) if t),
+            "text/html": no_math(self._final_bar + table, css="flownb-live"),
+            "text/plain": term_text("\n".join(t for t in (self._final_line, text) if t)),
         }
         self._handle.update(bundle, raw=True)
         self._widget.close()

@@ -6,14 +6,20 @@ long text clipped, the full text on hover) or an evaluation's running summary pe
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..scorers import Scorer
 from ..scorers.judge import JudgeScorer
-from ..show.display import FrameView, image_columns, is_image_url, thumbnail_src
+from ..show.display import (
+    IMAGE_COLUMNS_ATTR,
+    FrameView,
+    image_columns,
+    is_image_url,
+    thumbnail_src,
+)
+from ..show.escape import html_attr, html_text
 
 CLIP = 80  # characters of a text cell shown in the live table; the rest on hover
 
@@ -41,7 +47,7 @@ _FAILED = 'style="background:#fdecea"'
 def _frame_view(frame: Any) -> tuple[str, str]:
     """Return the HTML a notebook shows for ``frame`` under ``%load_ext flownb`` (thumbnails for
     image columns, else pandas' own) and its text."""
-    if image_columns(frame):
+    if image_columns(frame) or IMAGE_COLUMNS_ATTR in frame.attrs:
         view = FrameView(frame)
         return view._repr_html_(), repr(view)
     return str(frame._repr_html_()), repr(frame)
@@ -57,20 +63,20 @@ def _hits(result: Any) -> int:
 def _clip(value: Any) -> str:
     text = str(value)
     if len(text) <= CLIP:
-        return html.escape(text).replace("\n", " ")
-    title = html.escape(text[:TITLE_MAX], quote=True)
-    return f'<span title="{title}">{html.escape(text[:CLIP]).replace(chr(10), " ")}…</span>'
+        return html_text(text).replace("\n", " ")
+    title = html_attr(text[:TITLE_MAX])
+    return f'<span title="{title}">{html_text(text[:CLIP]).replace(chr(10), " ")}…</span>'
 
 
-def _cell(value: Any, thumb: bool) -> str:
+def _cell(value: Any, thumb: bool, image: bool) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if is_image_url(value):
+    if image and is_image_url(value):  # only an image node's output is an image
         src = thumbnail_src(value, THUMB_SIZE) if thumb else ""
-        title = html.escape(value[:200], quote=True)
+        title = html_attr(value[:200])
         if src and not src.startswith("file:"):
             return (
-                f'<img src="{html.escape(src, quote=True)}" title="{title}" '
+                f'<img src="{html_attr(src)}" title="{title}" '
                 f'style="max-width:{THUMB_SIZE}px;max-height:{THUMB_SIZE}px"/>'
             )
         return f'<span title="{title}">[image]</span>'
@@ -96,6 +102,7 @@ class RowsBoard:
         self.failed: list[int] = []
         self._plain: dict[int, str] = {}  # the shown rows' HTML without thumbnails
         self._thumbs: dict[int, str] = {}  # the newest rows' HTML with them
+        self.images: set[str] = set()  # the outputs image nodes made (their results say)
 
     def add(self, records: Sequence[tuple[Any, ...]]) -> None:
         """Take finished elements ``(i, result, exc)``."""
@@ -108,6 +115,9 @@ class RowsBoard:
             outputs = {o: result.get(o) for o in self.outputs} if result is not None else {}
             if result is not None:
                 self.cached += _hits(result)
+                is_image = getattr(result, "is_image", None)
+                if is_image is not None:
+                    self.images.update(o for o in self.outputs if is_image(o))
             self.values[i] = (outputs, error)
             self.order.append(i)
             if error is not None:
@@ -119,7 +129,7 @@ class RowsBoard:
         return len(self.failed)
 
     def _label(self, i: int) -> str:
-        return html.escape(str(self.labels[i] if self.labels is not None else i))
+        return html_text(str(self.labels[i] if self.labels is not None else i))
 
     def _row(self, i: int, thumb: bool) -> str:
         cache = self._thumbs if thumb else self._plain
@@ -128,7 +138,7 @@ class RowsBoard:
             outputs, error = self.values[i]
             row = self.batch[i]
             cells = [_clip(row.get(name, "")) for name in self.inputs]
-            cells += [_cell(outputs.get(o), thumb) for o in self.outputs]
+            cells += [_cell(outputs.get(o), thumb, o in self.images) for o in self.outputs]
             cells.append(f'<span style="color:#b00020">{_clip(error)}</span>' if error else "")
             style = f" {_FAILED}" if error else ""
             tds = "".join(f"<td>{c}</td>" for c in cells)
@@ -156,7 +166,7 @@ class RowsBoard:
             kept = set(shown)
             self._plain = {i: row for i, row in self._plain.items() if i in kept}
         head = "".join(
-            f"<th>{html.escape(str(c))}</th>" for c in ["", *self.inputs, *self.outputs, "error"]
+            f"<th>{html_text(str(c))}</th>" for c in ["", *self.inputs, *self.outputs, "error"]
         )
         note = f"<p>… {more} earlier rows (in the final table)</p>" if more > 0 else ""
         return (
@@ -179,7 +189,9 @@ class RowsBoard:
         if self.failed:
             cols.setdefault("error", [self.values[i][1] for i in done])
         labels = [self.labels[i] for i in done] if self.labels is not None else done
-        return _frame_view(pd.DataFrame(cols, index=labels))
+        frame = pd.DataFrame(cols, index=labels)
+        frame.attrs[IMAGE_COLUMNS_ATTR] = [o for o in self.outputs if o in self.images]
+        return _frame_view(frame)
 
 
 class EvalBoard:
@@ -281,13 +293,13 @@ class EvalBoard:
                 usd(st["price"] / st["priced"]) if st["priced"] else "-",
                 usd(st["spent"]),
             ]
-            tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
-            body.append(f"<tr{style}><th>{html.escape(v)}</th>{tds}</tr>")
+            tds = "".join(f"<td>{html_text(c)}</td>" for c in cells)
+            body.append(f"<tr{style}><th>{html_text(v)}</th>{tds}</tr>")
             lines.append(
                 f"{v}: " + ", ".join(f"{h} {c}" for h, c in zip(head[1:], cells, strict=True))
             )
         note = " (before the judges)" if self.judged else ""
-        heads = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        heads = "".join(f"<th>{html_text(h)}</th>" for h in head)
         table = (
             f'<table class="dataframe"><thead><tr>{heads}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>"

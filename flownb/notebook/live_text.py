@@ -15,13 +15,13 @@ kernel, ``0`` never.
 
 from __future__ import annotations
 
-import html
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..runtime.events import StreamEvent
+from ..show.escape import html_text, no_math, term_text
+from ..show.fallback import _in_kernel, in_front_end
 
 if TYPE_CHECKING:
     from ..flows.local import BaseFlow
@@ -32,23 +32,6 @@ __all__ = ["INTERVAL", "LiveText", "in_front_end", "live_run", "wanted"]
 # Seconds between two updates of the live area: a few a second look live, and a long answer
 # streamed token by token does not send thousands of messages to the browser.
 INTERVAL = 0.2
-
-
-def _in_kernel() -> bool:
-    kernelbase = sys.modules.get("ipykernel.kernelbase")
-    return kernelbase is not None and kernelbase.Kernel.initialized()
-
-
-def in_front_end() -> bool:
-    """Return whether this process is an IPython kernel a notebook front end shows: started
-    by a Jupyter server for a notebook (ipykernel sets ``__session__`` from the server's
-    ``JPY_SESSION_NAME``) or by VS Code (``__vsc_ipynb_file__``); not by nbclient."""
-    if not _in_kernel():
-        return False
-    from IPython import get_ipython
-
-    names = getattr(get_ipython(), "user_ns", {})
-    return "__session__" in names or "__vsc_ipynb_file__" in names
 
 
 def wanted(mode: str) -> bool:
@@ -64,21 +47,21 @@ def wanted(mode: str) -> bool:
 def render(texts: Mapping[str, str], images: Mapping[str, str], done: bool = False) -> str:
     """Return the live area's HTML: each output's text so far (a cursor while it grows) and
     the images ready."""
-    parts = ['<div class="flownb-live">']
+    parts = []
     for name, text in texts.items():
         cursor = "" if done else "▌"
         parts.append(
-            f'<div class="flownb-live-output"><b>{html.escape(name)}</b>'
+            f'<div class="flownb-live-output"><b>{html_text(name)}</b>'
             f'<pre style="white-space:pre-wrap;margin:0.2em 0 0.6em 0">'
-            f"{html.escape(text)}{cursor}</pre></div>"
+            f"{html_text(text)}{cursor}</pre></div>"
         )
     for name, url in images.items():
         parts.append(
-            f'<div class="flownb-live-output"><b>{html.escape(name)}</b>'
-            f"<div>image ready: {html.escape(url)}</div></div>"
+            f'<div class="flownb-live-output"><b>{html_text(name)}</b>'
+            f"<div>image ready: {html_text(url)}</div></div>"
         )
-    parts.append("</div>")
-    return "".join(parts)
+    # The text as the model wrote it: escaped, and in an element math typesetters skip.
+    return no_math("".join(parts), css="flownb-live")
 
 
 class LiveText:
@@ -118,7 +101,7 @@ class LiveText:
         self._pending = False
         self._shown_at = time.monotonic() if now is None else now
         self.updates += 1
-        plain = "\n\n".join(f"{name}: {text}" for name, text in self.texts.items())
+        plain = term_text("\n\n".join(f"{name}: {text}" for name, text in self.texts.items()))
         self.show(render(self.texts, self.images), plain)
 
 

@@ -27,7 +27,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +51,7 @@ from ..providers.registry import provider_names
 from .args import MagicParser
 from .eval_magic import EvalMagics, eval_help
 from .failures import one_line_failure
+from .info import FlowInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,35 +138,6 @@ def find_api_key(prompt_for: str | None = None) -> tuple[str, str]:
         if key.strip():
             return key.strip(), "prompt"
     raise UsageError("no API key: set FLOWNB_API_KEY, put it in a .env file, or answer the prompt")
-
-
-@dataclass
-class FlowInfo:
-    """What ``%flow info`` shows: a flow's variables (with defaults) and outputs."""
-
-    flow: BaseFlow
-    source: str
-
-    def _repr_markdown_(self) -> str:
-        def cell(text: str) -> str:
-            text = text.replace("|", "\\|").replace("\n", " ")
-            return text if len(text) <= 80 else text[:77] + "..."
-
-        defaults = self.flow.defaults
-        rows = [f"| `{cell(v)}` | {cell(defaults.get(v, ''))} |" for v in self.flow.variables]
-        table = "| variable | default |\n|---|---|\n" + "\n".join(rows) if rows else "*(none)*"
-        outs = ", ".join(f"`{o}`" for o in self.flow.outputs) or "*(none)*"
-        return f"**Flow `{self.flow.name}`** ({self.source})\n\n{table}\n\n**Outputs:** {outs}"
-
-    def __repr__(self) -> str:
-        defaults = self.flow.defaults
-        lines = [f"flow: {self.flow.name} ({self.source})", "variables:"]
-        for v in self.flow.variables:
-            d = defaults.get(v, "")
-            lines.append(f"  - {v}" + (f"  (default: {d!r})" if d else ""))
-        lines.append("outputs:")
-        lines += [f"  - {o}" for o in self.flow.outputs]
-        return "\n".join(lines)
 
 
 @magics_class

@@ -24,7 +24,6 @@ in progress) and ``flownb-output`` (the outputs area).
 
 from __future__ import annotations
 
-import html
 import re
 import signal
 import sys
@@ -39,6 +38,8 @@ from ..config.settings import live_view_mode
 from ..errors import InputError, one_line
 from ..infra.aio import Stopper
 from ..show.display import output_bundles
+from ..show.escape import html_block, html_text
+from ..show.fallback import StaticFallback
 from .live_text import LiveText, consume
 
 if TYPE_CHECKING:
@@ -46,6 +47,12 @@ if TYPE_CHECKING:
     from ..runtime.result import RunResult
 
 __all__ = ["FlowForm"]
+
+# The static copy's table of inputs: names and values read from the left, at the top.
+_LEFT = (
+    "<style>.flownb-inputs th, .flownb-inputs td{text-align:left !important;"
+    "vertical-align:top}</style>"
+)
 
 # A default longer than this (or with a newline) gets a Textarea instead of a one-line Text.
 LONG_TEXT = 60
@@ -71,7 +78,7 @@ class _Bundle:
         return self.data
 
 
-class FlowForm(widgets.VBox):
+class FlowForm(StaticFallback, widgets.VBox):
     """A form for one flow: labelled inputs prefilled with the defaults, Run, status, outputs.
 
     Attributes:
@@ -120,7 +127,7 @@ class FlowForm(widgets.VBox):
             if self.inputs
             else "Ready: press Run.",
         )
-        title = widgets.HTML(value=f"<b>{html.escape(flow.name)}</b>")
+        title = widgets.HTML(value=f"<b>{html_text(flow.name)}</b>")
         title.add_class("flownb-title")
         super().__init__(
             children=[
@@ -139,6 +146,31 @@ class FlowForm(widgets.VBox):
     def __repr__(self) -> str:
         names = ", ".join(self.inputs) or "no variables"
         return f"<FlowForm {self.flow.name!r}: {names} -> {', '.join(self.flow.outputs)}>"
+
+    def static_html(self) -> str:
+        """Return the form as it stands, as HTML for readers without a kernel: the flow's name,
+        each variable and its value, the status, and the last run's outputs."""
+        rows = "".join(
+            f"<tr><th>{html_text(name)}</th><td>{html_block(w.value, css='flownb-value')}</td></tr>"
+            for name, w in self.inputs.items()
+        )
+        table = f'<table class="flownb-inputs">{rows}</table>' if rows else ""
+        outputs = "".join(d["text/html"] for d, _ in self._shown_bundles() if "text/html" in d)
+        return (
+            f"<b>{html_text(self.flow.name)}</b> <i>(a form: run the notebook to use it)</i>"
+            f"{_LEFT}{table}<p>{html_text(self._status_text)}</p>{outputs}"
+        )
+
+    def static_text(self) -> str:
+        """Return the form as it stands, as text: the flow, each variable's value, the status."""
+        lines = [f"form {self.flow.name!r} (run the notebook to use it)"]
+        lines += [f"  {name} = {w.value!r}" for name, w in self.inputs.items()]
+        lines.append(self._status_text)
+        return "\n".join(lines)
+
+    def _shown_bundles(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        result = self.result
+        return output_bundles(result) if result is not None and not self.running else []
 
     @property
     def running(self) -> bool:
@@ -168,7 +200,8 @@ class FlowForm(widgets.VBox):
             for s in _STATES:
                 self.status.remove_class(f"flownb-status-{s}")
             self.status.add_class(f"flownb-status-{state}")
-            self.status.value = f"<span{style}>{html.escape(text)}</span>"
+            self.status.value = f"<span{style}>{html_text(text)}</span>"
+            self._status_text = text
 
     def _set_running(self, running: bool) -> None:
         with self._ui:
@@ -268,7 +301,9 @@ def _input(name: str, default: str) -> widgets.Text | widgets.Textarea:
         "description": name,
         "description_allow_html": False,
         "style": {"description_width": "initial"},
-        "layout": widgets.Layout(width="100%"),
+        # "auto", not "100%": a box as wide as the area plus its own margin ran past the output
+        # area's right edge; the form's column stretches it to the width there is.
+        "layout": widgets.Layout(width="auto"),
     }
     if "\n" in default or len(default) > LONG_TEXT:
         rows = min(12, max(3, default.count("\n") + 1, len(default) // 80 + 1))

@@ -12,6 +12,11 @@ and retries, in that order.
    just under it, headers pace starts before the provider refuses (see AdaptiveLimiter).
 4. The success is put in the cache (errors never are).
 
+A request sent is billed, so a run that is stopped (:meth:`CallRunner.stop`: Ctrl-C, a client
+that went away) sends nothing more, ends what waits to be sent (a slot, the pace, a retry's
+backoff), and lets every attempt already sent run to its end, where its answer is cached as
+usual. :func:`calls_in_flight` says how many requests this process is waiting for.
+
 An optional ``gate`` (see :data:`Gate`) is entered around each attempt, after the local limiter:
 the tokens-per-minute limit and the cluster-wide limits of a Dask run plug in there.
 
@@ -28,7 +33,7 @@ import dataclasses
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import pricing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
+from ..infra.aio import settled
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 from .wire import WIRE, Wire
@@ -52,6 +58,8 @@ __all__ = [
     "Settle",
     "TextSink",
     "announce",
+    "calls_in_flight",
+    "finish",
     "notices_to",
     "retries_to",
 ]
@@ -140,6 +148,26 @@ SHARED_TWINS: ContextVar[dict[str, asyncio.Future[Generation]] | None] = Context
 )
 
 
+# The calls in flight of stopped runs, by cache key: a run started meanwhile (the cell run
+# again at once) waits for such a call's answer instead of buying it a second time.
+_finishing: dict[str, asyncio.Future[Generation]] = {}
+
+# Requests this process has sent and not yet had answered, over every run (the loop threads
+# change it; the lock makes each change whole).
+_sent = [0]
+_sent_lock = threading.Lock()
+
+
+def calls_in_flight() -> int:
+    """Return how many provider requests this process has sent and is waiting for."""
+    return _sent[0]
+
+
+def _count_sent(change: int) -> None:
+    with _sent_lock:
+        _sent[0] += change
+
+
 def _no_gate(call: Call) -> _Open:
     return _OPEN
 
@@ -184,6 +212,10 @@ class CallRunner:
         # Keys hit() just found missing, so the call that follows does not query again.
         self._missed: set[str] = set()
         self._table: asyncio.Future[None] | None = None  # see _price_table
+        # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
+        # pace, a gate or a retry's backoff) are kept, so stop() can end them.
+        self.stopping = False
+        self._waiting: set[asyncio.Task[Any]] = set()
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
         self._traced = tracing.tracer() is not None
@@ -191,6 +223,15 @@ class CallRunner:
         self._server = (
             tracing.server_of(provider.identity().get("base_url")) if self._traced else None
         )
+
+    def stop(self) -> None:
+        """Stop this run's calls: none is sent from now on, and those waiting to be sent end
+        (their tasks are cancelled); attempts already sent go on to their answer, cached as
+        usual. Call it on the loop that runs the calls."""
+        self.stopping = True
+        for task in tuple(self._waiting):
+            task.cancel()
+        _finishing.update(self._in_flight)
 
     def _prefix(self, cache: Any, call: Call) -> bytes:
         params = call.params
@@ -304,6 +345,10 @@ class CallRunner:
             if sink is not None and gen.media is None and gen.output:
                 sink(gen.output)
             return dataclasses.replace(gen, cached=True)  # no provider call was made for this one
+        if _finishing:  # some stopped run still ends calls in flight: one may be this one
+            paid = await self._from_stopped_run(key, sink)
+            if paid is not None:
+                return paid
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_consume)
         self._in_flight[key] = fut
@@ -317,30 +362,66 @@ class CallRunner:
             raise
         finally:
             del self._in_flight[key]
+            if _finishing.get(key) is fut:
+                del _finishing[key]
         cache.put(key, gen)
         fut.set_result(gen)
         return gen
 
+    async def _from_stopped_run(self, key: str, sink: TextSink | None) -> Generation | None:
+        """Return the answer of a stopped run's call in flight with this key (on this loop),
+        as a cache hit (``cached=True``: this run paid nothing for it); None when there is no
+        such call, or it failed or was abandoned (this run then makes its own)."""
+        other = _finishing.get(key)
+        if other is None or other.get_loop() is not asyncio.get_running_loop():
+            return None
+        try:
+            gen = await asyncio.shield(other)
+        except asyncio.CancelledError:
+            if not other.cancelled():
+                raise  # this run is cancelled, not the other one
+            return None
+        except Exception:
+            return None
+        if sink is not None and gen.media is None and gen.output:
+            sink(gen.output)
+        return dataclasses.replace(gen, cached=True)
+
     async def _attempt(self, call: Call, sink: TextSink | None = None) -> Generation:
+        if self.stopping:  # a stopped run sends nothing more
+            raise asyncio.CancelledError
         limiter = self.limiter
         table = self._price_table()
-        async with limiter:
-            # What this call's answer speaks to, read as the limiter logged the start (a gate
-            # may wait, and others start meanwhile).
-            level, seq = limiter.in_flight, limiter.started
-            async with self.gate(call) as settle:
-                wire = Wire()
-                mark = WIRE.set(wire)
-                began = time.perf_counter()
-                try:
-                    gen = await self._generate(call, level, seq, sink)
-                finally:
-                    WIRE.reset(mark)
-                # The provider's own time, apart from waits for a slot, retries and (where the
-                # HTTP client says when the request left and the answer came) the other calls
-                # on this loop: the speed an evaluation reports, kept with the cached answer.
-                gen.provider_s = wire.elapsed(began, time.perf_counter(), streamed=sink is not None)
-                settle(gen)  # before the slot is freed, so the next call sees the correction
+        task = asyncio.current_task()
+        waiting = self._waiting
+        if task is not None:
+            waiting.add(task)
+        try:
+            async with limiter:
+                # What this call's answer speaks to, read as the limiter logged the start (a
+                # gate may wait, and others start meanwhile).
+                level, seq = limiter.in_flight, limiter.started
+                async with self.gate(call) as settle:
+                    # Admitted: from here the request is sent and paid for, so stop() lets it
+                    # end (no await between this and the send: it cannot be cancelled before).
+                    waiting.discard(task)
+                    _count_sent(1)
+                    wire = Wire()
+                    mark = WIRE.set(wire)
+                    began = time.perf_counter()
+                    try:
+                        gen = await self._generate(call, level, seq, sink)
+                    finally:
+                        WIRE.reset(mark)
+                        _count_sent(-1)
+                    # The provider's own time, apart from waits for a slot, retries and (where
+                    # the HTTP client says when the request left and the answer came) the other
+                    # calls on this loop: the speed an evaluation reports, kept with the cache.
+                    ended = time.perf_counter()
+                    gen.provider_s = wire.elapsed(began, ended, streamed=sink is not None)
+                    settle(gen)  # before the slot is freed, so the next call sees the correction
+        finally:
+            waiting.discard(task)
         if gen.cost is None:
             if table is not None:
                 await table
@@ -406,6 +487,16 @@ class CallRunner:
             f"(attempt {state.attempt_number + 1} of {self.retries + 1})"
         )
 
+    async def _backoff(self, seconds: float) -> None:
+        """Wait ``seconds`` before a retry, as a call waiting to be sent (stop() ends it)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.add(task)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._waiting.discard(task)
+
     async def _attempts(self, call: Call, sink: TextSink | None = None) -> Generation:
         if sink is not None:
             sink = _Restartable(sink)
@@ -421,6 +512,7 @@ class CallRunner:
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
         retrying = AsyncRetrying(
+            sleep=self._backoff,
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_for_retry,
             retry=retry_if_exception(retryable),
@@ -483,3 +575,36 @@ def _unpriced(gen: Generation) -> bool:
     prices were kept, or when its model had none)."""
     cost = gen.cost
     return (cost is None or cost != cost) and bool(gen.usage)
+
+
+async def finish(runner: CallRunner, tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Wait for a run's ``tasks``; return when they are done.
+
+    Cancelling the wait stops the run, not the requests it sent (a request sent is billed):
+    ``runner`` sends nothing more and ends what waits to be sent, the calls in flight go on to
+    their answers (cached, and their elements reported, as usual; each is bounded by its
+    attempt's timeout), and the cancellation is raised once they are done. A sync caller is
+    told when the rest may finish without it (see :func:`flownb.infra.aio.settled`). Cancelling
+    again abandons the calls in flight.
+
+    Raises:
+        CancelledError: the wait was cancelled (after the calls in flight ended).
+        Exception: what a task raised (after every task ended).
+    """
+    try:
+        await asyncio.wait(tasks)  # never cancels the tasks: they go on if this wait is cancelled
+    except asyncio.CancelledError:
+        runner.stop()
+        settled()
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError:  # cancelled again: abandon what is in flight
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled():
+                task.exception()  # looked at: the cancellation is what this run reports
+        raise
+    for task in tasks:
+        task.result()  # an unexpected error in a worker (elements' errors were reported)

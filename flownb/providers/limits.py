@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import random
 import threading
 import time
@@ -116,6 +117,12 @@ class AdaptiveLimiter:
       at once cannot outvote the slower successes of the same burst before they arrive. The cut
       lands at the level that best splits refused from answered calls in the whole log (the
       fewest calls on the wrong side), so it does not depend on which refusal came in first.
+    - **A steady share of 429s** (over a quarter of the last calls that ended, scattered over
+      the levels): a busy client counts more calls in flight than the provider sees (answers
+      wait to be read), which smears a real limit over every level; a quarter off, once per
+      round, and a limit noted at the refused level. Only a call started since the last cut
+      counts as a probe, and a probe refused above the highest level that worked, while a limit
+      is known, comes back under at once: the client's lag is not read as room.
     - **Any other 429** is random (a busy replica, a burst on the provider's side): nothing
       changes, above the highest level known to work too; the retry goes out at once
       (Retry-After) and usually succeeds.
@@ -136,6 +143,12 @@ class AdaptiveLimiter:
     probe_every = 8
     # Refusals at or above a level before it can be called a limit (fewer are chance).
     min_refusals = 6
+    # The calls that ended last, read for the refusal share of the moment (see rejected): a
+    # probe above the highest level that worked counts only while few of them were refused,
+    # and a share above ``steady_share`` of them refused is a limit whatever their levels say.
+    recent = 64
+    quiet_share = 1.0 / 16
+    steady_share = 0.25
 
     def __init__(self, limit: int, pacer: Pacer | None = None, cooldown: float = 1.0) -> None:
         if limit < 1:
@@ -162,6 +175,8 @@ class AdaptiveLimiter:
         self._requests = _Quota()
         self._tokens = _Quota()
         self._tokens_per_call = 0.0  # running mean of usage.total_tokens, to spend tokens ahead
+        self._next_share_cut = 0  # start number before which no steady-share cut is made
+        self._cut_at = 0  # the start number at the last cut: later starts above it are probes
 
     @property
     def capacity(self) -> int:
@@ -284,6 +299,17 @@ class AdaptiveLimiter:
                 best, best_wrong = level, wrong
         return best
 
+    def _recent(self) -> tuple[int, int]:
+        """Return (ended, refused) among the last :attr:`recent` calls that started before the
+        oldest call still out: of later ones, the 429s answered at once have ended while their
+        answered peers have not, and would count as a share they are not."""
+        newest = list(itertools.islice(reversed(self._log.values()), 2 * self.recent + self.limit))
+        oldest_out = max(
+            (i for i, (_, state) in enumerate(newest) if state == _PENDING), default=-1
+        )
+        older = newest[oldest_out + 1 : oldest_out + 1 + self.recent]
+        return len(older), sum(state == _REFUSED for _, state in older)
+
     def _refused_more_at(self, level: int) -> tuple[bool, int]:
         """Return whether answered calls started at ``level`` or above were refused markedly
         more often than those below it (over twice the share, plus 1/16), and how many of them
@@ -325,7 +351,9 @@ class AdaptiveLimiter:
             self._observe(limits, seq)
         if level:
             self._record(seq, level, _ANSWERED)
-            if level > self.ceiling:
+            # Only a call started since the last cut is a probe: one from before it (a burst
+            # whose calls reached the provider out of order) says nothing about the new level.
+            if level > self.ceiling and seq > self._cut_at:
                 worse, answered = self._refused_more_at(level)
                 if answered >= self.min_refusals and not worse:  # a probe that worked
                     self.ceiling = float(level)
@@ -363,6 +391,17 @@ class AdaptiveLimiter:
             return
         self._record(seq, level, _REFUSED)
         known = self._limit_at
+        # A probe above the highest level that worked, refused while a limit is known and the
+        # log shows the level above it refused more than those below: back under at once (on
+        # a busy machine the levels are smeared, and the known limit may sit above the real one).
+        if (
+            known is not None
+            and level > self.ceiling
+            and self.allowed > self.ceiling
+            and self._refused_more_at(int(self.ceiling) + 1)[0]
+        ):
+            self._cut(int(self.ceiling) + 1)
+            return
         # A probe at the limit found before goes back under it at the first 429, while the log
         # still shows that level refused more than the ones below (else the 429 is chance).
         if (
@@ -375,10 +414,29 @@ class AdaptiveLimiter:
             self._cut(known)
             return
         found = self.limit_level()
-        if found is None:
-            return  # the refusals in the log are scattered among answers: random
-        self._limit_at = found
-        self._cut(found)
+        if found is not None:
+            # A limit found lower before stands until a probe above it works (succeeded): the
+            # log's older refusals must not move it up.
+            self._limit_at = found if known is None else min(known, found)
+            self._cut(self._limit_at)
+        # Scattered refusals are random, unless there are too many of them. On a busy machine
+        # the client's count of calls in flight runs ahead of the provider's (answers wait to
+        # be read), which smears a real limit over every level, under the one found too: a
+        # steady share of refusals is then the evidence. A quarter off, once per round.
+        ended, refused = self._recent()
+        steady = ended >= self.recent // 2 and refused > self.steady_share * ended
+        if steady and self.started >= self._next_share_cut:
+            self._next_share_cut = self.started + self.capacity
+            under = max(1, int(min(self.allowed, level) * 0.75))
+            self._cut(under + 1)
+            # The client counts at least as many calls in flight as the provider sees: a call
+            # refused at this level says the provider's limit is below it.
+            self._limit_at = level if self._limit_at is None else min(self._limit_at, level)
+
+    def _quiet(self) -> bool:
+        """Return whether few of the calls that ended last were refused (room may be probed)."""
+        ended, refused = self._recent()
+        return refused <= self.quiet_share * ended
 
     def _cut(self, level: int) -> None:
         """Lower the allowance (and the ceiling) to just under ``level``."""
@@ -387,6 +445,7 @@ class AdaptiveLimiter:
             self.allowed = ceiling
             self.cuts += 1
             self._streak = 0
+            self._cut_at = self.started
         self.ceiling = min(self.ceiling, ceiling)
 
     def rate_limited(self) -> None:

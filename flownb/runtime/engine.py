@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, InputError, Problem, ProviderError
 from ..infra import tracing
 from ..providers.base import Call, Generation, Provider
-from ..providers.calls import CallRunner, Gate
+from ..providers.calls import CallRunner, Gate, finish
 from ..providers.limits import AdaptiveLimiter, Pacer
 from ..providers.tokens import TokenGate, chain
 from .events import StreamEvent
@@ -152,6 +152,7 @@ class Engine:
             gens,
             self.trace_of,
             plan,
+            values,
         )
 
     def _warn_cut(self, gens: Sequence[Generation | None]) -> None:
@@ -322,13 +323,20 @@ class Engine:
         )
 
     async def stream_one(
-        self, values: Mapping[str, str], emit: Emit, *, concurrency: int
+        self,
+        values: Mapping[str, str],
+        emit: Emit,
+        *,
+        concurrency: int,
+        on_result: OnResult | None = None,
     ) -> RunResult:
         """Run one validated element, handing ``emit`` each node's text as its provider
         streams it and each image when it is ready (see
         :class:`~flownb.runtime.events.StreamEvent`);
         a node starts once the nodes it reads have finished. The calls are cached, retried,
-        paced and limited as :meth:`run_async`'s.
+        paced and limited as :meth:`run_async`'s, and stopped as its are: cancelled, the run lets
+        its call in flight end, and ``on_result`` is told the element's outcome (as index 0)
+        whether or not the caller is still there.
 
         Returns:
             The element's result, exactly as :meth:`run_async` reports it.
@@ -338,11 +346,25 @@ class Engine:
             ``ProviderError`` naming the node, ...).
         """
         runner = self._runner(concurrency)
+
+        async def run() -> RunResult:
+            try:
+                result = await self._run_element(values, runner, emit)
+            except Exception as exc:
+                if on_result is not None:
+                    on_result(0, None, exc)
+                raise
+            if on_result is not None:
+                on_result(0, result, None)
+            return result
+
+        element = asyncio.ensure_future(run())
         try:
-            return await self._run_element(values, runner, emit)
+            await finish(runner, (element,))
         finally:
             if runner.cache is not None:
                 runner.cache.flush()
+        return element.result()
 
     async def _run_element(
         self, values: Mapping[str, str], runner: CallRunner, emit: Emit | None = None
@@ -467,6 +489,7 @@ class Engine:
                 gens,
                 self.trace_of,
                 plan,
+                values,
             )
             if entries
             else None
@@ -524,6 +547,9 @@ class Engine:
 
         Each element's outcome goes to ``on_result`` as it finishes, so nothing finished is lost
         when the run is cancelled part-way; the cache is committed on the way out either way.
+        Cancelled, the run starts nothing more but lets the calls it sent end first (they are
+        billed): their elements are reported and their answers cached (see
+        :func:`flownb.providers.calls.finish`).
         ``gate`` is entered around each provider attempt after this engine's own token limit
         (a Dask run's cluster-wide limits come in here).
         """
@@ -535,6 +561,8 @@ class Engine:
 
         async def worker() -> None:
             for i in pending:  # one shared iterator: each index is taken exactly once
+                if runner.stopping:  # stopped: no element starts any more
+                    return
                 if prefetch is not None:
                     prefetch(i)
                 try:
@@ -547,8 +575,9 @@ class Engine:
         # More workers than slots: elements waiting out a retry's backoff hold no slot, and
         # the others keep every slot busy meanwhile.
         n_workers = min(len(batch), 2 * concurrency)
+        workers = [asyncio.ensure_future(worker()) for _ in range(n_workers)]
         try:
-            await asyncio.gather(*(worker() for _ in range(n_workers)))
+            await finish(runner, workers)
         finally:
             if runner.cache is not None:
                 runner.cache.flush()

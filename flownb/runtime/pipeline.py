@@ -1,24 +1,27 @@
 """The one path every validated batch takes to the engine, wherever it comes from.
 
-``LocalFlow.run``/``run_batch``/``run_dataframe``, their async twins, evaluations and the server's
-run route all hand a batch to a :class:`Runner`, which
+:func:`assemble` builds a flow's engine and :class:`Runner` from its run configuration: the one
+place it is done, for local flows and the server alike. ``LocalFlow.run``/``run_batch``/
+``run_dataframe``, their async twins, evaluations and the server's run route all hand a batch to
+a runner, which
 
-1. records each element in the run log as it finishes (when the run log is on),
+1. watches each element through the run's :class:`Observers` as it finishes: the run log and
+   tracing, then whatever the caller added (its collector, progress bar, live view, meter),
 2. picks how the engine runs: providers that answer without I/O (offline) run synchronously;
    from a running event loop, a small such batch runs on the loop and a larger one (or one that
    draws images) in a worker thread, so the loop stays responsive; every other provider runs
    on the event loop, flownb's background loop for synchronous callers,
-3. reports each element's outcome to the caller's ``on_result`` as it ends, so nothing finished
-   is lost when the run is interrupted.
+3. so reports each element's outcome as it ends: nothing finished is lost when the run is
+   interrupted.
 
-:class:`Outcomes` is the usual ``on_result``: it keeps a batch's results in input order and
-raises :class:`~flownb.errors.BatchError`, which keeps the successes, if some element failed.
+:class:`Outcomes` is the usual collector: it keeps a batch's results in input order and raises
+:class:`~flownb.errors.BatchError`, which keeps the successes, if some element failed.
 
-After Ctrl-C the cancelled coroutine may go on cleaning up on the loop thread for longer than
-:data:`flownb.infra.aio.INTERRUPT_WAIT`; :class:`Handover` closes the caller's ``on_result`` before
-the
-caller reads what it collected, so what it returns is never written to at the same time. Rows
-that finish that late still reach the run log and the cache.
+The hand-over rule, enforced in one place (:meth:`Observers.close`): once a synchronous run
+returns or raises (Ctrl-C), the caller's observers are never called again, so what they
+collected is read by one thread only. A stopped run lets its provider calls in flight end (a
+request sent is billed; see :meth:`flownb.runtime.engine.Engine.run_async`): the rows they
+finish after the hand-over still reach the run log and the cache.
 """
 
 from __future__ import annotations
@@ -27,16 +30,19 @@ import asyncio
 import threading
 from collections.abc import Mapping, Sequence
 
+from ..config.settings import RunConfig
 from ..errors import BatchError
 from ..infra import tracing
 from ..infra.aio import run_sync
+from ..providers.base import Provider
 from ..providers.calls import Gate
 from ..providers.limits import AdaptiveLimiter
-from .engine import Emit, Engine
+from .cache import open_cache
+from .engine import Emit, Engine, MediaUrl, Plan
 from .result import OnResult, RunResult
-from .runlog import RunLog, RunRecorder
+from .runlog import RunLog, RunRecorder, open_runlog
 
-__all__ = ["INLINE_ON_LOOP", "Handover", "Outcomes", "Runner"]
+__all__ = ["INLINE_ON_LOOP", "Handover", "Observers", "Outcomes", "Runner", "assemble"]
 
 # Inline (offline) batches up to this size run on a caller's event loop; larger ones in a
 # thread, so one big batch does not stall everything else the loop serves.
@@ -79,30 +85,80 @@ class Outcomes:
         return self.results  # type: ignore[return-value]  # no error: every slot is filled
 
 
-class Handover:
-    """An ``on_result`` that passes each outcome on to ``on_result`` until :meth:`close`.
+class Observers:
+    """The observers of one run, in one list: each element's outcome is passed to every
+    observer, in the order they were added.
 
-    After ``close()`` returns, ``on_result`` is never called again and no call is in progress,
-    so the thread that closed it may read what ``on_result`` collected: each element is then
-    either reported completely or not at all, however long a cancelled run takes to unwind.
+    Observers added with ``always=True`` (the run log, tracing) see every element, even one
+    that ends after the run was handed over; the others (the caller's collector, progress bar,
+    live view, meter) see them until :meth:`close`. That is the hand-over rule: once ``close()``
+    returns, none of them is called again and no call is in progress, so the thread that closed
+    it may read what they collected, each element either reported completely or not at all.
     """
 
-    __slots__ = ("_lock", "_on_result", "_open")
+    __slots__ = ("_always", "_handed", "_lock", "_open")
 
-    def __init__(self, on_result: OnResult) -> None:
-        self._on_result = on_result
+    def __init__(self, *observers: OnResult) -> None:
+        self._always: tuple[OnResult, ...] = ()
+        self._handed: tuple[OnResult, ...] = observers
         self._lock = threading.Lock()
         self._open = True
 
+    def add(self, observer: OnResult, *, always: bool = False) -> None:
+        """Add ``observer`` last (``always``: last of those that see every element)."""
+        if always:
+            self._always = (*self._always, observer)
+        else:
+            self._handed = (*self._handed, observer)
+
     def __call__(self, i: int, result: RunResult | None, exc: BaseException | None) -> None:
-        with self._lock:
-            if self._open:
-                self._on_result(i, result, exc)
+        for observer in self._always:
+            observer(i, result, exc)
+        if self._handed:
+            with self._lock:
+                if self._open:
+                    for observer in self._handed:
+                        observer(i, result, exc)
 
     def close(self) -> None:
-        """Stop passing outcomes on, after waiting for one being passed on now."""
+        """Hand the run over: stop passing outcomes to the observers not added ``always``,
+        after waiting for one being passed on now."""
         with self._lock:
             self._open = False
+
+
+def observers_of(on_result: OnResult) -> Observers:
+    """Return ``on_result`` if it is a run's :class:`Observers`, else new ones holding it."""
+    return on_result if isinstance(on_result, Observers) else Observers(on_result)
+
+
+# The name the hand-over had before it became the run's list of observers.
+Handover = Observers
+
+
+def assemble(
+    plan: Plan, provider: Provider, config: RunConfig, *, name: str, media_url: MediaUrl
+) -> Runner:
+    """Return the runner of ``plan`` on ``provider``, with the engine ``config`` describes:
+    its call cache (when on and the provider's answers may be cached), pacing, timeout,
+    retries and token limit, and its run log (when on). The one place an engine and runner
+    are built, for local flows and the server; ``media_url`` makes the URLs of images.
+
+    Raises:
+        ConfigError: the provider cannot run this plan (see :class:`Engine`).
+    """
+    engine = Engine(
+        plan,
+        provider,
+        media_url,
+        cache=open_cache(config.home) if config.cache and provider.cacheable else None,
+        rpm=config.rpm,
+        timeout=config.timeout,
+        retries=config.retries,
+        tpm=config.tpm,
+    )
+    runlog = open_runlog(config.home) if config.runlog else None
+    return Runner(engine, name=name, concurrency=config.concurrency, runlog=runlog)
 
 
 class Runner:
@@ -136,6 +192,15 @@ class Runner:
             self.name, provider.name, batch, detailed=not provider.inline, run_id=run_id
         )
 
+    def _watch(
+        self, observers: Observers, recorder: RunRecorder | None, failures: tracing.RunFailures
+    ) -> None:
+        """Put the run log and tracing first among ``observers``: they see every element."""
+        if recorder is not None:
+            observers.add(recorder.record, always=True)
+        if failures.active:
+            observers.add(failures.note, always=True)  # failed elements are reported, not raised
+
     def run(
         self,
         batch: Sequence[Mapping[str, str]],
@@ -146,35 +211,33 @@ class Runner:
         run_id: str | None = None,
     ) -> None:
         """Run ``batch`` from synchronous code (a Jupyter kernel's thread included), reporting
-        each element to ``on_result`` as it ends. ``gate`` is entered around each provider
-        attempt (cluster-wide or per-run limits); ``run_id`` names the batch in the run log (a
-        Dask partition recomputed after its worker died logs under the same id).
+        each element to ``on_result`` (a run's :class:`Observers`, or one callback) as it ends.
+        ``gate`` is entered around each provider attempt (cluster-wide or per-run limits);
+        ``run_id`` names the batch in the run log (a Dask partition recomputed after its worker
+        died logs under the same id).
 
         Raises:
             KeyboardInterrupt: Ctrl-C; every element finished before it was reported, and
-                ``on_result`` is not called once this has raised (see :class:`Handover`).
+                ``on_result`` is not called once this has raised (see :class:`Observers`).
         """
         engine = self.engine
-        # Inline runs report on this thread and are over when they return; a run on the loop
-        # may go on after Ctrl-C gave up waiting for it, so its reports pass a hand-over.
-        handover = None if engine.provider.inline else Handover(on_result)
-        report = on_result if handover is None else handover
+        observers = observers_of(on_result)
         recorder = self._recorder(batch, run_id)
-        if recorder is not None:
-            # The run log records every element, even one that ends after the hand-over closed.
-            report = recorder.wrap(report)
         with tracing.flow_span(self.name, engine.provider.name, len(batch)) as failures:
-            report = failures.watch(report)  # failed elements are reported, not raised
+            self._watch(observers, recorder, failures)
             try:
-                if handover is None:
-                    engine.run_inline(batch, report)
+                if engine.provider.inline:
+                    engine.run_inline(batch, observers)
                 else:
                     run_sync(
-                        engine.run_async(batch, report, concurrency or self.concurrency, gate=gate)
+                        engine.run_async(
+                            batch, observers, concurrency or self.concurrency, gate=gate
+                        )
                     )
             finally:
-                if handover is not None:
-                    handover.close()
+                # A run on the loop may go on after Ctrl-C (its calls in flight end): what it
+                # reports from now on reaches the run log, not the caller.
+                observers.close()
                 if recorder is not None:
                     recorder.flush()
 
@@ -201,15 +264,11 @@ class Runner:
         with tracing.flow_span(self.name, engine.provider.name, 1) as failures:
             report = failures.watch(report)  # the span names the element that failed
             try:
-                try:
-                    result = await engine.stream_one(
-                        values, emit, concurrency=concurrency or self.concurrency
-                    )
-                except Exception as exc:
-                    report(0, None, exc)
-                    raise
-                report(0, result, None)
-                return result
+                # Reported by the engine: a run whose caller went away still ends its call in
+                # flight (paid for), and the run log keeps it.
+                return await engine.stream_one(
+                    values, emit, concurrency=concurrency or self.concurrency, on_result=report
+                )
             finally:
                 if recorder is not None:
                     recorder.flush()
@@ -223,16 +282,15 @@ class Runner:
         limiter: AdaptiveLimiter | None = None,
         gate: Gate | None = None,
     ) -> None:
-        """Run ``batch`` on the caller's event loop, reporting each element to ``on_result``.
-        ``limiter`` shares one concurrency limit with other runs (an evaluation's variants and
-        judges on one endpoint); ``concurrency`` is then ignored. ``gate`` is entered around
-        each provider attempt."""
+        """Run ``batch`` on the caller's event loop, reporting each element to ``on_result`` (a
+        run's :class:`Observers`, or one callback). ``limiter`` shares one concurrency limit
+        with other runs (an evaluation's variants and judges on one endpoint); ``concurrency``
+        is then ignored. ``gate`` is entered around each provider attempt."""
+        observers = observers_of(on_result)
         recorder = self._recorder(batch)
-        if recorder is not None:
-            on_result = recorder.wrap(on_result)
         with tracing.flow_span(self.name, self.engine.provider.name, len(batch)) as failures:
-            on_result = failures.watch(on_result)  # failed elements are reported, not raised
-            await self._arun(batch, on_result, recorder, concurrency, limiter, gate)
+            self._watch(observers, recorder, failures)
+            await self._arun(batch, observers, recorder, concurrency, limiter, gate)
 
     async def _arun(
         self,

@@ -43,6 +43,7 @@ class RunResult(dict[str, str]):
     __slots__ = (
         "_costs",
         "_entries",
+        "_inputs",
         "_plan",
         "_trace_of",
         "cached",
@@ -73,6 +74,13 @@ class RunResult(dict[str, str]):
         self._trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None
         self._costs: Money | None = None
         self._plan: Any = None
+        self._inputs: Mapping[str, str] | None = None
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        """The variables this run was given (name -> value); empty when not known (a remote
+        run, or a result rebuilt from a pickle)."""
+        return dict(self._inputs or {})
 
     def _money(self) -> Money:
         if self._costs is None:
@@ -147,6 +155,7 @@ class RunResult(dict[str, str]):
             plan.graph,
             title="flow run: time, tokens and cost per node",
             notes=run_notes(node_ids, self.generations),
+            values=self._inputs,
         )
 
     def trace_picture(self) -> Any:
@@ -173,6 +182,12 @@ class RunResult(dict[str, str]):
         """The nodes whose text stopped at the token limit (``finish_reason: length``): kept,
         but cut short. Empty when none was (and for remote runs)."""
         if self._trace_of is None:
+            return ()
+        # Asked of every row by run_dataframe: the common answer (nothing cut) without a zip.
+        for g in self.generations:
+            if g is not None and g.finish_reason == "length":
+                break
+        else:
             return ()
         names = self._trace_of[0]
         return tuple(
@@ -259,12 +274,14 @@ def make_result(
     generations: Sequence[Any],
     trace_of: tuple[Sequence[str], Callable[[str], str]] | None = None,
     plan: Any = None,
+    inputs: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Return a :class:`RunResult` without keyword parsing: the engine's per-row constructor.
 
     ``entries`` is None when it would equal the dict's own items (unique output names);
     ``trace_of`` is the plan's node names and the media URL maker, for :attr:`RunResult.trace`;
-    ``plan`` the engine's plan, for :meth:`RunResult.to_svg`.
+    ``plan`` the engine's plan, for :meth:`RunResult.to_svg`; ``inputs`` the run's variables
+    (drawn on the picture's variables).
     """
     result = _new(RunResult)
     result.update(outputs)
@@ -277,4 +294,5 @@ def make_result(
     result._trace_of = trace_of
     result._costs = None
     result._plan = plan
+    result._inputs = inputs
     return result

@@ -261,30 +261,31 @@ class RunRecorder:
         self._flushing = threading.Lock()
         self.run_id = run_id or uuid.uuid4().hex[:16]
 
-    def wrap(self, on_result: OnResult) -> OnResult:
-        """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
+    def record(self, i: int, result: RunResult | None, exc: BaseException | None) -> None:
+        """Record one element's outcome (an observer of the run; see ``Observers``)."""
         pending = self._pending
-        clock = time.time
+        pending.append((i, time.time(), result, exc))
+        n = len(pending)
         # Real calls: a chunk every 500 rows, so a crash loses little. Inline (offline) runs:
         # a chunk every 10,000 rows (see _INLINE_FLUSH_EVERY).
-        every = _FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY
+        if n >= (_FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY):
+            self.flush()
+        elif n == 1 and self._detailed:
+            # Real calls: what finished reaches the log within a second even if the rest of
+            # the batch hangs and the process is killed.
+            timer = threading.Timer(_FLUSH_AFTER, self.flush)
+            timer.daemon = True
+            timer.start()
 
-        detailed = self._detailed
+    def wrap(self, on_result: OnResult) -> OnResult:
+        """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
+        record = self.record
 
-        def record(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-            pending.append((i, clock(), result, exc))
-            n = len(pending)
-            if n >= every:
-                self.flush()
-            elif n == 1 and detailed:
-                # Real calls: what finished reaches the log within a second even if the rest
-                # of the batch hangs and the process is killed.
-                timer = threading.Timer(_FLUSH_AFTER, self.flush)
-                timer.daemon = True
-                timer.start()
+        def recorded(i: int, result: RunResult | None, exc: BaseException | None) -> None:
+            record(i, result, exc)
             on_result(i, result, exc)
 
-        return record
+        return recorded
 
     def flush(self) -> None:
         """Hand what was recorded so far to the writer thread (each outcome is written once,

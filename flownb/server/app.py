@@ -13,88 +13,81 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
-from starlette.responses import FileResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
-from ..config.endpoints import Endpoint
 from ..config.settings import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY,
+    RunOptions,
+    check_run_options,
     imported_serve_config,
     resolve_run_config,
     resolve_serve_limits,
 )
-from ..errors import ConfigError, FlowFileError, FlownbError, InputError, Problem
+from ..errors import ConfigError, FlowFileError, FlownbError
 from ..flowfile.model import describe
-from ..flowfile.validate import VariableSpec, json_type
-from ..infra.media import MEDIA_NAME, MediaStore, mark_used
+from ..infra.media import MediaStore
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runtime.cache import open_cache
-from ..runtime.engine import Engine, Plan
-from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner
+from ..runtime.engine import Plan
+from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner, assemble
 from ..runtime.runlog import open_runlog
 from . import keys as keys_module
+from .body import (
+    _is_json,
+    checked_variables,
+    parse_run_body,
+    read_body,
+)
 from .errors import (
     ApiProblem,
     batch_problem,
     error_response,
     from_exception,
-    input_problem,
     json_response,
     log,
 )
 from .keys import KeyStore
 from .offload import DecodePool, needs_worker, raise_from
+from .request_id import RequestIdMiddleware, _rid
+from .routes_service import _add_health_route, _add_media_route, _openapi
 from .schemas import (
     FLOW_ROUTE_RESPONSES,
     FLOWS_RESPONSES,
-    MEDIA_RESPONSES,
     RUN_REQUEST_BODY,
     RUN_RESPONSES,
-    Health,
 )
 from .sse import streamed_run
 from .store import FlowStore, StoredFlow
 
 __all__ = ["ServerConfig", "app_from_env", "checked_variables", "create_app", "parse_run_body"]
 
+
 # Bodies over this size are decoded and validated in a worker thread, and answers for batches
 # over INLINE_ON_LOOP elements encoded there: a big body must not stall /healthz.
 OFFLOAD_BYTES = 64 * 1024
-# Validation stops building problems after this many (it goes on counting them): an error body
-# lists at most MAX_LISTED anyway, and a million problem objects would cost the server its memory.
-PROBLEMS_COLLECTED = 1000
-# A JSON string escape of a UTF-16 surrogate: only bodies with one can hold a lone surrogate.
-_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F][0-9a-fA-F]{2}")
-REQUEST_ID = "flownb.request_id"
-_SAFE_REQUEST_ID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
 _FLOW_PATHS = ("/api/flows/getFlowInfo/", "/api/flows/run/")
-_MEDIA_TYPES = {
-    "png": "image/png",
-    "jpg": "image/jpeg",
-    "jpeg": "image/jpeg",
-    "webp": "image/webp",
-    "gif": "image/gif",
-}
+
+
 _SECURITY: dict[str, Any] = {"security": [{"ApiKeyAuth": []}]}
+
+
 # Documented by hand: the handlers read it from path_params (no per-request parameter solving).
 _FLOW_ID_PARAM = {
     "name": "flow_id",
@@ -108,7 +101,8 @@ _FLOW_ID_PARAM = {
 class ServerConfig:
     """What one server serves and with what: flows folder, provider, keys, media, limits.
 
-    Settings are resolved once, here (explicit argument > environment > default): the server's
+    Settings are resolved once, here (explicit argument > environment > default; ``options``
+    are the run settings, :class:`~flownb.config.settings.RunOptions`): the server's
     call cache and run log are off unless ``FLOWNB_SERVER_CACHE=1`` / ``FLOWNB_SERVER_RUNLOG=1``
     (or ``cache=`` / ``log=``), since a server answers many callers and keeping their inputs
     and outputs is its operator's decision.
@@ -125,28 +119,23 @@ class ServerConfig:
         home: str | Path | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         max_body_bytes: int = DEFAULT_MAX_BODY,
-        concurrency: int | None = None,
-        cache: bool | None = None,
-        log: bool | None = None,
-        endpoint: Endpoint | str | None = None,
         body_timeout: float | None = None,
         media_max_bytes: int | None = None,
         public_url: str | None = None,
+        **options: Unpack[RunOptions],
     ) -> None:
         if max_batch < 1 or max_body_bytes < 1:
             raise ConfigError("--max-batch and --max-body-bytes must be at least 1")
+        check_run_options(dict(options), "ServerConfig")
         serving = resolve_serve_limits(body_timeout=body_timeout, public_url=public_url)
         self.body_timeout = serving.body_timeout
         self.public_url = serving.public_url
         self.run_config = resolve_run_config(
-            endpoint=endpoint,
             provider=provider if isinstance(provider, str) else None,
-            concurrency=concurrency,
-            cache=cache,
-            log=log,
             home=home,
             server=True,
             media_max=media_max_bytes,
+            **options,
         )
         self.home = self.run_config.home
         self.media = MediaStore(self.run_config.media_dir, max_bytes=self.run_config.media_max)
@@ -163,25 +152,15 @@ class ServerConfig:
         self.runlog = open_runlog(self.home) if self.run_config.runlog else None
 
     def _runner(self, flow_id: str, plan: Plan) -> Runner:
-        # One engine per version of a flow file (its pacing spans requests); media URLs are
-        # made from the public URL, else the address the current request reached (a context
-        # variable set per request).
-        cfg = self.run_config
+        # One engine per version of a flow file (its pacing spans requests), assembled as a
+        # local flow's is; media URLs are made from the public URL, else the address the current
+        # request reached (a context variable set per request).
         public = self.public_url
 
         def media_url(name: str) -> str:
             return _media_url(name, public)
 
-        engine = Engine(
-            plan,
-            self.provider,
-            media_url,
-            cache=self.cache,
-            rpm=cfg.rpm,
-            timeout=cfg.timeout,
-            retries=cfg.retries,
-        )
-        return Runner(engine, name=flow_id, concurrency=cfg.concurrency, runlog=self.runlog)
+        return assemble(plan, self.provider, self.run_config, name=flow_id, media_url=media_url)
 
 
 _current_request: ContextVar[Request | None] = ContextVar("flownb_request", default=None)
@@ -201,72 +180,6 @@ def _media_url(name: str, public_url: str | None) -> str:
     shown = f"[{host}]" if ":" in str(host) else host
     scheme = request.url.scheme if request is not None else "http"
     return f"{scheme}://{shown}:{port}/media/{name}"
-
-
-class RequestIdMiddleware:
-    """Gives every request an id (echoed as ``x-request-id``) and turns any exception that got
-    this far into a ``500 internal_error`` body, logged on one line: no traceback leaks out.
-
-    It also answers ``HEAD`` like ``GET`` without the body (status, headers and length alike),
-    so every GET route answers HEAD (Starlette's routes would say 405); here rather than in a
-    middleware of its own, to keep one layer per request.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rid = _incoming_request_id(scope) or secrets.token_hex(8)
-        head = scope["method"] == "HEAD"
-        if head:
-            scope = {**scope, "method": "GET", "flownb.head": True}
-        scope[REQUEST_ID] = rid
-        header = (b"x-request-id", rid.encode("ascii"))
-        started = False
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                message = {**message, "headers": [*message.get("headers", ()), header]}
-            elif head and message["type"] == "http.response.body":
-                if message.get("more_body", False):
-                    return  # more of the body follows: send nothing until the end
-                message = {"type": "http.response.body", "body": b"", "more_body": False}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        except ClientDisconnect:
-            # Not an error of ours: the client closed its connection before sending its whole
-            # request (or while waiting); there is no one to answer.
-            log.info("request %s: the client left before its request was read", rid)
-        except Exception as exc:
-            problem = from_exception(exc, rid)  # logs unexpected ones on one line
-            if not started:
-                await error_response(problem, rid)(scope, receive, send_with_id)
-
-
-def _incoming_request_id(scope: Scope) -> str | None:
-    """A caller's own ``x-request-id``, kept when it is short and plain (safe to log)."""
-    for name, value in scope["headers"]:
-        if name == b"x-request-id":
-            text = value.decode("latin-1")
-            if 0 < len(text) <= 64 and set(text) <= _SAFE_REQUEST_ID:
-                return text
-            return None
-    return None
-
-
-def _rid(request: Request) -> str:
-    return request.scope.get(REQUEST_ID, "")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -401,30 +314,6 @@ def _add_flow_routes(
         flow = store.peek(flow_id)
         return flow if flow is not None else await run_in_threadpool(store.get, flow_id)
 
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise _too_large(max_body)
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            # The whole body within body_timeout seconds: a client trickling it would hold a
-            # connection (and a place under --limit-concurrency) for as long as it liked.
-            async with asyncio.timeout(body_timeout):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > max_body:
-                        raise _too_large(max_body)
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise ApiProblem(
-                408,
-                "request_timeout",
-                f"the request body did not arrive within {body_timeout:g} seconds",
-                headers={"Connection": "close"},
-            ) from None
-        return b"".join(chunks)
-
     # -- routes --------------------------------------------------------------------------------
 
     @app.get(
@@ -490,7 +379,7 @@ def _add_flow_routes(
                 "send the body as JSON, with the header Content-Type: application/json",
             )
         flow = await get_flow(request)
-        body = await read_body(request)
+        body = await read_body(request, max_body, body_timeout)
         names = flow.plan.spec.names
         if len(body) <= OFFLOAD_BYTES:
             variables = checked_variables(body, max_batch, names)
@@ -527,7 +416,10 @@ def _add_flow_routes(
         if flow.runner.on_loop(len(batch)):
             await work  # done on the loop before anything could notice a disconnect
         elif not await _while_connected(request, work):
-            log.info("request %s: the client went away; its run was cancelled", _rid(request))
+            log.info(
+                "request %s: the client went away; its run was stopped (calls in flight ended)",
+                _rid(request),
+            )
             return Response(status_code=499)  # sent nowhere: no one is listening
 
         results = collect.results
@@ -546,71 +438,6 @@ def _add_flow_routes(
         return json_response(answer)
 
     return run_flow, get_flow_info
-
-
-def _add_media_route(app: FastAPI, media: MediaStore) -> None:
-    """Add ``/media/{name}``: generated images, no key needed (names are unguessable digests)."""
-
-    @app.get(
-        "/media/{name}",
-        summary="A generated image (no key needed: names are unguessable digests)",
-        operation_id="getMedia",
-        responses=MEDIA_RESPONSES,
-        response_class=Response,
-        tags=["media"],
-    )
-    async def get_media(name: str) -> Response:
-        match = MEDIA_NAME.fullmatch(name)
-        path = media.directory / name
-        # Marked used (the media cap deletes the images used longest ago first).
-        if match is None or not mark_used(path):
-            raise ApiProblem(404, "not_found", "no image with this name")
-        return FileResponse(
-            path,
-            media_type=_MEDIA_TYPES[match.group(1)],
-            headers={"Cache-Control": "public, max-age=31536000, immutable"},
-        )
-
-
-def _add_health_route(app: FastAPI, provider: Provider) -> None:
-    """Add ``/healthz``: the service is up, and with which provider."""
-
-    @app.get(
-        "/healthz",
-        summary="Health check",
-        operation_id="healthz",
-        response_model=Health,
-        tags=["service"],
-    )
-    async def healthz() -> Response:
-        return json_response({"status": "ok", "provider": provider.name})
-
-
-def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """Return the app's OpenAPI document maker: FastAPI's, less the 422 that only the run
-    route can answer, with the ``x-api-key`` scheme; made once."""
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=app.routes,
-            )
-            # FastAPI documents a 422 for every route with a parameter; only run can answer it.
-            paths = schema["paths"]
-            for path in ("/media/{name}",):
-                paths[path]["get"]["responses"].pop("422", None)
-            for unused in ("HTTPValidationError", "ValidationError"):
-                schema["components"]["schemas"].pop(unused, None)
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "ApiKeyAuth": {"type": "apiKey", "in": "header", "name": "x-api-key"}
-            }
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    return openapi
 
 
 def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
@@ -632,9 +459,9 @@ def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
 
 async def _while_connected(request: Request, work: Coroutine[Any, Any, None]) -> bool:
     """Run ``work`` while the client is still there: return True when it finished, False when
-    the client disconnected first (``work`` is then cancelled, and waited for). When this
-    request is itself cancelled (the server's graceful shutdown ran out of time), ``work`` is
-    cancelled too.
+    the client disconnected first (``work`` is then cancelled, and waited for: a run lets its
+    calls in flight end, paid for, into the cache and run log). When this request is itself
+    cancelled (the server's graceful shutdown ran out of time), ``work`` is cancelled too.
 
     Raises:
         Exception: whatever ``work`` raised.
@@ -660,146 +487,6 @@ async def _disconnected(request: Request) -> None:
     left to receive is the disconnect (the server sends it when the connection drops)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def _is_json(content_type: str | None) -> bool:
-    """Return whether a Content-Type header says JSON (``application/json``, parameters such
-    as ``charset`` allowed, or a ``+json`` type)."""
-    if not content_type:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    )
-
-
-def _too_large(limit: int) -> ApiProblem:
-    return ApiProblem(
-        413, "payload_too_large", f"the request body is over this server's limit of {limit} bytes"
-    )
-
-
-def checked_variables(
-    body: bytes, max_batch: int, names: Sequence[str]
-) -> dict[str, Any] | list[Any]:
-    """Decode a run request body and check its variables against a flow's variable ``names``;
-    return them.
-
-    Raises:
-        ApiProblem: as :func:`parse_run_body`, or 422 listing the variables' problems (the first
-            :data:`PROBLEMS_COLLECTED`, with their total).
-    """
-    variables = parse_run_body(body, max_batch)
-    spec = _specs.get(tuple(names)) or _specs.setdefault(tuple(names), VariableSpec(names))
-    try:
-        if isinstance(variables, dict):
-            spec.check_one(variables)
-        else:
-            spec.check_batch(variables, limit=PROBLEMS_COLLECTED)
-    except InputError as exc:
-        raise input_problem(exc) from None
-    if _SURROGATE_ESCAPE.search(body):
-        problems = _not_unicode(variables)
-        if problems:
-            raise input_problem(InputError(problems))
-    return variables
-
-
-# Specs by variable names: built once per flow even in a decoding worker process.
-_specs: dict[tuple[str, ...], VariableSpec] = {}
-
-
-def _not_unicode(variables: dict[str, Any] | list[Any]) -> list[Problem]:
-    """Return a problem for every variable value holding a lone surrogate (valid JSON, yet not
-    text: it cannot be written out as UTF-8). Runs after the variables were checked, so every
-    name is one of the flow's (read from a UTF-8 file: text) and every value a string."""
-    single = isinstance(variables, dict)
-    elements = [variables] if isinstance(variables, dict) else variables
-    problems: list[Problem] = []
-    for i, values in enumerate(elements):
-        for name, value in values.items():
-            if not _is_text(value):
-                where = "" if single else f"element {i}: "
-                problems.append(
-                    Problem(
-                        "invalid_variable_value",
-                        f"{where}variable {name!r} is not valid Unicode text "
-                        "(it holds a lone surrogate)",
-                        None if single else i,
-                        name,
-                    )
-                )
-    return problems
-
-
-def _is_text(value: str) -> bool:
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def parse_run_body(body: bytes, max_batch: int) -> dict[str, Any] | list[Any]:
-    """Decode a run request body and return its ``variables`` (an object or an array).
-
-    Raises:
-        ApiProblem: 400 ``invalid_json`` (not JSON), 422 ``invalid_request`` (wrong shape, every
-            problem listed), 422 ``batch_too_large`` (more elements than ``max_batch``).
-    """
-    if not body.strip():
-        raise ApiProblem(
-            400, "invalid_json", 'the request body is empty; send {"variables": {...}} as JSON'
-        )
-    try:
-        data = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        detail = (
-            f" (line {exc.lineno} column {exc.colno}: {exc.msg})"
-            if isinstance(exc, json.JSONDecodeError)
-            else ""
-        )
-        raise ApiProblem(
-            400, "invalid_json", f"the request body is not valid JSON{detail}"
-        ) from None
-    except RecursionError:
-        raise ApiProblem(400, "invalid_json", "the request body is nested too deeply") from None
-    if not isinstance(data, dict):
-        raise ApiProblem(
-            422,
-            "invalid_request",
-            f'the body must be a JSON object {{"variables": ...}}, got {json_type(data)}',
-        )
-    problems: list[Problem] = []
-    if "variables" not in data:
-        problems.append(Problem("invalid_request", "the body has no 'variables' member"))
-    for extra in data:
-        if extra != "variables":
-            problems.append(
-                Problem(
-                    "invalid_request", f"unexpected member {extra!r}; the body has only 'variables'"
-                )
-            )
-    variables = data.get("variables")
-    if "variables" in data and not isinstance(variables, dict | list):
-        problems.append(
-            Problem(
-                "invalid_request",
-                f"'variables' must be an object or an array of objects, got {json_type(variables)}",
-            )
-        )
-    if problems:
-        raise ApiProblem(422, "invalid_request", problems[0].message, problems)
-    if isinstance(variables, list) and len(variables) > max_batch:
-        raise ApiProblem(
-            422,
-            "batch_too_large",
-            f"the batch has {len(variables)} elements; this server takes at most {max_batch} "
-            "per request (split it)",
-        )
-    return variables  # type: ignore[return-value]
 
 
 def app_from_env() -> FastAPI:

@@ -120,7 +120,8 @@ def event_stream(
 ) -> StreamingResponse:
     """Return the streaming answer for one validated run (``single``: the body was an object,
     else an array of one). ``partial_items`` gives the items a failed run kept. A client that
-    goes away cancels the run."""
+    goes away stops the run: its call in flight ends without the client (it is paid for), into
+    the cache and the run log."""
 
     def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
         return runner.stream_one(values, emit)

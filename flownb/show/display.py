@@ -1,10 +1,12 @@
-"""How results look: plain text for terminals; Markdown and embedded images for notebooks.
+"""How results look: plain text for terminals; HTML and embedded images for notebooks.
 
-A run result is shown as one display per output: a Markdown heading with the output's name, then
-the text (rendered as Markdown) or the image. Images are embedded as PNG/JPEG bytes wherever the
-kernel can read them (``file://`` and ``data:`` URLs, and ``http`` URLs on the loopback
-interface, which the browser may not reach, e.g. on Binder); other ``http`` images are left for
-the browser to load. Embedded bytes survive the notebook sanitizer, unlike ``data:`` URLs in HTML.
+A run result is shown as one display per output: a heading with the output's name, then the text
+as the characters the model wrote (escaped: never read as Markdown, HTML or math; see
+:mod:`flownb.show.escape`) or the image. Only an image node's output is an image. Its bytes are
+embedded as PNG/JPEG wherever the kernel can read them (``data:`` URLs, files of flownb's own
+media store, and ``http`` URLs on the loopback interface, which the browser may not reach, e.g.
+on Binder); other ``http`` images are left for the browser to load. Embedded bytes survive the
+notebook sanitizer, unlike ``data:`` URLs in HTML.
 
 A results DataFrame gets an HTML view with its image columns shown as thumbnails
 (:func:`display_frame`); ``%load_ext flownb`` makes that the default view of such DataFrames.
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import html
 import io
 import ipaddress
 from collections.abc import Callable, Iterable
@@ -23,11 +24,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
 
 from ..errors import ConfigError
+from .escape import html_attr, html_block, html_text, no_math, term_text
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "IMAGE_COLUMNS_ATTR",
+    "MAX_IMAGE_BYTES",
     "FrameView",
     "display_frame",
     "display_result",
@@ -36,6 +40,7 @@ __all__ = [
     "image_src",
     "is_image_url",
     "output_bundles",
+    "read_media_with",
     "result_bundle",
     "result_text",
     "thumbnail_src",
@@ -71,19 +76,28 @@ _IMAGE_SUFFIXES = {
 # Bundle keys IPython and Jupyter render natively as images; others go through HTML.
 _NATIVE_IMAGE = ("image/png", "image/jpeg", "image/gif")
 _FETCH_TIMEOUT = 5.0
+# Scoped to flownb's tables: cells, headers and index labels read from the left.
+_LEFT = (
+    "<style>.flownb-frame table.dataframe td, .flownb-frame table.dataframe th"
+    "{text-align:left;vertical-align:top}</style>"
+)
 
 
 def result_text(result: Shown) -> str:
-    """Return a terminal-readable rendering: each output under its name."""
+    """Return a terminal-readable rendering: each output under its name, with every control
+    character a model wrote shown as a symbol (see :func:`flownb.show.escape.term_text`)."""
     blocks = []
     for name, value in result.entries:
         shown = f"[image] {value}" if result.is_image(name) else value
         blocks.append(f"── {name} " + "─" * max(3, 40 - len(name)) + f"\n{shown}")
-    return "\n\n".join(blocks) if blocks else "(no outputs)"
+    return term_text("\n\n".join(blocks)) if blocks else "(no outputs)"
 
 
 def is_image_url(value: Any) -> bool:
-    """Return whether ``value`` is a string that looks like an image URL (http(s), file or data)."""
+    """Return whether ``value`` is a string that looks like an image URL (http(s), file or data).
+
+    Looks only: whether it is an image is its node's kind (an image node's output), never what
+    a text says; see :func:`image_bytes` for what is read."""
     if not isinstance(value, str) or len(value) < 8:
         return False
     if value.startswith("data:image/"):
@@ -104,17 +118,60 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
+# The largest image flownb reads back to show or embed (a generated image is a few MB at most).
+MAX_IMAGE_BYTES = 32 * 1024 * 1024
+
+
+def _no_media(path: str) -> bytes | None:
+    return None
+
+
+# How a ``file://`` image is read back: only through the media store, which plugs its reader in
+# when it is imported (:func:`flownb.infra.media.read_home_media`; it sits above this layer).
+# Until then no file is read at all.
+_read_media: Callable[[str], bytes | None] = _no_media
+
+
+def read_media_with(reader: Callable[[str], bytes | None]) -> None:
+    """Set how :func:`image_bytes` reads a ``file://`` image back (the media store's reader)."""
+    global _read_media
+    _read_media = reader
+
+
+def _fetch(url: str) -> tuple[bytes, str] | None:
+    """Return an image served on this machine's loopback interface, at most
+    :data:`MAX_IMAGE_BYTES`, or None."""
+    import requests
+
+    try:
+        with requests.get(url, timeout=_FETCH_TIMEOUT, stream=True) as response:
+            if response.status_code != 200:
+                return None
+            ctype = response.headers.get("content-type", "").split(";")[0].strip()
+            data = b""
+            for chunk in response.iter_content(64 * 1024):
+                data += chunk
+                if len(data) > MAX_IMAGE_BYTES:
+                    return None
+    except requests.RequestException:
+        return None
+    return data, ctype
+
+
 def image_bytes(url: str, *, fetch: bool = True) -> tuple[bytes, str] | None:
     """Return ``(bytes, mime type)`` of the image at ``url``, or None when it cannot be read here.
 
-    ``file://`` and ``data:`` URLs are read directly; ``http(s)`` URLs are fetched (briefly) only
-    when they point at this machine's loopback interface and ``fetch`` is true, since a browser
-    may not reach the kernel's 127.0.0.1. Never raises for an unreadable image.
+    Call it only for an image node's output: a ``data:`` URL is decoded; a ``file://`` URL is
+    read only when it names a file in flownb's media store (a regular file, at most
+    :data:`MAX_IMAGE_BYTES`; see :func:`flownb.infra.media.read_media`),
+    never any other path; ``http(s)`` URLs are fetched (briefly, size capped) only when they
+    point at this machine's loopback interface and ``fetch`` is true, since a browser may not
+    reach the kernel's 127.0.0.1. Never raises for an unreadable image.
     """
     parsed = urlparse(url)
     if parsed.scheme == "data":
         header, sep, payload = url.partition(",")
-        if not sep or ";base64" not in header:
+        if not sep or ";base64" not in header or len(payload) > MAX_IMAGE_BYTES * 4 // 3 + 4:
             return None
         try:
             data = base64.b64decode(payload, validate=False)
@@ -123,72 +180,87 @@ def image_bytes(url: str, *, fetch: bool = True) -> tuple[bytes, str] | None:
         return data, header[5:].split(";")[0] or "image/png"
     mime = _IMAGE_SUFFIXES.get(Path(unquote(parsed.path)).suffix.lower(), "image/png")
     if parsed.scheme == "file":
-        try:
-            return Path(unquote(parsed.path)).read_bytes(), mime
-        except OSError:
+        if parsed.netloc not in ("", "localhost"):
             return None
+        stored = _read_media(unquote(parsed.path))
+        return None if stored is None else (stored, mime)
     if parsed.scheme in ("http", "https") and fetch and _is_loopback(parsed.hostname):
-        import requests
-
-        try:
-            response = requests.get(url, timeout=_FETCH_TIMEOUT)
-        except requests.RequestException:
+        found = _fetch(url)
+        if found is None:
             return None
-        if response.status_code != 200:
-            return None
-        ctype = response.headers.get("content-type", "").split(";")[0].strip()
-        return response.content, ctype if ctype.startswith("image/") else mime
+        return found[0], found[1] if found[1].startswith("image/") else mime
     return None
 
 
 def image_src(url: str) -> str:
-    """Return a ``src`` a browser can load: ``file://`` images are inlined as data URLs (a
-    notebook page cannot read the kernel's disk); http and data URLs pass through."""
+    """Return a ``src`` a browser can load for an image node's output ``url``: a ``file://``
+    image of flownb's media store inlined as a data URL (a notebook page cannot read the
+    kernel's disk); http and data URLs pass through; any other ``file://`` URL gives ``""``
+    (a page must never be pointed at a local file)."""
     if urlparse(url).scheme != "file":
         return url
     found = image_bytes(url, fetch=False)
     if found is None:
-        return url
+        return ""
     data, mime = found
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+def _image_html(name: str, url: str, width: int) -> str:
+    """An ``<img>`` of an image node's output, or its URL as text when no page could load it."""
+    src = image_src(url)
+    if not src:
+        return f"<div>[image] {html_text(url)}</div>"
+    return f'<img src="{html_attr(src)}" alt="{html_attr(name)}" style="max-width:{width}px"/>'
+
+
 def _image_bundle(name: str, url: str) -> dict[str, Any]:
     found = image_bytes(url)
-    bundle: dict[str, Any] = {"text/plain": f"[image {name}] {url}"}
+    bundle: dict[str, Any] = {"text/plain": term_text(f"[image {name}] {url}")}
     if found is not None and found[1] in _NATIVE_IMAGE:
         data, mime = found
         bundle[mime] = base64.b64encode(data).decode("ascii")
     else:
-        src = image_src(url)
-        bundle["text/html"] = (
-            f'<img src="{html.escape(src, quote=True)}" alt="{html.escape(name, quote=True)}" '
-            f'style="max-width:480px"/>'
-        )
+        bundle["text/html"] = no_math(_image_html(name, url, 480))
     return bundle
 
 
+def _heading(name: str, cached: bool) -> str:
+    badge = " <em>(cached)</em>" if cached else ""
+    return f'<h4 class="flownb-output-name">{html_text(name)}{badge}</h4>'
+
+
+def _text_html(value: str) -> str:
+    return html_block(value) if value.strip() else "<em>(empty)</em>"
+
+
 def output_bundles(result: Shown) -> list[Bundle]:
-    """Return the display bundles of a result: for each output, a Markdown heading with its name
-    (and the text, as Markdown), then for an image output an image bundle.
+    """Return the display bundles of a result: for each output, an HTML heading with its name
+    and the text shown as the characters it is (escaped, never read as Markdown or HTML or math:
+    see :mod:`flownb.show.escape`), then for an image output an image bundle.
 
     Returns:
         ``(data, metadata)`` pairs, in output order, ready for ``publish_display_data``.
     """
     bundles: list[Bundle] = []
     for name, value in result.entries:
-        badge = " *(cached)*" if name in result.cached else ""
-        heading = f"#### {name}{badge}"
+        heading = _heading(name, name in result.cached)
         if result.is_image(name):
-            bundles.append(({"text/plain": f"{name}:", "text/markdown": heading}, {}))
+            named = {"text/plain": term_text(f"{name}:"), "text/html": no_math(heading)}
+            bundles.append((named, {}))
             bundles.append((_image_bundle(name, value), {}))
         else:
-            body = value if value.strip() else "*(empty)*"
             bundles.append(
-                ({"text/plain": f"{name}:\n{value}", "text/markdown": f"{heading}\n\n{body}"}, {})
+                (
+                    {
+                        "text/plain": term_text(f"{name}:\n{value}"),
+                        "text/html": no_math(heading + _text_html(value)),
+                    },
+                    {},
+                )
             )
     if not bundles:
-        bundles.append(({"text/plain": "(no outputs)", "text/markdown": "*(no outputs)*"}, {}))
+        bundles.append(({"text/plain": "(no outputs)", "text/html": "<em>(no outputs)</em>"}, {}))
     return bundles
 
 
@@ -201,31 +273,35 @@ def display_result(result: Shown) -> None:
 
 
 def result_bundle(result: Shown) -> dict[str, str]:
-    """Return a single MIME bundle of a result: Markdown (text as Markdown, images inlined as
-    data URLs) and plain text. Used where one bundle is needed (e.g. nbconvert, other tools)."""
+    """Return a single MIME bundle of a result: HTML (each output's name, then its text as
+    written or its image inlined as a data URL) and plain text. Used where one bundle is
+    needed (e.g. nbconvert, other tools)."""
     parts = []
     for name, value in result.entries:
-        badge = " *(cached)*" if name in result.cached else ""
-        if result.is_image(name):
-            body = (
-                f'<img src="{html.escape(image_src(value), quote=True)}" '
-                f'alt="{html.escape(name, quote=True)}" style="max-width:320px"/>'
-            )
-        else:
-            body = value if value.strip() else "*(empty)*"
-        parts.append(f"#### {name}{badge}\n\n{body}")
+        body = _image_html(name, value, 320) if result.is_image(name) else _text_html(value)
+        parts.append(_heading(name, name in result.cached) + body)
     return {
         "text/plain": result_text(result),
-        "text/markdown": "\n\n".join(parts) if parts else "*(no outputs)*",
+        "text/html": no_math("".join(parts)) if parts else "<em>(no outputs)</em>",
     }
 
 
 # ---- DataFrames -----------------------------------------------------------------------------
 
 
+# Where a results frame names its image columns (the columns of image nodes' outputs); a frame
+# that has it is never searched by content.
+IMAGE_COLUMNS_ATTR = "flownb_images"
+
+
 def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:
-    """Return the columns of ``df`` whose non-empty cells (the first ``sample`` of them) are all
-    image URLs."""
+    """Return the image columns of ``df``: those a flownb run named in ``df.attrs`` (its image
+    nodes' outputs; a text output is never an image, whatever it says), else, for a frame from
+    elsewhere, the columns whose non-empty cells (the first ``sample`` of them) are all image
+    URLs."""
+    named = df.attrs.get(IMAGE_COLUMNS_ATTR)
+    if isinstance(named, list | tuple):
+        return [c for c in dict.fromkeys(named) if c in df.columns]
     found = []
     for j, col in enumerate(df.columns):
         series = df.iloc[:, j]  # by position: duplicate column names stay distinct
@@ -366,13 +442,12 @@ class FrameView:
         if thumbnail and is_image_url(value):
             raw = _thumbnail_src(value, self.size)
             if raw.startswith("file:"):  # unreadable here, and a page cannot load it: the text
-                return html.escape(value)
-            src = html.escape(raw, quote=True)
+                return html_text(value)
             return (
-                f'<img src="{src}" title="{html.escape(value[:200], quote=True)}" '
+                f'<img src="{html_attr(raw)}" title="{html_attr(value[:200])}" '
                 f'style="max-width:{self.size}px;max-height:{self.size}px"/>'
             )
-        return html.escape(str(value)).replace("\n", "<br/>")
+        return html_text(str(value)).replace("\n", "<br/>")
 
     def _page_html(self, number: int) -> str:
         import pandas as pd
@@ -386,9 +461,9 @@ class FrameView:
                 j: [self._cell(v, col in thumbs) for v in shown.iloc[:, j].tolist()]
                 for j, col in enumerate(shown.columns)
             },
-            index=[html.escape(str(i)) for i in shown.index],
+            index=[html_text(str(i)) for i in shown.index],
         )
-        view.columns = [html.escape(str(c)) for c in shown.columns]
+        view.columns = [html_text(str(c)) for c in shown.columns]
         table = view.to_html(escape=False, na_rep="")
         total = len(self.df)
         note = ""
@@ -401,14 +476,15 @@ class FrameView:
                 f"<code>flownb.display_frame(df).page({others})</code>, or "
                 "<code>.pager()</code> for buttons</p>"
             )
-        return f'<div class="flownb-frame">{table}{note}</div>'
+        # Text left-aligned (a column of sentences reads from the left), not typeset as math.
+        return no_math(f"{_LEFT}{table}{note}", css="flownb-frame")
 
     def _repr_html_(self) -> str:
         return self._page_html(self.page_number)
 
     def __repr__(self) -> str:
         shown, start = self._rows(self.page_number)
-        text = shown.to_string(max_colwidth=60)
+        text = term_text(shown.to_string(max_colwidth=60))
         if len(shown) < len(self.df):
             text += (
                 f"\n[rows {start + 1:,}–{start + len(shown):,} of {len(self.df):,}, "

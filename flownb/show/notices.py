@@ -18,6 +18,8 @@ import sys
 import warnings
 from types import FrameType
 
+from .escape import term_text
+
 __all__ = ["PACKAGE_DIR", "warn"]
 
 # The package's folder as its modules' code objects name it (the same import path as __file__):
@@ -29,8 +31,10 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """Issue ``message`` as a warning attributed to the nearest caller outside flownb.
 
     When every frame is flownb's (a worker thread), it is attributed past the top of the stack,
-    as Python does for a too-large ``stacklevel`` (``sys:1``).
+    as Python does for a too-large ``stacklevel`` (``sys:1``). Control characters in
+    ``message`` (a model's answer quoted) are shown as symbols, never sent to a terminal.
     """
+    message = term_text(message)
     if sys.version_info >= (3, 12):
         warnings.warn(message, category, stacklevel=2, skip_file_prefixes=(PACKAGE_DIR,))
         return

@@ -12,7 +12,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["Progress"]
+from .escape import NO_MATH, html_text, no_math
+from .fallback import in_front_end
+
+__all__ = ["Progress", "open_bar"]
 
 # Seconds between two moves of the bar: often enough to look live, rarely enough that a
 # 100,000-row batch sends a few hundred widget updates, not 100,000.
@@ -22,8 +25,15 @@ INTERVAL = 0.2
 class Progress:
     """Wraps a tqdm-like ``bar``: :meth:`update` from any thread, :meth:`close` once."""
 
-    def __init__(self, bar: Any, interval: float = INTERVAL) -> None:
+    def __init__(
+        self, bar: Any, interval: float = INTERVAL, handle: Any = None, static: bool = False
+    ) -> None:
         self.bar = bar
+        # The notebook display the bar was shown in (see open_bar): a finished bar is replaced
+        # by its final state as static output, which a saved notebook keeps. ``static``: the
+        # bar was never shown (no front end), its final state is displayed when it closes.
+        self._handle = handle
+        self._static = static
         self._lock = threading.Lock()
         self._done = 0
         self._shown = 0  # only the thread moving the bar reads or writes this
@@ -76,10 +86,26 @@ class Progress:
         if postfix is not None:
             self.bar.set_postfix_str(postfix, refresh=False)
         if done > self._shown:
+            total = self.bar.total
+            if total is not None and done > total:  # more than counted: the total grows, never
+                self.bar.total = done  # shrinks while the work runs
             self.bar.update(done - self._shown)
             self._shown = done
         elif postfix is not None:
             self.bar.refresh()
+        self._unmath()
+
+    def _unmath(self) -> None:
+        """Keep the notebook bar's text out of the front end's math typesetter: tqdm writes it
+        escaped into an HTML widget, which typesets it, and "$0.0081 spent, $0.0081 saved" is
+        money, not math."""
+        children = getattr(getattr(self.bar, "container", None), "children", ())
+        for label in children[::2]:  # the texts left and right of the bar itself
+            value = getattr(label, "value", None)
+            if isinstance(value, str) and value and not value.startswith("<span class="):
+                label.value = (
+                    f'<span class="{NO_MATH}">{value.replace("$", "<span>$</span>")}</span>'
+                )
 
     def close(self, *, end_at_count: bool = False) -> None:
         """Stop the updater, show the final count and close the bar. ``end_at_count``: when
@@ -93,3 +119,52 @@ class Progress:
             self.bar.total = self.bar.n
             self.bar.refresh()
         self.bar.close()
+        self._unmath()
+        if self._handle is not None:
+            self._handle.update(self.final_bundle(), raw=True)
+        elif self._static:  # no front end drew a widget: the final state is the one output
+            from IPython.display import display
+
+            display(self.final_bundle(), raw=True)
+
+    def final_bundle(self) -> dict[str, str]:
+        """Return the bar as it ended, as static output: one line (``blog-intro: 6/6 rows in
+        0.38 s · $0 spent``), and in HTML a bar element with the same line (not typeset as
+        math). No rate nor clock time: a saved notebook compares equal run after run."""
+        bar = self.bar
+        total = bar.total if bar.total is not None else bar.n
+        elapsed = bar.format_dict.get("elapsed", 0.0)
+        line = f"{bar.desc}: {bar.n}/{total} {bar.unit}s in {elapsed:.2f} s"
+        if bar.postfix:
+            line += f" · {bar.postfix}"
+        # Nothing left to do (every call cached) reads as done, not as an empty bar.
+        value, most = (bar.n, total) if total else (1, 1)
+        meter = f'<progress value="{value}" max="{most}" style="width:12em"></progress> '
+        return {"text/plain": line, "text/html": no_math(meter + html_text(line), css="flownb-bar")}
+
+
+def open_bar(total: int, desc: str, unit: str) -> Progress:
+    """Return a :class:`Progress` on a new tqdm bar (``tqdm.auto``: a widget in a notebook, text
+    in a terminal). In a notebook front end the bar is shown under a display id, and when it
+    closes its final state replaces the widget as static output; where no front end draws
+    widgets (nbconvert ``--execute``, nbclient, nbval, papermill) only that final state is
+    shown, once the bar closes. Either way a saved notebook keeps what the bar said at the end,
+    not the "0%" a widget was displayed with."""
+    from tqdm.auto import tqdm
+
+    if not _notebook_bar(tqdm):
+        return Progress(tqdm(total=total, desc=desc, unit=unit, leave=True))
+    from IPython.display import display
+
+    bar = tqdm(total=total, desc=desc, unit=unit, leave=True, display=False)
+    container = getattr(bar, "container", None)
+    if container is None:  # disabled bar: nothing to show
+        return Progress(bar)
+    if not in_front_end():
+        return Progress(bar, static=True)
+    handle = display(container, display_id=True)
+    return Progress(bar, handle=handle)
+
+
+def _notebook_bar(cls: type) -> bool:
+    return any(c.__module__.startswith("tqdm.notebook") for c in cls.__mro__)

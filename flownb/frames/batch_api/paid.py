@@ -52,6 +52,21 @@ class _PaidOnce:
             self.used.add(key)
         return dataclasses.replace(gen, cached=False)
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+        """Return :meth:`CallCache.get_many`'s generations, each answer a batch brought in
+        served as :meth:`get` serves it the first time (the engine looks a batch's calls up in
+        bulk: the accounting must not depend on which lookup finds an answer)."""
+        found = self.cache.get_many(keys)
+        fresh = [key for key in found if key in self.paid]
+        if fresh:
+            with self.lock:
+                for key in fresh:
+                    if key in self.paid:
+                        self.paid.discard(key)
+                        self.used.add(key)
+                        found[key] = dataclasses.replace(found[key], cached=False)
+        return found
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cache, name)
 

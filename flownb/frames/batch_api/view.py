@@ -93,7 +93,8 @@ class _BarView:
 
     def update(self, records: Sequence[BatchRecord]) -> None:
         bar = self._bar
-        bar.total = sum(r.total or len(r.keys) for r in records)
+        # Never smaller than before: a total that shrank mid-run would read as work undone.
+        bar.total = max(bar.total or 0, sum(r.total or len(r.keys) for r in records))
         bar.n = sum(r.completed + r.failed for r in records)
         states = sorted({r.status for r in records})
         bar.set_postfix_str(f"{len(records)} batch(es): {', '.join(states)}", refresh=False)

@@ -1,0 +1,281 @@
+"""A call sent is a call paid: stopping a run lets the calls in flight end, into the cache and
+the run log, so the next run buys none of them again.
+
+Each surface is stopped while the loopback fake (a set latency per answer) holds calls in
+flight, then the same work runs again; the fake counts every request over both runs, and no
+prompt may have been asked twice:
+
+- ``flownb run --csv`` in a subprocess, stopped by SIGINT: it announces the calls it waits for,
+  keeps their rows and counts them in its cost line;
+- ``run_dataframe`` interrupted by a real SIGINT, as Jupyter's "interrupt kernel" sends it: it
+  returns at once, and the calls end in the background;
+- ``flownb serve``'s event stream (real uvicorn), whose client goes away mid-answer: the server
+  finishes the call without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import requests
+from serving import Running, post_run, run_server
+
+import flownb
+from flownb.frames.run import INTERRUPTED
+from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.conftest import make_flow, write_flow
+
+pytestmark = pytest.mark.timeout(120)
+
+SAY = make_flow({"say": "say {word}"}, ["word"])
+FAKE_KEY = "sk-fake-inflight-" + "Xy7" * 12
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"still waiting after {timeout:.0f} s: {what}")
+        time.sleep(0.01)
+
+
+def _prompts(fake: FakeOpenAI) -> Counter[str]:
+    """How many times the fake was asked each prompt."""
+    return Counter(body["messages"][-1]["content"] for body in fake.requests)
+
+
+def _cached_calls(home: Path) -> int:
+    """How many answers the call cache under ``home`` holds on disk (0 before it exists)."""
+    try:
+        with contextlib.closing(sqlite3.connect(home / "cache.sqlite", timeout=5)) as db:
+            return int(db.execute("SELECT count(*) FROM calls").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    # Every answer takes a second: Ctrl-C always finds calls in flight.
+    with FakeOpenAI(latency=1.0) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        yield server
+
+
+def _words(n: int) -> list[dict[str, str]]:
+    return [{"word": f"w{i}"} for i in range(n)]
+
+
+def test_ctrl_c_in_flownb_run_waits_for_the_calls_in_flight_and_buys_none_twice(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    rows, concurrency = 40, 8
+    flow = write_flow(tmp_path / "say.json", SAY)
+    data = tmp_path / "rows.csv"
+    with data.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["word"])
+        writer.writeheader()
+        writer.writerows(_words(rows))
+    out = tmp_path / "out.csv"
+    cmd = [
+        sys.executable, "-m", "flownb", "run", str(flow), "--csv", str(data),
+        "--provider", "openai", "--concurrency", str(concurrency), "--out", str(out),
+        "--no-progress",
+    ]  # fmt: skip
+    first = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
+    try:
+        # Ctrl-C once the first calls were answered and a full set is in flight.
+        wait_until(
+            lambda: (
+                fake.stats()["answered"] >= concurrency and fake.stats()["in_flight"] == concurrency
+            ),
+            "calls in flight",
+        )
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 130, err[-2000:]
+    waited = re.search(r"waiting for (\d+) calls? in flight, Ctrl-C again to abandon", err)
+    assert waited is not None, err[-2000:]
+    assert 1 <= int(waited.group(1)) <= concurrency
+    sent = fake.stats()
+    assert sent["answered"] == sent["requests"], "a request sent was not waited for"
+    with out.open(newline="", encoding="utf-8") as fh:
+        written = list(csv.DictReader(fh))
+    kept = [line for line in written if not line["error"]]
+    assert {line["error"] for line in written} == {"", INTERRUPTED}
+    assert all(line["say"] == echo(f"say {line['word']}") for line in kept)
+    # Every answer bought is a row of the output, and counted in the cost line.
+    assert len(kept) == sent["answered"]
+    counted = re.search(r"flownb: cost: .* for (\d+) run\(s\)", err)
+    assert counted is not None, err[-2000:]
+    assert int(counted.group(1)) == len(kept)
+
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+    assert second.returncode == 0, second.stderr[-2000:]
+    asked = _prompts(fake)
+    assert len(asked) == rows and max(asked.values()) == 1, "some call was bought twice"
+
+
+def test_a_second_ctrl_c_abandons_the_calls_in_flight(tmp_path: Path) -> None:
+    with FakeOpenAI(fail_markers={"hang": "slow"}) as slow:  # held until the client leaves
+        env = {**os.environ, "OPENAI_BASE_URL": slow.url, "OPENAI_API_KEY": FAKE_KEY}
+        flow = write_flow(tmp_path / "say.json", SAY)
+        err_path = tmp_path / "err.txt"
+        cmd = [
+            sys.executable, "-m", "flownb", "run", str(flow), "--var", "word=slow",
+            "--provider", "openai",
+        ]  # fmt: skip
+        with err_path.open("w") as err:
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL
+            )
+        try:
+            wait_until(lambda: slow.stats()["in_flight"] == 1, "the call in flight")
+            proc.send_signal(signal.SIGINT)
+            wait_until(lambda: "Ctrl-C again to abandon" in err_path.read_text(), "the notice")
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert code == 130
+        assert slow.stats()["answered"] == 0  # abandoned before its answer came
+        assert "waiting for 1 call in flight" in err_path.read_text()
+        wait_until(lambda: slow.stats()["in_flight"] == 0, "the fake to see the client leave")
+
+
+def test_interrupted_run_dataframe_returns_at_once_and_the_calls_end_in_the_background(
+    fake: FakeOpenAI, flownb_env: Path
+) -> None:
+    rows, concurrency = 40, 8
+    flow = flownb.load_flow(SAY, provider="openai", name="say", concurrency=concurrency)
+    df = pd.DataFrame(_words(rows))
+    running = threading.Event()
+
+    def interrupt() -> None:
+        # A real SIGINT, as Jupyter's "interrupt kernel" sends it, while a full set of calls
+        # is in flight; only while the frame runs, so a stray one cannot stop the session.
+        wait_until(
+            lambda: (
+                fake.stats()["answered"] >= concurrency and fake.stats()["in_flight"] == concurrency
+            ),
+            "calls in flight",
+        )
+        if running.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.warns(UserWarning, match="already sent finish in the background"):
+        running.set()
+        try:
+            out = flow.run_dataframe(df, progress=False)
+        finally:
+            running.clear()
+    finished = int(out["error"].isna().sum())
+    assert 0 < finished < rows and (out["error"].dropna() == INTERRUPTED).all()
+    # The calls in flight were sent before Ctrl-C and end after the frame came back: into the
+    # cache and the run log, not into the frame.
+    wait_until(lambda: fake.stats()["in_flight"] == 0, "the calls in flight")
+    sent = fake.stats()["requests"]
+    assert sent == fake.stats()["answered"]
+    wait_until(lambda: _cached_calls(flownb_env) == sent, "the late answers in the cache")
+    wait_until(lambda: len(flownb.runs("say")) == sent, "the late rows in the run log")
+    assert finished < sent
+
+    again = flow.run_dataframe(df, progress=False)
+    assert list(again["say"]) == [echo(f"say w{i}") for i in range(rows)]
+    asked = _prompts(fake)
+    assert len(asked) == rows and max(asked.values()) == 1, "some call was bought twice"
+
+
+@pytest.fixture
+def server(
+    flownb_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Running, FakeOpenAI]]:
+    # One word every 200 ms: the client leaves after the first, with the answer half sent.
+    with FakeOpenAI(stream_delay=0.2) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        flows = tmp_path / "flows"
+        flows.mkdir()
+        write_flow(flows / "story.json", make_flow({"story": "{x}"}, ["x"]))
+        with run_server(flows, flownb_env, provider="openai", cache=True, log=True) as running:
+            yield running, fake
+
+
+WORDS = "one two three four five six seven eight nine ten"
+
+
+def test_a_client_leaving_the_event_stream_does_not_make_the_call_bought_twice(
+    server: tuple[Running, FakeOpenAI], flownb_env: Path
+) -> None:
+    running, fake = server
+    resp = requests.post(
+        f"{running.url}/api/flows/run/story",
+        json={"variables": {"x": WORDS}},
+        headers={"x-api-key": running.key, "Accept": "text/event-stream"},
+        stream=True,
+        timeout=60,
+    )
+    assert resp.status_code == 200
+    lines = resp.iter_lines(chunk_size=None)  # type: ignore[call-overload]
+    assert next(line for line in lines if line.startswith(b"event: ")) == b"event: text"
+    resp.close()  # the client goes away with the answer half streamed
+    # The server finishes the call without it: answered, cached and logged.
+    wait_until(lambda: fake.stats()["answered"] == 1, "the streamed call's end")
+    wait_until(lambda: _cached_calls(flownb_env) == 1, "the answer in the cache")
+    wait_until(lambda: len(flownb.runs("story")) == 1, "the run in the run log")
+
+    again = post_run(running, "story", {"x": WORDS})
+    assert again.status_code == 200, again.text
+    assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
+    assert fake.stats()["requests"] == 1, "the call was bought twice"
+
+
+def test_a_client_leaving_a_plain_run_does_not_make_the_call_bought_twice(
+    flownb_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAI(latency=2.0) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        flows = tmp_path / "flows"
+        flows.mkdir()
+        write_flow(flows / "story.json", make_flow({"story": "{x}"}, ["x"]))
+        with run_server(flows, flownb_env, provider="openai", cache=True, log=True) as running:
+            # The client gives up while the call is in flight (its read times out).
+            with pytest.raises(requests.exceptions.ReadTimeout):
+                requests.post(
+                    f"{running.url}/api/flows/run/story",
+                    json={"variables": {"x": WORDS}},
+                    headers={"x-api-key": running.key},
+                    timeout=(5, 0.5),
+                )
+            wait_until(lambda: fake.stats()["answered"] == 1, "the call's end")
+            wait_until(lambda: _cached_calls(flownb_env) == 1, "the answer in the cache")
+            wait_until(lambda: len(flownb.runs("story")) == 1, "the run in the run log")
+            again = post_run(running, "story", {"x": WORDS})
+            assert again.status_code == 200, again.text
+            assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
+            assert fake.stats()["requests"] == 1, "the call was bought twice"
