@@ -133,12 +133,28 @@ def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
             click.echo(f"flownb: {judged_by_line(j.name, info, same)}", err=True)
 
 
+def scale_text(report: Any, rows: int = 1_000_000) -> str:
+    """Return each variant's price for ``rows`` rows at list price, and through the batch API
+    where its provider has one, in one line."""
+    from ..show.meter import usd
+
+    parts = []
+    for v, r in report.price(rows).iterrows():
+        batch = r["batch_usd"]
+        parts.append(
+            f"{v} {usd(float(r['list_usd']))}"
+            + (f" (batch {usd(batch)})" if batch == batch else "")
+        )
+    return f"{rows:,} rows at list price: {', '.join(parts)}"
+
+
 def summary_text(report: Any) -> str:
     """Return the summary as a text table: per variant n, errors, and each metric's mean (rates
     as percentages) with its 95% interval, and its paired p-value against the first variant."""
     import pandas as pd
 
     from ..evaluation.html import fmt_number, fmt_p, fmt_rate
+    from ..evaluation.speed import speed_text
 
     summary = report.summary
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
@@ -158,6 +174,8 @@ def summary_text(report: Any) -> str:
             if p is not None and p == p:
                 text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
             table[m].append(text)
+    if "latency_p50_s" in summary.columns:
+        table["p50 / p95 s"] = [speed_text(row) for _, row in summary.iterrows()]
     frame = pd.DataFrame(table, index=summary.index)
     money = "price_per_row" in summary.columns
     if money:
@@ -181,6 +199,8 @@ def summary_text(report: Any) -> str:
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         text = frame.to_string()
     note = "mean or rate [95% interval]"
+    if "latency_p50_s" in summary.columns:
+        note += "; p50 / p95: seconds at the provider per row (rows timed)"
     if "repeats" in summary.columns:
         flips = ", ".join(f"{v} {int(k)}" for v, k in summary["flips"].items())
         note += (
@@ -281,6 +301,14 @@ def money_line(report: Any) -> str | None:
     help="Run each (variant, row), judges included, K times (each repeat cached apart): the "
     "summary gives per-row means, their spread and the rows whose pass/fail flips.",
 )
+@click.option(
+    "--frontier",
+    "frontier_path",
+    metavar="PATH",
+    default=None,
+    help="Draw quality (pass rate) against price per row, speed as colour, to a .png or .svg, "
+    "and print which variants are on the frontier.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option(
     "--dry-run",
@@ -304,6 +332,7 @@ def eval_command(
     endpoint: str | None,
     concurrency: int | None,
     repeats: int,
+    frontier_path: str | None,
     no_progress: bool,
     dry_run: bool,
     details: bool,
@@ -320,6 +349,8 @@ def eval_command(
         raise usage_error("--map", exc) from None
     if out_path and Path(out_path).suffix.lower() not in (".html", ".csv", ".json"):
         raise click.BadParameter("must end in .html, .csv or .json", param_hint="--out")
+    if frontier_path and Path(frontier_path).suffix.lower() not in (".png", ".svg"):
+        raise click.BadParameter("must end in .png or .svg", param_hint="--frontier")
     config = load_config(config_path)
     specs = config.get("scorers") or []
     if not isinstance(specs, list):
@@ -353,9 +384,15 @@ def eval_command(
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
     summary = report.summary  # type: ignore[union-attr]
     click.echo(term_text(summary_text(report)))
+    if frontier_path:
+        frontier = report.frontier()  # type: ignore[union-attr]
+        frontier.save(frontier_path)
+        click.echo(term_text(frontier.sentence))  # variant names are text
+        click.echo(f"flownb: wrote the frontier to {frontier_path}", err=True)
     line = money_line(report)
     if line is not None:  # what the evaluation spent and saved, the judges' part apart
         click.echo(f"flownb: {line}", err=True)
+    click.echo(f"flownb: {scale_text(report)}", err=True)
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]

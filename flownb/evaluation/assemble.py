@@ -91,6 +91,8 @@ def _assemble(
         cols.update(money_columns(got.money))  # spent, saved and price kept apart
         cols["prompt_cache_saved_usd"] = np.array(got.prompt_cache, dtype=float)
         cols.update(got.judge_columns())
+        speed = np.array(got.speed, dtype=float).reshape(n, 3)
+        cols["provider_s"], cols["output_tokens"], cols["fresh_s"] = speed.T
         cols["cached"] = np.array(got.cached, dtype=bool)
         cols["error"] = pd.array(got.error, dtype=object)
         parts.append(pd.DataFrame(cols))
@@ -101,7 +103,8 @@ def _assemble(
         ordered.append(s.name)
         if f"{s.name}_reason" in results.columns:
             ordered.append(f"{s.name}_reason")
-    ordered += ["passed", "latency_s", "total_tokens", *MONEY_COLUMNS]
+    ordered += ["passed", "latency_s", "provider_s", "output_tokens", "fresh_s", "total_tokens"]
+    ordered += list(MONEY_COLUMNS)
     if "judge_calls" in results.columns:
         ordered += list(JUDGE_COLUMNS)
     ordered += ["cached", "error"]
@@ -160,6 +163,7 @@ def describe_evaluation(
             models = collected[name].models if name in collected else {}
             item["provider"] = flow.provider.name
             item["endpoint"] = _endpoint(flow.provider)
+            item["batch_api"] = bool(flow.provider.supports_batches)  # half price there
             item["nodes"] = [
                 {
                     "name": step.name,

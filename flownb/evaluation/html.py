@@ -31,6 +31,7 @@ from urllib.parse import urlparse
 
 from ..show.escape import NO_MATH, html_attr, html_text, no_math
 from ..show.meter import usd
+from .decide_html import SPEED_HEAD, frontier_section, speed_cell
 from .money import RANK_NOTE, bill_html, money_cells, price_row
 
 if TYPE_CHECKING:
@@ -336,10 +337,9 @@ def summary_html(report: ReportView) -> str:
                 note = fmt_p(p)
                 text += "<br>" + (f"<b>{note} differs</b>" if row[f"{m}_differs"] else note)
             cells.append(f"<td>{text}</td>")
-        latency = row["latency_s"]
         tokens = row["total_tokens"]
         tokens_text = "–" if tokens != tokens else f"{int(tokens):,}"
-        cells.append(f"<td>{fmt_number(latency)}</td><td>{tokens_text}</td>")
+        cells.append(f"{speed_cell(row)}<td>{tokens_text}</td>")
         if money:
             cells.append(money_cells(row))
         rows.append(f"<tr><th>{_esc(variant)}</th>{''.join(cells)}</tr>")
@@ -350,7 +350,7 @@ def summary_html(report: ReportView) -> str:
         + judges_html(report)
         + (
             f"<table class='flownb-eval'><thead><tr><th>variant</th><th>n</th><th>errors</th>{head}"
-            f"<th>latency_s</th><th>total_tokens</th>{money_head}</tr></thead>"
+            f"{SPEED_HEAD}<th>total_tokens</th>{money_head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody>"
             "</table><p class='inp'>mean (pass rate for pass/fail, win rate for pick_best) [95% "
             "interval: Wilson for rates, Student t for means]; p: paired test against the first "
@@ -591,6 +591,6 @@ def page_html(report: ReportView, limit: int | None = 1000) -> str:
         f"<title>{title}</title><style>{STYLE}{PAGE_STYLE}</style></head>"
         f"<body class='{NO_MATH}'>"
         f"<h1>{heading}</h1>{header_html(report)}<h2>Summary</h2>{summary_html(report)}"
-        f"{plot_svg(report)}"
+        f"{plot_svg(report)}{frontier_section(report)}"
         f"<h2>Side by side</h2>{compare_html(report, limit=limit)}</body></html>\n"
     )

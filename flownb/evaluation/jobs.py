@@ -26,6 +26,7 @@ from ..runtime.pipeline import Observers
 from ..scorers import Block, Scorer
 from ..scorers.judge import JudgeScorer
 from .money import Charged, money_of_result, prompt_cache_saved_of
+from .speed import row_speed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,9 +39,13 @@ class _Collected(Charged):
     """One variant's outcomes as columns, filled as rows finish (no RunResult kept), and the
     judges' bill for grading them."""
 
-    def __init__(self, n: int, outputs: Sequence[str]) -> None:
+    def __init__(self, n: int, outputs: Sequence[str], plan: Any = None) -> None:
         super().__init__(n)
         self.outputs = list(dict.fromkeys(outputs))
+        self.plan = plan  # the flow's plan: which calls wait for which (the critical path)
+        # Per row (see .speed.row_speed): provider time on the critical path, and the output
+        # tokens and provider seconds of the calls that went to the provider.
+        self.speed: list[tuple[float, float, float]] = [(math.nan, 0.0, 0.0)] * n
         self.values: dict[str, list[Any]] = {o: [None] * n for o in self.outputs}
         self.latency: list[float] = [math.nan] * n
         self.tokens: list[float] = [math.nan] * n
@@ -81,6 +86,7 @@ class _Collected(Charged):
                 tokens += usage.get("total_tokens", 0)
         if reported:
             self.tokens[i] = float(tokens)
+        self.speed[i] = row_speed(self.plan, result.generations)
         self.done[i] = True  # last: a row is never seen done without its values
 
     def mark_interrupted(self) -> int:
@@ -250,6 +256,10 @@ def _run_jobs(
         # A call two variants (or judges) make alike is paid once, even when both are in
         # flight at the same moment: what the preview counts.
         SHARED_TWINS.set({})
+        # Each SDK's first-use set-up, done before any call is in flight: it blocks the loop,
+        # and would otherwise be counted in the time of every answer then awaited.
+        for provider in {id(f.provider): f.provider for f in local}.values():
+            provider.warm()
         bound = _Bound(total) if several else None
         tasks = []
         for flow, batch, on_result in rest:

@@ -16,7 +16,9 @@ from . import stats
 from .labelling import Labelled
 from .money import bill, price_ranks, summary_money
 from .preferences import Preferring
+from .price import price_per_row
 from .shape import ScorerInfo
+from .speed import variant_speed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +35,12 @@ class EvalReport(Labelled, Preferring):
         id: the evaluation's id in the run log (``report.diff(id)`` reads it back).
         results: one row per (variant, input row): ``variant``, the input row's index and
             columns, every output, one column per scorer (``<name>_reason`` where reasons
-            exist), ``passed``, ``latency_s``, ``total_tokens``, ``spent_usd`` (US dollars
-            this run paid for the row: 0 when cached), ``saved_usd`` (what the cache saved),
+            exist), ``passed``, ``latency_s`` (the row's time here, cache included),
+            ``provider_s`` (its time at the provider on the critical path, see
+            :mod:`flownb.evaluation.speed`), ``output_tokens`` and ``fresh_s`` (output tokens and
+            provider seconds of the calls that went to the provider this run),
+            ``total_tokens``, ``spent_usd`` (US dollars this run paid for the row: 0 when
+            cached), ``saved_usd`` (what the cache saved),
             ``price_usd`` (the row's list price: its calls at what they cost when bought,
             cached or not), ``unpriced_calls`` (calls without a known price, left out of
             those), with judges ``judge_calls``, ``judge_spent_usd``, ``judge_saved_usd``,
@@ -136,7 +142,12 @@ class EvalReport(Labelled, Preferring):
         """One row per variant (index: variant name): ``n``, ``errors``, ``pass_rate`` and per
         scorer its mean (the pass rate for pass/fail scorers, the win rate for ``pick_best``),
         each with a 95% interval (``_low``/``_high``: Wilson for rates, Student t for means);
-        mean ``latency_s``; summed ``total_tokens``; the money, three figures never mixed (see
+        mean ``latency_s``; the speed at the provider (see :mod:`flownb.evaluation.speed`):
+        ``latency_p50_s`` and ``latency_p95_s`` over the rows whose time is known,
+        ``latency_rows`` (how many), ``latency_cached_rows`` (of those, served from the cache
+        and timed as when bought), ``latency_unknown_rows`` (left out), ``tokens_per_s`` (output
+        tokens per second of provider time); ``usd_per_1m_rows`` (a million rows at list price;
+        see :meth:`price`); summed ``total_tokens``; the money, three figures never mixed (see
         :mod:`flownb.evaluation.money`): ``price_per_row`` (what one row costs at list price,
         from the tokens each answer used when it was bought, cached or not: the same on every
         re-run) and ``price_rank`` (1: the cheapest per row), ``spent_usd`` (what this run
@@ -176,6 +187,7 @@ class EvalReport(Labelled, Preferring):
             spread = variant_spread(self.runs, self.scorers, self.variants)
             # Per-row shares and means: intervals and paired tests for scores apply.
             metrics = [(name, "float") for name, _ in metrics]
+        runs = self.runs
         for v, g in groups.items():
             row: dict[str, Any] = {"n": len(g), "errors": int(g["error"].notna().sum())}
             for name, kind in metrics:
@@ -196,6 +208,7 @@ class EvalReport(Labelled, Preferring):
             row["latency_s"] = (
                 float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
             )
+            row.update(variant_speed(runs[runs["variant"] == v]))  # over every repeat's run
             row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
             row.update(summary_money(g))  # spent, saved, price per row; the judges' apart
             if spread:
@@ -218,6 +231,8 @@ class EvalReport(Labelled, Preferring):
                 "price_rank",
                 price_ranks(summary["price_per_row"]),
             )
+        per_row = price_per_row(summary)
+        summary.insert(summary.columns.get_loc("total_tokens"), "usd_per_1m_rows", per_row * 1e6)
         return self._with_label_counts(summary)  # how many labels the human figures rest on
 
     @property
@@ -273,6 +288,64 @@ class EvalReport(Labelled, Preferring):
         return stats.paired_float_test(
             a[both].astype(float).tolist(), b[both].astype(float).tolist()
         )
+
+    # -- the decision: price at scale, the frontier, the choice -----------------------------------
+
+    def price(self, rows: int = 1_000_000) -> pd.DataFrame:
+        """Return what each variant costs for ``rows`` rows (index: variant): ``price_per_row``
+        (list price; see :func:`flownb.evaluation.price.price_per_row`), ``rows``,
+        ``list_usd``, ``batch_usd`` (through the provider's batch API at half price; NaN where
+        it has none), ``judges_usd`` (the judges' price for those rows, apart) and
+        ``total_usd`` (list price plus judges).
+
+        Raises:
+            ConfigError: ``rows`` is not a whole number of at least 1.
+        """
+        from .price import price_table
+
+        return price_table(self.summary, self.context, rows)
+
+    def frontier(
+        self,
+        quality: str = "pass_rate",
+        price: str | None = None,
+        speed: str | None = "latency_p95_s",
+    ) -> Any:
+        """Return the :class:`~flownb.evaluation.frontier.Frontier`: ``quality`` (``pass_rate``
+        or a scorer's name) against ``price`` (a summary column; default: the price per row),
+        each point with its 95% interval, ``speed`` (a summary column, None: none) as its
+        colour, the Pareto-efficient variants joined and the dominated ones faded. Shown as SVG
+        in a notebook; ``.sentence`` says which variants are efficient and which pairs the data
+        cannot tell apart (intervals overlap or paired test p >= 0.05); ``.save("f.png")``.
+
+        Raises:
+            ConfigError: an unknown quality, price or speed column.
+        """
+        from .frontier import report_frontier
+
+        return report_frontier(self, quality, price, speed)
+
+    def choose(
+        self,
+        min_quality: float | None = None,
+        max_price: float | None = None,
+        max_p95: float | None = None,
+        *,
+        quality: str = "pass_rate",
+    ) -> Any:
+        """Return the :class:`~flownb.evaluation.choose.Choice`: the cheapest variant whose
+        ``quality`` (``pass_rate`` or a scorer) has a 95% lower bound of at least
+        ``min_quality``, whose price per row is at most ``max_price`` (US dollars) and whose p95
+        latency at the provider is at most ``max_p95`` seconds (a bar left None is not applied).
+        Its repr states the rule and every variant's numbers; when no variant qualifies it says
+        why, how many more rows would decide it and which rows to label.
+
+        Raises:
+            ConfigError: an unknown quality, or a bar that is not a number.
+        """
+        from .choose import report_choice
+
+        return report_choice(self, quality, min_quality, max_price, max_p95)
 
     # -- views -----------------------------------------------------------------------------------
 

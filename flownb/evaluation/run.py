@@ -317,7 +317,10 @@ def _run(
         # The bar counts provider calls: its total is the preview's count on this cache state.
         # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
         bar = open_bar(preview.n_calls, "evaluate", "call")
-    collected = [{name: _Collected(n, f.outputs) for name, f in r.variants.items()} for r in rounds]
+    collected = [
+        {name: _Collected(n, f.outputs, getattr(f, "plan", None)) for name, f in r.variants.items()}
+        for r in rounds
+    ]
     interrupted = False
     judged: list[Judged] = [{} for _ in rounds]
     paid_log = ExitStack()

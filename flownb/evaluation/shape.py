@@ -91,6 +91,12 @@ class ReportView(Protocol):
     def plot(self) -> Any:
         """A matplotlib figure of the scores per variant."""
 
+    def frontier(self) -> Any:
+        """Quality against price per row (see :mod:`flownb.evaluation.frontier`)."""
+
+    def price(self, rows: int = 1_000_000) -> pd.DataFrame:
+        """Each variant's price for ``rows`` rows (see :mod:`flownb.evaluation.price`)."""
+
     @property
     def variant_params(self) -> Mapping[str, Mapping[str, str]]:
         """Variant name -> its set-up as text (provider, model, prompts, model parameters)."""

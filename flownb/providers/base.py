@@ -105,6 +105,9 @@ class Generation:
     (its cached input tokens priced as fresh input, less ``cost``; negative when writing the
     cache cost more than it saved), kept with the cached answer; ``None`` when the answer
     reported no cached tokens.
+    ``provider_s`` is how long the provider took to answer the attempt that succeeded (seconds,
+    request sent to answer read; queueing and retries excluded), kept with a cached generation
+    as the time it took when bought; ``None`` when not measured.
     """
 
     output: str
@@ -119,6 +122,7 @@ class Generation:
     priced_as: Mapping[str, Any] | None = None
     prompt_cache_saved: float | None = None
     response_id: str | None = None
+    provider_s: float | None = None
 
 
 # -- provider batches (half price, results within hours; driven by flownb.frames.batch_api)
@@ -225,6 +229,12 @@ class Provider(ABC):
         Raises:
             ConfigError: naming the node and the parameter.
         """
+
+    def warm(self) -> None:  # noqa: B027 - a hook: most providers have nothing to make
+        """Make what the first call on the running event loop would make first (an SDK's client,
+        whose TLS set-up takes a good part of a second, and what its first request loads), so
+        that the time measured for the answers of a run started after it is the provider's:
+        called on the event loop before a run's calls are sent. The default does nothing."""
 
     def notes(self, kind: Kind, params: Mapping[str, Any], node: str) -> Sequence[tuple[str, str]]:
         """Return what the provider changes in a node's request: ``(topic, message)`` pairs (a

@@ -32,6 +32,7 @@ import asyncio
 import dataclasses
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
@@ -43,6 +44,7 @@ from ..infra import tracing
 from ..infra.aio import settled
 from .base import Call, Generation, Provider
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
+from .wire import WIRE, Wire
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -404,10 +406,19 @@ class CallRunner:
                     # end (no await between this and the send: it cannot be cancelled before).
                     waiting.discard(task)
                     _count_sent(1)
+                    wire = Wire()
+                    mark = WIRE.set(wire)
+                    began = time.perf_counter()
                     try:
                         gen = await self._generate(call, level, seq, sink)
                     finally:
+                        WIRE.reset(mark)
                         _count_sent(-1)
+                    # The provider's own time, apart from waits for a slot, retries and (where
+                    # the HTTP client says when the request left and the answer came) the other
+                    # calls on this loop: the speed an evaluation reports, kept with the cache.
+                    ended = time.perf_counter()
+                    gen.provider_s = wire.elapsed(began, ended, streamed=sink is not None)
                     settle(gen)  # before the slot is freed, so the next call sees the correction
         finally:
             waiting.discard(task)

@@ -41,6 +41,7 @@ from .vendor import (
     Notes,
     Reach,
     clients_per_loop,
+    import_quietly,
     need_extra,
     redact,
     split_version,
@@ -169,6 +170,15 @@ class GeminiProvider(HostedProvider):
         v = config.vendors
         reach = Reach.of(config, "gemini", v.gemini_api_key, v.gemini_base_url)
         return cls(media=media, api_key=reach.key, base_url=reach.base_url, headers=reach.headers)
+
+    def warm(self) -> None:
+        """Make this event loop's SDK client and build the answer's models the SDK builds on
+        first use (a fifth of a second); see :meth:`Provider.warm`."""
+        from google.genai import types
+
+        self._client()
+        import_quietly("anyio._backends._asyncio")
+        types.GenerateContentResponse.model_validate({})
 
     def _new_client(self) -> Any:
         from google import genai

@@ -40,6 +40,9 @@ class RepeatedProvider(Provider):
     def check_params(self, kind: Kind, params: Mapping[str, Any], node: str) -> None:
         self.real.check_params(kind, params, node)
 
+    def warm(self) -> None:
+        self.real.warm()
+
     def sent_params(self, kind: Kind, params: Mapping[str, Any]) -> dict[str, Any]:
         return self.real.sent_params(kind, params)
 

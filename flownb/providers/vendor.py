@@ -24,6 +24,7 @@ __all__ = [
     "Notes",
     "Reach",
     "clients_per_loop",
+    "import_quietly",
     "need_extra",
     "no_sdk_spans",
     "redact",
@@ -129,6 +130,18 @@ def redact(text: str, key: str | None) -> str:
 
 # What a vendor provider changes in a node's request: (topic, message) pairs, said once per topic.
 Notes = list[tuple[str, str]]
+
+
+def import_quietly(*modules: str) -> None:
+    """Import ``modules`` now, those that exist: what an SDK would import on its first request
+    (see :meth:`~flownb.providers.base.Provider.warm`)."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
 
 
 def clients_per_loop(factory: Callable[[], Any]) -> Callable[[], Any]:

@@ -83,6 +83,8 @@ def _encode(gen: Generation) -> str:
         "usage": gen.usage,
         "cost": gen.cost,  # a hit's saving (null: priced before flownb kept prices)
     }
+    if gen.provider_s is not None:  # how long it took when bought: a cached row's speed
+        stored["provider_s"] = gen.provider_s
     if gen.finish_reason == "length":  # a text cut short stays flagged when read back
         stored["finish_reason"] = gen.finish_reason
     if gen.prompt_cache_saved is not None:  # what the provider's prompt cache saved, when bought
@@ -245,6 +247,7 @@ class CallCache:
             finish_reason=data.get("finish_reason"),
             cost=data.get("cost"),
             prompt_cache_saved=data.get("prompt_cache_saved"),
+            provider_s=data.get("provider_s"),
         )
 
     def put(self, key: str, gen: Generation) -> None:

@@ -48,12 +48,14 @@ from ..vendor import (
     Notes,
     Reach,
     clients_per_loop,
+    import_quietly,
     need_extra,
     no_sdk_spans,
     redact,
     split_version,
     status_error,
 )
+from ..wire import httpx_hooks
 from .batch import AnthropicBatches
 
 __all__ = [
@@ -180,6 +182,12 @@ class AnthropicProvider(HostedProvider):
         reach = Reach.of(config, "anthropic", v.anthropic_api_key, v.anthropic_base_url)
         return cls(api_key=reach.key, base_url=reach.base_url, headers=reach.headers, media=media)
 
+    def warm(self) -> None:
+        """Make this event loop's SDK client and load what its first request would load (the
+        async backend, the tracing headers); see :meth:`Provider.warm`."""
+        self._client()
+        import_quietly("anyio._backends._asyncio", "opentelemetry.propagate")
+
     def _new_client(self) -> Any:
         from anthropic import AsyncAnthropic
 
@@ -189,6 +197,8 @@ class AnthropicProvider(HostedProvider):
         if self._key:
             # The Messages API's own key header, whichever header this SDK release sends.
             headers.setdefault("x-api-key", self._key)
+        from anthropic import DefaultAsyncHttpxClient
+
         return AsyncAnthropic(
             api_key=self._key or "unused",
             base_url=self.base_url,
@@ -196,6 +206,8 @@ class AnthropicProvider(HostedProvider):
             timeout=None,
             default_headers=headers or None,
             **no_sdk_spans(AsyncAnthropic),
+            # When each request left and its answer came, for its time at the provider.
+            http_client=DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None),
         )
 
     def prepare(self, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
 from ..vendor import redact
+from ..wire import aiohttp_trace
 from .answers import (
     _as_chunk,
     _chunk_of,
@@ -273,6 +274,7 @@ class _AiohttpTransport:
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            trace_configs=[aiohttp_trace()],  # when each request left, for its time
         )
         _SESSIONS[ident] = session
         await _close_with_loop(_SESSIONS, ident, session.close)

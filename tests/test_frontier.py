@@ -1,0 +1,281 @@
+"""The vendor decision: speed per variant, price at scale, the frontier and the choice, from a
+three-vendor evaluation through the loopback fakes of OpenAI, Anthropic and Gemini (set
+latencies, scripted answers, endpoint prices), compared with figures worked out by hand."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import flownb
+from flownb import Endpoint
+from flownb import scorers as S
+from flownb.errors import ConfigError
+from flownb.evaluation import stats
+from flownb.evaluation.frontier import POINTS_ID
+from flownb.testing.fake_anthropic import FakeAnthropic
+from flownb.testing.fake_gemini import FakeGemini
+from flownb.testing.fake_openai import FakeOpenAI
+from tests.conftest import make_flow
+
+# US dollars per million tokens (input, output), set on each endpoint.
+PRICES = {"gpt": (1.0, 2.0), "claude": (3.0, 15.0), "gem": (0.5, 1.0)}
+MODELS = {"gpt": "gpt-4o-mini", "claude": "claude-haiku-4-5", "gem": "gemini-2.5-flash"}
+PROMPT = "Say something about {topic}"  # 4 words with the topic: 4 input tokens at the fakes
+
+
+@pytest.fixture
+def vendors() -> Iterator[dict[str, FakeOpenAI]]:
+    """One fake per vendor, answering at once."""
+    with FakeOpenAI() as gpt, FakeAnthropic() as claude, FakeGemini() as gem:
+        yield {"gpt": gpt, "claude": claude, "gem": gem}
+
+
+def _flows(
+    fakes: dict[str, FakeOpenAI],
+    flow: dict | None = None,
+    cached_input: dict[str, float] | None = None,
+) -> dict[str, flownb.LocalFlow]:
+    kinds = {"gpt": "openai", "claude": "anthropic", "gem": "gemini"}
+    flows = {}
+    for name, fake in fakes.items():
+        inp, out = PRICES[name]
+        prices = {"input": inp, "output": out}
+        if cached_input is not None:
+            prices["cached_input"] = cached_input[name]
+        endpoint = Endpoint(
+            name,
+            kinds[name],
+            base_url=fake.url,
+            api_key="sk-test-key",
+            prices={"*": prices},
+        )
+        loaded = flownb.load_flow(
+            flow or make_flow({"A": PROMPT}, ["topic"]), endpoint=endpoint, provider=kinds[name]
+        )
+        flows[name] = loaded.with_model(MODELS[name])
+    return flows
+
+
+def _script(fakes: dict[str, FakeOpenAI], fails: dict[str, int]) -> None:
+    """Make each fake answer "yes", but "no" to its first ``fails[name]`` topics (x00, ...)."""
+    for name, fake in fakes.items():
+        replies = {f"x{i:02d}": "no" for i in range(fails[name])}
+        fake.configure(replies={**replies, "about": "yes"})
+
+
+def test_p50_and_p95_are_the_providers_set_latencies_and_cached_rows_keep_them() -> None:
+    data = pd.DataFrame({"topic": [f"x{i:02d}" for i in range(8)]})
+    # Long enough that 10% covers what a loaded machine adds to a loopback round trip (the
+    # fakes' threads and the client's loop waiting for a core: up to a few tenths of a second
+    # on a busy shared machine), short enough for a test.
+    latencies = {"gpt": 3.0, "claude": 4.0, "gem": 5.0}
+    with (
+        FakeOpenAI(latency=3.0) as gpt,
+        FakeAnthropic(latency=4.0) as claude,
+        FakeGemini(latency=5.0) as gem,
+    ):
+        flows = _flows({"gpt": gpt, "claude": claude, "gem": gem})
+        report = flownb.evaluate(flows, data, progress=False)
+        again = flownb.evaluate(flows, data, progress=False)  # every answer from the cache
+        sent = [len(f.requests) for f in (gpt, claude, gem)]
+    assert sent == [8, 8, 8]  # the second run sent nothing
+    summary = report.summary
+    assert summary["latency_p50_s"].to_dict() == pytest.approx(latencies, rel=0.1)
+    assert summary["latency_p95_s"].to_dict() == pytest.approx(latencies, rel=0.1)
+    for name in latencies:
+        row = summary.loc[name]
+        assert row["latency_rows"] == 8
+        assert row["latency_cached_rows"] == 0
+        # Output tokens per second of provider time, over the calls sent.
+        fresh = report.results[report.results["variant"] == name]
+        expected = fresh["output_tokens"].sum() / fresh["fresh_s"].sum()
+        assert row["tokens_per_s"] == pytest.approx(expected)
+        assert row["tokens_per_s"] > 0
+    cached = again.summary
+    assert (cached["latency_cached_rows"] == 8).all()
+    assert (cached["latency_unknown_rows"] == 0).all()
+    # A cached row counts at the time its answers took when they were bought.
+    pd.testing.assert_series_equal(
+        cached["latency_p50_s"], summary["latency_p50_s"], check_exact=True
+    )
+    assert cached["tokens_per_s"].isna().all()  # nothing went to a provider this time
+
+
+def test_a_rows_provider_time_follows_the_critical_path() -> None:
+    # A and B run side by side, C reads A: the row takes two calls' time, not three.
+    flow = make_flow({"A": PROMPT, "B": "Other " + PROMPT, "C": "Use {A}"}, ["topic"])
+    flow["edges"].append({"id": "chain", "source": "node-A", "target": "node-C"})
+    data = pd.DataFrame({"topic": ["x00", "x01", "x02"]})
+    with FakeOpenAI(latency=2.0) as gpt:
+        report = flownb.evaluate(_flows({"gpt": gpt}, flow), data, progress=False)
+        assert len(gpt.requests) == 9
+    times = report.results["provider_s"]
+    assert times.to_list() == pytest.approx([4.0] * 3, rel=0.1)
+    assert report.summary.loc["gpt", "latency_p50_s"] == pytest.approx(4.0, rel=0.1)
+
+
+def _decision_report(vendors: dict[str, FakeOpenAI]) -> flownb.EvalReport:
+    # 20 rows. gpt fails 12 (x00-x11), gem 2 (x00-x01, among gpt's), claude none.
+    _script(vendors, {"gpt": 12, "claude": 0, "gem": 2})
+    data = pd.DataFrame({"topic": [f"x{i:02d}" for i in range(20)]})
+    return flownb.evaluate(_flows(vendors), data, [S.equals("A", "yes")], progress=False)
+
+
+def test_price_at_a_million_rows_is_the_hand_computed_figure(vendors: dict) -> None:
+    report = _decision_report(vendors)
+    price = report.price(rows=1_000_000)
+    # Each row: 4 input tokens ("Say something about x07") and 1 output token ("yes"), at the
+    # endpoint's prices per million tokens, so a million rows cost 4 * input + 1 * output
+    # dollars; the OpenAI fake counts the 5 words of the echo it would have sent instead.
+    tokens = {"gpt": (4, 5), "claude": (4, 1), "gem": (4, 1)}
+    expected = {
+        name: tokens[name][0] * inp + tokens[name][1] * out for name, (inp, out) in PRICES.items()
+    }
+    assert expected == {"gpt": 14.0, "claude": 27.0, "gem": 3.0}
+    assert price["list_usd"].to_dict() == pytest.approx(expected)
+    assert price.loc["gpt", "batch_usd"] == pytest.approx(expected["gpt"] / 2)
+    assert price.loc["claude", "batch_usd"] == pytest.approx(expected["claude"] / 2)
+    assert math.isnan(price.loc["gem", "batch_usd"])  # Gemini: no batch API in flownb
+    assert (price["rows"] == 1_000_000).all()
+    assert report.summary["usd_per_1m_rows"].to_dict() == pytest.approx(expected)
+    assert report.price(rows=10)["list_usd"].to_dict() == pytest.approx(
+        {k: v / 1e5 for k, v in expected.items()}
+    )
+    with pytest.raises(ConfigError, match="whole number of rows"):
+        report.price(rows=0)
+
+
+def test_the_frontier_is_the_hand_computed_pareto_set(vendors: dict) -> None:
+    report = _decision_report(vendors)
+    frontier = report.frontier()
+    # Price per row: gem 3e-6, gpt 14e-6, claude 27e-6; pass rate: gem 0.9, gpt 0.4, claude 1.
+    # gpt costs more than gem and passes less: dominated. gem and claude are efficient.
+    assert frontier.efficient == ["gem", "claude"]
+    assert frontier.dominated == ["gpt"]
+    # Wilson intervals: gpt [0.22, 0.61], gem [0.70, 0.97], claude [0.84, 1]: only gem and
+    # claude overlap; gpt differs from both by McNemar (12 and 10 discordant rows, one way).
+    assert [(a, b) for a, b, _ in frontier.ties] == [("claude", "gem")]
+    assert "intervals overlap" in frontier.ties[0][2]
+    assert "gem, claude" in frontier.sentence
+    assert "cannot tell apart claude and gem" in frontier.sentence
+    svg = frontier.svg()
+    root = ET.fromstring(svg)
+    groups = [g for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("id") == POINTS_ID]
+    assert len(groups) == 1
+    uses = list(groups[0].iter("{http://www.w3.org/2000/svg}use"))
+    assert len(uses) == 3  # one point per variant
+    texts = {"".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"gpt", "claude", "gem"} <= texts
+    html = frontier._repr_html_()
+    assert "data:image/svg+xml;base64," in html and "<svg" not in html
+    with pytest.raises(ConfigError, match="no quality 'nope'"):
+        report.frontier(quality="nope")
+    # A scorer as the quality: the same figures here (equals is the only pass/fail scorer).
+    assert report.frontier(quality="equals_A").efficient == ["gem", "claude"]
+
+
+def test_choose_is_the_cheapest_that_clears_the_bars_with_confidence(vendors: dict) -> None:
+    report = _decision_report(vendors)
+    # gem's lower bound (0.70) clears 0.6 and it is the cheapest.
+    assert report.choose(min_quality=0.6).variant == "gem"
+    # At 0.8 only claude's lower bound (0.84) clears it.
+    choice = report.choose(min_quality=0.8, max_price=3e-5)
+    assert choice.variant == "claude"
+    assert "Rule: the cheapest variant whose 95% lower bound of pass_rate is at least 0.8" in (
+        repr(choice)
+    )
+    # claude too dear: none. gem's mean (0.9) clears 0.8, its interval does not: more rows.
+    none = report.choose(min_quality=0.8, max_price=2e-5, max_p95=60)
+    assert none.variant is None
+    assert "No variant meets the bars" in repr(none)
+    assert none.table.loc["claude", "why"] == "price $0.000027 > $0.000020"
+    low, _ = stats.wilson(18, 20)
+    expected = math.ceil(20 * ((0.9 - low) / (0.9 - 0.8)) ** 2) - 20
+    assert none.more_rows == {"gem": expected}
+    assert f"about {expected} more rows" in repr(none)
+    assert "gpt" not in none.more_rows  # its mean is under the bar: more rows would not help
+    with pytest.raises(ConfigError, match="takes a number"):
+        report.choose(min_quality="high")  # type: ignore[arg-type]
+
+
+def test_names_are_text_in_the_choice_and_the_frontier(vendors: dict, tmp_path: Path) -> None:
+    _script(vendors, {"gpt": 0, "claude": 0, "gem": 0})
+    flows = _flows(vendors)
+    odd = {"<b>gpt</b> *$x*": flows["gpt"], "claude": flows["claude"]}
+    data = pd.DataFrame({"topic": ["x00", "x01"]})
+    report = flownb.evaluate(odd, data, progress=False)
+    choice = report.choose(min_quality=0.1)
+    assert "<b>" not in choice._repr_html_() and "&lt;b&gt;gpt" in choice._repr_html_()
+    markdown = choice._repr_markdown_()
+    assert "<b>" not in markdown and r"\*\$x\*" in markdown
+    assert "<b>gpt" not in report.frontier()._repr_html_()
+    page = report.save(tmp_path / "r.html")
+    text = page.read_text()
+    assert "Quality, price and speed" in text and "<b>gpt</b>" not in text
+
+
+def test_flownb_eval_writes_the_frontier_png(vendors: dict, tmp_path: Path) -> None:
+    _script(vendors, {"gpt": 1, "claude": 0, "gem": 0})
+    data = tmp_path / "rows.csv"
+    data.write_text("topic\nx00\nx01\nx02\n")
+    flow = tmp_path / "flow.json"
+    import json
+
+    flow.write_text(json.dumps(make_flow({"A": PROMPT}, ["topic"])))
+    (tmp_path / "eval.toml").write_text(
+        '[[scorers]]\ntype = "equals"\noutput = "A"\nexpected = "yes"\n'
+        '[variants.claude]\nendpoint = "claude"\nmodel = "claude-haiku-4-5"\n'
+    )
+    (tmp_path / "flownb.toml").write_text(
+        f'[endpoints.gpt]\nprovider = "openai"\nbase_url = "{vendors["gpt"].url}"\n'
+        'api_key_env = "FAKE_KEY"\nprices = { "*" = { input = 1.0, output = 2.0 } }\n'
+        f'[endpoints.claude]\nprovider = "anthropic"\nbase_url = "{vendors["claude"].url}"\n'
+        'api_key_env = "FAKE_KEY"\nprices = { "*" = { input = 3.0, output = 15.0 } }\n'
+    )
+    out = tmp_path / "frontier.png"
+    run = subprocess.run(
+        [sys.executable, "-m", "flownb", "eval", f"gpt={flow}", "--endpoint", "gpt",
+         "--data", str(data), "--scorers", "eval.toml", "--frontier", str(out), "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, env={**_env(), "FAKE_KEY": "sk-x"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "On the frontier of pass_rate" in run.stdout
+    assert re.search(r"p50 / p95 s", run.stdout)
+    scale = "1,000,000 rows at list price: gpt $14.00 (batch $7.00), claude $27.00 (batch $13.50)"
+    assert scale in run.stderr
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "ANTHROPIC"))}
+
+
+def test_price_at_scale_prices_cached_prompt_tokens_at_their_rate(vendors: dict) -> None:
+    # Each fake reports 2 of the prompt's 4 tokens read from the provider's prompt cache.
+    _script(vendors, {"gpt": 0, "claude": 0, "gem": 0})
+    for fake in vendors.values():
+        fake.configure(cached_tokens=2)
+    flows = _flows(vendors, cached_input={"gpt": 0.5, "claude": 0.3, "gem": 0.125})
+    data = pd.DataFrame({"topic": ["x00", "x01", "x02"]})
+    report = flownb.evaluate(flows, data, progress=False)
+    # A million rows: 2 fresh input tokens, 2 cached ones at the cached rate, 1 output token
+    # (the OpenAI fake: the 5 words of its echo).
+    outputs = {"gpt": 5, "claude": 1, "gem": 1}
+    cached_rate = {"gpt": 0.5, "claude": 0.3, "gem": 0.125}
+    expected = {
+        name: 2 * inp + 2 * cached_rate[name] + outputs[name] * out
+        for name, (inp, out) in PRICES.items()
+    }
+    assert expected == {"gpt": 13.0, "claude": 21.6, "gem": 2.25}
+    assert report.price(rows=1_000_000)["list_usd"].to_dict() == pytest.approx(expected)
