@@ -4,7 +4,7 @@ agrees with pyproject.toml, so neither can drift without the suite saying so.
 Agreeing means: every requirement pyproject.toml declares (core and every extra) is pinned in the
 lock at a version its specifier allows; every package the lock says it has *because of* flownb is
 still one pyproject.toml asks for; and the lock was made by the documented command. Refresh it
-with the command in the README's section "The test environment's lock".
+with the command in the docs page docs/development.md, section "The test environment's lock".
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _locked() -> tuple[dict[str, list[tuple[Version, str | None]]], set[str]]:
 def test_the_lock_was_made_by_the_documented_command() -> None:
     header = LOCK.read_text().splitlines()[:3]
     assert any(COMMAND in line for line in header), header
-    assert COMMAND in (ROOT / "README.md").read_text()
+    assert COMMAND in (ROOT / "docs" / "development.md").read_text()
 
 
 def test_every_declared_requirement_is_pinned_within_its_bounds() -> None:

@@ -62,7 +62,7 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 
 def _flat(text: str) -> str:
-    """Return ``text`` on one line (the promise of README: one line per error), with no
+    """Return ``text`` on one line (the docs promise one line per error), with no
     terminal control in it (an error may quote a model's answer)."""
     return term_text(" ".join(text.split()))
 
