@@ -14,7 +14,7 @@ from .infra import media as _media  # noqa: F401  (plugs the media reader into t
 from .runtime.hooks import HOOKS
 
 if TYPE_CHECKING:
-    from .flows.local import BaseFlow
+    from .flows.base import BaseFlow
 
 __all__: list[str] = []
 

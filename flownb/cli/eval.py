@@ -46,7 +46,7 @@ from .inputs import parse_map
 from .opening import banner, open_flow, usage_error
 
 if TYPE_CHECKING:
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
     from ..scorers import Scorer
 
 # The scorers, the flow classes and the evaluation are imported when `flownb eval` runs, not for

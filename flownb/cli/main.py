@@ -45,7 +45,7 @@ from .opening import banner, open_flow, usage_error
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
 
 # What a command needs beyond click (the flow classes, pandas, the HTTP client) is imported
 # inside the command: `flownb --help` and a one-row offline run import no more than they use.

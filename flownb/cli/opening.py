@@ -17,7 +17,7 @@ from ..errors import ConfigError, FlownbError
 from .inputs import CLI, flow_location, no_server
 
 if TYPE_CHECKING:
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
 
 __all__ = ["banner", "open_flow", "usage_error"]
 

@@ -17,7 +17,7 @@ from ..runtime.events import StreamEvent
 from ..show.escape import term_text
 
 if TYPE_CHECKING:
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
     from ..runtime.result import RunResult
 
 __all__ = ["stream_to_terminal"]

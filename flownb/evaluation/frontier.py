@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from . import stats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -294,7 +295,7 @@ def report_frontier(report: Any, quality: str, price: str | None, speed: str | N
 
     def paired(a: str, b: str) -> float:
         first, other = res[res["variant"] == a], res[res["variant"] == b]
-        return float(report._paired(first, other, quality, kind))
+        return float(stats.paired_p(first, other, quality, kind))
 
     return build_frontier(
         summary,

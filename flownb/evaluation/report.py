@@ -202,7 +202,7 @@ class EvalReport(Labelled, Preferring):
                         values.astype(float).tolist()
                     )
                 if len(groups) > 1:
-                    p = math.nan if v == self.variants[0] else self._paired(first, g, name, kind)
+                    p = math.nan if v == self.variants[0] else stats.paired_p(first, g, name, kind)
                     row[f"{name}_p"] = p
                     row[f"{name}_differs"] = bool(p < ALPHA) if not math.isnan(p) else False
             row["latency_s"] = (
@@ -272,22 +272,6 @@ class EvalReport(Labelled, Preferring):
         frame = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
         frame.index.name = "judge"
         return frame
-
-    @staticmethod
-    def _paired(first: pd.DataFrame, other: pd.DataFrame, name: str, kind: str) -> float:
-        column = "passed" if name == "pass_rate" else name
-        a = first[column].reset_index(drop=True)
-        b = other[column].reset_index(drop=True)
-        both = a.notna() & b.notna()
-        if not both.any():
-            return math.nan
-        if kind == "bool":
-            return stats.mcnemar_exact(
-                (a[both].astype(float) > 0.5).tolist(), (b[both].astype(float) > 0.5).tolist()
-            )
-        return stats.paired_float_test(
-            a[both].astype(float).tolist(), b[both].astype(float).tolist()
-        )
 
     # -- the decision: price at scale, the frontier, the choice -----------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
+from typing import Any
 
 __all__ = [
     "mcnemar_exact",
@@ -105,3 +106,21 @@ def paired_float_test(first: Sequence[float], other: Sequence[float]) -> float:
         positive = sum(1 for d in diffs if d > 0)
         return _binom_two_sided(positive, len(diffs))
     return float(wilcoxon(diffs).pvalue)
+
+
+def paired_p(first: Any, other: Any, name: str, kind: str) -> float:
+    """Return the p-value of the paired test between two variants' rows (DataFrames in the same
+    row order) on metric ``name`` (``"pass_rate"``: the ``passed`` column): McNemar's exact test
+    for a pass/fail metric (``kind="bool"``), the paired test of :func:`paired_float_test` for a
+    score; NaN when no row has both values."""
+    column = "passed" if name == "pass_rate" else name
+    a = first[column].reset_index(drop=True)
+    b = other[column].reset_index(drop=True)
+    both = a.notna() & b.notna()
+    if not both.any():
+        return math.nan
+    if kind == "bool":
+        return mcnemar_exact(
+            (a[both].astype(float) > 0.5).tolist(), (b[both].astype(float) > 0.5).tolist()
+        )
+    return paired_float_test(a[both].astype(float).tolist(), b[both].astype(float).tolist())

@@ -17,8 +17,8 @@ from ..errors import ApiError, FlownbError
 from ..flowfile.validate import VariableSpec
 from ..runtime.events import StreamEvent
 from ..runtime.result import OnResult, RunResult
+from .base import BaseFlow
 from .client_stream import error_of
-from .local import BaseFlow
 
 __all__ = ["Items", "RemoteFlow", "Service"]
 

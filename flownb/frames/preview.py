@@ -30,7 +30,7 @@ from .run import rows_to_variables
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 

@@ -26,7 +26,7 @@ from .kinds import takes_any_frame
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
     from ..show.meter import CostMeter
 
 __all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]

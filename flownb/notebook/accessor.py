@@ -17,7 +17,7 @@ import pandas as pd
 from ..runtime.hooks import DataFrameOptions
 
 if TYPE_CHECKING:
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
     from ..show.display import FrameView
 
 __all__ = ["FlownbAccessor"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from ..flows.local import BaseFlow
+from ..flows.base import BaseFlow
 from ..scorers import Scorer
 from .args import MagicParser
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..flows.local import BaseFlow
+from ..flows.base import BaseFlow
 from ..show.escape import html_text, no_math, term_text
 
 __all__ = ["FlowInfo"]

@@ -24,7 +24,7 @@ from ..show.escape import html_text, no_math, term_text
 from ..show.fallback import _in_kernel, in_front_end
 
 if TYPE_CHECKING:
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
     from ..runtime.result import RunResult
 
 __all__ = ["INTERVAL", "LiveText", "in_front_end", "live_run", "wanted"]

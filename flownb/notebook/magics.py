@@ -56,7 +56,7 @@ from .info import FlowInfo
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
 
 __all__ = ["FlowInfo", "FlowMagics", "find_api_key"]
 
@@ -372,7 +372,7 @@ class FlowMagics(EvalMagics, Magics):
     ) -> tuple[BaseFlow, str]:
         """Return the flow FLOW names and a note of where it came from."""
         __tracebackhide__ = True
-        from ..flows.local import BaseFlow
+        from ..flows.base import BaseFlow
 
         target = self._expand(ref, "FLOW")
         if isinstance(target, BaseFlow):

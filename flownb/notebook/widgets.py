@@ -43,7 +43,7 @@ from ..show.fallback import StaticFallback
 from .live_text import LiveText, consume
 
 if TYPE_CHECKING:
-    from ..flows.local import BaseFlow
+    from ..flows.base import BaseFlow
     from ..runtime.result import RunResult
 
 __all__ = ["FlowForm"]
