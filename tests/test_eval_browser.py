@@ -70,8 +70,12 @@ def test_saved_report_is_self_contained_in_chromium(
             assert "Write a {tone}, punchy intro about {topic}." in text  # the header's prompts
             assert "<script>window.pwned = 1</script>owls" in text  # shown as text...
             assert page.evaluate("() => window.pwned") is None  # ...never run
-            plot = page.locator("img.flownb-plot")
-            assert plot.evaluate("i => i.complete && i.naturalWidth > 0")
+            # Two pictures: the scores with their intervals, and the frontier (quality against
+            # price per row); both drawn from the page itself.
+            plots = page.locator("img.flownb-plot")
+            assert plots.count() == 2
+            drawn = plots.evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
+            assert drawn == [True, True], drawn
             width = page.evaluate("() => document.documentElement.clientWidth")
             tables = page.locator("table.flownb-eval")
             assert all(tables.nth(k).bounding_box()["width"] > 0.9 * width for k in range(3))
