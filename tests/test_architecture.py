@@ -33,7 +33,7 @@ SURFACES = {
     "flownb.evaluation.history",  # load_report() / reports()
     "flownb.frames.batch_api.listing",  # list_batches() / cancel_batch()
     "flownb.server.app",  # ServerConfig (each `serve --workers` process starts there)
-    "flownb.server.commands",  # flownb keys / gc
+    "flownb.cli.serve",  # flownb serve / keys / gc
     "flownb.config.endpoint_list",  # endpoints() / flownb endpoints: FLOWNB_HOME's flownb.toml
 }
 # Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.

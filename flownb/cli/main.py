@@ -582,10 +582,10 @@ def _show_warning(
 
 
 # `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
-from ..server.commands import gc as _gc_command  # noqa: E402
-from ..server.commands import keys as _keys_group  # noqa: E402
-from ..server.commands import serve as _serve_command  # noqa: E402
 from .eval import eval_command as _eval_command  # noqa: E402
+from .serve import gc as _gc_command  # noqa: E402
+from .serve import keys as _keys_group  # noqa: E402
+from .serve import serve as _serve_command  # noqa: E402
 
 cli.add_command(_serve_command, "serve")
 cli.add_command(_keys_group, "keys")

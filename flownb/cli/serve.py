@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from ..cli.clickhelp import FullHelpGroup
 from ..config.settings import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -21,6 +20,7 @@ from ..config.settings import (
     resolve_run_config,
 )
 from ..providers.registry import provider_names
+from .clickhelp import FullHelpGroup
 
 # --endpoint NAME (as on flownb run and eval): an endpoint declared in flownb.toml.
 ENDPOINT_OPTION = click.option(
@@ -150,9 +150,9 @@ def serve(
     import uvicorn
 
     from ..config.settings import parse_size
-    from .app import ServerConfig, create_app
-    from .logs import log_config
-    from .protocol import HTTP_PROTOCOL, MAX_HEADER_BYTES, bind, http_protocol
+    from ..server.app import ServerConfig, create_app
+    from ..server.logs import log_config
+    from ..server.protocol import HTTP_PROTOCOL, MAX_HEADER_BYTES, bind, http_protocol
 
     config = ServerConfig(
         flows_dir,
@@ -264,7 +264,7 @@ def keys() -> None:
 @click.option("--name", required=True, help="A name to tell the key apart (e.g. 'laptop', 'ci').")
 def keys_create(name: str) -> None:
     """Create a key and print it, alone, on stdout. It is shown this once: store it now."""
-    from .keys import KeyStore
+    from ..server.keys import KeyStore
 
     store = KeyStore(_home())
     key = store.create(name)
@@ -279,7 +279,7 @@ def keys_create(name: str) -> None:
 @keys.command("list")
 def keys_list() -> None:
     """List keys: name, prefix, created, last used, revoked."""
-    from .keys import KeyStore
+    from ..server.keys import KeyStore
 
     records = KeyStore(_home()).load()
     if not records:
@@ -297,7 +297,7 @@ def keys_list() -> None:
 @click.argument("name_or_prefix")
 def keys_revoke(name_or_prefix: str) -> None:
     """Revoke the key with this name (or whose key starts with this prefix)."""
-    from .keys import KeyStore
+    from ..server.keys import KeyStore
 
     revoked = KeyStore(_home()).revoke(name_or_prefix)
     for r in revoked:
@@ -318,7 +318,7 @@ def keys_revoke(name_or_prefix: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 def gc(older_than: str | None, max_size: str | None, dry_run: bool) -> None:
     """Prune what flownb keeps in FLOWNB_HOME (images, call cache, run log)."""
-    from .housekeeping import parse_age, parse_size, prune
+    from ..server.housekeeping import parse_age, parse_size, prune
 
     if older_than is None and max_size is None:
         raise click.UsageError("say what to prune: --older-than AGE and/or --max-size SIZE")
