@@ -34,7 +34,6 @@ from ..show.meter import CostMeter
 from .clickhelp import FullHelpGroup
 from .inputs import (
     CLI,
-    flow_location,
     parse_map,
     parse_values,
     read_csv,
@@ -116,40 +115,6 @@ def info(flow: str, base_url: str | None) -> None:
     click.echo("outputs:")
     for name in f.outputs:
         click.echo(f"  - {name}")
-
-
-@cli.command()
-@click.argument("flows", nargs=-1, required=True, metavar="FLOW...")
-def check(flows: tuple[str, ...]) -> None:
-    """Check flow files for mistakes a valid graph can hold.
-
-    Reports a {label} that names no variable (with the name probably meant), an empty prompt,
-    a variable no prompt uses, an output fed by nothing, a flow with no outputs, and a file that
-    is not a flow at all (an empty flow included): one line each on stdout. Exits 1 when some
-    flow has errors, 0 when there are only warnings (or nothing to say).
-    """
-    from ..flowfile.lint import lint
-    from ..flowfile.model import load_flow_file
-
-    failed = False
-    for flow in flows:
-        if not isinstance(flow_location(flow), Path):
-            raise click.UsageError(f"{flow!r}: check takes a flow file (.json), not a flow id")
-        try:
-            findings = lint(load_flow_file(flow))
-        except FlowFileError as exc:
-            message = exc.message.removeprefix(f"{flow}: ")  # named once, first
-            click.echo(f"{flow}: error: {_flat(message)}")
-            failed = True
-            continue
-        for finding in findings:
-            click.echo(f"{flow}: {finding}")
-        errors = sum(f.level == "error" for f in findings)
-        failed = failed or errors > 0
-        if not findings:
-            click.echo(f"{flow}: ok")
-    if failed:
-        sys.exit(1)
 
 
 @cli.command()
@@ -451,44 +416,6 @@ def _run_rows(
         _fail(f"{len(errors)} of {len(out)} rows failed; see the 'error' column")
 
 
-@cli.command()
-@click.option("--refresh", is_flag=True, help="Ask the provider for the state of running batches.")
-@click.option("--cancel", "cancel_id", metavar="ID", help="Cancel this provider batch.")
-def batches(refresh: bool, cancel_id: str | None) -> None:
-    """List the provider batches flownb remembers (newest first), refresh or cancel one."""
-    import pandas as pd
-
-    from ..frames.batch_api import cancel_batch, list_batches
-
-    if cancel_id:
-        click.echo(f"{cancel_id}: {cancel_batch(cancel_id)}")
-        return
-    table = list_batches(refresh=refresh)
-    if table.empty:
-        click.echo("no provider batches yet (flownb run ... --batch-api submits some)")
-        return
-    with pd.option_context("display.width", 160, "display.max_rows", 200):
-        click.echo(table.to_string(index=False))
-
-
-@cli.command()
-def endpoints() -> None:
-    """List the endpoints the flownb.toml files declare (this folder, its parents, then
-    FLOWNB_HOME): name, provider, host, the key variable sent there, the file, and which
-    declarations a nearer file hides."""
-    import pandas as pd
-
-    from ..config.endpoint_list import endpoints as declared
-
-    table = declared()
-    if table.empty:
-        click.echo("no endpoints declared: add [endpoints.NAME] tables to flownb.toml", err=True)
-        return
-    table = table.rename(columns={"key_env": "key variable"})
-    with pd.option_context("display.width", 200, "display.max_colwidth", 80):
-        click.echo(table.to_string(index=False))
-
-
 def _batch_rows(
     flow: BaseFlow,
     batch: list[Any] | None,
@@ -581,8 +508,11 @@ def _show_warning(
     click.echo(f"flownb: {_flat(str(message))}", err=True)
 
 
-# `flownb serve` and `flownb keys` live with the server (they import FastAPI only when run).
+# The commands of their own modules (`serve`, `keys` and `gc` import FastAPI only when run).
 from .eval import eval_command as _eval_command  # noqa: E402
+from .looking import batches as _batches_command  # noqa: E402
+from .looking import check as _check_command  # noqa: E402
+from .looking import endpoints as _endpoints_command  # noqa: E402
 from .serve import gc as _gc_command  # noqa: E402
 from .serve import keys as _keys_group  # noqa: E402
 from .serve import serve as _serve_command  # noqa: E402
@@ -591,6 +521,9 @@ cli.add_command(_serve_command, "serve")
 cli.add_command(_keys_group, "keys")
 cli.add_command(_eval_command, "eval")
 cli.add_command(_gc_command, "gc")
+cli.add_command(_check_command, "check")
+cli.add_command(_batches_command, "batches")
+cli.add_command(_endpoints_command, "endpoints")
 
 
 # Seconds Ctrl-C waits for the provider calls in flight (sent, so paid for) before the command
