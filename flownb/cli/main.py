@@ -533,7 +533,7 @@ IN_FLIGHT_GRACE = 60.0
 
 def _in_flight_line() -> str | None:
     """The line Ctrl-C prints while calls in flight end (None: there are none)."""
-    from ..providers.calls import calls_in_flight  # only once a run was stopped
+    from ..providers.inflight import calls_in_flight  # only once a run was stopped
 
     n = calls_in_flight()
     if not n:

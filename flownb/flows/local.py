@@ -10,10 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
+from ..config.options import RunOptions, check_run_options
 from ..config.settings import (
     RunConfig,
-    RunOptions,
-    check_run_options,
     resolve_run_config,
 )
 from ..errors import ConfigError, FlowFileError
@@ -381,7 +380,7 @@ def load_flow(
     ``.json``, or ``"flow"``). ``provider`` is a provider name (``"offline"``, ``"openai"``, or
     an installed plugin's) or instance; by default
     ``FLOWNB_PROVIDER``, else offline. The run settings (``options``, see
-    :class:`~flownb.config.settings.RunOptions`): ``concurrency`` bounds provider calls in flight
+    :class:`~flownb.config.options.RunOptions`): ``concurrency`` bounds provider calls in flight
     (``FLOWNB_CONCURRENCY``, default 16); ``rpm`` caps requests per minute (``FLOWNB_RPM``);
     ``timeout`` is seconds per provider attempt (``FLOWNB_TIMEOUT``); ``retries`` per call after
     a 429/5xx/timeout (``FLOWNB_RETRIES``, default 8); ``tpm`` caps tokens per minute

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 from ..errors import ConfigError, InputError, Problem, one_line
 from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
-from ..providers.calls import calls_in_flight
+from ..providers.inflight import calls_in_flight
 from ..runtime.hooks import HOOKS, FrameOptions
 from ..show.display import IMAGE_COLUMNS_ATTR
 from ..show.notices import warn

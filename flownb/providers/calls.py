@@ -15,7 +15,8 @@ and retries, in that order.
 A request sent is billed, so a run that is stopped (:meth:`CallRunner.stop`: Ctrl-C, a client
 that went away) sends nothing more, ends what waits to be sent (a slot, the pace, a retry's
 backoff), and lets every attempt already sent run to its end, where its answer is cached as
-usual. :func:`calls_in_flight` says how many requests this process is waiting for.
+usual. :func:`~flownb.providers.inflight.calls_in_flight` says how many requests this process
+is waiting for.
 
 An optional ``gate`` (see :data:`Gate`) is entered around each attempt, after the local limiter:
 the tokens-per-minute limit and the cluster-wide limits of a Dask run plug in there.
@@ -33,7 +34,7 @@ import dataclasses
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -41,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 from ..config import pricing
 from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
-from ..infra.aio import settled
 from .base import Call, Generation, Provider
+from .inflight import count_sent
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 from .wire import WIRE, Wire
 
@@ -58,8 +59,6 @@ __all__ = [
     "Settle",
     "TextSink",
     "announce",
-    "calls_in_flight",
-    "finish",
     "notices_to",
     "retries_to",
 ]
@@ -151,21 +150,6 @@ SHARED_TWINS: ContextVar[dict[str, asyncio.Future[Generation]] | None] = Context
 # The calls in flight of stopped runs, by cache key: a run started meanwhile (the cell run
 # again at once) waits for such a call's answer instead of buying it a second time.
 _finishing: dict[str, asyncio.Future[Generation]] = {}
-
-# Requests this process has sent and not yet had answered, over every run (the loop threads
-# change it; the lock makes each change whole).
-_sent = [0]
-_sent_lock = threading.Lock()
-
-
-def calls_in_flight() -> int:
-    """Return how many provider requests this process has sent and is waiting for."""
-    return _sent[0]
-
-
-def _count_sent(change: int) -> None:
-    with _sent_lock:
-        _sent[0] += change
 
 
 def _no_gate(call: Call) -> _Open:
@@ -405,7 +389,7 @@ class CallRunner:
                     # Admitted: from here the request is sent and paid for, so stop() lets it
                     # end (no await between this and the send: it cannot be cancelled before).
                     waiting.discard(task)
-                    _count_sent(1)
+                    count_sent(1)
                     wire = Wire()
                     mark = WIRE.set(wire)
                     began = time.perf_counter()
@@ -413,7 +397,7 @@ class CallRunner:
                         gen = await self._generate(call, level, seq, sink)
                     finally:
                         WIRE.reset(mark)
-                        _count_sent(-1)
+                        count_sent(-1)
                     # The provider's own time, apart from waits for a slot, retries and (where
                     # the HTTP client says when the request left and the answer came) the other
                     # calls on this loop: the speed an evaluation reports, kept with the cache.
@@ -575,36 +559,3 @@ def _unpriced(gen: Generation) -> bool:
     prices were kept, or when its model had none)."""
     cost = gen.cost
     return (cost is None or cost != cost) and bool(gen.usage)
-
-
-async def finish(runner: CallRunner, tasks: Sequence[asyncio.Task[Any]]) -> None:
-    """Wait for a run's ``tasks``; return when they are done.
-
-    Cancelling the wait stops the run, not the requests it sent (a request sent is billed):
-    ``runner`` sends nothing more and ends what waits to be sent, the calls in flight go on to
-    their answers (cached, and their elements reported, as usual; each is bounded by its
-    attempt's timeout), and the cancellation is raised once they are done. A sync caller is
-    told when the rest may finish without it (see :func:`flownb.infra.aio.settled`). Cancelling
-    again abandons the calls in flight.
-
-    Raises:
-        CancelledError: the wait was cancelled (after the calls in flight ended).
-        Exception: what a task raised (after every task ended).
-    """
-    try:
-        await asyncio.wait(tasks)  # never cancels the tasks: they go on if this wait is cancelled
-    except asyncio.CancelledError:
-        runner.stop()
-        settled()
-        try:
-            await asyncio.wait(tasks)
-        except asyncio.CancelledError:  # cancelled again: abandon what is in flight
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
-        for task in tasks:
-            if not task.cancelled():
-                task.exception()  # looked at: the cancellation is what this run reports
-        raise
-    for task in tasks:
-        task.result()  # an unexpected error in a worker (elements' errors were reported)

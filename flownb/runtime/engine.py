@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, InputError, Problem, ProviderError
 from ..infra import tracing
 from ..providers.base import Call, Generation, Provider
-from ..providers.calls import CallRunner, Gate, finish
+from ..providers.calls import CallRunner, Gate
+from ..providers.inflight import finish
 from ..providers.limits import AdaptiveLimiter, Pacer
 from ..providers.tokens import TokenGate, chain
 from .events import StreamEvent
@@ -549,7 +550,7 @@ class Engine:
         when the run is cancelled part-way; the cache is committed on the way out either way.
         Cancelled, the run starts nothing more but lets the calls it sent end first (they are
         billed): their elements are reported and their answers cached (see
-        :func:`flownb.providers.calls.finish`).
+        :func:`flownb.providers.inflight.finish`).
         ``gate`` is entered around each provider attempt after this engine's own token limit
         (a Dask run's cluster-wide limits come in here).
         """

@@ -28,11 +28,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .._version import __version__
+from ..config.options import RunOptions, check_run_options
 from ..config.settings import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY,
-    RunOptions,
-    check_run_options,
     imported_serve_config,
     resolve_run_config,
     resolve_serve_limits,
@@ -102,7 +101,7 @@ class ServerConfig:
     """What one server serves and with what: flows folder, provider, keys, media, limits.
 
     Settings are resolved once, here (explicit argument > environment > default; ``options``
-    are the run settings, :class:`~flownb.config.settings.RunOptions`): the server's
+    are the run settings, :class:`~flownb.config.options.RunOptions`): the server's
     call cache and run log are off unless ``FLOWNB_SERVER_CACHE=1`` / ``FLOWNB_SERVER_RUNLOG=1``
     (or ``cache=`` / ``log=``), since a server answers many callers and keeping their inputs
     and outputs is its operator's decision.
