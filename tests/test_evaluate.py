@@ -113,7 +113,9 @@ def test_local_and_served_flows_side_by_side(
 def test_ctrl_c_keeps_finished_rows_and_rerun_pays_only_for_the_rest(
     fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("FLOWNB_TIMEOUT", "60")
+    # Hanging calls are tried again after each 5 s timeout until the Ctrl-C; after it they end
+    # within one attempt's timeout (sent, so paid for), and the re-run waits for them.
+    monkeypatch.setenv("FLOWNB_TIMEOUT", "5")
     fake.configure(latency=0.01, fail_markers={"hang": "HANG"})
     base = flownb.load_flow(TWO, concurrency=32)  # room for every hanging call: no starving
     variants = {"a": base, "b": base.with_params(temperature=0.5)}

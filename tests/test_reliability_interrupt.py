@@ -109,7 +109,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
     with FakeOpenAI(latency=0.01, fail_markers={"hang": HANG}) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.url)
         monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
-        monkeypatch.setenv("FLOWNB_TIMEOUT", "60")  # held calls stay held until interrupted
+        # Held calls stay held until interrupted (an attempt that times out is tried again), and
+        # once interrupted they end within one attempt's timeout: the re-run waits for them.
+        monkeypatch.setenv("FLOWNB_TIMEOUT", "5")
         yield server
 
 
