@@ -161,8 +161,11 @@ class Frontier:
                 ecolor=rgba,
                 capsize=3,
             )
+            # The dearest variant's name goes to the left of its point, inside the plot.
+            left = p.price >= max(q.price for q in placed)
             ax.annotate(
-                p.variant, (p.price, p.quality), xytext=(6, 4), textcoords="offset points",
+                p.variant, (p.price, p.quality), xytext=(-6 if left else 6, 4),
+                textcoords="offset points", ha="right" if left else "left",
                 fontsize=8, alpha=alpha,
             )  # fmt: skip
         line = sorted((p for p in placed if p.variant in self.efficient), key=lambda p: p.price)
@@ -174,8 +177,12 @@ class Frontier:
         if self.speed is not None and known_speeds:
             bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax)
             bar.set_label(f"{self.speed} (darker: slower)", fontsize=8)
+        from matplotlib.ticker import MaxNLocator
+
         from ..show.meter import usd
 
+        # Prices are long labels ("$0.000125"): few ticks, so they never run into each other.
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))
         ax.xaxis.set_major_formatter(lambda x, _: usd(x))
         ax.tick_params(axis="x", labelsize=8)
         ax.set_xlabel(self.price)
