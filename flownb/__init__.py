@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .flows.client import Client, RemoteFlow
     from .flows.local import BaseFlow, LocalFlow, load_flow
     from .frames.batch_api import list_batches as batches
+    from .runtime.events import StreamEvent
     from .runtime.pipeline import Outcomes
     from .runtime.result import RunResult
     from .runtime.runlog import runs
@@ -66,6 +67,7 @@ __all__ = [
     "RunResult",
     "ServiceTimeout",
     "ServiceUnavailable",
+    "StreamEvent",
     "__version__",
     "batches",
     "display_frame",
@@ -96,6 +98,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "batches": (".frames.batch_api.listing", "list_batches"),
     "Outcomes": (".runtime.pipeline", "Outcomes"),
     "RunResult": (".runtime.result", "RunResult"),
+    "StreamEvent": (".runtime.events", "StreamEvent"),
     "runs": (".runtime.runlog", "runs"),
     "display_frame": (".show.display", "display_frame"),
 }
