@@ -18,9 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
-from ..config.settings import (
-    live_view_mode,
-)
+from ..config.settings import live_view_mode
 from ..errors import BatchError, ConfigError
 from ..flowfile.model import describe
 from ..flowfile.validate import VariableSpec

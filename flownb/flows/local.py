@@ -11,10 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from ..config.options import RunOptions, check_run_options
-from ..config.settings import (
-    RunConfig,
-    resolve_run_config,
-)
+from ..config.settings import RunConfig, resolve_run_config
 from ..errors import ConfigError, FlowFileError
 from ..flowfile import variants
 from ..flowfile.drawing import run_notes, to_mermaid, to_svg
@@ -31,9 +28,7 @@ from ..runtime.events import StreamEvent
 from ..runtime.notes import say_notes
 from ..runtime.pipeline import assemble
 from ..runtime.result import OnResult, RunResult
-from .base import (
-    BaseFlow,
-)
+from .base import BaseFlow
 from .spec import FlowSpec, flow_from_spec, spec_of
 
 if TYPE_CHECKING:
