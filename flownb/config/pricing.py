@@ -98,7 +98,9 @@ def table_loaded() -> bool:
 
 def load_table() -> None:
     """Import the price table, blocking until it is (at once when it already is)."""
-    import genai_prices  # noqa: F401  (its import builds the table)
+    # The package and its data: ``import genai_prices`` alone leaves the table itself (a
+    # 1.6 MB module) to the first price asked for, which would then stall the event loop.
+    import genai_prices.data  # noqa: F401
 
     _loaded.set()
 

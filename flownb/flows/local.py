@@ -23,6 +23,7 @@ from ..providers.base import Provider
 from ..providers.limits import AdaptiveLimiter
 from ..providers.registry import make_provider
 from ..providers.repeat import unrepeated
+from ..providers.warmup import wait_warm_up
 from ..runtime.engine import Plan
 from ..runtime.events import StreamEvent
 from ..runtime.notes import say_notes
@@ -80,6 +81,7 @@ class LocalFlow(BaseFlow):
                     f"image node{'s' * (len(images) > 1)} {', '.join(map(repr, images))} would "
                     "need it; run it on an endpoint that draws images"
                 )
+        made = provider is None
         if provider is None:
             provider = make_provider(config)
         self.name = name
@@ -102,6 +104,11 @@ class LocalFlow(BaseFlow):
         )
         self.engine = self.runner.engine
         self.runlog = self.runner.runlog
+        if made:
+            # Its HTTP client and the price table, imported in the background as the provider
+            # was made, are finished now, beside the loading, not by the first run as its
+            # calls wait (see flownb.providers.warmup).
+            wait_warm_up()
 
     @property
     def spec(self) -> VariableSpec:
