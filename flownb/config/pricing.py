@@ -102,6 +102,8 @@ def load_table() -> None:
     # 1.6 MB module) to the first price asked for, which would then stall the event loop.
     import genai_prices.data  # noqa: F401
 
+    # One price, so that what the first lookup imports and indexes is done here too.
+    _exact("openai", "gpt-4o-mini", _PROBE, _PROBE, 0, 0)
     _loaded.set()
 
 
