@@ -69,3 +69,15 @@ def test_the_fake_says_when_the_first_request_since_a_reset_arrived(
     assert arrived is not None and before <= arrived <= time.time()
     fake.reset()
     assert fake.stats()["first_request_at"] is None
+
+
+def test_a_module_that_fails_to_import_is_left_to_its_user() -> None:
+    """A warm-up never raises: the module's own import, where it is used, says what is wrong."""
+    from flownb.providers.warmup import wait_warm_up, warm_up
+
+    thread = warm_up(["flownb_no_such_module_for_warm_up"], table=False)
+    assert thread is not None
+    assert wait_warm_up() is True
+    assert not thread.is_alive()
+    with pytest.raises(ModuleNotFoundError):
+        __import__("flownb_no_such_module_for_warm_up")
