@@ -11,12 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 from flownb.testing.fake_openai import FakeOpenAI
-from tests.conftest import make_flow
+from tests.conftest import make_flow, write_flow
 
 WATCHED = ("aiohttp", "tenacity", "genai_prices", "genai_prices.data")
 
@@ -41,6 +42,24 @@ def test_a_flow_loaded_for_openai_has_its_client_and_the_whole_price_table(
     env = {"OPENAI_BASE_URL": fake.url, "OPENAI_API_KEY": KEY}
     assert _loaded_after(code, env) == sorted(WATCHED)
     assert fake.stats()["requests"] == 0  # loading sends nothing
+
+
+@pytest.mark.parametrize(
+    ("provider", "env"),
+    [
+        ("anthropic", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "k"}),
+        ("gemini", {"GEMINI_BASE_URL": "http://127.0.0.1:9", "GEMINI_API_KEY": "k"}),
+    ],
+)
+def test_a_flow_loaded_for_another_vendor_has_tenacity_and_the_price_table(
+    tmp_path: Path, provider: str, env: dict[str, str]
+) -> None:
+    """Their SDKs are imported as the provider is made; what their first answers would wait
+    for (the table) and their first retry (tenacity) is warmed up too. Loading sends nothing
+    (nothing listens at that address)."""
+    path = write_flow(tmp_path / "text.json", make_flow({"a": "about {topic}"}, ["topic"]))
+    code = f"import flownb\nflownb.load_flow({str(path)!r}, provider={provider!r})"
+    assert {"genai_prices.data", "tenacity"} <= set(_loaded_after(code, env))
 
 
 def test_an_offline_flow_warms_nothing(blog_flow_path: object) -> None:
