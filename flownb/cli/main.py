@@ -105,7 +105,7 @@ def cli() -> None:
 @_BASE_URL
 def info(flow: str, base_url: str | None) -> None:
     """Show a flow's variables and outputs (FLOW: a .json file or a flow id)."""
-    f = open_flow(flow, base_url=base_url)
+    f = open_flow(flow, base_url=base_url, ready=False)
     click.echo(f"flow: {f.name}")
     defaults = f.defaults
     click.echo("variables:")
@@ -129,7 +129,7 @@ def graph(flow: str, svg_path: str | None) -> None:
     """Draw a flow file's graph: Mermaid text on stdout, or an SVG file with --svg."""
     from ..flows.local import LocalFlow
 
-    f = open_flow(flow, base_url=None)
+    f = open_flow(flow, base_url=None, ready=False)
     if not isinstance(f, LocalFlow):
         _fail(
             f"flownb graph: {flow!r} is not a flow file (a served flow's graph stays on the server)"

@@ -41,9 +41,11 @@ def open_flow(
     cache: bool | None = None,
     base_url: str | None = None,
     endpoint: str | None = None,
+    *,
+    ready: bool = True,
 ) -> BaseFlow:
     """Return the flow FLOW names: a local file, or a flow id on the server at ``base_url`` (or
-    FLOWNB_BASE_URL).
+    FLOWNB_BASE_URL). ``ready=False``: a flow file to look at, not run (see ``load_flow``).
 
     Raises:
         FlownbError: the file is not a valid flow (or a directory), no server is set for an
@@ -55,7 +57,12 @@ def open_flow(
         from ..flows.local import load_flow  # imported when a flow file is run, not for --help
 
         return load_flow(
-            location, provider=provider, concurrency=concurrency, cache=cache, endpoint=endpoint
+            location,
+            provider=provider,
+            ready=ready,
+            concurrency=concurrency,
+            cache=cache,
+            endpoint=endpoint,
         )
     if provider is not None or endpoint is not None:
         option = "--provider" if provider is not None else "--endpoint"

@@ -98,8 +98,12 @@ def table_loaded() -> bool:
 
 def load_table() -> None:
     """Import the price table, blocking until it is (at once when it already is)."""
-    import genai_prices  # noqa: F401  (its import builds the table)
+    # The package and its data: ``import genai_prices`` alone leaves the table itself (a
+    # 1.6 MB module) to the first price asked for, which would then stall the event loop.
+    import genai_prices.data  # noqa: F401
 
+    # One price, so that what the first lookup imports and indexes is done here too.
+    _exact("openai", "gpt-4o-mini", _PROBE, _PROBE, 0, 0)
     _loaded.set()
 
 

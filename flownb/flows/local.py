@@ -23,6 +23,7 @@ from ..providers.base import Provider
 from ..providers.limits import AdaptiveLimiter
 from ..providers.registry import make_provider
 from ..providers.repeat import unrepeated
+from ..providers.warmup import wait_warm_up
 from ..runtime.engine import Plan
 from ..runtime.events import StreamEvent
 from ..runtime.notes import say_notes
@@ -367,6 +368,7 @@ def load_flow(
     *,
     name: str | None = None,
     provider: Provider | str | None = None,
+    ready: bool = True,
     **options: Unpack[RunOptions],
 ) -> LocalFlow:
     """Load an exported flow (a path to its JSON file, or the decoded JSON) for local runs.
@@ -388,6 +390,12 @@ def load_flow(
     here, the concurrency, rpm and tpm. ``base_url`` / ``api_key`` are the quick case (an
     OpenAI-compatible endpoint), or override the endpoint's. A literal ``api_key`` stays in
     this process's memory (see :mod:`flownb.config.endpoints`).
+
+    ``ready=True`` (the default) returns once the provider's HTTP client and the price table
+    are imported (a second or so the first time in a process, on a busy machine), so that the
+    first run sends its first request at once and does not hold its answers for the table;
+    ``ready=False`` returns without waiting, that warm-up going on in the background (for a
+    flow that is looked at, not run).
 
     Returns:
         A :class:`LocalFlow`.
@@ -411,13 +419,19 @@ def load_flow(
         graph = parse_flow(data, str(source))
         warn_on_load(graph, str(source))
         name = name or Path(source).stem
-    return LocalFlow(
+    flow = LocalFlow(
         graph,
         name=name,
         config=config,
         provider=provider if isinstance(provider, Provider) else None,
         source=data,
     )
+    if ready and not isinstance(provider, Provider):
+        # The modules the provider's calls need, imported in the background since it was
+        # made, are finished now, beside the loading, not by the first run as its calls wait
+        # (see flownb.providers.warmup).
+        wait_warm_up()
+    return flow
 
 
 def _endpoint(endpoint: Endpoint | str, config: RunConfig) -> Endpoint:

@@ -172,12 +172,14 @@ def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
         provider.price_kind = endpoint.provider
         if endpoint.prices is not None:
             provider.prices = endpoint.prices
-    if provider.warm_modules:
-        from ..config.pricing import uses_table
+    from ..config.pricing import uses_table
+
+    # A provider whose calls are priced from the table calls the network (offline's and a
+    # plugin's are not): its first answers would wait for the table, and its first retry
+    # for tenacity.
+    table = uses_table(provider.price_kind or provider.name, provider.prices)
+    if provider.warm_modules or table:
         from .warmup import warm_up
 
-        warm_up(
-            (*provider.warm_modules, "tenacity"),
-            table=uses_table(provider.price_kind or provider.name, provider.prices),
-        )
+        warm_up((*provider.warm_modules, "tenacity"), table=table)
     return provider

@@ -27,6 +27,9 @@ class _State:
         self.images: dict[str, str] = {}  # image id -> prompt, for the URLs answered
         self.image_headers: list[dict[str, str]] = []  # headers of every image download
         self.in_flight = 0  # every request being served (what max_in_flight counts)
+        # When the first request since the last reset arrived (time.time(): comparable with
+        # another process's clock, for a client's time from its call to its first request).
+        self.first_request_at: float | None = None
         # The peak counts only requests that arrived since the last reset: one a previous test
         # left hanging (the client gave up; the fake notices within 0.1 s) is not this test's.
         self.peak_in_flight = 0
@@ -60,6 +63,7 @@ class _State:
         self.image_headers.clear()
         self._epoch += 1
         self._epoch_in_flight = 0
+        self.first_request_at = None
         self.peak_in_flight = 0
         self.answered = 0
         self.answered_prompts.clear()
@@ -72,6 +76,8 @@ class _State:
 
     def enter(self) -> int:
         """Count a request in flight; return the token :meth:`leave` takes back."""
+        if self.first_request_at is None:
+            self.first_request_at = time.time()
         self.in_flight += 1
         self._epoch_in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self._epoch_in_flight)
@@ -91,6 +97,7 @@ class _State:
             "in_flight": self.in_flight,
             "faults": dict(self.faults_sent),
             "limited": self.limited,
+            "first_request_at": self.first_request_at,
         }
 
     def take_quota(self) -> tuple[bool, dict[str, str]]:
