@@ -41,6 +41,7 @@ from ..flowfile.model import describe
 from ..infra.media import MediaStore
 from ..providers.base import Provider
 from ..providers.registry import make_provider
+from ..providers.warmup import wait_warm_up
 from ..runtime.cache import open_cache
 from ..runtime.engine import Plan
 from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner, assemble
@@ -210,8 +211,9 @@ def create_app(config: ServerConfig) -> FastAPI:
 def _lifespan(
     config: ServerConfig, decoders: DecodePool
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Return the app's lifespan: key use flushed every FLUSH_EVERY seconds while it runs; at
-    the end the keys flushed, the decoders stopped and the provider closed."""
+    """Return the app's lifespan: the provider's warm-up finished before it starts; key use
+    flushed every FLUSH_EVERY seconds while it runs; at the end the keys flushed, the decoders
+    stopped and the provider closed."""
     keys = config.keys
     provider = config.provider
 
@@ -223,6 +225,10 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # The provider's HTTP client and the price table, imported in the background since the
+        # provider was made, are in before the server says it is up: the first request then
+        # pays nothing for them (see flownb.providers.warmup).
+        await run_in_threadpool(wait_warm_up)
         flusher = asyncio.create_task(flush_keys_periodically())
         try:
             yield
