@@ -5,9 +5,11 @@ on the nodes above it), so :func:`run_dataframe_batched` works in stages, one pe
 flow: it renders every row's prompts, keeps the calls the cache does not hold, and hands them to
 the provider as batches (one model per batch, split at the provider's size limits; each line's
 ``custom_id`` is the call's cache key, so a prompt repeated across rows is paid once). It waits,
-reads the answers into the cache, and goes on to the next level. When all are in, the frame is
-built by the ordinary run, which now finds every text answer in the cache: the result is exactly
-a plain run's, and a re-run costs nothing.
+reads the answers into the cache, and goes on to the next level; each prompt is rendered and
+looked up once, its key and answer kept in a table by node and row. When all are in, the frame is
+built by the ordinary run around an engine that makes each fully answered row's result straight
+from the table, with the engine's own result maker (:mod:`flownb.frames.batch_api.assemble`), and
+runs only the other rows: the result is exactly a plain run's, and a re-run costs nothing.
 
 Submitted batches are remembered in ``FLOWNB_HOME`` (:mod:`flownb.frames.batch_api.store`): first as
 ``submitting``, with the digest of their lines, before the provider is asked, then under the
@@ -36,8 +38,10 @@ from ...config.pricing import BATCH_RATE
 from ...errors import ConfigError, ProviderError
 from ...flowfile.inputs import PYTHON, Spelling
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
+from ...runtime.cache import put_answers
 from ...runtime.hooks import FrameOptions
 from ..run import rows_to_variables, run_dataframe
+from .assemble import AssembledEngine
 from .paid import paid_once
 from .store import SUBMITTING, BatchRecord, delete_record, load_records, save_record
 from .view import BatchView, open_view
@@ -56,42 +60,83 @@ __all__ = ["prefill", "run_dataframe_batched"]
 _PENDING, _GONE = 202, 410
 
 
+class _Table:
+    """What a batched run knows of each text call, by step and row: its cache key (``None``:
+    not rendered yet, because an answer above it is missing) and its answer (``None``: not in).
+
+    Kept from level to level, so each prompt is rendered and looked up once, and the frame is
+    assembled from it at the end without running the rows again."""
+
+    def __init__(self, steps: int, rows: int) -> None:
+        self.keys: list[list[str | None]] = [[None] * rows for _ in range(steps)]
+        self.gens: list[list[Generation | None]] = [[None] * rows for _ in range(steps)]
+
+    def fill(self, answers: Mapping[str, Generation]) -> None:
+        """Put ``answers`` (by cache key) into every cell that asked for them."""
+        if not answers:
+            return
+        for keys, gens in zip(self.keys, self.gens, strict=True):
+            for r, key in enumerate(keys):
+                if key is not None and gens[r] is None:
+                    gens[r] = answers.get(key)
+
+    def complete(self) -> list[bool]:
+        """Return, per row, whether every step has its answer."""
+        done = [True] * (len(self.gens[0]) if self.gens else 0)
+        for gens in self.gens:
+            for r, gen in enumerate(gens):
+                if gen is None:
+                    done[r] = False
+        return done
+
+
 def _calls(
-    plan: Plan, provider: Provider, cache: CallCache, rows: Sequence[Mapping[str, str]]
+    plan: Plan,
+    provider: Provider,
+    cache: CallCache,
+    rows: Sequence[Mapping[str, str]],
+    table: _Table,
 ) -> dict[str, Call]:
-    """Return the text calls of ``rows`` the cache does not hold yet and whose inputs are known
-    (their upstream nodes' answers are cached), by cache key."""
+    """Render the text calls of ``rows`` whose inputs are known (their upstream nodes'
+    answers are in ``table``) and not rendered before, put their keys and the answers the
+    cache holds into ``table``, and return the calls the cache lacks, by cache key.
+
+    A prompt longer than the provider takes is left out (its row fails in the final pass, as
+    in a plain run, without paying for an answer nobody reads)."""
     found: dict[str, Call] = {}
-    prefixes = {
-        step.index: cache.prefix(provider.identity(), step.kind, step.params, step.system)
-        for step in plan.steps
-    }
-    outputs: list[dict[int, str | None]] = [{} for _ in rows]
+    limits = provider.prompt_limits
     for level in plan.levels:  # a level's prompts need the answers of the levels above
-        keyed: list[tuple[int, int, str, Call]] = []
-        for r, values in enumerate(rows):
-            known = outputs[r]
-            for step in level:
-                known[step.index] = None
-                ups = [known.get(u) for u in step.upstream]
-                if step.kind != "text" or any(u is None for u in ups):
-                    continue  # images run live; a node waits for the answers above it
-                ctx: dict[str, str] = {
-                    plan.steps[u].name: o
-                    for u, o in zip(step.upstream, ups, strict=True)
-                    if o is not None
-                }
-                ctx.update(values)
-                prompt = step.template.render(ctx)
-                call = Call(step.kind, prompt, step.params, step.node_id, step.system)
-                keyed.append((r, step.index, cache.key(prefixes[step.index], call.prompt), call))
-        hits = cache.get_many(k for _, _, k, _ in keyed)
-        for r, index, key, call in keyed:
+        fresh: list[tuple[list[Generation | None], int, str]] = []
+        for step in level:
+            if step.kind != "text":
+                continue  # images run live in the final pass
+            keys, limit = table.keys[step.index], limits[step.kind]
+            ups = [(plan.steps[u].name, table.gens[u]) for u in step.upstream]
+            prefix = cache.prefix(provider.identity(), step.kind, step.params, step.system)
+            render, key_of = step.template.render, cache.key
+            for r, values in enumerate(rows):
+                if keys[r] is not None:
+                    continue
+                ctx: Mapping[str, str] = values
+                if ups:
+                    if any(above[r] is None for _, above in ups):
+                        continue  # waits for the answers above it
+                    ctx = {name: above[r].output for name, above in ups}  # type: ignore[union-attr]
+                    ctx.update(values)
+                prompt = render(ctx)
+                if len(prompt) > limit:
+                    continue
+                key = keys[r] = key_of(prefix, prompt)
+                fresh.append((table.gens[step.index], r, key))
+                found.setdefault(
+                    key, Call(step.kind, prompt, step.params, step.node_id, step.system)
+                )
+        hits = cache.get_many(key for _, _, key in fresh)
+        for gens, r, key in fresh:
             hit = hits.get(key)
             if hit is not None:
-                outputs[r][index] = hit.output
-            else:
-                found.setdefault(key, call)
+                gens[r] = hit
+                found.pop(key, None)
     return found
 
 
@@ -246,9 +291,13 @@ def _update(record: BatchRecord, state: BatchState) -> None:
 
 def collect(
     api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any, provider: Provider
-) -> None:
+) -> dict[str, Generation]:
     """Read a finished batch's answers into the cache and its failures into the record. Each
     answer is priced at the batch rate (:data:`BATCH_RATE` of the provider's price).
+
+    Returns:
+        The answers by cache key, each as a lookup of the cache would return it (``cached``,
+        no rate limits, no response id), for the frame to be assembled from.
 
     Raises:
         ProviderError: the results cannot be read (the record stays uncollected).
@@ -267,7 +316,9 @@ def collect(
         got.prompt_cache_saved = None if saved is None else saved * BATCH_RATE
         got.cost = provider.cost(got) * BATCH_RATE
         answers[key] = got
-    cache.put_many(answers.items())  # one transaction for the whole batch
+    put_answers(cache, answers.items())  # one transaction for the whole batch
+    for got in answers.values():  # from now on, what the cache would give back
+        got.cached, got.limits, got.response_id = True, None, None
     why = "; ".join(state.errors)  # a batch-level failure (a file it refused, ...)
     for key in record.keys:
         if key not in answers and key not in failures:
@@ -277,6 +328,7 @@ def collect(
     record.failures = failures
     record.collected = True
     save_record(record, home)
+    return answers
 
 
 def _wait(
@@ -293,8 +345,11 @@ def _wait(
         while True:
             for record in records:
                 if record.status not in FINAL_STATES:
+                    seen = (record.status, record.total, record.completed, record.failed)
                     _update(record, api.status(record.id))
-                    save_record(record, home)
+                    # Written again only when it changed (a record holds every call's key).
+                    if (record.status, record.total, record.completed, record.failed) != seen:
+                        save_record(record, home)
             if view is not None:
                 view.update(records)
             if all(r.status in FINAL_STATES for r in records):
@@ -357,9 +412,27 @@ def prefill(
     progress: bool = True,
 ) -> dict[str, tuple[int, str]]:
     """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
+    batch API (see :func:`_prefill`). Returns, by cache key, why a call has no answer yet:
+    ``(202, ...)`` still running, ``(410, ...)`` the batch failed it.
+
+    Raises:
+        ConfigError: the provider has no batch API, or the cache is off.
+        ProviderError: a batch could not be submitted or read.
+    """
+    return _prefill(flow, rows, poll=poll, progress=progress)[0]
+
+
+def _prefill(
+    flow: LocalFlow,
+    rows: Sequence[Mapping[str, str]],
+    *,
+    poll: float | None = None,
+    progress: bool = True,
+) -> tuple[dict[str, tuple[int, str]], _Table]:
+    """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
     batch API (only the calls the cache lacks; batches still running are waited for, not sent
-    again). Returns, by cache key, why a call has no answer yet: ``(202, ...)`` still running,
-    ``(410, ...)`` the batch failed it.
+    again). Returns, by cache key, why a call has no answer yet (``(202, ...)`` still running,
+    ``(410, ...)`` the batch failed it), and the table of every text call's key and answer.
 
     Raises:
         ConfigError: the provider has no batch API, or the cache is off.
@@ -380,10 +453,11 @@ def prefill(
     home = flow.config.home
     deadline = None if poll is None else time.monotonic() + poll
     reasons: dict[str, tuple[int, str]] = {}
+    table = _Table(len(flow.plan.steps), len(rows))
     view = open_view(flow.name) if progress else None
     try:
         for _stage in range(len(flow.plan.levels) + 1):
-            calls = _calls(flow.plan, provider, cache, rows)
+            calls = _calls(flow.plan, provider, cache, rows, table)
             if not calls:
                 break
             mine = [r for r in load_records(home) if r.base_url == api.base_url]
@@ -404,7 +478,7 @@ def prefill(
             ended = _wait(api, active, home, flow.config.batch_poll, deadline, view)
             for record in active:
                 if record.status in FINAL_STATES:
-                    collect(api, record, cache, home, provider)
+                    table.fill(collect(api, record, cache, home, provider))
                     for key, why in record.failures.items():
                         reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
                 else:
@@ -419,7 +493,7 @@ def prefill(
     finally:
         if view is not None:
             view.close()
-    return reasons
+    return reasons, table
 
 
 def run_dataframe_batched(
@@ -449,7 +523,7 @@ def run_dataframe_batched(
     """
     provider, cache = flow.provider, flow.engine.cache
     rows = rows_to_variables(df, flow.variables, columns, options.get("fill"), spelling=spelling)
-    reasons = prefill(flow, rows, poll=poll, progress=options.get("progress", True))
+    reasons, table = _prefill(flow, rows, poll=poll, progress=options.get("progress", True))
     # Named (and able) like the real provider, so results and checks read as a plain run's.
     kind = type(
         "FromBatches",
@@ -467,6 +541,11 @@ def run_dataframe_batched(
         provider=kind(provider, cache, reasons),
         media_url=flow.media_url,
         source=flow.source,
+    )
+    # The rows every answer of which is in are made from the table, not run again; the others
+    # run on the final flow's engine (images live, what is missing named in the error).
+    final.runner.engine = AssembledEngine(  # type: ignore[assignment]
+        final.engine, table.gens, table.keys, table.complete()
     )
     with paid_once([final]):
         return run_dataframe(final, df, columns, spelling=spelling, meter=meter, **options)

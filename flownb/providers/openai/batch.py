@@ -10,6 +10,8 @@ translated here, at one boundary, into :class:`~flownb.errors.ProviderError`.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -23,6 +25,11 @@ __all__ = ["BATCH_LIMITS", "OpenAIBatches"]
 
 # OpenAI's published limits for one batch's input file.
 BATCH_LIMITS = {"requests": 50_000, "bytes": 200 * 1024 * 1024}
+
+
+# The SDK clients built so far, by (process, base URL, key, timeout).
+_clients: dict[tuple[int, str, str | None, float], Any] = {}
+_clients_lock = threading.Lock()
 
 
 class BatchingProvider(Protocol):
@@ -76,10 +83,18 @@ class OpenAIBatches:
         base_url = provider.base_url
         self.base_url = base_url
         self.limits: Mapping[str, int] = BATCH_LIMITS
-        # A placeholder key for local servers that need none (the SDK insists on one).
-        self._client = OpenAI(
-            api_key=api_key or "unused", base_url=base_url, max_retries=3, timeout=timeout
-        )
+        # One SDK client per endpoint, key and process, kept for later runs: building one
+        # (its HTTP client and TLS context) costs tens of milliseconds of CPU. A forked child
+        # builds its own rather than share its parent's connections.
+        slot = (os.getpid(), base_url, api_key, timeout)
+        with _clients_lock:
+            client = _clients.get(slot)
+            if client is None:
+                # A placeholder key for local servers that need none (the SDK insists on one).
+                client = _clients[slot] = OpenAI(
+                    api_key=api_key or "unused", base_url=base_url, max_retries=3, timeout=timeout
+                )
+        self._client = client
 
     def __repr__(self) -> str:  # never the key
         return f"<OpenAIBatches {self.base_url!r}>"
