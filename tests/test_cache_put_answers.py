@@ -1,6 +1,6 @@
-"""put_answers, the call cache's bulk write for a provider batch's answers: what it stores reads
-back exactly as what put_many stores, whatever the generation holds (an unknown price, text
-orjson refuses, a cut-short answer), and a reopened cache finds it."""
+"""CallCache.put_answers, the bulk write for a provider batch's answers: what it stores reads back
+exactly as what put_many stores, whatever the generation holds (an unknown price, text orjson
+refuses, a cut-short answer), and a reopened cache finds it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from flownb.providers.base import Generation
-from flownb.runtime.cache import CallCache, put_answers
+from flownb.runtime.cache import CallCache
 
 ANSWERS = {
     "plain": Generation(
@@ -36,7 +36,7 @@ def test_put_answers_reads_back_as_put_many_and_survives_a_reopen(tmp_path: Path
     by_many = CallCache(tmp_path / "many" / "cache.sqlite")
     by_answers = CallCache(tmp_path / "answers" / "cache.sqlite")
     by_many.put_many(ANSWERS.items())
-    put_answers(by_answers, ANSWERS.items())
+    by_answers.put_answers(ANSWERS.items())
     for key in ANSWERS:
         assert _same(by_answers.get(key), by_many.get(key)), key
     assert by_answers.get("unpriced").cost != by_answers.get("unpriced").cost  # type: ignore[union-attr]  # NaN, not None

@@ -47,7 +47,7 @@ from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
 from ..show.notices import warn
 
-__all__ = ["CACHE_FILE", "CallCache", "open_cache", "put_answers"]
+__all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
 CACHE_FILE = "cache.sqlite"
 _VERSION = 1  # bump when the stored form of a generation changes
@@ -284,6 +284,17 @@ class CallCache:
             self._pending.update(values)
         self._commit()
 
+    def put_answers(self, items: Iterable[tuple[str, Generation]]) -> None:
+        """Store many generations in one transaction, as :meth:`put_many` does, faster for
+        the tens of thousands of answers of a provider batch: each encoded by
+        :func:`_encode_quick`, and inserted in key order (SQLite then fills its B-tree's pages
+        in order: about 40% less CPU than random keys). A store failure keeps them queued and
+        is recorded in ``errors``, not raised."""
+        values = sorted((key, _encode_quick(g)) for key, g in items)
+        with self._lock:
+            self._pending.update(values)
+        self._commit()
+
     def _write_loop(self) -> None:
         """The writer thread: commit what is queued each time ``put`` wakes it."""
         wake = self._wake
@@ -457,18 +468,6 @@ def _encode_quick(gen: Generation) -> str:
 
 # json's spelling of the floats JSON has no literal for, by sign (0.0: NaN).
 _NOT_FINITE = {0.0: "NaN", 1.0: "Infinity", -1.0: "-Infinity"}
-
-
-def put_answers(cache: CallCache, items: Iterable[tuple[str, Generation]]) -> None:
-    """Store many generations in one transaction, as :meth:`CallCache.put_many` does, faster
-    for the tens of thousands of answers of a provider batch: each encoded by
-    :func:`_encode_quick`, and inserted in key order (SQLite then fills its B-tree's pages in
-    order: about 40% less CPU than random keys). A store failure keeps them queued and is
-    recorded in ``errors``, not raised."""
-    values = sorted((key, _encode_quick(g)) for key, g in items)
-    with cache._lock:
-        cache._pending.update(values)
-    cache._commit()
 
 
 _caches: dict[Path, CallCache] = {}

@@ -40,7 +40,6 @@ from ...config.pricing import BATCH_RATE
 from ...errors import ConfigError, ProviderError
 from ...flowfile.inputs import PYTHON, Spelling
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
-from ...runtime.cache import put_answers
 from ...runtime.hooks import FrameOptions
 from ..run import rows_to_variables, run_dataframe
 from .assemble import AssembledEngine
@@ -324,7 +323,7 @@ def collect(
         got.prompt_cache_saved = None if saved is None else saved * BATCH_RATE
         got.cost = provider.cost(got) * BATCH_RATE
         answers[key] = got
-    put_answers(cache, answers.items())  # one transaction for the whole batch
+    cache.put_answers(answers.items())  # one transaction for the whole batch
     for got in answers.values():  # from now on, what the cache would give back
         got.cached, got.limits, got.response_id = True, None, None
     why = "; ".join(state.errors)  # a batch-level failure (a file it refused, ...)
