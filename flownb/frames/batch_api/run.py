@@ -354,8 +354,11 @@ def _wait(
                 if record.status not in FINAL_STATES:
                     seen = (record.status, record.total, record.completed, record.failed)
                     _update(record, api.status(record.id))
-                    # Written again only when it changed (a record holds every call's key).
-                    if (record.status, record.total, record.completed, record.failed) != seen:
+                    # Written again only when it changed (a record holds every call's key),
+                    # and not when it ended: collecting it writes it next (a crash before that
+                    # leaves it to be asked about again, which is harmless).
+                    after = (record.status, record.total, record.completed, record.failed)
+                    if after != seen and record.status not in FINAL_STATES:
                         save_record(record, home)
             if view is not None:
                 view.update(records)

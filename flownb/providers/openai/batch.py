@@ -220,7 +220,7 @@ class OpenAIBatches:
             with _translated(f"downloading {file_id}"):
                 data = self._client.files.content(file_id).read()
             for raw in data.splitlines():
-                if not raw.strip():
+                if not raw or raw.isspace():  # (no copy of the line, as strip() makes)
                     continue
                 line = orjson.loads(raw)
                 key = str(line.get("custom_id", ""))
