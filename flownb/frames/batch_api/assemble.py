@@ -6,7 +6,8 @@ the ordinary one around it (its run log record, tracing span, progress bar, live
 and frame): a row whose every node has its answer in the :class:`~.run` table is reported at
 once, built by the engine's own result maker; the other rows (an image node, a call a batch
 failed or has not answered yet, a prompt over the provider's limit) run through the real
-engine, which calls the images live and names what is missing in the row's error.
+engine, on :class:`FromBatches`, which calls the images live and names what is missing in the
+row's error.
 """
 
 from __future__ import annotations
@@ -14,18 +15,20 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ...errors import ProviderError
+from ...providers.base import BatchAPI, Call, Generation, Provider
 from .paid import claim_paid
 
 if TYPE_CHECKING:
-    from ...providers.base import Generation
     from ...providers.calls import Gate
     from ...providers.limits import AdaptiveLimiter
+    from ...runtime.cache import CallCache
     from ...runtime.engine import Engine
     from ...runtime.result import OnResult
 
-__all__ = ["AssembledEngine"]
+__all__ = ["AssembledEngine", "FromBatches"]
 
 
 class AssembledEngine:
@@ -95,3 +98,44 @@ class AssembledEngine:
                         paid.discard(key)
                         gens[s] = dataclasses.replace(gen, cached=False)
             on_result(i, result(values, gens, started), None)
+
+
+class FromBatches(Provider):
+    """The final pass's provider: text answers come from the cache (the batches filled it);
+    a text call a batch did not answer fails with why; images (and text calls no batch held,
+    such as those fed by an image) go to the real provider, live."""
+
+    name: ClassVar[str] = "batch"
+
+    def __init__(self, real: Provider, cache: CallCache, reasons: Mapping[str, tuple[int, str]]):
+        self.real = real
+        self.cache = cache
+        self.reasons = reasons
+        self._prefixes: dict[tuple[int, str | None], bytes] = {}
+
+    def identity(self) -> Mapping[str, Any]:
+        return self.real.identity()  # the same cache keys as the real provider's
+
+    def banner(self) -> str:
+        return self.real.banner()
+
+    def check_params(self, kind: Any, params: Mapping[str, Any], node: str) -> None:
+        self.real.check_params(kind, params, node)
+
+    def batch_api(self) -> BatchAPI | None:
+        return self.real.batch_api()
+
+    async def generate(self, call: Call) -> Generation:
+        if call.kind == "text":
+            slot = (id(call.params), call.system)
+            prefix = self._prefixes.get(slot)
+            if prefix is None:
+                prefix = self.cache.prefix(self.identity(), call.kind, call.params, call.system)
+                self._prefixes[slot] = prefix
+            reason = self.reasons.get(self.cache.key(prefix, call.prompt))
+            if reason is not None:
+                raise ProviderError(reason[1], status=reason[0], provider=self.real.name)
+        return await self.real.generate(call)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()

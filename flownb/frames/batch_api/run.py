@@ -34,7 +34,7 @@ import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ...config.pricing import BATCH_RATE
 from ...errors import ConfigError, ProviderError
@@ -42,7 +42,7 @@ from ...flowfile.inputs import PYTHON, Spelling
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
 from ...runtime.hooks import FrameOptions
 from ..run import rows_to_variables, run_dataframe
-from .assemble import AssembledEngine
+from .assemble import AssembledEngine, FromBatches
 from .paid import paid_once
 from .store import SUBMITTING, BatchRecord, delete_record, load_records, save_record
 from .view import BatchView, open_view
@@ -297,10 +297,16 @@ def _update(record: BatchRecord, state: BatchState) -> None:
 
 
 def collect(
-    api: BatchAPI, record: BatchRecord, cache: CallCache, home: Any, provider: Provider
+    api: BatchAPI,
+    record: BatchRecord,
+    cache: CallCache,
+    home: Any,
+    provider: Provider,
+    state: BatchState | None = None,
 ) -> dict[str, Generation]:
     """Read a finished batch's answers into the cache and its failures into the record. Each
     answer is priced at the batch rate (:data:`BATCH_RATE` of the provider's price).
+    ``state`` is the batch's final state when just read (else it is asked for).
 
     Returns:
         The answers by cache key, each as a lookup of the cache would return it (``cached``,
@@ -309,10 +315,14 @@ def collect(
     Raises:
         ProviderError: the results cannot be read (the record stays uncollected).
     """
-    state = api.status(record.id)
+    if state is None:
+        state = api.status(record.id)
     _update(record, state)
     answers: dict[str, Generation] = {}
     failures: dict[str, str] = {}
+    # A call's price depends on its model and usage alone: answers that used the same tokens
+    # (short labels, say) are priced once.
+    prices: dict[tuple[str | None, tuple[tuple[str, int], ...]], float] = {}
     for key, got in api.results(state, record.endpoint, record.model):
         if isinstance(got, str):
             failures[key] = got
@@ -321,11 +331,18 @@ def collect(
         got.cost = None
         saved = provider.prompt_cache_saving(got)  # at the live price, then the batch rate
         got.prompt_cache_saved = None if saved is None else saved * BATCH_RATE
-        got.cost = provider.cost(got) * BATCH_RATE
+        if got.usage is None or got.priced_as is not None:
+            got.cost = provider.cost(got) * BATCH_RATE
+        else:
+            spent = (got.model, tuple(got.usage.items()))
+            cost = prices.get(spent)
+            if cost is None:
+                cost = prices[spent] = provider.cost(got) * BATCH_RATE
+            got.cost = cost
+        # From now on, what the cache will give back for it.
+        got.cached, got.limits, got.response_id = True, None, None
         answers[key] = got
     cache.put_answers(answers.items())  # one transaction for the whole batch
-    for got in answers.values():  # from now on, what the cache would give back
-        got.cached, got.limits, got.response_id = True, None, None
     why = "; ".join(state.errors)  # a batch-level failure (a file it refused, ...)
     for key in record.keys:
         if key not in answers and key not in failures:
@@ -345,15 +362,20 @@ def _wait(
     every: float,
     deadline: float | None,
     view: BatchView | None,
+    ended: dict[str, BatchState],
 ) -> bool:
     """Poll ``records`` until every one has ended (True), or ``deadline`` passed or Ctrl-C was
-    pressed (False: the batches keep running at the provider)."""
+    pressed (False: the batches keep running at the provider). The last state read of each
+    batch that ended goes into ``ended``, by id."""
     try:
         while True:
             for record in records:
                 if record.status not in FINAL_STATES:
                     seen = (record.status, record.total, record.completed, record.failed)
-                    _update(record, api.status(record.id))
+                    state = api.status(record.id)
+                    _update(record, state)
+                    if state.status in FINAL_STATES:
+                        ended[record.id] = state
                     # Written again only when it changed (a record holds every call's key),
                     # and not when it ended: collecting it writes it next (a crash before that
                     # leaves it to be asked about again, which is harmless).
@@ -371,47 +393,6 @@ def _wait(
             time.sleep(max(pause, 0.0))
     except KeyboardInterrupt:
         return False
-
-
-class _FromBatches(Provider):
-    """The final pass's provider: text answers come from the cache (the batches filled it);
-    a text call a batch did not answer fails with why; images (and text calls no batch held,
-    such as those fed by an image) go to the real provider, live."""
-
-    name: ClassVar[str] = "batch"
-
-    def __init__(self, real: Provider, cache: CallCache, reasons: Mapping[str, tuple[int, str]]):
-        self.real = real
-        self.cache = cache
-        self.reasons = reasons
-        self._prefixes: dict[tuple[int, str | None], bytes] = {}
-
-    def identity(self) -> Mapping[str, Any]:
-        return self.real.identity()  # the same cache keys as the real provider's
-
-    def banner(self) -> str:
-        return self.real.banner()
-
-    def check_params(self, kind: Any, params: Mapping[str, Any], node: str) -> None:
-        self.real.check_params(kind, params, node)
-
-    def batch_api(self) -> BatchAPI | None:
-        return self.real.batch_api()
-
-    async def generate(self, call: Call) -> Generation:
-        if call.kind == "text":
-            slot = (id(call.params), call.system)
-            prefix = self._prefixes.get(slot)
-            if prefix is None:
-                prefix = self.cache.prefix(self.identity(), call.kind, call.params, call.system)
-                self._prefixes[slot] = prefix
-            reason = self.reasons.get(self.cache.key(prefix, call.prompt))
-            if reason is not None:
-                raise ProviderError(reason[1], status=reason[0], provider=self.real.name)
-        return await self.real.generate(call)
-
-    async def aclose(self) -> None:
-        await self.real.aclose()
 
 
 def prefill(
@@ -502,11 +483,13 @@ def _prefill(
                     )
                     reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
             active = [r for r in wanted if r.status != SUBMITTING]
-            ended = _wait(api, active, home, flow.config.batch_poll, deadline, view)
+            states: dict[str, BatchState] = {}
+            ended = _wait(api, active, home, flow.config.batch_poll, deadline, view, states)
             for record in active:
                 if record.status in FINAL_STATES:
                     with _gc_paused():
-                        table.fill(collect(api, record, cache, home, provider))
+                        got = collect(api, record, cache, home, provider, states.get(record.id))
+                        table.fill(got)
                     for key, why in record.failures.items():
                         reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
                 else:
@@ -555,7 +538,7 @@ def run_dataframe_batched(
     # Named (and able) like the real provider, so results and checks read as a plain run's.
     kind = type(
         "FromBatches",
-        (_FromBatches,),
+        (FromBatches,),
         {
             "name": provider.name,
             "supports_images": provider.supports_images,
