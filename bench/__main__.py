@@ -20,7 +20,7 @@ BENCHMARKS = {
     "memory_frame": "peak memory of a 100,000-row DataFrame batch vs the frame",
     "evaluate_batch": "evaluation: 2 variants + judge vs the ideal; 100,000 x 2 peak memory",
     "dask_scale": "Dask on 2 process workers vs pandas; cluster C=32 vs ideal; serve --workers",
-    "batch_api": "50,000 requests through the batch API: client CPU and memory vs a bare loop",
+    "batch_api": "10k and 50k rows x 2 nodes via the batch API: client CPU, memory vs a bare loop",
     "endpoints": "2 endpoints x 1,000 calls, one with 10% 429s: the clean one vs alone",
     "live_view": "notebook live view vs the tqdm bar: 1,000 rows at 50 ms in a kernel",
     "stream_first_token": "first streamed text seen vs the provider's first token (aim <= 50 ms)",

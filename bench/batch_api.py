@@ -1,9 +1,9 @@
-"""Client CPU and memory of a DataFrame sent through the provider's batch API (50,000 requests:
-build the lines, upload, read the results into the cache, build the frame), against the floor
-measured in the same run: a bare loop that formats the same prompts, dumps the same JSONL lines
-with orjson and parses the same number of result lines.
+"""Client CPU and memory of a DataFrame sent through the provider's batch API (10,000 and 50,000
+rows x 2 nodes: build the lines, upload, read the results into the cache, build the frame),
+against the floor measured in the same run: a bare loop that formats the same prompts, dumps the
+same JSONL lines with orjson and parses the same number of result lines.
 
-    python -m bench.batch_api [--rows 25000]
+    python -m bench.batch_api [--rows 10000,50000] [--passes 2]
 
 The loopback fake runs in another process, so only the client's work is counted. CPU time
 (``time.process_time``, every thread of the process) and memory (tracemalloc's peak of Python
@@ -14,8 +14,9 @@ figure taken while it traces says more about the allocations than about the time
 pass starts from an empty ``FLOWNB_HOME`` (nothing cached, no batch on record). The costs a
 process pays once, whatever the number of requests (the lazily imported HTTP stack, the price
 table, the first client), are paid by a 10-row warm-up run before the passes and printed on
-their own line; the floor's CPU is the best of three passes (a loaded machine only adds to it,
-so this errs against flownb).
+their own line. flownb's CPU is the best of ``--passes`` passes, the floor's the best of at
+least three, interleaved with them (a loaded machine only adds to either; the floor's extra
+passes err against flownb).
 """
 
 from __future__ import annotations
@@ -116,12 +117,42 @@ def _frame(rows: int, label: str = "topic number") -> pd.DataFrame:
     )
 
 
+def _sizes(text: str) -> list[int]:
+    return [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+
+
+def _wait_for(base: str) -> None:
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"{base}/_fake/stats", timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+def _one_size(rows: int, passes: int) -> tuple[float, float, float, float]:
+    """Measure ``rows`` rows: flownb's and the floor's CPU (each the best of ``passes``
+    interleaved passes; the floor at least three), then each one's traced peak. Returns
+    ``(cpu, floor_cpu, peak, floor_peak)``."""
+    df = _frame(rows)
+    cpus, floors = [], []
+    for _ in range(max(passes, 3)):
+        if len(cpus) < passes:
+            cpus.append(_flownb_pass(df, traced=False))
+        floors.append(_measure(lambda: _floor_pass(df), traced=False))
+    peak = _flownb_pass(df, traced=True)
+    floor_peak = _measure(lambda: _floor_pass(df), traced=True)
+    return min(cpus), min(floors), peak, floor_peak
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the benchmark, print its figures and return the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=25_000)
+    parser.add_argument(
+        "--rows", type=_sizes, default=[10_000, 50_000], help="sizes, comma-separated"
+    )
+    parser.add_argument("--passes", type=int, default=2, help="flownb CPU passes per size")
     args = parser.parse_args(argv)
-    df = _frame(args.rows)
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "flownb.testing.fake_openai", "--port", str(port)],
@@ -129,13 +160,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
+    figures: dict[int, tuple[float, float, float, float]] = {}
     try:
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(f"{base}/_fake/stats", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        _wait_for(base)
         config = urllib.request.Request(
             f"{base}/_fake/config",
             data=orjson.dumps({"batch_seconds": 0.5}),
@@ -152,29 +179,30 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         import openai  # noqa: F401  - the SDK's import (seconds, once a process) is not counted
 
         once = _flownb_pass(_frame(10, "warm-up topic"), traced=False)
-        cpu = _flownb_pass(df, traced=False)
-        peak = _flownb_pass(df, traced=True)
+        for rows in args.rows:
+            figures[rows] = _one_size(rows, args.passes)
     finally:
         server.terminate()
         server.wait(timeout=10)
-    floor_cpu = min(_measure(lambda: _floor_pass(df), traced=False) for _ in range(3))
-    floor_peak = _measure(lambda: _floor_pass(df), traced=True)
-    calls = 2 * args.rows
     mib = 1024 * 1024
-    print(f"batch API: {args.rows} rows x 2 text nodes = {calls} requests in one batch")
     print(f"  once a process (10-row warm-up: imports, price table, client): CPU {once:.2f} s")
-    print(
-        f"  flownb: CPU {cpu:.2f} s ({cpu / calls * 1e6:.0f} us/request), peak {peak / mib:.0f} MiB"
-    )
-    print(
-        f"  floor:  CPU {floor_cpu:.2f} s, peak {floor_peak / mib:.0f} MiB (lines out, results in)"
-    )
-    ratios = {
-        "client CPU / bare JSONL loop": cpu / floor_cpu,
-        "peak memory / bare JSONL loop": peak / floor_peak,
-    }
+    ratios: dict[str, float] = {}
+    for rows, (cpu, floor_cpu, peak, floor_peak) in figures.items():
+        calls = 2 * rows
+        print(f"batch API: {rows} rows x 2 text nodes = {calls} requests")
+        print(
+            f"  flownb: CPU {cpu:.2f} s ({cpu / calls * 1e6:.0f} us/request), "
+            f"peak {peak / mib:.0f} MiB"
+        )
+        print(
+            f"  floor:  CPU {floor_cpu:.2f} s, peak {floor_peak / mib:.0f} MiB "
+            "(lines out, results in)"
+        )
+        size = f"{rows // 1000}k rows"
+        ratios[f"client CPU / bare JSONL loop, {size}"] = cpu / floor_cpu
+        ratios[f"peak memory / bare JSONL loop, {size}"] = peak / floor_peak
     for name, ratio in ratios.items():
-        print(f"  ratio {name:40s} {ratio:5.2f}x")
+        print(f"  ratio {name:48s} {ratio:5.2f}x")
     return ratios
 
 

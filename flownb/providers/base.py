@@ -25,7 +25,7 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -162,6 +162,10 @@ class BatchAPI(Protocol):
         """Return ``(endpoint, model, line)``: the request that asks for ``call`` under the
         custom id ``key``, serialized as one JSON object (one batch holds one endpoint's and
         one model's lines)."""
+        ...
+
+    def lines(self, calls: Iterable[tuple[str, Call]]) -> Iterator[tuple[str, str, bytes]]:
+        """Yield what :meth:`line` returns for each ``(key, call)`` of ``calls``, in order."""
         ...
 
     def submit(

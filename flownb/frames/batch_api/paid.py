@@ -23,7 +23,7 @@ from .store import BatchRecord, load_records, save_record
 if TYPE_CHECKING:
     from ...runtime.cache import CallCache
 
-__all__ = ["paid_once"]
+__all__ = ["claim_paid", "paid_once"]
 
 
 class _PaidOnce:
@@ -66,6 +66,15 @@ class _PaidOnce:
                         self.used.add(key)
                         found[key] = dataclasses.replace(found[key], cached=False)
         return found
+
+    def claim(self, keys: Iterable[str]) -> set[str]:
+        """Return the ``keys`` not shown yet, marking them shown (one lock for them all): what
+        :meth:`get` would serve as paid, for rows assembled without looking each call up."""
+        with self.lock:
+            fresh = self.paid.intersection(keys)
+            self.paid -= fresh
+            self.used |= fresh
+        return fresh
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cache, name)
@@ -122,3 +131,12 @@ def _unlogged(home: Any, api: BatchAPI) -> tuple[list[BatchRecord], set[str]]:
     ]
     keys = {k for r in records for k in r.keys if k not in r.failures}
     return records, keys
+
+
+def claim_paid(cache: Any, keys: Iterable[str]) -> set[str]:
+    """Return which of ``keys`` (in the order rows read them) ``cache`` would serve as paid
+    (a batch's answer the run log has not shown yet: see :class:`_PaidOnce`), marking them
+    served; empty when ``cache`` is not wrapped by :func:`paid_once`."""
+    if not isinstance(cache, _PaidOnce):
+        return set()
+    return cache.claim(keys)

@@ -18,7 +18,7 @@ it was created and how many requests it holds (the digest cannot be read back).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -118,6 +118,15 @@ class AnthropicBatches:
         """
         params = self.provider.params_for(call)
         return ENDPOINT, str(params["model"]), orjson.dumps({"custom_id": key, "params": params})
+
+    def lines(self, calls: Iterable[tuple[str, Call]]) -> Iterator[tuple[str, str, bytes]]:
+        """Yield what :meth:`line` returns for each ``(key, call)``, in order.
+
+        Raises:
+            ConfigError: a node's params are refused.
+        """
+        for key, call in calls:
+            yield self.line(key, call)
 
     def submit(
         self, lines: Sequence[bytes], endpoint: str, metadata: Mapping[str, str]

@@ -105,6 +105,10 @@ def _detail(value: Any) -> str:
     return "" if value is None else json.dumps(value)[:300]
 
 
+# What answers are read as objects: a dict (what JSON decodes to) is matched before the ABC
+# check, which costs several times more on every answer of a 50,000-line batch.
+_MAPPING = (dict, Mapping)
+
 # Usage details promoted under their own names (the rest keep their section as a prefix).
 _DETAILS = frozenset({"cached_tokens", "reasoning_tokens", "image_tokens"})
 
@@ -118,14 +122,14 @@ def usage_of(usage: Any) -> dict[str, int] | None:
     ``input_tokens`` / ``output_tokens`` also count as ``prompt_tokens`` /
     ``completion_tokens``. ``None`` when the answer reported no usage.
     """
-    if not isinstance(usage, Mapping):
+    if not isinstance(usage, _MAPPING):
         return None
     flat: dict[str, int] = {}
     for name, value in usage.items():
         if isinstance(value, int) and not isinstance(value, bool):
             flat[name] = value
     for name, value in usage.items():
-        if not (isinstance(value, Mapping) and name.endswith("_tokens_details")):
+        if not (name.endswith("_tokens_details") and isinstance(value, _MAPPING)):
             continue
         section = name.removesuffix("_tokens_details")
         for detail, count in value.items():
@@ -217,12 +221,12 @@ def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) ->
     if not isinstance(choices, list) or not choices:
         raise _bad_answer("no answer (its 'choices' list is empty or missing)", request_id)
     choice = choices[0]
-    if not isinstance(choice, Mapping):
+    if not isinstance(choice, _MAPPING):
         raise _bad_answer("a choice that is not an object", request_id)
     finish = choice.get("finish_reason")
     if chat:
         message = choice.get("message")
-        if not isinstance(message, Mapping):
+        if not isinstance(message, _MAPPING):
             raise _bad_answer("a choice without a message", request_id)
         content = message.get("content")
         refusal = message.get("refusal") or _refusal_in(content)
