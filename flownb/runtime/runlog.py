@@ -26,6 +26,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from ..config.pricing import money_of
 from ..errors import ConfigError, one_line
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
+from .logtext import rows_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,6 +51,7 @@ _FLUSH_AFTER = 1.0  # seconds
 # Inline (offline) runs: rarely, so the writer thread seldom competes with the run, but often
 # enough that a 100,000-row batch never holds more than this many results for the log.
 _INLINE_FLUSH_EVERY = 10_000
+_WAL_PAGES = 4096  # pages of the WAL (4 KiB each) that start a checkpoint
 
 # A batch's rows are stored as chunks: one JSON array of up to 2,000 rows per table row, so
 # logging costs one json.dumps and one INSERT per chunk, not per run. The ``runs`` view expands
@@ -78,6 +81,7 @@ SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
 FROM chunks AS c, json_each(c.rows) AS r;
 """
 _INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
+_INSERT_UTF8 = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, CAST(? AS TEXT))"
 
 COLUMNS = [
     "run_id",
@@ -134,6 +138,10 @@ class RunLog:
             )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            # A 10,000-row batch logs about 2.6 MB: with SQLite's default (a checkpoint, and its
+            # fsync, once the WAL passes 4 MB) every other batch would pay one; 16 MB spreads
+            # the same copying over fewer, larger checkpoints.
+            db.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES}")
             db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             if folder_problem(self.path.parent) is not None:  # deleting the file cannot help
@@ -208,6 +216,12 @@ class RunLog:
         with self._lock:
             self._db.execute(_INSERT, (run_id, flow, provider, data))
 
+    def write_text(self, run_id: str, flow: str, provider: str, rows: bytes) -> None:
+        """Append one chunk of a batch's rows, given as the UTF-8 JSON text of their list
+        (stored as text, as :meth:`write` stores it, without decoding it here)."""
+        with self._lock:
+            self._db.execute(_INSERT_UTF8, (run_id, flow, provider, rows))
+
     def read(self, flow: str | None = None) -> list[tuple[str, str, str, list[Any]]]:
         """Return every chunk (oldest first) as ``(run_id, flow, provider, rows)``."""
         self.sync()
@@ -276,6 +290,38 @@ class RunRecorder:
             timer = threading.Timer(_FLUSH_AFTER, self.flush)
             timer.daemon = True
             timer.start()
+
+    def record_columns(
+        self, outputs: Mapping[str, Sequence[str]], model: str | None, seconds: float
+    ) -> None:
+        """Record every element of the batch as answered at once, without an error (see
+        :mod:`flownb.runtime.columns`): ``outputs`` maps each output name to one value per
+        element; each element's latency is its even share of the batch's ``seconds``.
+
+        The rows are those :meth:`record` would log for an inline run, made here as JSON text
+        column by column (see :mod:`flownb.runtime.logtext`: C loops, which a writer thread
+        would only slow by taking turns with this one for the GIL); the writer thread inserts
+        each chunk while the next is made and the caller goes on."""
+        finished = time.time()
+        batch = self._batch
+        n = len(batch)
+        columns = getattr(batch, "columns", None)  # a frame's rows keep their columns
+        inputs: Mapping[str, Sequence[str]]
+        if isinstance(columns, Mapping):
+            inputs = columns
+        else:  # not a frame's columns: made from its rows, as _write would
+            names = tuple(batch[0]) if n else ()
+            inputs = {name: [row[name] for row in batch] for name in names}
+        spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
+        # After the outputs: latency, no tokens, cache or error, then the money.
+        tail = [seconds / n if n else 0.0, None, None, None, None, None, None]
+        tail += [spent, 0.0, spent, None if spent is None else 0]
+        log, run_id, flow, provider = self._log, self.run_id, self._flow, self._provider
+        texts = rows_text(
+            (inputs, outputs), [finished, model], tail, rows=n, chunk=_INLINE_FLUSH_EVERY
+        )
+        for text in texts:
+            log.submit(partial(log.write_text, run_id, flow, provider, text))
 
     def wrap(self, on_result: OnResult) -> OnResult:
         """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
