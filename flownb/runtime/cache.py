@@ -234,20 +234,26 @@ class CallCache:
             data = orjson.loads(value)  # a few times json's speed: a cached re-run is decoding
         except orjson.JSONDecodeError:  # what orjson refuses (a lone surrogate) json reads
             data = json.loads(value)
-        media = data.get("media")
+        get = data.get
+        media = get("media")
         # Marked used: the media cap deletes the images used longest ago first.
         if media is not None and not mark_used(self.media_dir / media):
             return None  # the image file was deleted: pay for it again
+        # Positional (the field order of Generation): a cached re-run makes one per call.
         return Generation(
-            data.get("output", ""),
-            media=media,
-            model=data.get("model"),
-            usage=data.get("usage"),
-            cached=True,
-            finish_reason=data.get("finish_reason"),
-            cost=data.get("cost"),
-            prompt_cache_saved=data.get("prompt_cache_saved"),
-            provider_s=data.get("provider_s"),
+            get("output", ""),
+            media,
+            get("model"),
+            get("usage"),
+            True,  # cached
+            0.0,  # latency
+            None,  # limits: never cached
+            get("cost"),
+            get("finish_reason"),
+            None,  # priced_as
+            get("prompt_cache_saved"),
+            None,  # response_id: never cached
+            get("provider_s"),
         )
 
     def put(self, key: str, gen: Generation) -> None:

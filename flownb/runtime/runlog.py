@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..config.pricing import money_of
-from ..errors import ConfigError, one_line
+from ..errors import ConfigError
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
+from .logrows import log_rows
 from .logtext import rows_text
 
 if TYPE_CHECKING:
@@ -105,8 +105,6 @@ COLUMNS = [
     "price_usd",
     "unpriced_calls",
 ]
-# Usage counts kept in their own columns; any other the provider reported goes to usage_details.
-_TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 
 
 class RunLog:
@@ -309,7 +307,7 @@ class RunRecorder:
         inputs: Mapping[str, Sequence[str]]
         if isinstance(columns, Mapping):
             inputs = columns
-        else:  # not a frame's columns: made from its rows, as _write would
+        else:  # not a frame's columns: made from its rows, as log_rows would
             names = tuple(batch[0]) if n else ()
             inputs = {name: [row[name] for row in batch] for name in names}
         spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
@@ -343,94 +341,13 @@ class RunRecorder:
                 return
             # Appends only ever go to the end: deleting the front keeps what arrived meanwhile.
             del pending[: len(taken)]
-            # Submitted under the lock, so chunks reach the writer in the order they were taken.
-            self._log.submit(lambda: self._write(taken))
-
-    def _write(
-        self, taken: list[tuple[int, float, RunResult | None, BaseException | None]]
-    ) -> None:
-        batch = self._batch
-        rows: list[list[Any]] = []
-        append = rows.append
-        if not self._detailed:
-            # One model for the whole batch, no usage, no cache: a list comprehension per chunk.
-            first = next((r for _, _, r, _ in taken if r is not None), None)
-            gens = first.generations if first is not None else ()
-            model = ",".join(dict.fromkeys(g.model for g in gens if g.model)) or None
-            if all(r is not None for _, _, r, _ in taken):
-                spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
-                rows = [
-                    [
-                        i,
-                        f,
-                        model,
-                        batch[i],
-                        r,
-                        r.latency,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        spent,
-                        0.0,
-                        spent,
-                        None if spent is None else 0,
-                    ]
-                    for i, f, r, _ in taken
-                    if r is not None  # all are; says so to the type checker
-                ]
-                self._log.write(self.run_id, self._flow, self._provider, rows)
-                return
-        for i, finished, result, exc in taken:
-            if result is None:
-                error = one_line(exc, code=True) if exc is not None else None
-                append([i, finished, None, batch[i], None, None, None, None, None, None, error])
-                continue
-            money = money_of(self._provider, result.generations)
-            models: dict[str, None] = {}
-            p = c = t = 0
-            reported = False
-            details: dict[str, int] = {}
-            for g in result.generations:
-                if g.model:
-                    models[g.model] = None
-                usage = g.usage
-                if usage and not g.cached:
-                    reported = True
-                    p += usage.get("prompt_tokens", 0)
-                    c += usage.get("completion_tokens", 0)
-                    t += usage.get("total_tokens", 0)
-                    for name, count in usage.items():
-                        if name not in _TOKEN_COLUMNS:
-                            details[name] = details.get(name, 0) + count
-            append(
-                [
-                    i,
-                    finished,
-                    ",".join(models) or None,
-                    batch[i],
-                    result,
-                    result.latency,
-                    p if reported else None,
-                    c if reported else None,
-                    t if reported else None,
-                    sorted(result.cached) if result.cached else None,
-                    None,
-                    details or None,
-                    _json_usd(money.spent),
-                    _json_usd(money.saved),
-                    _json_usd(money.price),
-                    money.unpriced,
-                ]
-            )
-        self._log.write(self.run_id, self._flow, self._provider, rows)
-
-
-def _json_usd(value: float) -> float | None:
-    """Return dollars as the log keeps them: JSON has no NaN, so an unknown figure is null."""
-    return None if math.isnan(value) else value
+            # The rows are made and encoded here, and only inserted on the writer thread: its
+            # Python work would take turns with this thread's for the GIL, and each time this
+            # one waits on SQLite (a cached re-run's lookups) the writer would hold it for up to
+            # a switch interval (5 ms). Submitted under the lock, so chunks stay in order.
+            rows = log_rows(taken, self._batch, self._provider, detailed=self._detailed)
+            log = self._log
+            log.submit(partial(log.write_text, self.run_id, self._flow, self._provider, rows))
 
 
 _logs: dict[Path, RunLog] = {}
