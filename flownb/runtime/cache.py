@@ -55,7 +55,10 @@ _VERSION = 1  # bump when the stored form of a generation changes
 _GROUP_WINDOW = 0.002
 # Seconds a commit on the caller's thread (the event loop) may wait for another process's lock.
 _INLINE_TIMEOUT = 0.01
-_IN_CHUNK = 500  # keys per bulk lookup (SQLite allows 32,766 parameters; small keeps it quick)
+# Keys per bulk lookup: a lookahead's chunk (1,024 rows of two nodes) in one query, whose
+# per-query cost (compiling the statement) a 500-key chunk paid four times; SQLite before 3.32
+# allows only 999 parameters.
+_IN_CHUNK = 2048 if sqlite3.sqlite_version_info >= (3, 32, 0) else 500
 _RETRY_AFTER = 0.25  # seconds between commit attempts while the database is locked or failing
 
 _SCHEMA = """
@@ -209,11 +212,13 @@ class CallCache:
         wanted = list(dict.fromkeys(keys))
         values: dict[str, str] = {}
         with self._lock:
-            for key in wanted:
-                queued = self._pending.get(key)
-                if queued is not None:
-                    values[key] = queued
-            rest = [k for k in wanted if k not in values]
+            rest = wanted
+            if self._pending:  # a re-run's usual case: nothing queued, nothing to check
+                for key in wanted:
+                    queued = self._pending.get(key)
+                    if queued is not None:
+                        values[key] = queued
+                rest = [k for k in wanted if k not in values]
             try:
                 for start in range(0, len(rest), _IN_CHUNK):
                     chunk = rest[start : start + _IN_CHUNK]
@@ -223,8 +228,9 @@ class CallCache:
             except sqlite3.Error as exc:
                 self._failed(exc)
         found = {}
+        decode = self._decode
         for key, value in values.items():
-            gen = self._decode(value)
+            gen = decode(value)
             if gen is not None:
                 found[key] = gen
         return found
