@@ -87,6 +87,11 @@ class Template:
         ``values`` counts as empty (an upstream node's output, not known yet)."""
         return self._fixed + sum(len(values.get(name, "")) for _, name in self._slots)
 
+    def length_of(self, lengths: Mapping[str, int]) -> int:
+        """Return the rendered text's length when each label's value is as long as
+        ``lengths`` says (0 where it does not say)."""
+        return self._fixed + sum(lengths.get(name, 0) for _, name in self._slots)
+
     def __repr__(self) -> str:
         return f"Template({self.text!r}, names={self.names!r})"
 

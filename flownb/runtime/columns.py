@@ -58,13 +58,18 @@ def answer_columns(
     if not provider.inline or plan.chained or tracing.tracer() is not None:
         return None
     texts: list[list[str]] = [[] for _ in plan.steps]  # by step index
+    # The longest value of each variable bounds every prompt's length: measured once here,
+    # each prompt is measured only when a bound is over its limit.
+    longest = {name: max(map(len, column), default=0) for name, column in columns.items()}
     model: str | None = None
     for step in plan.steps:
         if step.kind != "text":
             return None
         prompts = step.template.render_columns(columns, rows)
         # A prompt over the limit fails its row: the row-by-row path reports it, naming it.
-        if prompts and max(map(len, prompts)) > engine.limits[step.index]:
+        limit = engine.limits[step.index]
+        bound = step.template.length_of(longest)  # the longest values in every slot
+        if bound > limit and prompts and max(map(len, prompts)) > limit:
             return None
         answer = provider.texts_inline(
             Call(step.kind, "", step.params, step.node_id, step.system), prompts

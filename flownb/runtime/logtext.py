@@ -46,8 +46,8 @@ def rows_text(
             pieces[2 * k + 2 :: width] = json_strings(column[start : start + size])
         pieces[width - 1 :: width] = [glue[-1]] * size
         pieces[0] = b"[[" + pieces[0]  # the list, then its first row
-        pieces[-1] = glue[-1][:-2]  # the last row opens no next one: "],[" becomes "]"
-        yield b"".join(pieces) + b"]"
+        pieces[-1] = glue[-1][:-2] + b"]"  # the last row opens no next one, the list ends
+        yield b"".join(pieces)
 
 
 def _glue(
