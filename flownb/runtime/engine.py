@@ -554,7 +554,7 @@ class Engine:
         lookahead = None
         if cache is not None and len(batch) > 1:
             identity = self.provider.identity()
-            lookahead = Lookahead(self.plan.steps, self.limits, identity, batch, cache)
+            lookahead = Lookahead(self.plan.steps, self.limits, identity, batch, cache, runner)
 
         async def worker() -> None:
             for i in pending:  # one shared iterator: each index is taken exactly once

@@ -12,7 +12,7 @@ What is not taken from here goes the usual way (the runner's ``hit`` and call): 
 up again then: another process may have stored it), a prompt the provider refuses (its call
 reports it), a cached answer without a price (the runner prices it), the second of two
 elements with one prompt (each element gets an answer object of its own), and every call of a
-traced run (whose hits are spans).
+traced run (whose hits are spans: the bulk lookup's answers are then handed to the runner).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..infra import tracing
-from ..providers.base import Generation
+from ..providers.base import Call, Generation
 
 if TYPE_CHECKING:
+    from ..providers.calls import CallRunner
     from .cache import CallCache
     from .plan import Step
 
@@ -39,8 +40,9 @@ Ahead = dict[int, tuple[str, Generation | None]]
 
 class Lookahead:
     """Bulk cache lookups for ``batch`` in ``cache``, of the calls of ``steps`` (a plan's, with
-    the provider's prompt ``limits`` per step index and its ``identity``): call it with each
-    element's index, in order, as the element starts (see the module docstring)."""
+    the provider's prompt ``limits`` per step index and its ``identity``) that ``runner``
+    makes: call it with each element's index, in order, as the element starts (see the
+    module docstring)."""
 
     def __init__(
         self,
@@ -49,9 +51,11 @@ class Lookahead:
         identity: Mapping[str, Any],
         batch: Sequence[Mapping[str, str]],
         cache: CallCache,
+        runner: CallRunner,
     ) -> None:
         self.batch = batch
         self.cache = cache
+        self.runner = runner
         # The nodes that read only variables, with their limits and key prefixes (made as the
         # runner makes its calls' keys: kind, params, system message).
         self.first = [
@@ -87,7 +91,15 @@ class Lookahead:
                     wanted.append((ahead, step.index, prompt, key(prefix, prompt)))
             self.found[j] = ahead
         self.ahead = end
-        if not self.hits or not wanted:
+        if not wanted:
+            return
+        if not self.hits:  # the runner keeps them, for its traced calls to find
+            steps = {step.index: step for step, _, _ in self.first}
+            calls = []
+            for _, index, prompt, _ in wanted:
+                step = steps[index]
+                calls.append(Call(step.kind, prompt, step.params, step.node_id, step.system))
+            self.runner.prefetch(calls)
             return
         stored = self.cache.get_many([k for *_, k in wanted])
         for ahead, index, prompt, k in wanted:
