@@ -13,7 +13,8 @@ A template is compiled once per flow into literal pieces and slots, so rendering
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 
 __all__ = ["Template", "render"]
 
@@ -61,10 +62,35 @@ class Template:
             parts[i] = values[name]
         return "".join(parts)
 
+    def render_columns(self, columns: Mapping[str, Sequence[str]], rows: int) -> list[str]:
+        """Return :meth:`render` of each of ``rows`` rows of ``columns`` (label -> one value
+        per row), in row order, values inserted verbatim.
+
+        Raises:
+            KeyError: ``columns`` lacks a label the template uses.
+        """
+        if not self._slots:
+            return [self.text] * rows
+        # Each row's pieces side by side (a literal piece repeated, a slot's column), joined
+        # row by row: the loop runs in C, no format string is parsed per row.
+        slot_at = dict(self._slots)
+        pieces = [
+            columns[slot_at[i]] if i in slot_at else repeat(part)
+            for i, part in enumerate(self._parts)
+            if part or i in slot_at
+        ]
+        # Not strict: the literal pieces repeat without end; the columns end together.
+        return list(map("".join, zip(*pieces, strict=False)))
+
     def length(self, values: Mapping[str, str]) -> int:
         """Return ``len(self.render(values))`` without building the text; a label missing from
         ``values`` counts as empty (an upstream node's output, not known yet)."""
         return self._fixed + sum(len(values.get(name, "")) for _, name in self._slots)
+
+    def length_of(self, lengths: Mapping[str, int]) -> int:
+        """Return the rendered text's length when each label's value is as long as
+        ``lengths`` says (0 where it does not say)."""
+        return self._fixed + sum(lengths.get(name, 0) for _, name in self._slots)
 
     def __repr__(self) -> str:
         return f"Template({self.text!r}, names={self.names!r})"

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..flows.base import BaseFlow
+    from ..runtime.columns import Answered
     from ..show.meter import CostMeter
 
 __all__ = ["INTERRUPTED", "ColumnRows", "rows_to_variables", "run_dataframe"]
@@ -97,11 +98,10 @@ def rows_to_variables(
         raise InputError(problems, hint=hint)
 
     source = {var: mapping.get(var, var) for var in variables}
-    converted = {
-        var: [fill if (text := to_text(v)) is None else text for v in df[col].tolist()]
-        for var, col in source.items()
-    }
+    converted = {var: _texts(df[col].tolist(), fill) for var, col in source.items()}
     for var, cells in converted.items():
+        if None not in cells:  # the common case, checked in C: no row to name
+            continue
         missing = [df.index[i] for i, v in enumerate(cells) if v is None]
         if missing:
             shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
@@ -118,6 +118,14 @@ def rows_to_variables(
     return ColumnRows(cast("dict[str, list[str]]", converted), len(df))  # no None left
 
 
+def _texts(cells: list[Any], fill: str | None) -> list[str | None]:
+    """Return ``cells`` as :func:`~flownb.flowfile.inputs.to_text` makes them, a missing one
+    as ``fill`` (``None`` when not given)."""
+    if set(map(type, cells)) <= {str}:  # a column of text: nothing to convert, nothing missing
+        return cells
+    return [fill if (text := to_text(v)) is None else text for v in cells]
+
+
 class ColumnRows(Sequence[dict[str, str]]):
     """Rows of string columns, each made into a variables dict only when the engine reaches it,
     so a 100,000-row batch does not hold 100,000 dicts at once."""
@@ -129,6 +137,12 @@ class ColumnRows(Sequence[dict[str, str]]):
 
     def __len__(self) -> int:
         return self._length
+
+    @property
+    def columns(self) -> dict[str, list[str]]:
+        """Variable -> its value in every row, in row order (the lists themselves, not copies:
+        read them only)."""
+        return dict(zip(self._names, self._columns, strict=True))
 
     @overload
     def __getitem__(self, i: int) -> dict[str, str]: ...
@@ -239,32 +253,68 @@ def run_dataframe(
     # In a notebook's live view, the returned frame's table is what the view ends as.
     slot = HOOKS["live_slot"](df.index) if progress else None
     try:
-        # The rows were made from the frame's columns as strings: no second validation pass.
-        # run_each hands the run over before it returns or raises: a row the loop finishes
-        # after Ctrl-C (or a form's Stop) cannot change the lists below while they are read.
-        flow.run_each(batch, record, progress=progress, concurrency=concurrency, check=False)
+        # Without a bar or meter to tell row by row, a provider that answers a whole batch at
+        # once (offline) is asked so: no call, result or report per row.
+        answered = None if progress or meter is not None else _in_bulk(flow, batch)
+        if answered is not None:
+            values.update(answered.outputs)  # type: ignore[arg-type]  # str is str | None
+            traced.update({node: answered.trace[node] for node in traced})  # type: ignore[misc]
+        else:
+            # The rows were made from the frame's columns as strings: no second validation
+            # pass. run_each hands the run over before it returns or raises: a row the loop
+            # finishes after Ctrl-C (or a form's Stop) cannot change the lists below while
+            # they are read.
+            flow.run_each(batch, record, progress=progress, concurrency=concurrency, check=False)
     except KeyboardInterrupt:
         interrupted = True
     result = df.copy()
     if fill is not None:
         _show_fill(result, [(columns or {}).get(var, var) for var in flow.variables], fill)
     for out, col in out_cols.items():
-        result[col] = pd.Series(values[out], index=df.index, dtype=TEXT)
+        result[col] = _text_column(values[out], df.index)
     for node, col in trace_cols.items():
-        result[col] = pd.Series(traced[node], index=df.index, dtype=TEXT)
+        result[col] = _text_column(traced[node], df.index)
     if interrupted:
         _mark_interrupted(errors, done, error_column)
-    if any(e is not None for e in errors):
-        result[error_column] = pd.Series(errors, index=df.index, dtype=TEXT)
-    if any(t is not None for t in truncated):
+    if errors.count(None) < n:  # some row has an error (counted in C: no loop per row here)
+        result[error_column] = _text_column(errors, df.index)
+    if truncated.count(None) < n:
         col = TRUNCATED
         while col in result.columns:
             col = f"{col}_output"
-        result[col] = pd.Series(truncated, index=df.index, dtype=TEXT)
+        result[col] = _text_column(truncated, df.index)
     result.attrs[IMAGE_COLUMNS_ATTR] = _image_columns(flow, out_cols, trace_cols, seen)
     if slot is not None:
         slot.show(result)
     return result
+
+
+def _text_column(values: list[str | None], index: pd.Index) -> pd.Series[Any]:
+    """Return ``values`` as a column of pandas' ``string`` dtype (``None``: ``<NA>``) on
+    ``index``; with pyarrow storage, handed to pyarrow in one go (half the time pandas' own
+    conversion takes, which checks every value first)."""
+    import pandas as pd
+
+    if pd.StringDtype().storage == "pyarrow":
+        import pyarrow as pa
+
+        array = pd.arrays.ArrowStringArray(pa.array(values, type=pa.large_string()))
+        return pd.Series(array, index=index, copy=False)
+    return pd.Series(values, index=index, dtype=TEXT)
+
+
+def _in_bulk(flow: BaseFlow, batch: ColumnRows) -> Answered | None:
+    """Return ``batch`` run at once by ``flow``'s runner as columns (see
+    :meth:`flownb.runtime.pipeline.Runner.run_columns`), or ``None``: nothing ran, run it row
+    by row (a remote flow, or a provider or flow that needs that)."""
+    runner = getattr(flow, "runner", None)
+    run_columns = getattr(runner, "run_columns", None)
+    if run_columns is None:
+        return None
+    answered: Answered | None = run_columns(batch, batch.columns)
+    if answered is not None:
+        flow.say_notes()  # what the row-by-row run would have said
+    return answered
 
 
 def _show_fill(result: pd.DataFrame, used: list[str], fill: str) -> None:

@@ -234,6 +234,14 @@ class Provider(ABC):
             ConfigError: naming the node and the parameter.
         """
 
+    def texts_inline(self, call: Call, prompts: list[str]) -> tuple[list[str], str | None] | None:
+        """Return the answers to ``call`` asked once with each of ``prompts`` (its own prompt
+        unused), all at once, as ``(texts, model)``: each text exactly what
+        ``generate_inline`` would answer (no usage, cost, media or finish reason), ``model`` the
+        one model that answers them all. ``None`` (the default): the provider answers one call
+        at a time, and the engine asks it so."""
+        return None
+
     def warm(self) -> None:  # noqa: B027 - a hook: most providers have nothing to make
         """Make what the first call on the running event loop would make first (an SDK's client,
         whose TLS set-up takes a good part of a second, and what its first request loads), so

@@ -84,6 +84,13 @@ class OfflineProvider(Provider):
             self.media.save(name, draw_image(call.prompt))
         return Generation("", media=name, model="offline")
 
+    def texts_inline(self, call: Call, prompts: list[str]) -> tuple[list[str], str | None] | None:
+        """Return ``prompts`` themselves for a text call (what :meth:`generate_inline` answers
+        each), so a whole frame is answered without a call per row; ``None`` for images."""
+        if call.kind != "text" or type(self).generate_inline is not OfflineProvider.generate_inline:
+            return None  # a subclass that answers otherwise is asked call by call
+        return prompts, "offline"
+
     async def generate(self, call: Call) -> Generation:
         """Return the same as :meth:`generate_inline` (the async seam the engine also uses)."""
         return self.generate_inline(call)

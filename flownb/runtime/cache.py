@@ -56,7 +56,10 @@ _VERSION = 1  # bump when the stored form of a generation changes
 _GROUP_WINDOW = 0.002
 # Seconds a commit on the caller's thread (the event loop) may wait for another process's lock.
 _INLINE_TIMEOUT = 0.01
-_IN_CHUNK = 500  # keys per bulk lookup (SQLite allows 32,766 parameters; small keeps it quick)
+# Keys per bulk lookup: a lookahead's chunk (1,024 rows of two nodes) in one query, whose
+# per-query cost (compiling the statement) a 500-key chunk paid four times; SQLite before 3.32
+# allows only 999 parameters.
+_IN_CHUNK = 2048 if sqlite3.sqlite_version_info >= (3, 32, 0) else 500
 _RETRY_AFTER = 0.25  # seconds between commit attempts while the database is locked or failing
 
 _SCHEMA = """
@@ -210,11 +213,13 @@ class CallCache:
         wanted = list(dict.fromkeys(keys))
         values: dict[str, str] = {}
         with self._lock:
-            for key in wanted:
-                queued = self._pending.get(key)
-                if queued is not None:
-                    values[key] = queued
-            rest = [k for k in wanted if k not in values]
+            rest = wanted
+            if self._pending:  # a re-run's usual case: nothing queued, nothing to check
+                for key in wanted:
+                    queued = self._pending.get(key)
+                    if queued is not None:
+                        values[key] = queued
+                rest = [k for k in wanted if k not in values]
             try:
                 for start in range(0, len(rest), _IN_CHUNK):
                     chunk = rest[start : start + _IN_CHUNK]
@@ -224,8 +229,9 @@ class CallCache:
             except sqlite3.Error as exc:
                 self._failed(exc)
         found = {}
+        decode = self._decode
         for key, value in values.items():
-            gen = self._decode(value)
+            gen = decode(value)
             if gen is not None:
                 found[key] = gen
         return found
@@ -235,20 +241,26 @@ class CallCache:
             data = orjson.loads(value)  # a few times json's speed: a cached re-run is decoding
         except orjson.JSONDecodeError:  # what orjson refuses (a lone surrogate) json reads
             data = json.loads(value)
-        media = data.get("media")
+        get = data.get
+        media = get("media")
         # Marked used: the media cap deletes the images used longest ago first.
         if media is not None and not mark_used(self.media_dir / media):
             return None  # the image file was deleted: pay for it again
+        # Positional (the field order of Generation): a cached re-run makes one per call.
         return Generation(
-            data.get("output", ""),
-            media=media,
-            model=data.get("model"),
-            usage=data.get("usage"),
-            cached=True,
-            finish_reason=data.get("finish_reason"),
-            cost=data.get("cost"),
-            prompt_cache_saved=data.get("prompt_cache_saved"),
-            provider_s=data.get("provider_s"),
+            get("output", ""),
+            media,
+            get("model"),
+            get("usage"),
+            True,  # cached
+            0.0,  # latency
+            None,  # limits: never cached
+            get("cost"),
+            get("finish_reason"),
+            None,  # priced_as
+            get("prompt_cache_saved"),
+            None,  # response_id: never cached
+            get("provider_s"),
         )
 
     def put(self, key: str, gen: Generation) -> None:

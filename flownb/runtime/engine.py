@@ -31,6 +31,7 @@ from ..providers.inflight import finish
 from ..providers.limits import AdaptiveLimiter, Pacer
 from ..providers.tokens import TokenGate, chain
 from .events import StreamEvent
+from .lookahead import Ahead, Lookahead
 from .result import OnResult, RunResult, make_result
 
 if TYPE_CHECKING:
@@ -46,9 +47,8 @@ MediaUrl = Callable[[str], str]
 
 # Where a streamed run's events go, as they happen (see Engine.stream_one).
 Emit = Callable[[StreamEvent], None]
-# Elements whose first calls are looked up in the cache in one go (see Engine._prefetcher):
-# a few queries of a few hundred keys each, and little memory held for a long batch.
-_PREFETCH_CHUNK = 1024
+# An element's step that nothing was found for ahead: its prompt and answer are not known.
+_UNKNOWN: tuple[str | None, Generation | None] = (None, None)
 
 
 class Engine:
@@ -105,6 +105,12 @@ class Engine:
         # Shared by every result: RunResult.trace is computed from it only when asked for.
         self.trace_of = (plan.trace_names, media_url)
         self.step_outputs = _step_outputs(plan)
+        # The outputs of a row whose every node came from the cache (those fed by nodes only).
+        self._all_cached = frozenset(
+            name
+            for name, srcs in plan.output_sources
+            if srcs and all(kind == "step" for kind, _ in srcs)
+        )
 
     # -- assembling a result ------------------------------------------------------------------
 
@@ -137,11 +143,7 @@ class Engine:
         cached: frozenset[str] = frozenset()
         for g in gens:
             if g.cached:
-                cached = frozenset(
-                    name
-                    for name, srcs in plan.output_sources
-                    if srcs and all(kind == "step" and gens[ref].cached for kind, ref in srcs)
-                )
+                cached = self._cached_outputs(gens)
                 break
         return make_result(
             outputs,
@@ -154,6 +156,17 @@ class Engine:
             self.trace_of,
             plan,
             values,
+        )
+
+    def _cached_outputs(self, gens: list[Generation]) -> frozenset[str]:
+        """Return the outputs every node of which came from the cache (some node did)."""
+        plan = self.plan
+        if all(g.cached for g in gens):  # a re-run's usual row: the answer is the plan's
+            return self._all_cached
+        return frozenset(
+            name
+            for name, srcs in plan.output_sources
+            if srcs and all(kind == "step" and gens[ref].cached for kind, ref in srcs)
         )
 
     def _warn_cut(self, gens: Sequence[Generation | None]) -> None:
@@ -368,8 +381,14 @@ class Engine:
         return element.result()
 
     async def _run_element(
-        self, values: Mapping[str, str], runner: CallRunner, emit: Emit | None = None
+        self,
+        values: Mapping[str, str],
+        runner: CallRunner,
+        emit: Emit | None = None,
+        ahead: Ahead | None = None,
     ) -> RunResult:
+        """Run one element; ``ahead``: some of its nodes' prompts and cache hits, found
+        already (see :mod:`flownb.runtime.lookahead`)."""
         started = time.perf_counter()
         plan = self.plan
         # Cache hits are answered here, without a task or a wait each (a cached re-run).
@@ -378,7 +397,7 @@ class Engine:
             step = plan.steps[0]
             if hits:
                 gens1: list[Any] = [None]
-                if not self._answered((step,), values, gens1, runner):
+                if not self._answered((step,), values, gens1, runner, ahead):
                     return self._result(values, gens1, started)
             return self._result(values, [await self._call(step, values, runner, emit)], started)
         gens: list[Any] = [None] * len(plan.steps)
@@ -390,7 +409,7 @@ class Engine:
                 lost.update(s.index for s in level if s not in ready)
                 level = ready
             if hits and level:
-                level = self._answered(level, values, gens, runner)
+                level = self._answered(level, values, gens, runner, ahead)
             if not level:
                 continue
             done: list[Any]
@@ -425,19 +444,26 @@ class Engine:
         values: Mapping[str, str],
         gens: list[Any],
         runner: CallRunner,
+        ahead: Ahead | None = None,
     ) -> tuple[Step, ...]:
         """Put into ``gens`` the answers the cache holds for ``level``'s steps (each with its
         time here as ``latency``); return the steps left to call (a miss, or a prompt that
-        fails: its call reports the failure)."""
+        fails: its call reports the failure). ``ahead``: prompts and hits found already."""
         left: list[Step] = []
         clock = time.perf_counter
         for step in level:
             begun = clock()
-            try:
-                prompt = self._prompt(step, self._context(values, gens, step))
-            except Exception:  # the call made for it raises it again, as that step's failure
-                left.append(step)
+            prompt, gen = ahead.get(step.index, _UNKNOWN) if ahead else _UNKNOWN
+            if gen is not None:  # looked up ahead: nothing more to do here
+                gen.latency = clock() - begun
+                gens[step.index] = gen
                 continue
+            if prompt is None:
+                try:
+                    prompt = self._prompt(step, self._context(values, gens, step))
+                except Exception:  # the call made for it raises it again, as its failure
+                    left.append(step)
+                    continue
             gen = runner.hit(Call(step.kind, prompt, step.params, step.node_id, step.system))
             if gen is None:
                 left.append(step)
@@ -497,42 +523,6 @@ class Engine:
         )
         return first.in_row(names, partial)
 
-    def _prefetcher(
-        self, batch: Sequence[Mapping[str, str]], runner: CallRunner
-    ) -> Callable[[int], None] | None:
-        """Return what looks up the cache in bulk for the calls of the elements from ``i`` on,
-        a chunk at a time, before element ``i`` runs (None: no cache, or a single element).
-
-        Only the nodes that read nothing but variables are looked up ahead (the others' prompts
-        are known once their upstream nodes answered): a re-run of a cached batch then costs a
-        query per few hundred calls, not one per call.
-        """
-        if runner.cache is None or len(batch) < 2:
-            return None
-        first = [(step, self.limits[step.index]) for step in self.plan.steps if not step.upstream]
-        ahead = 0  # elements before this one are looked up already
-
-        def prefetch(i: int) -> None:
-            nonlocal ahead
-            if i < ahead:
-                return
-            end = min(len(batch), max(i + 1, ahead + _PREFETCH_CHUNK))
-            calls: list[Call] = []
-            for values in batch[ahead:end]:
-                for step, limit in first:
-                    try:
-                        prompt = step.template.render(values)
-                    except Exception:  # the element's own run reports it
-                        continue
-                    if len(prompt) <= limit:
-                        calls.append(
-                            Call(step.kind, prompt, step.params, step.node_id, step.system)
-                        )
-            ahead = end
-            runner.prefetch(calls)
-
-        return prefetch
-
     async def run_async(
         self,
         batch: Sequence[Mapping[str, str]],
@@ -558,16 +548,21 @@ class Engine:
             return
         runner = self._runner(concurrency, limiter, gate)
         pending = iter(range(len(batch)))
-        prefetch = self._prefetcher(batch, runner)
+        # Hits looked up in bulk ahead of the elements: a re-run of a cached batch costs a
+        # query per few hundred calls, not one per call (see flownb.runtime.lookahead).
+        cache = runner.cache
+        lookahead = None
+        if cache is not None and len(batch) > 1:
+            identity = self.provider.identity()
+            lookahead = Lookahead(self.plan.steps, self.limits, identity, batch, cache, runner)
 
         async def worker() -> None:
             for i in pending:  # one shared iterator: each index is taken exactly once
                 if runner.stopping:  # stopped: no element starts any more
                     return
-                if prefetch is not None:
-                    prefetch(i)
+                ahead = lookahead(i) if lookahead is not None else None
                 try:
-                    result = await self._run_element(batch[i], runner)
+                    result = await self._run_element(batch[i], runner, None, ahead)
                 except Exception as exc:
                     on_result(i, None, exc)
                 else:

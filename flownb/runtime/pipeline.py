@@ -38,6 +38,7 @@ from ..providers.base import Provider
 from ..providers.calls import Gate
 from ..providers.limits import AdaptiveLimiter
 from .cache import open_cache
+from .columns import Answered, answer_columns
 from .engine import Emit, Engine, MediaUrl, Plan
 from .result import OnResult, RunResult
 from .runlog import RunLog, RunRecorder, open_runlog
@@ -240,6 +241,25 @@ class Runner:
                 observers.close()
                 if recorder is not None:
                     recorder.flush()
+
+    def run_columns(
+        self, batch: Sequence[Mapping[str, str]], columns: Mapping[str, Sequence[str]]
+    ) -> Answered | None:
+        """Run ``batch``, whose variables ``columns`` also holds (variable -> one string per
+        element), at once if the provider allows it (see :mod:`flownb.runtime.columns`),
+        recording it in the run log; nothing is reported per element.
+
+        Returns:
+            The batch's answers as columns, or ``None`` (nothing ran): run it with :meth:`run`.
+        """
+        if not batch:
+            return None
+        answered = answer_columns(self.engine, columns, len(batch))
+        if answered is not None:
+            recorder = self._recorder(batch)
+            if recorder is not None:
+                recorder.record_columns(answered.outputs, answered.model, answered.seconds)
+        return answered
 
     async def stream_one(
         self, values: Mapping[str, str], emit: Emit, *, concurrency: int | None = None

@@ -26,15 +26,17 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..config.pricing import money_of
-from ..errors import ConfigError, one_line
+from ..errors import ConfigError
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
+from .logrows import log_rows
+from .logtext import rows_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,6 +51,7 @@ _FLUSH_AFTER = 1.0  # seconds
 # Inline (offline) runs: rarely, so the writer thread seldom competes with the run, but often
 # enough that a 100,000-row batch never holds more than this many results for the log.
 _INLINE_FLUSH_EVERY = 10_000
+_WAL_PAGES = 4096  # pages of the WAL (4 KiB each) that start a checkpoint
 
 # A batch's rows are stored as chunks: one JSON array of up to 2,000 rows per table row, so
 # logging costs one json.dumps and one INSERT per chunk, not per run. The ``runs`` view expands
@@ -78,6 +81,7 @@ SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
 FROM chunks AS c, json_each(c.rows) AS r;
 """
 _INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
+_INSERT_UTF8 = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, CAST(? AS TEXT))"
 
 COLUMNS = [
     "run_id",
@@ -101,8 +105,6 @@ COLUMNS = [
     "price_usd",
     "unpriced_calls",
 ]
-# Usage counts kept in their own columns; any other the provider reported goes to usage_details.
-_TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 
 
 class RunLog:
@@ -134,6 +136,10 @@ class RunLog:
             )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            # A 10,000-row batch logs about 2.6 MB: with SQLite's default (a checkpoint, and its
+            # fsync, once the WAL passes 4 MB) every other batch would pay one; 16 MB spreads
+            # the same copying over fewer, larger checkpoints.
+            db.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES}")
             db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             if folder_problem(self.path.parent) is not None:  # deleting the file cannot help
@@ -208,6 +214,12 @@ class RunLog:
         with self._lock:
             self._db.execute(_INSERT, (run_id, flow, provider, data))
 
+    def write_text(self, run_id: str, flow: str, provider: str, rows: bytes) -> None:
+        """Append one chunk of a batch's rows, given as the UTF-8 JSON text of their list
+        (stored as text, as :meth:`write` stores it, without decoding it here)."""
+        with self._lock:
+            self._db.execute(_INSERT_UTF8, (run_id, flow, provider, rows))
+
     def read(self, flow: str | None = None) -> list[tuple[str, str, str, list[Any]]]:
         """Return every chunk (oldest first) as ``(run_id, flow, provider, rows)``."""
         self.sync()
@@ -277,6 +289,38 @@ class RunRecorder:
             timer.daemon = True
             timer.start()
 
+    def record_columns(
+        self, outputs: Mapping[str, Sequence[str]], model: str | None, seconds: float
+    ) -> None:
+        """Record every element of the batch as answered at once, without an error (see
+        :mod:`flownb.runtime.columns`): ``outputs`` maps each output name to one value per
+        element; each element's latency is its even share of the batch's ``seconds``.
+
+        The rows are those :meth:`record` would log for an inline run, made here as JSON text
+        column by column (see :mod:`flownb.runtime.logtext`: C loops, which a writer thread
+        would only slow by taking turns with this one for the GIL); the writer thread inserts
+        each chunk while the next is made and the caller goes on."""
+        finished = time.time()
+        batch = self._batch
+        n = len(batch)
+        columns = getattr(batch, "columns", None)  # a frame's rows keep their columns
+        inputs: Mapping[str, Sequence[str]]
+        if isinstance(columns, Mapping):
+            inputs = columns
+        else:  # not a frame's columns: made from its rows, as log_rows would
+            names = tuple(batch[0]) if n else ()
+            inputs = {name: [row[name] for row in batch] for name in names}
+        spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
+        # After the outputs: latency, no tokens, cache or error, then the money.
+        tail = [seconds / n if n else 0.0, None, None, None, None, None, None]
+        tail += [spent, 0.0, spent, None if spent is None else 0]
+        log, run_id, flow, provider = self._log, self.run_id, self._flow, self._provider
+        texts = rows_text(
+            (inputs, outputs), [finished, model], tail, rows=n, chunk=_INLINE_FLUSH_EVERY
+        )
+        for text in texts:
+            log.submit(partial(log.write_text, run_id, flow, provider, text))
+
     def wrap(self, on_result: OnResult) -> OnResult:
         """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
         record = self.record
@@ -297,94 +341,13 @@ class RunRecorder:
                 return
             # Appends only ever go to the end: deleting the front keeps what arrived meanwhile.
             del pending[: len(taken)]
-            # Submitted under the lock, so chunks reach the writer in the order they were taken.
-            self._log.submit(lambda: self._write(taken))
-
-    def _write(
-        self, taken: list[tuple[int, float, RunResult | None, BaseException | None]]
-    ) -> None:
-        batch = self._batch
-        rows: list[list[Any]] = []
-        append = rows.append
-        if not self._detailed:
-            # One model for the whole batch, no usage, no cache: a list comprehension per chunk.
-            first = next((r for _, _, r, _ in taken if r is not None), None)
-            gens = first.generations if first is not None else ()
-            model = ",".join(dict.fromkeys(g.model for g in gens if g.model)) or None
-            if all(r is not None for _, _, r, _ in taken):
-                spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
-                rows = [
-                    [
-                        i,
-                        f,
-                        model,
-                        batch[i],
-                        r,
-                        r.latency,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        spent,
-                        0.0,
-                        spent,
-                        None if spent is None else 0,
-                    ]
-                    for i, f, r, _ in taken
-                    if r is not None  # all are; says so to the type checker
-                ]
-                self._log.write(self.run_id, self._flow, self._provider, rows)
-                return
-        for i, finished, result, exc in taken:
-            if result is None:
-                error = one_line(exc, code=True) if exc is not None else None
-                append([i, finished, None, batch[i], None, None, None, None, None, None, error])
-                continue
-            money = money_of(self._provider, result.generations)
-            models: dict[str, None] = {}
-            p = c = t = 0
-            reported = False
-            details: dict[str, int] = {}
-            for g in result.generations:
-                if g.model:
-                    models[g.model] = None
-                usage = g.usage
-                if usage and not g.cached:
-                    reported = True
-                    p += usage.get("prompt_tokens", 0)
-                    c += usage.get("completion_tokens", 0)
-                    t += usage.get("total_tokens", 0)
-                    for name, count in usage.items():
-                        if name not in _TOKEN_COLUMNS:
-                            details[name] = details.get(name, 0) + count
-            append(
-                [
-                    i,
-                    finished,
-                    ",".join(models) or None,
-                    batch[i],
-                    result,
-                    result.latency,
-                    p if reported else None,
-                    c if reported else None,
-                    t if reported else None,
-                    sorted(result.cached) if result.cached else None,
-                    None,
-                    details or None,
-                    _json_usd(money.spent),
-                    _json_usd(money.saved),
-                    _json_usd(money.price),
-                    money.unpriced,
-                ]
-            )
-        self._log.write(self.run_id, self._flow, self._provider, rows)
-
-
-def _json_usd(value: float) -> float | None:
-    """Return dollars as the log keeps them: JSON has no NaN, so an unknown figure is null."""
-    return None if math.isnan(value) else value
+            # The rows are made and encoded here, and only inserted on the writer thread: its
+            # Python work would take turns with this thread's for the GIL, and each time this
+            # one waits on SQLite (a cached re-run's lookups) the writer would hold it for up to
+            # a switch interval (5 ms). Submitted under the lock, so chunks stay in order.
+            rows = log_rows(taken, self._batch, self._provider, detailed=self._detailed)
+            log = self._log
+            log.submit(partial(log.write_text, self.run_id, self._flow, self._provider, rows))
 
 
 _logs: dict[Path, RunLog] = {}

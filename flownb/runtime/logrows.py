@@ -1,0 +1,150 @@
+"""The run log's rows for outcomes recorded one by one, as the JSON text the log stores.
+
+A row is ``[index, finished, model, inputs, outputs, latency, prompt_tokens, completion_tokens,
+total_tokens, cached_outputs, error, usage_details, cost_usd, saved_usd, price_usd,
+unpriced_calls]``; a failed run's row stops after ``error`` (see :mod:`flownb.runtime.runlog`,
+which reads them back). A row all of whose calls came from the cache (a re-run) is made
+without the general money and usage bookkeeping: its figures follow from the cached costs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..config.pricing import money_of
+from ..errors import one_line
+
+if TYPE_CHECKING:
+    from .result import RunResult
+
+__all__ = ["Outcome", "log_rows"]
+
+# One recorded outcome: (index, finished at, result or None, exception or None).
+Outcome = tuple[int, float, "RunResult | None", "BaseException | None"]
+# Usage counts kept in their own columns; any other the provider reported goes to usage_details.
+_TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+
+
+def log_rows(
+    taken: list[Outcome],
+    batch: Sequence[Mapping[str, str]],
+    provider: str,
+    *,
+    detailed: bool,
+) -> bytes:
+    """Return the UTF-8 JSON text of the rows of ``taken`` (outcomes of elements of ``batch``
+    run by ``provider``). ``detailed=False`` (inline providers: no tokens, nothing cached, one
+    model) makes a batch without failures in one list comprehension."""
+    if not detailed:
+        rows = _inline_rows(taken, batch, provider)
+        if rows is not None:
+            return orjson.dumps(rows)
+    rows = []
+    append = rows.append
+    sorted_names: dict[frozenset[str], list[str]] = {}  # a batch's rows share a few sets
+    for i, finished, result, exc in taken:
+        if result is None:
+            error = one_line(exc, code=True) if exc is not None else None
+            append([i, finished, None, batch[i], None, None, None, None, None, None, error])
+            continue
+        gens = result.generations
+        cached = result.cached
+        names = sorted_names.get(cached)
+        if names is None:
+            names = sorted_names[cached] = sorted(cached)
+        if all(g.cached for g in gens):
+            # Nothing fresh: no usage counts (cached calls cost nothing now), no details.
+            models = dict.fromkeys(g.model for g in gens if g.model)
+            model = ",".join(models) or None
+            money = _cached_money(gens)
+            append([i, finished, model, batch[i], result, result.latency, None, None, None])
+            rows[-1] += [names or None, None, None, *money]
+            continue
+        append(_row(i, finished, result, batch[i], provider, names))
+    return orjson.dumps(rows)
+
+
+def _inline_rows(
+    taken: list[Outcome], batch: Sequence[Mapping[str, str]], provider: str
+) -> list[list[Any]] | None:
+    """Return the rows of an inline run's outcomes (one model for all, no usage, no cache),
+    or ``None`` when some failed."""
+    if any(r is None for _, _, r, _ in taken):
+        return None
+    first = taken[0][2] if taken else None
+    gens = first.generations if first is not None else ()
+    model = ",".join(dict.fromkeys(g.model for g in gens if g.model)) or None
+    spent = 0.0 if provider == "offline" else None  # None: NaN, unknown
+    unpriced = None if spent is None else 0
+    # After the latency: no tokens, cache, error or details, then the money.
+    tail = (None, None, None, None, None, None, spent, 0.0, spent, unpriced)
+    return [
+        [i, f, model, batch[i], r, r.latency, *tail]
+        for i, f, r, _ in taken
+        if r is not None  # all are; says so to the type checker
+    ]
+
+
+def _cached_money(gens: Sequence[Any]) -> list[float | int | None]:
+    """Return ``[cost_usd, saved_usd, price_usd, unpriced_calls]`` of a run whose every call
+    came from the cache, as :func:`~flownb.config.pricing.money_of` works them out: it spent
+    nothing, saved and is priced at what the calls cost when bought (null when none of them
+    has a known price)."""
+    known = [float(c) for g in gens if (c := g.cost) is not None and c == c]
+    saved = float(sum(known)) if known or not gens else None  # summed as money_of sums
+    return [0.0, saved, saved, len(gens) - len(known)]
+
+
+def _row(
+    i: int,
+    finished: float,
+    result: RunResult,
+    inputs: Mapping[str, str],
+    provider: str,
+    cached_names: list[str],
+) -> list[Any]:
+    """Return the row of a successful run with fresh calls (usage counted, money worked out)."""
+    money = money_of(provider, result.generations)
+    models: dict[str, None] = {}
+    p = c = t = 0
+    reported = False
+    details: dict[str, int] = {}
+    for g in result.generations:
+        if g.model:
+            models[g.model] = None
+        usage = g.usage
+        if usage and not g.cached:
+            reported = True
+            p += usage.get("prompt_tokens", 0)
+            c += usage.get("completion_tokens", 0)
+            t += usage.get("total_tokens", 0)
+            for name, count in usage.items():
+                if name not in _TOKEN_COLUMNS:
+                    details[name] = details.get(name, 0) + count
+    return [
+        i,
+        finished,
+        ",".join(models) or None,
+        inputs,
+        result,
+        result.latency,
+        p if reported else None,
+        c if reported else None,
+        t if reported else None,
+        cached_names or None,
+        None,
+        details or None,
+        _json_usd(money.spent),
+        _json_usd(money.saved),
+        _json_usd(money.price),
+        money.unpriced,
+    ]
+
+
+def _json_usd(value: float) -> float | None:
+    """Return dollars as the log keeps them: JSON has no NaN, so an unknown figure is null."""
+    return None if math.isnan(value) else value

@@ -1,0 +1,40 @@
+# ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
+"""A cached re-run answered from bulk lookups ahead of the rows: no request, the same results
+and run-log rows as the first run's, and an answer object of its own for every row."""
+
+from __future__ import annotations
+
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+
+import flownb
+from flownb.testing.fake_openai import FakeOpenAI
+from tests.conftest import make_flow
+
+PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
+
+
+def test_a_cached_rerun_with_repeated_rows_sends_nothing_and_keeps_rows_apart(
+    fake: FakeOpenAI,
+) -> None:
+    flow = flownb.load_flow(make_flow(PROMPTS, ["topic"]))
+    # Repeated prompts, in one lookahead chunk and across two (1024 elements a chunk).
+    batch = [{"topic": f"t{i % 7}"} for i in range(1500)]
+    first = flow.run_batch(batch)
+    sent = len(fake.requests)
+    assert sent >= 14  # 7 topics x 2 nodes (a repeat whose twin ended meanwhile may be sent again)
+    again = flow.run_batch(batch)
+    assert len(fake.requests) == sent  # every call of the re-run came from the cache
+    assert again == first and all(r.cached == {"intro", "title"} for r in again)
+    # The first run paid once per prompt; every row's price is the same on the re-run.
+    assert [r.price for r in again] == [r.price for r in first]
+    assert all(r.cost == 0 for r in again)
+    # Rows with one prompt share no answer object (each has its own latency).
+    gens = [g for r in again for g in r.generations]
+    assert len({id(g) for g in gens}) == len(gens) == 3000
+
+    runs = flownb.runs()
+    rerun = runs[runs["run_id"] == runs["run_id"].iloc[-1]]
+    assert len(rerun) == 1500 and rerun["cached"].all()
+    assert (rerun["cost_usd"] == 0).all() and rerun["prompt_tokens"].isna().all()
+    assert list(rerun["price_usd"]) == [r.price for r in first]
+    assert list(rerun["saved_usd"]) == [r.price for r in first]
