@@ -150,6 +150,9 @@ SHARED_TWINS: ContextVar[dict[str, asyncio.Future[Generation]] | None] = Context
 # The calls in flight of stopped runs, by cache key: a run started meanwhile (the cell run
 # again at once) waits for such a call's answer instead of buying it a second time.
 _finishing: dict[str, asyncio.Future[Generation]] = {}
+# Answers this process has stored in a cache so far: a miss seen before the count moved may
+# have been bought meanwhile by a twin call that already ended (see CallRunner._missed).
+_stored = 0
 
 
 def _no_gate(call: Call) -> _Open:
@@ -193,8 +196,10 @@ class CallRunner:
         # Hits looked up in bulk ahead of their calls (see prefetch), by (params, prompt): one
         # key per params object, as _prefix has it, so a hit costs no hashing. Each used once.
         self._hits: dict[tuple[int, str], Generation] = {}
-        # Keys hit() just found missing, so the call that follows does not query again.
-        self._missed: set[str] = set()
+        # Keys hit() just found missing, with the count of answers stored then, so the call
+        # that follows does not query again unless some call has stored an answer since (a
+        # twin that was in flight at the miss and ended before this call got its turn).
+        self._missed: dict[str, int] = {}
         self._table: asyncio.Future[None] | None = None  # see _price_table
         # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
         # pace, a gate or a retry's backoff) are kept, so stop() can end them.
@@ -255,7 +260,7 @@ class CallRunner:
             key = cache.key(self._prefix(cache, call), call.prompt)
             hit = cache.get(key)
             if hit is None:
-                self._missed.add(key)
+                self._missed[key] = _stored
         if hit is not None and _unpriced(hit):
             # Priced from its usage on the loop (the price table may still be loading): the
             # call goes through :meth:`_answer`, which finds the hit here.
@@ -301,16 +306,15 @@ class CallRunner:
         return gen
 
     async def _answer(self, call: Call, sink: TextSink | None = None) -> Generation:
+        global _stored
         cache = self.cache
         if cache is None:
             return await self._attempts(call, sink)
         key = cache.key(self._prefix(cache, call), call.prompt)
         hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
-        if hit is None:
-            if key in self._missed:  # hit() looked it up a moment ago
-                self._missed.discard(key)
-            else:
-                hit = cache.get(key)
+        # No query when hit() saw this key missing and nothing has been stored since.
+        if hit is None and self._missed.pop(key, None) != _stored:
+            hit = cache.get(key)
         if hit is not None:
             if _unpriced(hit):
                 # Stored before prices were kept, or when the model had none: price it from the
@@ -349,6 +353,7 @@ class CallRunner:
             if _finishing.get(key) is fut:
                 del _finishing[key]
         cache.put(key, gen)
+        _stored += 1
         fut.set_result(gen)
         return gen
 
