@@ -74,6 +74,16 @@ class Lab:
             body = resp.read()
         return json.loads(body) if body else None
 
+    def has_kernel(self, name: str) -> bool:
+        """Return whether notebook ``name`` (relative to the root) has a session with a kernel.
+
+        Raises:
+            urllib.error.URLError: the server did not answer.
+        """
+        sessions = self.api("/api/sessions")
+        assert isinstance(sessions, list)
+        return any(s.get("path") == name and s.get("kernel") for s in sessions)
+
     def track(self) -> None:
         """Record the server's current descendants (kernels), so shutdown can check them."""
         self.seen |= descendants(self.process.pid)
