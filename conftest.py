@@ -14,6 +14,7 @@ first) left the one-test browser modules, the slowest units of all, to the end.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -69,6 +70,15 @@ def work_unit(nodeid: str, own: str) -> str:
     """Return the work unit of the test ``nodeid`` (``own``: xdist's, its module or class)."""
     path = nodeid.split("::", 1)[0]
     return next((unit for joins, unit in _TOGETHER if joins(path)), own)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let SIGINT raise ``KeyboardInterrupt`` here (and so in each xdist worker, which runs this
+    too) even when the suite was started with it ignored, as a non-interactive shell starts a
+    background job (``cmd &``): the Ctrl-C tests send it to their own process, and with it
+    ignored they would fail or hang."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: harmless when xdist is not installed
