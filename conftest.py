@@ -6,10 +6,15 @@ two families of modules that belong together go to one worker each, in file orde
   (notebooks/conftest.py);
 - the reliability suites, whose secrets suite (it sorts last) scans what the others left in
   the same process for keys (tests/reliability/exposure.py).
+
+The units are handed out longest first (``_COST``, then the number of tests), so the last ones
+to start are short and both workers end at about the same time; xdist's own order (most tests
+first) left the one-test browser modules, the slowest units of all, to the end.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -21,16 +26,64 @@ _TOGETHER = (
 )
 
 
+# Seconds a work unit takes, roughly (the ``--durations`` of a run on two busy cores, rounded):
+# only the order matters. A unit not listed costs a tenth of a second per test.
+_COST = {
+    "tests/test_reliability_*": 90,
+    "notebooks": 60,
+    "tests/test_review_browser.py": 55,
+    "tests/test_display_browser.py": 55,
+    "tests/test_inflight.py": 27,
+    "tests/test_browser.py": 25,
+    "tests/test_batch_api.py": 23,
+    "tests/test_stream_browser.py": 22,
+    "tests/test_live_browser.py": 21,
+    "tests/test_binder.py": 20,
+    "tests/test_pairwise_browser.py": 19,
+    "tests/test_schemathesis.py": 19,
+    "tests/test_dask.py": 19,
+    "tests/test_server_stream.py": 17,
+    "tests/test_frontier.py": 15,
+    "tests/test_batch_api_anthropic.py": 15,
+    "tests/test_live_kernel.py": 13,
+    "tests/test_mlflow.py": 13,
+    "tests/test_live_text.py": 11,
+    "tests/test_labels.py": 11,
+    "tests/test_serve_workers.py": 11,
+    "tests/test_evaluate.py": 10,
+    "tests/test_cli_stream.py": 10,
+    "tests/test_server_bounded_work.py": 9,
+    "tests/test_openai_throughput.py": 9,
+    "tests/test_cli.py": 8,
+    "tests/test_provider_plugins.py": 7,
+    "tests/test_batch_view_kernel.py": 7,
+}
+
+
+def unit_cost(unit: str, tests: int) -> float:
+    """Return the rough seconds work unit ``unit`` of ``tests`` tests takes (see ``_COST``)."""
+    return _COST.get(unit, 0.1 * tests)
+
+
 def work_unit(nodeid: str, own: str) -> str:
     """Return the work unit of the test ``nodeid`` (``own``: xdist's, its module or class)."""
     path = nodeid.split("::", 1)[0]
     return next((unit for joins, unit in _TOGETHER if joins(path)), own)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Let SIGINT raise ``KeyboardInterrupt`` here (and so in each xdist worker, which runs this
+    too) even when the suite was started with it ignored, as a non-interactive shell starts a
+    background job (``cmd &``): the Ctrl-C tests send it to their own process, and with it
+    ignored they would fail or hang."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: harmless when xdist is not installed
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadscope``, xdist's own scheduler with the units widened as above; other
-    modes are left alone."""
+    """Under ``--dist loadscope``, xdist's own scheduler with the units widened and ordered as
+    above; other modes are left alone."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -38,5 +91,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class Together(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid, super()._split_scope(nodeid))
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # The queue is complete before the first unit is handed out (schedule() fills it,
+            # then assigns): order it once, longest first.
+            if not getattr(self, "_longest_first", False):
+                units = sorted(self.workqueue.items(), key=lambda u: -unit_cost(u[0], len(u[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self._longest_first = True
+            super()._assign_work_unit(node)
 
     return Together(config, log)

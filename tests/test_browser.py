@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import playwright.sync_api as playwright_sync
@@ -97,11 +98,14 @@ def _drive_form(page: playwright_sync.Page, lab: Lab, notebook: str) -> None:
     form.screenshot(path=str(ARTIFACTS / "browser-form-widget.png"))
 
 
-# A form whose second node answers slowly the first time it is asked (long enough to press Stop
-# while it is in flight): the Stop button's notebook. Stop lets that call finish in the background
-# (it was sent, so paid for), and the next Run is served its answer instead of buying it again.
+# A form whose second node's first call is held in flight until the test lets it go (by writing
+# the file RELEASE next to the notebook, the kernel's working folder), so Stop is pressed while it
+# is in flight however slow the machine: the Stop button's notebook. Stop lets that call finish in
+# the background (it was sent, so paid for), and the next Run, started while it is still held, is
+# served its answer instead of buying it again.
 STOP_NOTEBOOK = "stop-form.ipynb"
-_STOP_CELL = """import asyncio, json
+RELEASE = "release-held-call"
+_STOP_CELL = f"""import asyncio, json, os
 import flownb
 from flownb.providers.base import Generation, Provider
 
@@ -112,7 +116,8 @@ class HeldOnce(Provider):
     async def generate(self, call):
         if "HOLD" in call.prompt and not self.held:
             type(self).held = True
-            await asyncio.sleep(20)
+            while not os.path.exists({RELEASE!r}):
+                await asyncio.sleep(0.05)
         return Generation("said " + call.prompt)
 
 held_form = flownb.load_flow(json.loads(FLOW), provider=HeldOnce(), name="held").form()
@@ -124,17 +129,22 @@ def _write_stop_notebook(work: Path) -> None:
     write_notebook(work / STOP_NOTEBOOK, [f"FLOW = {json.dumps(json.dumps(flow))}\n{_STOP_CELL}"])
 
 
-def _stop_form(page: playwright_sync.Page, lab: Lab) -> None:
-    """Open the Stop notebook, run it, click Run, then Stop: the form says it stopped, and the
-    next Run completes with the finished node from the cache and the stopped one's answer."""
+def _stop_form(page: playwright_sync.Page, lab: Lab, work: Path) -> None:
+    """Open the Stop notebook (in ``work``), run it, click Run, then Stop: the form says it
+    stopped, and the next Run completes with the finished node from the cache and the stopped
+    one's answer."""
     page.goto(lab.notebook_url(STOP_NOTEBOOK), wait_until="domcontentloaded")
     cell = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt:visible").first
     cell.wait_for(state="visible", timeout=60_000)
-    # A second notebook may be asked which kernel to start: the default one.
+    # A second notebook may be asked which kernel to start (the default one): until its kernel
+    # is up, accept that dialog if it shows.
     select = page.locator(".jp-Dialog .jp-mod-accept")
-    with contextlib.suppress(playwright_sync.TimeoutError):
-        select.wait_for(state="visible", timeout=5_000)
-        select.click()
+    deadline = time.monotonic() + 60
+    while not lab.has_kernel(STOP_NOTEBOOK):
+        assert time.monotonic() < deadline, f"no kernel for {STOP_NOTEBOOK} within 60 s"
+        if select.is_visible():
+            select.click()
+        page.wait_for_timeout(200)
     lab.wait_idle(timeout=60)
     cell.click()  # the forms notebook is open in another tab: make this one the current one
     run_all_cells(page)
@@ -156,6 +166,8 @@ def _stop_form(page: playwright_sync.Page, lab: Lab) -> None:
     playwright_sync.expect(status).to_contain_text("Stopped", timeout=45_000)
     playwright_sync.expect(stop).to_be_disabled(timeout=45_000)
     form.locator(".flownb-run").first.click()
+    playwright_sync.expect(status).to_contain_text("Running", timeout=45_000)
+    (work / RELEASE).touch()  # the held call ends now, while this Run waits for it
     playwright_sync.expect(status).to_contain_text("Done", timeout=45_000)
     output = form.locator(".flownb-output").first
     playwright_sync.expect(output).to_contain_text("said second", timeout=45_000)
@@ -195,7 +207,7 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path, chrom
     with lab_page(work, tmp_path / "jupyter", env, chromium, outside=refuse) as (lab, page):
         try:
             _drive_form(page, lab, notebook)
-            _stop_form(page, lab)
+            _stop_form(page, lab, work)
             assert not outside, f"the page requested outside resources: {outside[:5]}"
         except BaseException:
             # Leave evidence for CI: what the page looked like, and the server's log.

@@ -8,8 +8,6 @@ fakes that record every request's headers."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 
 import flownb
 from flownb.config.endpoints import Endpoint
+from tests.cli_inprocess import run_cli
 from tests.test_endpoints import KEY_A, KEY_B, auth, fakes, servers, text_flow  # noqa: F401
 
 OPENAI_KEY = "sk-openai-default-555555"
@@ -113,10 +112,7 @@ def test_a_working_folder_file_hiding_a_home_endpoint_warns_once_and_is_listed(
             "status": f"hidden by {near}",
         },
     ]
-    shown = subprocess.run(
-        [sys.executable, "-m", "flownb", "endpoints"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=os.environ.copy(),
-    )  # fmt: skip
+    shown = run_cli("endpoints", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert "key variable" in lines[0] and len(lines) == 3

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from flownb.evaluation.frontier import POINTS_ID
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow
 
 # US dollars per million tokens (input, output), set on each endpoint.
@@ -242,10 +241,10 @@ def test_flownb_eval_writes_the_frontier_png(vendors: dict, tmp_path: Path) -> N
         'api_key_env = "FAKE_KEY"\nprices = { "*" = { input = 3.0, output = 15.0 } }\n'
     )
     out = tmp_path / "frontier.png"
-    run = subprocess.run(
-        [sys.executable, "-m", "flownb", "eval", f"gpt={flow}", "--endpoint", "gpt",
-         "--data", str(data), "--scorers", "eval.toml", "--frontier", str(out), "--no-progress"],
-        cwd=tmp_path, capture_output=True, text=True, env={**_env(), "FAKE_KEY": "sk-x"},
+    run = run_cli(
+        "eval", f"gpt={flow}", "--endpoint", "gpt", "--data", str(data),
+        "--scorers", "eval.toml", "--frontier", str(out), "--no-progress",
+        cwd=tmp_path, env={**_unset_vendor_env(), "FAKE_KEY": "sk-x"},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -255,10 +254,11 @@ def test_flownb_eval_writes_the_frontier_png(vendors: dict, tmp_path: Path) -> N
     assert scale in run.stderr
 
 
-def _env() -> dict[str, str]:
+def _unset_vendor_env() -> dict[str, str | None]:
+    """Return an environment override unsetting every OPENAI* and ANTHROPIC* variable."""
     import os
 
-    return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "ANTHROPIC"))}
+    return {k: None for k in os.environ if k.startswith(("OPENAI", "ANTHROPIC"))}
 
 
 def test_price_at_scale_prices_cached_prompt_tokens_at_their_rate(vendors: dict) -> None:

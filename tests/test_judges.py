@@ -7,9 +7,6 @@ fakes answer the variants; a fourth endpoint answers the judge."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from flownb.errors import ConfigError
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 from tests.vendor_fakes import (  # noqa: F401  (fixtures)
     anthropic_fake,
@@ -199,13 +197,13 @@ def test_flownb_eval_takes_a_judge_endpoint_from_the_scorers_file_and_names_it(
             'api_key_env = "ANTHROPIC_API_KEY"\n'
         )
     args = ["flow.json", "--data", "rows.csv", "--scorers", "eval.toml", "--no-progress"]
-    done = subprocess.run(
-        [sys.executable, "-m", "flownb", "eval", *args, "--provider", "openai"],
-        capture_output=True,
-        text=True,
-        timeout=180,
+    done = run_cli(
+        "eval",
+        *args,
+        "--provider",
+        "openai",
         cwd=tmp_path,
-        env={**os.environ, "FLOWNB_HOME": str(tmp_path / "home")},
+        env={"FLOWNB_HOME": str(tmp_path / "home")},
     )
     assert done.returncode == 0, done.stderr
     said = "judge 'judge_Intro': endpoint referee, model gpt-4.1-mini"

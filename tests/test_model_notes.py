@@ -6,9 +6,6 @@ once, at the user's line; a model the price table lacks is named with the closes
 from __future__ import annotations
 
 import inspect
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import flownb
 from flownb.runtime.notes import closest_models, price_note
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 from tests.vendor_fakes import (  # noqa: F401  (fixtures)
     anthropic_fake,
@@ -105,27 +103,11 @@ def test_flownb_eval_prints_the_warning_with_one_prefix(
     (tmp_path / "scorers.toml").write_text(
         '[[scorers]]\ntype = "length"\noutput = "A"\n', encoding="utf-8"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flownb",
-            "eval",
-            str(path),
-            "--data",
-            str(tmp_path / "data.csv"),
-            "--scorers",
-            str(tmp_path / "scorers.toml"),
-            "--provider",
-            "anthropic",
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "FLOWNB_HOME": str(tmp_path / "home")},
-        cwd=tmp_path,
-    )
+    done = run_cli(
+        "eval", str(path), "--data", str(tmp_path / "data.csv"),
+        "--scorers", str(tmp_path / "scorers.toml"), "--provider", "anthropic", "--no-progress",
+        cwd=tmp_path, env={"FLOWNB_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     (line,) = [x for x in done.stderr.splitlines() if "OpenAI model" in x]
     assert line.startswith("flownb: anthropic: node 'A': 'gpt-4o-mini' is an OpenAI model")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 
 import flownb
 from flownb.show.notices import PACKAGE_DIR, warn
+from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
 
 
@@ -75,23 +74,8 @@ def test_a_provider_warning_points_at_the_line_that_previews_or_runs(
 def test_the_cli_prefixes_a_warning_once(tmp_path: Path) -> None:
     path = _dropping_flow(tmp_path)
     env = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flownb",
-            "run",
-            str(path),
-            "--var",
-            "topic=owls",
-            "--provider",
-            "openai",
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
+    res = run_cli(
+        "run", str(path), "--var", "topic=owls", "--provider", "openai", "--dry-run", env=env
     )
     assert res.returncode == 0, res.stderr
     (line,) = [x for x in res.stderr.splitlines() if "frobnicate" in x]

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +73,16 @@ class Lab:
         with urllib.request.urlopen(req, timeout=10) as resp:
             body = resp.read()
         return json.loads(body) if body else None
+
+    def has_kernel(self, name: str) -> bool:
+        """Return whether notebook ``name`` (relative to the root) has a session with a kernel.
+
+        Raises:
+            urllib.error.URLError: the server did not answer.
+        """
+        sessions = self.api("/api/sessions")
+        assert isinstance(sessions, list)
+        return any(s.get("path") == name and s.get("kernel") for s in sessions)
 
     def track(self) -> None:
         """Record the server's current descendants (kernels), so shutdown can check them."""
@@ -166,9 +176,15 @@ def _shutdown(lab: Lab) -> set[int]:
 
 @contextmanager
 def running_lab(
-    root: Path, scratch: Path, env: Mapping[str, str], timeout: float = 60
+    root: Path,
+    scratch: Path,
+    env: Mapping[str, str],
+    timeout: float = 60,
+    starting: Callable[[], object] | None = None,
 ) -> Iterator[Lab]:
     """Start JupyterLab serving ``root``, keep its state under ``scratch``, and stop it on exit.
+    ``starting``, when given, is called once the server process runs, before waiting for it to
+    answer (work that can overlap its start-up, such as launching the browser).
 
     ``env`` is the whole environment of the server and its kernels. On exit the server is shut
     down through its API, and any descendant still alive after that is killed; the names of such
@@ -225,6 +241,8 @@ def running_lab(
     lab = Lab(f"http://127.0.0.1:{port}", token, root, process, log)
     killed: set[int] = set()
     try:
+        if starting is not None:
+            starting()
         _wait_ready(lab, timeout)
         yield lab
     finally:

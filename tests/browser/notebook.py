@@ -64,17 +64,24 @@ def lab_page(
     """Start JupyterLab serving ``root`` (see :func:`running_lab`) and a headless ``chromium``;
     yield the server and a page whose requests to other hosts go to ``outside`` (refused by
     default). The browser is closed, then the server stopped, on exit."""
-    with running_lab(root, scratch, env) as lab, playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": height})
-            page.set_default_timeout(timeout_ms)
-            page.route(OUTSIDE, outside)
-            yield lab, page
-        finally:
-            browser.close()
+    launched: list[playwright_sync.Browser] = []
+    with playwright_sync.sync_playwright() as pw:
+
+        def launch() -> None:
+            # While the server starts up: the two take about as long, and neither needs the other.
+            launched.append(
+                pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
+            )
+
+        with running_lab(root, scratch, env, starting=launch) as lab:
+            browser = launched[0]
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": height})
+                page.set_default_timeout(timeout_ms)
+                page.route(OUTSIDE, outside)
+                yield lab, page
+            finally:
+                browser.close()
 
 
 def open_notebook(page: playwright_sync.Page, lab: Lab, name: str) -> None:
