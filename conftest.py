@@ -1,4 +1,4 @@
-"""How the suite is shared among pytest-xdist workers (``scripts/test`` runs two, with
+"""How the suite is shared among pytest-xdist workers (``scripts/test`` runs four, with
 ``--dist loadscope``): a module goes to one worker, so its module-wide fixtures start once, and
 two families of modules that belong together go to one worker each, in file order:
 
@@ -8,7 +8,7 @@ two families of modules that belong together go to one worker each, in file orde
   the same process for keys (tests/reliability/exposure.py).
 
 The units are handed out longest first (``_COST``, then the number of tests), so the last ones
-to start are short and both workers end at about the same time; xdist's own order (most tests
+to start are short and the workers end at about the same time; xdist's own order (most tests
 first) left the one-test browser modules, the slowest units of all, to the end.
 """
 
