@@ -25,6 +25,7 @@ __all__ = ["Outcome", "log_rows"]
 
 # One recorded outcome: (index, finished at, result or None, exception or None).
 Outcome = tuple[int, float, "RunResult | None", "BaseException | None"]
+_NO_NAMES: list[str] = []  # not worked out yet (sorted_names' default)
 # Usage counts kept in their own columns; any other the provider reported goes to usage_details.
 _TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 
@@ -45,26 +46,39 @@ def log_rows(
             return orjson.dumps(rows)
     rows = []
     append = rows.append
-    sorted_names: dict[frozenset[str], list[str]] = {}  # a batch's rows share a few sets
+    sorted_names: dict[frozenset[str], list[str] | None] = {}  # a batch's rows share a few sets
     for i, finished, result, exc in taken:
         if result is None:
             error = one_line(exc, code=True) if exc is not None else None
             append([i, finished, None, batch[i], None, None, None, None, None, None, error])
             continue
-        gens = result.generations
         cached = result.cached
-        names = sorted_names.get(cached)
-        if names is None:
-            names = sorted_names[cached] = sorted(cached)
-        if all(g.cached for g in gens):
-            # Nothing fresh: no usage counts (cached calls cost nothing now), no details.
-            models = dict.fromkeys(g.model for g in gens if g.model)
+        names = sorted_names.get(cached, _NO_NAMES)
+        if names is _NO_NAMES:
+            names = sorted_names[cached] = sorted(cached) or None
+        # A row whose every call came from the cache (a re-run's): no usage counts (cached
+        # calls cost nothing now), no details; it spent nothing, and saved and is priced at
+        # what its calls cost when bought (null when none has a known price), summed as
+        # money_of sums. One loop over its calls, as this runs once per row of a re-run.
+        models: dict[str, None] = {}
+        known: list[float] = []
+        gens = result.generations
+        for g in gens:
+            if not g.cached:
+                append(_row(i, finished, result, batch[i], provider, names))
+                break
+            if g.model:
+                models[g.model] = None
+            cost = g.cost
+            if cost is not None and cost == cost:
+                known.append(float(cost))
+        else:
+            saved = float(sum(known)) if known or not gens else None
             model = ",".join(models) or None
-            money = _cached_money(gens)
-            append([i, finished, model, batch[i], result, result.latency, None, None, None])
-            rows[-1] += [names or None, None, None, *money]
-            continue
-        append(_row(i, finished, result, batch[i], provider, names))
+            unpriced = len(gens) - len(known)
+            latency = result.latency
+            append([i, finished, model, batch[i], result, latency, None, None, None, names])
+            rows[-1] += (None, None, 0.0, saved, saved, unpriced)
     return orjson.dumps(rows)
 
 
@@ -89,23 +103,13 @@ def _inline_rows(
     ]
 
 
-def _cached_money(gens: Sequence[Any]) -> list[float | int | None]:
-    """Return ``[cost_usd, saved_usd, price_usd, unpriced_calls]`` of a run whose every call
-    came from the cache, as :func:`~flownb.config.pricing.money_of` works them out: it spent
-    nothing, saved and is priced at what the calls cost when bought (null when none of them
-    has a known price)."""
-    known = [float(c) for g in gens if (c := g.cost) is not None and c == c]
-    saved = float(sum(known)) if known or not gens else None  # summed as money_of sums
-    return [0.0, saved, saved, len(gens) - len(known)]
-
-
 def _row(
     i: int,
     finished: float,
     result: RunResult,
     inputs: Mapping[str, str],
     provider: str,
-    cached_names: list[str],
+    cached_names: list[str] | None,
 ) -> list[Any]:
     """Return the row of a successful run with fresh calls (usage counted, money worked out)."""
     money = money_of(provider, result.generations)
