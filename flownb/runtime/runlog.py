@@ -299,7 +299,8 @@ class RunRecorder:
             return
         pending = self._pending
         first = not pending
-        pending.extend(zip(indexes, repeat(time.time()), results, repeat(None)))
+        # Made first, then added in one step: a flush on the timer thread sees all or none.
+        pending += list(zip(indexes, repeat(time.time()), results, repeat(None), strict=False))
         if len(pending) >= (_FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY):
             self.flush()
         elif first and self._detailed:  # as record's first row: in the log within a second
