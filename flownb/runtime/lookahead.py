@@ -132,8 +132,14 @@ class Lookahead:
                         if k is not None:
                             # Popped: an answer object serves one element only.
                             gen = stored.pop(k, None)
-                            if gen is not None and not _unpriced(gen):
-                                found[r] = gen
+                            if gen is None:
+                                continue
+                            # No price but the usage to work one out: the runner's call prices
+                            # it (see flownb.providers.calls.CallRunner.hit).
+                            cost = gen.cost
+                            if (cost is None or cost != cost) and gen.usage:
+                                continue
+                            found[r] = gen
         chunk.seconds = time.perf_counter() - begun
         return chunk
 
@@ -180,10 +186,3 @@ class Lookahead:
                 if prompt is not None:
                     calls.append(Call(step.kind, prompt, step.params, step.node_id, step.system))
         return calls
-
-
-def _unpriced(gen: Generation) -> bool:
-    """Whether a cached answer has no price but the usage to work one out (the runner's call
-    prices it; see :func:`flownb.providers.calls.CallRunner.hit`)."""
-    cost = gen.cost
-    return (cost is None or cost != cost) and bool(gen.usage)
