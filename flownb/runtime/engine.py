@@ -31,7 +31,8 @@ from ..providers.inflight import finish
 from ..providers.limits import AdaptiveLimiter, Pacer
 from ..providers.tokens import TokenGate, chain
 from .events import StreamEvent
-from .lookahead import Ahead, Lookahead
+from .hitrows import elements
+from .lookahead import Ahead
 from .result import OnResult, RunResult, make_result
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class Engine:
         self.trace_of = (plan.trace_names, media_url)
         self.step_outputs = _step_outputs(plan)
         # The outputs of a row whose every node came from the cache (those fed by nodes only).
-        self._all_cached = frozenset(
+        self.all_cached = frozenset(
             name
             for name, srcs in plan.output_sources
             if srcs and all(kind == "step" for kind, _ in srcs)
@@ -162,7 +163,7 @@ class Engine:
         """Return the outputs every node of which came from the cache (some node did)."""
         plan = self.plan
         if all(g.cached for g in gens):  # a re-run's usual row: the answer is the plan's
-            return self._all_cached
+            return self.all_cached
         return frozenset(
             name
             for name, srcs in plan.output_sources
@@ -547,20 +548,12 @@ class Engine:
         if not batch:
             return
         runner = self._runner(concurrency, limiter, gate)
-        pending = iter(range(len(batch)))
-        # Hits looked up in bulk ahead of the elements: a re-run of a cached batch costs a
-        # query per few hundred calls, not one per call (see flownb.runtime.lookahead).
-        cache = runner.cache
-        lookahead = None
-        if cache is not None and len(batch) > 1:
-            identity = self.provider.identity()
-            lookahead = Lookahead(self.plan.steps, self.limits, identity, batch, cache, runner)
+        pending = elements(self, self._result, batch, runner, on_result)
 
         async def worker() -> None:
-            for i in pending:  # one shared iterator: each index is taken exactly once
+            for i, ahead in pending:  # one shared iterator: each index is taken exactly once
                 if runner.stopping:  # stopped: no element starts any more
                     return
-                ahead = lookahead(i) if lookahead is not None else None
                 try:
                     result = await self._run_element(batch[i], runner, None, ahead)
                 except Exception as exc:

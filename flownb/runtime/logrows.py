@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -25,6 +27,7 @@ __all__ = ["Outcome", "log_rows"]
 
 # One recorded outcome: (index, finished at, result or None, exception or None).
 Outcome = tuple[int, float, "RunResult | None", "BaseException | None"]
+_NO_NAMES: list[str] = []  # not worked out yet (sorted_names' default)
 # Usage counts kept in their own columns; any other the provider reported goes to usage_details.
 _TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 
@@ -43,29 +46,103 @@ def log_rows(
         rows = _inline_rows(taken, batch, provider)
         if rows is not None:
             return orjson.dumps(rows)
+    else:
+        made = _cached_rows(taken, batch)
+        if made is not None:
+            return orjson.dumps(made)
     rows = []
     append = rows.append
-    sorted_names: dict[frozenset[str], list[str]] = {}  # a batch's rows share a few sets
+    sorted_names: dict[frozenset[str], list[str] | None] = {}  # a batch's rows share a few sets
     for i, finished, result, exc in taken:
         if result is None:
             error = one_line(exc, code=True) if exc is not None else None
             append([i, finished, None, batch[i], None, None, None, None, None, None, error])
             continue
-        gens = result.generations
         cached = result.cached
-        names = sorted_names.get(cached)
-        if names is None:
-            names = sorted_names[cached] = sorted(cached)
-        if all(g.cached for g in gens):
-            # Nothing fresh: no usage counts (cached calls cost nothing now), no details.
-            models = dict.fromkeys(g.model for g in gens if g.model)
+        names = sorted_names.get(cached, _NO_NAMES)
+        if names is _NO_NAMES:
+            names = sorted_names[cached] = sorted(cached) or None
+        # A row whose every call came from the cache (a re-run's): no usage counts (cached
+        # calls cost nothing now), no details; it spent nothing, and saved and is priced at
+        # what its calls cost when bought (null when none has a known price), summed as
+        # money_of sums. One loop over its calls, as this runs once per row of a re-run.
+        models: dict[str, None] = {}
+        known: list[float] = []
+        gens = result.generations
+        for g in gens:
+            if not g.cached:
+                append(_row(i, finished, result, batch[i], provider, names))
+                break
+            if g.model:
+                models[g.model] = None
+            cost = g.cost
+            if cost is not None and cost == cost:
+                known.append(float(cost))
+        else:
+            saved = float(sum(known)) if known or not gens else None
             model = ",".join(models) or None
-            money = _cached_money(gens)
-            append([i, finished, model, batch[i], result, result.latency, None, None, None])
-            rows[-1] += [names or None, None, None, *money]
-            continue
-        append(_row(i, finished, result, batch[i], provider, names))
+            unpriced = len(gens) - len(known)
+            latency = result.latency
+            append([i, finished, model, batch[i], result, latency, None, None, None, names])
+            rows[-1] += (None, None, 0.0, saved, saved, unpriced)
     return orjson.dumps(rows)
+
+
+def _cached_rows(
+    taken: list[Outcome], batch: Sequence[Mapping[str, str]]
+) -> list[tuple[Any, ...]] | None:
+    """Return the rows of ``taken`` made column by column when they are a re-run's usual
+    outcomes: every call from the cache with a known price, each node's model the same on
+    every row, as many calls on every row; else ``None`` (:func:`log_rows` makes them one by
+    one, the same rows)."""
+    results = [r for _, _, r, _ in taken]
+    if not results or any(r is None for r in results):
+        return None
+    width = len(results[0].generations)  # type: ignore[union-attr]
+    gens = [g for r in results for g in r.generations]  # type: ignore[union-attr]
+    if not width or len(gens) != width * len(results) or not all(map(_cached, gens)):
+        return None
+    models = list(map(_model, gens))
+    per_node = [models[k::width] for k in range(width)]
+    if any(len(set(column)) != 1 for column in per_node):
+        return None
+    costs = list(map(_cost, gens))
+    if None in costs or math.isnan(sum(costs)):  # an unknown price: summed one by one
+        return None
+    model = ",".join(dict.fromkeys(column[0] for column in per_node if column[0])) or None
+    # A row's saving and price: its calls' costs summed in node order, as money_of sums.
+    saved = list(map(float, map(sum, zip(*(costs[k::width] for k in range(width)), strict=True))))
+    sets = {r.cached for r in results}  # type: ignore[union-attr]
+    names = {s: sorted(s) or None for s in sets}
+    indexes = [i for i, _, _, _ in taken]
+    none = repeat(None)
+    # [index, finished, model, inputs, outputs, latency, no tokens (3), cached outputs, no
+    # error or details, spent 0, saved, price, no unpriced call]
+    return list(
+        zip(
+            indexes,
+            [f for _, f, _, _ in taken],
+            repeat(model),
+            [batch[i] for i in indexes],
+            results,
+            [r.latency for r in results],  # type: ignore[union-attr]
+            none,
+            none,
+            none,
+            [names[r.cached] for r in results],  # type: ignore[union-attr]
+            none,
+            none,
+            repeat(0.0),
+            saved,
+            saved,
+            repeat(0),
+        )
+    )
+
+
+_cached = attrgetter("cached")
+_model = attrgetter("model")
+_cost = attrgetter("cost")
 
 
 def _inline_rows(
@@ -89,23 +166,13 @@ def _inline_rows(
     ]
 
 
-def _cached_money(gens: Sequence[Any]) -> list[float | int | None]:
-    """Return ``[cost_usd, saved_usd, price_usd, unpriced_calls]`` of a run whose every call
-    came from the cache, as :func:`~flownb.config.pricing.money_of` works them out: it spent
-    nothing, saved and is priced at what the calls cost when bought (null when none of them
-    has a known price)."""
-    known = [float(c) for g in gens if (c := g.cost) is not None and c == c]
-    saved = float(sum(known)) if known or not gens else None  # summed as money_of sums
-    return [0.0, saved, saved, len(gens) - len(known)]
-
-
 def _row(
     i: int,
     finished: float,
     result: RunResult,
     inputs: Mapping[str, str],
     provider: str,
-    cached_names: list[str],
+    cached_names: list[str] | None,
 ) -> list[Any]:
     """Return the row of a successful run with fresh calls (usage counted, money worked out)."""
     money = money_of(provider, result.generations)

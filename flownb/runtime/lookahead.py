@@ -1,12 +1,14 @@
 """The cache looked up ahead of a batch's elements, a chunk at a time.
 
-Before element ``i`` of an async run starts, :class:`Lookahead` renders the prompts of the
-nodes that read nothing but variables for the elements from ``i`` on (a chunk of about a
-thousand), works out their cache keys and looks them all up in a few bulk queries
-(:meth:`~flownb.runtime.cache.CallCache.get_many`). Each element then gets its prompts and its
-hits (:class:`Ahead`): a cached re-run answers a row without rendering, hashing, building a
-call or querying again. The nodes that read other nodes are looked up as they run (their
-prompts are known once their upstream nodes answered).
+Before the elements of a chunk (about a thousand) of an async run start,
+:meth:`Lookahead.chunk` renders the prompts of the nodes that read nothing but variables,
+column by column, works out their cache keys and looks them all up in a few bulk queries
+(:meth:`~flownb.runtime.cache.CallCache.get_many`). The :class:`Chunk` holds each node's
+prompts and hits in columns: a row whose every call is a hit is answered from there in bulk
+(:mod:`flownb.runtime.hitrows`), and every other element gets its prompts and hits
+(:meth:`Chunk.ahead`), so a cached call is not rendered, hashed, built or queried again. The
+nodes that read other nodes are looked up as they run (their prompts are known once their
+upstream nodes answered).
 
 What is not taken from here goes the usual way (the runner's ``hit`` and call): a miss (looked
 up again then: another process may have stored it), a prompt the provider refuses (its call
@@ -17,6 +19,7 @@ traced run (whose hits are spans: the bulk lookup's answers are then handed to t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from .cache import CallCache
     from .plan import Step
 
-__all__ = ["Ahead", "Lookahead"]
+__all__ = ["CHUNK", "Ahead", "Chunk", "Lookahead"]
 
 # Elements looked up in one go: a few queries of a few hundred keys each, and little memory
 # held for a long batch.
@@ -38,11 +41,46 @@ CHUNK = 1024
 Ahead = dict[int, tuple[str, Generation | None]]
 
 
+class Chunk:
+    """Elements ``start`` to ``end`` (excluded) of a batch, looked up: for each step of
+    ``steps`` (those that read only variables, in plan order), ``prompts[k][r]`` is element
+    ``start + r``'s prompt (``None``: it failed to render or is too long; its call reports it)
+    and ``gens[k][r]`` the cache's answer (``None``: not found here). ``seconds`` is what the
+    lookup took."""
+
+    __slots__ = ("end", "gens", "prompts", "seconds", "start", "steps")
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        steps: Sequence[int],
+        prompts: list[list[str | None]],
+        gens: list[list[Generation | None]],
+        seconds: float,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.steps = steps
+        self.prompts = prompts
+        self.gens = gens
+        self.seconds = seconds
+
+    def ahead(self, r: int) -> Ahead:
+        """Return element ``start + r``'s prompts and hits, by step index."""
+        found: Ahead = {}
+        for index, prompts, gens in zip(self.steps, self.prompts, self.gens, strict=True):
+            prompt = prompts[r]
+            if prompt is not None:
+                found[index] = (prompt, gens[r])
+        return found
+
+
 class Lookahead:
     """Bulk cache lookups for ``batch`` in ``cache``, of the calls of ``steps`` (a plan's, with
     the provider's prompt ``limits`` per step index and its ``identity``) that ``runner``
-    makes: call it with each element's index, in order, as the element starts (see the
-    module docstring)."""
+    makes: call :meth:`chunk` for each chunk of elements, in order, before they start (see
+    the module docstring)."""
 
     def __init__(
         self,
@@ -64,52 +102,87 @@ class Lookahead:
             if not step.upstream
         ]
         self.hits = tracing.tracer() is None  # a traced run's hits are made by its calls
-        self.ahead = 0  # elements before this one are looked up already
-        self.found: dict[int, Ahead] = {}  # element -> its lookahead, until it starts
+        # The variables the first nodes' prompts read, for rendering them column by column.
+        self.names = tuple(
+            dict.fromkeys(n for step, _, _ in self.first for n in step.template.names)
+        )
 
-    def __call__(self, i: int) -> Ahead | None:
-        """Return element ``i``'s prompts and hits (looking up the next chunk first when ``i``
-        is past the last one), or ``None`` when it has none."""
-        if i >= self.ahead:
-            self._look(i)
-        return self.found.pop(i, None)
-
-    def _look(self, i: int) -> None:
-        batch, key = self.batch, self.cache.key
-        end = min(len(batch), max(i + 1, self.ahead + CHUNK))
-        wanted: list[tuple[Ahead, int, str, str]] = []  # (its element's lookahead, step, ...)
-        for j in range(self.ahead, end):
-            values = batch[j]
-            ahead: Ahead = {}
-            for step, limit, prefix in self.first:
-                try:
-                    prompt = step.template.render(values)
-                except Exception:  # the element's own run reports it
-                    continue
-                if len(prompt) <= limit:  # else its call reports it, costing nothing
-                    ahead[step.index] = (prompt, None)
-                    wanted.append((ahead, step.index, prompt, key(prefix, prompt)))
-            self.found[j] = ahead
-        self.ahead = end
-        if not wanted:
-            return
+    def chunk(self, start: int) -> Chunk:
+        """Return elements ``start`` to ``start + CHUNK`` (or the batch's end), looked up."""
+        begun = time.perf_counter()
+        end = min(len(self.batch), start + CHUNK)
+        columns = self._columns(start, end)
+        keys_of = self.cache.keys
+        prompts: list[list[str | None]] = []
+        keys: list[list[str | None]] = []
+        for step, limit, prefix in self.first:
+            texts = self._render(step, start, end, columns)
+            fits = [p if p is not None and len(p) <= limit else None for p in texts]
+            prompts.append(fits)  # too long: its call reports it, costing nothing
+            keys.append(keys_of(prefix, fits))
+        gens: list[list[Generation | None]] = [[None] * (end - start) for _ in self.first]
+        chunk = Chunk(start, end, [s.index for s, _, _ in self.first], prompts, gens, 0.0)
         if not self.hits:  # the runner keeps them, for its traced calls to find
-            steps = {step.index: step for step, _, _ in self.first}
-            calls = []
-            for _, index, prompt, _ in wanted:
-                step = steps[index]
-                calls.append(Call(step.kind, prompt, step.params, step.node_id, step.system))
-            self.runner.prefetch(calls)
-            return
-        stored = self.cache.get_many([k for *_, k in wanted])
-        for ahead, index, prompt, k in wanted:
-            gen = stored.pop(k, None)  # popped: an answer object serves one element only
-            if gen is not None and not _unpriced(gen):
-                ahead[index] = (prompt, gen)
+            self.runner.prefetch(self._calls(prompts))
+        else:
+            stored = self.cache.get_many(k for column in keys for k in column if k is not None)
+            if stored:
+                for column, found in zip(keys, gens, strict=True):
+                    for r, k in enumerate(column):
+                        if k is not None:
+                            # Popped: an answer object serves one element only.
+                            gen = stored.pop(k, None)
+                            if gen is None:
+                                continue
+                            # No price but the usage to work one out: the runner's call prices
+                            # it (see flownb.providers.calls.CallRunner.hit).
+                            cost = gen.cost
+                            if (cost is None or cost != cost) and gen.usage:
+                                continue
+                            found[r] = gen
+        chunk.seconds = time.perf_counter() - begun
+        return chunk
 
+    def _columns(self, start: int, end: int) -> dict[str, Sequence[str]] | None:
+        """Return the variables the prompts read for elements ``start`` to ``end``, one list
+        per variable (``None`` when some element lacks one: its prompts are rendered, and
+        fail, one by one)."""
+        batch = self.batch
+        names = self.names
+        held = getattr(batch, "columns", None)  # a frame's rows keep their columns
+        if isinstance(held, Mapping) and all(n in held for n in names):
+            return {name: held[name][start:end] for name in names}
+        rows = batch[start:end]
+        try:
+            return {name: [row[name] for row in rows] for name in names}
+        except (KeyError, TypeError):
+            return None
 
-def _unpriced(gen: Generation) -> bool:
-    """Whether a cached answer has no price but the usage to work one out (the runner's call
-    prices it; see :func:`flownb.providers.calls.CallRunner.hit`)."""
-    cost = gen.cost
-    return (cost is None or cost != cost) and bool(gen.usage)
+    def _render(
+        self, step: Step, start: int, end: int, columns: Mapping[str, Sequence[str]] | None
+    ) -> list[str | None]:
+        """Return the prompt of ``step`` for each element from ``start`` to ``end`` (``None``
+        where it fails to render: the element's own run reports it)."""
+        if columns is not None:
+            try:
+                return step.template.render_columns(columns, end - start)  # type: ignore[return-value]
+            except Exception:  # rendered one by one below, each failure reported by its row
+                pass
+        render = step.template.render
+        batch = self.batch
+        texts: list[str | None] = []
+        for j in range(start, end):
+            try:
+                texts.append(render(batch[j]))
+            except Exception:  # the element's own run reports it
+                texts.append(None)
+        return texts
+
+    def _calls(self, prompts: list[list[str | None]]) -> list[Call]:
+        """Return the calls of ``prompts`` (one column per first node)."""
+        calls = []
+        for (step, _, _), column in zip(self.first, prompts, strict=True):
+            for prompt in column:
+                if prompt is not None:
+                    calls.append(Call(step.kind, prompt, step.params, step.node_id, step.system))
+        return calls

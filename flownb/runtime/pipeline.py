@@ -40,7 +40,7 @@ from ..providers.limits import AdaptiveLimiter
 from .cache import open_cache
 from .columns import Answered, answer_columns
 from .engine import Emit, Engine, MediaUrl, Plan
-from .result import OnResult, RunResult
+from .result import OnResult, RunResult, report_all
 from .runlog import RunLog, RunRecorder, open_runlog
 
 __all__ = ["INLINE_ON_LOOP", "Handover", "Observers", "Outcomes", "Runner", "assemble"]
@@ -73,6 +73,13 @@ class Outcomes:
             self.errors[i] = exc
         elif self.keep:
             self.results[i] = result
+
+    def many(self, indexes: Sequence[int], results: Sequence[RunResult]) -> None:
+        """Keep ``results``, those of elements ``indexes`` (see :func:`.result.report_all`)."""
+        if self.keep:
+            kept = self.results
+            for i, result in zip(indexes, results, strict=True):
+                kept[i] = result
 
     def value(self) -> list[RunResult]:
         """Return every element's result, in input order.
@@ -120,6 +127,18 @@ class Observers:
                 if self._open:
                     for observer in self._handed:
                         observer(i, result, exc)
+
+    def many(self, indexes: Sequence[int], results: Sequence[RunResult]) -> None:
+        """Pass elements ``indexes``, finished with ``results``, to every observer, as one call
+        per element would, each observer taking them in bulk when it can (see
+        :func:`.result.report_all`)."""
+        for observer in self._always:
+            report_all(observer, indexes, results)
+        if self._handed:
+            with self._lock:
+                if self._open:
+                    for observer in self._handed:
+                        report_all(observer, indexes, results)
 
     def close(self) -> None:
         """Hand the run over: stop passing outcomes to the observers not added ``always``,
@@ -198,7 +217,7 @@ class Runner:
     ) -> None:
         """Put the run log and tracing first among ``observers``: they see every element."""
         if recorder is not None:
-            observers.add(recorder.record, always=True)
+            observers.add(recorder, always=True)
         if failures.active:
             observers.add(failures.note, always=True)  # failed elements are reported, not raised
 

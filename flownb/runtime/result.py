@@ -14,7 +14,7 @@ from typing import Any
 from ..config.pricing import Money
 from ..show.display import display_result, result_bundle, result_text
 
-__all__ = ["OnResult", "RunResult", "make_result"]
+__all__ = ["OnResult", "RunResult", "make_result", "report_all"]
 
 # A remote run's money: the service does not say.
 _UNKNOWN = Money(math.nan, math.nan, math.nan, 0, 0)
@@ -260,6 +260,20 @@ def _rebuild(
 
 # Called as each element of a batch finishes: (index, result, None) or (index, None, exception).
 OnResult = Callable[[int, RunResult | None, BaseException | None], None]
+
+
+def report_all(on_result: OnResult, indexes: Sequence[int], results: Sequence[RunResult]) -> None:
+    """Report elements ``indexes`` as finished with ``results`` (in that order): in one call
+    to ``on_result.many(indexes, results)`` when it has that method (a run's observers, the
+    run log's recorder, a batch's collector: one lock and one append for a chunk of cached
+    rows), else one ``on_result(i, result, None)`` per element."""
+    many = getattr(on_result, "many", None)
+    if many is not None:
+        many(indexes, results)
+        return
+    for i, result in zip(indexes, results, strict=True):
+        on_result(i, result, None)
+
 
 _new = dict.__new__
 

@@ -27,6 +27,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -285,6 +286,24 @@ class RunRecorder:
         elif n == 1 and self._detailed:
             # Real calls: what finished reaches the log within a second even if the rest of
             # the batch hangs and the process is killed.
+            timer = threading.Timer(_FLUSH_AFTER, self.flush)
+            timer.daemon = True
+            timer.start()
+
+    __call__ = record  # the recorder is the run's observer (see ``Observers``)
+
+    def many(self, indexes: Sequence[int], results: Sequence[RunResult]) -> None:
+        """Record elements ``indexes`` as finished now with ``results`` (a chunk of cached
+        rows; see :func:`flownb.runtime.result.report_all`), as one :meth:`record` each would."""
+        if not indexes:
+            return
+        pending = self._pending
+        first = not pending
+        # Made first, then added in one step: a flush on the timer thread sees all or none.
+        pending += list(zip(indexes, repeat(time.time()), results, repeat(None), strict=False))
+        if len(pending) >= (_FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY):
+            self.flush()
+        elif first and self._detailed:  # as record's first row: in the log within a second
             timer = threading.Timer(_FLUSH_AFTER, self.flush)
             timer.daemon = True
             timer.start()
