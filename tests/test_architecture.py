@@ -356,9 +356,6 @@ def test_settings_are_resolved_once_per_surface() -> None:
 
 # Private attributes touched on something other than self/cls, each with its reason.
 PRIVATE_ALLOWED = {
-    # The batch API's final pass makes each fully answered row's result with the engine's own
-    # per-row result maker, rather than running the row through the engine again.
-    ("flownb.frames.batch_api.assemble", "_result"),
     # make_result fills a RunResult it made with dict.__new__ (the engine's per-row fast path).
     ("flownb.runtime.result", "_entries"),
     ("flownb.runtime.result", "_trace_of"),

@@ -115,9 +115,11 @@ class Engine:
 
     # -- assembling a result ------------------------------------------------------------------
 
-    def _result(
+    def result_of(
         self, values: Mapping[str, str], gens: list[Generation], started: float
     ) -> RunResult:
+        """Return the result of a row whose variables are ``values`` and whose calls, in plan
+        order, answered ``gens``, the row having started at ``started`` (``perf_counter``)."""
         # Hot path for large batches: keep per-row work to list/dict building.
         media_url = self.media_url
         plan = self.plan
@@ -247,7 +249,7 @@ class Engine:
         calls = [
             (s.kind, s.template.render, s.params, s.node_id, self.limits[s.index], s) for s in steps
         ]
-        result = self._result
+        result = self.result_of
         clock = time.perf_counter
         for i, values in enumerate(batch):
             if stop is not None and stop.is_set():
@@ -399,8 +401,8 @@ class Engine:
             if hits:
                 gens1: list[Any] = [None]
                 if not self._answered((step,), values, gens1, runner, ahead):
-                    return self._result(values, gens1, started)
-            return self._result(values, [await self._call(step, values, runner, emit)], started)
+                    return self.result_of(values, gens1, started)
+            return self.result_of(values, [await self._call(step, values, runner, emit)], started)
         gens: list[Any] = [None] * len(plan.steps)
         failed: list[tuple[Step, Exception]] = []
         lost: set[int] = set()  # steps that failed, or did not run because an upstream one did
@@ -437,7 +439,7 @@ class Engine:
                     gens[step.index] = gen
         if failed:
             raise self._partial(values, gens, lost, failed, started)
-        return self._result(values, gens, started)
+        return self.result_of(values, gens, started)
 
     def _answered(
         self,
@@ -548,7 +550,7 @@ class Engine:
         if not batch:
             return
         runner = self._runner(concurrency, limiter, gate)
-        pending = elements(self, self._result, batch, runner, on_result)
+        pending = elements(self, self.result_of, batch, runner, on_result)
 
         async def worker() -> None:
             for i, ahead in pending:  # one shared iterator: each index is taken exactly once

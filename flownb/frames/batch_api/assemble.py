@@ -84,7 +84,7 @@ class AssembledEngine:
             self.engine.cache,
             (key for i, done in enumerate(complete) if done for col in keys if (key := col[i])),
         )
-        result = self.engine._result  # the engine's own per-row result maker
+        result = self.engine.result_of  # the engine's own per-row result maker
         clock = time.perf_counter
         for i, values in enumerate(batch):
             if not complete[i]:
