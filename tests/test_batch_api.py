@@ -213,7 +213,9 @@ def killed_before_the_batch_id(
 def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
-    fake.configure(batch_seconds=3.0)
+    # The batch stays pending until the first process is killed (however slow the machine),
+    # then ends about half a second into the new run's polling.
+    fake.configure(batch_seconds=600.0)
     flow = make_flow({"echo": "Say {word}"}, ["word"])
     cmd, env, out = batch_cli(tmp_path, flow, ["one", "two", "three"])
     first = subprocess.Popen(
@@ -223,9 +225,11 @@ def test_a_killed_process_is_resumed_by_a_new_one_without_a_second_submission(
     # record is written right after the provider created it, before any wait).
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
     wait_for(lambda: any(records.glob("batch*.json")), "the batch was never recorded")
+    recorded = time.time()  # the batch was created before this
     assert fake.batches.created == 1
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
+    fake.configure(batch_seconds=time.time() - recorded + 0.5)
     second = run_cli(*cmd[3:], "--out", str(out), "--no-progress")  # a new run, in this process
     assert second.returncode == 0, second.stderr
     assert fake.batches.created == 1

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -192,15 +193,19 @@ def test_a_cancelled_batch_is_named_and_submitted_again(fake: FakeAnthropic) -> 
 def test_a_process_killed_while_polling_is_resumed_without_a_second_batch(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
-    fake.configure(batch_seconds=3.0)
+    # The batch stays pending until the first process is killed (however slow the machine),
+    # then ends about half a second into the new run's polling.
+    fake.configure(batch_seconds=600.0)
     cmd, env, out = batch_cli(
         tmp_path, _flow_data({"echo": "Say {word}"}, ["word"]), ["one", "two"]
     )
     first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"
     wait_for(lambda: any(records.glob("msgbatch_*.json")), "the batch was never recorded")
+    recorded = time.time()  # the batch was created before this
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
+    fake.configure(batch_seconds=time.time() - recorded + 0.5)
     second = run_cli(*cmd[3:], "--out", str(out), "--no-progress")  # a new run, in this process
     assert second.returncode == 0, second.stderr
     assert fake.message_batches.created == 1

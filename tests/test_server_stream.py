@@ -119,7 +119,8 @@ def test_errors_before_and_during_a_streamed_run(server: Running) -> None:
 
 
 def test_remote_flow_streams(server: Running, fake: FakeOpenAI) -> None:
-    flow = flownb.Client(server.url, server.key).flow("story")
+    # A short backoff: the plain FAIL500 run below is retried (502) before it raises.
+    flow = flownb.Client(server.url, server.key, backoff=0.01).flow("story")
     timed = [(time.perf_counter(), item) for item in flow.stream(x=WORDS)]
     [sent] = fake.streams
     events = [(t, e) for t, e in timed if isinstance(e, StreamEvent)]
