@@ -469,6 +469,21 @@ class FakeOpenAI:
         """Return the counters: requests, answered, peak_in_flight, in_flight, faults."""
         return self.state.stats()
 
+    def settled_stats(self, timeout: float = 60.0) -> dict[str, Any]:
+        """Return the counters once no request is being served. An answer is counted once it
+        is written, when its client may already have read it and moved on: a test that has
+        every answer in hand reads the counters here, not with :meth:`stats`.
+
+        Raises:
+            TimeoutError: some request was still being served after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while self.state.in_flight:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the fake still serves {self.state.in_flight} request(s)")
+            time.sleep(0.005)
+        return self.state.stats()
+
     def reset(self) -> None:
         """Forget the recorded requests and counters."""
         self.state.reset()
