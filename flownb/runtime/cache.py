@@ -80,6 +80,12 @@ def _connect(path: Path, timeout: float) -> sqlite3.Connection:
 
 def _encode(gen: Generation) -> str:
     """Return what the cache stores of a generation (JSON)."""
+    return json.dumps(_stored(gen))
+
+
+def _stored(gen: Generation) -> dict[str, Any]:
+    """Return the fields the cache keeps of a generation (what :func:`_encode` and
+    :func:`_encode_quick` write)."""
     stored: dict[str, Any] = {
         "output": gen.output,
         "media": gen.media,
@@ -93,7 +99,7 @@ def _encode(gen: Generation) -> str:
         stored["finish_reason"] = gen.finish_reason
     if gen.prompt_cache_saved is not None:  # what the provider's prompt cache saved, when bought
         stored["prompt_cache_saved"] = gen.prompt_cache_saved
-    return json.dumps(stored)
+    return stored
 
 
 class CallCache:
@@ -463,19 +469,7 @@ def _encode_quick(gen: Generation) -> str:
     speed). orjson writes NaN and infinities as null, so those are appended in json's
     spelling (``NaN``, which :meth:`CallCache._decode` reads back); what orjson refuses (a
     lone surrogate, a huge integer) json encodes."""
-    stored: dict[str, Any] = {
-        "output": gen.output,
-        "media": gen.media,
-        "model": gen.model,
-        "usage": gen.usage,
-        "cost": gen.cost,
-    }
-    if gen.provider_s is not None:
-        stored["provider_s"] = gen.provider_s
-    if gen.finish_reason == "length":
-        stored["finish_reason"] = gen.finish_reason
-    if gen.prompt_cache_saved is not None:
-        stored["prompt_cache_saved"] = gen.prompt_cache_saved
+    stored = _stored(gen)
     odd = ""
     for name in ("cost", "provider_s", "prompt_cache_saved"):
         value = stored.get(name)
