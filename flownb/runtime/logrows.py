@@ -23,7 +23,7 @@ from ..errors import one_line
 if TYPE_CHECKING:
     from .result import RunResult
 
-__all__ = ["Outcome", "log_rows"]
+__all__ = ["Outcome", "inline_tail", "log_rows"]
 
 # One recorded outcome: (index, finished at, result or None, exception or None).
 Outcome = tuple[int, float, "RunResult | None", "BaseException | None"]
@@ -155,15 +155,20 @@ def _inline_rows(
     first = taken[0][2] if taken else None
     gens = first.generations if first is not None else ()
     model = ",".join(dict.fromkeys(g.model for g in gens if g.model)) or None
-    spent = 0.0 if provider == "offline" else None  # None: NaN, unknown
-    unpriced = None if spent is None else 0
-    # After the latency: no tokens, cache, error or details, then the money.
-    tail = (None, None, None, None, None, None, spent, 0.0, spent, unpriced)
+    tail = inline_tail(provider)
     return [
         [i, f, model, batch[i], r, r.latency, *tail]
         for i, f, r, _ in taken
         if r is not None  # all are; says so to the type checker
     ]
+
+
+def inline_tail(provider: str) -> tuple[Any, ...]:
+    """Return what an inline run's row holds after its latency: no tokens, cached outputs,
+    error or usage details, then spent, saved, price and unpriced calls (the offline
+    provider's calls are free; another inline provider's price is unknown: null)."""
+    spent = 0.0 if provider == "offline" else None
+    return (None, None, None, None, None, None, spent, 0.0, spent, None if spent is None else 0)
 
 
 def _row(

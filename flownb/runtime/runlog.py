@@ -36,7 +36,7 @@ import orjson
 from ..errors import ConfigError
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
-from .logrows import log_rows
+from .logrows import inline_tail, log_rows
 from .logtext import rows_text
 
 if TYPE_CHECKING:
@@ -81,8 +81,8 @@ SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
        json_extract(r.value, '$[14]') AS price_usd, json_extract(r.value, '$[15]') AS unpriced_calls
 FROM chunks AS c, json_each(c.rows) AS r;
 """
-_INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, ?)"
-_INSERT_UTF8 = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, CAST(? AS TEXT))"
+# The rows come as UTF-8 JSON bytes, stored as text (what the runs view's json_each reads).
+_INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, CAST(? AS TEXT))"
 
 COLUMNS = [
     "run_id",
@@ -209,17 +209,14 @@ class RunLog:
 
     def write(self, run_id: str, flow: str, provider: str, rows: list[list[Any]]) -> None:
         """Append one chunk of a batch's rows in one transaction."""
-        if not rows:
-            return
-        data = orjson.dumps(rows).decode("utf-8")
-        with self._lock:
-            self._db.execute(_INSERT, (run_id, flow, provider, data))
+        if rows:
+            self.write_text(run_id, flow, provider, orjson.dumps(rows))
 
     def write_text(self, run_id: str, flow: str, provider: str, rows: bytes) -> None:
         """Append one chunk of a batch's rows, given as the UTF-8 JSON text of their list
-        (stored as text, as :meth:`write` stores it, without decoding it here)."""
+        (stored as text, without decoding it here)."""
         with self._lock:
-            self._db.execute(_INSERT_UTF8, (run_id, flow, provider, rows))
+            self._db.execute(_INSERT, (run_id, flow, provider, rows))
 
     def read(self, flow: str | None = None) -> list[tuple[str, str, str, list[Any]]]:
         """Return every chunk (oldest first) as ``(run_id, flow, provider, rows)``."""
@@ -278,17 +275,7 @@ class RunRecorder:
         """Record one element's outcome (an observer of the run; see ``Observers``)."""
         pending = self._pending
         pending.append((i, time.time(), result, exc))
-        n = len(pending)
-        # Real calls: a chunk every 500 rows, so a crash loses little. Inline (offline) runs:
-        # a chunk every 10,000 rows (see _INLINE_FLUSH_EVERY).
-        if n >= (_FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY):
-            self.flush()
-        elif n == 1 and self._detailed:
-            # Real calls: what finished reaches the log within a second even if the rest of
-            # the batch hangs and the process is killed.
-            timer = threading.Timer(_FLUSH_AFTER, self.flush)
-            timer.daemon = True
-            timer.start()
+        self._added(first=len(pending) == 1)
 
     __call__ = record  # the recorder is the run's observer (see ``Observers``)
 
@@ -301,9 +288,18 @@ class RunRecorder:
         first = not pending
         # Made first, then added in one step: a flush on the timer thread sees all or none.
         pending += list(zip(indexes, repeat(time.time()), results, repeat(None), strict=False))
-        if len(pending) >= (_FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY):
+        self._added(first=first)
+
+    def _added(self, *, first: bool) -> None:
+        """Flush once enough outcomes are pending; after the first of a batch with real calls,
+        flush within a second (``first``: nothing was pending before them)."""
+        # Real calls: a chunk every 500 rows, so a crash loses little. Inline (offline) runs:
+        # a chunk every 10,000 rows (see _INLINE_FLUSH_EVERY).
+        if len(self._pending) >= (_FLUSH_EVERY if self._detailed else _INLINE_FLUSH_EVERY):
             self.flush()
-        elif first and self._detailed:  # as record's first row: in the log within a second
+        elif first and self._detailed:
+            # Real calls: what finished reaches the log within a second even if the rest of
+            # the batch hangs and the process is killed.
             timer = threading.Timer(_FLUSH_AFTER, self.flush)
             timer.daemon = True
             timer.start()
@@ -329,10 +325,8 @@ class RunRecorder:
         else:  # not a frame's columns: made from its rows, as log_rows would
             names = tuple(batch[0]) if n else ()
             inputs = {name: [row[name] for row in batch] for name in names}
-        spent = 0.0 if self._provider == "offline" else None  # None: NaN, unknown
-        # After the outputs: latency, no tokens, cache or error, then the money.
-        tail = [seconds / n if n else 0.0, None, None, None, None, None, None]
-        tail += [spent, 0.0, spent, None if spent is None else 0]
+        # After the outputs: the latency, then what every inline row ends with.
+        tail = [seconds / n if n else 0.0, *inline_tail(self._provider)]
         log, run_id, flow, provider = self._log, self.run_id, self._flow, self._provider
         texts = rows_text(
             (inputs, outputs), [finished, model], tail, rows=n, chunk=_INLINE_FLUSH_EVERY
