@@ -107,7 +107,7 @@ class Engine:
         self.trace_of = (plan.trace_names, media_url)
         self.step_outputs = _step_outputs(plan)
         # The outputs of a row whose every node came from the cache (those fed by nodes only).
-        self.all_cached = frozenset(
+        self._all_cached = frozenset(
             name
             for name, srcs in plan.output_sources
             if srcs and all(kind == "step" for kind, _ in srcs)
@@ -165,7 +165,7 @@ class Engine:
         """Return the outputs every node of which came from the cache (some node did)."""
         plan = self.plan
         if all(g.cached for g in gens):  # a re-run's usual row: the answer is the plan's
-            return self.all_cached
+            return self._all_cached
         return frozenset(
             name
             for name, srcs in plan.output_sources

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..providers.base import Generation
 from .lookahead import CHUNK, Ahead, Chunk, Lookahead
-from .result import OnResult, RunResult, make_result, report_all
+from .result import OnResult, RunResult, report_all
 
 __all__ = ["Engine", "answer_hits", "elements"]
 
@@ -44,10 +44,6 @@ class Engine(Protocol):
     def provider(self) -> Provider: ...
     @property
     def limits(self) -> Sequence[int]: ...
-    @property
-    def trace_of(self) -> tuple[Sequence[str], Callable[[str], str]]: ...
-    @property
-    def all_cached(self) -> frozenset[str]: ...
 
 
 def elements(
@@ -112,14 +108,13 @@ def answer_hits(
     calls = len(answered) * len(columns)
     share = chunk.seconds / calls  # each call's part of the lookup: its latency this run
     latency = share * len(columns)
-    results = _results(engine, result, batch, chunk.start, rows, share, latency)
+    results = _results(result, batch, chunk.start, rows, share, latency)
     start = chunk.start
     report_all(on_result, [start + r for r in answered], results)
     return set(answered)
 
 
 def _results(
-    engine: Engine,
     result: RowResult,
     batch: Sequence[Mapping[str, str]],
     start: int,
@@ -127,31 +122,15 @@ def _results(
     share: float,
     latency: float,
 ) -> list[RunResult]:
-    """Return the results of ``rows`` (offset from ``start``, answers in plan order), each
-    call's latency set to ``share`` and each row's to ``latency``."""
-    plan = engine.plan
-    direct = plan.direct
+    """Return the results of ``rows`` (offset from ``start``, answers in plan order) made by
+    the engine's per-row ``result`` maker, each call's latency set to ``share`` and each row's
+    to ``latency``."""
     results: list[RunResult] = []
     append = results.append
-    if direct is None:  # outputs that join several nodes or variables: the engine's own way
-        for r, gens in rows:
-            for g in gens:
-                g.latency = share
-            made = result(batch[start + r], gens, 0.0)
-            made.latency = latency
-            append(made)
-        return results
-    # Every output fed by one node, names unique: the dict of outputs in one comprehension.
-    kinds, provider, cached = plan.output_kinds, engine.provider.name, engine.all_cached
-    trace_of = engine.trace_of
     for r, gens in rows:
         for g in gens:
             g.latency = share
-        outputs = {name: gens[ref].output for name, ref in direct}
-        values = batch[start + r]
-        append(
-            make_result(
-                outputs, None, kinds, provider, cached, latency, gens, trace_of, plan, values
-            )
-        )
+        made = result(batch[start + r], gens, 0.0)
+        made.latency = latency
+        append(made)
     return results
