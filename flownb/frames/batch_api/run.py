@@ -559,8 +559,7 @@ def run_dataframe_batched(
     final.runner.engine = AssembledEngine(  # type: ignore[assignment]
         final.engine, table.gens, table.keys, complete
     )
-    with paid_once([final]):
-        if not all(complete):
-            return run_dataframe(final, df, columns, spelling=spelling, meter=meter, **options)
-        with _gc_paused():  # nothing to wait for: a bulk step
-            return run_dataframe(final, df, columns, spelling=spelling, meter=meter, **options)
+    # Every row complete: nothing to wait for, a bulk step.
+    bulk = _gc_paused() if all(complete) else contextlib.nullcontext()
+    with paid_once([final]), bulk:
+        return run_dataframe(final, df, columns, spelling=spelling, meter=meter, **options)
