@@ -277,7 +277,7 @@ class Runner:
         if answered is not None:
             recorder = self._recorder(batch)
             if recorder is not None:
-                recorder.record_columns(answered.outputs, answered.model, answered.seconds)
+                recorder.record_columns(columns, answered.outputs, answered.model, answered.seconds)
         return answered
 
     async def stream_one(

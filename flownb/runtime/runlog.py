@@ -305,26 +305,23 @@ class RunRecorder:
             timer.start()
 
     def record_columns(
-        self, outputs: Mapping[str, Sequence[str]], model: str | None, seconds: float
+        self,
+        inputs: Mapping[str, Sequence[str]],
+        outputs: Mapping[str, Sequence[str]],
+        model: str | None,
+        seconds: float,
     ) -> None:
         """Record every element of the batch as answered at once, without an error (see
-        :mod:`flownb.runtime.columns`): ``outputs`` maps each output name to one value per
-        element; each element's latency is its even share of the batch's ``seconds``.
+        :mod:`flownb.runtime.columns`): ``inputs`` maps each of the batch's variables, and
+        ``outputs`` each output name, to one value per element; each element's latency is its
+        even share of the batch's ``seconds``.
 
         The rows are those :meth:`record` would log for an inline run, made here as JSON text
         column by column (see :mod:`flownb.runtime.logtext`: C loops, which a writer thread
         would only slow by taking turns with this one for the GIL); the writer thread inserts
         each chunk while the next is made and the caller goes on."""
         finished = time.time()
-        batch = self._batch
-        n = len(batch)
-        columns = getattr(batch, "columns", None)  # a frame's rows keep their columns
-        inputs: Mapping[str, Sequence[str]]
-        if isinstance(columns, Mapping):
-            inputs = columns
-        else:  # not a frame's columns: made from its rows, as log_rows would
-            names = tuple(batch[0]) if n else ()
-            inputs = {name: [row[name] for row in batch] for name in names}
+        n = len(self._batch)
         # After the outputs: the latency, then what every inline row ends with.
         tail = [seconds / n if n else 0.0, *inline_tail(self._provider)]
         log, run_id, flow, provider = self._log, self.run_id, self._flow, self._provider
