@@ -247,14 +247,7 @@ def test_a_client_leaving_the_event_stream_does_not_make_the_call_bought_twice(
     assert next(line for line in lines if line.startswith(b"event: ")) == b"event: text"
     resp.close()  # the client goes away with the answer half streamed
     # The server finishes the call without it: answered, cached and logged.
-    wait_until(lambda: fake.stats()["answered"] == 1, "the streamed call's end")
-    wait_until(lambda: _cached_calls(flownb_env) == 1, "the answer in the cache")
-    wait_until(lambda: len(flownb.runs("story")) == 1, "the run in the run log")
-
-    again = post_run(running, "story", {"x": WORDS})
-    assert again.status_code == 200, again.text
-    assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
-    assert fake.stats()["requests"] == 1, "the call was bought twice"
+    _finished_then_served_from_the_cache(running, fake, flownb_env)
 
 
 def test_a_client_leaving_a_plain_run_does_not_make_the_call_bought_twice(
@@ -275,10 +268,16 @@ def test_a_client_leaving_a_plain_run_does_not_make_the_call_bought_twice(
                     headers={"x-api-key": running.key},
                     timeout=(5, 0.5),
                 )
-            wait_until(lambda: fake.stats()["answered"] == 1, "the call's end")
-            wait_until(lambda: _cached_calls(flownb_env) == 1, "the answer in the cache")
-            wait_until(lambda: len(flownb.runs("story")) == 1, "the run in the run log")
-            again = post_run(running, "story", {"x": WORDS})
-            assert again.status_code == 200, again.text
-            assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
-            assert fake.stats()["requests"] == 1, "the call was bought twice"
+            _finished_then_served_from_the_cache(running, fake, flownb_env)
+
+
+def _finished_then_served_from_the_cache(running: Running, fake: FakeOpenAI, home: Path) -> None:
+    """Wait until the server has finished the one call its client left (answered, cached and
+    logged), then check that the same run is answered from the cache, with no second request."""
+    wait_until(lambda: fake.stats()["answered"] == 1, "the call's end")
+    wait_until(lambda: _cached_calls(home) == 1, "the answer in the cache")
+    wait_until(lambda: len(flownb.runs("story")) == 1, "the run in the run log")
+    again = post_run(running, "story", {"x": WORDS})
+    assert again.status_code == 200, again.text
+    assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
+    assert fake.stats()["requests"] == 1, "the call was bought twice"
