@@ -13,9 +13,6 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import flownb
@@ -23,7 +20,7 @@ from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
-from tests.test_tracing import unset_tracer_provider
+from tests.test_tracing import spans  # noqa: F401  (the fixture: an in-memory exporter)
 from tests.vendor_fakes import (  # noqa: F401  (fixtures)
     anthropic_fake,
     anthropic_server,
@@ -35,20 +32,6 @@ pytestmark = pytest.mark.timeout(180)
 
 TWO = make_flow({"intro": "Intro about {topic}.", "title": "Title: {topic}"}, ["topic"])
 ROWS = [{"topic": "owls"}, {"topic": "bees"}]
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    unset_tracer_provider()
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    try:
-        yield exporter
-    finally:
-        provider.shutdown()
-        unset_tracer_provider()
 
 
 def _usage_sums(exporter: InMemorySpanExporter) -> tuple[int, int]:
