@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from .fake_config import FakeConfig
-from .fake_openai import add_control_routes, send_stream
+from .fake_openai import add_control_routes, hang, send_stream
 from .fake_state import _State
 
 __all__ = ["Vendor", "control_routes", "handler", "serve_until_interrupted", "words"]
@@ -108,11 +108,7 @@ def handler(
             if fault == "500":
                 return vendor.error(500, "Internal server error", "server_error")
             if fault == "hang":
-                for _ in range(36000):
-                    if request.transport is None or request.transport.is_closing():
-                        break
-                    await asyncio.sleep(0.1)
-                raise asyncio.CancelledError
+                await hang(request)
             if fault == "drop":
                 if request.transport is not None:
                     request.transport.abort()

@@ -63,7 +63,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 from aiohttp import web
 
@@ -93,6 +93,7 @@ __all__ = [
     "cache_split",
     "data_url_bytes",
     "echo",
+    "hang",
     "image_bytes",
     "judge_reply",
     "judge_score",
@@ -251,6 +252,20 @@ def _refusal(state: _State, config: FakeConfig) -> tuple[web.Response | None, di
     return None, limit_headers
 
 
+async def hang(request: web.Request) -> NoReturn:
+    """Answer nothing until the client gives up (an hour at most); then this request is no
+    longer in flight.
+
+    Raises:
+        asyncio.CancelledError: always, once the client has left.
+    """
+    for _ in range(36000):
+        if request.transport is None or request.transport.is_closing():
+            break
+        await asyncio.sleep(0.1)
+    raise asyncio.CancelledError
+
+
 async def _misbehave(fault: str, request: web.Request, config: FakeConfig) -> web.Response:
     """Return the answer of an injected ``fault`` ("429", "500"), or hang / drop the connection.
 
@@ -270,12 +285,7 @@ async def _misbehave(fault: str, request: web.Request, config: FakeConfig) -> we
             {"x-request-id": "req_fake_500"},
         )
     if fault == "hang":
-        # Hang until the client gives up (then this request is no longer in flight).
-        for _ in range(36000):
-            if request.transport is None or request.transport.is_closing():
-                break
-            await asyncio.sleep(0.1)
-        raise asyncio.CancelledError
+        await hang(request)
     if request.transport is not None:  # "drop"
         request.transport.abort()
     raise asyncio.CancelledError
