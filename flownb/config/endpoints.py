@@ -9,6 +9,7 @@ deployment map. Endpoints are built in Python, or declared in ``flownb.toml``::
     provider = "openai"
     base_url = "http://127.0.0.1:11434/v1"
     images = false              # no images endpoint: image nodes are refused at load
+    max_tokens_param = "max_tokens"   # the token limit's name this server reads (see below)
 
     [endpoints.azure-eu]
     provider = "azure"
@@ -122,6 +123,7 @@ _FILE_FIELDS = frozenset(
         "headers",
         "prices",
         "images",
+        "max_tokens_param",
         "concurrency",
         "rpm",
         "tpm",
@@ -170,7 +172,10 @@ class Endpoint:
     the environment variable holding it; ``api_version`` and ``deployments`` (model ->
     deployment name) are Azure's; ``headers`` go with every request; ``prices`` override the
     price table for this endpoint's models; ``images=False`` declares there is no images
-    endpoint (image nodes are refused at load); ``concurrency`` / ``rpm`` / ``tpm`` are this
+    endpoint (image nodes are refused at load); ``max_tokens_param`` is the name an OpenAI-kind
+    endpoint's chat requests carry their token limit under (``"max_completion_tokens"``, the
+    default for OpenAI and Azure, or ``"max_tokens"``, the default for any other server, which
+    often reads only that one); ``concurrency`` / ``rpm`` / ``tpm`` are this
     endpoint's own limits (a flow's explicit arguments win).
 
     Raises:
@@ -187,6 +192,7 @@ class Endpoint:
         "deployments",
         "headers",
         "images",
+        "max_tokens_param",
         "name",
         "prices",
         "provider",
@@ -207,6 +213,7 @@ class Endpoint:
         headers: Mapping[str, str] | None = None,
         prices: Mapping[str, Any] | None = None,
         images: bool | None = None,
+        max_tokens_param: str | None = None,
         concurrency: int | None = None,
         rpm: float | None = None,
         tpm: float | None = None,
@@ -224,6 +231,11 @@ class Endpoint:
             raise ConfigError(f"endpoint {name!r}: api_key must be a string")
         if images is not None and not isinstance(images, bool):
             raise ConfigError(f"endpoint {name!r}: images must be true or false")
+        if max_tokens_param not in (None, "max_tokens", "max_completion_tokens"):
+            raise ConfigError(
+                f'endpoint {name!r}: max_tokens_param must be "max_completion_tokens" or '
+                f'"max_tokens", got {max_tokens_param!r}'
+            )
         if prices is not None and not isinstance(prices, Mapping):
             raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
         if concurrency is not None and (
@@ -240,6 +252,7 @@ class Endpoint:
         self.headers = _str_map(headers, f"endpoint {name!r}: headers")
         self.prices = dict(prices) if prices is not None else None
         self.images = images
+        self.max_tokens_param = max_tokens_param
         self.concurrency = concurrency
         self.rpm = _positive(rpm, f"endpoint {name!r}: rpm")
         self.tpm = _positive(tpm, f"endpoint {name!r}: tpm")
@@ -398,6 +411,7 @@ class Endpoint:
             "headers": self.headers,
             "prices": self.prices,
             "images": self.images,
+            "max_tokens_param": self.max_tokens_param,
             "concurrency": self.concurrency,
             "rpm": self.rpm,
             "tpm": self.tpm,
@@ -438,7 +452,8 @@ class Endpoint:
             parts.append("api_key=***")
         elif self.api_key_env:
             parts.append(f"api_key_env={self.api_key_env!r}")
-        for label in ("api_version", "deployments", "images", "concurrency", "rpm", "tpm"):
+        labels = ("api_version", "deployments", "images", "max_tokens_param", "concurrency")
+        for label in (*labels, "rpm", "tpm"):
             value = getattr(self, label)
             if value is not None:
                 parts.append(f"{label}={value!r}")

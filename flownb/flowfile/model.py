@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from ..errors import FlowFileError
-from .params import RULES, params_problem
+from .params import RULES, params_problem, to_send
 
 __all__ = [
     "MAX_FLOW_BYTES",
@@ -131,6 +131,13 @@ class GenerationData(_Model):
     variables: list[VariableRef] = Field(default_factory=list)
     # A flownb extension (flow.with_system): the node's system message; exports have none.
     system: str | None = None
+    # A flownb extension (with_params, an eval TOML, the CLI): the modelParams set on purpose,
+    # sent even at a no-op value (flowfile/params.py's to_send); exports have none.
+    chosenParams: list[str] | None = None
+
+    def sent_params(self) -> dict[str, Any]:
+        """Return the model parameters this node's calls send (see :func:`~.params.to_send`)."""
+        return to_send(self.modelParams.as_dict(), self.chosenParams or ())
 
     _empty = field_validator("name", "prompt", mode="before")(_none_to_empty)
 

@@ -95,14 +95,26 @@ def with_params(
         )
     if not params and not per_node:
         raise ConfigError("with_params needs parameters: with_params(temperature=0.2, ...)")
-    current = {n.id: n.data.modelParams for n in generation_nodes(graph)}
-    names = {n.id: n.data.name or n.id for n in generation_nodes(graph)}
+    nodes = generation_nodes(graph)
+    current = {n.id: n.data.modelParams for n in nodes}
+    names = {n.id: n.data.name or n.id for n in nodes}
+    # Set on purpose, so sent even at a no-op value (flowfile/params.py's to_send).
+    chosen = {n.id: dict.fromkeys(n.data.chosenParams or ()) for n in nodes}
     if params:
         current = {i: _merged(p, params, f"node {names[i]!r}") for i, p in current.items()}
+        for keys in chosen.values():
+            keys.update(dict.fromkeys(params))
     for ref, update in (per_node or {}).items():
         node_id = resolve_node(graph, ref)
         current[node_id] = _merged(current[node_id], update, f"node {ref!r}")
-    return _replace(graph, {i: {"modelParams": p} for i, p in current.items()})
+        chosen[node_id].update(dict.fromkeys(update))
+    return _replace(
+        graph,
+        {
+            i: {"modelParams": p, "chosenParams": sorted(chosen[i]) or None}
+            for i, p in current.items()
+        },
+    )
 
 
 def with_prompts(graph: FlowGraph, prompts: Mapping[str, str]) -> FlowGraph:

@@ -47,8 +47,9 @@ class Vendor(Protocol):
         ``invalid_request``, ``rate_limit``, ``server_error``."""
         ...
 
-    def check(self, body: Mapping[str, Any]) -> str | None:
-        """Return why a well-formed JSON body is an invalid request, or None."""
+    def check(self, request: web.Request | None, body: Mapping[str, Any]) -> str | None:
+        """Return why a well-formed JSON body is an invalid request (the vendor's message),
+        or None (``request``: None for a request inside a batch)."""
         ...
 
     def stream(
@@ -80,7 +81,11 @@ def handler(
             state.requests.append(body)
             state.paths.append(request.path)
             state.headers.append(dict(request.headers))
-            why = vendor.check(body) if isinstance(body, dict) else "the body is not an object"
+            why = (
+                vendor.check(request, body)
+                if isinstance(body, dict)
+                else "the body is not an object"
+            )
             if why is not None:
                 return vendor.error(400, why, "invalid_request")
             prompt = vendor.prompt_of(request, body)

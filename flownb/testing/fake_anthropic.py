@@ -39,6 +39,7 @@ from aiohttp import web
 
 from ..providers.openai.answers import parse_duration
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
+from .fake_checks import anthropic_refusal
 from .fake_config import FakeConfig
 from .fake_openai import FakeOpenAI, sse_event
 from .fake_replies import cache_split, echo, judge_reply, scripted_reply, seen_image, split_words
@@ -75,13 +76,12 @@ def _text_of(content: Any) -> str:
 
 
 class _Anthropic:
-    def check(self, body: Mapping[str, Any]) -> str | None:
-        for name in ("model", "max_tokens", "messages"):
-            if name not in body:
-                return f"{name}: Field required"
-        if not isinstance(body["messages"], list) or not body["messages"]:
+    def check(self, request: web.Request | None, body: Mapping[str, Any]) -> str | None:
+        # Refused as Anthropic refuses it: the SDK's request types, strictly, and the model rules.
+        why = anthropic_refusal(body)
+        if why is None and not body["messages"]:
             return "messages: at least one message is required"
-        return None
+        return why
 
     def prompt_of(self, request: web.Request, body: Mapping[str, Any]) -> str:
         last = body["messages"][-1]
@@ -193,7 +193,8 @@ def make_app(state: _State) -> web.Application:
         prompt = _text_of(params["messages"][-1].get("content"))
         return vendor.answer(None, params, prompt, state.config)  # type: ignore[arg-type]
 
-    batches.answer, batches.check = answer, vendor.check
+    batches.answer = answer
+    batches.check = lambda params: vendor.check(None, params)
     batches.add_routes(app)
     control_routes(app, state, vendor)
     return app
@@ -202,6 +203,8 @@ def make_app(state: _State) -> web.Application:
 class FakeAnthropic(FakeOpenAI):
     """The fake Messages API on 127.0.0.1 in a daemon thread (a context manager). ``url`` is
     the base URL for the SDK or ``ANTHROPIC_BASE_URL`` (``http://127.0.0.1:<port>``)."""
+
+    vendor = "anthropic"
 
     @property
     def url(self) -> str:
