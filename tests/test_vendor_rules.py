@@ -511,3 +511,48 @@ def test_the_gemini_fake_refuses_as_gemini_does(
     assert error["code"] == 400 and error["status"] == "INVALID_ARGUMENT"
     assert said in error["message"], error
     assert gemini_fake.state.answered == 0
+
+
+def test_the_message_batches_fake_refuses_a_request_anthropic_refuses(
+    anthropic_fake: FakeAnthropic,
+) -> None:
+    both = {**CLAUDE, "temperature": 0.7, "top_p": 0.9}
+    body = {"requests": [{"custom_id": "row-1", "params": both}]}
+    status, answer = _post(anthropic_fake.url + "/v1/messages/batches", body)
+    assert status == 400 and answer["type"] == "error"
+    assert answer["error"]["type"] == "invalid_request_error"
+    assert "cannot both be specified" in answer["error"]["message"]
+    assert anthropic_fake.message_batches.created == 0
+
+
+def test_the_batch_fake_answers_a_refused_line_as_openai_does(openai_fake: FakeOpenAI) -> None:
+    import time
+
+    from openai import OpenAI
+
+    client = OpenAI(base_url=openai_fake.url, api_key="sk-test", max_retries=0)
+    lines = [
+        {"custom_id": "good", "method": "POST", "url": "/v1/chat/completions", "body": CHAT},
+        {
+            "custom_id": "bad",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {**CHAT, "top_pp": 1},
+        },
+    ]
+    data = "\n".join(json.dumps(line) for line in lines).encode()
+    upload = client.files.create(file=("in.jsonl", data), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + 60
+    while batch.status != "completed" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed" and batch.output_file_id
+    out = client.files.content(batch.output_file_id).text.splitlines()
+    found = {line["custom_id"]: line for line in map(json.loads, out)}
+    assert found["good"]["error"] is None and found["good"]["response"]["status_code"] == 200
+    bad = found["bad"]["response"]
+    assert bad["status_code"] == 400 and found["bad"]["error"] is None
+    assert bad["body"]["error"]["message"] == "Unrecognized request argument supplied: top_pp"

@@ -5,6 +5,9 @@ The ranges are the widest any vendor documents (OpenAI: temperature 0 to 2, ``n`
 top_p 0 to 1; penalties -2 to 2); a provider narrows them at load where its API does
 (Anthropic: temperature 0 to 1). A number that is not finite (NaN, infinity) is refused
 everywhere, in any parameter, since JSON cannot carry it and an API would refuse it.
+
+:func:`to_send` is the one rule for what a node's calls send: a sampling knob at its no-op
+value (an exported flow's editor default) stays home unless it was set on purpose.
 """
 
 from __future__ import annotations

@@ -174,16 +174,16 @@ def screen(model: str, params: Mapping[str, Any], node: str) -> tuple[dict[str, 
         first, second = rule.one_of
         raise ConfigError(
             f"node {node!r}: {model!r} takes {first} or {second}, not both ({rule.name}; "
-            f"the vendor answers 400: {rule.vendor_says!r}); remove one, e.g. "
-            f"flow.with_params({second}=None)"
+            f"the vendor answers 400: {rule.vendor_says!r}); keep one: remove {second} from "
+            f"the node's modelParams, or leave it out of with_params"
         )
     for knob in rule.no_nonzero:
         value = kept.get(knob)
         if value is not None and value != 0:
             raise ConfigError(
                 f"node {node!r}: {model!r} refuses a non-zero {knob} ({rule.name}; the vendor "
-                f"answers 400: {rule.vendor_says.format(model=model)!r}); remove it, e.g. "
-                f"flow.with_params({knob}=None)"
+                f"answers 400: {rule.vendor_says.format(model=model)!r}); remove {knob} from "
+                "the node's modelParams, or leave it out of with_params"
             )
         kept.pop(knob, None)  # zero changes nothing: not sent to a model without the knob
     dropped = [k for k in rule.takes_none if kept.pop(k, None) is not None]

@@ -8,8 +8,9 @@ Messages response, with ``usage``
 counting words as tokens (``input_tokens``: the prompt's and the system prompt's words;
 ``output_tokens``: the answer's; ``configure(cached_tokens=N, cache_write_tokens=M)`` moves N
 of them to ``cache_read_input_tokens`` and M to ``cache_creation_input_tokens``). Like the real
-API it refuses a request without ``model``,
-``max_tokens`` or ``messages`` (400 ``invalid_request_error``); errors have Anthropic's shape
+API it refuses what Anthropic refuses (400 ``invalid_request_error`` with Anthropic's message:
+the SDK's request types checked strictly, and the model rules such as "temperature or top_p"
+on current Claude models, see :mod:`flownb.testing.fake_checks`); errors have Anthropic's shape
 (``{"type": "error", "error": {"type", "message"}}``) and 429s carry ``retry-after``. It
 misbehaves on purpose as the OpenAI fake does (``faults``, ``fail_markers``, latency,
 ``max_in_flight``, ``rate_limit``, the latter with Anthropic's ``anthropic-ratelimit-requests-*``

@@ -12,7 +12,10 @@ no internet).
   (``stream_delay`` seconds apart), the last one with the ``finishReason`` (an image answer: one
   event).
 
-Errors have Google's shape (``{"error": {"code", "message", "status"}}``); a 429 is
+A request Gemini would refuse (a field its types do not have, a wrong type, a non-zero penalty
+on Gemini 2.5+; see :mod:`flownb.testing.fake_checks`) is answered 400 ``INVALID_ARGUMENT`` with
+Google's message. Errors have Google's shape (``{"error": {"code", "message", "status"}}``); a
+429 is
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail whose ``retryDelay`` is the
 configured ``retry_after``, as Google sends it (no ``Retry-After`` header). Faults, latency and
 limits as in the OpenAI fake; every request body, path and header set is recorded.

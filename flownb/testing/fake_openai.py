@@ -2,8 +2,9 @@
 
 It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/generations``
 (and Azure OpenAI's ``/openai/deployments/{deployment}/...`` forms of each) deterministically
-from the request (text ``"echo: <prompt>"``, images as a URL it serves
-itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
+from the request (text ``"echo: <prompt>"`` with every field OpenAI sends, images as a URL it
+serves itself under ``/_fake/images/`` or a small PNG in ``b64_json``, which GPT image models
+always answer), after a configurable latency,
 and answers flownb's judge prompts as a judge would (see "Judging" below),
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
@@ -50,6 +51,12 @@ the finish reason, the usage chunk when ``stream_options.include_usage`` asks fo
 ``time.perf_counter``'s clock), so a test can compare when its client saw text with when the
 fake sent it; ``stream_cut`` drops the connection part-way through a stream (once per prompt),
 as a broken link does. The Anthropic and Gemini fakes stream the same way in their own formats.
+
+Refusals: every request is checked as OpenAI checks it (the ``openai`` SDK's request types,
+strictly, and the model rules; see :mod:`flownb.testing.fake_checks`), and a wrong one is
+answered 400 with OpenAI's error body (``message``, ``type``, ``param``, ``code``). A 429 says
+``Retry-After`` in whole seconds (``retry_after``, ``"1"`` by default; ``"0"`` for a test that
+needs speed).
 
 Control routes (for a server in another process): ``GET /_fake/stats`` returns the counters,
 ``POST /_fake/reset`` clears them, ``POST /_fake/config`` changes latency/faults/markers.
