@@ -221,15 +221,9 @@ class LocalFlow(BaseFlow):
             ConfigError: an unknown endpoint name, its key cannot be found, or it cannot run
                 this flow (image nodes on ``images=False``).
         """
-        chosen = _endpoint(endpoint, self.config)
-        # Limits this flow was given explicitly stay; the endpoint's own apply otherwise.
-        config = self.config.replace(
-            endpoint=chosen,
-            provider=chosen.provider,
-            concurrency=chosen.concurrency or self.config.concurrency,
-            rpm=chosen.rpm if chosen.rpm is not None else self.config.rpm,
-            tpm=chosen.tpm if chosen.tpm is not None else self.config.tpm,
-        )
+        # Settings this flow was given explicitly stay; the endpoint's own apply otherwise
+        # (one rule for load_flow and this: RunConfig.on_endpoint).
+        config = self.config.on_endpoint(endpoint)
         graph = self.graph
         if model is not None:
             from ..flowfile import variants
@@ -476,18 +470,6 @@ def load_flow(
         # (see flownb.providers.warmup).
         wait_warm_up()
     return flow
-
-
-def _endpoint(endpoint: Endpoint | str, config: RunConfig) -> Endpoint:
-    from ..config.endpoints import Endpoint, find_endpoint
-
-    if isinstance(endpoint, Endpoint):
-        return endpoint
-    if isinstance(endpoint, str):
-        return find_endpoint(endpoint.strip(), Path.cwd(), config.home)
-    raise ConfigError(
-        f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
-    )
 
 
 class _GatedFlow(BaseFlow):
