@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError
 from .model import ActionNode, FlowGraph, ImageNode, ModelParams, first_error
+from .params import NO_OP
 
 __all__ = [
     "generation_nodes",
@@ -98,16 +99,16 @@ def with_params(
     nodes = generation_nodes(graph)
     current = {n.id: n.data.modelParams for n in nodes}
     names = {n.id: n.data.name or n.id for n in nodes}
-    # Set on purpose, so sent even at a no-op value (flowfile/params.py's to_send).
-    chosen = {n.id: dict.fromkeys(n.data.chosenParams or ()) for n in nodes}
+    # Knobs set on purpose, so sent even at a no-op value (flowfile/params.py's to_send).
+    chosen = {n.id: set(n.data.chosenParams or ()) for n in nodes}
     if params:
         current = {i: _merged(p, params, f"node {names[i]!r}") for i, p in current.items()}
         for keys in chosen.values():
-            keys.update(dict.fromkeys(params))
+            _choose(keys, params)
     for ref, update in (per_node or {}).items():
         node_id = resolve_node(graph, ref)
         current[node_id] = _merged(current[node_id], update, f"node {ref!r}")
-        chosen[node_id].update(dict.fromkeys(update))
+        _choose(chosen[node_id], update)
     return _replace(
         graph,
         {
@@ -115,6 +116,14 @@ def with_params(
             for i, p in current.items()
         },
     )
+
+
+def _choose(keys: set[str], update: Mapping[str, Any]) -> None:
+    """Mark in ``keys`` the no-op knobs ``update`` sets (and unmark the ones it removes): only
+    they need marking, since every other parameter is sent whenever it is set."""
+    for name, value in update.items():
+        if name in NO_OP:
+            (keys.discard if value is None else keys.add)(name)
 
 
 def with_prompts(graph: FlowGraph, prompts: Mapping[str, str]) -> FlowGraph:
