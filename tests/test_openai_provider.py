@@ -283,7 +283,10 @@ def test_provider_generate_direct_returns_usage(fake: FakeOpenAI, transport: str
 
     gen = asyncio.run(go())
     assert gen.output == "echo: one two three"
-    assert gen.usage == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    # The counts; the zero details every OpenAI answer also carries are kept beside them.
+    totals = {k: gen.usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    assert totals == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert gen.usage["reasoning_tokens"] == 0
     assert gen.model == "m"
 
 

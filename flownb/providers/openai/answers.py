@@ -133,9 +133,7 @@ def usage_of(usage: Any) -> dict[str, int] | None:
             continue
         section = name.removesuffix("_tokens_details")
         for detail, count in value.items():
-            # A zero says nothing (OpenAI sends every detail, mostly zeros): the same usage
-            # whether a server sends the section or not.
-            if not isinstance(count, int) or isinstance(count, bool) or count == 0:
+            if not isinstance(count, int) or isinstance(count, bool):
                 continue
             key = detail if detail in _DETAILS and detail not in flat else f"{section}_{detail}"
             flat[key] = flat.get(key, 0) + count
