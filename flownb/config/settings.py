@@ -308,11 +308,11 @@ class RunConfig:
         Raises:
             ConfigError: an unknown endpoint name.
         """
-        given = {k: v for k, v in self.given.items() if k not in _WHERE_CALLS_GO}
-        return resolve_run_config(home=self.home, endpoint=endpoint, **given)  # type: ignore[arg-type]
+        return resolve_run_config(home=self.home, endpoint=endpoint, **self.given)  # type: ignore[arg-type]
 
 
-# The run settings that say where calls go: replaced, not kept, when a flow moves endpoint.
+# The run settings that say where calls go: replaced, not kept, when a flow moves endpoint (and
+# never kept in a RunConfig's ``given``: a literal key must not travel with a pickled flow).
 _WHERE_CALLS_GO = ("endpoint", "base_url", "api_key")
 
 
@@ -408,7 +408,8 @@ def resolve_run_config(
         service_url=s.base_url,
         service_key=s.api_key,
         media_max=media_max if media_max is not None else s.media_max,
-        given={k: v for k, v in options.items() if v is not None},
+        # Never a key: the configuration travels with a pickled flow (a worker rebuilds it).
+        given={k: v for k, v in options.items() if v is not None and k not in _WHERE_CALLS_GO},
     )
 
 
