@@ -436,7 +436,9 @@ class CallRunner:
         if pricing.table_loaded():
             return None
         provider = self.provider
-        if not pricing.uses_table(provider.price_kind or provider.name, provider.prices):
+        if provider.price_as is None and not pricing.uses_table(
+            provider.price_kind or provider.name, provider.prices
+        ):
             return None
         if self._table is None:
             self._table = asyncio.get_running_loop().run_in_executor(None, pricing.load_table)
