@@ -30,7 +30,7 @@ from typing import Any
 
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
-from ..vendor import redact
+from ..vendor import raw_uninstrumented, redact
 from ..wire import aiohttp_trace
 from .answers import (
     _as_chunk,
@@ -475,20 +475,21 @@ class _SdkTransport:
         if self.azure is not None:
             model = self.azure.deployment(model)  # the SDK routes by deployment name
         try:
-            # with_raw_response: the same call, with the answer's headers (rate limits) kept.
+            # with_raw_response: the same call, with the answer's headers (rate limits) kept;
+            # the SDK's own method, without an instrumentation's span (flownb's counts it).
             if endpoint == "/chat/completions":
                 messages = rest.pop("messages")
-                raw = await client.chat.completions.with_raw_response.create(
+                raw = await raw_uninstrumented(client.chat.completions)(
                     model=model, messages=messages, extra_body=rest
                 )
             elif endpoint == "/completions":
                 prompt = rest.pop("prompt")
-                raw = await client.completions.with_raw_response.create(
+                raw = await raw_uninstrumented(client.completions)(
                     model=model, prompt=prompt, extra_body=rest
                 )
             else:
                 prompt = rest.pop("prompt")
-                raw = await client.images.with_raw_response.generate(
+                raw = await raw_uninstrumented(client.images, "generate")(
                     model=model, prompt=prompt, extra_body=rest
                 )
         except openai.OpenAIError as exc:
@@ -540,7 +541,7 @@ class _SdkTransport:
         rest.pop("stream", None)
         options = rest.pop("stream_options", None)
         try:
-            raw = await client.chat.completions.with_raw_response.create(
+            raw = await raw_uninstrumented(client.chat.completions)(
                 model=model,
                 messages=messages,
                 stream=True,
