@@ -1,10 +1,10 @@
 """The service's own routes, beside the contract's: ``/media/{name}`` (generated images),
-``/healthz``, and the OpenAPI document (FastAPI's, less the 422 only the run route answers, with
-the ``x-api-key`` scheme).
+``/healthz``, and the OpenAPI document (FastAPI's, less the 422 only the run route answers).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +15,7 @@ from starlette.responses import FileResponse, Response
 from ..infra.media import MEDIA_NAME, MediaStore, mark_used
 from ..providers.base import Provider
 from .errors import ApiProblem, json_response
-from .schemas import MEDIA_RESPONSES, Health
+from .schemas import CONNECTION_RESPONSES, MEDIA_RESPONSES, Health
 
 _MEDIA_TYPES = {
     "png": "image/png",
@@ -58,6 +58,7 @@ def _add_health_route(app: FastAPI, provider: Provider) -> None:
         summary="Health check",
         operation_id="healthz",
         response_model=Health,
+        responses=CONNECTION_RESPONSES,
         tags=["service"],
     )
     async def healthz() -> Response:
@@ -65,8 +66,9 @@ def _add_health_route(app: FastAPI, provider: Provider) -> None:
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """Return the app's OpenAPI document maker: FastAPI's, less the 422 that only the run
-    route can answer, with the ``x-api-key`` scheme; made once."""
+    """Return the app's OpenAPI document maker: FastAPI's, less the 422 it documents for every
+    route with a parameter (only the run route can answer one, documented in its own words);
+    made once."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -76,15 +78,13 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 description=app.description,
                 routes=app.routes,
             )
-            # FastAPI documents a 422 for every route with a parameter; only run can answer it.
-            paths = schema["paths"]
-            for path in ("/media/{name}",):
-                paths[path]["get"]["responses"].pop("422", None)
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    answer = operation.get("responses", {}).get("422", {})
+                    if "HTTPValidationError" in json.dumps(answer):
+                        del operation["responses"]["422"]
             for unused in ("HTTPValidationError", "ValidationError"):
                 schema["components"]["schemas"].pop(unused, None)
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "ApiKeyAuth": {"type": "apiKey", "in": "header", "name": "x-api-key"}
-            }
             app.openapi_schema = schema
         return app.openapi_schema
 
