@@ -238,7 +238,10 @@ _BINARY = {"schema": {"type": "string", "format": "binary"}}
 
 MEDIA_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "The image (PNG, JPEG, WebP or GIF).",
+        "description": (
+            "The image, with the type its bytes say (PNG, JPEG, WebP or GIF) and "
+            "`X-Content-Type-Options: nosniff`."
+        ),
         "content": {
             kind: _BINARY for kind in ("image/png", "image/jpeg", "image/webp", "image/gif")
         },

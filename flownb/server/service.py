@@ -55,14 +55,21 @@ class ServerConfig:
         body_timeout: float | None = None,
         media_max_bytes: int | None = None,
         public_url: str | None = None,
+        forwarded_allow_ips: str | None = None,
         **options: Unpack[RunOptions],
     ) -> None:
         if max_batch < 1 or max_body_bytes < 1:
             raise ConfigError("--max-batch and --max-body-bytes must be at least 1")
         check_run_options(dict(options), "ServerConfig")
-        serving = resolve_serve_limits(body_timeout=body_timeout, public_url=public_url)
+        serving = resolve_serve_limits(
+            body_timeout=body_timeout,
+            public_url=public_url,
+            forwarded_allow_ips=forwarded_allow_ips,
+        )
         self.body_timeout = serving.body_timeout
         self.public_url = serving.public_url
+        # Read by the listener (flownb.server.protocol.listen_options), not the app.
+        self.forwarded_allow_ips = serving.forwarded_allow_ips
         self.run_config = resolve_run_config(
             provider=provider if isinstance(provider, str) else None,
             home=home,
