@@ -172,7 +172,7 @@ def serve(
         public_url=public_url,
         forwarded_allow_ips=forwarded_allow_ips,
     )
-    app = create_app(config)
+    app = create_app(config, freeze_heap=True)
     listening = listen_options(
         log_level=log_level,
         timeout_keep_alive=timeout_keep_alive,

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import inspect
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI, Request, Security
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
@@ -28,9 +31,10 @@ from ..config.settings import imported_serve_config
 from ..errors import ConfigError, FlowFileError, FlownbError
 from ..providers.warmup import wait_warm_up
 from . import keys as keys_module
-from .auth import key_dependency
+from .auth import KeyCheck
 from .body import checked_variables, parse_run_body
 from .errors import ApiProblem, error_response, from_exception, log
+from .guarded import include_guarded
 from .offload import DecodePool
 from .request_id import RequestIdMiddleware, _rid
 from .routes_flows import flow_router
@@ -43,10 +47,17 @@ __all__ = ["ServerConfig", "app_from_env", "checked_variables", "create_app", "p
 _FLOW_PATHS = ("/api/flows/getFlowInfo/", "/api/flows/run/")
 
 
-def create_app(config: ServerConfig) -> FastAPI:
+def create_app(config: ServerConfig, *, freeze_heap: bool = False) -> FastAPI:
     """Return the ASGI app serving ``config``'s flows: the error answers, the flow routes (on
-    a router behind the key check), the images, the health check and the OpenAPI document."""
+    a router behind the key check), the images, the health check and the OpenAPI document.
+
+    ``freeze_heap`` (what ``flownb serve`` passes; for a process that serves and does nothing
+    else): once started, everything imported and built so far is left out of Python's
+    collections of cycles (``gc.freeze``), so none of them stalls a request for the tens of
+    milliseconds a full collection of the whole heap takes."""
     decoders = DecodePool()
+    telemetry_option = _telemetry_option()
+    telemetry = any(telemetry_option.get("telemetry", {}).values())
     # FastAPIOffline: /docs served from bundled Swagger UI files, so it works without internet.
     app = FastAPIOffline(
         redoc_url=None,
@@ -57,26 +68,56 @@ def create_app(config: ServerConfig) -> FastAPI:
             "contract describes. Send your API key in the `x-api-key` header; create one with "
             "`flownb keys create --name NAME`."
         ),
-        lifespan=_lifespan(config, decoders),
+        lifespan=_lifespan(config, decoders, freeze_heap=freeze_heap),
+        **telemetry_option,
     )
     app.add_middleware(RequestIdMiddleware)
     _add_error_handlers(app)
-    # Every flow route needs a key. The dependency yields the caller (the accepted key's
-    # name and prefix): a dependency added beside it can take it to check, say, a budget.
-    authenticated = key_dependency(config.keys)
-    app.include_router(flow_router(config, decoders), dependencies=[Security(authenticated)])
+    # Every flow route needs a key. The key check yields the caller (the accepted key's name
+    # and prefix) and leaves it in request.state: a guard added after it (a spend cap per key)
+    # reads it there. The fast routes run the same guards; with FastAPI's own telemetry on,
+    # every request takes FastAPI's path, so the operator's spans describe it whole.
+    guards = [KeyCheck(config.keys)]
+    include_guarded(app, flow_router(config, decoders), guards, fast=not telemetry)
     _add_media_route(app, config.media)
     _add_health_route(app, config.provider)
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     return app
 
 
+# OpenTelemetry's providers that stand in until one is set ("not configured").
+_STAND_INS = frozenset({"ProxyTracerProvider", "_ProxyMeterProvider", "ProxyLoggerProvider"})
+
+
+def _telemetry_option() -> dict[str, Any]:
+    """Return FastAPI's ``telemetry`` argument: its native OpenTelemetry spans, metrics and
+    logs on when a provider is configured as the app is made (``opentelemetry-instrument``, or
+    the operator's code before ``create_app``), off otherwise. Decided once: FastAPI otherwise
+    asks each global provider on every request, and each ask reads the environment.
+    Nothing (FastAPI's own default) for a FastAPI without native telemetry."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    try:
+        from opentelemetry import _logs, metrics, trace
+    except ImportError:  # pragma: no cover - FastAPI's telemetry needs the API installed
+        return {}
+    providers = {
+        "tracing": trace.get_tracer_provider(),
+        "metrics": metrics.get_meter_provider(),
+        "logs": _logs.get_logger_provider(),
+    }
+    configured = {
+        name: type(provider).__name__ not in _STAND_INS for name, provider in providers.items()
+    }
+    return {"telemetry": configured}
+
+
 def _lifespan(
-    config: ServerConfig, decoders: DecodePool
+    config: ServerConfig, decoders: DecodePool, *, freeze_heap: bool
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Return the app's lifespan: the provider's warm-up finished before it starts; key use
-    flushed every FLUSH_EVERY seconds while it runs; at the end the keys flushed, the decoders
-    stopped and the provider closed."""
+    """Return the app's lifespan: the provider's warm-up finished (and with ``freeze_heap``, the
+    heap frozen) before it starts; key use flushed every FLUSH_EVERY seconds while it runs; at
+    the end the keys flushed, the decoders stopped and the provider closed."""
     keys = config.keys
     provider = config.provider
 
@@ -92,6 +133,12 @@ def _lifespan(
         # provider was made, are in before the server says it is up: the first request then
         # pays nothing for them (see flownb.providers.warmup).
         await run_in_threadpool(wait_warm_up)
+        if freeze_heap:
+            # A full collection walked every object of FastAPI, pydantic and the provider's
+            # SDK: a 30-60 ms stall at some request of every run. Frozen, it walks only
+            # what requests make.
+            gc.collect()
+            gc.freeze()
         flusher = asyncio.create_task(flush_keys_periodically())
         try:
             yield
@@ -168,7 +215,7 @@ def app_from_env() -> FastAPI:
         options = json.loads(raw) if raw else None
         if not isinstance(options, dict):
             raise ValueError("not a JSON object")
-        return create_app(ServerConfig(options.pop("flows_dir"), **options))
+        return create_app(ServerConfig(options.pop("flows_dir"), **options), freeze_heap=True)
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
             f"FLOWNB_SERVE_CONFIG must be the JSON of flownb serve's options ({exc}); it is set "
