@@ -122,6 +122,7 @@ _FILE_FIELDS = frozenset(
         "deployments",
         "headers",
         "prices",
+        "price_as",
         "images",
         "max_tokens_param",
         "concurrency",
@@ -171,15 +172,18 @@ class Endpoint:
     when ``None``); ``api_key`` a literal key (Python only, kept in memory) or ``api_key_env``
     the environment variable holding it; ``api_version`` and ``deployments`` (model ->
     deployment name) are Azure's; ``headers`` go with every request; ``prices`` override the
-    price table for this endpoint's models; ``images=False`` declares there is no images
-    endpoint (image nodes are refused at load); ``max_tokens_param`` is the name an OpenAI-kind
-    endpoint's chat requests carry their token limit under (``"max_completion_tokens"``, the
-    default for OpenAI and Azure, or ``"max_tokens"``, the default for any other server, which
-    often reads only that one); ``concurrency`` / ``rpm`` / ``tpm`` are this
-    endpoint's own limits (a flow's explicit arguments win).
+    price table for this endpoint's models; ``price_as`` names the model of the price table
+    whose list price its calls cost (a model alias, or a Claude model behind an
+    OpenAI-compatible gateway; checked against the table); ``images=False`` declares there is
+    no images endpoint (image nodes are refused at load); ``max_tokens_param`` is the name an
+    OpenAI-kind endpoint's chat requests carry their token limit under
+    (``"max_completion_tokens"``, the default for OpenAI and Azure, or ``"max_tokens"``, the
+    default for any other server, which often reads only that one); ``concurrency`` / ``rpm``
+    / ``tpm`` are this endpoint's own limits (a flow's explicit arguments win).
 
     Raises:
-        ConfigError: a field of the wrong type, or both ``api_key`` and ``api_key_env``.
+        ConfigError: a field of the wrong type, both ``api_key`` and ``api_key_env``, or a
+            ``price_as`` the price table does not know (naming the closest names it knows).
     """
 
     __slots__ = (
@@ -194,6 +198,7 @@ class Endpoint:
         "images",
         "max_tokens_param",
         "name",
+        "price_as",
         "prices",
         "provider",
         "rpm",
@@ -212,6 +217,7 @@ class Endpoint:
         deployments: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         prices: Mapping[str, Any] | None = None,
+        price_as: str | None = None,
         images: bool | None = None,
         max_tokens_param: str | None = None,
         concurrency: int | None = None,
@@ -238,6 +244,15 @@ class Endpoint:
             )
         if prices is not None and not isinstance(prices, Mapping):
             raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
+        if price_as is not None:
+            if not isinstance(price_as, str) or not price_as.strip():
+                raise ConfigError(f"endpoint {name!r}: price_as must be a model name")
+            from .pricing import price_as_model
+
+            try:
+                price_as_model(price_as.strip())
+            except ConfigError as exc:
+                raise ConfigError(f"endpoint {name!r}: {exc}") from None
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
@@ -251,6 +266,7 @@ class Endpoint:
         self.deployments = _str_map(deployments, f"endpoint {name!r}: deployments")
         self.headers = _str_map(headers, f"endpoint {name!r}: headers")
         self.prices = dict(prices) if prices is not None else None
+        self.price_as = price_as.strip() if price_as is not None else None
         self.images = images
         self.max_tokens_param = max_tokens_param
         self.concurrency = concurrency
@@ -416,6 +432,7 @@ class Endpoint:
             "deployments": self.deployments,
             "headers": self.headers,
             "prices": self.prices,
+            "price_as": self.price_as,
             "images": self.images,
             "max_tokens_param": self.max_tokens_param,
             "concurrency": self.concurrency,
@@ -467,6 +484,8 @@ class Endpoint:
             parts.append(f"headers=[{', '.join(sorted(self.headers))}]")  # names, not values
         if self.prices:
             parts.append(f"prices={self.prices!r}")
+        if self.price_as:
+            parts.append(f"price_as={self.price_as!r}")
         return f"Endpoint({', '.join(parts)})"
 
 
