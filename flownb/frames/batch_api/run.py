@@ -41,6 +41,7 @@ from ...errors import ConfigError, ProviderError
 from ...flowfile.inputs import PYTHON, Spelling
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
 from ...runtime.hooks import FrameOptions
+from ...runtime.plan import step_calls
 from ..run import rows_to_variables, run_dataframe
 from .assemble import AssembledEngine, FromBatches
 from .paid import paid_once
@@ -106,24 +107,21 @@ def _calls(
     in a plain run, without paying for an answer nobody reads)."""
     found: dict[str, Call] = {}
     limits = provider.prompt_limits
-    key_of = cache.key
     for level in plan.levels:  # a level's prompts need the answers of the levels above
         fresh: list[tuple[list[Generation | None], int, str]] = []
         nodes = [  # images run live in the final pass
             (
-                step,
-                step.template.render,
+                node,
                 table.keys[step.index],
                 table.gens[step.index],
                 [(plan.steps[u].name, table.gens[u]) for u in step.upstream],
-                cache.prefix(provider.identity(), step.kind, step.params, step.system),
                 limits[step.kind],
             )
-            for step in level
+            for step, node in ((s, step_calls(provider, s)) for s in level)
             if step.kind == "text"
         ]
         for r, values in enumerate(rows):  # each row's variables made once for the level
-            for step, render, keys, gens, ups, prefix, limit in nodes:
+            for node, keys, gens, ups, limit in nodes:
                 if keys[r] is not None:
                     continue
                 ctx: Mapping[str, str] = values
@@ -132,13 +130,13 @@ def _calls(
                         continue  # waits for the answers above it
                     ctx = {name: above[r].output for name, above in ups}  # type: ignore[union-attr]
                     ctx.update(values)
-                prompt = render(ctx)
+                prompt = node.render(ctx)
                 if len(prompt) > limit:
                     continue
-                key = keys[r] = key_of(prefix, prompt)
+                key = keys[r] = node.key(prompt)
                 fresh.append((gens, r, key))
                 if key not in found:
-                    found[key] = Call(step.kind, prompt, step.params, step.node_id, step.system)
+                    found[key] = node.call(prompt)
         hits = cache.get_many(key for _, _, key in fresh)
         for gens, r, key in fresh:
             hit = hits.get(key)
