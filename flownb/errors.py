@@ -9,6 +9,7 @@
     │   ├── ProviderTimeout          ... did not answer in time
     │   └── RateLimited              ... kept refusing us for rate; ``.retry_after`` in seconds
     ├── BatchError                   batch elements failed at run time; ``.results`` keeps the rest
+    ├── SpendCapReached              a call not sent: it could have taken the run past ``max_spend``
     ├── ServiceUnavailable           the flow service cannot be reached (refused, unreachable, ...)
     ├── ServiceTimeout               the flow service did not answer in time
     └── ApiError                     an error answer of the flow service (client and server side)
@@ -27,6 +28,7 @@ show any error on one line (CLI, DataFrame ``error`` column, run log, form, serv
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -47,6 +49,7 @@ __all__ = [
     "RateLimited",
     "ServiceTimeout",
     "ServiceUnavailable",
+    "SpendCapReached",
     "one_line",
 ]
 
@@ -216,6 +219,23 @@ class BatchError(FlownbError):
         )
         codes = {getattr(e, "code", "internal_error") for e in errors.values()}
         super().__init__(message, code=codes.pop() if len(codes) == 1 else "batch_failed")
+
+
+class SpendCapReached(FlownbError):
+    """A call was not sent: what was spent plus the most the calls in flight and this one could
+    still cost would have passed the cap (``max_spend=``, or an API key's cap on the server).
+    Nothing was paid for it; a re-run with a higher cap buys it. ``cap``, ``spent`` and
+    ``left`` are US dollars (``left``: what the cap still allows).
+    """
+
+    code = "spend_cap_reached"
+
+    def __init__(self, message: str, *, cap: float = math.nan, spent: float = math.nan) -> None:
+        super().__init__(message)
+        self.cap = cap
+        self.spent = spent
+        # NaN when not known (an answer of a served flow, decoded from its message).
+        self.left = max(0.0, cap - spent) if cap == cap and spent == spent else math.nan
 
 
 class ServiceUnavailable(FlownbError, ConnectionError):
