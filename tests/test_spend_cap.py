@@ -157,3 +157,40 @@ def test_max_spend_must_be_a_number_of_dollars(fake: FakeOpenAI) -> None:
     with pytest.raises(ConfigError, match="max_spend must be a number"):
         _flow().run_batch([{"topic": "x"}], max_spend=-1)
     assert fake.requests == []
+
+
+def test_the_cli_runs_and_evaluates_within_max_spend(fake: FakeOpenAI, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from flownb.cli.main import cli
+    from tests.conftest import write_flow
+
+    fake.configure(**LONG)
+    params = {"model": MODEL, "max_tokens": 256}
+    path = write_flow(tmp_path / "flow.json", flow_with({"A": params, "B": params}))
+    _frame(10).to_csv(tmp_path / "rows.csv", index=False)
+    cap = 5 * _one_call()
+    runner = CliRunner()
+    done = runner.invoke(
+        cli,
+        ["run", str(path), "--csv", str(tmp_path / "rows.csv"), "--no-progress"]
+        + ["--max-spend", repr(cap)],
+    )
+    assert done.exit_code == 1, done.output  # rows failed: the ones the cap stopped
+    n, spent, _ = _bought(fake)
+    assert 1 <= n <= 5 and spent <= cap
+    assert "spend_cap_reached" in done.stdout
+    assert "flownb: spend cap: $" in done.stderr and " used; " in done.stderr
+    scorers = tmp_path / "scorers.toml"
+    scorers.write_text('[[scorers]]\ntype = "contains"\noutput = "A"\ntext = "echo"\n')
+    fake.reset()
+    evaluated = runner.invoke(
+        cli,
+        ["eval", str(path), "--data", str(tmp_path / "rows.csv"), "--scorers", str(scorers)]
+        + ["--no-progress", "--max-spend", repr(cap)],
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    assert _bought(fake)[1] <= cap
+    assert "flownb: spend cap: $" in evaluated.stderr
+    refused = runner.invoke(cli, ["run", str(path), "--var", "topic=x", "--max-spend", "-1"])
+    assert refused.exit_code == 2 and "--max-spend" in refused.output
