@@ -173,8 +173,15 @@ def test_the_cli_runs_and_evaluates_within_max_spend(fake: FakeOpenAI, tmp_path)
     runner = CliRunner()
     done = runner.invoke(
         cli,
-        ["run", str(path), "--csv", str(tmp_path / "rows.csv"), "--no-progress"]
-        + ["--max-spend", repr(cap)],
+        [
+            "run",
+            str(path),
+            "--csv",
+            str(tmp_path / "rows.csv"),
+            "--no-progress",
+            "--max-spend",
+            repr(cap),
+        ],
     )
     assert done.exit_code == 1, done.output  # rows failed: the ones the cap stopped
     n, spent, _ = _bought(fake)
@@ -186,8 +193,10 @@ def test_the_cli_runs_and_evaluates_within_max_spend(fake: FakeOpenAI, tmp_path)
     fake.reset()
     evaluated = runner.invoke(
         cli,
-        ["eval", str(path), "--data", str(tmp_path / "rows.csv"), "--scorers", str(scorers)]
-        + ["--no-progress", "--max-spend", repr(cap)],
+        [
+            *("eval", str(path), "--data", str(tmp_path / "rows.csv"), "--scorers", str(scorers)),
+            *("--no-progress", "--max-spend", repr(cap)),
+        ],
     )
     assert evaluated.exit_code == 0, evaluated.output
     assert _bought(fake)[1] <= cap
