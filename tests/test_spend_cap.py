@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ import flownb
 from flownb.config.pricing import call_cost
 from flownb.errors import ConfigError, SpendCapReached
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.test_magics import ip, magic  # noqa: F401 (a real IPython shell with %flow)
 
 MODEL = "gpt-4o-mini"
 # Every answer reports 250 output tokens, close to max_tokens: a call's real cost is near the
@@ -203,3 +205,27 @@ def test_the_cli_runs_and_evaluates_within_max_spend(fake: FakeOpenAI, tmp_path)
     assert "flownb: spend cap: $" in evaluated.stderr
     refused = runner.invoke(cli, ["run", str(path), "--var", "topic=x", "--max-spend", "-1"])
     assert refused.exit_code == 2 and "--max-spend" in refused.output
+
+
+def test_flow_batch_and_flow_eval_take_max_spend(fake: FakeOpenAI, ip: Any) -> None:
+    from IPython.utils.capture import capture_output
+
+    from flownb.scorers import contains
+
+    fake.configure(**LONG)
+    ip.user_ns["f"] = _flow()
+    ip.user_ns["df"] = _frame(10)
+    cap = 5 * _one_call()
+    with capture_output() as captured, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = magic(ip, f"batch $f --df df --no-progress --max-spend {cap!r}")
+    n, spent, _ = _bought(fake)
+    assert 1 <= n <= 5 and spent <= cap
+    assert out["error"].str.contains("spend_cap_reached").any()
+    assert "flownb: spend cap: $" in captured.stderr
+    fake.reset()
+    ip.user_ns["s"] = contains("A", "echo")
+    with capture_output(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        magic(ip, f"eval $f --df df --scorers $s --no-progress --max-spend {cap!r}")
+    assert _bought(fake)[0] >= 1 and _bought(fake)[1] <= cap
