@@ -248,8 +248,6 @@ def run(
     """
     # Everything the user typed is checked before the flow is loaded or the banner printed.
     _check_run_options(var_pairs, csv_path, json_path, map_pairs, fill, batch_api)
-    if batch_api and max_spend is not None:
-        raise click.UsageError("--max-spend caps live calls; it does not go with --batch-api yet")
     target = _out_target(out_path, out_format)
     values, mapping, df, batch = _read_run_inputs(var_pairs, map_pairs, csv_path, json_path)
     f = open_flow(
@@ -410,7 +408,14 @@ def _run_rows(
         from ..frames.batch_api import run_dataframe_batched
 
         out = run_dataframe_batched(
-            f, rows, mapping or None, fill=fill, progress=progress, spelling=CLI, meter=meter
+            f,
+            rows,
+            mapping or None,
+            fill=fill,
+            progress=progress,
+            spelling=CLI,
+            meter=meter,
+            max_spend=max_spend,
         )
     elif max_spend is not None:
         capped, cap = f.capped(max_spend, f.preview(rows, mapping or None, fill=fill))

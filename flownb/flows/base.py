@@ -356,7 +356,11 @@ class BaseFlow(ABC):
                     "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
                     "provider schedules a batch itself)"
                 )
-            return HOOKS["run_dataframe_batched"](self, df, columns, poll=poll, **options)
+            if max_spend is not None:
+                _say_over_cap(HOOKS["preview"](self, df, columns, fill), max_spend, batch=True)
+            return HOOKS["run_dataframe_batched"](
+                self, df, columns, poll=poll, max_spend=max_spend, **options
+            )
         flow: BaseFlow = self
         if (rpm or tpm) and not self.in_process:
             raise ConfigError("rpm= and tpm= per run apply to local flows only")
@@ -392,15 +396,7 @@ class BaseFlow(ABC):
         preview = (
             data if hasattr(data, "est_cost_known") else HOOKS["preview"](self, data, None, None)
         )
-        if preview.est_cost_known > cap.cap:
-            from ..show.meter import usd
-            from ..show.notices import warn
-
-            warn(
-                f"the preview estimates about {usd(preview.est_cost_known)} for this run "
-                f"({preview.n_calls} call(s)), over the spend cap of {usd(cap.cap)}: the run "
-                "proceeds and stops at the cap"
-            )
+        _say_over_cap(preview, cap.cap)
         return self.gated(chain(gate, spend)), cap
 
     def spend_gate(self, cap: SpendCap, *, batch: bool = False) -> Gate:
@@ -501,6 +497,20 @@ def _is_dask_frame(df: Any) -> bool:
     # Without importing dask: a Dask DataFrame exists only if dask.dataframe was imported.
     dd = sys.modules.get("dask.dataframe")
     return dd is not None and isinstance(df, dd.DataFrame)
+
+
+def _say_over_cap(preview: Any, cap: float, *, batch: bool = False) -> None:
+    """Warn when ``preview``'s estimate (``batch``: at the batch API's price) is over ``cap``:
+    the run proceeds, and stops at the cap."""
+    estimate = preview.est_cost_batch if batch else preview.est_cost_known
+    if estimate > cap:
+        from ..show.meter import usd
+        from ..show.notices import warn
+
+        warn(
+            f"the preview estimates about {usd(estimate)} for this run ({preview.n_calls} "
+            f"call(s)), over the spend cap of {usd(cap)}: the run proceeds and stops at the cap"
+        )
 
 
 def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:

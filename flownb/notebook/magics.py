@@ -285,11 +285,8 @@ class FlowMagics(EvalMagics, Magics):
         fill = self._expand(args.fill) if args.fill is not None else None
         if args.concurrency is not None and args.concurrency < 1:
             raise UsageError("%flow batch: --concurrency must be at least 1")
-        if args.max_spend is not None and (args.max_spend < 0 or args.batch_api):
-            raise UsageError(
-                "%flow batch: --max-spend is a number of US dollars >= 0, for live runs "
-                "(not with --batch-api)"
-            )
+        if args.max_spend is not None and args.max_spend < 0:
+            raise UsageError("%flow batch: --max-spend is a number of US dollars >= 0")
         run: Callable[..., pd.DataFrame] = run_dataframe
         if args.batch_api:  # the provider's batch API: half price, answers within 24 hours
             if not isinstance(flow, LocalFlow):
@@ -297,7 +294,10 @@ class FlowMagics(EvalMagics, Magics):
             run = run_dataframe_batched
         text_fill = fill if fill is None else str(fill)
         cap = None
-        if args.max_spend is not None:  # within the cap: the flow seen through its gate
+        extra: dict[str, Any] = {}
+        if args.batch_api:  # the batched run caps its submissions itself
+            extra["max_spend"] = args.max_spend
+        elif args.max_spend is not None:  # within the cap: the flow seen through its gate
             flow, cap = flow.capped(
                 args.max_spend, flow.preview(df, mapping or None, fill=text_fill)
             )
@@ -310,6 +310,7 @@ class FlowMagics(EvalMagics, Magics):
                 progress=args.progress,
                 concurrency=args.concurrency,
                 spelling=MAGIC,
+                **extra,
             )
         finally:
             if cap is not None:

@@ -91,6 +91,19 @@ class SpendCap:
                 return False
             return None
 
+    def take(self, most: float) -> bool:
+        """Count ``most`` as spent at once if it fits and return True, else False (a call
+        submitted to a batch API, whose answer comes hours later: its bound stands)."""
+        with self._lock:
+            if self.spent + self.reserved + most > self.cap:
+                self.refused += 1
+                return False
+            self.spent += most
+            spent = self.spent
+        if most and self.on_spent is not None:
+            self.on_spent(spent)
+        return True
+
     def settle(self, most: float, cost: float) -> None:
         """End a reservation of ``most``: ``cost`` was paid for it (0: nothing)."""
         with self._lock:
