@@ -337,8 +337,9 @@ class BaseFlow(ABC):
             failed (always, on a Dask frame).
 
         Raises:
-            ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally, or
-                ``trace=True`` on a Dask frame.
+            ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally,
+                ``trace=True`` or ``max_spend`` on a Dask frame, or ``max_spend`` with a call
+                that cannot be priced (nothing is sent).
         """
         options: FrameOptions = {
             "fill": fill,
@@ -349,6 +350,11 @@ class BaseFlow(ABC):
         }
         self.say_notes()
         if _is_dask_frame(df):
+            if max_spend is not None:  # refused rather than run unbounded
+                raise ConfigError(
+                    "max_spend= does not cap a Dask frame yet (one cap across the cluster is "
+                    "to come); run a pandas frame, or compute() the Dask frame first"
+                )
             return HOOKS["run_dask_dataframe"](self, df, columns, rpm=rpm, tpm=tpm, **options)
         if batch_api:
             if not self.in_process or _is_dask_frame(df) or rpm or tpm:
