@@ -229,3 +229,49 @@ def test_flow_batch_and_flow_eval_take_max_spend(fake: FakeOpenAI, ip: Any) -> N
         warnings.simplefilter("ignore")
         magic(ip, f"eval $f --df df --scorers $s --no-progress --max-spend {cap!r}")
     assert _bought(fake)[0] >= 1 and _bought(fake)[1] <= cap
+
+
+def test_a_served_key_s_cap_answers_402_with_what_is_left_across_a_restart(
+    fake: FakeOpenAI, tmp_path
+) -> None:
+    import os
+    from dataclasses import replace
+    from pathlib import Path
+
+    from click.testing import CliRunner
+    from serving import post_run, run_server
+
+    from flownb.cli.main import cli
+    from tests.conftest import write_flow
+
+    fake.configure(**LONG)
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    write_flow(flows / "one.json", flow_with({"A": {"model": MODEL, "max_tokens": 256}}))
+    home = Path(os.environ["FLOWNB_HOME"])
+    cap = 3.5 * _one_call()
+    created = CliRunner().invoke(cli, ["keys", "create", "--name", "ci", "--max-spend", repr(cap)])
+    assert created.exit_code == 0, created.output
+    key = created.stdout.strip()
+    answers = []
+    with run_server(flows, home, create_key=False, provider="openai") as running:
+        running = replace(running, key=key)
+        for i in range(6):
+            answers.append(post_run(running, "one", {"topic": f"t{i}"}))
+    statuses = [r.status_code for r in answers]
+    assert statuses[0] == 200 and 402 in statuses
+    bought, spent, _ = _bought(fake)
+    assert bought == statuses.count(200) and spent <= cap
+    refused = answers[statuses.index(402)].json()
+    assert refused["code"] == "spend_cap_reached" and "left" in refused["message"]
+    # A restarted server remembers what the key spent: nothing more is sent.
+    with run_server(flows, home, create_key=False, provider="openai") as running:
+        again = post_run(replace(running, key=key), "one", {"topic": "t-new"})
+    assert again.status_code == 402 and again.json()["code"] == "spend_cap_reached"
+    assert "left" in again.json()["message"] and _bought(fake)[0] == bought
+    listed = CliRunner().invoke(cli, ["keys", "list"])
+    assert " / $" in listed.stdout
+    raised = CliRunner().invoke(cli, ["keys", "cap", "ci", "1"])
+    assert raised.exit_code == 0, raised.output
+    with run_server(flows, home, create_key=False, provider="openai") as running:
+        assert post_run(replace(running, key=key), "one", {"topic": "t-new"}).status_code == 200

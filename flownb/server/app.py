@@ -40,12 +40,15 @@ from ..errors import ConfigError, FlowFileError, FlownbError
 from ..flowfile.model import describe
 from ..infra.media import MediaStore
 from ..providers.base import Provider
+from ..providers.calls import Gate
 from ..providers.registry import make_provider
+from ..providers.spend import SpendCap, SpendGate, check_cappable
 from ..providers.warmup import wait_warm_up
 from ..runtime.cache import open_cache
 from ..runtime.engine import Plan
 from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes, Runner, assemble
 from ..runtime.runlog import open_runlog
+from ..show.meter import usd
 from . import keys as keys_module
 from .body import (
     _is_json,
@@ -61,7 +64,7 @@ from .errors import (
     json_response,
     log,
 )
-from .keys import KeyStore
+from .keys import KeyStore, Verdict
 from .offload import DecodePool, needs_worker, raise_from
 from .request_id import RequestIdMiddleware, _rid
 from .routes_service import _add_health_route, _add_media_route, _openapi
@@ -302,7 +305,9 @@ def _add_flow_routes(
     body_timeout = config.body_timeout
     limits = {"x-flownb-max-batch": str(max_batch), "x-flownb-max-body-bytes": str(max_body)}
 
-    def authenticate(request: Request) -> None:
+    caps = _KeyCaps(keys)
+
+    def authenticate(request: Request) -> Verdict:
         try:
             verdict = keys.check(request.headers.get("x-api-key"))
         except ConfigError as exc:  # a corrupt key file: say so in the log, not to callers
@@ -312,6 +317,7 @@ def _add_flow_routes(
             ) from None
         if not verdict.ok:
             raise ApiProblem(401, verdict.code, verdict.message)
+        return verdict
 
     async def get_flow(request: Request) -> StoredFlow:
         # A loaded flow is answered from memory; a file to read is read in a worker thread.
@@ -376,7 +382,7 @@ def _add_flow_routes(
         tags=["flows"],
     )
     async def run_flow(request: Request) -> Response:
-        authenticate(request)
+        cap = caps.of(authenticate(request))
         if not _is_json(request.headers.get("content-type")):
             raise ApiProblem(
                 415,
@@ -404,6 +410,7 @@ def _add_flow_routes(
         # Work stays in proportion to what a provider would accept: a prompt longer than it
         # takes is a 422 before anything runs.
         flow.runner.engine.check_prompts(batch, indexed=not single)
+        gate = None if cap is None else _spend_gate(cap, flow)
 
         _current_request.set(request)  # media URLs use the address this caller used
         streamed = streamed_run(  # the event-stream extension (server/sse.py), if asked for
@@ -415,9 +422,16 @@ def _add_flow_routes(
             partial_items=_partial_items,
         )
         if streamed is not None:
+            if gate is not None:  # the event stream has no gate yet: a capped key's is refused
+                raise ApiProblem(
+                    406,
+                    "not_acceptable",
+                    "this API key has a spend cap; its runs are answered as JSON, not as an "
+                    "event stream (send Accept: application/json)",
+                )
             return streamed
         collect = Outcomes(len(batch))
-        work = flow.runner.arun(batch, collect)
+        work = flow.runner.arun(batch, collect, gate=gate)
         if flow.runner.on_loop(len(batch)):
             await work  # done on the loop before anything could notice a disconnect
         elif not await _while_connected(request, work):
@@ -443,6 +457,58 @@ def _add_flow_routes(
         return json_response(answer)
 
     return run_flow, get_flow_info
+
+
+class _KeyCaps:
+    """The spend caps of the capped API keys: one :class:`SpendCap` per key in this process,
+    its spending read from and written to the key store's ``keys-spent.json`` (so it holds
+    across restarts)."""
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+        self._caps: dict[str, SpendCap] = {}
+
+    def of(self, verdict: Verdict) -> SpendCap | None:
+        """Return the cap of the key ``verdict`` accepted (None: it has none).
+
+        Raises:
+            ApiProblem: 402 ``spend_cap_reached``: the key's cap is used up (what is left said).
+        """
+        if verdict.max_spend is None:
+            return None
+        cap = self._caps.get(verdict.digest)
+        if cap is None:
+            key_digest = verdict.digest
+
+            def keep(spent: float) -> None:
+                self.keys.record_spent(key_digest, spent)
+
+            spent = self.keys.spent().get(key_digest, 0.0)
+            cap = self._caps[key_digest] = SpendCap(verdict.max_spend, spent=spent, on_spent=keep)
+        cap.cap = verdict.max_spend  # `flownb keys cap` may have changed it meanwhile
+        if cap.left <= 0:
+            raise ApiProblem(
+                402,
+                "spend_cap_reached",
+                f"this API key's spend cap of {usd(cap.cap)} is used up ({usd(cap.spent)} spent, "
+                f"{usd(cap.left)} left); raise it with: flownb keys cap NAME USD",
+            )
+        return cap
+
+
+def _spend_gate(cap: SpendCap, flow: StoredFlow) -> Gate:
+    """Return the gate keeping ``flow``'s calls within a key's ``cap``.
+
+    Raises:
+        ApiProblem: 402: some call of the flow cannot be priced, so it cannot be capped.
+    """
+    provider = flow.runner.engine.provider
+    nodes = {s.name: (s.kind, s.params, s.system) for s in flow.plan.steps}
+    try:
+        check_cappable(provider, nodes)
+    except ConfigError as exc:
+        raise ApiProblem(402, "spend_cap_reached", exc.message) from None
+    return SpendGate(cap, provider)
 
 
 def _mount_hot_routes(app: FastAPI, run_flow: Any, get_flow_info: Any) -> None:
