@@ -150,7 +150,8 @@ def evaluate(
         ConfigError: no variants, duplicate scorer names, a scorer reads a column that no
             input or output provides, a judge would run on the offline provider, or
             ``repeats`` is not a whole number of at least 1 (or asks a served flow to repeat),
-            or ``max_spend`` is given and some call cannot be priced (nothing is sent).
+            or ``max_spend`` is given and some call cannot be priced (nothing is sent), or
+            with ``batch_api`` (not capped yet).
         InputError: a variant's variables are missing from ``data`` (before anything runs).
     """
     import pandas as pd
@@ -158,6 +159,11 @@ def evaluate(
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"evaluate takes a pandas DataFrame, got {type(data).__name__}")
     setup = _prepare(flows, data, scorers, columns, fill, repeats)
+    if batch_api and max_spend is not None and not dry_run:
+        raise ConfigError(
+            "max_spend= does not cap an evaluation's batch API stage yet; run it live with "
+            "max_spend, or through batches without it (run_dataframe(batch_api=True) is capped)"
+        )
     if batch_api and not dry_run:
         _through_batches(setup, data, poll, progress)
     preview = _preview(setup, data) if dry_run or progress else None
