@@ -275,3 +275,17 @@ def test_a_served_key_s_cap_answers_402_with_what_is_left_across_a_restart(
     assert raised.exit_code == 0, raised.output
     with run_server(flows, home, create_key=False, provider="openai") as running:
         assert post_run(replace(running, key=key), "one", {"topic": "t-new"}).status_code == 200
+
+
+def test_the_bound_counts_utf8_bytes_as_tokens_and_every_answer_asked_for(
+    fake: FakeOpenAI,
+) -> None:
+    from flownb.providers.callplan import MESSAGE_OVERHEAD
+    from flownb.runtime.plan import step_calls
+
+    flow = flownb.load_flow(flow_with({"A": {"model": MODEL, "max_tokens": 100, "n": 3}}))
+    node = step_calls(flow.provider, flow.plan.steps[0])
+    prompt = "é" * 10  # 20 bytes in UTF-8
+    usage = {"prompt_tokens": 20 + MESSAGE_OVERHEAD, "completion_tokens": 3 * 100}
+    assert node.most(prompt) == pytest.approx(call_cost("openai", MODEL, usage))
+    assert node.expected(prompt) < node.most(prompt)

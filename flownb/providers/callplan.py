@@ -26,9 +26,10 @@ Prices, two of them, never mixed:
   byte of the text, so a text has at most as many tokens as bytes. The output is the
   ``max_tokens`` the request carries as sent (the provider's ``sent_params``: Anthropic's
   default included), else the model's context window from the price table (no answer is
-  longer), all at list price; through a batch API at its own price
-  (:data:`~flownb.config.pricing.BATCH_RATE`). An image call costs its per-image list price.
-  NaN when the bound cannot be known (no price, no output limit): such a call cannot be capped.
+  longer), times the answers one request asks for (``n``), all at list price; through a batch
+  API at its own price (:data:`~flownb.config.pricing.BATCH_RATE`). An image call costs its
+  per-image list price. NaN when the bound cannot be known (no price, no output limit): such a
+  call cannot be capped.
 """
 
 from __future__ import annotations
@@ -187,11 +188,16 @@ class NodeCalls:
             if limit is None:  # the params as written, where the provider rewrites none
                 limit = next((self.params[k] for k in _OUTPUT_LIMITS if self.params.get(k)), None)
             self.model = provider.priced_model(self.kind, self.params)
+            # Several answers to one request (OpenAI's n, Gemini's candidateCount) are each
+            # billed: the bound counts every one of them.
+            answers = max(1, int(sent.get("n") or sent.get("candidate_count") or 1))
             if limit is not None:
-                self._out_expected = self._out_most = int(limit)
+                self._out_expected = int(limit)
+                self._out_most = int(limit) * answers
             else:
                 self._out_expected = pricing.ESTIMATE_OUTPUT_TOKENS
-                self._out_most = pricing.context_window(self._price_kind, self.model)
+                window = pricing.context_window(self._price_kind, self.model)
+                self._out_most = None if window is None else window * answers
         return self._out_expected, self._out_most
 
     def _image_price(self) -> float:
