@@ -285,7 +285,7 @@ def keys_create(name: str, max_spend: float | None) -> None:
 
 @keys.command("list")
 def keys_list() -> None:
-    """List keys: name, prefix, created, last used, revoked."""
+    """List keys: name, prefix, created, last used, spent / spend cap, revoked."""
     from ..server.keys import KeyStore
 
     records = KeyStore(_home()).load()
@@ -295,12 +295,12 @@ def keys_list() -> None:
     from ..show.meter import usd
 
     spent = KeyStore(_home()).spent()
-    rows = [("NAME", "PREFIX", "CREATED", "LAST USED", "REVOKED", "SPENT / CAP")]
+    rows = [("NAME", "PREFIX", "CREATED", "LAST USED", "SPENT / CAP", "REVOKED")]
     for r in records:
         cap = (
             "-" if r.max_spend is None else f"{usd(spent.get(r.digest, 0.0))} / {usd(r.max_spend)}"
         )
-        rows.append((r.name, r.prefix, r.created, r.last_used or "never", r.revoked or "-", cap))
+        rows.append((r.name, r.prefix, r.created, r.last_used or "never", cap, r.revoked or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
