@@ -104,6 +104,7 @@ class NodeCalls:
     __slots__ = (
         "_out_expected",
         "_out_most",
+        "_price_as",
         "_price_kind",
         "_system_bytes",
         "_system_chars",
@@ -135,6 +136,8 @@ class NodeCalls:
         self.prefix = key_prefix(provider.identity(), kind, params, system)
         self.model: str | None = None
         self._price_kind = provider.price_kind or provider.name
+        # An endpoint's "price as" (table id, model): what its calls are priced as.
+        self._price_as: tuple[str, str] | None = getattr(provider, "price_as", None)
         self._system_chars = len(system) if system else 0
         self._system_bytes = len(system.encode("utf-8", "surrogatepass")) if system else 0
         self._out_expected: int | None = None  # worked out at the first price asked for
@@ -196,7 +199,7 @@ class NodeCalls:
                 self._out_most = int(limit) * answers
             else:
                 self._out_expected = pricing.ESTIMATE_OUTPUT_TOKENS
-                window = pricing.context_window(self._price_kind, self.model)
+                window = pricing.context_window(self._price_kind, self.model, self._price_as)
                 self._out_most = None if window is None else window * answers
         return self._out_expected, self._out_most
 
@@ -223,7 +226,7 @@ class NodeCalls:
             return 0, self._image_price()
         out, _ = self._outputs()
         return out, pricing.estimate_cost(
-            self._price_kind, self.model, tokens, out, self.provider.prices
+            self._price_kind, self.model, tokens, out, self.provider.prices, self._price_as
         )
 
     def expected(self, prompt: str) -> float:
@@ -246,7 +249,7 @@ class NodeCalls:
             + image_tokens(prompt)
         )
         cost = pricing.estimate_cost(
-            self._price_kind, self.model, tokens, out, self.provider.prices
+            self._price_kind, self.model, tokens, out, self.provider.prices, self._price_as
         )
         return cost * pricing.BATCH_RATE if batch else cost
 
