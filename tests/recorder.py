@@ -16,11 +16,12 @@ from aiohttp import web
 
 @dataclass
 class Answer:
-    """One scripted answer: status, headers and body bytes."""
+    """One scripted answer: status, headers, body bytes, and seconds to wait before it."""
 
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b"{}"
+    delay: float = 0.0
 
 
 class Recorder:
@@ -47,6 +48,8 @@ class Recorder:
             {"method": request.method, "path": request.path, "headers": dict(request.headers)}
         )
         answer = self.answers[min(len(self.received), len(self.answers)) - 1]
+        if answer.delay:
+            await asyncio.sleep(answer.delay)
         return web.Response(status=answer.status, headers=dict(answer.headers), body=answer.body)
 
     def __enter__(self) -> Self:

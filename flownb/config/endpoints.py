@@ -30,7 +30,9 @@ endpoint that names no source uses its provider's usual variable (``OPENAI_API_K
 leave unset; but that variable goes only to its vendor's own hosts (:data:`VENDOR_HOSTS`), or to
 the base URL the environment pairs with it (``OPENAI_BASE_URL``, ``AZURE_OPENAI_ENDPOINT``). An
 endpoint elsewhere that names no variable sends no key (with a warning, once, when the variable
-is set): to send it there, name it (``api_key_env = "OPENAI_API_KEY"``).
+is set): to send it there, name it (``api_key_env = "OPENAI_API_KEY"``). A literal key belongs
+to the endpoint's origin (scheme, host, port): :meth:`Endpoint.replace` to another origin asks
+for a new one instead of taking it along.
 
 A flow reads its endpoint's key once, when it is loaded (:meth:`Endpoint.bind`), and keeps it in
 memory: copies of the flow in this process use that key even if the variable changes later, so

@@ -131,6 +131,9 @@ class Settings:
     media_max: int = DEFAULT_MEDIA_MAX  # FLOWNB_MEDIA_MAX (bytes; 0: no cap)
     body_timeout: float = DEFAULT_BODY_TIMEOUT  # FLOWNB_BODY_TIMEOUT (flownb serve)
     public_url: str | None = None  # FLOWNB_PUBLIC_URL: where clients reach flownb serve
+    # FLOWNB_MEDIA_ALLOW: origins (http://host:port) and address ranges (10.0.0.0/8) image
+    # URLs may be fetched from besides public addresses and the endpoint's own origin.
+    media_allow: tuple[str, ...] = ()
 
     @property
     def media_dir(self) -> Path:
@@ -206,6 +209,7 @@ def get_settings() -> Settings:
             or DEFAULT_BODY_TIMEOUT
         ),
         public_url=env.get("FLOWNB_PUBLIC_URL") or None,
+        media_allow=_media_allow(env.get("FLOWNB_MEDIA_ALLOW")),
     )
 
 
@@ -285,6 +289,8 @@ class RunConfig:
     service_key: str | None = field(default=None, repr=False)
     # Bytes of images kept in home/media before the least recently used go (0: no cap).
     media_max: int = DEFAULT_MEDIA_MAX
+    # Where image URLs may also be fetched from (FLOWNB_MEDIA_ALLOW; see _media_allow).
+    media_allow: tuple[str, ...] = ()
 
     @property
     def media_dir(self) -> Path:
@@ -388,6 +394,7 @@ def resolve_run_config(
         service_url=s.base_url,
         service_key=s.api_key,
         media_max=media_max if media_max is not None else s.media_max,
+        media_allow=s.media_allow,
     )
 
 
@@ -546,6 +553,39 @@ def _media_max(raw: str | None) -> int:
         raise ConfigError(
             f"FLOWNB_MEDIA_MAX must be a size (500M, 2G; 0 for no cap), got {raw!r}"
         ) from None
+
+
+def _media_allow(raw: str | None) -> tuple[str, ...]:
+    """Return ``FLOWNB_MEDIA_ALLOW``'s entries (separated by commas or spaces): each an origin
+    (``http://host:port``, ``https://host``) or an address range (``10.0.0.0/8``, ``::1``),
+    written as flownb compares them.
+
+    Raises:
+        ConfigError: an entry that is neither (naming it).
+    """
+    import ipaddress
+
+    from .origins import origin, shown
+
+    entries: list[str] = []
+    for entry in (raw or "").replace(",", " ").split():
+        if "://" in entry:
+            scheme, host, port = origin(entry)
+            path = entry.split("://", 1)[1].partition("/")[2]
+            if scheme in ("http", "https") and host and port and not path:
+                entries.append(shown(entry))
+                continue
+        else:
+            try:
+                entries.append(str(ipaddress.ip_network(entry, strict=False)))
+                continue
+            except ValueError:
+                pass
+        raise ConfigError(
+            f"FLOWNB_MEDIA_ALLOW: {entry!r} is neither an origin (http://host:port) nor an "
+            "address range (10.0.0.0/8)"
+        )
+    return tuple(entries)
 
 
 def _retries(raw: str | None) -> int:
