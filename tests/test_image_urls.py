@@ -23,7 +23,8 @@ from flownb.errors import ImageNotFetched
 from flownb.infra.media import content_type
 from flownb.providers.download import Places
 from flownb.testing.fake_openai import FakeOpenAI, image_bytes
-from tests.conftest import make_flow
+from tests.cli_inprocess import run_cli
+from tests.conftest import make_flow, write_flow
 
 MARKER = "PICTURE"
 PNG = image_bytes("a picture")
@@ -201,6 +202,21 @@ def test_an_image_url_answering_404_is_bought_once_and_its_cost_recorded(
     runs = flownb.runs()
     assert len(runs) == 1 and runs["cost_usd"].iloc[0] == pytest.approx(error.paid_usd)
     assert "paid for" in runs["error"].iloc[0]
+
+
+def test_the_cli_cost_line_counts_an_image_paid_for_but_not_fetched(
+    fake: FakeOpenAI, flownb_env: Path, tmp_path: Path
+) -> None:
+    _answer_with_url(fake, fake.origin + "/_fake/images/gone.png")
+    path = write_flow(tmp_path / "pic.json", _flow())
+    once = run_cli("run", str(path), "--var", "topic=owls", "--no-cache")
+    assert once.returncode == 1 and "paid for" in once.stderr
+    assert "cost: $0.0160 for 1 run(s)" in once.stderr  # dall-e-2 at 256x256
+    rows = tmp_path / "rows.csv"
+    rows.write_text("topic\nowls\nbats\n")
+    many = run_cli("run", str(path), "--csv", str(rows), "--no-cache")
+    assert many.returncode == 1 and "cost: $0.0320 for 2 run(s)" in many.stderr
+    assert _image_requests(fake) == 3  # one generation per run, none bought again
 
 
 def test_a_file_url_is_not_fetched_nor_bought_again(
