@@ -215,8 +215,21 @@ class ImageNotFetched(ProviderError):
     the message says it was paid for and names the URL's host. Never retried."""
 
     code = "image_not_fetched"
-    paid: Any = None  # the generation as billed (a Generation: model, usage, priced_as)
-    paid_usd: float | None = None
+
+    # ``paid`` is typed loosely so this module imports nothing of flownb (a Generation).
+    def __init__(
+        self, message: str, *, paid: Any = None, paid_usd: float | None = None, **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.paid = paid  # the generation as billed: model, usage, priced_as
+        self.paid_usd = paid_usd
+
+    def priced(self, usd: float) -> ImageNotFetched:
+        """Return a copy of this error (raised from it) saying it cost ``usd``."""
+        priced = copy.copy(self)
+        priced.paid_usd = usd
+        priced.__cause__ = self
+        return priced
 
 
 class BatchError(FlownbError):

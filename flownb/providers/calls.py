@@ -417,11 +417,11 @@ class CallRunner:
                         gen = await fetch()
         except ImageNotFetched as exc:
             # Paid for though not fetched: priced here, so the run records what it spent.
-            if exc.paid is not None and exc.paid_usd is None:
-                if table is not None:
-                    await table
-                exc.paid_usd = self.provider.cost(exc.paid)
-            raise
+            if exc.paid is None or exc.paid_usd is not None:
+                raise
+            if table is not None:
+                await table
+            raise exc.priced(self.provider.cost(exc.paid)) from exc
         finally:
             waiting.discard(task)
         if gen.cost is None:

@@ -402,12 +402,11 @@ class GeminiProvider(HostedProvider):
                         # The type the bytes are, whatever mime_type the answer says.
                         ext = image_ext(blob.data)
                     except NotAnImage as exc:
-                        failed = ImageNotFetched(
+                        raise ImageNotFetched(
                             f"the image was generated and paid for, but is not kept: {exc}",
                             provider=self.name,
-                        )
-                        failed.paid = Generation("", model=model, usage=usage)
-                        raise failed from None
+                            paid=Generation("", model=model, usage=usage),
+                        ) from None
                     name = self.media.name_for(blob.data, ext)
                     if not self.media.exists(name):
                         self.media.save(name, blob.data)

@@ -370,18 +370,18 @@ class OpenAIProvider(HostedProvider):
     ) -> ImageNotFetched:
         """Return the error for an image answered (so paid for) whose bytes cannot be kept;
         ``paid`` is the generation as billed, for the run to record its cost."""
-        exc = ImageNotFetched(
-            f"the image was generated and paid for, but could not be fetched: {why}",
-            provider=self.name,
-        )
         body = prepared.body
-        exc.paid = Generation(
+        paid = Generation(
             "",
             model=data.get("model") or body["model"],
             usage=usage_of(data.get("usage")),
             priced_as={k: body[k] for k in ("size", "quality", "n") if k in body},
         )
-        return exc
+        return ImageNotFetched(
+            f"the image was generated and paid for, but could not be fetched: {why}",
+            provider=self.name,
+            paid=paid,
+        )
 
     async def aclose(self) -> None:
         """Close this loop's HTTP session."""
