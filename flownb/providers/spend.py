@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..errors import ConfigError, ProviderError, SpendCapReached
+from ..errors import ConfigError, ImageNotFetched, ProviderError, SpendCapReached
 from .base import Call, Generation, Kind, Provider
 from .callplan import NodeCalls, node_calls
 from .calls import Settle
@@ -138,6 +138,8 @@ class SpendCap:
 def _cost_nothing(exc: BaseException) -> bool:
     """Whether a sent call that failed with ``exc`` cost nothing: the vendor answered it with
     an error status (vendors bill no failed request); not when no answer came."""
+    if isinstance(exc, ImageNotFetched):  # generated, so billed: only its download failed
+        return False
     return isinstance(exc, ProviderError) and exc.status is not None
 
 
