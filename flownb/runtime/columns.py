@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..infra import tracing
-from ..providers.base import Call
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -65,15 +64,14 @@ def answer_columns(
     for step in plan.steps:
         if step.kind != "text":
             return None
-        prompts = step.template.render_columns(columns, rows)
+        node = engine.nodes[step.index]
+        prompts = node.render_columns(columns, rows)
         # A prompt over the limit fails its row: the row-by-row path reports it, naming it.
         limit = engine.limits[step.index]
         bound = step.template.length_of(longest)  # the longest values in every slot
         if bound > limit and prompts and max(map(len, prompts)) > limit:
             return None
-        answer = provider.texts_inline(
-            Call(step.kind, "", step.params, step.node_id, step.system), prompts
-        )
+        answer = provider.texts_inline(node.call(""), prompts)
         if answer is None:
             return None
         texts[step.index], model = answer

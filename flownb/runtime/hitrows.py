@@ -66,8 +66,7 @@ def elements(
         for i in range(len(batch)):
             yield i, None
         return
-    identity = engine.provider.identity()
-    lookahead = Lookahead(engine.plan.steps, engine.limits, identity, batch, cache, runner)
+    lookahead = Lookahead(engine.plan.steps, engine.limits, engine.provider, batch, cache, runner)
     for start in range(0, len(batch), CHUNK):
         if runner.stopping:
             return

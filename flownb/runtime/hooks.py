@@ -52,6 +52,8 @@ class DataFrameOptions(FrameOptions, total=False):
     """Send the calls through the provider's batch API (default ``False``)."""
     poll: float | None
     """With ``batch_api``: seconds to wait for the batches (``None``: until they end)."""
+    max_spend: float | None
+    """US dollars the run may spend at most (see :mod:`flownb.providers.spend`)."""
 
 
 class Hooks:
