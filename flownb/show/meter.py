@@ -62,6 +62,15 @@ class CostMeter:
             if not math.isnan(saving):
                 self.saved += saving
 
+    def add_answered(self, runs: int, *, priced: bool) -> None:
+        """Count ``runs`` finished runs that were answered at once, saving nothing (a batch an
+        inline provider answered in bulk: no result per run to add): free when ``priced``
+        (offline), else of unknown price."""
+        with self._lock:
+            self.runs += runs
+            if not priced:
+                self.unpriced += runs
+
     def _spent(self) -> str:
         """Return the spent figure: ``$0.0123``, ``at least $0.0123`` when some paid call has
         no price."""
