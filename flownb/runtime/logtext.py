@@ -41,10 +41,15 @@ def columns_text(
             "n": rows,
             "head": head,
             "tail": tail,
-            "inputs": {str(k): list(v) for k, v in inputs.items()},
-            "outputs": {str(k): list(v) for k, v in outputs.items()},
+            "inputs": {str(k): _listed(v) for k, v in inputs.items()},
+            "outputs": {str(k): _listed(v) for k, v in outputs.items()},
         }
     )
+
+
+def _listed(values: Sequence[str]) -> list[str] | tuple[str, ...]:
+    """Return ``values`` as orjson encodes them: itself when a list or tuple (no copy)."""
+    return values if isinstance(values, list | tuple) else list(values)
 
 
 def expand(chunk: dict[str, Any]) -> list[list[Any]]:
