@@ -114,6 +114,13 @@ __all__ = ["gc", "keys", "serve"]
     "are made under it (default: FLOWNB_PUBLIC_URL, else the address the connection reached).",
 )
 @click.option(
+    "--forwarded-allow-ips",
+    metavar="IPS",
+    default=None,
+    help="Proxies (addresses or networks, comma-separated; '*': any) whose X-Forwarded-Proto "
+    "and X-Forwarded-For are believed (default: FLOWNB_FORWARDED_ALLOW_IPS, else none).",
+)
+@click.option(
     "--limit-concurrency",
     default=DEFAULT_LIMIT_CONCURRENCY,
     show_default=True,
@@ -143,6 +150,7 @@ def serve(
     body_timeout: float | None,
     media_max_size: str | None,
     public_url: str | None,
+    forwarded_allow_ips: str | None,
     limit_concurrency: int,
     shutdown_timeout: int,
 ) -> None:
@@ -151,8 +159,7 @@ def serve(
 
     from ..config.settings import parse_size
     from ..server.app import ServerConfig, create_app
-    from ..server.logs import log_config
-    from ..server.protocol import HTTP_PROTOCOL, MAX_HEADER_BYTES, bind, http_protocol
+    from ..server.protocol import HTTP_PROTOCOL, bind, http_protocol, listen_options
 
     config = ServerConfig(
         flows_dir,
@@ -163,8 +170,16 @@ def serve(
         body_timeout=body_timeout,
         media_max_bytes=parse_size(media_max_size) if media_max_size is not None else None,
         public_url=public_url,
+        forwarded_allow_ips=forwarded_allow_ips,
     )
-    app = create_app(config)
+    app = create_app(config, freeze_heap=True)
+    listening = listen_options(
+        log_level=log_level,
+        timeout_keep_alive=timeout_keep_alive,
+        limit_concurrency=limit_concurrency,
+        shutdown_timeout=shutdown_timeout,
+        forwarded_allow_ips=config.forwarded_allow_ips,
+    )
     # Bound before anything is announced: a busy port is one error line, not a false
     # "listening on".
     sock = bind(host, port)
@@ -215,35 +230,12 @@ def serve(
             workers=workers,
             host=host,
             port=port,
-            log_config=log_config(),
-            log_level=log_level,
-            access_log=log_level in ("info", "debug"),
-            server_header=False,
-            timeout_keep_alive=timeout_keep_alive,
-            limit_concurrency=limit_concurrency,
-            timeout_graceful_shutdown=shutdown_timeout,
             # Imported by each worker process: the default request-head timeout applies.
             http=HTTP_PROTOCOL,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            **listening,
         )
         return
-    # The access log prints method, path and status only (never headers), so keys cannot leak.
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_config=log_config(),
-            log_level=log_level,
-            access_log=log_level in ("info", "debug"),
-            server_header=False,
-            http=http_protocol(header_timeout),
-            timeout_keep_alive=timeout_keep_alive,
-            limit_concurrency=limit_concurrency,
-            # Runs still going then are cancelled (their threads stop at the next element): a
-            # stopping server never waits on work whose clients are gone.
-            timeout_graceful_shutdown=shutdown_timeout,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-        )
-    )
+    server = uvicorn.Server(uvicorn.Config(app, http=http_protocol(header_timeout), **listening))
     try:
         server.run(sockets=[sock])
     finally:

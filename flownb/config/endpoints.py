@@ -121,6 +121,7 @@ _FILE_FIELDS = frozenset(
         "deployments",
         "headers",
         "prices",
+        "price_as",
         "images",
         "concurrency",
         "rpm",
@@ -169,12 +170,15 @@ class Endpoint:
     when ``None``); ``api_key`` a literal key (Python only, kept in memory) or ``api_key_env``
     the environment variable holding it; ``api_version`` and ``deployments`` (model ->
     deployment name) are Azure's; ``headers`` go with every request; ``prices`` override the
-    price table for this endpoint's models; ``images=False`` declares there is no images
-    endpoint (image nodes are refused at load); ``concurrency`` / ``rpm`` / ``tpm`` are this
-    endpoint's own limits (a flow's explicit arguments win).
+    price table for this endpoint's models; ``price_as`` names the model of the price table
+    whose list price its calls cost (a model alias, or a Claude model behind an
+    OpenAI-compatible gateway; checked against the table); ``images=False`` declares there is
+    no images endpoint (image nodes are refused at load); ``concurrency`` / ``rpm`` / ``tpm``
+    are this endpoint's own limits (a flow's explicit arguments win).
 
     Raises:
-        ConfigError: a field of the wrong type, or both ``api_key`` and ``api_key_env``.
+        ConfigError: a field of the wrong type, both ``api_key`` and ``api_key_env``, or a
+            ``price_as`` the price table does not know (naming the closest names it knows).
     """
 
     __slots__ = (
@@ -188,6 +192,7 @@ class Endpoint:
         "headers",
         "images",
         "name",
+        "price_as",
         "prices",
         "provider",
         "rpm",
@@ -206,6 +211,7 @@ class Endpoint:
         deployments: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         prices: Mapping[str, Any] | None = None,
+        price_as: str | None = None,
         images: bool | None = None,
         concurrency: int | None = None,
         rpm: float | None = None,
@@ -226,6 +232,15 @@ class Endpoint:
             raise ConfigError(f"endpoint {name!r}: images must be true or false")
         if prices is not None and not isinstance(prices, Mapping):
             raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
+        if price_as is not None:
+            if not isinstance(price_as, str) or not price_as.strip():
+                raise ConfigError(f"endpoint {name!r}: price_as must be a model name")
+            from .pricing import price_as_model
+
+            try:
+                price_as_model(price_as.strip())
+            except ConfigError as exc:
+                raise ConfigError(f"endpoint {name!r}: {exc}") from None
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
@@ -239,6 +254,7 @@ class Endpoint:
         self.deployments = _str_map(deployments, f"endpoint {name!r}: deployments")
         self.headers = _str_map(headers, f"endpoint {name!r}: headers")
         self.prices = dict(prices) if prices is not None else None
+        self.price_as = price_as.strip() if price_as is not None else None
         self.images = images
         self.concurrency = concurrency
         self.rpm = _positive(rpm, f"endpoint {name!r}: rpm")
@@ -403,6 +419,7 @@ class Endpoint:
             "deployments": self.deployments,
             "headers": self.headers,
             "prices": self.prices,
+            "price_as": self.price_as,
             "images": self.images,
             "concurrency": self.concurrency,
             "rpm": self.rpm,
@@ -452,6 +469,8 @@ class Endpoint:
             parts.append(f"headers=[{', '.join(sorted(self.headers))}]")  # names, not values
         if self.prices:
             parts.append(f"prices={self.prices!r}")
+        if self.price_as:
+            parts.append(f"price_as={self.price_as!r}")
         return f"Endpoint({', '.join(parts)})"
 
 

@@ -131,6 +131,8 @@ class Settings:
     media_max: int = DEFAULT_MEDIA_MAX  # FLOWNB_MEDIA_MAX (bytes; 0: no cap)
     body_timeout: float = DEFAULT_BODY_TIMEOUT  # FLOWNB_BODY_TIMEOUT (flownb serve)
     public_url: str | None = None  # FLOWNB_PUBLIC_URL: where clients reach flownb serve
+    # FLOWNB_FORWARDED_ALLOW_IPS: the proxies whose X-Forwarded-* headers flownb serve trusts
+    forwarded_allow_ips: str | None = None
 
     @property
     def media_dir(self) -> Path:
@@ -206,6 +208,7 @@ def get_settings() -> Settings:
             or DEFAULT_BODY_TIMEOUT
         ),
         public_url=env.get("FLOWNB_PUBLIC_URL") or None,
+        forwarded_allow_ips=env.get("FLOWNB_FORWARDED_ALLOW_IPS") or None,
     )
 
 
@@ -308,11 +311,11 @@ class RunConfig:
         Raises:
             ConfigError: an unknown endpoint name.
         """
-        given = {k: v for k, v in self.given.items() if k not in _WHERE_CALLS_GO}
-        return resolve_run_config(home=self.home, endpoint=endpoint, **given)  # type: ignore[arg-type]
+        return resolve_run_config(home=self.home, endpoint=endpoint, **self.given)  # type: ignore[arg-type]
 
 
-# The run settings that say where calls go: replaced, not kept, when a flow moves endpoint.
+# The run settings that say where calls go: replaced, not kept, when a flow moves endpoint (and
+# never kept in a RunConfig's ``given``: a literal key must not travel with a pickled flow).
 _WHERE_CALLS_GO = ("endpoint", "base_url", "api_key")
 
 
@@ -408,7 +411,8 @@ def resolve_run_config(
         service_url=s.base_url,
         service_key=s.api_key,
         media_max=media_max if media_max is not None else s.media_max,
-        given={k: v for k, v in options.items() if v is not None},
+        # Never a key: the configuration travels with a pickled flow (a worker rebuilds it).
+        given={k: v for k, v in options.items() if v is not None and k not in _WHERE_CALLS_GO},
     )
 
 
@@ -420,17 +424,25 @@ class ServeLimits:
 
     body_timeout: float
     public_url: str | None
+    # The proxies (addresses, networks, or "*") whose X-Forwarded-Proto/-For are believed;
+    # None: nobody's, so no caller can make image URLs https or change its own address.
+    forwarded_allow_ips: str | None = None
 
 
 def resolve_serve_limits(
-    *, body_timeout: float | None = None, public_url: str | None = None
+    *,
+    body_timeout: float | None = None,
+    public_url: str | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> ServeLimits:
-    """Return the server's body timeout and public URL: each argument, else
-    ``FLOWNB_BODY_TIMEOUT`` / ``FLOWNB_PUBLIC_URL``, else the default.
+    """Return the server's body timeout, public URL and trusted proxies: each argument, else
+    ``FLOWNB_BODY_TIMEOUT`` / ``FLOWNB_PUBLIC_URL`` / ``FLOWNB_FORWARDED_ALLOW_IPS``, else the
+    default (30 s, none, none).
 
     Raises:
-        ConfigError: a timeout that is not a positive finite number, or a public URL that is
-            not an http(s) URL without query or fragment.
+        ConfigError: a timeout that is not a positive finite number, a public URL that is
+            not an http(s) URL without query or fragment, or a trusted proxy that is not an
+            address, a network or ``*``.
     """
     s = get_settings()
     timeout = s.body_timeout if body_timeout is None else body_timeout
@@ -450,7 +462,30 @@ def resolve_serve_limits(
                 "(--public-url / FLOWNB_PUBLIC_URL)"
             )
         url = url.strip().rstrip("/")
-    return ServeLimits(float(timeout), url or None)
+    proxies = forwarded_allow_ips if forwarded_allow_ips is not None else s.forwarded_allow_ips
+    return ServeLimits(float(timeout), url or None, _trusted_proxies(proxies))
+
+
+def _trusted_proxies(value: str | None) -> str | None:
+    """Return the trusted proxies as a comma-separated list (``None`` when empty).
+
+    Raises:
+        ConfigError: an item that is not an IP address, a network or ``*``.
+    """
+    import ipaddress
+
+    items = [item.strip() for item in (value or "").split(",") if item.strip()]
+    for item in items:
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"a trusted proxy must be an IP address, a network (10.0.0.0/8) or '*', got "
+                f"{item!r} (--forwarded-allow-ips / FLOWNB_FORWARDED_ALLOW_IPS)"
+            ) from None
+    return ",".join(items) or None
 
 
 def resolve_endpoint(

@@ -73,7 +73,9 @@ def _pricer(provider: Any) -> Any:
         out = params.get("max_tokens") or params.get("max_completion_tokens")
         out = int(out) if out else ESTIMATE_OUTPUT_TOKENS
         model = provider.priced_model(kind, params)
-        return out, estimate_cost(kind_name, model, tokens, out, provider.prices)
+        return out, estimate_cost(
+            kind_name, model, tokens, out, provider.prices, getattr(provider, "price_as", None)
+        )
 
     return price
 

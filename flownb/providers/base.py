@@ -211,6 +211,9 @@ class Provider(ABC):
     # an endpoint's own prices (model -> USD per million tokens), which come first.
     price_kind: str | None = None
     prices: Mapping[str, Mapping[str, Any]] | None = None
+    # The table's (provider id, model id) whose list price its token-priced calls cost: an
+    # endpoint's ``price_as`` (an alias, or a model behind a gateway the table cannot name).
+    price_as: tuple[str, str] | None = None
     # Modules this provider's calls import (its HTTP client): imported in a background thread
     # when the provider is made (see flownb.providers.warmup), with tenacity and the price table.
     # Empty (the default): nothing is warmed up.
@@ -287,7 +290,7 @@ class Provider(ABC):
         kind = self.price_kind or self.name
         if gen.priced_as is not None:
             return image_call_cost(kind, gen.model, gen.usage, gen.priced_as, self.prices)
-        return call_cost(kind, gen.model, gen.usage, self.prices)
+        return call_cost(kind, gen.model, gen.usage, self.prices, self.price_as)
 
     def prompt_cache_saving(self, gen: Generation) -> float | None:
         """Return what the provider's prompt caching saved on ``gen`` at list price: its cost

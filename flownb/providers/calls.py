@@ -32,10 +32,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -79,45 +78,50 @@ TextSink = Callable[[str | None], None]
 NOTICE_AFTER = 2.0
 # Where announcements go: a callable taking one line (a progress bar's postfix, ...).
 Notice = Callable[[str], None]
-_sinks: list[Notice] = []  # the innermost notices_to block's sink last
-_sinks_lock = threading.Lock()
+# The channels of the run being made in this context: the open notices_to blocks' sinks (the
+# innermost last) and the open retries_to blocks' counters. Context variables, not module
+# lists: a run's event-loop tasks (and a thread started with a copy of its context) inherit
+# them, while another thread's run (a form's worker beside a cell's run) has its own, so two
+# runs at once in one process never announce into each other's bar.
+_NOTICES: ContextVar[tuple[Notice, ...]] = ContextVar("flownb_notices", default=())
+_RETRIES: ContextVar[tuple[Callable[[], None], ...]] = ContextVar("flownb_retries", default=())
 
 
 @contextmanager
-def notices_to(sink: Notice) -> Iterator[None]:
-    """Send the announcements of runs made inside this block to ``sink`` (else: stderr)."""
-    with _sinks_lock:
-        _sinks.append(sink)
+def _opened(var: ContextVar[tuple[Any, ...]], item: Any) -> Iterator[None]:
+    token = var.set((*var.get(), item))
     try:
         yield
     finally:
-        with _sinks_lock:
-            _sinks.remove(sink)
+        try:
+            var.reset(token)
+        except ValueError:  # closed from another context (a view closed by another thread)
+            var.set(tuple(x for x in var.get() if x is not item))
 
 
-_counters: list[Callable[[], None]] = []  # the open retries_to blocks' counters
+def notices_to(sink: Notice) -> AbstractContextManager[None]:
+    """Send the announcements of runs started inside this block, in this thread (and the tasks
+    and threads that inherit its context), to ``sink`` (else: stderr). Runs of other threads
+    keep their own sinks."""
+    return _opened(_NOTICES, sink)
 
 
-@contextmanager
-def retries_to(counter: Callable[[], None]) -> Iterator[None]:
-    """Call ``counter()`` once per retry of a provider call made while this block is open (from
-    the thread that runs the call; a live view counts them). ``counter`` must not raise."""
-    with _sinks_lock:
-        _counters.append(counter)
-    try:
-        yield
-    finally:
-        with _sinks_lock:
-            _counters.remove(counter)
+def retries_to(counter: Callable[[], None]) -> AbstractContextManager[None]:
+    """Call ``counter()`` once per retry of a provider call of the runs started while this block
+    is open in this thread (and the tasks and threads that inherit its context; a live view
+    counts them); other threads' runs are not counted. ``counter`` must not raise."""
+    return _opened(_RETRIES, counter)
 
 
 def announce(line: str) -> None:
-    """Say ``line`` where the user looks: the sink of the innermost :func:`notices_to` block,
-    else one ``flownb: ...`` line on stderr."""
-    with _sinks_lock:
-        sink = _sinks[-1] if _sinks else None
-    if sink is not None:
-        sink(line)
+    """Say ``line`` where the user looks: the sink of the innermost :func:`notices_to` block
+    open in this context, else one ``flownb: ...`` line on stderr."""
+    _say(_NOTICES.get(), line)
+
+
+def _say(sinks: tuple[Notice, ...], line: str) -> None:
+    if sinks:
+        sinks[-1](line)
     else:
         print(f"flownb: {line}", file=sys.stderr, flush=True)
 
@@ -192,6 +196,9 @@ class CallRunner:
             shared if shared is not None else {}
         )
         self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
+        # This run's channels, as its caller opened them (see notices_to and retries_to).
+        self._notices = _NOTICES.get()
+        self._counters = _RETRIES.get()
         self._prefixes: dict[int, bytes] = {}
         # Hits looked up in bulk ahead of their calls (see prefetch), by (params, prompt): one
         # key per params object, as _prefix has it, so a hit costs no hashing. Each used once.
@@ -429,7 +436,9 @@ class CallRunner:
         if pricing.table_loaded():
             return None
         provider = self.provider
-        if not pricing.uses_table(provider.price_kind or provider.name, provider.prices):
+        if provider.price_as is None and not pricing.uses_table(
+            provider.price_kind or provider.name, provider.prices
+        ):
             return None
         if self._table is None:
             self._table = asyncio.get_running_loop().run_in_executor(None, pricing.load_table)
@@ -461,7 +470,7 @@ class CallRunner:
         """Count the retry (see :func:`retries_to`) and announce one that waits over
         :data:`NOTICE_AFTER` seconds: what failed, which attempt comes next of how many, and the
         wait (once per run and kind of failure)."""
-        for count in tuple(_counters):
+        for count in self._counters:
             count()
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -471,9 +480,10 @@ class CallRunner:
         if kind in self._announced:
             return
         self._announced.add(kind)
-        announce(
+        _say(
+            self._notices,
             f"{one_line(exc)}; retrying in {wait:.1f} s "
-            f"(attempt {state.attempt_number + 1} of {self.retries + 1})"
+            f"(attempt {state.attempt_number + 1} of {self.retries + 1})",
         )
 
     async def _backoff(self, seconds: float) -> None:

@@ -1,8 +1,10 @@
 """API keys for ``flownb serve``: created, listed and revoked by the CLI, checked by the server.
 
 Keys live in ``FLOWNB_HOME/keys.json`` as SHA-256 digests only: the key itself is shown once, when
-it is created, and never stored. The server re-reads the file when it changes on disk, so keys
-created or revoked while it runs take effect on the next request. When a key was last used is
+it is created, and never stored. The server re-reads the file when it changes on disk, looking
+at it (one ``stat``) at most every :data:`RECHECK_EVERY` seconds, and at once for a key it does
+not know: a key created while it runs is accepted on its first request, a revoked one refused
+within a second. When a key was last used is
 kept in a separate file (``keys-used.json``) that only servers write, so a server never rewrites
 the file the CLI edits.
 """
@@ -13,6 +15,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
 import os
 import secrets
 import tempfile
@@ -41,6 +44,10 @@ SHOWN = len(KEY_PREFIX) + 8
 # How often a running server writes last-used times (seconds): not on every request, and at most
 # this stale in `flownb keys list` (it also writes them when it stops).
 FLUSH_EVERY = 30.0
+# How often a running server looks whether the key file changed (seconds): not on every request
+# (a stat per request was a measurable share of the server's time), and an unknown key looks at
+# once, so only a revocation waits for it.
+RECHECK_EVERY = 1.0
 
 
 def _now() -> str:
@@ -77,6 +84,7 @@ class Verdict:
     code: str = ""
     message: str = ""
     name: str | None = None
+    prefix: str = ""  # the accepted key's shown prefix (fnb_ and 8 characters)
 
 
 HOW_TO_CREATE = "create one with: flownb keys create --name NAME"
@@ -92,6 +100,7 @@ class KeyStore:
         self._lock_path = self.home / "keys.lock"
         # Server-side view: digests -> record, refreshed when the file's stat changes.
         self._stamp: tuple[int, int, int] | None = None
+        self._looked = -math.inf  # time.monotonic() of the last stat: never yet
         self._records: list[KeyRecord] = []
         self._digests: list[tuple[bytes, KeyRecord]] = []
         self._used: dict[str, float] = {}
@@ -172,6 +181,7 @@ class KeyStore:
     def _save(self, records: list[KeyRecord]) -> None:
         keys = [{k: v for k, v in asdict(r).items() if k != "last_used"} for r in records]
         self._write_json(self.path, {"version": 1, "keys": keys})
+        self._looked = -math.inf  # this store's own change is seen on its next check
 
     # -- CLI operations ----------------------------------------------------------------------
 
@@ -233,7 +243,13 @@ class KeyStore:
 
     # -- server side -------------------------------------------------------------------------
 
-    def _refresh(self) -> None:
+    def _refresh(self, *, now: bool = False) -> bool:
+        """Re-read the key file when its stat changed; stat it only when ``now`` or when the
+        last look is over :data:`RECHECK_EVERY` seconds old. Return whether it looked."""
+        looked = time.monotonic()
+        if not now and looked - self._looked < RECHECK_EVERY:
+            return False
+        self._looked = looked
         try:
             st = os.stat(self.path)
         except (FileNotFoundError, NotADirectoryError):
@@ -241,15 +257,20 @@ class KeyStore:
         else:
             stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._stamp:
-            return
-        records = self.load() if stamp is not None else []
+            return True
+        try:
+            records = self.load() if stamp is not None else []
+        except ConfigError:
+            self._looked = -math.inf  # look again next time: refused until it is mended
+            raise
         self._records = records
         self._digests = [(bytes.fromhex(r.digest), r) for r in records]
         self._stamp = stamp
+        return True
 
     def active_count(self) -> int:
         """Return how many keys are accepted right now."""
-        self._refresh()
+        self._refresh(now=True)
         return sum(r.active for r in self._records)
 
     def check(self, key: str | None) -> Verdict:
@@ -258,7 +279,7 @@ class KeyStore:
         Every stored digest is compared, in constant time, whatever matches: how long the check
         takes says nothing about which key, or how much of one, was right.
         """
-        self._refresh()
+        looked = self._refresh()
         if not key:
             if not self._records:
                 return Verdict(
@@ -269,10 +290,11 @@ class KeyStore:
                 )
             return Verdict(False, "missing_api_key", "send your API key in the x-api-key header")
         presented = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
-        found: KeyRecord | None = None
-        for stored, record in self._digests:
-            if hmac.compare_digest(stored, presented):
-                found = record
+        found = self._match(presented)
+        if found is None and not looked:
+            # Not known as of the last look: a key created since is accepted at once.
+            self._refresh(now=True)
+            found = self._match(presented)
         if found is None:
             if not self._records:
                 return Verdict(
@@ -285,7 +307,14 @@ class KeyStore:
         # from a worker thread and at shutdown: no disk write on a request's path.
         with self._used_lock:
             self._used[found.digest] = time.time()
-        return Verdict(True, name=found.name)
+        return Verdict(True, name=found.name, prefix=found.prefix)
+
+    def _match(self, presented: bytes) -> KeyRecord | None:
+        found: KeyRecord | None = None
+        for stored, record in self._digests:
+            if hmac.compare_digest(stored, presented):
+                found = record
+        return found
 
     def flush_used(self) -> None:
         """Write the last-used times seen by this process (merged with other writers')."""

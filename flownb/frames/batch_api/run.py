@@ -39,6 +39,7 @@ from ...config.pricing import BATCH_RATE
 from ...errors import ConfigError, ProviderError
 from ...flowfile.inputs import PYTHON, Spelling
 from ...infra import collector
+from ...infra.tracing import batch_span
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
 from ...runtime.hooks import FrameOptions
 from ..run import rows_to_variables, run_dataframe
@@ -343,6 +344,8 @@ def collect(
         got.cached, got.limits, got.response_id = True, None, None
         answers[key] = got
     cache.put_answers(answers.items())  # one transaction for the whole batch
+    # The batch's usage in the trace, once, as the run log counts its answers.
+    batch_span(provider.name, record.model, record.id, answers.values(), record.created)
     why = "; ".join(state.errors)  # a batch-level failure (a file it refused, ...)
     for key in record.keys:
         if key not in answers and key not in failures:

@@ -51,6 +51,7 @@ from ..vendor import (
     import_quietly,
     need_extra,
     no_sdk_spans,
+    raw_uninstrumented,
     redact,
     split_version,
     status_error,
@@ -324,8 +325,9 @@ class AnthropicProvider(HostedProvider):
         }
         # Sampling fields go as extra_body: SDK releases differ in which they take as keywords
         # (newer ones dropped temperature/top_p/top_k), the API takes them all.
-        # with_raw_response: the same call, with the answer's rate-limit headers kept.
-        return await self._client().messages.with_raw_response.create(
+        # with_raw_response: the same call, with the answer's rate-limit headers kept; the
+        # SDK's own method, without an instrumentation's span (flownb's counts the call).
+        return await raw_uninstrumented(self._client().messages)(
             model=body["model"],
             max_tokens=body["max_tokens"],
             messages=self._messages(call),

@@ -198,7 +198,7 @@ class OpenAIProvider(HostedProvider):
             ProviderError, ProviderTimeout, RateLimited: translated from the transport.
         """
         prepared, body = self.request(call)
-        data, request_id, limits = await self._transport.post(prepared.endpoint, body)
+        data, request_id, limits, cost = await self._transport.post(prepared.endpoint, body)
         if call.kind == "image":
             gen = await self._image(data, prepared, request_id)
             gen.limits = limits
@@ -206,8 +206,11 @@ class OpenAIProvider(HostedProvider):
             # dall-e models are billed per image, by size and quality: what pricing needs.
             body = prepared.body
             gen.priced_as = {k: body[k] for k in ("size", "quality", "n") if k in body}
-            return gen
-        return self.text_answer(data, prepared, body, request_id, limits)
+        else:
+            gen = self.text_answer(data, prepared, body, request_id, limits)
+        if cost is not None:  # a gateway's own price of this call wins over the table's
+            gen.cost = cost
+        return gen
 
     async def stream(self, call: Call) -> AsyncIterator[str | Generation]:
         """Yield a chat answer's text as OpenAI streams it (``stream: true``, usage asked for
@@ -238,9 +241,13 @@ class OpenAIProvider(HostedProvider):
             async for piece in super().stream(call):
                 yield piece
             return
-        yield self.text_answer(
+        gen = self.text_answer(
             chunks.answer(), prepared, body, info.get("request_id"), info.get("limits")
         )
+        cost = info.get("cost")
+        if cost is not None:  # a gateway's own price of this call wins over the table's
+            gen.cost = cost
+        yield gen
 
     def request(self, call: Call) -> tuple[Prepared, dict[str, Any]]:
         """Return the node's prepared request and the body that asks for ``call`` (what

@@ -30,7 +30,7 @@ from typing import Any
 
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
-from ..vendor import redact
+from ..vendor import raw_uninstrumented, redact
 from ..wire import aiohttp_trace
 from .answers import (
     _as_chunk,
@@ -38,6 +38,7 @@ from .answers import (
     _first_line,
     _not_json,
     _translate_status,
+    gateway_cost,
     rate_limits,
 )
 from .request import (
@@ -282,7 +283,13 @@ class _AiohttpTransport:
 
     async def post(
         self, endpoint: str, body: Mapping[str, Any]
-    ) -> tuple[Any, str | None, RateLimits | None]:
+    ) -> tuple[Any, str | None, RateLimits | None, float | None]:
+        """Return the decoded answer, its request id, its rate limits and the price a gateway
+        put on it (:func:`~.answers.gateway_cost`).
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: the request failed or was refused.
+        """
         import aiohttp
 
         try:
@@ -310,14 +317,14 @@ class _AiohttpTransport:
             raise _translate_status(status, data, headers, self.key, self.base_url + endpoint)
         if not isinstance(data, dict):
             raise _not_json(status, data, headers.get("x-request-id"))
-        return data, headers.get("x-request-id"), rate_limits(headers)
+        return data, headers.get("x-request-id"), rate_limits(headers), gateway_cost(headers)
 
     async def stream(
         self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
     ) -> AsyncIterator[Any]:
         """Yield the chunks (decoded JSON) of a streamed answer as they arrive, after putting
-        its ``request_id`` and ``limits`` in ``info``. A server that answers in one JSON body
-        instead yields it as one chunk.
+        its ``request_id``, ``limits`` and a gateway's ``cost`` in ``info``. A server that
+        answers in one JSON body instead yields it as one chunk.
 
         Raises:
             ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
@@ -346,10 +353,18 @@ class _AiohttpTransport:
                         )
                     if not isinstance(data, dict):
                         raise _not_json(resp.status, data, request_id)
-                    info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                    info.update(
+                        request_id=request_id,
+                        limits=rate_limits(resp.headers),
+                        cost=gateway_cost(resp.headers),
+                    )
                     yield _as_chunk(data)
                     return
-                info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                info.update(
+                    request_id=request_id,
+                    limits=rate_limits(resp.headers),
+                    cost=gateway_cost(resp.headers),
+                )
                 async for text in sse_data(resp.content):
                     if text.strip() == "[DONE]":
                         return
@@ -445,7 +460,13 @@ class _SdkTransport:
 
     async def post(
         self, endpoint: str, body: Mapping[str, Any]
-    ) -> tuple[Any, str | None, RateLimits | None]:
+    ) -> tuple[Any, str | None, RateLimits | None, float | None]:
+        """Return the decoded answer, its request id, its rate limits and the price a gateway
+        put on it, as :meth:`_AiohttpTransport.post` does.
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: the request failed or was refused.
+        """
         import openai
 
         client = await self._client()
@@ -454,20 +475,21 @@ class _SdkTransport:
         if self.azure is not None:
             model = self.azure.deployment(model)  # the SDK routes by deployment name
         try:
-            # with_raw_response: the same call, with the answer's headers (rate limits) kept.
+            # with_raw_response: the same call, with the answer's headers (rate limits) kept;
+            # the SDK's own method, without an instrumentation's span (flownb's counts it).
             if endpoint == "/chat/completions":
                 messages = rest.pop("messages")
-                raw = await client.chat.completions.with_raw_response.create(
+                raw = await raw_uninstrumented(client.chat.completions)(
                     model=model, messages=messages, extra_body=rest
                 )
             elif endpoint == "/completions":
                 prompt = rest.pop("prompt")
-                raw = await client.completions.with_raw_response.create(
+                raw = await raw_uninstrumented(client.completions)(
                     model=model, prompt=prompt, extra_body=rest
                 )
             else:
                 prompt = rest.pop("prompt")
-                raw = await client.images.with_raw_response.generate(
+                raw = await raw_uninstrumented(client.images, "generate")(
                     model=model, prompt=prompt, extra_body=rest
                 )
         except openai.OpenAIError as exc:
@@ -479,7 +501,7 @@ class _SdkTransport:
             raise _not_json(raw.status_code, raw.text, request_id) from exc
         if not isinstance(data, dict):
             raise _not_json(raw.status_code, data, request_id)
-        return data, request_id, rate_limits(raw.headers)
+        return data, request_id, rate_limits(raw.headers), gateway_cost(raw.headers)
 
     def _translate(self, exc: Exception) -> ProviderError:
         """Return the flownb error for an exception of the SDK."""
@@ -503,7 +525,7 @@ class _SdkTransport:
         self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
     ) -> AsyncIterator[Any]:
         """Yield the chunks of a streamed chat answer as the SDK reads them (as plain JSON
-        data), after putting its ``request_id`` and ``limits`` in ``info``.
+        data), after putting its ``request_id``, ``limits`` and a gateway's ``cost`` in ``info``.
 
         Raises:
             ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
@@ -519,14 +541,18 @@ class _SdkTransport:
         rest.pop("stream", None)
         options = rest.pop("stream_options", None)
         try:
-            raw = await client.chat.completions.with_raw_response.create(
+            raw = await raw_uninstrumented(client.chat.completions)(
                 model=model,
                 messages=messages,
                 stream=True,
                 stream_options=options,
                 extra_body=rest,
             )
-            info.update(request_id=raw.headers.get("x-request-id"), limits=rate_limits(raw.headers))
+            info.update(
+                request_id=raw.headers.get("x-request-id"),
+                limits=rate_limits(raw.headers),
+                cost=gateway_cost(raw.headers),
+            )
             kind = raw.headers.get("content-type", "")
             if "json" in kind and "event-stream" not in kind:  # answered whole, not streamed
                 content = await raw.http_response.aread()
