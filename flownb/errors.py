@@ -7,7 +7,9 @@
     ├── InputError                   run variables that do not fit the flow; ``.problems`` lists all
     ├── ProviderError                a model provider failed; keeps its message, status, request id
     │   ├── ProviderTimeout          ... did not answer in time
-    │   └── RateLimited              ... kept refusing us for rate; ``.retry_after`` in seconds
+    │   ├── RateLimited              ... kept refusing us for rate; ``.retry_after`` in seconds
+    │   ├── RedirectRefused          ... redirected to another origin (no key is sent there)
+    │   └── ImageNotFetched          ... made (and billed) an image flownb could not download
     ├── BatchError                   batch elements failed at run time; ``.results`` keeps the rest
     ├── ServiceUnavailable           the flow service cannot be reached (refused, unreachable, ...)
     ├── ServiceTimeout               the flow service did not answer in time
@@ -40,11 +42,13 @@ __all__ = [
     "FlowFileError",
     "FlowNotFound",
     "FlownbError",
+    "ImageNotFetched",
     "InputError",
     "Problem",
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "RedirectRefused",
     "ServiceTimeout",
     "ServiceUnavailable",
     "one_line",
@@ -193,6 +197,39 @@ class RateLimited(ProviderError):
     def __init__(self, message: str, *, rate_limits: Any = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.rate_limits = rate_limits
+
+
+class RedirectRefused(ProviderError):
+    """A provider's endpoint redirected a request to another origin (scheme, host and port):
+    flownb sends a key or an endpoint's headers only to the origin they were given for, so the
+    redirect is not followed. The message names both origins, never the key. Never retried."""
+
+    code = "redirect_refused"
+
+
+class ImageNotFetched(ProviderError):
+    """An image was generated, and so billed, but its URL could not be downloaded (refused by
+    the media rules, not an image, or failing after the download's own retries). The
+    generation is not bought again: ``paid_usd`` is what it cost (NaN: an unknown price; set
+    by the call runner from ``paid``, the generation as billed), and
+    the message says it was paid for and names the URL's host. Never retried."""
+
+    code = "image_not_fetched"
+
+    # ``paid`` is typed loosely so this module imports nothing of flownb (a Generation).
+    def __init__(
+        self, message: str, *, paid: Any = None, paid_usd: float | None = None, **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.paid = paid  # the generation as billed: model, usage, priced_as
+        self.paid_usd = paid_usd
+
+    def priced(self, usd: float) -> ImageNotFetched:
+        """Return a copy of this error (raised from it) saying it cost ``usd``."""
+        priced = copy.copy(self)
+        priced.paid_usd = usd
+        priced.__cause__ = self
+        return priced
 
 
 class BatchError(FlownbError):

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
-from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
+from ..errors import (
+    ConfigError,
+    FlowFileError,
+    FlownbError,
+    FlowNotFound,
+    ImageNotFetched,
+    InputError,
+    one_line,
+)
 from ..infra.aio import Patience, patience
 from ..providers.registry import provider_names
 from ..show.escape import term_text
@@ -355,17 +363,22 @@ def _run_once(
     if dry_run:
         _dry_run(f.preview(values), details)
         return
-    if target is None and _streams_to_terminal():
-        from .terminal import stream_to_terminal
+    meter = CostMeter()
+    try:
+        if target is None and _streams_to_terminal():
+            from .terminal import stream_to_terminal
 
-        result = stream_to_terminal(f, values, sys.stdout)
-    else:
-        result = f.run(values)
-        if target is None:
-            click.echo(str(result))
+            result = stream_to_terminal(f, values, sys.stdout)
+        else:
+            result = f.run(values)
+            if target is None:
+                click.echo(str(result))
+    except ImageNotFetched as exc:
+        meter.add_failed(exc)  # paid for though it failed: the cost line says so, then the error
+        click.echo(f"flownb: {meter.total_line()}", err=True)
+        raise
     if target is not None:
         _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=safe)
-    meter = CostMeter()
     meter.add(result)
     click.echo(f"flownb: {meter.total_line()}", err=True)
 

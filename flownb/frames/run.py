@@ -235,6 +235,8 @@ def run_dataframe(
         # The row's values first, then "done": a row is never seen done without its outputs.
         if exc is not None:
             errors[i] = one_line(exc, code=True)
+            if meter is not None:
+                meter.add_failed(exc)  # what its failed calls were paid (an image not fetched)
             # A row where one node failed keeps the outputs of the nodes that succeeded.
             result = getattr(exc, "partial", None)
         if result is not None:

@@ -39,7 +39,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from ..config import pricing
-from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
+from ..errors import ImageNotFetched, ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
 from .base import Call, Generation, Provider
 from .inflight import count_sent
@@ -416,6 +416,19 @@ class CallRunner:
                     ended = time.perf_counter()
                     gen.provider_s = wire.elapsed(began, ended, streamed=sink is not None)
                     settle(gen)  # before the slot is freed, so the next call sees the correction
+                    if gen.pending is not None:
+                        # The paid call has ended: what its answer named is fetched now,
+                        # outside its time limit, so a slow or failed download (retried on its
+                        # own) never buys the call again.
+                        fetch, gen.pending = gen.pending, None
+                        gen = await fetch()
+        except ImageNotFetched as exc:
+            # Paid for though not fetched: priced here, so the run records what it spent.
+            if exc.paid is None or exc.paid_usd is not None:
+                raise
+            if table is not None:
+                await table
+            raise exc.priced(self.provider.cost(exc.paid)) from exc
         finally:
             waiting.discard(task)
         if gen.cost is None:

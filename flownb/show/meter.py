@@ -71,6 +71,19 @@ class CostMeter:
             if not priced:
                 self.unpriced += runs
 
+    def add_failed(self, exc: BaseException) -> None:
+        """Count what a failed run's error says it paid (``paid_usd``: an image generated but
+        not fetched, :class:`~flownb.errors.ImageNotFetched`); nothing for other errors."""
+        paid = getattr(exc, "paid_usd", None)
+        if paid is None:
+            return
+        with self._lock:
+            self.runs += 1
+            if math.isnan(paid):
+                self.unpriced += 1
+            else:
+                self.spent += paid
+
     def _spent(self) -> str:
         """Return the spent figure: ``$0.0123``, ``at least $0.0123`` when some paid call has
         no price."""
