@@ -31,7 +31,7 @@ class FrameOptions(TypedDict, total=False):
     fill: str | None
     """Text for the empty cells of the variables' columns (default: such cells are refused)."""
     progress: bool
-    """Show a progress bar (default ``True``)."""
+    """Show a progress bar (default ``True``); it never changes how the rows are run."""
     concurrency: int | None
     """Provider calls in flight at once (default: the flow's own)."""
     error_column: str

@@ -27,12 +27,11 @@ pressed) is named in the row's ``error`` column and submitted again by the next 
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from ...config.pricing import BATCH_RATE
 from ...errors import ConfigError, ProviderError
 from ...flowfile.inputs import PYTHON, Spelling
+from ...infra import collector
 from ...infra.tracing import batch_span
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
 from ...providers.calls import Gate, Settle, announce
@@ -417,21 +417,6 @@ def prefill(
     return _prefill(flow, rows, poll=poll, progress=progress)[0]
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause Python's cycle collector within the block (a bulk step: rendering, lines,
-    reading answers), and resume it after, as it was. Such a step makes tens of thousands of
-    objects that live on and hold no cycles; while they are made, the collector would scan
-    the whole heap (every module's objects) to free nothing: 70-90 ms a time at 10,000 rows."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def _prefill(
     flow: LocalFlow,
     rows: Sequence[Mapping[str, str]],
@@ -469,7 +454,7 @@ def _prefill(
     view = open_view(flow.name) if progress else None
     try:
         for _stage in range(len(flow.plan.levels) + 1):
-            with _gc_paused():
+            with collector.paused():
                 calls = _calls(flow.plan, provider, cache, rows, table)
             if not calls:
                 break
@@ -480,7 +465,7 @@ def _prefill(
             if cap is not None:
                 fresh = _within(cap, provider, fresh, reasons)
             if fresh:
-                with _gc_paused():
+                with collector.paused():
                     open_ += _submit(api, fresh, provider, flow.name, home)
             wanted = [r for r in open_ if not calls.keys().isdisjoint(r.keys)]
             for record in wanted:
@@ -495,7 +480,7 @@ def _prefill(
             ended = _wait(api, active, home, flow.config.batch_poll, deadline, view, states)
             for record in active:
                 if record.status in FINAL_STATES:
-                    with _gc_paused():
+                    with collector.paused():
                         got = collect(api, record, cache, home, provider, states.get(record.id))
                         table.fill(got)
                     for key, why in record.failures.items():
@@ -641,7 +626,7 @@ def _final_pass(
         final.engine, table.gens, table.keys, complete
     )
     # Every row complete: nothing to wait for, a bulk step.
-    bulk = _gc_paused() if all(complete) else contextlib.nullcontext()
+    bulk = collector.paused() if all(complete) else contextlib.nullcontext()
     view = final if cap is None else final.gated(_live_calls_within(cap, final.provider))
     with paid_once([final]), bulk:
         return run_dataframe(view, df, columns, spelling=spelling, meter=meter, **options)
