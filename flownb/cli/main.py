@@ -34,6 +34,7 @@ from ..show.meter import CostMeter
 from .clickhelp import FullHelpGroup
 from .inputs import (
     CLI,
+    INPUT_FILE_HELP,
     parse_map,
     parse_values,
     read_csv,
@@ -158,8 +159,18 @@ def graph(flow: str, svg_path: str | None) -> None:
     is_flag=True,
     help="Take each variable not given from the flow's defaults (as `flownb info` shows them).",
 )
-@click.option("--csv", "csv_path", metavar="FILE", help="Run once per row of this CSV file.")
-@click.option("--json", "json_path", metavar="FILE", help="Run once per object of this JSON array.")
+@click.option(
+    "--csv",
+    "csv_path",
+    metavar="FILE",
+    help=f"Run once per row of this CSV file ({INPUT_FILE_HELP}).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    metavar="FILE",
+    help=f"Run once per object of this JSON array ({INPUT_FILE_HELP}).",
+)
 @click.option(
     "--map",
     "map_pairs",

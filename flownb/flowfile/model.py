@@ -8,8 +8,6 @@ place a flow is checked as a graph; every problem it finds names the file and th
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +23,7 @@ from pydantic import (
 )
 
 from ..errors import FlowFileError
+from ..infra.files import read_capped
 from .params import RULES, params_problem
 
 __all__ = [
@@ -333,25 +332,15 @@ def read_flow_file(path: str | Path, label: str | None = None) -> Any:
     """
     where = label or str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise FlowFileError(f"{where}: the flow file is not a regular file")
-            if st.st_size > MAX_FLOW_BYTES:
-                raise FlowFileError(
-                    f"{where}: the flow file is {st.st_size} bytes, over the limit of "
-                    f"{MAX_FLOW_BYTES} bytes"
-                )
-            raw = fh.read(MAX_FLOW_BYTES + 1)
-        if len(raw) > MAX_FLOW_BYTES:  # grew while it was read
-            raise FlowFileError(f"{where}: the flow file is over {MAX_FLOW_BYTES} bytes")
+        raw = read_capped(
+            path, MAX_FLOW_BYTES, what="the flow file", where=where, error=FlowFileError
+        )
+    except IsADirectoryError:
+        raise FlowFileError(f"{where}: the flow file is not a regular file") from None
+    try:
         text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise FlowFileError(f"{where}: the flow file cannot be read ({reason})") from None
+    except UnicodeDecodeError:
+        raise FlowFileError(f"{where}: the flow file cannot be read (UnicodeDecodeError)") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
