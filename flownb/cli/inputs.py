@@ -26,6 +26,7 @@ from ..config.settings import DEFAULT_INPUT_MAX
 from ..errors import ConfigError, FlowFileError
 from ..flowfile.inputs import Spelling
 from ..infra.files import read_input
+from ..infra.unicode import lone_surrogate, surrogates_in
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,7 +128,8 @@ def read_json_batch(path: str | Path) -> list[Any]:
 
     Raises:
         ConfigError: the file cannot be read (see :func:`flownb.infra.files.read_input`), is
-            not JSON, or holds something else.
+            not JSON, holds text that is not valid Unicode (a lone surrogate such as
+            ``"\\ud800"``), or holds something else.
     """
     raw = read_input(path, "the JSON file")
     try:
@@ -138,6 +140,10 @@ def read_json_batch(path: str | Path) -> list[Any]:
         ) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason})") from None
+    for where, bad in surrogates_in(data):
+        raise ConfigError(
+            f"{path}: {where} holds text that is not valid Unicode (a lone surrogate {bad})"
+        )
     if isinstance(data, dict) and "variables" in data:
         data = data["variables"]  # a contract request body works too
     if isinstance(data, dict):
@@ -148,6 +154,21 @@ def read_json_batch(path: str | Path) -> list[Any]:
 
 
 # ---- pairs -----------------------------------------------------------------------------------
+
+
+def _checked_pair(pair: str) -> str:
+    """Return ``pair`` when it is valid Unicode text.
+
+    Raises:
+        ConfigError: it holds a lone surrogate: bytes a command line could not decode as UTF-8
+            (Python keeps each as a surrogate), or one a Python string was given.
+    """
+    bad = lone_surrogate(pair)
+    if bad is not None:
+        raise ConfigError(
+            f"{pair!r} holds bytes that are not UTF-8 text ({bad}); give text in UTF-8"
+        )
+    return pair
 
 
 def parse_values(
@@ -162,10 +183,11 @@ def parse_values(
     ``$name`` there); by default the value is taken as written.
 
     Raises:
-        ConfigError: a pair without ``=`` or a name, or a variable given twice.
+        ConfigError: a pair without ``=`` or a name, a variable given twice, or a pair holding
+            bytes that are not UTF-8 text (see :func:`_checked_pair`).
     """
     values: dict[str, str] = {}
-    for pair in pairs:
+    for pair in map(_checked_pair, pairs):
         name, sep, raw = pair.partition("=")
         if not sep or not name:
             raise ConfigError(f"expected {form}, got {pair!r}")
@@ -179,10 +201,11 @@ def parse_map(pairs: Iterable[str], *, form: str = "VAR=COLUMN") -> dict[str, st
     """Return the variable -> column mapping ``VAR=COLUMN`` pairs give.
 
     Raises:
-        ConfigError: a pair without a variable, ``=`` or column, or a variable mapped twice.
+        ConfigError: a pair without a variable, ``=`` or column, a variable mapped twice, or a
+            pair holding bytes that are not UTF-8 text.
     """
     mapping: dict[str, str] = {}
-    for pair in pairs:
+    for pair in map(_checked_pair, pairs):
         var, sep, col = pair.partition("=")
         if not sep or not var or not col:
             raise ConfigError(f"expected {form}, got {pair!r}")

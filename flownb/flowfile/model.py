@@ -24,6 +24,7 @@ from pydantic import (
 
 from ..errors import FlowFileError
 from ..infra.files import read_capped
+from ..infra.unicode import surrogates_in
 from .params import RULES, params_problem
 
 __all__ = [
@@ -229,10 +230,10 @@ def parse_flow(data: Any, source: str = "") -> FlowGraph:
         The parsed :class:`FlowGraph`.
 
     Raises:
-        FlowFileError: the data is not a flow, the flow has no nodes, a node has an unknown type
-            or bad fields, node
-            ids repeat, an edge names a missing node or joins nodes that cannot be joined, or
-            the edges form a cycle. The message names ``source`` and the node or edge.
+        FlowFileError: the data is not a flow, the flow has no nodes, a node has an unknown type,
+            bad fields or text that is not valid Unicode (a lone surrogate), node ids repeat, an
+            edge names a missing node or joins nodes that cannot be joined, or the edges form a
+            cycle. The message names ``source`` and the node or edge.
     """
     where = _where(source)
     if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
@@ -248,12 +249,21 @@ def parse_flow(data: Any, source: str = "") -> FlowGraph:
                 f"{where}{_node_label(raw, i)} has unknown type {raw.get('type')!r}; "
                 f"expected one of {', '.join(NODE_TYPES)}"
             )
+        for field, bad in surrogates_in(raw):
+            raise FlowFileError(
+                f"{where}{_node_label(raw, i)} ({raw['type']}) holds text that is not valid "
+                f"Unicode: a lone surrogate {bad} in {field}"
+            )
         try:
             nodes.append(_NODES.validate_python(raw))
         except ValidationError as exc:
             raise FlowFileError(
                 f"{where}{_node_label(raw, i)} ({raw['type']}) is invalid: {first_error(exc)}"
             ) from None
+    for field, bad in surrogates_in(data.get("edges") or [], "edges"):
+        raise FlowFileError(
+            f"{where}edges are invalid: a lone surrogate {bad} in {field} is not valid Unicode"
+        )
     try:
         edges = _EDGES.validate_python(data.get("edges") or [])
     except ValidationError as exc:

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from ..infra.unicode import replace_lone_surrogates
+from ..show.notices import warn
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -108,6 +111,12 @@ class Generation:
     ``provider_s`` is how long the provider took to answer the attempt that succeeded (seconds,
     request sent to answer read; queueing and retries excluded), kept with a cached generation
     as the time it took when bought; ``None`` when not measured.
+
+    A generation is where a provider's answer becomes flownb's, whatever path it came by (a
+    call, a stream's end, a provider batch's results): text that is not valid Unicode (a lone
+    surrogate, e.g. a JSON ``"\\ud800"``) is kept with U+FFFD in place of each, with one notice,
+    so the cache, the run log and every view can store and show it (see
+    :mod:`flownb.infra.unicode`).
     """
 
     output: str
@@ -123,6 +132,27 @@ class Generation:
     prompt_cache_saved: float | None = None
     response_id: str | None = None
     provider_s: float | None = None
+
+    def __post_init__(self) -> None:
+        output, replaced = replace_lone_surrogates(self.output)
+        for name in ("model", "finish_reason", "response_id"):
+            value = getattr(self, name)
+            if value is not None and not value.isascii():
+                clean, n = replace_lone_surrogates(value)
+                setattr(self, name, clean)
+                replaced += n
+        if replaced:
+            self.output = output
+            lone_surrogates_replaced()
+
+
+def lone_surrogates_replaced() -> None:
+    """Say that an answer held text that is not valid Unicode, and what was kept instead (one
+    message, so Python's warning filters show it once per place)."""
+    warn(
+        "a model's answer held text that is not valid Unicode (a lone surrogate); it was kept "
+        "with U+FFFD, the replacement character, in place of each"
+    )
 
 
 # -- provider batches (half price, results within hours; driven by flownb.frames.batch_api)
