@@ -42,8 +42,8 @@ import click
 
 from ..errors import ConfigError
 from ..infra.files import read_input
-from ..providers.registry import provider_names
 from ..show.escape import term_text
+from .clickhelp import ProviderChoice
 from .inputs import INPUT_FILE_HELP, parse_map
 from .opening import banner, open_flow, usage_error
 
@@ -287,7 +287,7 @@ def money_line(report: Any) -> str | None:
 )
 @click.option(
     "--provider",
-    type=click.Choice(provider_names(), case_sensitive=False),
+    type=ProviderChoice(),
     default=None,
     help="Model provider for local flow files.",
 )

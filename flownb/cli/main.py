@@ -27,11 +27,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import click
 
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
-from ..infra.aio import Patience, patience
-from ..providers.registry import provider_names
 from ..show.escape import term_text
 from ..show.meter import CostMeter
-from .clickhelp import FullHelpGroup
+from .clickhelp import FullHelpGroup, ProviderChoice
 from .inputs import (
     CLI,
     INPUT_FILE_HELP,
@@ -97,8 +95,16 @@ ENDPOINT_OPTION = click.option(
 
 @click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flownb")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Run LLM flows exported from the web tool: once, over CSV/JSON batches, or over HTTP."""
+    # Ctrl-C lets the calls already sent end (bounded, announced) before the command exits.
+    # Entered here rather than in main(): `flownb --help` never gets here, so it does not load
+    # the event loop's module.
+    from ..infra.aio import Patience, patience
+
+    wait = Patience(grace=IN_FLIGHT_GRACE, waiting=_in_flight_line, say=_say)
+    ctx.with_resource(patience(wait))
 
 
 @cli.command()
@@ -200,7 +206,7 @@ def graph(flow: str, svg_path: str | None) -> None:
 )
 @click.option(
     "--provider",
-    type=click.Choice(provider_names(), case_sensitive=False),
+    type=ProviderChoice(),
     default=None,
     help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
 )
@@ -359,8 +365,6 @@ def _run_once(
     Raises:
         InputError: a variable is missing or unknown.
     """
-    import pandas as pd
-
     f.spec.check_one(values)
     _banner(f)
     if dry_run:
@@ -375,6 +379,8 @@ def _run_once(
         if target is None:
             click.echo(str(result))
     if target is not None:
+        import pandas as pd  # only --out makes a frame: a run printed needs no pandas
+
         _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=safe)
     meter = CostMeter()
     meter.add(result)
@@ -562,11 +568,8 @@ def _say(line: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``flownb`` console script; exits with the command's status."""
     warnings.showwarning = _show_warning
-    # Ctrl-C lets the calls already sent end (bounded, announced) before the command exits.
-    wait = Patience(grace=IN_FLIGHT_GRACE, waiting=_in_flight_line, say=_say)
     try:
-        with patience(wait):
-            cli.main(args=argv, prog_name="flownb", standalone_mode=False)
+        cli.main(args=argv, prog_name="flownb", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("flownb: interrupted", err=True)
         sys.exit(130)

@@ -17,13 +17,9 @@ name out from a prompt they guess (and so cannot test whether it was run, or fet
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import re
-import secrets
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -236,6 +232,8 @@ class MediaStore:
             except OSError as exc:
                 raise unwritable(folder, exc, what) from None
             if fd is not None:
+                import secrets  # here: `import flownb` (and `flownb --help`) need no secret
+
                 with os.fdopen(fd, "w", encoding="ascii") as fh:
                     fh.write(secrets.token_hex(32) + "\n")
             text = ""
@@ -259,6 +257,9 @@ class MediaStore:
     def name_for(self, source: bytes, ext: str) -> str:
         """Return the media name for an image made from ``source`` (a prompt with its kind, or
         the image bytes): 40 hex digits of an HMAC keyed by this home's secret, then ``.ext``."""
+        import hashlib
+        import hmac
+
         digest = hmac.new(self._secret(), source, hashlib.sha256).hexdigest()[:40]
         return f"{digest}.{ext}"
 
@@ -282,6 +283,8 @@ class MediaStore:
         Raises:
             ConfigError: the media folder cannot be written.
         """
+        import tempfile
+
         path = self.path_for(name)
         try:
             private_dir(self.directory, self.key_path.parent)
