@@ -11,14 +11,18 @@ __all__ = ["FullHelpGroup", "ProviderChoice"]
 
 class ProviderChoice(click.ParamType):
     """A provider name (any case), checked against every provider, built-in or plugin, only
-    when one is given: listing the plugins reads every installed package's entry points, which
-    ``flownb --help`` should not pay for. A wrong name is refused naming every choice."""
+    when one is given or a command's help is shown: listing the plugins reads every installed
+    package's entry points, which ``flownb --help`` and a command that does not name a provider
+    should not pay for. A wrong name is refused naming every choice."""
 
     name = "provider"
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        """Return how help shows the value: ``NAME``."""
-        return "NAME"
+        """Return how a command's own help shows the value: every choice, plugins included, as
+        click's Choice does (``flownb --help`` lists commands only, so it never asks)."""
+        from ..providers.registry import provider_names
+
+        return f"[{'|'.join(provider_names())}]"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         """Return the provider's registered name for ``value`` (matched without case).
