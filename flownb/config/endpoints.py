@@ -412,8 +412,9 @@ class Endpoint:
         origin (``base_url`` on another scheme, host or port) never takes it along.
 
         Raises:
-            ConfigError: ``base_url`` moves an endpoint holding a literal key to another
-                origin without a new ``api_key`` or ``api_key_env`` (the message asks for one).
+            ConfigError: ``base_url`` moves an endpoint holding a literal key, or headers, to
+                another origin without a new ``api_key`` or ``api_key_env`` (or ``headers``):
+                the message asks for them.
         """
         fields = self.fields()
         rekeyed = "api_key" in changes or "api_key_env" in changes
@@ -425,6 +426,16 @@ class Endpoint:
                 f"endpoint {self.name!r} moves from {here} to {there}: its api_key was given for "
                 f"{here} and does not go to another host; give one for {there} "
                 "(replace(base_url=..., api_key=...), or api_key_env=... naming its variable)"
+            )
+        moved = "base_url" in changes and self._moves(changes["base_url"])
+        if moved and self.headers and "headers" not in changes:
+            # Headers may carry credentials too (a gateway's token): they were given for this
+            # host, and are given again, on purpose, for another.
+            here = shown(self.base_url) if self.base_url else f"{self.provider}'s default host"
+            raise ConfigError(
+                f"endpoint {self.name!r} moves from {here}: its headers "
+                f"({', '.join(sorted(self.headers))}) were given for {here} and do not go to "
+                "another host; give them again (replace(base_url=..., headers={...}))"
             )
         if rekeyed:
             fields.pop("api_key_env", None)
