@@ -30,6 +30,7 @@ from PIL import Image
 from flownb.show.escape import term_text
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.kernels import KERNEL_OPTIONS, isolated
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "display"
@@ -110,14 +111,25 @@ def test_an_exported_notebook_shows_model_text_as_written(
     work = tmp_path / "work"
     work.mkdir()
     secret = _write(work)
-    done = subprocess.run(
-        [sys.executable, "-m", "jupyter", "nbconvert", "--execute", "--to", "html", NOTEBOOK],
-        cwd=work,
-        env=_env(flownb_env, fake),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    with isolated(_env(flownb_env, fake)) as env:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jupyter",
+                "nbconvert",
+                "--execute",
+                "--to",
+                "html",
+                *KERNEL_OPTIONS,
+                NOTEBOOK,
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     page_path = work / "hostile.html"
     markup = page_path.read_text(encoding="utf-8")
