@@ -196,3 +196,22 @@ def test_the_docs_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr[-4000:]
     assert (tmp_path / "site" / "reference" / "index.html").exists()
+
+
+# The scorers files shown on the pages (other TOML blocks are flownb.toml's endpoints).
+TOML = [b for b in BLOCKS if b.lang == "toml" and not b.skip and "[[scorers]]" in b.code]
+
+
+@pytest.mark.parametrize("block", TOML, ids=[f"{Path(b.page).stem}-line{b.line}" for b in TOML])
+def test_docs_scorers_toml_blocks_make_the_scorers_they_say(block: Block) -> None:
+    import tomllib
+
+    from flownb.evaluation.config import make_scorer
+
+    data = tomllib.loads(block.code)
+    for spec in data["scorers"]:
+        scorer = make_scorer(spec)  # every key the page names is one the scorer takes
+        described = scorer.describe()
+        for key, value in spec.items():
+            if key != "type" and isinstance(value, str | int | float):
+                assert f"{key}={value!r}" in described, (block.where, key, described)
