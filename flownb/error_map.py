@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import random
 import time
 from collections.abc import Mapping, Sequence
 
@@ -145,3 +146,22 @@ def parse_retry_after(value: str | None) -> float | None:
     if not math.isfinite(seconds):
         return None
     return max(0.0, seconds)
+
+
+# The one retry policy of flownb's HTTP clients (providers and flownb.Client): the longest
+# wait without a hint (exponential backoff reaches it after a few attempts), and the longest
+# a Retry-After is honoured (a server asking for more is not waited on that long).
+MAX_BACKOFF = 20.0
+MAX_RETRY_AFTER = 60.0
+
+
+def retry_delay(attempt: int, retry_after: float | None, *, base: float = 0.5) -> float:
+    """Return seconds to wait before retry number ``attempt + 1`` (``attempt`` counts from 0):
+    the server's ``Retry-After`` when it gave one (at most :data:`MAX_RETRY_AFTER`; ``0`` means
+    at once, plus a few ms of jitter so a burst does not come back in lockstep), else
+    exponential backoff with full jitter, ``base`` doubling per attempt up to
+    :data:`MAX_BACKOFF` (0.5 s, 1 s, 2 s, ... by default)."""
+    if retry_after is not None:
+        hint = min(float(retry_after), MAX_RETRY_AFTER)
+        return hint + random.uniform(0.0, 0.005 + 0.1 * min(hint, 1.0))
+    return random.uniform(0.0, min(MAX_BACKOFF, base * 2**attempt))

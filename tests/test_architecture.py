@@ -35,6 +35,9 @@ SURFACES = {
     "flownb.server.app",  # ServerConfig (each `serve --workers` process starts there)
     "flownb.cli.serve",  # flownb serve / keys / gc
     "flownb.config.endpoint_list",  # endpoints() / flownb endpoints: FLOWNB_HOME's flownb.toml
+    # RunConfig.on_endpoint: a surface's configuration moved to another endpoint (with_endpoint)
+    # by the same rule, from the settings that surface was given
+    "flownb.config.settings",
 }
 # Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
 NOT_CORE = {"flownb", "flownb.wiring"}

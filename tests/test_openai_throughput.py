@@ -70,7 +70,10 @@ def test_429_with_retry_after_zero_is_retried_promptly(
 ) -> None:
     fake.configure(fail_markers={"429": "t3."}, retry_after="0")
     # Were Retry-After: 0 taken as absent, each retry would back off 30 s: 2 minutes in all.
-    monkeypatch.setattr(limits, "_backoff", lambda state: 30.0)
+    policy = limits.retry_delay
+    monkeypatch.setattr(
+        limits, "retry_delay", lambda n, hint, **kw: 30.0 if hint is None else policy(n, hint, **kw)
+    )
     flow = flownb.load_flow(two_nodes(), cache=False, retries=4)
     # Every attempt for t3 gets a 429: 1 + 4 attempts per node, each retried at once.
     started = time.perf_counter()

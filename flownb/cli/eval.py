@@ -309,6 +309,36 @@ def money_line(report: Any) -> str | None:
     help="Draw quality (pass rate) against price per row, speed as colour, to a .png or .svg, "
     "and print which variants are on the frontier.",
 )
+@click.option(
+    "--min-quality",
+    type=click.FloatRange(0, 1),
+    default=None,
+    metavar="Q",
+    help="Choose among variants whose pass rate's 95%% lower bound is at least Q (with the "
+    "other bars: the cheapest that clears them).",
+)
+@click.option(
+    "--max-price",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="USD",
+    help="Choose among variants whose price per row is at most USD.",
+)
+@click.option(
+    "--max-p95",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Choose among variants whose p95 latency at the provider is at most SECONDS.",
+)
+@click.option(
+    "--save-choice",
+    "choice_path",
+    metavar="PATH",
+    default=None,
+    help="Write the chosen variant's flow to PATH (.json, as the web tool exports flows); "
+    "exits 1 when no variant meets the bars.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option(
     "--dry-run",
@@ -333,6 +363,10 @@ def eval_command(
     concurrency: int | None,
     repeats: int,
     frontier_path: str | None,
+    min_quality: float | None,
+    max_price: float | None,
+    max_p95: float | None,
+    choice_path: str | None,
     no_progress: bool,
     dry_run: bool,
     details: bool,
@@ -351,6 +385,11 @@ def eval_command(
         raise click.BadParameter("must end in .html, .csv or .json", param_hint="--out")
     if frontier_path and Path(frontier_path).suffix.lower() not in (".png", ".svg"):
         raise click.BadParameter("must end in .png or .svg", param_hint="--frontier")
+    bars = (min_quality, max_price, max_p95)
+    if choice_path is None and any(bar is not None for bar in bars):
+        raise click.UsageError("--min-quality, --max-price and --max-p95 go with --save-choice")
+    if choice_path and Path(choice_path).suffix.lower() != ".json":
+        raise click.BadParameter("must end in .json", param_hint="--save-choice")
     config = load_config(config_path)
     specs = config.get("scorers") or []
     if not isinstance(specs, list):
@@ -394,9 +433,35 @@ def eval_command(
         click.echo(f"flownb: {line}", err=True)
     click.echo(f"flownb: {scale_text(report)}", err=True)
     click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
+    chose = True
+    if choice_path:
+        chose = _save_choice(report, choice_path, *bars)
     if min_pass is not None:
         low = summary[summary["pass_rate"].fillna(0) < min_pass]
         if len(low):
             rates = ", ".join(f"{v} {r:.3f}" for v, r in low["pass_rate"].fillna(0).items())
             click.echo(f"flownb: pass rate under --min-pass {min_pass:g}: {rates}", err=True)
             sys.exit(1)
+    if not chose:
+        sys.exit(1)
+
+
+def _save_choice(
+    report: Any,
+    path: str,
+    min_quality: float | None,
+    max_price: float | None,
+    max_p95: float | None,
+) -> bool:
+    """Print the choice among ``report``'s variants and write the chosen one's flow to
+    ``path``; return whether a variant was chosen (when none was, print why)."""
+    choice = report.choose(min_quality=min_quality, max_price=max_price, max_p95=max_p95)
+    click.echo(term_text(choice.verdict))  # variant names are text
+    if choice.variant is None:
+        for line in choice.advice:
+            click.echo(term_text(line), err=True)
+        click.echo(f"flownb: nothing written to {path}", err=True)
+        return False
+    choice.save(path)
+    click.echo(term_text(f"flownb: wrote {choice.variant}'s flow to {path}"), err=True)
+    return True

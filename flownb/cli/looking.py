@@ -1,6 +1,7 @@
-"""The commands that look and run nothing: ``flownb check`` (flow lint), ``flownb batches``
-(the provider batches flownb remembers) and ``flownb endpoints`` (what the flownb.toml files
-declare). :mod:`flownb.cli.main` adds them to the ``flownb`` group.
+"""The commands that look and run nothing: ``flownb check`` (flow lint), ``flownb diff`` (what
+differs between two flows), ``flownb batches`` (the provider batches flownb remembers) and
+``flownb endpoints`` (what the flownb.toml files declare). :mod:`flownb.cli.main` adds them to
+the ``flownb`` group.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..errors import FlowFileError
 from ..show.escape import term_text
 from .inputs import flow_location
 
-__all__ = ["batches", "check", "endpoints"]
+__all__ = ["batches", "check", "diff", "endpoints"]
 
 
 @click.command()
@@ -87,3 +88,34 @@ def endpoints() -> None:
     table = table.rename(columns={"key_env": "key variable"})
     with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         click.echo(table.to_string(index=False))
+
+
+@click.command()
+@click.argument("flow_a", metavar="A")
+@click.argument("flow_b", metavar="B")
+def diff(flow_a: str, flow_b: str) -> None:
+    """Say in words what differs between two flow files: variables, prompts, models,
+    parameters, system messages, outputs, how nodes are joined, nodes added or removed, and the
+    endpoint a saved flow names. Editor fields (positions, sizes) are not compared.
+
+    Exits 0 when the two do the same thing, 1 when they differ, 2 when a file is not a flow.
+    """
+    from ..flowfile.diff import diff_flows
+    from ..flowfile.model import read_flow_file
+
+    data = []
+    for flow in (flow_a, flow_b):
+        if not isinstance(flow_location(flow), Path):
+            raise click.UsageError(f"{flow!r}: diff takes flow files (.json), not flow ids")
+        try:
+            data.append(read_flow_file(flow))
+        except FileNotFoundError:
+            raise FlowFileError(f"{flow}: no such flow file") from None
+    lines = diff_flows(data[0], data[1], (flow_a, flow_b))
+    if not lines:
+        click.echo("no differences: the two flows do the same thing (editor fields aside)")
+        return
+    click.echo(term_text(f"--- {flow_a}\n+++ {flow_b}"))
+    for line in lines:
+        click.echo(term_text(line))  # prompts are text a model or a person wrote
+    sys.exit(1)

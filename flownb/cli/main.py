@@ -512,6 +512,7 @@ def _show_warning(
 from .eval import eval_command as _eval_command  # noqa: E402
 from .looking import batches as _batches_command  # noqa: E402
 from .looking import check as _check_command  # noqa: E402
+from .looking import diff as _diff_command  # noqa: E402
 from .looking import endpoints as _endpoints_command  # noqa: E402
 from .serve import gc as _gc_command  # noqa: E402
 from .serve import keys as _keys_group  # noqa: E402
@@ -522,6 +523,7 @@ cli.add_command(_keys_group, "keys")
 cli.add_command(_eval_command, "eval")
 cli.add_command(_gc_command, "gc")
 cli.add_command(_check_command, "check")
+cli.add_command(_diff_command, "diff")
 cli.add_command(_batches_command, "batches")
 cli.add_command(_endpoints_command, "endpoints")
 

@@ -255,6 +255,12 @@ class Endpoint:
         new._env_paired = True
         return new
 
+    @property
+    def from_environment(self) -> bool:
+        """Whether this endpoint was made from the environment (``OPENAI_BASE_URL``,
+        ``AZURE_OPENAI_ENDPOINT``) rather than declared or built by the user."""
+        return self._env_paired
+
     # -- the key --------------------------------------------------------------------------------
 
     @property

@@ -285,6 +285,9 @@ class RunConfig:
     service_key: str | None = field(default=None, repr=False)
     # Bytes of images kept in home/media before the least recently used go (0: no cap).
     media_max: int = DEFAULT_MEDIA_MAX
+    # The run settings given explicitly (RunOptions), so that a copy on another endpoint is
+    # resolved by the same rule (see :meth:`on_endpoint`): an explicit argument stays.
+    given: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def media_dir(self) -> Path:
@@ -294,6 +297,23 @@ class RunConfig:
     def replace(self, **changes: object) -> RunConfig:
         """Return a copy with ``changes`` applied (the config itself is frozen)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def on_endpoint(self, endpoint: Endpoint | str) -> RunConfig:
+        """Return this configuration moved to ``endpoint`` (an :class:`Endpoint`, or a name
+        declared in ``flownb.toml``), resolved by :func:`resolve_run_config`'s one rule: the
+        settings given explicitly stay, the endpoint's own limits apply to the rest, then the
+        environment, then the defaults. Where calls went before (``base_url``, ``api_key``)
+        does not come along.
+
+        Raises:
+            ConfigError: an unknown endpoint name.
+        """
+        given = {k: v for k, v in self.given.items() if k not in _WHERE_CALLS_GO}
+        return resolve_run_config(home=self.home, endpoint=endpoint, **given)  # type: ignore[arg-type]
+
+
+# The run settings that say where calls go: replaced, not kept, when a flow moves endpoint.
+_WHERE_CALLS_GO = ("endpoint", "base_url", "api_key")
 
 
 def live_view_mode() -> str:
@@ -388,6 +408,7 @@ def resolve_run_config(
         service_url=s.base_url,
         service_key=s.api_key,
         media_max=media_max if media_max is not None else s.media_max,
+        given={k: v for k, v in options.items() if v is not None},
     )
 
 

@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from ..flows.local import BaseFlow, LocalFlow
 from ..scorers import Scorer
 from ..scorers.judge import JudgeScorer
@@ -119,6 +120,9 @@ def _assemble(
         inputs=[str(c) for c in data.columns],
         context=context,
         setup={name: _setup(flow) for name, flow in variants.items()},
+        flows=variants,
+        # Each local variant as flow.save writes it: a report read back can still save its choice.
+        flow_files={n: j for n, f in variants.items() if (j := _exported(f)) is not None},
     )
 
 
@@ -191,6 +195,18 @@ def describe_evaluation(
         },
         "variants": shown,
     }
+
+
+def _exported(flow: BaseFlow) -> dict[str, Any] | None:
+    """Return the flow as :meth:`~flownb.LocalFlow.export` writes it, naming its endpoint when
+    a flownb.toml declares it (else without: a report keeps no URL and no key); None for a flow
+    with no flow file (on a flow service)."""
+    for endpoint in (True, False):
+        try:
+            return flow.export(endpoint=endpoint)
+        except ConfigError:
+            continue
+    return None
 
 
 def _setup(flow: BaseFlow) -> dict[str, str | None]:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import html
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -69,6 +71,43 @@ class Choice:
     advice: list[str] = field(default_factory=list)
     more_rows: dict[str, int] = field(default_factory=dict)
     label_rows: dict[str, list[Any]] = field(default_factory=dict)
+    # How to get the chosen variant's flow (the report's own, or rebuilt from its saved JSON).
+    _flow: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def flow(self) -> Any:
+        """The chosen variant's flow (``None`` when no variant meets the bars): the very flow
+        the evaluation ran, or for a report read back with :func:`flownb.load_report`, one
+        loaded from the JSON it kept. Run it, serve it, or :meth:`save` it.
+
+        Raises:
+            ConfigError: the report does not know the variant's flow (kept by an older flownb),
+                or its saved endpoint is no longer declared.
+        """
+        if self.variant is None:
+            return None
+        if self._flow is None:
+            raise ConfigError(
+                f"this report does not know variant {self.variant!r}'s flow (it was kept by an "
+                "older flownb); evaluate again to save it"
+            )
+        return self._flow()
+
+    def save(self, path: str | Path, *, endpoint: bool = True) -> Path:
+        """Write the chosen variant's flow to ``path`` in the web tool's export format (see
+        :meth:`flownb.LocalFlow.save`).
+
+        Returns:
+            The path written.
+
+        Raises:
+            ConfigError: no variant was chosen (the message says why), or its flow cannot be
+                saved (a remote flow, an endpoint no flownb.toml declares).
+        """
+        if self.variant is None:
+            raise ConfigError(f"nothing to save: {self.verdict} {' '.join(self.advice)}".strip())
+        saved: Path = self.flow.save(path, endpoint=endpoint)
+        return saved
 
     @property
     def verdict(self) -> str:
@@ -239,7 +278,7 @@ def report_choice(
         v: res.loc[(res["variant"] == v) & missing, report.index_name].tolist()
         for v in report.variants
     }
-    return choose_variant(
+    choice = choose_variant(
         table,
         unscored,
         quality=quality,
@@ -247,3 +286,24 @@ def report_choice(
         max_price=max_price,
         max_p95=max_p95,
     )
+    if choice.variant is None:
+        return choice
+    return replace(choice, _flow=_flow_of(report, choice.variant))
+
+
+def _flow_of(report: Any, variant: str) -> Callable[[], Any] | None:
+    """Return how to get ``variant``'s flow: the flow the report ran (in this process), else
+    one loaded from the JSON the report kept of it; None when it kept none."""
+    live = getattr(report, "flows", {}).get(variant)
+    if live is not None:
+        return lambda: live
+    kept = getattr(report, "flow_files", {}).get(variant)
+    if kept is None:
+        return None
+
+    def load() -> Any:
+        from ..flows.local import load_flow
+
+        return load_flow(kept, name=variant, ready=False)
+
+    return load

@@ -55,6 +55,7 @@ def load_report(id: str, home: str | Path | None = None) -> EvalReport:
         inputs=log.inputs,
         id=log.id,
         home=where,
+        flow_files=log.flows,
     )
     if log.repeats > 1:  # the kept results are every run: the per-row ones are made again
         report.set_runs(results)

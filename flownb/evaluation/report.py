@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -58,6 +59,10 @@ class EvalReport(Labelled, Preferring):
             rows, columns), and per variant its flow, provider, endpoint, models and nodes
             (name, kind, prompt, model parameters), and ``repeats`` when the rows ran several
             times; empty when not known.
+        flows: variant name -> the flow it ran, in the process that ran it (empty for a report
+            read back).
+        flow_files: variant name -> its flow as :meth:`flownb.LocalFlow.export` writes it (kept
+            with the evaluation, so :meth:`choose` of a report read back can give the flow).
         setup: per variant, what it ran on (``endpoint``, ``model``, ``system``: the system
             message, ``None`` when it has none); shown in the summary and the HTML report.
     """
@@ -76,8 +81,13 @@ class EvalReport(Labelled, Preferring):
         home: Path | None = None,
         context: dict[str, Any] | None = None,
         setup: dict[str, dict[str, str | None]] | None = None,
+        flows: Mapping[str, Any] | None = None,
+        flow_files: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         self.setup = setup or {}
+        # Variant name -> the flow it ran (this process only; a report read back has none).
+        self.flows: dict[str, Any] = dict(flows or {})
+        self.flow_files: dict[str, dict[str, Any]] = dict(flow_files or {})
         self.results = mark_frame(results)
         self.variants = variants
         self.scorers = scorers
@@ -323,7 +333,8 @@ class EvalReport(Labelled, Preferring):
         ``min_quality``, whose price per row is at most ``max_price`` (US dollars) and whose p95
         latency at the provider is at most ``max_p95`` seconds (a bar left None is not applied).
         Its repr states the rule and every variant's numbers; when no variant qualifies it says
-        why, how many more rows would decide it and which rows to label.
+        why, how many more rows would decide it and which rows to label. ``choice.flow`` is the
+        chosen variant's flow and ``choice.save(path)`` writes it as the web tool exports flows.
 
         Raises:
             ConfigError: an unknown quality, or a bar that is not a number.

@@ -155,6 +155,7 @@ _REPORT_FIELDS = (
     "inputs",
     "variant_params",
     "repeats",
+    "flows",
 )
 
 
@@ -179,6 +180,9 @@ class EvalLog(BaseModel):
     variant_params: dict[str, dict[str, str]] = Field(default_factory=dict)
     # Version 3: runs per (variant, row); the kept results hold every run when above 1.
     repeats: int = 1
+    # Variant -> its flow as flow.save writes it (empty when kept by an older flownb, which
+    # ignores this field: no new version needed).
+    flows: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, report: ReportView) -> EvalLog:
@@ -196,6 +200,7 @@ class EvalLog(BaseModel):
             inputs=list(report.inputs),
             variant_params=dict(getattr(report, "variant_params", {})),
             repeats=int(getattr(report, "repeats", 1)),
+            flows=dict(getattr(report, "flow_files", {})),
         )
 
     def frame(self) -> pd.DataFrame:

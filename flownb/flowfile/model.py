@@ -28,6 +28,7 @@ from ..errors import FlowFileError
 from .params import RULES, params_problem
 
 __all__ = [
+    "EXTRA",
     "MAX_FLOW_BYTES",
     "ActionNode",
     "Edge",
@@ -38,6 +39,7 @@ __all__ = [
     "OutputNode",
     "VariableNode",
     "describe",
+    "extras_of",
     "first_error",
     "load_flow_file",
     "parse_flow",
@@ -48,6 +50,45 @@ __all__ = [
 MAX_FLOW_BYTES = 5 * 1024 * 1024
 
 NODE_TYPES = ("variableNode", "actionNode", "imageNode", "outputNode")
+
+# The one field of flownb's own in a saved flow (see the module docstring).
+EXTRA = "flownb"
+EXTRA_KEYS = ("system", "endpoint")
+
+
+def extras_of(data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """Return the ``"flownb"`` field of an exported flow, checked (``{}`` when there is none).
+
+    Raises:
+        FlowFileError: the field is not an object, has an unknown key, a system message that is
+            not a string, or an endpoint name that is not a non-empty string.
+    """
+    raw = data.get(EXTRA)
+    if raw is None:
+        return {}
+    prefix = f"{where}: " if where else ""
+    if not isinstance(raw, Mapping):
+        raise FlowFileError(f"{prefix}the {EXTRA!r} field must be an object")
+    unknown = sorted(set(raw) - set(EXTRA_KEYS))
+    if unknown:
+        raise FlowFileError(
+            f"{prefix}the {EXTRA!r} field has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"it may hold {', '.join(map(repr, EXTRA_KEYS))}"
+        )
+    system = raw.get("system", {})
+    if not isinstance(system, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in system.items()
+    ):
+        raise FlowFileError(f"{prefix}{EXTRA}.system must map node ids to strings")
+    endpoint = raw.get("endpoint")
+    if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.strip()):
+        raise FlowFileError(f"{prefix}{EXTRA}.endpoint must be an endpoint's name")
+    out: dict[str, Any] = {}
+    if system:
+        out["system"] = dict(system)
+    if endpoint is not None:
+        out["endpoint"] = endpoint.strip()
+    return out
 
 
 class _Model(BaseModel):
@@ -259,9 +300,34 @@ def parse_flow(data: Any, source: str = "") -> FlowGraph:
         edges = _EDGES.validate_python(data.get("edges") or [])
     except ValidationError as exc:
         raise FlowFileError(f"{where}edges are invalid: {first_error(exc)}") from None
+    system = extras_of(data, source).get("system", {})
+    if system:
+        nodes = _with_system(nodes, system, where)
     graph = FlowGraph.model_construct(nodes=nodes, edges=edges)
     _check_graph(graph, where)
     return graph
+
+
+def _with_system(nodes: list[Any], system: Mapping[str, str], where: str) -> list[Any]:
+    """Return ``nodes`` with the system messages of a saved flow's ``"flownb"`` field (node id
+    -> message) put on their text nodes.
+
+    Raises:
+        FlowFileError: an id that is not a text generation node.
+    """
+    text_nodes = {n.id for n in nodes if isinstance(n, ActionNode)}
+    unknown = [i for i in system if i not in text_nodes]
+    if unknown:
+        raise FlowFileError(
+            f"{where}{EXTRA}.system names {', '.join(map(repr, unknown))}, which is not a text "
+            "generation node of this flow"
+        )
+    return [
+        n.model_copy(update={"data": n.data.model_copy(update={"system": system[n.id]})})
+        if n.id in system
+        else n
+        for n in nodes
+    ]
 
 
 def _check_graph(graph: FlowGraph, where: str) -> None:

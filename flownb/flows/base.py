@@ -16,6 +16,7 @@ import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from ..config.settings import live_view_mode
@@ -66,6 +67,41 @@ class BaseFlow(ABC):
     def defaults(self) -> dict[str, str]:
         """Each variable's default (editor) value; ``""`` where the flow gives none."""
         return dict.fromkeys(self.spec.names, "")
+
+    def export(self, *, endpoint: bool = True) -> dict[str, Any]:
+        """Return the flow in the web tool's export format (see :meth:`flownb.LocalFlow.export`).
+
+        Raises:
+            ConfigError: this flow has no flow file (a flow on a flow service: export it from
+                the service's web tool).
+        """
+        raise ConfigError(
+            f"flow {self.name!r} runs on a flow service and has no flow file here to save; "
+            "export it from the web tool, or load a flow file with flownb.load_flow"
+        )
+
+    def save(self, path: str | Path, *, endpoint: bool = True) -> Path:
+        """Write the flow to ``path`` as the web tool exports flows (:meth:`export`): an
+        unchanged flow is written as the JSON it was loaded from; a variant keeps every id,
+        position and edge and carries its own models, parameters and prompts. Load it back with
+        :func:`flownb.load_flow`, serve it with ``flownb serve``, or open it in the web tool.
+
+        Returns:
+            The path written.
+
+        Raises:
+            ConfigError: the flow cannot be written as a file (see :meth:`export`).
+            OSError: the file cannot be written.
+        """
+        import json
+
+        text = json.dumps(self.export(endpoint=endpoint), indent=2, ensure_ascii=False) + "\n"
+        target = Path(path)
+        # Written whole or not at all: a file the web tool or a server reads is never half new.
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(target)
+        return target
 
     @abstractmethod
     def _execute(

@@ -28,7 +28,6 @@ line or exception.
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -42,7 +41,7 @@ from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from ..config.settings import DEFAULT_MAX_BATCH, resolve_run_config
-from ..error_map import parse_retry_after
+from ..error_map import parse_retry_after, retry_delay
 from ..errors import (
     ApiError,
     BatchError,
@@ -542,10 +541,9 @@ class Client:
         return out  # type: ignore[return-value]
 
     def _backoff(self, attempt: int) -> float:
-        # Exponential with jitter, so parallel chunks do not retry in lockstep.
-        return min(30.0, self.backoff * 2**attempt) * (0.5 + random.random() / 2)
+        # flownb's one retry policy (the providers' too), from this client's base.
+        return retry_delay(attempt, None, base=self.backoff)
 
     def _delay(self, resp: requests.Response, attempt: int) -> float:
         hint = parse_retry_after(resp.headers.get("Retry-After"))
-        # An absent or unreadable hint: fall back to backoff.
-        return self._backoff(attempt) if hint is None else min(120.0, hint)
+        return retry_delay(attempt, hint, base=self.backoff)

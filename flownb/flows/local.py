@@ -15,8 +15,9 @@ from ..config.settings import RunConfig, resolve_run_config
 from ..errors import ConfigError, FlowFileError
 from ..flowfile import variants
 from ..flowfile.drawing import run_notes, to_mermaid, to_svg
+from ..flowfile.export import export_flow, with_extras
 from ..flowfile.lint import warn_on_load
-from ..flowfile.model import FlowGraph, parse_flow, read_flow_file
+from ..flowfile.model import FlowGraph, extras_of, parse_flow, read_flow_file
 from ..flowfile.validate import VariableSpec
 from ..infra.media import MediaStore
 from ..providers.base import Provider
@@ -183,8 +184,14 @@ class LocalFlow(BaseFlow):
             config=self.config,
             provider=self.provider,
             media_url=self.media_url,
-            source=self.source if graph is self.graph else None,  # else: dumped from graph
+            source=self._source_of(graph),
         )
+
+    def _source_of(self, graph: FlowGraph) -> dict[str, Any]:
+        """Return the exported JSON of ``graph``, a variant of this flow's: this flow's own
+        JSON with the variant's prompts, parameters and system messages put in (every editor
+        field kept; see :mod:`flownb.flowfile.export`)."""
+        return self.source if graph is self.graph else export_flow(graph, self.source)
 
     def with_params(
         self, per_node: Mapping[str, Mapping[str, Any]] | None = None, /, **params: Any
@@ -214,15 +221,9 @@ class LocalFlow(BaseFlow):
             ConfigError: an unknown endpoint name, its key cannot be found, or it cannot run
                 this flow (image nodes on ``images=False``).
         """
-        chosen = _endpoint(endpoint, self.config)
-        # Limits this flow was given explicitly stay; the endpoint's own apply otherwise.
-        config = self.config.replace(
-            endpoint=chosen,
-            provider=chosen.provider,
-            concurrency=chosen.concurrency or self.config.concurrency,
-            rpm=chosen.rpm if chosen.rpm is not None else self.config.rpm,
-            tpm=chosen.tpm if chosen.tpm is not None else self.config.tpm,
-        )
+        # Settings this flow was given explicitly stay; the endpoint's own apply otherwise
+        # (one rule for load_flow and this: RunConfig.on_endpoint).
+        config = self.config.on_endpoint(endpoint)
         graph = self.graph
         if model is not None:
             from ..flowfile import variants
@@ -233,7 +234,7 @@ class LocalFlow(BaseFlow):
             name=self.name,
             config=config,
             media_url=self.media_url,
-            source=self.source if graph is self.graph else None,
+            source=self._source_of(graph),
         )
         if model is not None:
             flow.say_notes()  # the model was just chosen: say now what it sends, at this line
@@ -280,6 +281,34 @@ class LocalFlow(BaseFlow):
             ConfigError: an unknown node (the message lists the choices), or a non-string prompt.
         """
         return self.variant(variants.with_prompts(self.graph, prompts))
+
+    def export(self, *, endpoint: bool = True) -> dict[str, Any]:
+        """Return the flow in the web tool's export format (what :meth:`save` writes): the JSON
+        it was loaded from, with a
+        variant's models, parameters and prompts in the nodes' own fields and every editor
+        field (ids, positions, edges) kept. What that format has no field for goes under its
+        one ``"flownb"`` field, which the web tool ignores and :func:`load_flow` reads back:
+        system messages, and (``endpoint=True``) the name of the ``flownb.toml`` endpoint the
+        flow runs on — never a key or a URL (an endpoint the environment made, from
+        ``OPENAI_BASE_URL`` and the like, is not named: the environment gives it again).
+
+        Raises:
+            ConfigError: the flow runs on an endpoint that no ``flownb.toml`` declares as it is
+                (a saved flow can only name it; declare it, or pass ``endpoint=False``).
+        """
+        chosen = self.config.endpoint if endpoint else None
+        if chosen is None or chosen.from_environment:  # the environment gives it again
+            return with_extras(self.source, endpoint=None)
+        from ..config.endpoints import load_endpoints
+
+        declared = load_endpoints(Path.cwd(), self.config.home).get(chosen.name)
+        if declared is None or declared.identity() != chosen.identity():
+            raise ConfigError(
+                f"this flow runs on endpoint {chosen.name!r}, which no flownb.toml declares as "
+                "it is; a saved flow names its endpoint (never a key or a URL): declare "
+                f"[endpoints.{chosen.name}] in flownb.toml, or save with endpoint=False"
+            )
+        return with_extras(self.source, endpoint=chosen.name)
 
     async def arun_each(
         self,
@@ -407,7 +436,6 @@ def load_flow(
         TypeError: an option that is not a run setting.
     """
     check_run_options(dict(options), "load_flow")
-    config = resolve_run_config(provider=provider if isinstance(provider, str) else None, **options)
     if isinstance(source, Mapping):
         name = name or "flow"
         graph, data = parse_flow(source, name), source
@@ -419,6 +447,16 @@ def load_flow(
         graph = parse_flow(data, str(source))
         warn_on_load(graph, str(source))
         name = name or Path(source).stem
+    saved = extras_of(data).get("endpoint")
+    if (
+        saved is not None
+        and provider is None
+        and not (options.get("endpoint") or options.get("base_url"))
+    ):
+        # A saved flow names the endpoint it was chosen on (flow.save): it runs there unless
+        # this call says where, and before FLOWNB_ENDPOINT (the flow's own choice is nearer).
+        options["endpoint"] = saved
+    config = resolve_run_config(provider=provider if isinstance(provider, str) else None, **options)
     flow = LocalFlow(
         graph,
         name=name,
@@ -432,18 +470,6 @@ def load_flow(
         # (see flownb.providers.warmup).
         wait_warm_up()
     return flow
-
-
-def _endpoint(endpoint: Endpoint | str, config: RunConfig) -> Endpoint:
-    from ..config.endpoints import Endpoint, find_endpoint
-
-    if isinstance(endpoint, Endpoint):
-        return endpoint
-    if isinstance(endpoint, str):
-        return find_endpoint(endpoint.strip(), Path.cwd(), config.home)
-    raise ConfigError(
-        f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
-    )
 
 
 class _GatedFlow(BaseFlow):

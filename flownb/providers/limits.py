@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import random
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..error_map import retry_delay
 from ..errors import ProviderError, ProviderTimeout, RateLimited
 from .base import RateLimits
 
@@ -471,27 +471,9 @@ def retryable(exc: BaseException) -> bool:
     return False
 
 
-_exponential: Any = None  # tenacity's wait, built at the first backoff (see _backoff)
-
-
-def _backoff(state: RetryCallState) -> float:
-    """Return exponential backoff with full jitter (0.5 s, 1 s, ... up to 20 s). tenacity is
-    imported here, at the first retry (a provider's warm-up imports it beside the first calls),
-    not when flownb is."""
-    global _exponential
-    if _exponential is None:
-        from tenacity import wait_random_exponential
-
-        _exponential = wait_random_exponential(multiplier=0.25, max=20.0)
-    return float(_exponential(state))
-
-
 def wait_for_retry(state: RetryCallState) -> float:
-    """Return seconds to wait before the next attempt: the provider's Retry-After when it gave
-    one (``0`` means at once, plus a few ms of jitter so a burst does not come back in lockstep),
-    else exponential backoff with full jitter."""
+    """Return seconds to wait before the next attempt, by flownb's one retry policy
+    (:func:`flownb.error_map.retry_delay`): the provider's Retry-After when it gave one, else
+    exponential backoff with full jitter (0.5 s, 1 s, ... up to 20 s)."""
     exc: Any = state.outcome.exception() if state.outcome is not None else None
-    hint = getattr(exc, "retry_after", None)
-    if hint is not None:
-        return min(float(hint), 60.0) + random.uniform(0.0, 0.005 + 0.1 * min(float(hint), 1.0))
-    return _backoff(state)
+    return retry_delay(state.attempt_number - 1, getattr(exc, "retry_after", None))
