@@ -18,9 +18,16 @@ from typing import Any, ClassVar
 import requests
 import uvicorn
 
+from flownb.config.settings import (
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_KEEP_ALIVE,
+    DEFAULT_LIMIT_CONCURRENCY,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+)
 from flownb.errors import ProviderError, ProviderTimeout, RateLimited
 from flownb.providers.base import Call, Generation, Provider
 from flownb.server import KeyStore, ServerConfig, create_app
+from flownb.server.protocol import http_protocol, listen_options
 
 
 def free_port() -> int:
@@ -41,14 +48,36 @@ class Running:
 
 @contextmanager
 def run_server(
-    flows_dir: Path, home: Path, *, create_key: bool = True, **options: Any
+    flows_dir: Path,
+    home: Path,
+    *,
+    create_key: bool = True,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+    limit_concurrency: int = DEFAULT_LIMIT_CONCURRENCY,
+    **options: Any,
 ) -> Iterator[Running]:
-    """Serve ``flows_dir`` with uvicorn on a free loopback port until the block ends."""
+    """Serve ``flows_dir`` with uvicorn on a free loopback port until the block ends, listening
+    as ``flownb serve`` does (its HTTP protocol and uvicorn options; the test's own logging)."""
     config = ServerConfig(flows_dir, home=home, **options)
     key = KeyStore(home).create("test") if create_key else ""
     app = create_app(config)
+    listening = listen_options(
+        log_level="warning",
+        timeout_keep_alive=DEFAULT_KEEP_ALIVE,
+        limit_concurrency=limit_concurrency,
+        shutdown_timeout=DEFAULT_SHUTDOWN_TIMEOUT,
+        forwarded_allow_ips=config.forwarded_allow_ips,
+    )
+    listening["log_config"] = None  # leave the test process's logging (caplog) as it is
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=free_port(),
+            lifespan="on",
+            http=http_protocol(header_timeout),
+            **listening,
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -32,7 +32,7 @@ SURFACES = {
     "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
     "flownb.evaluation.history",  # load_report() / reports()
     "flownb.frames.batch_api.listing",  # list_batches() / cancel_batch()
-    "flownb.server.app",  # ServerConfig (each `serve --workers` process starts there)
+    "flownb.server.service",  # ServerConfig (each `serve --workers` process starts there)
     "flownb.cli.serve",  # flownb serve / keys / gc
     "flownb.config.endpoint_list",  # endpoints() / flownb endpoints: FLOWNB_HOME's flownb.toml
     # RunConfig.on_endpoint: a surface's configuration moved to another endpoint (with_endpoint)

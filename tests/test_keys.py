@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -129,5 +130,11 @@ def test_running_server_sees_keys_created_and_revoked_by_the_cli(tmp_path: Path)
         assert requests.get(url, headers={"x-api-key": key}, timeout=10).status_code == 200
 
         assert _cli("keys", "revoke", "late", home=home).returncode == 0
+        # Refused once the server next looks at the key file (about a second); the deadline
+        # only stops a server that never does.
+        deadline = time.monotonic() + 30
         resp = requests.get(url, headers={"x-api-key": key}, timeout=10)
+        while resp.status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            resp = requests.get(url, headers={"x-api-key": key}, timeout=10)
         assert resp.status_code == 401 and resp.json()["code"] == "invalid_api_key"

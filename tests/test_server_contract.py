@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the spans fixture imported from test_tracing is a parameter here)
 """The contract over real HTTP: a uvicorn server on 127.0.0.1 serving a folder of flows with the
 offline provider, spoken to with ``requests`` exactly as any client would."""
 
@@ -7,14 +8,16 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import requests
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from serving import Running, post_run, run_server
 
 from tests.conftest import FLOWS, make_flow, write_flow
+from tests.test_tracing import spans  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -160,10 +163,11 @@ def test_health_docs_and_openapi(server: Running) -> None:
     spec = requests.get(f"{server.url}/openapi.json", timeout=10).json()
     run = spec["paths"]["/api/flows/run/{flow_id}"]["post"]
     assert set(run["responses"]) == {
-        "200", "400", "401", "404", "413", "415", "422", "429", "500", "502", "504",
+        "200", "400", "401", "402", "404", "406", "408", "413", "415", "422", "429", "431",
+        "500", "502", "503", "504",
     }  # fmt: skip
     info = spec["paths"]["/api/flows/getFlowInfo/{flow_id}"]["get"]
-    assert set(info["responses"]) == {"200", "401", "404", "500"}
+    assert set(info["responses"]) == {"200", "401", "404", "431", "500", "503"}
     assert spec["components"]["securitySchemes"]["ApiKeyAuth"] == {
         "type": "apiKey",
         "in": "header",
@@ -181,16 +185,25 @@ def test_flow_files_are_picked_up_changed_and_dropped_without_restart(server: Ru
     assert [i["name"] for i in _get(server, "late").json()] == ["p", "out"]
     assert post_run(server, "late", {"p": "x"}).json()[0]["output"] == "v1 x"
 
-    # An edit (same size even) is seen: the file's modification time changed.
+    # An edit (same size even) is seen: the file's modification time changed. The server looks
+    # at a loaded flow's file about once a second; the deadlines only stop one that never does.
     time.sleep(0.01)
     write_flow(path, make_flow({"out": "v2 {q}"}, ["q"]))
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    assert [i["name"] for i in _get(server, "late").json()] == ["q", "out"]
+    _wait_for(lambda: [i["name"] for i in _get(server, "late").json()] == ["q", "out"])
     assert post_run(server, "late", {"q": "y"}).json()[0]["output"] == "v2 y"
 
     path.unlink()
+    _wait_for(lambda: _get(server, "late").status_code == 404)
     assert _get(server, "late").json()["code"] == "flow_not_found"
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "the server never saw the change"
+        time.sleep(0.05)
 
 
 def test_a_broken_flow_file_names_its_id_and_logs_the_problem(
@@ -305,3 +318,42 @@ def test_the_flow_list_names_each_flow_behind_the_key(tmp_path: Path) -> None:
         route = documented["paths"]["/api/flows"]["get"]
         assert route["security"] == [{"ApiKeyAuth": []}]
         assert {"200", "401"} <= set(route["responses"])
+
+
+def test_a_tracer_provider_configured_before_the_app_still_gets_its_request_spans(
+    tmp_path: Path, flownb_env: Path, spans: InMemorySpanExporter
+) -> None:
+    # The server decides once, as its app is made, whether FastAPI's own request telemetry is
+    # on (asking the providers on every request cost each request an environment lookup):
+    # configured before, the operator's spans must keep coming.
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    write_flow(flows / "echo.json", make_flow({"say": "A={a} B={b}"}, ["a", "b"]))
+    with run_server(flows, flownb_env) as server:
+        assert post_run(server, "echo", {"a": "1", "b": "2"}).status_code == 200
+    served = [s for s in spans.get_finished_spans() if s.kind.name == "SERVER"]
+    assert served and "/api/flows/run/{flow_id}" in served[0].name
+
+
+def test_serve_freezes_its_heap_once_started_and_a_plain_app_does_not(tmp_path: Path) -> None:
+    # flownb serve leaves what it imported at start out of Python's full collections (each took
+    # tens of milliseconds: a stalled request); an app embedded elsewhere leaves the heap alone.
+    import gc
+
+    from starlette.testclient import TestClient
+
+    from flownb.server import ServerConfig, create_app
+
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    gc.unfreeze()
+    try:
+        config = ServerConfig(flows, home=tmp_path / "home")
+        with TestClient(create_app(config)) as client:
+            assert client.get("/healthz").status_code == 200
+            assert gc.get_freeze_count() == 0
+        with TestClient(create_app(config, freeze_heap=True)) as client:
+            assert client.get("/healthz").status_code == 200
+            assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

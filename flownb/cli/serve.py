@@ -114,6 +114,13 @@ __all__ = ["gc", "keys", "serve"]
     "are made under it (default: FLOWNB_PUBLIC_URL, else the address the connection reached).",
 )
 @click.option(
+    "--forwarded-allow-ips",
+    metavar="IPS",
+    default=None,
+    help="Proxies (addresses or networks, comma-separated; '*': any) whose X-Forwarded-Proto "
+    "and X-Forwarded-For are believed (default: FLOWNB_FORWARDED_ALLOW_IPS, else none).",
+)
+@click.option(
     "--limit-concurrency",
     default=DEFAULT_LIMIT_CONCURRENCY,
     show_default=True,
@@ -143,6 +150,7 @@ def serve(
     body_timeout: float | None,
     media_max_size: str | None,
     public_url: str | None,
+    forwarded_allow_ips: str | None,
     limit_concurrency: int,
     shutdown_timeout: int,
 ) -> None:
@@ -151,8 +159,7 @@ def serve(
 
     from ..config.settings import parse_size
     from ..server.app import ServerConfig, create_app
-    from ..server.logs import log_config
-    from ..server.protocol import HTTP_PROTOCOL, MAX_HEADER_BYTES, bind, http_protocol
+    from ..server.protocol import HTTP_PROTOCOL, bind, http_protocol, listen_options
 
     config = ServerConfig(
         flows_dir,
@@ -163,8 +170,16 @@ def serve(
         body_timeout=body_timeout,
         media_max_bytes=parse_size(media_max_size) if media_max_size is not None else None,
         public_url=public_url,
+        forwarded_allow_ips=forwarded_allow_ips,
     )
-    app = create_app(config)
+    app = create_app(config, freeze_heap=True)
+    listening = listen_options(
+        log_level=log_level,
+        timeout_keep_alive=timeout_keep_alive,
+        limit_concurrency=limit_concurrency,
+        shutdown_timeout=shutdown_timeout,
+        forwarded_allow_ips=config.forwarded_allow_ips,
+    )
     # Bound before anything is announced: a busy port is one error line, not a false
     # "listening on".
     sock = bind(host, port)
@@ -215,35 +230,12 @@ def serve(
             workers=workers,
             host=host,
             port=port,
-            log_config=log_config(),
-            log_level=log_level,
-            access_log=log_level in ("info", "debug"),
-            server_header=False,
-            timeout_keep_alive=timeout_keep_alive,
-            limit_concurrency=limit_concurrency,
-            timeout_graceful_shutdown=shutdown_timeout,
             # Imported by each worker process: the default request-head timeout applies.
             http=HTTP_PROTOCOL,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            **listening,
         )
         return
-    # The access log prints method, path and status only (never headers), so keys cannot leak.
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_config=log_config(),
-            log_level=log_level,
-            access_log=log_level in ("info", "debug"),
-            server_header=False,
-            http=http_protocol(header_timeout),
-            timeout_keep_alive=timeout_keep_alive,
-            limit_concurrency=limit_concurrency,
-            # Runs still going then are cancelled (their threads stop at the next element): a
-            # stopping server never waits on work whose clients are gone.
-            timeout_graceful_shutdown=shutdown_timeout,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-        )
-    )
+    server = uvicorn.Server(uvicorn.Config(app, http=http_protocol(header_timeout), **listening))
     try:
         server.run(sockets=[sock])
     finally:
@@ -262,12 +254,19 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--name", required=True, help="A name to tell the key apart (e.g. 'laptop', 'ci').")
-def keys_create(name: str) -> None:
+@click.option(
+    "--max-spend",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="USD",
+    help="What this key may spend in all, in US dollars; the server answers 402 past it.",
+)
+def keys_create(name: str, max_spend: float | None) -> None:
     """Create a key and print it, alone, on stdout. It is shown this once: store it now."""
     from ..server.keys import KeyStore
 
     store = KeyStore(_home())
-    key = store.create(name)
+    key = store.create(name, max_spend)
     click.echo(key)
     click.echo(
         f"flownb: created API key {name!r} ({key[:12]}...). It is shown only now; "
@@ -278,19 +277,38 @@ def keys_create(name: str) -> None:
 
 @keys.command("list")
 def keys_list() -> None:
-    """List keys: name, prefix, created, last used, revoked."""
+    """List keys: name, prefix, created, last used, spent / spend cap, revoked."""
     from ..server.keys import KeyStore
 
     records = KeyStore(_home()).load()
     if not records:
         click.echo("no API keys; create one with: flownb keys create --name NAME", err=True)
         return
-    rows = [("NAME", "PREFIX", "CREATED", "LAST USED", "REVOKED")]
+    from ..show.meter import usd
+
+    spent = KeyStore(_home()).spent()
+    rows = [("NAME", "PREFIX", "CREATED", "LAST USED", "SPENT / CAP", "REVOKED")]
     for r in records:
-        rows.append((r.name, r.prefix, r.created, r.last_used or "never", r.revoked or "-"))
+        cap = (
+            "-" if r.max_spend is None else f"{usd(spent.get(r.digest, 0.0))} / {usd(r.max_spend)}"
+        )
+        rows.append((r.name, r.prefix, r.created, r.last_used or "never", cap, r.revoked or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@keys.command("cap")
+@click.argument("name")
+@click.argument("usd", type=click.FloatRange(min=0), required=False)
+def keys_cap(name: str, usd: float | None) -> None:
+    """Set the spend cap (US dollars) of the key named NAME; without USD, remove it. What the
+    key spent so far still counts; a running server sees the change on its next request."""
+    from ..server.keys import KeyStore
+
+    KeyStore(_home()).set_cap(name, usd)
+    said = "no spend cap" if usd is None else f"a spend cap of ${usd:g}"
+    click.echo(f"flownb: API key {name!r} now has {said}", err=True)
 
 
 @keys.command("revoke")

@@ -30,7 +30,9 @@ endpoint that names no source uses its provider's usual variable (``OPENAI_API_K
 leave unset; but that variable goes only to its vendor's own hosts (:data:`VENDOR_HOSTS`), or to
 the base URL the environment pairs with it (``OPENAI_BASE_URL``, ``AZURE_OPENAI_ENDPOINT``). An
 endpoint elsewhere that names no variable sends no key (with a warning, once, when the variable
-is set): to send it there, name it (``api_key_env = "OPENAI_API_KEY"``).
+is set): to send it there, name it (``api_key_env = "OPENAI_API_KEY"``). A literal key belongs
+to the endpoint's origin (scheme, host, port): :meth:`Endpoint.replace` to another origin asks
+for a new one instead of taking it along.
 
 A flow reads its endpoint's key once, when it is loaded (:meth:`Endpoint.bind`), and keeps it in
 memory: copies of the flow in this process use that key even if the variable changes later, so
@@ -54,6 +56,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..show.notices import warn
+from .origins import origin, shown
 
 __all__ = [
     "DEFAULT_KEY_ENV",
@@ -121,6 +124,7 @@ _FILE_FIELDS = frozenset(
         "deployments",
         "headers",
         "prices",
+        "price_as",
         "images",
         "concurrency",
         "rpm",
@@ -169,12 +173,15 @@ class Endpoint:
     when ``None``); ``api_key`` a literal key (Python only, kept in memory) or ``api_key_env``
     the environment variable holding it; ``api_version`` and ``deployments`` (model ->
     deployment name) are Azure's; ``headers`` go with every request; ``prices`` override the
-    price table for this endpoint's models; ``images=False`` declares there is no images
-    endpoint (image nodes are refused at load); ``concurrency`` / ``rpm`` / ``tpm`` are this
-    endpoint's own limits (a flow's explicit arguments win).
+    price table for this endpoint's models; ``price_as`` names the model of the price table
+    whose list price its calls cost (a model alias, or a Claude model behind an
+    OpenAI-compatible gateway; checked against the table); ``images=False`` declares there is
+    no images endpoint (image nodes are refused at load); ``concurrency`` / ``rpm`` / ``tpm``
+    are this endpoint's own limits (a flow's explicit arguments win).
 
     Raises:
-        ConfigError: a field of the wrong type, or both ``api_key`` and ``api_key_env``.
+        ConfigError: a field of the wrong type, both ``api_key`` and ``api_key_env``, or a
+            ``price_as`` the price table does not know (naming the closest names it knows).
     """
 
     __slots__ = (
@@ -188,6 +195,7 @@ class Endpoint:
         "headers",
         "images",
         "name",
+        "price_as",
         "prices",
         "provider",
         "rpm",
@@ -206,6 +214,7 @@ class Endpoint:
         deployments: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         prices: Mapping[str, Any] | None = None,
+        price_as: str | None = None,
         images: bool | None = None,
         concurrency: int | None = None,
         rpm: float | None = None,
@@ -226,6 +235,15 @@ class Endpoint:
             raise ConfigError(f"endpoint {name!r}: images must be true or false")
         if prices is not None and not isinstance(prices, Mapping):
             raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
+        if price_as is not None:
+            if not isinstance(price_as, str) or not price_as.strip():
+                raise ConfigError(f"endpoint {name!r}: price_as must be a model name")
+            from .pricing import price_as_model
+
+            try:
+                price_as_model(price_as.strip())
+            except ConfigError as exc:
+                raise ConfigError(f"endpoint {name!r}: {exc}") from None
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
@@ -239,6 +257,7 @@ class Endpoint:
         self.deployments = _str_map(deployments, f"endpoint {name!r}: deployments")
         self.headers = _str_map(headers, f"endpoint {name!r}: headers")
         self.prices = dict(prices) if prices is not None else None
+        self.price_as = price_as.strip() if price_as is not None else None
         self.images = images
         self.concurrency = concurrency
         self.rpm = _positive(rpm, f"endpoint {name!r}: rpm")
@@ -377,9 +396,24 @@ class Endpoint:
 
     def replace(self, **changes: Any) -> Endpoint:
         """Return a copy with ``changes`` (constructor arguments) applied. A copy keeps the
-        literal key unless ``api_key`` or ``api_key_env`` is changed."""
+        literal key unless ``api_key`` or ``api_key_env`` is changed; a copy moved to another
+        origin (``base_url`` on another scheme, host or port) never takes it along.
+
+        Raises:
+            ConfigError: ``base_url`` moves an endpoint holding a literal key to another
+                origin without a new ``api_key`` or ``api_key_env`` (the message asks for one).
+        """
         fields = self.fields()
         rekeyed = "api_key" in changes or "api_key_env" in changes
+        literal = self._held.key is not None or self._held.withheld
+        if literal and not rekeyed and "base_url" in changes and self._moves(changes["base_url"]):
+            here = shown(self.base_url) if self.base_url else f"{self.provider}'s default host"
+            there = shown(str(changes["base_url"])) if changes["base_url"] else "its default host"
+            raise ConfigError(
+                f"endpoint {self.name!r} moves from {here} to {there}: its api_key was given for "
+                f"{here} and does not go to another host; give one for {there} "
+                "(replace(base_url=..., api_key=...), or api_key_env=... naming its variable)"
+            )
         if rekeyed:
             fields.pop("api_key_env", None)
         else:
@@ -392,6 +426,16 @@ class Endpoint:
         new._env_paired = self._env_paired and new.base_url == self.base_url
         return new
 
+    def _moves(self, base_url: object) -> bool:
+        """Return whether ``base_url`` is on another origin (scheme, host, port) than this
+        endpoint's (no base URL: the provider's default, its vendor's own host)."""
+        if not base_url:
+            return bool(self.base_url)  # back to the default host: moved unless already there
+        new = origin(str(base_url))
+        if self.base_url:
+            return origin(self.base_url) != new
+        return new[0] != "https" or new[1] not in VENDOR_HOSTS.get(self.provider, ())
+
     def fields(self) -> dict[str, Any]:
         """Return the constructor arguments that rebuild this endpoint (never its key)."""
         return {
@@ -403,6 +447,7 @@ class Endpoint:
             "deployments": self.deployments,
             "headers": self.headers,
             "prices": self.prices,
+            "price_as": self.price_as,
             "images": self.images,
             "concurrency": self.concurrency,
             "rpm": self.rpm,
@@ -452,6 +497,8 @@ class Endpoint:
             parts.append(f"headers=[{', '.join(sorted(self.headers))}]")  # names, not values
         if self.prices:
             parts.append(f"prices={self.prices!r}")
+        if self.price_as:
+            parts.append(f"price_as={self.price_as!r}")
         return f"Endpoint({', '.join(parts)})"
 
 

@@ -23,6 +23,12 @@ for, cached or not: the same on every re-run). A figure some of whose calls have
 the sum of the priced ones, a lower bound ("at least"), with ``unpriced`` counting the others;
 NaN only when none of its calls has a price.
 
+Behind a gateway, two more sources come first. A gateway that prices each call itself (LiteLLM's
+proxy sends ``x-litellm-response-cost``, US dollars) is taken at its word for that call (the
+provider sets the generation's ``cost``). An endpoint's ``price_as`` names the model whose list
+price applies to its calls (:func:`price_as_model`): an alias the gateway routes, or a Claude
+model behind an OpenAI-compatible gateway, which the table cannot know by the name it is sent as.
+
 Estimates (previews, dry runs) count a prompt's tokens as ``ceil(characters / 4)`` (OpenAI's
 rule of thumb for English; tiktoken's encodings are downloaded at first use, which flownb does
 not rely on) and assume each call writes its ``max_tokens`` (or :data:`ESTIMATE_OUTPUT_TOKENS`
@@ -46,12 +52,14 @@ __all__ = [
     "NAN",
     "Money",
     "call_cost",
+    "context_window",
     "costs_of",
     "estimate_cost",
     "estimate_tokens",
     "image_call_cost",
     "load_table",
     "money_of",
+    "price_as_model",
     "table_id",
     "table_loaded",
     "uses_table",
@@ -199,18 +207,50 @@ def _table_price(
     return float(fresh * per_in + out * per_out + cached * per_read + written * per_write)
 
 
+@functools.lru_cache(maxsize=64)
+def price_as_model(name: str) -> tuple[str, str]:
+    """Return the price table's ``(provider id, model id)`` of the model ``name`` (an endpoint's
+    ``price_as``), found among every vendor the table knows.
+
+    Raises:
+        ConfigError: the table knows no such model (naming the closest names it knows).
+    """
+    from genai_prices import Usage, calc_price, data
+
+    from ..errors import ConfigError
+
+    _loaded.set()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = calc_price(Usage(input_tokens=_PROBE, output_tokens=_PROBE), name)
+    except (LookupError, ValueError):
+        import difflib
+
+        known = {model.id for provider in data.providers for model in provider.models}
+        near = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+        raise ConfigError(
+            f"price_as {name!r} is not a model of the price table, so its price is unknown{hint}"
+        ) from None
+    return found.provider.id, found.model.id
+
+
 def call_cost(
     provider: str,
     model: str | None,
     usage: Mapping[str, int] | None,
     prices: Mapping[str, Mapping[str, Any]] | None = None,
+    price_as: tuple[str, str] | None = None,
 ) -> float:
     """Return the US dollars one call cost, or NaN when it cannot be known.
 
     ``usage`` is flownb's form of what the provider reported: ``prompt_tokens`` (every input
     token, cache reads and writes included), ``completion_tokens`` (every output token,
     reasoning included), and optionally ``cached_tokens`` and ``cache_write_tokens``.
-    ``prices`` is an endpoint's override (see the module docstring), used first.
+    ``prices`` is an endpoint's override (see the module docstring), used first; ``price_as``
+    the table's ``(provider id, model id)`` whose price applies instead of ``model``'s (see
+    :func:`price_as_model`).
     """
     if provider == "offline":
         return 0.0
@@ -218,9 +258,11 @@ def call_cost(
         entry = _override(prices, model)
         if entry:
             return _from_override(entry, usage or {}) if usage else NAN
+    provider_id = table_id(provider) if price_as is None else price_as[0]
+    if price_as is not None:
+        model = price_as[1]
     if not usage or not model:
         return NAN
-    provider_id = table_id(provider)
     if provider_id is None:
         return NAN
     return _table_price(
@@ -233,17 +275,45 @@ def call_cost(
     )
 
 
+@functools.lru_cache(maxsize=256)
+def context_window(
+    provider: str, model: str | None, price_as: tuple[str, str] | None = None
+) -> int | None:
+    """Return the tokens ``model`` (of a provider kind; ``price_as``: the table's id and model
+    to look up instead) takes and writes in one call, from the price table (an upper bound on
+    what one answer can write); None when the table does not say."""
+    provider_id = table_id(provider)
+    if price_as is not None:
+        provider_id, model = price_as
+    if provider_id is None or not model:
+        return None
+    from genai_prices import Usage, calc_price
+
+    _loaded.set()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            calc = calc_price(
+                Usage(input_tokens=1, output_tokens=1), model, provider_id=provider_id
+            )
+    except (LookupError, ValueError):
+        return None
+    window = getattr(calc.model, "context_window", None)
+    return int(window) if window else None
+
+
 def estimate_cost(
     provider: str,
     model: str | None,
     prompt_tokens: int,
     output_tokens: int,
     prices: Mapping[str, Mapping[str, Any]] | None = None,
+    price_as: tuple[str, str] | None = None,
 ) -> float:
     """Return an estimate, in US dollars, of a call with that many input and output tokens
     (NaN when the model's price is unknown)."""
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": output_tokens}
-    return call_cost(provider, model, usage, prices)
+    return call_cost(provider, model, usage, prices, price_as)
 
 
 def image_call_cost(

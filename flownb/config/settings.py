@@ -131,6 +131,11 @@ class Settings:
     media_max: int = DEFAULT_MEDIA_MAX  # FLOWNB_MEDIA_MAX (bytes; 0: no cap)
     body_timeout: float = DEFAULT_BODY_TIMEOUT  # FLOWNB_BODY_TIMEOUT (flownb serve)
     public_url: str | None = None  # FLOWNB_PUBLIC_URL: where clients reach flownb serve
+    # FLOWNB_MEDIA_ALLOW: origins (http://host:port) and address ranges (10.0.0.0/8) image
+    # URLs may be fetched from besides public addresses and the endpoint's own origin.
+    media_allow: tuple[str, ...] = ()
+    # FLOWNB_FORWARDED_ALLOW_IPS: the proxies whose X-Forwarded-* headers flownb serve trusts
+    forwarded_allow_ips: str | None = None
 
     @property
     def media_dir(self) -> Path:
@@ -206,6 +211,8 @@ def get_settings() -> Settings:
             or DEFAULT_BODY_TIMEOUT
         ),
         public_url=env.get("FLOWNB_PUBLIC_URL") or None,
+        media_allow=_media_allow(env.get("FLOWNB_MEDIA_ALLOW")),
+        forwarded_allow_ips=env.get("FLOWNB_FORWARDED_ALLOW_IPS") or None,
     )
 
 
@@ -285,6 +292,8 @@ class RunConfig:
     service_key: str | None = field(default=None, repr=False)
     # Bytes of images kept in home/media before the least recently used go (0: no cap).
     media_max: int = DEFAULT_MEDIA_MAX
+    # Where image URLs may also be fetched from (FLOWNB_MEDIA_ALLOW; see _media_allow).
+    media_allow: tuple[str, ...] = ()
     # The run settings given explicitly (RunOptions), so that a copy on another endpoint is
     # resolved by the same rule (see :meth:`on_endpoint`): an explicit argument stays.
     given: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
@@ -308,11 +317,11 @@ class RunConfig:
         Raises:
             ConfigError: an unknown endpoint name.
         """
-        given = {k: v for k, v in self.given.items() if k not in _WHERE_CALLS_GO}
-        return resolve_run_config(home=self.home, endpoint=endpoint, **given)  # type: ignore[arg-type]
+        return resolve_run_config(home=self.home, endpoint=endpoint, **self.given)  # type: ignore[arg-type]
 
 
-# The run settings that say where calls go: replaced, not kept, when a flow moves endpoint.
+# The run settings that say where calls go: replaced, not kept, when a flow moves endpoint (and
+# never kept in a RunConfig's ``given``: a literal key must not travel with a pickled flow).
 _WHERE_CALLS_GO = ("endpoint", "base_url", "api_key")
 
 
@@ -408,7 +417,9 @@ def resolve_run_config(
         service_url=s.base_url,
         service_key=s.api_key,
         media_max=media_max if media_max is not None else s.media_max,
-        given={k: v for k, v in options.items() if v is not None},
+        media_allow=s.media_allow,
+        # Never a key: the configuration travels with a pickled flow (a worker rebuilds it).
+        given={k: v for k, v in options.items() if v is not None and k not in _WHERE_CALLS_GO},
     )
 
 
@@ -420,17 +431,25 @@ class ServeLimits:
 
     body_timeout: float
     public_url: str | None
+    # The proxies (addresses, networks, or "*") whose X-Forwarded-Proto/-For are believed;
+    # None: nobody's, so no caller can make image URLs https or change its own address.
+    forwarded_allow_ips: str | None = None
 
 
 def resolve_serve_limits(
-    *, body_timeout: float | None = None, public_url: str | None = None
+    *,
+    body_timeout: float | None = None,
+    public_url: str | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> ServeLimits:
-    """Return the server's body timeout and public URL: each argument, else
-    ``FLOWNB_BODY_TIMEOUT`` / ``FLOWNB_PUBLIC_URL``, else the default.
+    """Return the server's body timeout, public URL and trusted proxies: each argument, else
+    ``FLOWNB_BODY_TIMEOUT`` / ``FLOWNB_PUBLIC_URL`` / ``FLOWNB_FORWARDED_ALLOW_IPS``, else the
+    default (30 s, none, none).
 
     Raises:
-        ConfigError: a timeout that is not a positive finite number, or a public URL that is
-            not an http(s) URL without query or fragment.
+        ConfigError: a timeout that is not a positive finite number, a public URL that is
+            not an http(s) URL without query or fragment, or a trusted proxy that is not an
+            address, a network or ``*``.
     """
     s = get_settings()
     timeout = s.body_timeout if body_timeout is None else body_timeout
@@ -450,7 +469,30 @@ def resolve_serve_limits(
                 "(--public-url / FLOWNB_PUBLIC_URL)"
             )
         url = url.strip().rstrip("/")
-    return ServeLimits(float(timeout), url or None)
+    proxies = forwarded_allow_ips if forwarded_allow_ips is not None else s.forwarded_allow_ips
+    return ServeLimits(float(timeout), url or None, _trusted_proxies(proxies))
+
+
+def _trusted_proxies(value: str | None) -> str | None:
+    """Return the trusted proxies as a comma-separated list (``None`` when empty).
+
+    Raises:
+        ConfigError: an item that is not an IP address, a network or ``*``.
+    """
+    import ipaddress
+
+    items = [item.strip() for item in (value or "").split(",") if item.strip()]
+    for item in items:
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"a trusted proxy must be an IP address, a network (10.0.0.0/8) or '*', got "
+                f"{item!r} (--forwarded-allow-ips / FLOWNB_FORWARDED_ALLOW_IPS)"
+            ) from None
+    return ",".join(items) or None
 
 
 def resolve_endpoint(
@@ -567,6 +609,39 @@ def _media_max(raw: str | None) -> int:
         raise ConfigError(
             f"FLOWNB_MEDIA_MAX must be a size (500M, 2G; 0 for no cap), got {raw!r}"
         ) from None
+
+
+def _media_allow(raw: str | None) -> tuple[str, ...]:
+    """Return ``FLOWNB_MEDIA_ALLOW``'s entries (separated by commas or spaces): each an origin
+    (``http://host:port``, ``https://host``) or an address range (``10.0.0.0/8``, ``::1``),
+    written as flownb compares them.
+
+    Raises:
+        ConfigError: an entry that is neither (naming it).
+    """
+    import ipaddress
+
+    from .origins import origin, shown
+
+    entries: list[str] = []
+    for entry in (raw or "").replace(",", " ").split():
+        if "://" in entry:
+            scheme, host, port = origin(entry)
+            path = entry.split("://", 1)[1].partition("/")[2]
+            if scheme in ("http", "https") and host and port and not path:
+                entries.append(shown(entry))
+                continue
+        else:
+            try:
+                entries.append(str(ipaddress.ip_network(entry, strict=False)))
+                continue
+            except ValueError:
+                pass
+        raise ConfigError(
+            f"FLOWNB_MEDIA_ALLOW: {entry!r} is neither an origin (http://host:port) nor an "
+            "address range (10.0.0.0/8)"
+        )
+    return tuple(entries)
 
 
 def _retries(raw: str | None) -> int:

@@ -20,8 +20,13 @@ naming its ``flownb.row``).
 
 Usage is counted once: a span carries ``gen_ai.usage.*`` only for a call paid in this run (a
 cache hit carries none), and the vendor SDKs' own spans, which would repeat the same tokens
-under the same trace, are turned off in the clients flownb makes (the anthropic SDK's
-``open_telemetry=False``), so summing ``gen_ai.usage.*`` over a trace gives the run log's tokens.
+under the same trace, are kept out of the calls flownb makes (the anthropic SDK's
+``open_telemetry=False``; the SDK methods the vendors' OpenTelemetry instrumentations wrap,
+such as ``opentelemetry-instrumentation-openai-v2``'s, are called unwrapped: see
+:func:`flownb.providers.vendor.raw_uninstrumented`), so summing ``gen_ai.usage.*`` over a trace
+gives the run log's tokens. A provider batch (``batch_api=True``) is one ``chat`` span when its
+answers are collected (:func:`batch_span`): the batch's usage summed, ``flownb.batch_id`` and
+``flownb.batch_answers``, from the batch's creation to its collection.
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "RunFailures",
+    "batch_span",
     "call_span",
     "end_call",
     "flow_span",
@@ -351,6 +357,51 @@ def end_call(span: Any, gen: Generation | None, exc: BaseException | None = None
     if exc is not None:
         _failed(span, exc)
     span.end()
+
+
+def batch_span(
+    provider: str,
+    model: str | None,
+    batch_id: str,
+    answers: Iterable[Generation],
+    created: float | None = None,
+) -> None:
+    """Record a provider batch whose answers were just collected as one ``chat`` span (a no-op
+    without tracing): the usage summed over its ``answers`` (what the run log counts for them),
+    their cost when known (``flownb.cost_usd``), ``flownb.batch_id`` and ``flownb.batch_answers``,
+    from ``created`` (the batch's creation, seconds since the epoch) to now."""
+    t = tracer()
+    if t is None:
+        return
+    from opentelemetry.trace import SpanKind
+
+    count = inp = out = 0
+    costs: list[float] = []
+    for gen in answers:
+        count += 1
+        usage = gen.usage or {}
+        inp += int(usage.get("prompt_tokens", 0) or 0)
+        out += int(usage.get("completion_tokens", 0) or 0)
+        cost = getattr(gen, "cost", None)
+        if cost is not None and not math.isnan(cost):
+            costs.append(float(cost))
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": genai_provider(provider),
+        "gen_ai.system": genai_provider(provider),
+        "gen_ai.output.type": "text",
+        "gen_ai.usage.input_tokens": inp,
+        "gen_ai.usage.output_tokens": out,
+        "flownb.batch_id": batch_id,
+        "flownb.batch_answers": count,
+    }
+    if model:
+        attributes["gen_ai.request.model"] = model
+    if costs:
+        attributes["flownb.cost_usd"] = sum(costs)
+    start = int(created * 1e9) if created is not None else None
+    name = f"chat {model}" if model else "chat"
+    t.start_span(name, kind=SpanKind.CLIENT, attributes=attributes, start_time=start).end()
 
 
 def traced(

@@ -37,6 +37,7 @@ import ipywidgets as widgets
 from ..config.settings import live_view_mode
 from ..errors import InputError, one_line
 from ..infra.aio import Stopper
+from ..providers.calls import notices_to
 from ..show.display import output_bundles
 from ..show.escape import html_block, html_text
 from ..show.fallback import StaticFallback
@@ -221,6 +222,8 @@ class FlowForm(StaticFallback, widgets.VBox):
         with self._ui:
             self.output.outputs = ()  # the trait itself, so kernel and page agree
         self._set_status("running", f"Running {self.flow.name}…")
+        # The worker starts with a context of its own: this run's notices go to this form, never
+        # to a run the cell makes meanwhile (see flownb.providers.calls.notices_to).
         self._thread = threading.Thread(
             target=self._work, args=(values, stopper), name="flownb-form", daemon=True
         )
@@ -228,8 +231,13 @@ class FlowForm(StaticFallback, widgets.VBox):
 
     def _work(self, values: dict[str, str], stopper: Stopper) -> None:
         started = time.perf_counter()
+        running = f"Running {self.flow.name}…"
+
+        def notice(line: str) -> None:  # a slow retry of this form's run, said in the form
+            self._set_status("running", f"{running} {line}")
+
         try:
-            with stopper:
+            with stopper, notices_to(notice):
                 if live_view_mode() == "off":
                     result = self.flow.run(values)
                 else:  # the text grows in the live area as it streams

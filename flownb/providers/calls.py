@@ -32,17 +32,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from ..config import pricing
-from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
+from ..errors import ImageNotFetched, ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
 from .base import Call, Generation, Provider
+from .callplan import NodeCalls, node_calls
 from .inflight import count_sent
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 from .wire import WIRE, Wire
@@ -79,45 +79,50 @@ TextSink = Callable[[str | None], None]
 NOTICE_AFTER = 2.0
 # Where announcements go: a callable taking one line (a progress bar's postfix, ...).
 Notice = Callable[[str], None]
-_sinks: list[Notice] = []  # the innermost notices_to block's sink last
-_sinks_lock = threading.Lock()
+# The channels of the run being made in this context: the open notices_to blocks' sinks (the
+# innermost last) and the open retries_to blocks' counters. Context variables, not module
+# lists: a run's event-loop tasks (and a thread started with a copy of its context) inherit
+# them, while another thread's run (a form's worker beside a cell's run) has its own, so two
+# runs at once in one process never announce into each other's bar.
+_NOTICES: ContextVar[tuple[Notice, ...]] = ContextVar("flownb_notices", default=())
+_RETRIES: ContextVar[tuple[Callable[[], None], ...]] = ContextVar("flownb_retries", default=())
 
 
 @contextmanager
-def notices_to(sink: Notice) -> Iterator[None]:
-    """Send the announcements of runs made inside this block to ``sink`` (else: stderr)."""
-    with _sinks_lock:
-        _sinks.append(sink)
+def _opened(var: ContextVar[tuple[Any, ...]], item: Any) -> Iterator[None]:
+    token = var.set((*var.get(), item))
     try:
         yield
     finally:
-        with _sinks_lock:
-            _sinks.remove(sink)
+        try:
+            var.reset(token)
+        except ValueError:  # closed from another context (a view closed by another thread)
+            var.set(tuple(x for x in var.get() if x is not item))
 
 
-_counters: list[Callable[[], None]] = []  # the open retries_to blocks' counters
+def notices_to(sink: Notice) -> AbstractContextManager[None]:
+    """Send the announcements of runs started inside this block, in this thread (and the tasks
+    and threads that inherit its context), to ``sink`` (else: stderr). Runs of other threads
+    keep their own sinks."""
+    return _opened(_NOTICES, sink)
 
 
-@contextmanager
-def retries_to(counter: Callable[[], None]) -> Iterator[None]:
-    """Call ``counter()`` once per retry of a provider call made while this block is open (from
-    the thread that runs the call; a live view counts them). ``counter`` must not raise."""
-    with _sinks_lock:
-        _counters.append(counter)
-    try:
-        yield
-    finally:
-        with _sinks_lock:
-            _counters.remove(counter)
+def retries_to(counter: Callable[[], None]) -> AbstractContextManager[None]:
+    """Call ``counter()`` once per retry of a provider call of the runs started while this block
+    is open in this thread (and the tasks and threads that inherit its context; a live view
+    counts them); other threads' runs are not counted. ``counter`` must not raise."""
+    return _opened(_RETRIES, counter)
 
 
 def announce(line: str) -> None:
-    """Say ``line`` where the user looks: the sink of the innermost :func:`notices_to` block,
-    else one ``flownb: ...`` line on stderr."""
-    with _sinks_lock:
-        sink = _sinks[-1] if _sinks else None
-    if sink is not None:
-        sink(line)
+    """Say ``line`` where the user looks: the sink of the innermost :func:`notices_to` block
+    open in this context, else one ``flownb: ...`` line on stderr."""
+    _say(_NOTICES.get(), line)
+
+
+def _say(sinks: tuple[Notice, ...], line: str) -> None:
+    if sinks:
+        sinks[-1](line)
     else:
         print(f"flownb: {line}", file=sys.stderr, flush=True)
 
@@ -192,9 +197,12 @@ class CallRunner:
             shared if shared is not None else {}
         )
         self._announced: set[tuple[str, int | None]] = set()  # kinds of failure said so
-        self._prefixes: dict[int, bytes] = {}
+        # This run's channels, as its caller opened them (see notices_to and retries_to).
+        self._notices = _NOTICES.get()
+        self._counters = _RETRIES.get()
+        self._nodes: dict[int, NodeCalls] = {}  # see _node
         # Hits looked up in bulk ahead of their calls (see prefetch), by (params, prompt): one
-        # key per params object, as _prefix has it, so a hit costs no hashing. Each used once.
+        # key per params object, as _node has it, so a hit costs no hashing. Each used once.
         self._hits: dict[tuple[int, str], Generation] = {}
         # Keys hit() just found missing, with the count of answers stored then, so the call
         # that follows does not query again unless some call has stored an answer since (a
@@ -222,14 +230,16 @@ class CallRunner:
             task.cancel()
         _finishing.update(self._in_flight)
 
-    def _prefix(self, cache: Any, call: Call) -> bytes:
+    def _node(self, call: Call) -> NodeCalls:
+        """Return what ``call``'s node's calls are (their key; see
+        :mod:`flownb.providers.callplan`), made once per node."""
         params = call.params
-        prefix = self._prefixes.get(id(params))
-        if prefix is None:
+        node = self._nodes.get(id(params))
+        if node is None:
             # Keyed by the params object: one per node for the plan's life.
-            prefix = cache.prefix(self.provider.identity(), call.kind, params, call.system)
-            self._prefixes[id(params)] = prefix
-        return prefix
+            node = node_calls(self.provider, call.kind, params, call.system, call.node_id)
+            self._nodes[id(params)] = node
+        return node
 
     def prefetch(self, calls: Iterable[Call]) -> None:
         """Look the cache up for ``calls`` (about to be made) in one bulk query, so that each of
@@ -238,10 +248,7 @@ class CallRunner:
         cache = self.cache
         if cache is None:
             return
-        keys = {
-            cache.key(self._prefix(cache, call), call.prompt): (id(call.params), call.prompt)
-            for call in calls
-        }
+        keys = {self._node(call).key(call.prompt): (id(call.params), call.prompt) for call in calls}
         if keys:
             hits = self._hits
             for key, gen in cache.get_many(keys).items():
@@ -257,7 +264,7 @@ class CallRunner:
         slot = (id(call.params), call.prompt)
         hit = self._hits.pop(slot, None) if self._hits else None
         if hit is None:
-            key = cache.key(self._prefix(cache, call), call.prompt)
+            key = self._node(call).key(call.prompt)
             hit = cache.get(key)
             if hit is None:
                 self._missed[key] = _stored
@@ -310,7 +317,7 @@ class CallRunner:
         cache = self.cache
         if cache is None:
             return await self._attempts(call, sink)
-        key = cache.key(self._prefix(cache, call), call.prompt)
+        key = self._node(call).key(call.prompt)
         hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
         # No query when hit() saw this key missing and nothing has been stored since.
         if hit is None and self._missed.pop(key, None) != _stored:
@@ -409,6 +416,19 @@ class CallRunner:
                     ended = time.perf_counter()
                     gen.provider_s = wire.elapsed(began, ended, streamed=sink is not None)
                     settle(gen)  # before the slot is freed, so the next call sees the correction
+                    if gen.pending is not None:
+                        # The paid call has ended: what its answer named is fetched now,
+                        # outside its time limit, so a slow or failed download (retried on its
+                        # own) never buys the call again.
+                        fetch, gen.pending = gen.pending, None
+                        gen = await fetch()
+        except ImageNotFetched as exc:
+            # Paid for though not fetched: priced here, so the run records what it spent.
+            if exc.paid is None or exc.paid_usd is not None:
+                raise
+            if table is not None:
+                await table
+            raise exc.priced(self.provider.cost(exc.paid)) from exc
         finally:
             waiting.discard(task)
         if gen.cost is None:
@@ -429,7 +449,9 @@ class CallRunner:
         if pricing.table_loaded():
             return None
         provider = self.provider
-        if not pricing.uses_table(provider.price_kind or provider.name, provider.prices):
+        if provider.price_as is None and not pricing.uses_table(
+            provider.price_kind or provider.name, provider.prices
+        ):
             return None
         if self._table is None:
             self._table = asyncio.get_running_loop().run_in_executor(None, pricing.load_table)
@@ -461,7 +483,7 @@ class CallRunner:
         """Count the retry (see :func:`retries_to`) and announce one that waits over
         :data:`NOTICE_AFTER` seconds: what failed, which attempt comes next of how many, and the
         wait (once per run and kind of failure)."""
-        for count in tuple(_counters):
+        for count in self._counters:
             count()
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -471,9 +493,10 @@ class CallRunner:
         if kind in self._announced:
             return
         self._announced.add(kind)
-        announce(
+        _say(
+            self._notices,
             f"{one_line(exc)}; retrying in {wait:.1f} s "
-            f"(attempt {state.attempt_number + 1} of {self.retries + 1})"
+            f"(attempt {state.attempt_number + 1} of {self.retries + 1})",
         )
 
     async def _backoff(self, seconds: float) -> None:

@@ -159,7 +159,8 @@ def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
     """Return a new provider: ``name``, else ``config.provider``, set up from ``config``.
 
     An endpoint in ``config`` prices the provider's calls: its ``prices`` override the price
-    table, which is chosen by its provider kind.
+    table, which is chosen by its provider kind, and its ``price_as`` names the model whose
+    list price applies.
 
     Raises:
         ConfigError: the name is not a provider, or the provider cannot be configured.
@@ -172,12 +173,18 @@ def make_provider(config: RunConfig, *, name: str | None = None) -> Provider:
         provider.price_kind = endpoint.provider
         if endpoint.prices is not None:
             provider.prices = endpoint.prices
+        if endpoint.price_as is not None:
+            from ..config.pricing import price_as_model
+
+            provider.price_as = price_as_model(endpoint.price_as)
     from ..config.pricing import uses_table
 
     # A provider whose calls are priced from the table calls the network (offline's and a
     # plugin's are not): its first answers would wait for the table, and its first retry
     # for tenacity.
-    table = uses_table(provider.price_kind or provider.name, provider.prices)
+    table = provider.price_as is not None or uses_table(
+        provider.price_kind or provider.name, provider.prices
+    )
     if provider.warm_modules or table:
         from .warmup import warm_up
 

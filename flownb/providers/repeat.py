@@ -30,6 +30,7 @@ class RepeatedProvider(Provider):
         self.repeat = repeat
         self.price_kind = real.price_kind
         self.prices = real.prices
+        self.price_as = real.price_as
 
     def identity(self) -> Mapping[str, Any]:
         return {**self.real.identity(), "repeat": self.repeat}

@@ -27,6 +27,7 @@ __all__ = [
     "import_quietly",
     "need_extra",
     "no_sdk_spans",
+    "raw_uninstrumented",
     "redact",
     "split_version",
     "status_error",
@@ -231,6 +232,34 @@ def no_sdk_spans(client_class: Any) -> dict[str, Any]:
     except (TypeError, ValueError):
         accepts = False
     return {"open_telemetry": False} if accepts else {}
+
+
+def raw_uninstrumented(resource: Any, method: str = "create") -> Callable[..., Any]:
+    """Return ``resource.with_raw_response.<method>`` (a Stainless SDK resource such as the
+    openai SDK's ``client.chat.completions`` or the anthropic SDK's ``client.messages``) calling
+    the SDK's own method, without the wrapper an OpenTelemetry instrumentation put around it
+    (``opentelemetry-instrumentation-openai-v2``, OpenLLMetry's, ...: each wraps the SDK's
+    classes with wrapt, and some ignore OpenTelemetry's suppression key). flownb's ``chat`` span
+    is the GenAI span of each call it makes: a second one would count the same tokens twice in
+    a trace, and a wrapper that reads the raw answer returns a stream in its own type."""
+    import inspect
+    import sys
+
+    wrapt = sys.modules.get("wrapt")  # not imported: nothing was wrapped with it
+    found = inspect.getattr_static(type(resource), method, None)
+    inner = found
+    while wrapt is not None and isinstance(inner, wrapt.FunctionWrapper):
+        inner = getattr(inner, "__wrapped__", None)
+    if inner is found or inner is None:  # not instrumented: the SDK's own path
+        return getattr(resource.with_raw_response, method)
+    import copy
+
+    # A copy of the resource whose method is the SDK's own, bound to it: with_raw_response (a
+    # cached property, dropped from the copy) then wraps that one.
+    bare = copy.copy(resource)
+    vars(bare).pop("with_raw_response", None)
+    setattr(bare, method, inner.__get__(bare, type(bare)))
+    return getattr(bare.with_raw_response, method)
 
 
 def need_extra(vendor: str, package: str, extra: str) -> ConfigError:

@@ -74,7 +74,7 @@ def _notes(provider: Provider, steps: Sequence[Any]) -> list[tuple[str, str]]:
         if step.kind != "text":
             continue  # image prices are per image, not per token: not this table's to judge
         model = provider.priced_model(step.kind, step.params)
-        if model:
+        if model and provider.price_as is None:  # else priced as the endpoint says
             note = price_note(kind, model, provider.prices)
             if note is not None:
                 found.append((f"price:{model}", f"node {step.name!r}: {note}"))

@@ -1,10 +1,17 @@
 """API keys for ``flownb serve``: created, listed and revoked by the CLI, checked by the server.
 
 Keys live in ``FLOWNB_HOME/keys.json`` as SHA-256 digests only: the key itself is shown once, when
-it is created, and never stored. The server re-reads the file when it changes on disk, so keys
-created or revoked while it runs take effect on the next request. When a key was last used is
+it is created, and never stored. The server re-reads the file when it changes on disk, looking
+at it (one ``stat``) at most every :data:`RECHECK_EVERY` seconds, and at once for a key it does
+not know: a key created while it runs is accepted on its first request, a revoked one refused
+within a second. When a key was last used is
 kept in a separate file (``keys-used.json``) that only servers write, so a server never rewrites
 the file the CLI edits.
+
+A key may carry a spend cap (``flownb keys create --max-spend 20``, or ``flownb keys cap NAME
+20``; ``max_spend`` in US dollars). What each capped key has spent is kept in
+``keys-spent.json``, written by the server as each call settles (not batched: a server killed
+and restarted must not find room that was already paid for), so the cap holds across restarts.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
 import os
 import secrets
 import tempfile
@@ -41,6 +49,10 @@ SHOWN = len(KEY_PREFIX) + 8
 # How often a running server writes last-used times (seconds): not on every request, and at most
 # this stale in `flownb keys list` (it also writes them when it stops).
 FLUSH_EVERY = 30.0
+# How often a running server looks whether the key file changed (seconds): not on every request
+# (a stat per request was a measurable share of the server's time), and an unknown key looks at
+# once, so only a revocation waits for it.
+RECHECK_EVERY = 1.0
 
 
 def _now() -> str:
@@ -62,6 +74,7 @@ class KeyRecord:
     created: str
     revoked: str | None = None
     last_used: str | None = None
+    max_spend: float | None = None  # US dollars this key may spend in all (None: no cap)
 
     @property
     def active(self) -> bool:
@@ -77,6 +90,9 @@ class Verdict:
     code: str = ""
     message: str = ""
     name: str | None = None
+    prefix: str = ""  # the accepted key's shown prefix (fnb_ and 8 characters)
+    digest: str = ""
+    max_spend: float | None = None  # the accepted key's spend cap, US dollars (None: none)
 
 
 HOW_TO_CREATE = "create one with: flownb keys create --name NAME"
@@ -89,9 +105,11 @@ class KeyStore:
         self.home = Path(home)
         self.path = self.home / "keys.json"
         self.used_path = self.home / "keys-used.json"
+        self.spent_path = self.home / "keys-spent.json"
         self._lock_path = self.home / "keys.lock"
         # Server-side view: digests -> record, refreshed when the file's stat changes.
         self._stamp: tuple[int, int, int] | None = None
+        self._looked = -math.inf  # time.monotonic() of the last stat: never yet
         self._records: list[KeyRecord] = []
         self._digests: list[tuple[bytes, KeyRecord]] = []
         self._used: dict[str, float] = {}
@@ -170,17 +188,28 @@ class KeyStore:
         return records
 
     def _save(self, records: list[KeyRecord]) -> None:
-        keys = [{k: v for k, v in asdict(r).items() if k != "last_used"} for r in records]
+        keys = [
+            {
+                k: v
+                for k, v in asdict(r).items()
+                if k != "last_used" and (v is not None or k != "max_spend")
+            }
+            for r in records
+        ]
         self._write_json(self.path, {"version": 1, "keys": keys})
+        self._looked = -math.inf  # this store's own change is seen on its next check
 
     # -- CLI operations ----------------------------------------------------------------------
 
-    def create(self, name: str) -> str:
-        """Create a key named ``name`` and return it; this is the only time it is available.
+    def create(self, name: str, max_spend: float | None = None) -> str:
+        """Create a key named ``name`` (``max_spend``: its spend cap in US dollars) and return
+        it; this is the only time it is available.
 
         Raises:
-            ConfigError: the name is empty or already names an active key.
+            ConfigError: the name is empty or already names an active key, or the cap is
+                negative.
         """
+        _check_cap(max_spend)
         name = name.strip()
         if not name:
             raise ConfigError("a key needs a name (--name NAME)")
@@ -191,9 +220,39 @@ class KeyStore:
                     f"an active key named {name!r} exists; revoke it first or pick another name"
                 )
             key = KEY_PREFIX + secrets.token_urlsafe(32)
-            records.append(KeyRecord(name, key[:SHOWN], digest(key), _now()))
+            records.append(KeyRecord(name, key[:SHOWN], digest(key), _now(), max_spend=max_spend))
             self._save(records)
         return key
+
+    def set_cap(self, name: str, max_spend: float | None) -> KeyRecord:
+        """Set (``None``: remove) the spend cap of the active key named ``name``; what it spent
+        so far still counts.
+
+        Raises:
+            ConfigError: no active key has that name, or the cap is negative.
+        """
+        _check_cap(max_spend)
+        with self._locked():
+            records = self.load()
+            hits = [r for r in records if r.active and r.name == name.strip()]
+            if not hits:
+                raise ConfigError(f"no active key named {name.strip()!r}")
+            hits[0].max_spend = max_spend
+            self._save(records)
+        return hits[0]
+
+    def spent(self) -> dict[str, float]:
+        """Return what each capped key has spent, in US dollars, by digest."""
+        data = self._read_json(self.spent_path) or {}
+        return {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
+
+    def record_spent(self, key_digest: str, spent: float) -> None:
+        """Keep ``spent`` (US dollars, in all) as what the key with ``key_digest`` has spent
+        (never less than what is kept already: another server process may have spent more)."""
+        with self._locked():
+            data = self.spent()
+            data[key_digest] = max(spent, data.get(key_digest, 0.0))
+            self._write_json(self.spent_path, data)
 
     def revoke(self, name_or_prefix: str) -> list[KeyRecord]:
         """Revoke the active keys whose name is ``name_or_prefix`` or whose key starts with it.
@@ -233,7 +292,13 @@ class KeyStore:
 
     # -- server side -------------------------------------------------------------------------
 
-    def _refresh(self) -> None:
+    def _refresh(self, *, now: bool = False) -> bool:
+        """Re-read the key file when its stat changed; stat it only when ``now`` or when the
+        last look is over :data:`RECHECK_EVERY` seconds old. Return whether it looked."""
+        looked = time.monotonic()
+        if not now and looked - self._looked < RECHECK_EVERY:
+            return False
+        self._looked = looked
         try:
             st = os.stat(self.path)
         except (FileNotFoundError, NotADirectoryError):
@@ -241,15 +306,20 @@ class KeyStore:
         else:
             stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._stamp:
-            return
-        records = self.load() if stamp is not None else []
+            return True
+        try:
+            records = self.load() if stamp is not None else []
+        except ConfigError:
+            self._looked = -math.inf  # look again next time: refused until it is mended
+            raise
         self._records = records
         self._digests = [(bytes.fromhex(r.digest), r) for r in records]
         self._stamp = stamp
+        return True
 
     def active_count(self) -> int:
         """Return how many keys are accepted right now."""
-        self._refresh()
+        self._refresh(now=True)
         return sum(r.active for r in self._records)
 
     def check(self, key: str | None) -> Verdict:
@@ -258,7 +328,7 @@ class KeyStore:
         Every stored digest is compared, in constant time, whatever matches: how long the check
         takes says nothing about which key, or how much of one, was right.
         """
-        self._refresh()
+        looked = self._refresh()
         if not key:
             if not self._records:
                 return Verdict(
@@ -269,10 +339,11 @@ class KeyStore:
                 )
             return Verdict(False, "missing_api_key", "send your API key in the x-api-key header")
         presented = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
-        found: KeyRecord | None = None
-        for stored, record in self._digests:
-            if hmac.compare_digest(stored, presented):
-                found = record
+        found = self._match(presented)
+        if found is None and not looked:
+            # Not known as of the last look: a key created since is accepted at once.
+            self._refresh(now=True)
+            found = self._match(presented)
         if found is None:
             if not self._records:
                 return Verdict(
@@ -285,7 +356,20 @@ class KeyStore:
         # from a worker thread and at shutdown: no disk write on a request's path.
         with self._used_lock:
             self._used[found.digest] = time.time()
-        return Verdict(True, name=found.name)
+        return Verdict(
+            True,
+            name=found.name,
+            prefix=found.prefix,
+            digest=found.digest,
+            max_spend=found.max_spend,
+        )
+
+    def _match(self, presented: bytes) -> KeyRecord | None:
+        found: KeyRecord | None = None
+        for stored, record in self._digests:
+            if hmac.compare_digest(stored, presented):
+                found = record
+        return found
 
     def flush_used(self) -> None:
         """Write the last-used times seen by this process (merged with other writers')."""
@@ -303,3 +387,8 @@ class KeyStore:
         except (OSError, ConfigError):
             # Last-used times are a convenience; never fail a request over them.
             pass
+
+
+def _check_cap(max_spend: float | None) -> None:
+    if max_spend is not None and not max_spend >= 0:
+        raise ConfigError(f"a key's spend cap is US dollars >= 0, got {max_spend!r}")

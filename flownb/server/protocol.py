@@ -1,43 +1,99 @@
-"""How ``flownb serve`` listens: the socket bound before anything is announced, and uvicorn's
-connection limits with defaults that keep one careless or hostile client from holding the server.
+"""How ``flownb serve`` listens: the socket bound before anything is announced, uvicorn's options
+in one place, and a guard on each connection that keeps one careless or hostile client from
+holding the server.
 
 uvicorn closes idle keep-alive connections (``timeout_keep_alive``) and answers 503 over a
-connection/task limit (``limit_concurrency``), but it has no limit on how long a client may take
-to send a request's head: a "slowloris" client trickling header bytes keeps its connection (and
-a file descriptor) forever. :func:`http_protocol` adds that limit to uvicorn's h11 protocol.
+connection/task limit (``limit_concurrency``), but three things it leaves open are closed here,
+in :class:`HeaderTimeoutH11Protocol` (uvicorn's h11 protocol, subclassed):
+
+- **time to send a head.** A "slowloris" client trickling header bytes would keep its connection
+  (and a file descriptor) forever: a connection that has not sent a complete request head within
+  ``header_timeout`` seconds (10 by default) is closed.
+- **size of a head.** h11's ``max_incomplete_event_size`` bounds only a head still incomplete in
+  its buffer: a whole 70 KB head arriving in one read passes. The guard counts the bytes of each
+  head (request line and headers, up to the blank line) and answers ``431
+  request_header_too_large`` past :data:`MAX_HEADER_BYTES`.
+- **a share of the limit for strangers.** uvicorn counts every open connection against
+  ``limit_concurrency``, so 1,100 idle connections without a key sent everyone else to 503. A
+  connection is *proven* once one of its requests was authenticated (the key dependency leaves
+  the caller in the request's state); connections not proven may hold at most
+  :data:`UNPROVEN_SHARE` of the limit. When a new connection would pass that share, the oldest
+  unproven connection that is idle (waiting for a request head) is closed to make room, so a
+  flood of idle connections can only push out its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 from typing import Any
 
+import h11
+import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..config.settings import DEFAULT_HEADER_TIMEOUT
 from ..errors import ConfigError
+from .auth import CALLER_STATE
+from .logs import log_config
+from .request_id import new_request_id
 
 __all__ = [
     "HTTP_PROTOCOL",
     "MAX_HEADER_BYTES",
+    "UNPROVEN_SHARE",
     "HeaderTimeoutH11Protocol",
     "bind",
     "http_protocol",
+    "listen_options",
 ]
 
-# Largest request head h11 buffers before answering 400 (plain text): h11's own default.
+# Largest request head (request line and headers) accepted; a bigger one is answered 431.
 MAX_HEADER_BYTES = 16 * 1024
+# The share of --limit-concurrency that connections not yet authenticated may hold.
+UNPROVEN_SHARE = 0.5
+
+# The end of a head: a blank line (h11 takes a bare LF as a line end too).
+_HEAD_END = re.compile(rb"\n\r?\n")
+
+
+def _too_large_answer() -> bytes:
+    rid = new_request_id()
+    message = f"the request head is over {MAX_HEADER_BYTES // 1024} KiB"
+    body = orjson.dumps(
+        {
+            "code": "request_header_too_large",
+            "message": message,
+            "errors": [{"code": "request_header_too_large", "message": message}],
+            "request_id": rid,
+        }
+    )
+    head = (
+        "HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n"
+        f"x-request-id: {rid}\r\n\r\n"
+    )
+    return head.encode("ascii") + body
 
 
 class HeaderTimeoutH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol that closes a connection sending no complete request head within
-    :attr:`header_timeout` seconds, and turns Nagle's algorithm off on every connection (small
-    JSON answers otherwise wait for the client's delayed ACK; asyncio does it only for sockets
-    it made itself, not for ones uvicorn or we bound)."""
+    """uvicorn's h11 protocol with the guards above: a time limit and a size limit on each
+    request head, and a share of the connection limit for connections not yet authenticated.
+    It also turns Nagle's algorithm off on every connection (small JSON answers otherwise wait
+    for the client's delayed ACK; asyncio does it only for sockets it made itself, not for ones
+    uvicorn or we bound)."""
 
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
+
+    _head_timer: asyncio.TimerHandle | None = None
+    # Bytes of the request head being received, and the last bytes seen, so a blank line split
+    # across two reads is found.
+    _head_bytes: int = 0
+    _head_tail: bytes = b""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -45,22 +101,84 @@ class HeaderTimeoutH11Protocol(H11Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._admit()
         self._arm_head_timer()
 
+    def data_received(self, data: bytes) -> None:
+        # Only while the client is between requests (h11: IDLE) do its bytes belong to a head;
+        # the rest of a body refused early (413) is not one.
+        if self.conn.their_state is h11.IDLE and not self._head_fits(data):
+            self.transport.write(_too_large_answer())
+            self.transport.close()
+            return
+        super().data_received(data)
+
     def on_response_complete(self) -> None:
+        state = self.scope.get("state") if self.scope is not None else None
+        if state and state.get(CALLER_STATE) is not None:
+            self._unproven().pop(self, None)  # proven: no longer counted among strangers
         super().on_response_complete()
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        timer = getattr(self, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._unproven().pop(self, None)
         super().connection_lost(exc)
 
+    # -- the size of a head ------------------------------------------------------------------
+
+    def _head_fits(self, data: bytes) -> bool:
+        """Count ``data`` into the current head; return whether the head is still within
+        :data:`MAX_HEADER_BYTES` (whatever follows its end is body, not counted)."""
+        seen = self._head_tail + data
+        end = _HEAD_END.search(seen)
+        if end is None:
+            self._head_bytes += len(data)
+            self._head_tail = seen[-3:]
+            return self._head_bytes <= MAX_HEADER_BYTES
+        size = self._head_bytes + end.end() - len(self._head_tail)
+        self._head_bytes, self._head_tail = 0, b""  # the next head starts from nothing
+        return size <= MAX_HEADER_BYTES
+
+    # -- the share of strangers --------------------------------------------------------------
+
+    def _unproven(self) -> dict[HeaderTimeoutH11Protocol, None]:
+        """Return this server's connections not yet proven, oldest first (shared by all its
+        connections through uvicorn's server state)."""
+        unproven: dict[HeaderTimeoutH11Protocol, None] | None = getattr(
+            self.server_state, "flownb_unproven", None
+        )
+        if unproven is None:
+            unproven = {}
+            self.server_state.flownb_unproven = unproven  # type: ignore[attr-defined]
+        return unproven
+
+    def _admit(self) -> None:
+        """Count this new connection among the unproven; when they hold their share of the
+        limit already, close the oldest one that is idle to make room."""
+        unproven = self._unproven()
+        if self.limit_concurrency is not None:
+            share = max(1, int(self.limit_concurrency * UNPROVEN_SHARE))
+            if len(unproven) >= share:
+                for other in unproven:
+                    if other.idle():
+                        del unproven[other]
+                        other.transport.close()
+                        break
+        unproven[self] = None
+
+    def idle(self) -> bool:
+        """Whether this connection waits for a request head (none sent, or the last answered)."""
+        return not self.transport.is_closing() and (
+            self.cycle is None or self.cycle.response_complete
+        )
+
+    # -- the time to send a head -------------------------------------------------------------
+
     def _arm_head_timer(self) -> None:
-        timer = getattr(self, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
+        if self._head_timer is not None:
+            self._head_timer.cancel()
         # A new request head replaces ``self.cycle``: still the same one when the timer fires
         # means no head arrived in time.
         waiting_after = self.cycle
@@ -87,6 +205,39 @@ def http_protocol(header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> type[H11Pro
         (HeaderTimeoutH11Protocol,),
         {"header_timeout": header_timeout},
     )
+
+
+def listen_options(
+    *,
+    log_level: str = "info",
+    timeout_keep_alive: int,
+    limit_concurrency: int,
+    shutdown_timeout: int,
+    forwarded_allow_ips: str | None,
+) -> dict[str, Any]:
+    """Return the keyword arguments of ``uvicorn.Config`` / ``uvicorn.run`` that ``flownb
+    serve`` listens with (all but the app, the address and the HTTP protocol).
+
+    Forwarded headers (``X-Forwarded-Proto``, ``X-Forwarded-For``) are believed only from
+    ``forwarded_allow_ips``; with ``None``, from nobody (uvicorn's own default trusts any
+    process on 127.0.0.1, which would let a local caller make image URLs https).
+    """
+    return {
+        "log_config": log_config(),
+        "log_level": log_level,
+        # The access log prints method, path and status only (never headers): no key leaks.
+        "access_log": log_level in ("info", "debug"),
+        "server_header": False,
+        "timeout_keep_alive": timeout_keep_alive,
+        "limit_concurrency": limit_concurrency,
+        # Runs still going then are cancelled (their threads stop at the next element): a
+        # stopping server never waits on work whose clients are gone.
+        "timeout_graceful_shutdown": shutdown_timeout,
+        # A head still incomplete past this is refused by h11 too (the guard counts first).
+        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+        "proxy_headers": forwarded_allow_ips is not None,
+        "forwarded_allow_ips": forwarded_allow_ips or "",
+    }
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -5,6 +5,7 @@ plain), echoed in the answer and in its log lines; the same middleware answers `
 
 from __future__ import annotations
 
+import itertools
 import secrets
 
 from fastapi import Request
@@ -17,9 +18,21 @@ from .errors import (
     log,
 )
 
-__all__ = ["REQUEST_ID", "RequestIdMiddleware"]
+__all__ = ["REQUEST_ID", "RequestIdMiddleware", "new_request_id"]
 
 REQUEST_ID = "flownb.request_id"
+# Request ids: a random prefix per process and a counter, 16 hex digits as before. They name a
+# request in the log; they need to be unique, not secret, so not 8 bytes of urandom each.
+_PREFIX = secrets.token_hex(4)
+_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """Return a new request id: unique over a process's first four billion requests, and
+    across its worker processes and restarts by its random prefix."""
+    return f"{_PREFIX}{next(_COUNTER) & 0xFFFFFFFF:08x}"
+
+
 _SAFE_REQUEST_ID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -39,7 +52,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = _incoming_request_id(scope) or secrets.token_hex(8)
+        rid = _incoming_request_id(scope) or new_request_id()
         head = scope["method"] == "HEAD"
         if head:
             scope = {**scope, "method": "GET", "flownb.head": True}

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CONNECTION_RESPONSES",
     "FLOWS_RESPONSES",
     "FLOW_ROUTE_RESPONSES",
     "MEDIA_RESPONSES",
@@ -119,6 +120,21 @@ _NOT_FOUND: dict[int | str, Any] = {
 _INTERNAL: dict[int | str, Any] = {
     500: _error("`internal_error`: something failed inside the server (no details).")
 }
+# What any route may answer before it is reached: the connection's guard (a request head over
+# 16 KiB) and uvicorn's limit (--limit-concurrency), the latter as plain text.
+CONNECTION_RESPONSES: dict[int | str, Any] = {
+    431: _error(
+        "`request_header_too_large`: the request line and headers are over 16 KiB; the "
+        "connection is closed."
+    ),
+    503: {
+        "description": (
+            "The server is over its connection limit (`--limit-concurrency`); try again. Sent "
+            "by the HTTP server itself, as plain text."
+        ),
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    },
+}
 
 FLOW_ROUTE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -139,6 +155,7 @@ FLOW_ROUTE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_AUTH,
     **_NOT_FOUND,
     **_INTERNAL,
+    **CONNECTION_RESPONSES,
 }
 
 _RETRY_AFTER = {
@@ -148,18 +165,50 @@ _RETRY_AFTER = {
     }
 }
 
+_EVENTS = (
+    "With `Accept: text/event-stream` and one element (an object, or an array of one): "
+    "server-sent events while the run goes, each `data` one line of JSON: `text` "
+    '(`{"node", "outputs", "delta"}`), `image` (`{"node", "outputs", "url"}`), `restart` '
+    '(`{"node", "outputs"}`: the node\'s text so far is void), then exactly one of `result` '
+    "(the JSON answer this request gets without the header) or `error` (the error body plus "
+    "its `status`)."
+)
+
 RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "model": list[RunOutputItem] | list[list[RunOutputItem]],
         "description": (
             "An object `variables`: one item per output node. An array: one array of items per "
-            "element, in order (`[]` for `[]`)."
+            "element, in order (`[]` for `[]`). " + _EVENTS
         ),
         "headers": _REQUEST_ID,
+        "content": {
+            "text/event-stream": {
+                "schema": {"type": "string", "description": "Server-sent events."},
+                "example": (
+                    'event: text\ndata: {"node": "Intro", "outputs": ["intro"], "delta": "Ow"}'
+                    '\n\nevent: result\ndata: [{"name": "intro", "output": "Owls", '
+                    '"type": "output"}]\n\n'
+                ),
+            }
+        },
     },
     400: _error("`invalid_json`: the body is not JSON."),
     **_AUTH,
+    402: _error(
+        "`spend_cap_reached`: the API key's spend cap is used up, or a call could have passed "
+        "it (not sent); the message says how much is left. `results` keeps the elements that "
+        "succeeded."
+    ),
     **_NOT_FOUND,
+    406: _error(
+        "`not_acceptable`: a batch of several elements asked only for `text/event-stream` "
+        "(only a run of one element streams)."
+    ),
+    408: _error(
+        "`request_timeout`: the whole body did not arrive within the server's body timeout "
+        "(default 30 s); the connection is closed."
+    ),
     413: _error("`payload_too_large`: the body is over the server's limit (default 10 MiB)."),
     415: _error(
         "`unsupported_media_type`: the body was not sent as JSON "
@@ -187,14 +236,23 @@ RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
         "`provider_timeout`: the model provider did not answer in time; `results` keeps the "
         "elements that succeeded."
     ),
+    **CONNECTION_RESPONSES,
 }
+
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
 
 MEDIA_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "The image.",
-        "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+        "description": (
+            "The image, with the type its bytes say (PNG, JPEG, WebP or GIF) and "
+            "`X-Content-Type-Options: nosniff`."
+        ),
+        "content": {
+            kind: _BINARY for kind in ("image/png", "image/jpeg", "image/webp", "image/gif")
+        },
     },
     404: _error("`not_found`: no image with this name."),
+    **CONNECTION_RESPONSES,
 }
 
 
@@ -220,4 +278,5 @@ FLOWS_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     **_AUTH,
     **_INTERNAL,
+    **CONNECTION_RESPONSES,
 }

@@ -1,10 +1,11 @@
 """The server's flows: a folder of ``<flow_id>.json`` exports, re-read when a file changes.
 
-Each request stats the flow's file (cheap); the parsed graph and its
-:class:`~flownb.runtime.engine.Plan`
-are kept until the file's modification time, size or inode change, so a flow file dropped in or
-edited while the server runs is served on the next request, with no restart. A file that fails to
-load is remembered the same way: a broken file costs one load per version, not one per request.
+The parsed graph and its :class:`~flownb.runtime.engine.Plan` are kept until the file's
+modification time, size or inode change. A loaded flow's file is looked at (one ``stat``) at most
+every :data:`RECHECK_EVERY` seconds, not on every request: a flow file dropped in is served on its
+first request, and one edited or removed while the server runs within a second, with no restart.
+A file that fails to load is remembered the same way: a broken file costs one load per version,
+not one per request.
 
 Only regular files inside the folder are served, or symlinks that resolve to one inside it: a
 symlink leading out of the folder, a FIFO or a device is no flow (404), the reason going to the
@@ -17,10 +18,12 @@ may read and parse the file, so the server calls it in a worker thread.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,10 @@ __all__ = ["FLOW_ID", "MAX_FLOW_BYTES", "FlowStore", "StoredFlow"]
 FLOW_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 log = logging.getLogger("flownb.server")
+
+# How often a loaded flow's file is looked at for a change (seconds): a stat per request was a
+# measurable share of the server's time.
+RECHECK_EVERY = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,8 @@ class FlowStore:
         # Failed loads, by flow id: the file's stamp and the error message.
         self._failed: dict[str, tuple[tuple[int, int, int], str]] = {}
         self._lock = threading.Lock()
+        # When each loaded flow's file was last looked at (time.monotonic()).
+        self._looked: dict[str, float] = {}
 
     def ids(self) -> list[str]:
         """Return the ids of the flow files the folder serves, sorted (loadable or not): files
@@ -167,14 +176,22 @@ class FlowStore:
 
     def peek(self, flow_id: str) -> StoredFlow | None:
         """Return the flow when its current version is loaded already, ``None`` when the file
-        must be read (call :meth:`get`, off the event loop). Costs one ``stat``.
+        must be read (call :meth:`get`, off the event loop). Costs one ``stat`` when the file
+        was last looked at over :data:`RECHECK_EVERY` seconds ago, else nothing.
 
         Raises:
             FlowNotFound: as :meth:`get`.
             FlowFileError: this version of the file failed to load before.
         """
+        now = time.monotonic()
+        loaded = self._flows.get(flow_id)
+        if loaded is not None and now - self._looked.get(flow_id, -math.inf) < RECHECK_EVERY:
+            return loaded
         _, stamp = self._stat(flow_id)
-        return self._remembered(flow_id, stamp)
+        found = self._remembered(flow_id, stamp)
+        if found is not None:
+            self._looked[flow_id] = now
+        return found
 
     def get(self, flow_id: str) -> StoredFlow:
         """Return the flow ``flow_id``, reloading it if its file changed.

@@ -67,6 +67,12 @@ class FakeConfig:
     stream_cut: dict[str, int] = field(default_factory=dict)
     # Answer every ``stream: true`` request 400, as a compatible server without streaming does.
     refuse_stream: bool = False
+    # Prompts containing this marker are held (no answer yet) until it is set back to "": a
+    # test keeps a run open until something else has happened, without guessing a duration.
+    held: str = ""
+    # Headers sent with every successful answer, streamed or not: what a gateway adds, such as
+    # LiteLLM's ``x-litellm-response-cost`` (its price of the call, in US dollars).
+    headers: dict[str, str] = field(default_factory=dict)
 
     def update(self, data: Mapping[str, Any]) -> None:
         """Change the fields named in ``data``; raises ValueError on unknown names or faults."""

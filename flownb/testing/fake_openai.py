@@ -322,6 +322,8 @@ def make_app(state: _State) -> web.Application:
             refused, limit_headers = _refusal(state, config)
             if refused is not None:
                 return refused
+            while config.held and config.held in prompt:
+                await asyncio.sleep(0.005)
             fault = state.pick_fault(prompt)
             if config.latency and not (fault is not None and config.faults_first):
                 await asyncio.sleep(config.latency)
@@ -330,7 +332,7 @@ def make_app(state: _State) -> web.Application:
                 return await _misbehave(fault, request, config)
             base = str(request.url.origin())
             usual = _answer(request.path, body, prompt, config, base, state.images)
-            headers = {"x-request-id": "req_fake_ok", **limit_headers}
+            headers = {"x-request-id": "req_fake_ok", **limit_headers, **config.headers}
             scripted = scripted_answer(prompt, config.answers)
             if (
                 scripted is None

@@ -20,7 +20,25 @@ from ...errors import ProviderError
 from ..base import RateLimits
 from ..vendor import status_error
 
-__all__ = ["parse_duration", "rate_limits", "usage_of"]
+__all__ = ["GATEWAY_COST", "gateway_cost", "parse_duration", "rate_limits", "usage_of"]
+
+
+# The header in which a gateway states its own price of the call, in US dollars: LiteLLM's
+# proxy sends it on every answer it prices (plain and streamed).
+GATEWAY_COST = "x-litellm-response-cost"
+
+
+def gateway_cost(headers: Mapping[str, str]) -> float | None:
+    """Return the US dollars a gateway says this answer cost (:data:`GATEWAY_COST`), or ``None``
+    when it says nothing usable (no header, not a finite number >= 0)."""
+    text = headers.get(GATEWAY_COST)
+    if text is None:
+        return None
+    try:
+        cost = float(text)
+    except ValueError:
+        return None
+    return cost if 0.0 <= cost < float("inf") else None
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")

@@ -5,8 +5,9 @@ the official ``openai`` SDK's ``AsyncOpenAI`` (``transport="sdk"`` /
 concurrency limit belong to the engine, so they work the same for every provider.
 
 Each transport posts a body and returns the decoded answer with its request id and rate limits,
-streams chat chunks, and downloads a generated image (never with the API key, capped at
-:data:`MAX_IMAGE_BYTES`). Errors are translated at this boundary (answers with
+and streams chat chunks; a redirect to another origin is refused (:mod:`..redirects`). A
+generated image's URL is downloaded by :mod:`..download`, never with the key. Errors are
+translated at this boundary (answers with
 :func:`~flownb.providers.openai.answers._translate_status`, failed connections with
 :func:`_connection_failed`). Azure's differences (deployment URLs, ``api-key``, Entra ID tokens)
 are an :class:`~flownb.providers.openai.request.Azure` handed to either transport.
@@ -30,14 +31,15 @@ from typing import Any
 
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
-from ..vendor import redact
-from ..wire import aiohttp_trace
+from ..redirects import aiohttp_trace, httpx_hooks, refused_in
+from ..vendor import raw_uninstrumented, redact
 from .answers import (
     _as_chunk,
     _chunk_of,
     _first_line,
     _not_json,
     _translate_status,
+    gateway_cost,
     rate_limits,
 )
 from .request import (
@@ -45,14 +47,10 @@ from .request import (
 )
 from .stream import sse_data
 
-__all__ = ["MAX_IMAGE_BYTES", "TRANSPORTS", "UNREACHABLE"]
+__all__ = ["TRANSPORTS", "UNREACHABLE"]
 
 
 TRANSPORTS = ("aiohttp", "sdk")
-
-
-# The largest image downloaded from a provider's URL (a 4K PNG is about 25 MB).
-MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
 # A ProviderError with this code is a setup problem (bad host name, nothing listening on a
@@ -127,30 +125,6 @@ def _connection_failed(exc: BaseException, base_url: str, key: str | None) -> Pr
     return ProviderError(
         f"could not reach the OpenAI API at {base_url}: {type(exc).__name__}: "
         f"{redact(_first_line(detail), key)}",
-        provider="openai",
-    )
-
-
-async def _read_capped(chunks: AsyncIterator[bytes], url: str) -> bytes:
-    """Return the downloaded image's bytes, read as they come (both transports' bodies).
-
-    Raises:
-        ProviderError: it grew over MAX_IMAGE_BYTES (stopped there, not read to the end).
-    """
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > MAX_IMAGE_BYTES:
-            raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def _download_failed(url: str, why: str) -> ProviderError:
-    where = urllib.parse.urlsplit(url)
-    return ProviderError(
-        f"could not download the generated image from {where.scheme}://{where.netloc}: {why}",
         provider="openai",
     )
 
@@ -231,7 +205,7 @@ class _AiohttpTransport:
             "Accept": "application/json",
             **(headers or {}),
         }
-        # Per request, not on the session: image downloads go to other hosts, without the key.
+        # Per request, not on the session (Entra ID tokens change; see _headers).
         if api_key and azure is not None:
             self.auth: dict[str, str] | None = {"api-key": api_key}
         else:
@@ -274,7 +248,8 @@ class _AiohttpTransport:
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            trace_configs=[aiohttp_trace()],  # when each request left, for its time
+            # When each request left (for its time); a redirect to another origin refused.
+            trace_configs=[aiohttp_trace()],
         )
         _SESSIONS[ident] = session
         await _close_with_loop(_SESSIONS, ident, session.close)
@@ -282,7 +257,13 @@ class _AiohttpTransport:
 
     async def post(
         self, endpoint: str, body: Mapping[str, Any]
-    ) -> tuple[Any, str | None, RateLimits | None]:
+    ) -> tuple[Any, str | None, RateLimits | None, float | None]:
+        """Return the decoded answer, its request id, its rate limits and the price a gateway
+        put on it (:func:`~.answers.gateway_cost`).
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: the request failed or was refused.
+        """
         import aiohttp
 
         try:
@@ -310,14 +291,14 @@ class _AiohttpTransport:
             raise _translate_status(status, data, headers, self.key, self.base_url + endpoint)
         if not isinstance(data, dict):
             raise _not_json(status, data, headers.get("x-request-id"))
-        return data, headers.get("x-request-id"), rate_limits(headers)
+        return data, headers.get("x-request-id"), rate_limits(headers), gateway_cost(headers)
 
     async def stream(
         self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
     ) -> AsyncIterator[Any]:
         """Yield the chunks (decoded JSON) of a streamed answer as they arrive, after putting
-        its ``request_id`` and ``limits`` in ``info``. A server that answers in one JSON body
-        instead yields it as one chunk.
+        its ``request_id``, ``limits`` and a gateway's ``cost`` in ``info``. A server that
+        answers in one JSON body instead yields it as one chunk.
 
         Raises:
             ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
@@ -346,10 +327,18 @@ class _AiohttpTransport:
                         )
                     if not isinstance(data, dict):
                         raise _not_json(resp.status, data, request_id)
-                    info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                    info.update(
+                        request_id=request_id,
+                        limits=rate_limits(resp.headers),
+                        cost=gateway_cost(resp.headers),
+                    )
                     yield _as_chunk(data)
                     return
-                info.update(request_id=request_id, limits=rate_limits(resp.headers))
+                info.update(
+                    request_id=request_id,
+                    limits=rate_limits(resp.headers),
+                    cost=gateway_cost(resp.headers),
+                )
                 async for text in sse_data(resp.content):
                     if text.strip() == "[DONE]":
                         return
@@ -358,31 +347,6 @@ class _AiohttpTransport:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except aiohttp.ClientError as exc:
             raise _connection_failed(exc, self.base_url, self.key) from exc
-
-    async def fetch(self, url: str) -> tuple[bytes, str]:
-        """Return the bytes and content type at ``url`` (an image a response pointed to),
-        through this loop's session, without the API key.
-
-        Raises:
-            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
-        """
-        import aiohttp
-
-        parts = urllib.parse.urlsplit(url)
-        proxy = None
-        if not urllib.request.proxy_bypass(parts.hostname or ""):
-            proxy = urllib.request.getproxies().get(parts.scheme)
-        try:
-            session = await self._session()
-            async with session.get(url, proxy=proxy) as resp:
-                if resp.status >= 400:
-                    raise _download_failed(url, f"HTTP {resp.status}")
-                if (resp.content_length or 0) > MAX_IMAGE_BYTES:
-                    raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
-                data = await _read_capped(resp.content.iter_chunked(256 * 1024), url)
-                return data, resp.headers.get("Content-Type", "")
-        except aiohttp.ClientError as exc:
-            raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         ident = self._ident()
@@ -415,6 +379,11 @@ class _SdkTransport:
         client = self._clients.get(loop)
         if client is None:
             azure = self.azure
+            from openai import DefaultAsyncHttpxClient
+
+            # The SDK's usual client, refusing a redirect to another origin (the key and the
+            # endpoint's headers stay with theirs).
+            http = DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None)
             if azure is not None:
                 from openai import AsyncAzureOpenAI
 
@@ -427,6 +396,7 @@ class _SdkTransport:
                     default_headers=self.headers,
                     max_retries=0,
                     timeout=None,
+                    http_client=http,
                 )
             else:
                 from openai import AsyncOpenAI
@@ -438,6 +408,7 @@ class _SdkTransport:
                     default_headers=self.headers,
                     max_retries=0,
                     timeout=None,
+                    http_client=http,
                 )
             self._clients[loop] = client
             await _close_with_loop(self._clients, loop, client.close)  # not kept past its loop
@@ -445,7 +416,13 @@ class _SdkTransport:
 
     async def post(
         self, endpoint: str, body: Mapping[str, Any]
-    ) -> tuple[Any, str | None, RateLimits | None]:
+    ) -> tuple[Any, str | None, RateLimits | None, float | None]:
+        """Return the decoded answer, its request id, its rate limits and the price a gateway
+        put on it, as :meth:`_AiohttpTransport.post` does.
+
+        Raises:
+            ProviderError, ProviderTimeout, RateLimited: the request failed or was refused.
+        """
         import openai
 
         client = await self._client()
@@ -454,20 +431,21 @@ class _SdkTransport:
         if self.azure is not None:
             model = self.azure.deployment(model)  # the SDK routes by deployment name
         try:
-            # with_raw_response: the same call, with the answer's headers (rate limits) kept.
+            # with_raw_response: the same call, with the answer's headers (rate limits) kept;
+            # the SDK's own method, without an instrumentation's span (flownb's counts it).
             if endpoint == "/chat/completions":
                 messages = rest.pop("messages")
-                raw = await client.chat.completions.with_raw_response.create(
+                raw = await raw_uninstrumented(client.chat.completions)(
                     model=model, messages=messages, extra_body=rest
                 )
             elif endpoint == "/completions":
                 prompt = rest.pop("prompt")
-                raw = await client.completions.with_raw_response.create(
+                raw = await raw_uninstrumented(client.completions)(
                     model=model, prompt=prompt, extra_body=rest
                 )
             else:
                 prompt = rest.pop("prompt")
-                raw = await client.images.with_raw_response.generate(
+                raw = await raw_uninstrumented(client.images, "generate")(
                     model=model, prompt=prompt, extra_body=rest
                 )
         except openai.OpenAIError as exc:
@@ -479,12 +457,15 @@ class _SdkTransport:
             raise _not_json(raw.status_code, raw.text, request_id) from exc
         if not isinstance(data, dict):
             raise _not_json(raw.status_code, data, request_id)
-        return data, request_id, rate_limits(raw.headers)
+        return data, request_id, rate_limits(raw.headers), gateway_cost(raw.headers)
 
     def _translate(self, exc: Exception) -> ProviderError:
         """Return the flownb error for an exception of the SDK."""
         import openai
 
+        refused = refused_in(exc)
+        if refused is not None:
+            return refused
         if isinstance(exc, openai.APIStatusError):
             return _translate_status(
                 exc.status_code,
@@ -503,7 +484,7 @@ class _SdkTransport:
         self, endpoint: str, body: Mapping[str, Any], info: dict[str, Any]
     ) -> AsyncIterator[Any]:
         """Yield the chunks of a streamed chat answer as the SDK reads them (as plain JSON
-        data), after putting its ``request_id`` and ``limits`` in ``info``.
+        data), after putting its ``request_id``, ``limits`` and a gateway's ``cost`` in ``info``.
 
         Raises:
             ProviderError, ProviderTimeout, RateLimited: as :meth:`post`, also mid-stream.
@@ -519,14 +500,18 @@ class _SdkTransport:
         rest.pop("stream", None)
         options = rest.pop("stream_options", None)
         try:
-            raw = await client.chat.completions.with_raw_response.create(
+            raw = await raw_uninstrumented(client.chat.completions)(
                 model=model,
                 messages=messages,
                 stream=True,
                 stream_options=options,
                 extra_body=rest,
             )
-            info.update(request_id=raw.headers.get("x-request-id"), limits=rate_limits(raw.headers))
+            info.update(
+                request_id=raw.headers.get("x-request-id"),
+                limits=rate_limits(raw.headers),
+                cost=gateway_cost(raw.headers),
+            )
             kind = raw.headers.get("content-type", "")
             if "json" in kind and "event-stream" not in kind:  # answered whole, not streamed
                 content = await raw.http_response.aread()
@@ -543,27 +528,6 @@ class _SdkTransport:
                 yield chunk.model_dump(mode="json", exclude_unset=True)
         except openai.OpenAIError as exc:
             raise self._translate(exc) from exc
-
-    async def fetch(self, url: str) -> tuple[bytes, str]:
-        """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
-        without the API key.
-
-        Raises:
-            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
-        """
-        import httpx
-
-        try:
-            async with (
-                httpx.AsyncClient(timeout=60) as client,
-                client.stream("GET", url) as resp,
-            ):
-                if resp.status_code >= 400:
-                    raise _download_failed(url, f"HTTP {resp.status_code}")
-                data = await _read_capped(resp.aiter_bytes(), url)
-                return data, resp.headers.get("Content-Type", "")
-        except httpx.HTTPError as exc:
-            raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
