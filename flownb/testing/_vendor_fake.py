@@ -81,6 +81,8 @@ def handler(
                 return vendor.error(400, "the body is not JSON", "invalid_request")
             state.requests.append(body)
             state.paths.append(request.path)
+            # Every record the OpenAI fake keeps, so ``received`` (which zips them) is whole.
+            state.queries.append(dict(request.query))
             state.headers.append(dict(request.headers))
             why = (
                 vendor.check(request, body)
