@@ -359,7 +359,8 @@ class CallRunner:
             del self._in_flight[key]
             if _finishing.get(key) is fut:
                 del _finishing[key]
-        cache.put(key, gen)
+        # Committed with the other answers of this turn of the loop (see CallCache.put_soon).
+        cache.put_soon(key, gen, asyncio.get_running_loop())
         _stored += 1
         fut.set_result(gen)
         return gen
