@@ -2,17 +2,25 @@
 
 Each benchmark measures its own reference in the same run (a plain loop, the ideal bound, a bare
 FastAPI route, the DataFrame's size), so the ratios are comparable across noisy machines where
-absolute times are not. ``python -m bench NAME ...`` runs only the named ones.
+absolute times are not. ``python -m bench NAME ...`` runs only the named ones;
+``python -m bench --write [NAME ...]`` also writes their figures into the pages' generated blocks
+(see :mod:`bench.pages`). Before anything is timed, flownb, the benchmarks and every installed
+package are compiled to bytecode (both sides of every ratio), or the run is refused.
 """
 
 from __future__ import annotations
 
+import compileall
 import importlib
+import os
 import sys
+import sysconfig
 import time
+from pathlib import Path
 
 BENCHMARKS = {
     "engine_overhead": "engine vs a plain loop (10,000 rows, offline)",
+    "scaling": "run_dataframe at 10k, 100k, 1M rows: bar, str.format loop, run log, memory, disk",
     "latency_batch": "latency-bound batch vs the ideal bound (loopback OpenAI server)",
     "crash_rerun": "answers bought again after kill -9 of a CLI batch vs those received",
     "backoff": "random 429s, a concurrency limit, a rate limit with headers vs their ideals",
@@ -30,19 +38,44 @@ BENCHMARKS = {
 }
 
 
-def main(names: list[str]) -> int:
+def compiled() -> list[str]:
+    """Compile flownb, the benchmarks and the installed packages to bytecode (``compileall``
+    writes it whatever ``PYTHONDONTWRITEBYTECODE`` says); return the folders that failed."""
+    import flownb
+
+    folders = {Path(flownb.__file__).parent, Path(__file__).parent}
+    folders |= {Path(sysconfig.get_paths()[key]) for key in ("purelib", "platlib")}
+    failed = []
+    for folder in sorted(folders):
+        if folder.is_dir() and not compileall.compile_dir(folder, quiet=2, workers=0):
+            failed.append(str(folder))
+    return failed
+
+
+def main(argv: list[str]) -> int:
     """Run the named benchmarks (all by default); print a summary. Returns an exit status."""
+    write = "--write" in argv
+    names = [a for a in argv if a != "--write"]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
         return 2
+    failed = compiled()
+    if failed:
+        print(f"refused: cannot compile {', '.join(failed)} to bytecode (timings would differ)")
+        return 1
     summary: list[tuple[str, str, float]] = []
     for name in names or list(BENCHMARKS):
         print(f"\n=== {name}: {BENCHMARKS[name]}", flush=True)
-        started = time.perf_counter()
-        ratios = importlib.import_module(f"bench.{name}").main([])
+        started, load = time.perf_counter(), os.getloadavg()[0]
+        ratios = importlib.import_module(f"bench.{name}").main([]) or {}
         print(f"({time.perf_counter() - started:.0f} s)", flush=True)
-        summary += [(name, label, value) for label, value in (ratios or {}).items()]
+        summary += [(name, label, value) for label, value in ratios.items()]
+        if write:
+            from bench.pages import write as write_pages
+
+            pages = write_pages(name, ratios, loads=(load, os.getloadavg()[0]))
+            print(f"written into {', '.join(p.name for p in pages) or 'no page (no block)'}")
     print("\n=== summary (ratios measured in the same run)")
     for name, label, value in summary:
         print(f"  {name:18s} {label:48s} {value:7.2f}")

@@ -29,6 +29,7 @@ from .errors import (
     RateLimited,
     ServiceTimeout,
     ServiceUnavailable,
+    SpendCapReached,
 )
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ __all__ = [
     "RunResult",
     "ServiceTimeout",
     "ServiceUnavailable",
+    "SpendCapReached",
     "StreamEvent",
     "__version__",
     "batches",

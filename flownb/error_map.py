@@ -25,6 +25,7 @@ from .errors import (
     ProviderError,
     ProviderTimeout,
     RateLimited,
+    SpendCapReached,
 )
 
 __all__ = ["HTTP_ERRORS", "VARIABLE_CODES", "from_http", "http_status", "parse_retry_after"]
@@ -35,6 +36,7 @@ __all__ = ["HTTP_ERRORS", "VARIABLE_CODES", "from_http", "http_status", "parse_r
 HTTP_ERRORS: tuple[tuple[type[FlownbError], int, str], ...] = (
     (AuthError, 401, "invalid_api_key"),
     (FlowNotFound, 404, "flow_not_found"),
+    (SpendCapReached, 402, "spend_cap_reached"),
     (InputError, 422, "invalid_variables"),
     (ProviderTimeout, 504, "provider_timeout"),
     (RateLimited, 429, "upstream_rate_limited"),
@@ -115,6 +117,8 @@ def from_http(
             code=code or None,
             retry_after=retry_after,
         )
+    if cls is SpendCapReached:
+        return SpendCapReached(message)
     if cls is AuthError:
         return AuthError(
             message, status=status, code=code or None, problems=problems, request_id=request_id

@@ -7,8 +7,11 @@
     ├── InputError                   run variables that do not fit the flow; ``.problems`` lists all
     ├── ProviderError                a model provider failed; keeps its message, status, request id
     │   ├── ProviderTimeout          ... did not answer in time
-    │   └── RateLimited              ... kept refusing us for rate; ``.retry_after`` in seconds
+    │   ├── RateLimited              ... kept refusing us for rate; ``.retry_after`` in seconds
+    │   ├── RedirectRefused          ... redirected to another origin (no key is sent there)
+    │   └── ImageNotFetched          ... made (and billed) an image flownb could not download
     ├── BatchError                   batch elements failed at run time; ``.results`` keeps the rest
+    ├── SpendCapReached              a call not sent: it could have taken the run past ``max_spend``
     ├── ServiceUnavailable           the flow service cannot be reached (refused, unreachable, ...)
     ├── ServiceTimeout               the flow service did not answer in time
     └── ApiError                     an error answer of the flow service (client and server side)
@@ -27,6 +30,7 @@ show any error on one line (CLI, DataFrame ``error`` column, run log, form, serv
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -40,13 +44,16 @@ __all__ = [
     "FlowFileError",
     "FlowNotFound",
     "FlownbError",
+    "ImageNotFetched",
     "InputError",
     "Problem",
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "RedirectRefused",
     "ServiceTimeout",
     "ServiceUnavailable",
+    "SpendCapReached",
     "one_line",
 ]
 
@@ -195,6 +202,39 @@ class RateLimited(ProviderError):
         self.rate_limits = rate_limits
 
 
+class RedirectRefused(ProviderError):
+    """A provider's endpoint redirected a request to another origin (scheme, host and port):
+    flownb sends a key or an endpoint's headers only to the origin they were given for, so the
+    redirect is not followed. The message names both origins, never the key. Never retried."""
+
+    code = "redirect_refused"
+
+
+class ImageNotFetched(ProviderError):
+    """An image was generated, and so billed, but its URL could not be downloaded (refused by
+    the media rules, not an image, or failing after the download's own retries). The
+    generation is not bought again: ``paid_usd`` is what it cost (NaN: an unknown price; set
+    by the call runner from ``paid``, the generation as billed), and
+    the message says it was paid for and names the URL's host. Never retried."""
+
+    code = "image_not_fetched"
+
+    # ``paid`` is typed loosely so this module imports nothing of flownb (a Generation).
+    def __init__(
+        self, message: str, *, paid: Any = None, paid_usd: float | None = None, **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.paid = paid  # the generation as billed: model, usage, priced_as
+        self.paid_usd = paid_usd
+
+    def priced(self, usd: float) -> ImageNotFetched:
+        """Return a copy of this error (raised from it) saying it cost ``usd``."""
+        priced = copy.copy(self)
+        priced.paid_usd = usd
+        priced.__cause__ = self
+        return priced
+
+
 class BatchError(FlownbError):
     """Some elements of a batch failed at run time.
 
@@ -216,6 +256,23 @@ class BatchError(FlownbError):
         )
         codes = {getattr(e, "code", "internal_error") for e in errors.values()}
         super().__init__(message, code=codes.pop() if len(codes) == 1 else "batch_failed")
+
+
+class SpendCapReached(FlownbError):
+    """A call was not sent: what was spent plus the most the calls in flight and this one could
+    still cost would have passed the cap (``max_spend=``, or an API key's cap on the server).
+    Nothing was paid for it; a re-run with a higher cap buys it. ``cap``, ``spent`` and
+    ``left`` are US dollars (``left``: what the cap still allows).
+    """
+
+    code = "spend_cap_reached"
+
+    def __init__(self, message: str, *, cap: float = math.nan, spent: float = math.nan) -> None:
+        super().__init__(message)
+        self.cap = cap
+        self.spent = spent
+        # NaN when not known (an answer of a served flow, decoded from its message).
+        self.left = max(0.0, cap - spent) if cap == cap and spent == spent else math.nan
 
 
 class ServiceUnavailable(FlownbError, ConnectionError):

@@ -508,3 +508,25 @@ def test_a_process_given_a_dead_submitters_number_later_does_not_hold_its_batch(
         other.kill()
         other.wait()
     assert out.loc[0, "echo"] == "echo: Say reused" and fake.batches.created == 1
+
+
+def test_max_spend_submits_only_the_calls_that_fit_at_the_batch_price(fake: FakeOpenAI) -> None:
+    from vendor_fakes import flow_with
+
+    from flownb.runtime.plan import step_calls
+
+    params = {"model": "gpt-4o-mini", "max_tokens": 256}
+    flow = flownb.load_flow(flow_with({"A": params, "B": params}))
+    node = step_calls(flow.provider, flow.plan.steps[0])
+    most = node.most("A about topic-0", batch=True)
+    assert most == pytest.approx(node.most("A about topic-0") / 2)  # the batch API's own price
+    df = pd.DataFrame({"topic": [f"topic-{i}" for i in range(10)]})
+    with pytest.warns(UserWarning, match="over the spend cap"):
+        out = flow.run_dataframe(df, batch_api=True, max_spend=7.5 * most, progress=False)
+    lines = _uploaded_lines(fake)
+    assert len(lines) == 7  # rows 0-2 whole, row 3's first node
+    assert sum(node.most(ln["body"]["messages"][0]["content"], batch=True) for ln in lines) <= (
+        7.5 * most
+    )
+    assert out["error"].isna().tolist() == [True] * 3 + [False] * 7
+    assert out["error"].dropna().str.contains("spend_cap_reached").all()

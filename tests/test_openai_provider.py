@@ -369,7 +369,7 @@ def test_fake_server_runs_as_a_module_for_the_plain_sdk() -> None:
 def test_an_image_over_the_download_cap_is_refused_not_stored(
     fake: FakeOpenAI, transport: str, monkeypatch: pytest.MonkeyPatch, flownb_env: Path
 ) -> None:
-    from flownb.providers.openai import transport as mod
+    from flownb.providers import download as mod
 
     size = len(image_bytes("About owls."))
     monkeypatch.setattr(mod, "MAX_IMAGE_BYTES", size - 1)  # the fake's PNG is one byte over

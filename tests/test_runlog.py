@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import sqlite3
+import zlib
+from contextlib import closing
 from pathlib import Path
 
+import orjson
 import pandas as pd
 import pytest
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
@@ -103,14 +106,40 @@ def test_log_false_and_flownb_runlog_0(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(flownb.runs()) == 0
 
 
-def test_sql_view_gives_one_row_per_run(flownb_env: Path) -> None:
+def test_chunks_are_stored_compressed_with_their_count_and_last_finish(
+    flownb_env: Path,
+) -> None:
     flownb.load_flow(make_flow(PROMPTS, ["topic"])).run_batch(rows(5))
-    flownb.runs()  # waits for the writer thread
+    logged = flownb.runs()  # waits for the writer thread
     with sqlite3.connect(flownb_env / RUNLOG_FILE) as db:
-        got = db.execute(
-            "SELECT idx, json_extract(inputs, '$.topic') FROM runs ORDER BY idx"
-        ).fetchall()
-    assert got == [(i, f"t{i}") for i in range(5)]
+        ((stored, n, finished),) = db.execute("SELECT rows, n, finished FROM chunks").fetchall()
+    assert isinstance(stored, bytes) and n == 5 == len(logged)
+    kept = orjson.loads(zlib.decompress(stored))
+    assert [row[3] for row in kept] == rows(5) and finished == max(row[1] for row in kept)
+
+
+def test_a_run_log_written_before_compression_is_read_and_extended(flownb_env: Path) -> None:
+    # A run log as flownb wrote it before compression: rows as JSON text, no n or finished.
+    old_row = [0, 1_700_000_000.0, "offline", {"topic": "old"}, {"intro": "Intro about old."}]
+    old_row += [0.001, None, None, None, None, None, None, 0.0, 0.0, 0.0, 0]
+    flownb_env.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(flownb_env / RUNLOG_FILE)) as db, db:
+        db.executescript(
+            "CREATE TABLE chunks (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, "
+            "flow TEXT NOT NULL, provider TEXT NOT NULL, rows TEXT NOT NULL);"
+        )
+        db.execute(
+            "INSERT INTO chunks (run_id, flow, provider, rows) VALUES ('old', 'f', 'offline', ?)",
+            (orjson.dumps([old_row]).decode(),),
+        )
+    flownb.load_flow(make_flow(PROMPTS, ["topic"])).run_batch(rows(2))
+    logged = flownb.runs()
+    assert logged["run_id"].iloc[0] == "old" and len(logged) == 3
+    assert logged["inputs"].tolist() == [{"topic": "old"}, *rows(2)]
+    with closing(sqlite3.connect(flownb_env / RUNLOG_FILE)) as db:
+        # The SQL view still expands the chunk kept as text.
+        got = db.execute("SELECT idx, json_extract(inputs, '$.topic') FROM runs").fetchall()
+    assert got == [(0, "old")]
 
 
 def test_bad_runlog_setting_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -107,7 +107,7 @@ def _home_with_history(home: Path) -> None:
 
 def _runs(home: Path) -> int:
     with sqlite3.connect(home / RUNLOG_FILE) as db:
-        return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
+        return int(db.execute("SELECT coalesce(sum(n), 0) FROM chunks").fetchone()[0])
 
 
 def test_gc_prunes_media_cache_and_run_log_by_age(flownb_env: Path) -> None:

@@ -163,8 +163,8 @@ def test_health_docs_and_openapi(server: Running) -> None:
     spec = requests.get(f"{server.url}/openapi.json", timeout=10).json()
     run = spec["paths"]["/api/flows/run/{flow_id}"]["post"]
     assert set(run["responses"]) == {
-        "200", "400", "401", "404", "406", "408", "413", "415", "422", "429", "431", "500",
-        "502", "503", "504",
+        "200", "400", "401", "402", "404", "406", "408", "413", "415", "422", "429", "431",
+        "500", "502", "503", "504",
     }  # fmt: skip
     info = spec["paths"]["/api/flows/getFlowInfo/{flow_id}"]["get"]
     assert set(info["responses"]) == {"200", "401", "404", "431", "500", "503"}

@@ -43,7 +43,7 @@ from ..errors import ConfigError
 from ..providers.registry import provider_names
 from ..show.escape import term_text
 from .inputs import parse_map
-from .opening import banner, open_flow, usage_error
+from .opening import MAX_SPEND_OPTION, banner, open_flow, usage_error
 
 if TYPE_CHECKING:
     from ..flows.base import BaseFlow
@@ -349,6 +349,7 @@ def money_line(report: Any) -> str | None:
 @click.option(
     "--details", is_flag=True, help="With --dry-run: every call's rendered prompt, one a line."
 )
+@MAX_SPEND_OPTION
 def eval_command(
     flows: tuple[str, ...],
     data_path: str,
@@ -370,6 +371,7 @@ def eval_command(
     no_progress: bool,
     dry_run: bool,
     details: bool,
+    max_spend: float | None,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
     from ..evaluation.config import load_config, make_scorer
@@ -412,6 +414,7 @@ def eval_command(
         progress=not no_progress,
         dry_run=dry_run,
         repeats=repeats,
+        max_spend=max_spend,
     )
     if dry_run:
         text = str(result) if details else result.brief("add --details")  # type: ignore[union-attr]

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import click
 
-from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound, InputError, one_line
+from ..errors import (
+    ConfigError,
+    FlowFileError,
+    FlownbError,
+    FlowNotFound,
+    ImageNotFetched,
+    InputError,
+    one_line,
+)
 from ..infra.aio import Patience, patience
 from ..providers.registry import provider_names
 from ..show.escape import term_text
@@ -39,7 +47,7 @@ from .inputs import (
     read_csv,
     read_json_batch,
 )
-from .opening import banner, open_flow, usage_error
+from .opening import MAX_SPEND_OPTION, banner, open_flow, usage_error
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -218,6 +226,7 @@ def graph(flow: str, svg_path: str | None) -> None:
     help="Send the uncached text calls of a --csv/--json batch through the provider's batch API "
     "(half price, results within 24 hours); a later run picks up batches still running.",
 )
+@MAX_SPEND_OPTION
 def run(
     flow: str,
     var_pairs: tuple[str, ...],
@@ -238,6 +247,7 @@ def run(
     dry_run: bool,
     details: bool,
     batch_api: bool,
+    max_spend: float | None,
 ) -> None:
     """Run FLOW once (--var) or over a batch (--csv / --json).
 
@@ -259,7 +269,13 @@ def run(
     defaults = f.defaults if use_defaults else {}
     if df is None and batch is None:
         _run_once(
-            f, {**defaults, **values}, target, dry_run=dry_run, details=details, safe=not raw_csv
+            f,
+            {**defaults, **values},
+            target,
+            dry_run=dry_run,
+            details=details,
+            safe=not raw_csv,
+            max_spend=max_spend,
         )
         return
     rows = _batch_rows(f, batch, df, mapping, fill, defaults)
@@ -276,6 +292,7 @@ def run(
         progress=not no_progress,
         batch_api=batch_api,
         safe=not raw_csv,
+        max_spend=max_spend,
     )
 
 
@@ -342,8 +359,10 @@ def _run_once(
     dry_run: bool,
     details: bool,
     safe: bool,
+    max_spend: float | None = None,
 ) -> None:
-    """Run ``f`` once (or show what it would call), print or write the result, then the cost.
+    """Run ``f`` once (or show what it would call), print or write the result, then the cost;
+    ``max_spend``: within that many US dollars.
 
     Raises:
         InputError: a variable is missing or unknown.
@@ -355,17 +374,22 @@ def _run_once(
     if dry_run:
         _dry_run(f.preview(values), details)
         return
-    if target is None and _streams_to_terminal():
-        from .terminal import stream_to_terminal
+    meter = CostMeter()
+    try:
+        if target is None and max_spend is None and _streams_to_terminal():
+            from .terminal import stream_to_terminal
 
-        result = stream_to_terminal(f, values, sys.stdout)
-    else:
-        result = f.run(values)
-        if target is None:
-            click.echo(str(result))
+            result = stream_to_terminal(f, values, sys.stdout)
+        else:
+            result = f.run(values, max_spend=max_spend)
+            if target is None:
+                click.echo(str(result))
+    except ImageNotFetched as exc:
+        meter.add_failed(exc)  # paid for though it failed: the cost line says so, then the error
+        click.echo(f"flownb: {meter.total_line()}", err=True)
+        raise
     if target is not None:
         _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=safe)
-    meter = CostMeter()
     meter.add(result)
     click.echo(f"flownb: {meter.total_line()}", err=True)
 
@@ -380,9 +404,11 @@ def _run_rows(
     progress: bool,
     batch_api: bool,
     safe: bool,
+    max_spend: float | None = None,
 ) -> None:
-    """Run ``f`` over ``rows`` (live, or through the provider's batch API), print or write the
-    results, then the cost; exit 130 when interrupted, 1 when a row failed."""
+    """Run ``f`` over ``rows`` (live, or through the provider's batch API; within
+    ``max_spend`` US dollars), print or write the results, then the cost; exit 130 when
+    interrupted, 1 when a row failed."""
     import pandas as pd
 
     from ..flows.local import LocalFlow
@@ -395,8 +421,29 @@ def _run_rows(
         from ..frames.batch_api import run_dataframe_batched
 
         out = run_dataframe_batched(
-            f, rows, mapping or None, fill=fill, progress=progress, spelling=CLI, meter=meter
+            f,
+            rows,
+            mapping or None,
+            fill=fill,
+            progress=progress,
+            spelling=CLI,
+            meter=meter,
+            max_spend=max_spend,
         )
+    elif max_spend is not None:
+        capped, cap = f.capped(max_spend, f.preview(rows, mapping or None, fill=fill))
+        try:
+            out = run_dataframe(
+                capped,
+                rows,
+                mapping or None,
+                fill=fill,
+                progress=progress,
+                spelling=CLI,
+                meter=meter,
+            )
+        finally:
+            click.echo(f"flownb: {cap.line()}", err=True)
     else:
         out = run_dataframe(
             f, rows, mapping or None, fill=fill, progress=progress, spelling=CLI, meter=meter

@@ -19,7 +19,18 @@ from .inputs import CLI, flow_location, no_server
 if TYPE_CHECKING:
     from ..flows.base import BaseFlow
 
-__all__ = ["banner", "open_flow", "usage_error"]
+__all__ = ["MAX_SPEND_OPTION", "banner", "open_flow", "usage_error"]
+
+
+# --max-spend of flownb run and flownb eval.
+MAX_SPEND_OPTION = click.option(
+    "--max-spend",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="USD",
+    help="Stop paying at this many US dollars: a call is sent only if what was spent plus the "
+    "most every call in flight could still cost stays within it (rows not run are marked).",
+)
 
 
 def usage_error(option: str, exc: FlownbError) -> click.UsageError:

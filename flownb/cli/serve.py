@@ -254,12 +254,19 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--name", required=True, help="A name to tell the key apart (e.g. 'laptop', 'ci').")
-def keys_create(name: str) -> None:
+@click.option(
+    "--max-spend",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="USD",
+    help="What this key may spend in all, in US dollars; the server answers 402 past it.",
+)
+def keys_create(name: str, max_spend: float | None) -> None:
     """Create a key and print it, alone, on stdout. It is shown this once: store it now."""
     from ..server.keys import KeyStore
 
     store = KeyStore(_home())
-    key = store.create(name)
+    key = store.create(name, max_spend)
     click.echo(key)
     click.echo(
         f"flownb: created API key {name!r} ({key[:12]}...). It is shown only now; "
@@ -270,19 +277,38 @@ def keys_create(name: str) -> None:
 
 @keys.command("list")
 def keys_list() -> None:
-    """List keys: name, prefix, created, last used, revoked."""
+    """List keys: name, prefix, created, last used, spent / spend cap, revoked."""
     from ..server.keys import KeyStore
 
     records = KeyStore(_home()).load()
     if not records:
         click.echo("no API keys; create one with: flownb keys create --name NAME", err=True)
         return
-    rows = [("NAME", "PREFIX", "CREATED", "LAST USED", "REVOKED")]
+    from ..show.meter import usd
+
+    spent = KeyStore(_home()).spent()
+    rows = [("NAME", "PREFIX", "CREATED", "LAST USED", "SPENT / CAP", "REVOKED")]
     for r in records:
-        rows.append((r.name, r.prefix, r.created, r.last_used or "never", r.revoked or "-"))
+        cap = (
+            "-" if r.max_spend is None else f"{usd(spent.get(r.digest, 0.0))} / {usd(r.max_spend)}"
+        )
+        rows.append((r.name, r.prefix, r.created, r.last_used or "never", cap, r.revoked or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@keys.command("cap")
+@click.argument("name")
+@click.argument("usd", type=click.FloatRange(min=0), required=False)
+def keys_cap(name: str, usd: float | None) -> None:
+    """Set the spend cap (US dollars) of the key named NAME; without USD, remove it. What the
+    key spent so far still counts; a running server sees the change on its next request."""
+    from ..server.keys import KeyStore
+
+    KeyStore(_home()).set_cap(name, usd)
+    said = "no spend cap" if usd is None else f"a spend cap of ${usd:g}"
+    click.echo(f"flownb: API key {name!r} now has {said}", err=True)
 
 
 @keys.command("revoke")

@@ -30,7 +30,9 @@ endpoint that names no source uses its provider's usual variable (``OPENAI_API_K
 leave unset; but that variable goes only to its vendor's own hosts (:data:`VENDOR_HOSTS`), or to
 the base URL the environment pairs with it (``OPENAI_BASE_URL``, ``AZURE_OPENAI_ENDPOINT``). An
 endpoint elsewhere that names no variable sends no key (with a warning, once, when the variable
-is set): to send it there, name it (``api_key_env = "OPENAI_API_KEY"``).
+is set): to send it there, name it (``api_key_env = "OPENAI_API_KEY"``). A literal key belongs
+to the endpoint's origin (scheme, host, port): :meth:`Endpoint.replace` to another origin asks
+for a new one instead of taking it along.
 
 A flow reads its endpoint's key once, when it is loaded (:meth:`Endpoint.bind`), and keeps it in
 memory: copies of the flow in this process use that key even if the variable changes later, so
@@ -54,6 +56,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..show.notices import warn
+from .origins import origin, shown
 
 __all__ = [
     "DEFAULT_KEY_ENV",
@@ -393,9 +396,24 @@ class Endpoint:
 
     def replace(self, **changes: Any) -> Endpoint:
         """Return a copy with ``changes`` (constructor arguments) applied. A copy keeps the
-        literal key unless ``api_key`` or ``api_key_env`` is changed."""
+        literal key unless ``api_key`` or ``api_key_env`` is changed; a copy moved to another
+        origin (``base_url`` on another scheme, host or port) never takes it along.
+
+        Raises:
+            ConfigError: ``base_url`` moves an endpoint holding a literal key to another
+                origin without a new ``api_key`` or ``api_key_env`` (the message asks for one).
+        """
         fields = self.fields()
         rekeyed = "api_key" in changes or "api_key_env" in changes
+        literal = self._held.key is not None or self._held.withheld
+        if literal and not rekeyed and "base_url" in changes and self._moves(changes["base_url"]):
+            here = shown(self.base_url) if self.base_url else f"{self.provider}'s default host"
+            there = shown(str(changes["base_url"])) if changes["base_url"] else "its default host"
+            raise ConfigError(
+                f"endpoint {self.name!r} moves from {here} to {there}: its api_key was given for "
+                f"{here} and does not go to another host; give one for {there} "
+                "(replace(base_url=..., api_key=...), or api_key_env=... naming its variable)"
+            )
         if rekeyed:
             fields.pop("api_key_env", None)
         else:
@@ -407,6 +425,16 @@ class Endpoint:
         # The environment's pairing holds for its own base URL, never for another.
         new._env_paired = self._env_paired and new.base_url == self.base_url
         return new
+
+    def _moves(self, base_url: object) -> bool:
+        """Return whether ``base_url`` is on another origin (scheme, host, port) than this
+        endpoint's (no base URL: the provider's default, its vendor's own host)."""
+        if not base_url:
+            return bool(self.base_url)  # back to the default host: moved unless already there
+        new = origin(str(base_url))
+        if self.base_url:
+            return origin(self.base_url) != new
+        return new[0] != "https" or new[1] not in VENDOR_HOSTS.get(self.provider, ())
 
     def fields(self) -> dict[str, Any]:
         """Return the constructor arguments that rebuild this endpoint (never its key)."""

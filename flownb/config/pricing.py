@@ -52,6 +52,7 @@ __all__ = [
     "NAN",
     "Money",
     "call_cost",
+    "context_window",
     "costs_of",
     "estimate_cost",
     "estimate_tokens",
@@ -272,6 +273,33 @@ def call_cost(
         int(usage.get("cached_tokens", 0) or 0),
         int(usage.get("cache_write_tokens", 0) or 0),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def context_window(
+    provider: str, model: str | None, price_as: tuple[str, str] | None = None
+) -> int | None:
+    """Return the tokens ``model`` (of a provider kind; ``price_as``: the table's id and model
+    to look up instead) takes and writes in one call, from the price table (an upper bound on
+    what one answer can write); None when the table does not say."""
+    provider_id = table_id(provider)
+    if price_as is not None:
+        provider_id, model = price_as
+    if provider_id is None or not model:
+        return None
+    from genai_prices import Usage, calc_price
+
+    _loaded.set()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            calc = calc_price(
+                Usage(input_tokens=1, output_tokens=1), model, provider_id=provider_id
+            )
+    except (LookupError, ValueError):
+        return None
+    window = getattr(calc.model, "context_window", None)
+    return int(window) if window else None
 
 
 def estimate_cost(

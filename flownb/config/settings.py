@@ -131,6 +131,9 @@ class Settings:
     media_max: int = DEFAULT_MEDIA_MAX  # FLOWNB_MEDIA_MAX (bytes; 0: no cap)
     body_timeout: float = DEFAULT_BODY_TIMEOUT  # FLOWNB_BODY_TIMEOUT (flownb serve)
     public_url: str | None = None  # FLOWNB_PUBLIC_URL: where clients reach flownb serve
+    # FLOWNB_MEDIA_ALLOW: origins (http://host:port) and address ranges (10.0.0.0/8) image
+    # URLs may be fetched from besides public addresses and the endpoint's own origin.
+    media_allow: tuple[str, ...] = ()
     # FLOWNB_FORWARDED_ALLOW_IPS: the proxies whose X-Forwarded-* headers flownb serve trusts
     forwarded_allow_ips: str | None = None
 
@@ -208,6 +211,7 @@ def get_settings() -> Settings:
             or DEFAULT_BODY_TIMEOUT
         ),
         public_url=env.get("FLOWNB_PUBLIC_URL") or None,
+        media_allow=_media_allow(env.get("FLOWNB_MEDIA_ALLOW")),
         forwarded_allow_ips=env.get("FLOWNB_FORWARDED_ALLOW_IPS") or None,
     )
 
@@ -288,6 +292,8 @@ class RunConfig:
     service_key: str | None = field(default=None, repr=False)
     # Bytes of images kept in home/media before the least recently used go (0: no cap).
     media_max: int = DEFAULT_MEDIA_MAX
+    # Where image URLs may also be fetched from (FLOWNB_MEDIA_ALLOW; see _media_allow).
+    media_allow: tuple[str, ...] = ()
     # The run settings given explicitly (RunOptions), so that a copy on another endpoint is
     # resolved by the same rule (see :meth:`on_endpoint`): an explicit argument stays.
     given: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
@@ -411,6 +417,7 @@ def resolve_run_config(
         service_url=s.base_url,
         service_key=s.api_key,
         media_max=media_max if media_max is not None else s.media_max,
+        media_allow=s.media_allow,
         # Never a key: the configuration travels with a pickled flow (a worker rebuilds it).
         given={k: v for k, v in options.items() if v is not None and k not in _WHERE_CALLS_GO},
     )
@@ -602,6 +609,39 @@ def _media_max(raw: str | None) -> int:
         raise ConfigError(
             f"FLOWNB_MEDIA_MAX must be a size (500M, 2G; 0 for no cap), got {raw!r}"
         ) from None
+
+
+def _media_allow(raw: str | None) -> tuple[str, ...]:
+    """Return ``FLOWNB_MEDIA_ALLOW``'s entries (separated by commas or spaces): each an origin
+    (``http://host:port``, ``https://host``) or an address range (``10.0.0.0/8``, ``::1``),
+    written as flownb compares them.
+
+    Raises:
+        ConfigError: an entry that is neither (naming it).
+    """
+    import ipaddress
+
+    from .origins import origin, shown
+
+    entries: list[str] = []
+    for entry in (raw or "").replace(",", " ").split():
+        if "://" in entry:
+            scheme, host, port = origin(entry)
+            path = entry.split("://", 1)[1].partition("/")[2]
+            if scheme in ("http", "https") and host and port and not path:
+                entries.append(shown(entry))
+                continue
+        else:
+            try:
+                entries.append(str(ipaddress.ip_network(entry, strict=False)))
+                continue
+            except ValueError:
+                pass
+        raise ConfigError(
+            f"FLOWNB_MEDIA_ALLOW: {entry!r} is neither an origin (http://host:port) nor an "
+            "address range (10.0.0.0/8)"
+        )
+    return tuple(entries)
 
 
 def _retries(raw: str | None) -> int:

@@ -22,6 +22,8 @@ from ..infra.aio import run_sync
 from ..providers.calls import SHARED_TWINS
 from ..providers.limits import AdaptiveLimiter
 from ..providers.repeat import unrepeated
+from ..providers.spend import SpendCap
+from ..providers.tokens import chain
 from ..runtime.pipeline import Observers
 from ..scorers import Block, Scorer
 from ..scorers.judge import JudgeScorer
@@ -198,7 +200,10 @@ class _Limits:
     given: each endpoint gets the largest limit of its flows, and ``total`` is their sum.
     """
 
-    def __init__(self, concurrency: int | None, flows: Sequence[BaseFlow]) -> None:
+    def __init__(
+        self, concurrency: int | None, flows: Sequence[BaseFlow], cap: SpendCap | None = None
+    ) -> None:
+        self.cap = cap  # the spend cap every variant and judge shares (None: none)
         if concurrency is not None and concurrency < 0:
             raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
         self.concurrency = concurrency or None  # 0: the default, as before
@@ -265,9 +270,10 @@ def _run_jobs(
         for flow, batch, on_result in rest:
             if isinstance(flow, LocalFlow):
                 limiter = limits.limiter(flow)
+                gate = bound if limits.cap is None else chain(bound, flow.spend_gate(limits.cap))
                 tasks.append(
                     flow.arun_each(
-                        batch, on_result, concurrency=limiter.limit, limiter=limiter, gate=bound
+                        batch, on_result, concurrency=limiter.limit, limiter=limiter, gate=gate
                     )
                 )
             else:

@@ -38,6 +38,8 @@ from ..flows.local import BaseFlow, LocalFlow
 from ..frames.batch_api.paid import paid_once
 from ..frames.batch_api.run import prefill
 from ..frames.run import rows_to_variables
+from ..providers.calls import announce
+from ..providers.spend import SpendCap
 from ..runtime.hooks import HOOKS
 from ..scorers import Scorer
 from ..scorers.judge import JudgeScorer
@@ -109,6 +111,7 @@ def evaluate(
     batch_api: bool = False,
     poll: float | None = None,
     repeats: int = 1,
+    max_spend: float | None = None,
 ) -> EvalReport | Preview:
     """Run every variant over every row of ``data`` and grade the outputs with ``scorers``.
 
@@ -133,6 +136,10 @@ def evaluate(
     nothing; the preview counts k times the calls. ``report.results`` then holds per-row means
     (and ``flips``), ``report.runs`` every run, ``report.spread`` the spread per row, and the
     summary the spread per variant (see :mod:`flownb.evaluation.repeats`).
+    ``max_spend`` (US dollars) caps what the variants and judges pay together: a call is sent
+    only if what was spent plus the most every call in flight could still cost stays within it
+    (see :mod:`flownb.providers.spend`); the calls it stops fail their rows with
+    ``spend_cap_reached``, and a re-run with a higher cap pays only for what is missing.
 
     Returns:
         An :class:`EvalReport` (``results``, ``summary``, ``compare()``, ``plot()``,
@@ -142,7 +149,9 @@ def evaluate(
         TypeError: ``data`` is not a DataFrame.
         ConfigError: no variants, duplicate scorer names, a scorer reads a column that no
             input or output provides, a judge would run on the offline provider, or
-            ``repeats`` is not a whole number of at least 1 (or asks a served flow to repeat).
+            ``repeats`` is not a whole number of at least 1 (or asks a served flow to repeat),
+            or ``max_spend`` is given and some call cannot be priced (nothing is sent), or
+            with ``batch_api`` (not capped yet).
         InputError: a variant's variables are missing from ``data`` (before anything runs).
     """
     import pandas as pd
@@ -150,15 +159,30 @@ def evaluate(
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"evaluate takes a pandas DataFrame, got {type(data).__name__}")
     setup = _prepare(flows, data, scorers, columns, fill, repeats)
+    if batch_api and max_spend is not None and not dry_run:
+        raise ConfigError(
+            "max_spend= does not cap an evaluation's batch API stage yet; run it live with "
+            "max_spend, or through batches without it (run_dataframe(batch_api=True) is capped)"
+        )
     if batch_api and not dry_run:
         _through_batches(setup, data, poll, progress)
     preview = _preview(setup, data) if dry_run or progress else None
     if dry_run:
         assert preview is not None
         return preview
-    collected, judged = _run(
-        setup, data, concurrency, preview if progress else None, batch_api and not dry_run
-    )
+    cap = _spend_cap(setup, max_spend, preview)
+    try:
+        collected, judged = _run(
+            setup,
+            data,
+            concurrency,
+            preview if progress else None,
+            batch_api and not dry_run,
+            cap,
+        )
+    finally:
+        if cap is not None:
+            announce(cap.line())
     variants = setup.variants
     context = describe_evaluation(setup.names, variants, data, collected[0])
     reports = [
@@ -289,12 +313,37 @@ def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
     )
 
 
+def _spend_cap(setup: _Setup, max_spend: float | None, preview: Preview | None) -> SpendCap | None:
+    """Return the cap every variant and judge of the evaluation shares (None: no cap); first,
+    when the preview already exceeds it, say so.
+
+    Raises:
+        ConfigError: some variant or judge cannot be capped (unpriced, or served elsewhere).
+    """
+    if max_spend is None:
+        return None
+    from ..show.meter import usd
+
+    cap = SpendCap(max_spend)
+    for r in setup.rounds:  # refused before anything is sent
+        for flow in [*r.variants.values(), *(j.flow() for j in r.judges)]:
+            flow.spend_gate(cap)
+    if preview is not None and preview.est_cost_known > cap.cap:
+        warn(
+            f"the preview estimates about {usd(preview.est_cost_known)} for this evaluation "
+            f"({preview.n_calls} call(s)), over the spend cap of {usd(cap.cap)}: it proceeds "
+            "and stops at the cap"
+        )
+    return cap
+
+
 def _run(
     setup: _Setup,
     data: pd.DataFrame,
     concurrency: int | None,
     preview: Preview | None,
     batch_api: bool = False,
+    cap: SpendCap | None = None,
 ) -> tuple[list[dict[str, _Collected]], list[Judged]]:
     """Run the variants, then the judges, every repeat together, under one limit and (with
     ``preview``: its count as the total) one progress bar. Return per repeat each variant's
@@ -303,7 +352,7 @@ def _run(
     rounds = setup.rounds
     flows = [f for r in rounds for f in r.variants.values()]
     judge_flows = [j.flow() for r in rounds for j in r.judges]
-    limiter = _Limits(concurrency, [*flows, *judge_flows])
+    limiter = _Limits(concurrency, [*flows, *judge_flows], cap)
     n = len(data)
     bar: Any = None
     if preview is not None:

@@ -24,7 +24,7 @@ from ..errors import BatchError, ConfigError
 from ..flowfile.model import describe
 from ..flowfile.validate import VariableSpec
 from ..infra.aio import stream_async, stream_sync
-from ..providers.calls import Notice, notices_to
+from ..providers.calls import Notice, announce, notices_to
 from ..runtime.events import StreamEvent
 from ..runtime.hooks import HOOKS, DataFrameOptions, FrameOptions
 from ..runtime.pipeline import Observers, Outcomes, observers_of
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..providers.calls import Gate
+    from ..providers.spend import SpendCap
 
 __all__ = ["BaseFlow"]
 
@@ -125,8 +126,16 @@ class BaseFlow(ABC):
         """Warn, once, about what this flow's requests drop, replace or cannot price (see
         :mod:`flownb.runtime.notes`); a flow served elsewhere says nothing here."""
 
-    def run(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
+    def run(
+        self,
+        variables: Mapping[str, Any] | None = None,
+        /,
+        *,
+        max_spend: float | None = None,
+        **kwargs: Any,
+    ) -> RunResult:
         """Run the flow once. Variables come as a mapping, keyword arguments, or both.
+        ``max_spend`` (US dollars) caps what the call(s) may cost (see :meth:`run_batch`).
 
         In a notebook front end the text shows growing below the cell while the provider
         streams it (see :mod:`flownb.notebook.live_text`; ``FLOWNB_LIVE``); the result is the
@@ -138,16 +147,18 @@ class BaseFlow(ABC):
         Raises:
             InputError: variables missing, unknown or not strings (every problem listed).
             ProviderError: the provider failed.
+            SpendCapReached: a call could have passed ``max_spend``: it was not sent.
+            ConfigError: ``max_spend`` given and some call cannot be priced.
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
-        if _live_text_wanted():
+        if max_spend is None and _live_text_wanted():
             # A notebook front end: the text is shown growing while it streams (see
             # flownb.notebook.live_text), then the usual display of the returned result.
             result: RunResult = HOOKS["live_run"](self, values)
             return result
         outcome = Outcomes(1)
-        self.run_each([values], outcome, check=False)
+        self.run_each([values], outcome, check=False, max_spend=max_spend)
         try:
             return outcome.value()[0]
         except BatchError as exc:
@@ -240,8 +251,15 @@ class BaseFlow(ABC):
         *,
         progress: bool = False,
         concurrency: int | None = None,
+        max_spend: float | None = None,
     ) -> list[RunResult]:
         """Run the flow once per element; the whole batch is validated before anything runs.
+
+        ``max_spend`` (US dollars) caps what the run pays: a call is sent only if what was spent
+        plus the most every call in flight could still cost stays within it (see
+        :mod:`flownb.providers.spend`); the elements it stops fail with
+        :class:`~flownb.errors.SpendCapReached`, cache hits are always served, and a run whose
+        preview already exceeds the cap says so first.
 
         Returns:
             One :class:`RunResult` per element, in input order.
@@ -249,12 +267,15 @@ class BaseFlow(ABC):
         Raises:
             InputError: some element's variables are wrong (every problem, with its index).
             BatchError: some elements failed at run time; ``.results`` keeps the others.
+            ConfigError: ``max_spend`` given and some call cannot be priced (nothing is sent).
         """
         if isinstance(batch, Mapping) or not isinstance(batch, Sequence):
             raise TypeError("run_batch takes a list of variable mappings; use run() for one run")
         batch = list(batch)
         outcomes = Outcomes(len(batch))
-        self.run_each(batch, outcomes, progress=progress, concurrency=concurrency)
+        self.run_each(
+            batch, outcomes, progress=progress, concurrency=concurrency, max_spend=max_spend
+        )
         return outcomes.value()
 
     def run_each(
@@ -265,6 +286,7 @@ class BaseFlow(ABC):
         progress: bool = False,
         concurrency: int | None = None,
         check: bool = True,
+        max_spend: float | None = None,
     ) -> None:
         """Run the flow once per element, calling ``on_result(index, result, None)`` or
         ``on_result(index, None, exception)`` as each element finishes, in completion order.
@@ -273,15 +295,26 @@ class BaseFlow(ABC):
         into a file): nothing is kept here, and an element's failure does not stop the others.
         :class:`~flownb.runtime.pipeline.Outcomes` is the collector :meth:`run_batch` uses.
         ``check=False`` skips validation, for callers that built every element as a mapping of
-        exactly the flow's variables to strings themselves.
+        exactly the flow's variables to strings themselves. ``max_spend``: see
+        :meth:`run_batch`.
 
         Raises:
             InputError: (``check=True``) some element's variables are wrong, before any runs.
             KeyboardInterrupt: Ctrl-C; every element that finished before it was reported.
+            ConfigError: ``max_spend`` given and some call cannot be priced (nothing is sent).
         """
         if check:
             self.spec.check_batch(batch)
         self.say_notes()
+        if max_spend is not None:
+            capped, cap = self.capped(max_spend, batch)
+            try:
+                capped.run_each(
+                    batch, on_result, progress=progress, concurrency=concurrency, check=False
+                )
+            finally:
+                announce(cap.line())
+            return
         # One list of observers for the run; the runner puts the run log and tracing first.
         observers = observers_of(on_result)
         bar: Any = None
@@ -316,8 +349,13 @@ class BaseFlow(ABC):
         tpm: float | None = None,
         batch_api: bool = False,
         poll: float | None = None,
+        max_spend: float | None = None,
     ) -> pd.DataFrame:
         """Run the flow once per row of ``df``; see :func:`flownb.frames.run.run_dataframe`.
+
+        ``max_spend`` (US dollars) caps what the run pays (see :meth:`run_batch`): the rows it
+        stops are marked in ``error_column`` (``spend_cap_reached``), the cap's line says how
+        much of it was used, and a re-run with a higher cap buys only what is missing.
 
         ``df`` may be a Dask DataFrame: the result is then a lazy Dask DataFrame (see
         :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
@@ -335,8 +373,9 @@ class BaseFlow(ABC):
             failed (always, on a Dask frame).
 
         Raises:
-            ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally, or
-                ``trace=True`` on a Dask frame.
+            ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally,
+                ``trace=True`` or ``max_spend`` on a Dask frame, or ``max_spend`` with a call
+                that cannot be priced (nothing is sent).
         """
         options: FrameOptions = {
             "fill": fill,
@@ -347,6 +386,11 @@ class BaseFlow(ABC):
         }
         self.say_notes()
         if _is_dask_frame(df):
+            if max_spend is not None:  # refused rather than run unbounded
+                raise ConfigError(
+                    "max_spend= does not cap a Dask frame yet (one cap across the cluster is "
+                    "to come); run a pandas frame, or compute() the Dask frame first"
+                )
             return HOOKS["run_dask_dataframe"](self, df, columns, rpm=rpm, tpm=tpm, **options)
         if batch_api:
             if not self.in_process or _is_dask_frame(df) or rpm or tpm:
@@ -354,13 +398,60 @@ class BaseFlow(ABC):
                     "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
                     "provider schedules a batch itself)"
                 )
-            return HOOKS["run_dataframe_batched"](self, df, columns, poll=poll, **options)
+            if max_spend is not None:
+                _say_over_cap(HOOKS["preview"](self, df, columns, fill), max_spend, batch=True)
+            return HOOKS["run_dataframe_batched"](
+                self, df, columns, poll=poll, max_spend=max_spend, **options
+            )
         flow: BaseFlow = self
-        if rpm or tpm:
-            if not self.in_process:
-                raise ConfigError("rpm= and tpm= per run apply to local flows only")
-            flow = self.gated(_run_limits(rpm, tpm))
-        return HOOKS["run_dataframe"](flow, df, columns, **options)
+        if (rpm or tpm) and not self.in_process:
+            raise ConfigError("rpm= and tpm= per run apply to local flows only")
+        if max_spend is None:
+            if rpm or tpm:
+                flow = self.gated(_run_limits(rpm, tpm))
+            return HOOKS["run_dataframe"](flow, df, columns, **options)
+        flow, cap = self.capped(
+            max_spend, HOOKS["preview"](self, df, columns, fill), _run_limits(rpm, tpm)
+        )
+        try:
+            return HOOKS["run_dataframe"](flow, df, columns, **options)
+        finally:
+            announce(cap.line())
+
+    def capped(
+        self, max_spend: float, data: Any, gate: Gate | None = None
+    ) -> tuple[BaseFlow, SpendCap]:
+        """Return a view of this flow whose calls stay within ``max_spend`` US dollars (each
+        attempt also entering ``gate``), and the cap; first, when the preview of running over
+        ``data`` (or ``data`` itself, a preview) already exceeds the cap, say so with the
+        estimate (the run proceeds until the cap).
+
+        Raises:
+            ConfigError: this flow's calls cannot be capped here (a served flow), or some cannot
+                be priced: nothing is sent.
+        """
+        from ..providers.spend import SpendCap
+        from ..providers.tokens import chain
+
+        cap = SpendCap(max_spend)
+        spend = self.spend_gate(cap)
+        preview = (
+            data if hasattr(data, "est_cost_known") else HOOKS["preview"](self, data, None, None)
+        )
+        _say_over_cap(preview, cap.cap)
+        return self.gated(chain(gate, spend)), cap
+
+    def spend_gate(self, cap: SpendCap, *, batch: bool = False) -> Gate:
+        """Return the gate that keeps this flow's calls within ``cap`` (a local flow's).
+
+        Raises:
+            ConfigError: this flow runs its calls elsewhere (a served flow: its API key's cap
+                applies there; see ``flownb keys create --max-spend``).
+        """
+        raise ConfigError(
+            "max_spend= caps flows that run here; a served flow's spending is capped per API key "
+            "on its server (flownb keys create --max-spend)"
+        )
 
     def gated(self, gate: Gate | None, run_id: str | None = None) -> BaseFlow:
         """Return a view of this flow whose runs enter ``gate`` around each provider attempt
@@ -448,6 +539,20 @@ def _is_dask_frame(df: Any) -> bool:
     # Without importing dask: a Dask DataFrame exists only if dask.dataframe was imported.
     dd = sys.modules.get("dask.dataframe")
     return dd is not None and isinstance(df, dd.DataFrame)
+
+
+def _say_over_cap(preview: Any, cap: float, *, batch: bool = False) -> None:
+    """Warn when ``preview``'s estimate (``batch``: at the batch API's price) is over ``cap``:
+    the run proceeds, and stops at the cap."""
+    estimate = preview.est_cost_batch if batch else preview.est_cost_known
+    if estimate > cap:
+        from ..show.meter import usd
+        from ..show.notices import warn
+
+        warn(
+            f"the preview estimates about {usd(estimate)} for this run ({preview.n_calls} "
+            f"call(s)), over the spend cap of {usd(cap)}: the run proceeds and stops at the cap"
+        )
 
 
 def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:

@@ -24,6 +24,7 @@ from ..providers.base import Provider
 from ..providers.limits import AdaptiveLimiter
 from ..providers.registry import make_provider
 from ..providers.repeat import unrepeated
+from ..providers.spend import SpendCap, SpendGate, check_cappable
 from ..providers.warmup import wait_warm_up
 from ..runtime.engine import Plan
 from ..runtime.events import StreamEvent
@@ -347,6 +348,18 @@ class LocalFlow(BaseFlow):
         """Return a view of this flow whose runs enter ``gate`` around each provider attempt
         and log under ``run_id`` (the engine and its caches are shared, nothing is copied)."""
         return _GatedFlow(self, gate, run_id)
+
+    def spend_gate(self, cap: SpendCap, *, batch: bool = False) -> Gate:
+        """Return the gate that keeps this flow's calls within ``cap`` (see
+        :mod:`flownb.providers.spend`); ``batch``: at the batch API's price.
+
+        Raises:
+            ConfigError: some node's calls cannot be bounded (no price, no output limit):
+                nothing is sent.
+        """
+        nodes = {s.name: (s.kind, s.params, s.system) for s in self.plan.steps}
+        check_cappable(self.provider, nodes, batch=batch)
+        return SpendGate(cap, self.provider, batch=batch)
 
     def to_spec(self, **changes: Any) -> FlowSpec:
         """Return the flow as a small picklable :class:`~flownb.flows.spec.FlowSpec` (its JSON,

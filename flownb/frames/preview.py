@@ -22,7 +22,7 @@ from ..config.pricing import BATCH_RATE
 from ..providers.images import image_tokens
 from ..providers.offline import OfflineProvider
 from ..providers.repeat import unrepeated
-from ..runtime.cache import CallCache
+from ..runtime.plan import step_calls
 from ..scorers import Scorer
 from ..scorers.judge import JudgeScorer, PickBest
 from .run import rows_to_variables
@@ -52,32 +52,6 @@ def estimate_tokens(text: str) -> int:
     """Return a rough token count for ``text`` (about four characters a token, and the images a
     judge's prompt shows the model)."""
     return math.ceil(len(text) / 4) + image_tokens(text)
-
-
-def _pricer(provider: Any) -> Any:
-    """Return ``price(kind, params, prompt_tokens) -> (output_tokens, usd)`` for ``provider``'s
-    calls (NaN where they cannot be estimated)."""
-    from ..config.pricing import ESTIMATE_OUTPUT_TOKENS, NAN, estimate_cost
-
-    if provider is None:
-        return lambda kind, params, tokens: (0, NAN)
-    kind_name = provider.price_kind or provider.name
-
-    def price(kind: str, params: Mapping[str, Any], tokens: int) -> tuple[int, float]:
-        if kind != "text":
-            if kind_name in ("openai", "azure"):  # OpenAI's images API: a price per image
-                from ..config.image_prices import image_price
-
-                return 0, image_price(provider.priced_model(kind, params), params)
-            return 0, 0.0 if kind_name == "offline" else NAN
-        out = params.get("max_tokens") or params.get("max_completion_tokens")
-        out = int(out) if out else ESTIMATE_OUTPUT_TOKENS
-        model = provider.priced_model(kind, params)
-        return out, estimate_cost(
-            kind_name, model, tokens, out, provider.prices, getattr(provider, "price_as", None)
-        )
-
-    return price
 
 
 class Preview:
@@ -243,17 +217,13 @@ def _local_calls(
     cache = engine.cache
     offline = isinstance(unrepeated(flow.provider), OfflineProvider)  # a repeat's too
     keyed = cache is not None or outputs is not None
-    identity = flow.provider.identity()
-    prefixes = {
-        s.index: CallCache.prefix(identity, s.kind, s.params, s.system) if keyed else b""
-        for s in plan.steps
-    }
+    # Prompt, key and price of each node's calls, by the author every run path asks too.
+    nodes = [step_calls(flow.provider, s) for s in plan.steps]
     seen = seen if seen is not None else set()
     rows: list[tuple] = []
-    price = _pricer(flow.provider)
     for r, values in enumerate(batch):
         known: dict[int, str] = {}  # step -> its output, or the stand-in of an unknown one
-        for step in plan.steps:
+        for step, node in zip(plan.steps, nodes, strict=True):
             ctx = dict(values)
             exact = True
             for u in step.upstream:
@@ -261,7 +231,7 @@ def _local_calls(
                 if name not in values:
                     ctx[name] = known[u]
                     exact = exact and _MARK not in known[u]
-            symbolic = step.template.render(ctx)  # what decides the call's key
+            symbolic = node.render(ctx)  # what decides the call's key
             if exact:
                 prompt = symbolic
             else:  # shown with a placeholder where an upstream output is not known yet
@@ -269,10 +239,10 @@ def _local_calls(
                     name = plan.steps[u].name
                     if name not in values and _MARK in known[u]:
                         ctx[name] = f"«output of {name}»"
-                prompt = step.template.render(ctx)
+                prompt = node.render(ctx)
             cached = False
             output = prompt if offline and step.kind == "text" and exact else None
-            key = CallCache.key(prefixes[step.index], symbolic) if keyed else ""
+            key = node.key(symbolic) if keyed else ""
             if cache is not None:
                 hit = cache.get(key) if exact else None
                 cached = hit is not None or key in seen
@@ -280,8 +250,8 @@ def _local_calls(
                 if hit is not None:
                     output = hit.output if hit.media is None else engine.media_url(hit.media)
             known[step.index] = output if output is not None else _unknown(key or f"{r}")
-            tokens = estimate_tokens(prompt) + (estimate_tokens(step.system) if step.system else 0)
-            out, cost = price(step.kind, step.params, tokens)
+            tokens = node.expected_tokens(prompt)
+            out, cost = node.expected_of(tokens)
             rows.append(
                 (
                     variant,
@@ -382,16 +352,14 @@ def _judge_calls(
     flow = judge.flow()
     step = flow.plan.steps[0]
     cache = flow.engine.cache
-    prefix = CallCache.prefix(flow.provider.identity(), step.kind, step.params) if cache else b""
+    node = step_calls(flow.provider, step)  # its key and price, as the judge's run makes them
     label = f"judge:{judge.name}"
     unknown = estimate_tokens(judge.rubric) + 60  # the rubric and instructions; output unknown
     names = list(known)
     rows: list[tuple] = []
 
-    price = _pricer(flow.provider)
-
     def add(r: int, prompt: str | None, cached: bool, tokens: int) -> None:
-        out, cost = price("text", step.params, tokens)
+        out, cost = node.expected_of(tokens)
         shown = (label, r, judge.name, "text", prompt, cached, tokens, out, 0.0 if cached else cost)
         rows.append((*shown, None))
 
@@ -402,11 +370,11 @@ def _judge_calls(
         known_prompt = is_known(prompt)
         cached = False
         if cache is not None:
-            key = CallCache.key(prefix, prompt)
+            key = node.key(prompt)
             cached = key in seen or (known_prompt and cache.get(key) is not None)
             seen.add(key)
         if known_prompt:
-            add(r, prompt, cached, estimate_tokens(prompt))
+            add(r, prompt, cached, node.expected_tokens(prompt))
         else:  # built from outputs made during the run: its text is not known yet
             add(r, None, cached, unknown)
 

@@ -12,6 +12,7 @@ the calls already sent finish in the background, into the cache and the run log.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 from ..errors import ConfigError, InputError, Problem, one_line
@@ -21,6 +22,7 @@ from ..providers.inflight import calls_in_flight
 from ..runtime.hooks import HOOKS, FrameOptions
 from ..show.display import IMAGE_COLUMNS_ATTR
 from ..show.notices import warn
+from ..show.progress import open_bar
 from .kinds import takes_any_frame
 
 if TYPE_CHECKING:
@@ -233,6 +235,8 @@ def run_dataframe(
         # The row's values first, then "done": a row is never seen done without its outputs.
         if exc is not None:
             errors[i] = one_line(exc, code=True)
+            if meter is not None:
+                meter.add_failed(exc)  # what its failed calls were paid (an image not fetched)
             # A row where one node failed keeps the outputs of the nodes that succeeded.
             result = getattr(exc, "partial", None)
         if result is not None:
@@ -253,12 +257,18 @@ def run_dataframe(
     # In a notebook's live view, the returned frame's table is what the view ends as.
     slot = HOOKS["live_slot"](df.index) if progress else None
     try:
-        # Without a bar or meter to tell row by row, a provider that answers a whole batch at
-        # once (offline) is asked so: no call, result or report per row.
-        answered = None if progress or meter is not None else _in_bulk(flow, batch)
-        if answered is not None:
-            values.update(answered.outputs)  # type: ignore[arg-type]  # str is str | None
-            traced.update({node: answered.trace[node] for node in traced})  # type: ignore[misc]
+        # A provider that answers a whole batch at once (offline) is asked so, a chunk of rows
+        # at a time: no call, result or report per row, whatever watches the run (the bar,
+        # the meter and the live view advance by chunks).
+        chunks = _in_bulk(flow, batch)
+        if chunks is not None:
+            for part in _watched(flow, batch, chunks, progress=progress, meter=meter):
+                start, end = part.start, part.start + part.rows
+                for out, column in values.items():
+                    column[start:end] = part.outputs[out]
+                for node, column in traced.items():
+                    column[start:end] = part.trace[node]
+                done[start:end] = [True] * part.rows
         else:
             # The rows were made from the frame's columns as strings: no second validation
             # pass. run_each hands the run over before it returns or raises: a row the loop
@@ -303,18 +313,57 @@ def _text_column(values: list[str | None], index: pd.Index) -> pd.Series[Any]:
     return pd.Series(values, index=index, dtype=TEXT)
 
 
-def _in_bulk(flow: BaseFlow, batch: ColumnRows) -> Answered | None:
-    """Return ``batch`` run at once by ``flow``'s runner as columns (see
-    :meth:`flownb.runtime.pipeline.Runner.run_columns`), or ``None``: nothing ran, run it row
-    by row (a remote flow, or a provider or flow that needs that)."""
+def _in_bulk(flow: BaseFlow, batch: ColumnRows) -> Iterator[Answered] | None:
+    """Return ``batch`` answered at once by ``flow``'s runner, a chunk at a time as it is read
+    (see :meth:`flownb.runtime.pipeline.Runner.run_columns`), or ``None``: nothing ran, run it
+    row by row (a remote flow, or a provider, flow or data that needs that)."""
     runner = getattr(flow, "runner", None)
     run_columns = getattr(runner, "run_columns", None)
     if run_columns is None:
         return None
-    answered: Answered | None = run_columns(batch, batch.columns)
-    if answered is not None:
+    chunks: Iterator[Answered] | None = run_columns(batch, batch.columns)
+    if chunks is not None:
         flow.say_notes()  # what the row-by-row run would have said
-    return answered
+    return chunks
+
+
+def _watched(
+    flow: BaseFlow,
+    batch: ColumnRows,
+    chunks: Iterator[Answered],
+    *,
+    progress: bool,
+    meter: CostMeter | None,
+) -> Iterator[Answered]:
+    """Yield ``chunks``, moving the run's bar (``progress``: a live view of the rows in a
+    notebook, else a progress bar) and ``meter`` by each chunk's rows once it is answered; the
+    bar is closed when the chunks end or the run stops."""
+    from ..show.meter import attach
+
+    bar: Any = None
+    if progress:
+        bar = HOOKS["live_rows"](flow, batch) or open_bar(len(batch), flow.name, "row")
+    shown = attach(bar) if bar is not None else None
+    try:
+        for part in chunks:
+            yield part
+            for counting in (meter, shown):
+                if counting is not None:
+                    counting.add_answered(part.rows, priced=part.priced)
+            if bar is None:
+                continue
+            live = getattr(bar, "record", None)
+            if live is not None:  # the live view's rows, each as the outputs it got
+                names, columns = tuple(part.outputs), tuple(part.outputs.values())
+                rows = zip(*columns, strict=True) if columns else repeat((), part.rows)
+                for r, row in enumerate(rows, part.start):
+                    live(r, dict(zip(names, row, strict=True)), None)
+            if shown is not None:
+                bar.set_postfix_str(shown.text(), refresh=False)
+            bar.update(part.rows)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _show_fill(result: pd.DataFrame, used: list[str], fill: str) -> None:

@@ -32,10 +32,14 @@ from .private import private_dir
 from .writable import unwritable
 
 __all__ = [
+    "IMAGE_TYPES",
     "MAX_IMAGE_BYTES",
     "MEDIA_KEY_FILE",
     "MEDIA_NAME",
     "MediaStore",
+    "NotAnImage",
+    "content_type",
+    "image_ext",
     "mark_used",
     "on_evict",
     "read_home_media",
@@ -46,6 +50,63 @@ MEDIA_KEY_FILE = "media.key"
 
 # What a media file name looks like; anything else is refused before touching the disk.
 MEDIA_NAME = re.compile(r"[0-9a-f]{32,64}\.(png|jpg|jpeg|webp|gif)")
+
+
+# The image types kept (Pillow's format name -> the extension a media name ends in), and each
+# extension's true Content-Type: what the /media route serves a file as.
+IMAGE_TYPES = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp", "GIF": "gif"}
+_CONTENT_TYPES = {
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "webp": "image/webp",
+    "gif": "image/gif",
+}
+
+
+class NotAnImage(ValueError):
+    """Bytes that are not an image of a type flownb keeps (PNG, JPEG, WebP, GIF), or over
+    :data:`MAX_IMAGE_BYTES`; the message says which."""
+
+
+def image_ext(data: bytes) -> str:
+    """Return the extension of the image ``data`` holds (``png``, ``jpg``, ``webp``, ``gif``),
+    as Pillow reads it (opened and verified, never by the name or a header it came with).
+
+    Raises:
+        NotAnImage: ``data`` is over the size cap, not an image Pillow opens and verifies, or
+            an image of another type.
+    """
+    import io
+    import warnings
+
+    from PIL import Image
+
+    if len(data) > MAX_IMAGE_BYTES:
+        raise NotAnImage(f"it is over {MAX_IMAGE_BYTES} bytes")
+    try:
+        with warnings.catch_warnings():
+            # A decompression bomb is refused as an error, not warned about.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                kind = image.format or ""
+                image.verify()
+    except Exception as exc:  # Pillow raises many kinds for bytes it cannot read
+        raise NotAnImage(f"its bytes are not an image ({type(exc).__name__})") from None
+    ext = IMAGE_TYPES.get(kind)
+    if ext is None:
+        raise NotAnImage(f"it is a {kind or 'unknown'} image, not PNG, JPEG, WebP or GIF")
+    return ext
+
+
+def content_type(path: str | Path) -> str:
+    """Return the true Content-Type of a media file, by its name's extension (which
+    :func:`image_ext` gave it from its bytes): ``image/png``, ``image/jpeg``, ``image/webp`` or
+    ``image/gif``; ``application/octet-stream`` for a name that is not a media name."""
+    name = Path(path).name
+    if not MEDIA_NAME.fullmatch(name):
+        return "application/octet-stream"
+    return _CONTENT_TYPES[name.rsplit(".", 1)[1]]
 
 
 # Every media folder a store was opened on in this process: the only folders flownb reads images

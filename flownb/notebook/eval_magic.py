@@ -2,6 +2,7 @@
 
     %flow eval $flow name=$variant ... --df $df --scorers $scorers [--scorers $more]
                [--out report.html] [--min-pass 0.9] [--concurrency N] [--repeats K]
+               [--max-spend USD]
                [--no-progress] [-o VAR]
 
 FLOW is a flow file, a flow id, ``$flow`` (a flow object) or ``$variants`` (a dict of variant
@@ -72,6 +73,14 @@ def _parser() -> MagicParser:
     )
     p.add_argument(
         "--concurrency", type=int, default=None, metavar="N", help="provider calls in flight"
+    )
+    p.add_argument(
+        "--max-spend",
+        dest="max_spend",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="stop paying at this many US dollars (variants and judges together)",
     )
     p.add_argument(
         "--repeats",
@@ -164,6 +173,7 @@ class EvalMagics:
             concurrency=args.concurrency,
             progress=args.progress,
             repeats=args.repeats,
+            max_spend=args.max_spend,
         )
         if args.out:
             self.shell.user_ns[args.out] = report

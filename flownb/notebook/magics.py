@@ -65,9 +65,10 @@ _USAGE = """\
 %flow run FLOW [name=value ...] [-o VAR] [-q]     run once; the result is displayed
 %%flow run FLOW [--var NAME] [name=value ...]     run once; the cell body is one variable
 %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--batch-api] [-o VAR] [-q]
-                                                  run once per row of a DataFrame (or CSV file)
+           [--max-spend USD]                      run once per row of a DataFrame (or CSV file)
 %flow form FLOW                                   an input form with a Run button
-%flow eval FLOW... --df DF --scorers $s [--out FILE] [--min-pass X] [-o VAR]  evaluate variants
+%flow eval FLOW... --df DF --scorers $s [--out FILE] [--min-pass X] [--max-spend USD] [-o VAR]
+                                                  evaluate variants
 %flow connect [URL]                               use a flow server for flow ids"""
 
 _VAR_REF = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -99,6 +100,7 @@ def _parser(sub: str) -> MagicParser:
         p.add_argument("--concurrency", type=int, default=None)
         p.add_argument("--no-progress", dest="progress", action="store_false")
         p.add_argument("--batch-api", dest="batch_api", action="store_true")
+        p.add_argument("--max-spend", dest="max_spend", type=float, default=None, metavar="USD")
     if sub in ("info", "form"):
         p.add_argument("--provider", choices=provider_names(), default=None)
         p.add_argument("--endpoint", metavar="NAME", default=None)
@@ -168,7 +170,7 @@ class FlowMagics(EvalMagics, Magics):
           %%flow run FLOW [--var NAME] [name=value ...]   run once; the cell body is the value of
                                                           the flow's only variable (or of NAME)
           %flow batch FLOW --df DF [--map var=col ...] [--fill TEXT] [--no-progress] [--batch-api]
-                      [-o VAR] [-q]
+                      [--max-spend USD] [-o VAR] [-q]
                                                           run once per row of DataFrame DF (a
                                                           Python variable, or a .csv path);
                                                           returns the results DataFrame
@@ -283,20 +285,36 @@ class FlowMagics(EvalMagics, Magics):
         fill = self._expand(args.fill) if args.fill is not None else None
         if args.concurrency is not None and args.concurrency < 1:
             raise UsageError("%flow batch: --concurrency must be at least 1")
+        if args.max_spend is not None and args.max_spend < 0:
+            raise UsageError("%flow batch: --max-spend is a number of US dollars >= 0")
         run: Callable[..., pd.DataFrame] = run_dataframe
         if args.batch_api:  # the provider's batch API: half price, answers within 24 hours
             if not isinstance(flow, LocalFlow):
                 raise UsageError("%flow batch: --batch-api runs flow files, not served flows")
             run = run_dataframe_batched
-        out = run(
-            flow,
-            df,
-            mapping or None,
-            fill=fill if fill is None else str(fill),
-            progress=args.progress,
-            concurrency=args.concurrency,
-            spelling=MAGIC,
-        )
+        text_fill = fill if fill is None else str(fill)
+        cap = None
+        extra: dict[str, Any] = {}
+        if args.batch_api:  # the batched run caps its submissions itself
+            extra["max_spend"] = args.max_spend
+        elif args.max_spend is not None:  # within the cap: the flow seen through its gate
+            flow, cap = flow.capped(
+                args.max_spend, flow.preview(df, mapping or None, fill=text_fill)
+            )
+        try:
+            out = run(
+                flow,
+                df,
+                mapping or None,
+                fill=text_fill,
+                progress=args.progress,
+                concurrency=args.concurrency,
+                spelling=MAGIC,
+                **extra,
+            )
+        finally:
+            if cap is not None:
+                print(f"flownb: {cap.line()}", file=sys.stderr)
         if args.out:
             self.shell.user_ns[args.out] = out
         if "error" in out.columns:

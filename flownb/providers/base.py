@@ -25,7 +25,15 @@ declare a ``flownb.providers`` entry point). What it can do is declared here, on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -108,6 +116,10 @@ class Generation:
     ``provider_s`` is how long the provider took to answer the attempt that succeeded (seconds,
     request sent to answer read; queueing and retries excluded), kept with a cached generation
     as the time it took when bought; ``None`` when not measured.
+    ``pending``, when set, is what is left to do after the paid call ended: an async callable
+    returning the finished generation (an image URL downloaded into the media store). The call
+    runner awaits it outside the call's time limit and retries, so a slow or failed download
+    never buys the call again; never cached (it is done by then).
     """
 
     output: str
@@ -123,6 +135,9 @@ class Generation:
     prompt_cache_saved: float | None = None
     response_id: str | None = None
     provider_s: float | None = None
+    pending: Callable[[], Awaitable[Generation]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
 
 # -- provider batches (half price, results within hours; driven by flownb.frames.batch_api)

@@ -39,9 +39,10 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from ..config import pricing
-from ..errors import ProviderError, ProviderTimeout, RateLimited, one_line
+from ..errors import ImageNotFetched, ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
 from .base import Call, Generation, Provider
+from .callplan import NodeCalls, node_calls
 from .inflight import count_sent
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 from .wire import WIRE, Wire
@@ -204,9 +205,9 @@ class CallRunner:
         # This run's channels, as its caller opened them (see notices_to and retries_to).
         self._notices = _NOTICES.get()
         self._counters = _RETRIES.get()
-        self._prefixes: dict[int, bytes] = {}
+        self._nodes: dict[int, NodeCalls] = {}  # see _node
         # Hits looked up in bulk ahead of their calls (see prefetch), by (params, prompt): one
-        # key per params object, as _prefix has it, so a hit costs no hashing. Each used once.
+        # key per params object, as _node has it, so a hit costs no hashing. Each used once.
         self._hits: dict[tuple[int, str], Generation] = {}
         # Keys hit() just found missing, with the count of answers stored then, so the call
         # that follows does not query again unless its key was stored since (by a twin that
@@ -234,14 +235,16 @@ class CallRunner:
             task.cancel()
         _finishing.update(self._in_flight)
 
-    def _prefix(self, cache: Any, call: Call) -> bytes:
+    def _node(self, call: Call) -> NodeCalls:
+        """Return what ``call``'s node's calls are (their key; see
+        :mod:`flownb.providers.callplan`), made once per node."""
         params = call.params
-        prefix = self._prefixes.get(id(params))
-        if prefix is None:
+        node = self._nodes.get(id(params))
+        if node is None:
             # Keyed by the params object: one per node for the plan's life.
-            prefix = cache.prefix(self.provider.identity(), call.kind, params, call.system)
-            self._prefixes[id(params)] = prefix
-        return prefix
+            node = node_calls(self.provider, call.kind, params, call.system, call.node_id)
+            self._nodes[id(params)] = node
+        return node
 
     def prefetch(self, calls: Iterable[Call]) -> None:
         """Look the cache up for ``calls`` (about to be made) in one bulk query, so that each of
@@ -250,10 +253,7 @@ class CallRunner:
         cache = self.cache
         if cache is None:
             return
-        keys = {
-            cache.key(self._prefix(cache, call), call.prompt): (id(call.params), call.prompt)
-            for call in calls
-        }
+        keys = {self._node(call).key(call.prompt): (id(call.params), call.prompt) for call in calls}
         if keys:
             hits = self._hits
             for key, gen in cache.get_many(keys).items():
@@ -269,7 +269,7 @@ class CallRunner:
         slot = (id(call.params), call.prompt)
         hit = self._hits.pop(slot, None) if self._hits else None
         if hit is None:
-            key = cache.key(self._prefix(cache, call), call.prompt)
+            key = self._node(call).key(call.prompt)
             hit = cache.get(key)
             if hit is None:
                 self._missed[key] = _stored
@@ -322,7 +322,7 @@ class CallRunner:
         cache = self.cache
         if cache is None:
             return await self._attempts(call, sink)
-        key = cache.key(self._prefix(cache, call), call.prompt)
+        key = self._node(call).key(call.prompt)
         hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
         # No query when hit() saw this key missing and it has not been stored since (read
         # before _forgotten: a key forgotten meanwhile then counts as stored).
@@ -429,6 +429,19 @@ class CallRunner:
                     ended = time.perf_counter()
                     gen.provider_s = wire.elapsed(began, ended, streamed=sink is not None)
                     settle(gen)  # before the slot is freed, so the next call sees the correction
+                    if gen.pending is not None:
+                        # The paid call has ended: what its answer named is fetched now,
+                        # outside its time limit, so a slow or failed download (retried on its
+                        # own) never buys the call again.
+                        fetch, gen.pending = gen.pending, None
+                        gen = await fetch()
+        except ImageNotFetched as exc:
+            # Paid for though not fetched: priced here, so the run records what it spent.
+            if exc.paid is None or exc.paid_usd is not None:
+                raise
+            if table is not None:
+                await table
+            raise exc.priced(self.provider.cost(exc.paid)) from exc
         finally:
             waiting.discard(task)
         if gen.cost is None:

@@ -31,10 +31,12 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
 from ..config.settings import RunConfig
-from ..errors import ConfigError, ProviderError, ProviderTimeout
-from ..infra.media import MediaStore
+from ..errors import ConfigError, ImageNotFetched, ProviderError, ProviderTimeout
+from ..infra.media import MediaStore, NotAnImage, image_ext
 from .base import Call, Generation, Kind
 from .images import ImagePart, has_images, prompt_parts
+from .openai.transport import _close_with_loop
+from .redirects import aiohttp_trace
 from .vendor import (
     OPENAI_MODEL,
     HostedProvider,
@@ -66,7 +68,6 @@ _TEXT = {
     "n": "candidate_count",
     "response_mime_type": "response_mime_type",
 }
-_EXT = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
 _DELAY = re.compile(r"^\s*(\d+(?:\.\d*)?)s\s*$")
 
 
@@ -157,6 +158,8 @@ class GeminiProvider(HostedProvider):
         # id(params) -> (params, kind, the request, what it drops or replaces)
         self._prepared: dict[int, tuple[Mapping[str, Any], Kind, dict[str, Any], Notes]] = {}
         self._client = clients_per_loop(self._new_client)
+        self._sessions: dict[Any, Any] = {}  # event loop -> the aiohttp session its client uses
+        self._watching: set[Any] = set()  # the tasks tying each session's end to its loop's
         self._errors: tuple[type[BaseException], ...] | None = None
 
     @classmethod
@@ -181,8 +184,27 @@ class GeminiProvider(HostedProvider):
         types.GenerateContentResponse.model_validate({})
 
     def _new_client(self) -> Any:
+        import asyncio
+
+        import aiohttp
         from google import genai
         from google.genai import types
+
+        # Our own aiohttp session, made as the SDK makes its own (it uses aiohttp when it is
+        # installed; lines of a streamed answer up to 4 MiB), refusing a redirect to another
+        # origin: aiohttp would forward x-goog-api-key and the endpoint's headers there. The
+        # SDK leaves a session it was given alone: closed by aclose, or as its loop shuts down.
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            trust_env=True,
+            read_bufsize=2**22,
+            trace_configs=[aiohttp_trace()],
+        )
+        loop = asyncio.get_running_loop()
+        self._sessions[loop] = session
+        watch = loop.create_task(_close_with_loop(self._sessions, loop, session.close))
+        self._watching.add(watch)
+        watch.add_done_callback(self._watching.discard)
 
         # Everything explicit, so the SDK reads nothing from the environment; one attempt per
         # call (retry_options with one attempt also stops the SDK's own hidden retries of
@@ -192,6 +214,7 @@ class GeminiProvider(HostedProvider):
             api_version=self.api_version,
             headers=self._headers or None,
             retry_options=types.HttpRetryOptions(attempts=1),
+            aiohttp_client=session,
         )
         # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
         return genai.Client(api_key=self._key or "unused", vertexai=False, http_options=options)
@@ -370,18 +393,23 @@ class GeminiProvider(HostedProvider):
             response_id=answer_id,
         )
 
-    def _keep(self, raw: bytes, mime: str | None) -> str:
-        name = self.media.name_for(raw, _EXT.get((mime or "").lower(), "png"))
-        if not self.media.exists(name):
-            self.media.save(name, raw)
-        return name
-
     def _image_part(self, resp: Any, model: str, usage: dict[str, int] | None) -> Generation:
         for cand in resp.candidates or []:
             for part in (cand.content.parts if cand.content else None) or []:
                 blob = part.inline_data
                 if blob is not None and blob.data:
-                    name = self._keep(blob.data, blob.mime_type)
+                    try:
+                        # The type the bytes are, whatever mime_type the answer says.
+                        ext = image_ext(blob.data)
+                    except NotAnImage as exc:
+                        raise ImageNotFetched(
+                            f"the image was generated and paid for, but is not kept: {exc}",
+                            provider=self.name,
+                            paid=Generation("", model=model, usage=usage),
+                        ) from None
+                    name = self.media.name_for(blob.data, ext)
+                    if not self.media.exists(name):
+                        self.media.save(name, blob.data)
                     return Generation("", media=name, model=model, usage=usage)
         raise ProviderError(
             f"Gemini model {model!r} answered without an image", status=200, provider="gemini"
@@ -391,9 +419,13 @@ class GeminiProvider(HostedProvider):
         """Close the client of the running event loop."""
         import asyncio
 
-        client = self._client.clients.pop(asyncio.get_running_loop(), None)  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        client = self._client.clients.pop(loop, None)  # type: ignore[attr-defined]
         if client is not None:
             await client.aio.aclose()
+        session = self._sessions.pop(loop, None)
+        if session is not None:
+            await session.close()
 
 
 # Gemini's FinishReason -> OpenAI's finish_reason words, which flownb speaks (a text cut at the

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..error_map import retry_delay
-from ..errors import ProviderError, ProviderTimeout, RateLimited
+from ..errors import ImageNotFetched, ProviderError, ProviderTimeout, RateLimited, RedirectRefused
 from .base import RateLimits
 
 if TYPE_CHECKING:
@@ -464,6 +464,10 @@ def retryable(exc: BaseException) -> bool:
     not resolve, nothing listening on a local address, a TLS failure)."""
     if isinstance(exc, RateLimited | ProviderTimeout):
         return True
+    if isinstance(exc, RedirectRefused | ImageNotFetched):
+        # A redirect elsewhere stays refused; an image bought but not fetched is not bought
+        # again (its download had its own retries).
+        return False
     if isinstance(exc, ProviderError):
         if exc.code == "provider_unreachable":  # bad host, nothing listening, TLS: setup
             return False

@@ -5,9 +5,10 @@ A call's time at the provider is measured around one attempt (see
 moments the loop spent on other calls: building their requests before ours was written, reading
 their answers before ours. Where the HTTP client can say when it wrote the request and when the
 answer's head arrived, those two moments bound the time instead. They are marked with
-:func:`mark_sent` and :func:`mark_answered` (httpx's event hooks call them; the aiohttp transport
-calls them itself, as its connection is handed over and as the answer's head is read, which is
-where aiohttp's trace hooks fire, without the trace machinery's cost on every request). The marks
+:func:`mark_sent` and :func:`mark_answered`: httpx's event hooks and aiohttp's trace hooks
+call them, and the OpenAI aiohttp transport calls them itself, as its connection is handed over
+and as the answer's head is read (where the trace hooks fire, without the trace machinery's cost
+on every request). The marks
 go into the :class:`Wire` of the attempt running in their task (a context variable), so one
 client shared by every call serves them all.
 """
@@ -18,7 +19,7 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["WIRE", "Wire", "httpx_hooks", "mark_answered", "mark_sent"]
+__all__ = ["WIRE", "Wire", "aiohttp_trace", "httpx_hooks", "mark_answered", "mark_sent"]
 
 
 class Wire:
@@ -66,6 +67,17 @@ async def _on_sent(*_: Any) -> None:
 
 async def _on_answered(*_: Any) -> None:
     mark_answered()
+
+
+def aiohttp_trace() -> Any:
+    """Return an ``aiohttp.TraceConfig`` marking the request's headers sent and the answer's
+    head received, for a ``ClientSession(trace_configs=[...])``."""
+    import aiohttp
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_on_sent)
+    trace.on_request_end.append(_on_answered)
+    return trace
 
 
 def httpx_hooks() -> dict[str, list[Any]]:

@@ -29,7 +29,6 @@ several processes share it. A forked child opens connections, locks and a writer
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -49,6 +48,7 @@ from ..infra.media import mark_used, on_evict
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
+from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
 
 if TYPE_CHECKING:
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
 CACHE_FILE = "cache.sqlite"
-_VERSION = 1  # bump when the stored form of a generation changes
 # Seconds the writer waits after being woken before it commits, so that answers arriving
 # together share a transaction; what a kill -9 can lose is what arrived in this window.
 _GROUP_WINDOW = 0.002
@@ -189,28 +188,12 @@ class CallCache:
         params: Mapping[str, Any],
         system: str | None = None,
     ) -> bytes:
-        """Return the key material shared by every call of one node (all but the prompt): the
-        provider's identity, the kind, the params and the node's system message (left out when
-        there is none, so keys made before system messages existed still match)."""
-        parts: list[Any] = [_VERSION, dict(identity), kind, dict(params)]
-        if system is not None:
-            parts.append({"system": system})
-        material = json.dumps(parts, sort_keys=True, default=str)
-        return material.encode("utf-8") + b"\0"
+        """Return the key material shared by every call of one node (all but the prompt): see
+        :func:`flownb.providers.callplan.key_prefix`, the rule's one author."""
+        return key_prefix(identity, kind, params, system)
 
-    @staticmethod
-    def key(prefix: bytes, prompt: str) -> str:
-        """Return the cache key of a call: SHA-256 over the node's prefix and the prompt."""
-        return hashlib.sha256(prefix + prompt.encode("utf-8", "surrogatepass")).hexdigest()
-
-    @staticmethod
-    def keys(prefix: bytes, prompts: Iterable[str | None]) -> list[str | None]:
-        """Return :meth:`key` of each of ``prompts`` (``None`` for a ``None`` prompt)."""
-        sha = hashlib.sha256
-        return [
-            None if p is None else sha(prefix + p.encode("utf-8", "surrogatepass")).hexdigest()
-            for p in prompts
-        ]
+    key = staticmethod(key_of)
+    keys = staticmethod(keys_of)
 
     def get(self, key: str) -> Generation | None:
         """Return the stored generation (``cached=True``) or ``None``; a store that cannot be

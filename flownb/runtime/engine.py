@@ -38,7 +38,7 @@ from .result import OnResult, RunResult, make_result
 if TYPE_CHECKING:
     from .cache import CallCache
 
-from .plan import Plan, Step, _step_outputs, prompt_problem
+from .plan import Plan, Step, _step_outputs, prompt_problem, step_calls
 
 __all__ = ["Engine", "Plan", "Step", "prompt_problem"]
 
@@ -95,6 +95,8 @@ class Engine:
         self.plan = plan
         self.provider = provider
         self.limits = tuple(provider.prompt_limits[step.kind] for step in plan.steps)
+        # What each node's calls are (prompt, key, prices): made by their one author.
+        self.nodes = tuple(step_calls(provider, step) for step in plan.steps)
         self.media_url = media_url
         self.cache = cache if provider.cacheable else None
         self.pacer = Pacer(rpm)
@@ -223,7 +225,7 @@ class Engine:
         Raises:
             InputError: it is longer than the provider takes for its kind.
         """
-        prompt = step.template.render(ctx)
+        prompt = self.nodes[step.index].render(ctx)
         limit = self.limits[step.index]
         if len(prompt) > limit:
             # Blame a variable, not an upstream node's output (which ctx also holds).
@@ -247,7 +249,8 @@ class Engine:
         chained = self.plan.chained
         # Hoisted out of the loop: this path runs ~10,000 rows in tens of milliseconds.
         calls = [
-            (s.kind, s.template.render, s.params, s.node_id, self.limits[s.index], s) for s in steps
+            (n.render, n.call, self.limits[s.index], s)
+            for s, n in zip(steps, self.nodes, strict=True)
         ]
         result = self.result_of
         clock = time.perf_counter
@@ -260,14 +263,7 @@ class Engine:
                     gens: list[Any] = [None] * len(steps)
                     for step in steps:
                         ctx = self._context(values, gens, step)
-                        call = Call(
-                            step.kind,
-                            self._prompt(step, ctx),
-                            step.params,
-                            step.node_id,
-                            step.system,
-                        )
-                        gen = generate(call)
+                        gen = generate(self.nodes[step.index].call(self._prompt(step, ctx)))
                         # The node's own time (its prompt's rendering included), for its
                         # picture: one clock read per node, from the previous node's end.
                         now = clock()
@@ -275,11 +271,11 @@ class Engine:
                         gens[step.index] = gen
                 else:
                     gens = []
-                    for kind, render, params, node_id, limit, step in calls:
+                    for render, call_of, limit, step in calls:
                         prompt = render(values)
                         if len(prompt) > limit:  # measured before the provider does any work
                             raise InputError([prompt_problem(step, len(prompt), limit, values)])
-                        gen = generate(Call(kind, prompt, params, node_id, step.system))
+                        gen = generate(call_of(prompt))
                         now = clock()
                         gen.latency, begun = now - begun, now
                         gens.append(gen)
@@ -298,7 +294,7 @@ class Engine:
         a slot, retries and the cache included: what the node cost this run); with ``emit``,
         its text handed to ``emit`` as the provider streams it, and its image when ready."""
         begun = time.perf_counter()
-        call = Call(step.kind, self._prompt(step, ctx), step.params, step.node_id, step.system)
+        call = self.nodes[step.index].call(self._prompt(step, ctx))
         if emit is None:
             gen = await runner(call)
         else:
@@ -467,7 +463,7 @@ class Engine:
                 except Exception:  # the call made for it raises it again, as its failure
                     left.append(step)
                     continue
-            gen = runner.hit(Call(step.kind, prompt, step.params, step.node_id, step.system))
+            gen = runner.hit(self.nodes[step.index].call(prompt))
             if gen is None:
                 left.append(step)
                 continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from ..infra import collector
 from ..providers.base import Generation
 from .lookahead import CHUNK, Ahead, Chunk, Lookahead
 from .result import OnResult, RunResult, report_all
@@ -66,13 +67,13 @@ def elements(
         for i in range(len(batch)):
             yield i, None
         return
-    identity = engine.provider.identity()
-    lookahead = Lookahead(engine.plan.steps, engine.limits, identity, batch, cache, runner)
+    lookahead = Lookahead(engine.plan.steps, engine.limits, engine.provider, batch, cache, runner)
     for start in range(0, len(batch), CHUNK):
         if runner.stopping:
             return
-        chunk = lookahead.chunk(start)
-        answered = answer_hits(engine, result, batch, chunk, on_result)
+        with collector.paused():  # a chunk's answers and results: no cycles to look for
+            chunk = lookahead.chunk(start)
+            answered = answer_hits(engine, result, batch, chunk, on_result)
         for r in range(chunk.end - start):
             if r not in answered:
                 yield start + r, chunk.ahead(r)

@@ -31,7 +31,7 @@ class FrameOptions(TypedDict, total=False):
     fill: str | None
     """Text for the empty cells of the variables' columns (default: such cells are refused)."""
     progress: bool
-    """Show a progress bar (default ``True``)."""
+    """Show a progress bar (default ``True``); it never changes how the rows are run."""
     concurrency: int | None
     """Provider calls in flight at once (default: the flow's own)."""
     error_column: str
@@ -52,6 +52,8 @@ class DataFrameOptions(FrameOptions, total=False):
     """Send the calls through the provider's batch API (default ``False``)."""
     poll: float | None
     """With ``batch_api``: seconds to wait for the batches (``None``: until they end)."""
+    max_spend: float | None
+    """US dollars the run may spend at most (see :mod:`flownb.providers.spend`)."""
 
 
 class Hooks:

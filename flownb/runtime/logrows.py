@@ -3,8 +3,10 @@
 A row is ``[index, finished, model, inputs, outputs, latency, prompt_tokens, completion_tokens,
 total_tokens, cached_outputs, error, usage_details, cost_usd, saved_usd, price_usd,
 unpriced_calls]``; a failed run's row stops after ``error`` (see :mod:`flownb.runtime.runlog`,
-which reads them back). A row all of whose calls came from the cache (a re-run) is made
-without the general money and usage bookkeeping: its figures follow from the cached costs.
+which reads them back), unless it paid for something that failed (an image generated but not
+fetched: :class:`~flownb.errors.ImageNotFetched`), whose cost it then records. A row all of
+whose calls came from the cache (a re-run) is made without the general money and usage
+bookkeeping: its figures follow from the cached costs.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ def log_rows(
         if result is None:
             error = one_line(exc, code=True) if exc is not None else None
             append([i, finished, None, batch[i], None, None, None, None, None, None, error])
+            paid = getattr(exc, "paid_usd", None)
+            if paid is not None:  # paid for though it failed (an image not fetched)
+                priced = not math.isnan(paid)
+                rows[-1] += (None, paid if priced else None, 0.0, None, 0 if priced else 1)
             continue
         cached = result.cached
         names = sorted_names.get(cached, _NO_NAMES)

@@ -1,91 +1,70 @@
-"""The run log's rows for a batch answered at once, made as JSON text column by column.
+"""The run log's rows for rows answered at once, stored as columns.
 
-A row is ``[index, *head, {input: value, ...}, {output: value, ...}, *tail]`` (see
-:mod:`flownb.runtime.runlog` for the fields), where only the index and the strings vary from
-row to row. Each column of strings is encoded once (one ``orjson`` call) and split back into
-its elements; the rows are then the elements and the fixed JSON between them put side by side
-and joined once: no list, dict or encoder call per row, so 10,000 rows take milliseconds.
+A chunk of rows answered at once (see :mod:`flownb.runtime.columns`) differs from row to row
+only in its index and its strings: every row is ``[index, *head, {input: value, ...},
+{output: value, ...}, *tail]`` with one ``head`` and ``tail``. Such a chunk is stored as one
+JSON object holding each column of strings once (``{"first": ..., "n": ..., "head": [...],
+"tail": [...], "inputs": {name: [...]}, "outputs": {name: [...]}}``): made by one ``orjson``
+call, with no list, dict or encoder call per row, and about half the text of the rows it
+stands for. :func:`expand` turns it back into those rows when the log is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-__all__ = ["json_strings", "rows_text"]
+__all__ = ["columns_text", "expand"]
 
 
-def rows_text(
-    groups: Sequence[Mapping[str, Sequence[str]]],
+def columns_text(
+    inputs: Mapping[str, Sequence[str]],
+    outputs: Mapping[str, Sequence[str]],
     head: list[Any],
     tail: list[Any],
     *,
+    first: int,
     rows: int,
-    chunk: int,
-) -> Iterator[bytes]:
-    """Yield the UTF-8 JSON text of the list of ``rows`` rows, ``chunk`` rows at a time: row
-    ``i`` is ``[i, *head, {name: column[i] for each column of a group}..., *tail]``; each
-    column of ``groups`` (name -> one string per row) holds at least ``rows`` strings.
+) -> bytes:
+    """Return the UTF-8 JSON text of ``rows`` rows as columns: row ``i`` (from 0) is
+    ``[first + i, *head, {name: inputs[name][i], ...}, {name: outputs[name][i], ...}, *tail]``
+    (see :func:`expand`); each column holds ``rows`` strings.
 
     Raises:
-        TypeError: a column holds something other than strings.
+        TypeError: a value cannot be encoded as JSON.
     """
-    columns = [column for group in groups for column in group.values()]
-    glue = _glue(groups, head, tail)
-    width = 2 * len(columns) + 2  # a row's pieces: index, then glue and string per column, glue
-    for start in range(0, rows, chunk):
-        size = min(rows, start + chunk) - start
-        # Row i is i + glue[0] + its first string + glue[1] + ... + glue[-1]: every row's
-        # pieces put side by side with slice assignments, then joined once.
-        pieces = [b""] * (size * width)
-        pieces[0::width] = orjson.dumps(list(range(start, start + size)))[1:-1].split(b",")
-        for k, column in enumerate(columns):
-            pieces[2 * k + 1 :: width] = [glue[k]] * size
-            pieces[2 * k + 2 :: width] = json_strings(column[start : start + size])
-        pieces[width - 1 :: width] = [glue[-1]] * size
-        pieces[0] = b"[[" + pieces[0]  # the list, then its first row
-        pieces[-1] = glue[-1][:-2] + b"]"  # the last row opens no next one, the list ends
-        yield b"".join(pieces)
+    return orjson.dumps(
+        {
+            "first": first,
+            "n": rows,
+            "head": head,
+            "tail": tail,
+            "inputs": {str(k): _listed(v) for k, v in inputs.items()},
+            "outputs": {str(k): _listed(v) for k, v in outputs.items()},
+        }
+    )
 
 
-def _glue(
-    groups: Sequence[Mapping[str, Sequence[str]]], head: list[Any], tail: list[Any]
-) -> list[bytes]:
-    """Return the JSON text between a row's varying fields: after the index and before the
-    first string, between consecutive strings, and after the last (closing the row and
-    opening the next: ``],[``)."""
-
-    def inner(values: list[Any]) -> bytes:
-        return orjson.dumps(values)[1:-1]
-
-    glue: list[bytes] = []
-    before = b"," + inner(head) + b","
-    for group in groups:
-        keys = [orjson.dumps(str(name)) for name in group]
-        if not keys:
-            before += b"{},"
-            continue
-        for k, key in enumerate(keys):
-            glue.append(before + (b"{" if k == 0 else b"") + key + b':"')
-            before = b'",'
-        before = b'"},'
-    glue.append(before + inner(tail) + b"],[")
-    return glue
+def _listed(values: Sequence[str]) -> list[str] | tuple[str, ...]:
+    """Return ``values`` as orjson encodes them: itself when a list or tuple (no copy)."""
+    return values if isinstance(values, list | tuple) else list(values)
 
 
-def json_strings(values: Sequence[str]) -> list[bytes]:
-    """Return each of ``values`` as JSON text without its quotes, in one encoding pass: in the
-    encoded list, ``","`` occurs only between elements (a quote inside a string is escaped, so
-    an unescaped quote right after a comma starts the next element).
+def expand(chunk: dict[str, Any]) -> list[list[Any]]:
+    """Return the rows a chunk of :func:`columns_text` stands for (each row's dicts its own)."""
+    n, first, head, tail = chunk["n"], chunk["first"], chunk["head"], chunk["tail"]
+    dicts = [_dicts(chunk["inputs"], n), _dicts(chunk["outputs"], n)]
+    return [
+        [first + i, *head, given, answered, *tail]
+        for i, given, answered in zip(range(n), *dicts, strict=True)
+    ]
 
-    Raises:
-        TypeError: a value is not a string.
-    """
-    if not values:
-        return []
-    strings = orjson.dumps(list(values))[2:-2].split(b'","')
-    if len(strings) != len(values):  # a value that is no string: encoded without quotes
-        raise TypeError("the run log's columns hold strings only")
-    return strings
+
+def _dicts(columns: dict[str, list[str]], n: int) -> list[dict[str, str]]:
+    """Return one dict per row of ``columns`` (name -> one value per row)."""
+    if not columns:
+        return [{} for _ in range(n)]
+    names = tuple(columns)
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..infra import tracing
-from ..providers.base import Call, Generation
+from ..providers.base import Call, Generation, Provider
+from ..providers.callplan import NodeCalls
+from .plan import step_calls
 
 if TYPE_CHECKING:
     from ..providers.calls import CallRunner
@@ -86,7 +88,7 @@ class Lookahead:
         self,
         steps: Sequence[Step],
         limits: Sequence[int],
-        identity: Mapping[str, Any],
+        provider: Provider,
         batch: Sequence[Mapping[str, str]],
         cache: CallCache,
         runner: CallRunner,
@@ -94,10 +96,10 @@ class Lookahead:
         self.batch = batch
         self.cache = cache
         self.runner = runner
-        # The nodes that read only variables, with their limits and key prefixes (made as the
-        # runner makes its calls' keys: kind, params, system message).
+        # The nodes that read only variables, with their limits and calls (prompts and keys
+        # made by the one author the runner's calls use too: flownb.providers.callplan).
         self.first = [
-            (step, limits[step.index], cache.prefix(identity, step.kind, step.params, step.system))
+            (step, limits[step.index], step_calls(provider, step))
             for step in steps
             if not step.upstream
         ]
@@ -112,14 +114,13 @@ class Lookahead:
         begun = time.perf_counter()
         end = min(len(self.batch), start + CHUNK)
         columns = self._columns(start, end)
-        keys_of = self.cache.keys
         prompts: list[list[str | None]] = []
         keys: list[list[str | None]] = []
-        for step, limit, prefix in self.first:
-            texts = self._render(step, start, end, columns)
+        for _, limit, node in self.first:
+            texts = self._render(node, start, end, columns)
             fits = [p if p is not None and len(p) <= limit else None for p in texts]
             prompts.append(fits)  # too long: its call reports it, costing nothing
-            keys.append(keys_of(prefix, fits))
+            keys.append(node.keys(fits))
         gens: list[list[Generation | None]] = [[None] * (end - start) for _ in self.first]
         chunk = Chunk(start, end, [s.index for s, _, _ in self.first], prompts, gens, 0.0)
         if not self.hits:  # the runner keeps them, for its traced calls to find
@@ -159,16 +160,16 @@ class Lookahead:
             return None
 
     def _render(
-        self, step: Step, start: int, end: int, columns: Mapping[str, Sequence[str]] | None
+        self, node: NodeCalls, start: int, end: int, columns: Mapping[str, Sequence[str]] | None
     ) -> list[str | None]:
-        """Return the prompt of ``step`` for each element from ``start`` to ``end`` (``None``
+        """Return the prompt of ``node`` for each element from ``start`` to ``end`` (``None``
         where it fails to render: the element's own run reports it)."""
         if columns is not None:
             try:
-                return step.template.render_columns(columns, end - start)  # type: ignore[return-value]
+                return node.render_columns(columns, end - start)  # type: ignore[return-value]
             except Exception:  # rendered one by one below, each failure reported by its row
                 pass
-        render = step.template.render
+        render = node.render
         batch = self.batch
         texts: list[str | None] = []
         for j in range(start, end):
@@ -181,8 +182,8 @@ class Lookahead:
     def _calls(self, prompts: list[list[str | None]]) -> list[Call]:
         """Return the calls of ``prompts`` (one column per first node)."""
         calls = []
-        for (step, _, _), column in zip(self.first, prompts, strict=True):
+        for (_, _, node), column in zip(self.first, prompts, strict=True):
             for prompt in column:
                 if prompt is not None:
-                    calls.append(Call(step.kind, prompt, step.params, step.node_id, step.system))
+                    calls.append(node.call(prompt))
         return calls

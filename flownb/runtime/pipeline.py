@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from ..config.settings import RunConfig
 from ..errors import BatchError
@@ -38,7 +38,7 @@ from ..providers.base import Provider
 from ..providers.calls import Gate
 from ..providers.limits import AdaptiveLimiter
 from .cache import open_cache
-from .columns import Answered, answer_columns
+from .columns import Answered, ColumnRun, column_run
 from .engine import Emit, Engine, MediaUrl, Plan
 from .result import OnResult, RunResult, report_all
 from .runlog import RunLog, RunRecorder, open_runlog
@@ -263,22 +263,36 @@ class Runner:
 
     def run_columns(
         self, batch: Sequence[Mapping[str, str]], columns: Mapping[str, Sequence[str]]
-    ) -> Answered | None:
-        """Run ``batch``, whose variables ``columns`` also holds (variable -> one string per
-        element), at once if the provider allows it (see :mod:`flownb.runtime.columns`),
-        recording it in the run log; nothing is reported per element.
+    ) -> Iterator[Answered] | None:
+        """Return ``batch``, whose variables ``columns`` also holds (variable -> one string per
+        element), answered at once if the provider, the plan and the data allow it (see
+        :mod:`flownb.runtime.columns`): an iterator that answers the batch a chunk at a time as
+        it is read, recording each chunk in the run log; nothing is reported per element.
 
         Returns:
-            The batch's answers as columns, or ``None`` (nothing ran): run it with :meth:`run`.
+            The iterator of the chunks' answers, in row order, or ``None`` (nothing ran): run
+            the batch with :meth:`run`.
         """
         if not batch:
             return None
-        answered = answer_columns(self.engine, columns, len(batch))
-        if answered is not None:
-            recorder = self._recorder(batch)
+        run = column_run(self.engine, columns, len(batch))
+        if run is None:
+            return None
+        return self._recorded(run, self._recorder(batch))
+
+    @staticmethod
+    def _recorded(run: ColumnRun, recorder: RunRecorder | None) -> Iterator[Answered]:
+        for answered in run:
             if recorder is not None:
-                recorder.record_columns(columns, answered.outputs, answered.model, answered.seconds)
-        return answered
+                recorder.record_columns(
+                    answered.inputs,
+                    answered.outputs,
+                    answered.model,
+                    answered.seconds,
+                    start=answered.start,
+                    rows=answered.rows,
+                )
+            yield answered
 
     async def stream_one(
         self, values: Mapping[str, str], emit: Emit, *, concurrency: int | None = None

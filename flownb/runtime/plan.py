@@ -14,9 +14,10 @@ from ..errors import Problem
 from ..flowfile.model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
 from ..flowfile.template import Template
 from ..flowfile.validate import VariableSpec
-from ..providers.base import Kind
+from ..providers.base import Kind, Provider
+from ..providers.callplan import NodeCalls, node_calls
 
-__all__ = ["Plan", "Step", "prompt_problem"]
+__all__ = ["Plan", "Step", "prompt_problem", "step_calls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,12 @@ class Plan:
         # The image nodes that run, by name (else id): what a provider or endpoint without
         # images refuses at load.
         self.image_nodes = [s.name or s.node_id for s in steps if s.kind == "image"]
+
+
+def step_calls(provider: Provider, step: Step) -> NodeCalls:
+    """Return what ``step``'s calls with ``provider`` are (prompt, cache key, prices): the one
+    author of them, :func:`flownb.providers.callplan.node_calls`, handed the step's node."""
+    return node_calls(provider, step.kind, step.params, step.system, step.node_id, step.template)
 
 
 def _needed(

@@ -11,7 +11,15 @@ bought, cached or not, the same on every re-run) and ``unpriced_calls`` (calls w
 price, left out of those sums, which are then lower bounds; a sum is NaN, never 0, when none of
 its calls has a price). Rows are collected in memory while a batch
 runs and written by a writer thread, one INSERT per chunk of rows (every 500 rows of real calls,
-once at the end of an offline batch, and when interrupted), so logging stays off the run's path.
+every 10,000 rows of an offline batch, and when interrupted), so logging stays off the run's path.
+
+How a chunk is stored: the JSON list of its rows (rows answered at once: their columns, see
+:mod:`flownb.runtime.logtext`), compressed with zlib (level 1: a few to a few tens of bytes a
+row, against some 260 as text; the writer thread compresses it, and zlib lets the run's
+thread go on meanwhile), with the chunk's number of rows (``n``) and
+its last finishing time (``finished``) beside it, which ``flownb gc`` reads. Chunks written
+before compression (their rows stored as JSON text, without ``n`` and ``finished``) are read as
+they are; the ``runs`` SQL view expands those only: :func:`runs` reads every chunk.
 """
 
 from __future__ import annotations
@@ -24,10 +32,12 @@ import threading
 import time
 import uuid
 import weakref
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +47,7 @@ from ..errors import ConfigError
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
 from .logrows import inline_tail, log_rows
-from .logtext import rows_text
+from .logtext import columns_text, expand
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,21 +64,34 @@ _FLUSH_AFTER = 1.0  # seconds
 _INLINE_FLUSH_EVERY = 10_000
 _WAL_PAGES = 4096  # pages of the WAL (4 KiB each) that start a checkpoint
 
-# A batch's rows are stored as chunks: one JSON array of up to 2,000 rows per table row, so
-# logging costs one json.dumps and one INSERT per chunk, not per run. The ``runs`` view expands
-# them into one SQL row per run for anyone querying the file directly.
+# A batch's rows are stored as chunks: one JSON array of up to 10,000 rows per table row (or,
+# for rows answered at once, one JSON object of their columns: see logtext), compressed (see
+# the module docstring), so logging costs one encoding and one INSERT per chunk, not per run.
+# ``rows`` holds the zlib-compressed JSON as a BLOB (a chunk written before compression: the
+# JSON as TEXT); ``n`` and ``finished`` (NULL in those older chunks) let SQL count and age
+# chunks without reading their rows.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY,
     run_id TEXT NOT NULL,
     flow TEXT NOT NULL,
     provider TEXT NOT NULL,
-    rows TEXT NOT NULL
+    rows TEXT NOT NULL,
+    n INTEGER,
+    finished REAL
 );
 CREATE INDEX IF NOT EXISTS chunks_flow ON chunks (flow);
 """
+# The columns a run log made before compression lacks (added, NULL in its chunks).
+_ADDED = {"n": "INTEGER", "finished": "REAL"}
+# zlib's fastest level: a chunk's JSON repeats its keys and glue on every row, which level 1
+# already shrinks about 17-fold at some 450 MB/s; higher levels gain a few percent at 2-4x the time.
+_LEVEL = 1
+# The ``runs`` view expands the chunks stored as JSON text (written before compression) into
+# one SQL row per run, for anyone querying the file directly; flownb.runs() reads them all.
 _VIEW = """
-CREATE VIEW IF NOT EXISTS runs AS
+DROP VIEW IF EXISTS runs;
+CREATE VIEW runs AS
 SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
        json_extract(r.value, '$[0]') AS idx, json_extract(r.value, '$[1]') AS finished,
        json_extract(r.value, '$[2]') AS model, json_extract(r.value, '$[3]') AS inputs,
@@ -79,10 +102,9 @@ SELECT c.run_id AS run_id, c.flow AS flow, c.provider AS provider,
        json_extract(r.value, '$[10]') AS error, json_extract(r.value, '$[11]') AS usage_details,
        json_extract(r.value, '$[12]') AS cost_usd, json_extract(r.value, '$[13]') AS saved_usd,
        json_extract(r.value, '$[14]') AS price_usd, json_extract(r.value, '$[15]') AS unpriced_calls
-FROM chunks AS c, json_each(c.rows) AS r;
+FROM chunks AS c, json_each(CASE WHEN typeof(c.rows) = 'text' THEN c.rows ELSE '[]' END) AS r;
 """
-# The rows come as UTF-8 JSON bytes, stored as text (what the runs view's json_each reads).
-_INSERT = "INSERT INTO chunks (run_id, flow, provider, rows) VALUES (?, ?, ?, CAST(? AS TEXT))"
+_INSERT = "INSERT INTO chunks (run_id, flow, provider, rows, n, finished) VALUES (?, ?, ?, ?, ?, ?)"
 
 COLUMNS = [
     "run_id",
@@ -142,6 +164,11 @@ class RunLog:
             # the same copying over fewer, larger checkpoints.
             db.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES}")
             db.executescript(_SCHEMA)
+            have = {row[1] for row in db.execute("PRAGMA table_info(chunks)")}
+            for name, kind in _ADDED.items():
+                if name not in have:
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process did
+                        db.execute(f"ALTER TABLE chunks ADD COLUMN {name} {kind}")
         except (sqlite3.Error, OSError) as exc:
             if folder_problem(self.path.parent) is not None:  # deleting the file cannot help
                 raise unwritable(
@@ -210,13 +237,17 @@ class RunLog:
     def write(self, run_id: str, flow: str, provider: str, rows: list[list[Any]]) -> None:
         """Append one chunk of a batch's rows in one transaction."""
         if rows:
-            self.write_text(run_id, flow, provider, orjson.dumps(rows))
+            finished = max(row[1] for row in rows)
+            self.write_text(run_id, flow, provider, orjson.dumps(rows), len(rows), finished)
 
-    def write_text(self, run_id: str, flow: str, provider: str, rows: bytes) -> None:
+    def write_text(
+        self, run_id: str, flow: str, provider: str, rows: bytes, count: int, finished: float
+    ) -> None:
         """Append one chunk of a batch's rows, given as the UTF-8 JSON text of their list
-        (stored as text, without decoding it here)."""
+        (compressed, not decoded here): ``count`` rows, the last finished at ``finished``."""
+        packed = zlib.compress(rows, _LEVEL)  # outside the lock: zlib lets other threads run
         with self._lock:
-            self._db.execute(_INSERT, (run_id, flow, provider, rows))
+            self._db.execute(_INSERT, (run_id, flow, provider, packed, count, finished))
 
     def read(self, flow: str | None = None) -> list[tuple[str, str, str, list[Any]]]:
         """Return every chunk (oldest first) as ``(run_id, flow, provider, rows)``."""
@@ -228,13 +259,24 @@ class RunLog:
             args.append(flow)
         with self._lock:
             chunks = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        return [(r, f, p, orjson.loads(rows)) for r, f, p, rows in chunks]
+        return [(r, f, p, _rows_of(orjson.loads(_unpacked(rows)))) for r, f, p, rows in chunks]
 
     def clear(self) -> None:
         """Delete every row."""
         self.sync()
         with self._lock:
             self._db.execute("DELETE FROM chunks")
+
+
+def _unpacked(rows: bytes | str) -> bytes | str:
+    """Return a chunk's rows as JSON text: decompressed, or as stored before compression."""
+    return zlib.decompress(rows) if isinstance(rows, bytes) else rows
+
+
+def _rows_of(chunk: list[list[Any]] | dict[str, Any]) -> list[list[Any]]:
+    """Return a chunk's rows: a list of rows, or rows stored as columns (see
+    :mod:`flownb.runtime.logtext`)."""
+    return expand(chunk) if isinstance(chunk, dict) else chunk
 
 
 class RunRecorder:
@@ -310,26 +352,27 @@ class RunRecorder:
         outputs: Mapping[str, Sequence[str]],
         model: str | None,
         seconds: float,
+        *,
+        start: int = 0,
+        rows: int | None = None,
     ) -> None:
-        """Record every element of the batch as answered at once, without an error (see
-        :mod:`flownb.runtime.columns`): ``inputs`` maps each of the batch's variables, and
-        ``outputs`` each output name, to one value per element; each element's latency is its
-        even share of the batch's ``seconds``.
+        """Record ``rows`` elements of the batch from ``start`` (default: all of them) as
+        answered at once, without an error (see :mod:`flownb.runtime.columns`): ``inputs`` maps
+        each of the batch's variables, and ``outputs`` each output name, to one value per
+        element; each element's latency is its even share of ``seconds``.
 
-        The rows are those :meth:`record` would log for an inline run, made here as JSON text
-        column by column (see :mod:`flownb.runtime.logtext`: C loops, which a writer thread
-        would only slow by taking turns with this one for the GIL); the writer thread inserts
-        each chunk while the next is made and the caller goes on."""
+        The rows are those :meth:`record` would log for an inline run, stored as columns (see
+        :mod:`flownb.runtime.logtext`: one encoder call); the writer thread compresses and
+        inserts them while the caller goes on."""
         finished = time.time()
-        n = len(self._batch)
+        n = len(self._batch) - start if rows is None else rows
         # After the outputs: the latency, then what every inline row ends with.
         tail = [seconds / n if n else 0.0, *inline_tail(self._provider)]
-        log, run_id, flow, provider = self._log, self.run_id, self._flow, self._provider
-        texts = rows_text(
-            (inputs, outputs), [finished, model], tail, rows=n, chunk=_INLINE_FLUSH_EVERY
+        text = columns_text(inputs, outputs, [finished, model], tail, first=start, rows=n)
+        log = self._log
+        log.submit(
+            partial(log.write_text, self.run_id, self._flow, self._provider, text, n, finished)
         )
-        for text in texts:
-            log.submit(partial(log.write_text, run_id, flow, provider, text))
 
     def wrap(self, on_result: OnResult) -> OnResult:
         """Return an ``on_result`` that records each outcome, then calls ``on_result``."""
@@ -356,8 +399,11 @@ class RunRecorder:
             # one waits on SQLite (a cached re-run's lookups) the writer would hold it for up to
             # a switch interval (5 ms). Submitted under the lock, so chunks stay in order.
             rows = log_rows(taken, self._batch, self._provider, detailed=self._detailed)
-            log = self._log
-            log.submit(partial(log.write_text, self.run_id, self._flow, self._provider, rows))
+            last = max(map(itemgetter(1), taken))
+            log, write = self._log, self._log.write_text
+            log.submit(
+                partial(write, self.run_id, self._flow, self._provider, rows, len(taken), last)
+            )
 
 
 _logs: dict[Path, RunLog] = {}

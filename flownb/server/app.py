@@ -33,8 +33,9 @@ from ..providers.warmup import wait_warm_up
 from . import keys as keys_module
 from .auth import KeyCheck
 from .body import checked_variables, parse_run_body
+from .caps import KeyCaps
 from .errors import ApiProblem, error_response, from_exception, log
-from .guarded import include_guarded
+from .guarded import Guard, include_guarded
 from .offload import DecodePool
 from .request_id import RequestIdMiddleware, _rid
 from .routes_flows import flow_router
@@ -77,7 +78,8 @@ def create_app(config: ServerConfig, *, freeze_heap: bool = False) -> FastAPI:
     # and prefix) and leaves it in request.state: a guard added after it (a spend cap per key)
     # reads it there. The fast routes run the same guards; with FastAPI's own telemetry on,
     # every request takes FastAPI's path, so the operator's spans describe it whole.
-    guards = [KeyCheck(config.keys)]
+    # The key check, then the key's spend cap (which reads the caller the check accepted).
+    guards: list[Guard] = [KeyCheck(config.keys), KeyCaps(config.keys)]
     include_guarded(app, flow_router(config, decoders), guards, fast=not telemetry)
     _add_media_route(app, config.media)
     _add_health_route(app, config.provider)

@@ -59,7 +59,7 @@ class KeyCheck(APIKeyHeader):
             ) from None
         if not verdict.ok:
             raise ApiProblem(401, verdict.code, verdict.message)
-        caller = Caller(verdict.name or "", verdict.prefix)
+        caller = Caller(verdict.name or "", verdict.prefix, verdict.digest, verdict.max_spend)
         setattr(request.state, CALLER_STATE, caller)
         return caller
 
@@ -71,3 +71,5 @@ class Caller:
 
     name: str
     prefix: str
+    digest: str = ""  # the key's stored SHA-256 digest (what its spending is filed under)
+    max_spend: float | None = None  # the key's spend cap, US dollars (None: none)

@@ -98,11 +98,16 @@ def prune(
             cutoff,
             dry_run,
         )
-        # A chunk holds one batch's rows: it goes when its last run finished before the cutoff.
-        last = "(SELECT max(json_extract(r.value, '$[1]')) FROM json_each(chunks.rows) AS r)"
+        # A chunk holds one batch's rows: it goes when its last run finished before the cutoff
+        # (kept beside a compressed chunk; read from the rows of one stored as JSON text).
+        last = (
+            "(CASE WHEN finished IS NOT NULL THEN finished ELSE (SELECT max(json_extract("
+            "r.value, '$[1]')) FROM json_each(chunks.rows) AS r) END)"
+        )
+        count = "coalesce(n, json_array_length(rows))"
         out.runs_removed = _prune_db(
             home / RUNLOG_FILE,
-            f"SELECT coalesce(sum(json_array_length(rows)), 0) FROM chunks WHERE {last} < ?",
+            f"SELECT coalesce(sum({count}), 0) FROM chunks WHERE {last} < ?",
             f"DELETE FROM chunks WHERE {last} < ?",
             cutoff,
             dry_run,

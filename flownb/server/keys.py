@@ -7,6 +7,11 @@ not know: a key created while it runs is accepted on its first request, a revoke
 within a second. When a key was last used is
 kept in a separate file (``keys-used.json``) that only servers write, so a server never rewrites
 the file the CLI edits.
+
+A key may carry a spend cap (``flownb keys create --max-spend 20``, or ``flownb keys cap NAME
+20``; ``max_spend`` in US dollars). What each capped key has spent is kept in
+``keys-spent.json``, written by the server as each call settles (not batched: a server killed
+and restarted must not find room that was already paid for), so the cap holds across restarts.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class KeyRecord:
     created: str
     revoked: str | None = None
     last_used: str | None = None
+    max_spend: float | None = None  # US dollars this key may spend in all (None: no cap)
 
     @property
     def active(self) -> bool:
@@ -85,6 +91,8 @@ class Verdict:
     message: str = ""
     name: str | None = None
     prefix: str = ""  # the accepted key's shown prefix (fnb_ and 8 characters)
+    digest: str = ""
+    max_spend: float | None = None  # the accepted key's spend cap, US dollars (None: none)
 
 
 HOW_TO_CREATE = "create one with: flownb keys create --name NAME"
@@ -97,6 +105,7 @@ class KeyStore:
         self.home = Path(home)
         self.path = self.home / "keys.json"
         self.used_path = self.home / "keys-used.json"
+        self.spent_path = self.home / "keys-spent.json"
         self._lock_path = self.home / "keys.lock"
         # Server-side view: digests -> record, refreshed when the file's stat changes.
         self._stamp: tuple[int, int, int] | None = None
@@ -179,18 +188,28 @@ class KeyStore:
         return records
 
     def _save(self, records: list[KeyRecord]) -> None:
-        keys = [{k: v for k, v in asdict(r).items() if k != "last_used"} for r in records]
+        keys = [
+            {
+                k: v
+                for k, v in asdict(r).items()
+                if k != "last_used" and (v is not None or k != "max_spend")
+            }
+            for r in records
+        ]
         self._write_json(self.path, {"version": 1, "keys": keys})
         self._looked = -math.inf  # this store's own change is seen on its next check
 
     # -- CLI operations ----------------------------------------------------------------------
 
-    def create(self, name: str) -> str:
-        """Create a key named ``name`` and return it; this is the only time it is available.
+    def create(self, name: str, max_spend: float | None = None) -> str:
+        """Create a key named ``name`` (``max_spend``: its spend cap in US dollars) and return
+        it; this is the only time it is available.
 
         Raises:
-            ConfigError: the name is empty or already names an active key.
+            ConfigError: the name is empty or already names an active key, or the cap is
+                negative.
         """
+        _check_cap(max_spend)
         name = name.strip()
         if not name:
             raise ConfigError("a key needs a name (--name NAME)")
@@ -201,9 +220,39 @@ class KeyStore:
                     f"an active key named {name!r} exists; revoke it first or pick another name"
                 )
             key = KEY_PREFIX + secrets.token_urlsafe(32)
-            records.append(KeyRecord(name, key[:SHOWN], digest(key), _now()))
+            records.append(KeyRecord(name, key[:SHOWN], digest(key), _now(), max_spend=max_spend))
             self._save(records)
         return key
+
+    def set_cap(self, name: str, max_spend: float | None) -> KeyRecord:
+        """Set (``None``: remove) the spend cap of the active key named ``name``; what it spent
+        so far still counts.
+
+        Raises:
+            ConfigError: no active key has that name, or the cap is negative.
+        """
+        _check_cap(max_spend)
+        with self._locked():
+            records = self.load()
+            hits = [r for r in records if r.active and r.name == name.strip()]
+            if not hits:
+                raise ConfigError(f"no active key named {name.strip()!r}")
+            hits[0].max_spend = max_spend
+            self._save(records)
+        return hits[0]
+
+    def spent(self) -> dict[str, float]:
+        """Return what each capped key has spent, in US dollars, by digest."""
+        data = self._read_json(self.spent_path) or {}
+        return {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
+
+    def record_spent(self, key_digest: str, spent: float) -> None:
+        """Keep ``spent`` (US dollars, in all) as what the key with ``key_digest`` has spent
+        (never less than what is kept already: another server process may have spent more)."""
+        with self._locked():
+            data = self.spent()
+            data[key_digest] = max(spent, data.get(key_digest, 0.0))
+            self._write_json(self.spent_path, data)
 
     def revoke(self, name_or_prefix: str) -> list[KeyRecord]:
         """Revoke the active keys whose name is ``name_or_prefix`` or whose key starts with it.
@@ -307,7 +356,13 @@ class KeyStore:
         # from a worker thread and at shutdown: no disk write on a request's path.
         with self._used_lock:
             self._used[found.digest] = time.time()
-        return Verdict(True, name=found.name, prefix=found.prefix)
+        return Verdict(
+            True,
+            name=found.name,
+            prefix=found.prefix,
+            digest=found.digest,
+            max_spend=found.max_spend,
+        )
 
     def _match(self, presented: bytes) -> KeyRecord | None:
         found: KeyRecord | None = None
@@ -332,3 +387,8 @@ class KeyStore:
         except (OSError, ConfigError):
             # Last-used times are a convenience; never fail a request over them.
             pass
+
+
+def _check_cap(max_spend: float | None) -> None:
+    if max_spend is not None and not max_spend >= 0:
+        raise ConfigError(f"a key's spend cap is US dollars >= 0, got {max_spend!r}")

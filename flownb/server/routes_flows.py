@@ -18,8 +18,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..flowfile.model import describe
+from ..providers.calls import Gate
 from ..runtime.pipeline import INLINE_ON_LOOP, Outcomes
 from .body import _is_json, checked_variables, read_body
+from .caps import CAP_STATE, spend_gate
 from .errors import ApiProblem, batch_problem, json_response, log
 from .offload import DecodePool, needs_worker, raise_from
 from .request_id import _rid
@@ -114,6 +116,8 @@ def flow_router(config: ServerConfig, decoders: DecodePool) -> APIRouter:
         # takes is a 422 before anything runs.
         flow.runner.engine.check_prompts(batch, indexed=not single)
         current_request.set(request)  # media URLs use the address this caller used
+        cap = getattr(request.state, CAP_STATE, None)  # the key's spend cap (server/caps.py)
+        gate = None if cap is None else spend_gate(cap, flow)
         streamed = streamed_run(  # the event-stream extension (server/sse.py), if asked for
             request.headers.get("accept"),
             flow.runner,
@@ -123,8 +127,15 @@ def flow_router(config: ServerConfig, decoders: DecodePool) -> APIRouter:
             partial_items=partial_items,
         )
         if streamed is not None:
+            if gate is not None:  # the event stream has no gate yet: a capped key's is refused
+                raise ApiProblem(
+                    406,
+                    "not_acceptable",
+                    "this API key has a spend cap; its runs are answered as JSON, not as an "
+                    "event stream (send Accept: application/json)",
+                )
             return streamed
-        return await _run_as_json(request, flow, batch, single=single)
+        return await _run_as_json(request, flow, batch, single=single, gate=gate)
 
     return router
 
@@ -162,16 +173,16 @@ async def _checked(
 
 
 async def _run_as_json(
-    request: Request, flow: StoredFlow, batch: list[Any], *, single: bool
+    request: Request, flow: StoredFlow, batch: list[Any], *, single: bool, gate: Gate | None = None
 ) -> Response:
-    """Run a validated batch and answer the contract's JSON (499, sent nowhere, when the client
-    left first).
+    """Run a validated batch (each provider attempt entering ``gate``: a key's spend cap) and
+    answer the contract's JSON (499, sent nowhere, when the client left first).
 
     Raises:
         ApiProblem: some elements failed; ``results`` keeps the others' outputs (paid for).
     """
     collect = Outcomes(len(batch))
-    work = flow.runner.arun(batch, collect)
+    work = flow.runner.arun(batch, collect, gate=gate)
     if flow.runner.on_loop(len(batch)):
         await work  # done on the loop before anything could notice a disconnect
     elif not await _while_connected(request, work):

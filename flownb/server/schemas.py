@@ -195,6 +195,11 @@ RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     400: _error("`invalid_json`: the body is not JSON."),
     **_AUTH,
+    402: _error(
+        "`spend_cap_reached`: the API key's spend cap is used up, or a call could have passed "
+        "it (not sent); the message says how much is left. `results` keeps the elements that "
+        "succeeded."
+    ),
     **_NOT_FOUND,
     406: _error(
         "`not_acceptable`: a batch of several elements asked only for `text/event-stream` "

@@ -62,6 +62,28 @@ class CostMeter:
             if not math.isnan(saving):
                 self.saved += saving
 
+    def add_answered(self, runs: int, *, priced: bool) -> None:
+        """Count ``runs`` finished runs that were answered at once, saving nothing (a batch an
+        inline provider answered in bulk: no result per run to add): free when ``priced``
+        (offline), else of unknown price."""
+        with self._lock:
+            self.runs += runs
+            if not priced:
+                self.unpriced += runs
+
+    def add_failed(self, exc: BaseException) -> None:
+        """Count what a failed run's error says it paid (``paid_usd``: an image generated but
+        not fetched, :class:`~flownb.errors.ImageNotFetched`); nothing for other errors."""
+        paid = getattr(exc, "paid_usd", None)
+        if paid is None:
+            return
+        with self._lock:
+            self.runs += 1
+            if math.isnan(paid):
+                self.unpriced += 1
+            else:
+                self.spent += paid
+
     def _spent(self) -> str:
         """Return the spent figure: ``$0.0123``, ``at least $0.0123`` when some paid call has
         no price."""

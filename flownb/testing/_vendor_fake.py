@@ -17,6 +17,7 @@ from aiohttp import web
 
 from .fake_config import FakeConfig
 from .fake_openai import add_control_routes, hang, send_stream
+from .fake_replies import scripted_answer
 from .fake_state import _State
 
 __all__ = ["Vendor", "control_routes", "handler", "serve_until_interrupted", "words"]
@@ -115,6 +116,10 @@ def handler(
                 raise asyncio.CancelledError
             answer = vendor.answer(request, body, prompt, config)
             headers = {"request-id": "req_fake_ok", "x-request-id": "req_fake_ok", **limit_headers}
+            scripted = scripted_answer(prompt, config.answers)
+            if scripted is not None and ("text" in scripted or "json" in scripted):
+                # A scripted HTTP answer (a redirect, an error page), as the OpenAI fake sends.
+                return _scripted(scripted, headers)
             events = vendor.stream(request, body, answer)
             if events is not None:
                 streamed = await send_stream(request, state, events, headers, prompt)
@@ -134,6 +139,17 @@ def handler(
             state.leave(token)
 
     return generate
+
+
+def _scripted(answer: Mapping[str, Any], headers: Mapping[str, str]) -> web.Response:
+    """Return the HTTP answer a scripted ``answer`` with a ``text`` or ``json`` body describes
+    (``status``, ``headers``, ``content_type``; see ``FakeConfig.answers``)."""
+    status = int(answer.get("status", 200))
+    headers = {**headers, **answer.get("headers", {})}
+    if "json" in answer:
+        return web.json_response(answer["json"], status=status, headers=headers)
+    kind = answer.get("content_type") or "text/plain"
+    return web.Response(text=str(answer["text"]), status=status, content_type=kind, headers=headers)
 
 
 def control_routes(app: web.Application, state: _State, vendor: Vendor) -> None:

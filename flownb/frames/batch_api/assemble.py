@@ -17,8 +17,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...errors import ProviderError
+from ...errors import ProviderError, SpendCapReached
 from ...providers.base import BatchAPI, Call, Generation, Provider
+from ...providers.callplan import NodeCalls, node_calls
 from .paid import claim_paid
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class FromBatches(Provider):
         self.real = real
         self.cache = cache
         self.reasons = reasons
-        self._prefixes: dict[tuple[int, str | None], bytes] = {}
+        self._nodes: dict[tuple[int, str | None], NodeCalls] = {}
 
     def identity(self) -> Mapping[str, Any]:
         return self.real.identity()  # the same cache keys as the real provider's
@@ -125,15 +126,24 @@ class FromBatches(Provider):
     def batch_api(self) -> BatchAPI | None:
         return self.real.batch_api()
 
+    def reason_of(self, call: Call) -> tuple[int, str] | None:
+        """Return why a batch did not answer text ``call`` (status, message), None when it did
+        or the call is not one a batch could hold."""
+        if call.kind != "text":
+            return None
+        slot = (id(call.params), call.system)
+        node = self._nodes.get(slot)
+        if node is None:  # the real provider's keys: the ones the batches were filed under
+            node = node_calls(self.real, call.kind, call.params, call.system)
+            self._nodes[slot] = node
+        return self.reasons.get(node.key(call.prompt))
+
     async def generate(self, call: Call) -> Generation:
         if call.kind == "text":
-            slot = (id(call.params), call.system)
-            prefix = self._prefixes.get(slot)
-            if prefix is None:
-                prefix = self.cache.prefix(self.identity(), call.kind, call.params, call.system)
-                self._prefixes[slot] = prefix
-            reason = self.reasons.get(self.cache.key(prefix, call.prompt))
+            reason = self.reason_of(call)
             if reason is not None:
+                if reason[0] == 402:  # the spend cap left it unsent
+                    raise SpendCapReached(reason[1])
                 raise ProviderError(reason[1], status=reason[0], provider=self.real.name)
         return await self.real.generate(call)
 

@@ -27,21 +27,25 @@ pressed) is named in the row's ``error`` column and submitted again by the next 
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ...config.pricing import BATCH_RATE
 from ...errors import ConfigError, ProviderError
 from ...flowfile.inputs import PYTHON, Spelling
+from ...infra import collector
 from ...infra.tracing import batch_span
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
+from ...providers.calls import Gate, Settle, announce
+from ...providers.spend import SpendCap, SpendGate, check_cappable
 from ...runtime.hooks import FrameOptions
+from ...runtime.plan import step_calls
 from ..run import rows_to_variables, run_dataframe
 from .assemble import AssembledEngine, FromBatches
 from .paid import paid_once
@@ -59,7 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["prefill", "run_dataframe_batched"]
 
 # HTTP-like statuses on the errors of calls a batch did not answer: none is retried by the run.
-_PENDING, _GONE = 202, 410
+_PENDING, _GONE, _CAPPED = 202, 410, 402
 
 
 class _Table:
@@ -107,24 +111,21 @@ def _calls(
     in a plain run, without paying for an answer nobody reads)."""
     found: dict[str, Call] = {}
     limits = provider.prompt_limits
-    key_of = cache.key
     for level in plan.levels:  # a level's prompts need the answers of the levels above
         fresh: list[tuple[list[Generation | None], int, str]] = []
         nodes = [  # images run live in the final pass
             (
-                step,
-                step.template.render,
+                node,
                 table.keys[step.index],
                 table.gens[step.index],
                 [(plan.steps[u].name, table.gens[u]) for u in step.upstream],
-                cache.prefix(provider.identity(), step.kind, step.params, step.system),
                 limits[step.kind],
             )
-            for step in level
+            for step, node in ((s, step_calls(provider, s)) for s in level)
             if step.kind == "text"
         ]
         for r, values in enumerate(rows):  # each row's variables made once for the level
-            for step, render, keys, gens, ups, prefix, limit in nodes:
+            for node, keys, gens, ups, limit in nodes:
                 if keys[r] is not None:
                     continue
                 ctx: Mapping[str, str] = values
@@ -133,13 +134,13 @@ def _calls(
                         continue  # waits for the answers above it
                     ctx = {name: above[r].output for name, above in ups}  # type: ignore[union-attr]
                     ctx.update(values)
-                prompt = render(ctx)
+                prompt = node.render(ctx)
                 if len(prompt) > limit:
                     continue
-                key = keys[r] = key_of(prefix, prompt)
+                key = keys[r] = node.key(prompt)
                 fresh.append((gens, r, key))
                 if key not in found:
-                    found[key] = Call(step.kind, prompt, step.params, step.node_id, step.system)
+                    found[key] = node.call(prompt)
         hits = cache.get_many(key for _, _, key in fresh)
         for gens, r, key in fresh:
             hit = hits.get(key)
@@ -416,32 +417,19 @@ def prefill(
     return _prefill(flow, rows, poll=poll, progress=progress)[0]
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause Python's cycle collector within the block (a bulk step: rendering, lines,
-    reading answers), and resume it after, as it was. Such a step makes tens of thousands of
-    objects that live on and hold no cycles; while they are made, the collector would scan
-    the whole heap (every module's objects) to free nothing: 70-90 ms a time at 10,000 rows."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def _prefill(
     flow: LocalFlow,
     rows: Sequence[Mapping[str, str]],
     *,
     poll: float | None = None,
     progress: bool = True,
+    cap: SpendCap | None = None,
 ) -> tuple[dict[str, tuple[int, str]], _Table]:
     """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
     batch API (only the calls the cache lacks; batches still running are waited for, not sent
     again). Returns, by cache key, why a call has no answer yet (``(202, ...)`` still running,
-    ``(410, ...)`` the batch failed it), and the table of every text call's key and answer.
+    ``(410, ...)`` the batch failed it, ``(402, ...)`` ``cap`` left it unsent), and the table
+    of every text call's key and answer.
 
     Raises:
         ConfigError: the provider has no batch API, or the cache is off.
@@ -466,7 +454,7 @@ def _prefill(
     view = open_view(flow.name) if progress else None
     try:
         for _stage in range(len(flow.plan.levels) + 1):
-            with _gc_paused():
+            with collector.paused():
                 calls = _calls(flow.plan, provider, cache, rows, table)
             if not calls:
                 break
@@ -474,8 +462,10 @@ def _prefill(
             open_ = _adopt(api, [r for r in mine if not r.collected], home)
             covered = {k for r in open_ for k in r.keys}
             fresh = {k: c for k, c in calls.items() if k not in covered}
+            if cap is not None:
+                fresh = _within(cap, provider, fresh, reasons)
             if fresh:
-                with _gc_paused():
+                with collector.paused():
                     open_ += _submit(api, fresh, provider, flow.name, home)
             wanted = [r for r in open_ if not calls.keys().isdisjoint(r.keys)]
             for record in wanted:
@@ -490,7 +480,7 @@ def _prefill(
             ended = _wait(api, active, home, flow.config.batch_poll, deadline, view, states)
             for record in active:
                 if record.status in FINAL_STATES:
-                    with _gc_paused():
+                    with collector.paused():
                         got = collect(api, record, cache, home, provider, states.get(record.id))
                         table.fill(got)
                     for key, why in record.failures.items():
@@ -518,6 +508,7 @@ def run_dataframe_batched(
     poll: float | None = None,
     spelling: Spelling = PYTHON,
     meter: CostMeter | None = None,
+    max_spend: float | None = None,
     **options: Unpack[FrameOptions],
 ) -> pd.DataFrame:
     """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring),
@@ -525,6 +516,10 @@ def run_dataframe_batched(
     ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
     return); Ctrl-C while waiting returns at once, leaving them running. ``meter`` counts each
     row's cost (the batch price of the answers this run read from the batches).
+    ``max_spend`` (US dollars) caps the run: a call is submitted only while the most it could
+    cost at the batch price fits in what is left (each submitted call counts at that bound: its
+    answer comes later), the image calls of the final pass are capped as a live run's, and the
+    calls left out are named in ``error_column`` (``spend_cap_reached``).
 
     Returns:
         What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
@@ -535,9 +530,77 @@ def run_dataframe_batched(
         InputError: columns missing or cells empty without ``fill``.
         ProviderError: a batch could not be submitted or read.
     """
-    provider, cache = flow.provider, flow.engine.cache
+    provider = flow.provider
     rows = rows_to_variables(df, flow.variables, columns, options.get("fill"), spelling=spelling)
-    reasons, table = _prefill(flow, rows, poll=poll, progress=options.get("progress", True))
+    cap = None
+    if max_spend is not None:
+        cap = SpendCap(max_spend)
+        nodes = {s.name: (s.kind, s.params, s.system) for s in flow.plan.steps}
+        check_cappable(provider, nodes, batch=True)
+    progress = options.get("progress", True)
+    try:
+        reasons, table = _prefill(flow, rows, poll=poll, progress=progress, cap=cap)
+        return _final_pass(flow, df, columns, reasons, table, spelling, meter, cap, options)
+    finally:
+        if cap is not None:
+            announce(cap.line())
+
+
+def _within(
+    cap: SpendCap,
+    provider: Provider,
+    calls: dict[str, Call],
+    reasons: dict[str, tuple[int, str]],
+) -> dict[str, Call]:
+    """Return the ``calls`` the cap lets through at the batch price (each counted at its bound
+    at once), in order; the others get their reason (402) in ``reasons``."""
+    gate = SpendGate(cap, provider, batch=True)
+    kept: dict[str, Call] = {}
+    for key, call in calls.items():
+        most = gate.most(call)
+        if cap.take(most):
+            kept[key] = call
+        else:
+            reasons[key] = (_CAPPED, cap.refusal(most).message)
+    return kept
+
+
+def _live_calls_within(cap: SpendCap, final: Provider) -> Gate:
+    """Return the final pass's gate: the calls sent live (images, text no batch could hold)
+    within ``cap``; a text call a batch left unanswered fails with its reason, costing nothing."""
+    spend = SpendGate(cap, final.real)  # type: ignore[attr-defined]
+
+    def gate(call: Call) -> AbstractAsyncContextManager[Settle]:
+        if final.reason_of(call) is not None:  # type: ignore[attr-defined]
+            return _unpaid()
+        return spend(call)
+
+    return gate
+
+
+@contextlib.asynccontextmanager
+async def _unpaid() -> AsyncIterator[Settle]:
+    yield _ignore
+
+
+def _ignore(gen: Generation) -> None:
+    return None
+
+
+def _final_pass(
+    flow: LocalFlow,
+    df: pd.DataFrame,
+    columns: Mapping[str, str] | None,
+    reasons: dict[str, tuple[int, str]],
+    table: _Table,
+    spelling: Spelling,
+    meter: CostMeter | None,
+    cap: SpendCap | None,
+    options: FrameOptions,
+) -> pd.DataFrame:
+    """Return the frame of a batched run: the rows the table completes made from it, the
+    others run (images live, within ``cap``), what is missing named in the error column."""
+    provider, cache = flow.provider, flow.engine.cache
     # Named (and able) like the real provider, so results and checks read as a plain run's.
     kind = type(
         "FromBatches",
@@ -563,6 +626,7 @@ def run_dataframe_batched(
         final.engine, table.gens, table.keys, complete
     )
     # Every row complete: nothing to wait for, a bulk step.
-    bulk = _gc_paused() if all(complete) else contextlib.nullcontext()
+    bulk = collector.paused() if all(complete) else contextlib.nullcontext()
+    view = final if cap is None else final.gated(_live_calls_within(cap, final.provider))
     with paid_once([final]), bulk:
-        return run_dataframe(final, df, columns, spelling=spelling, meter=meter, **options)
+        return run_dataframe(view, df, columns, spelling=spelling, meter=meter, **options)

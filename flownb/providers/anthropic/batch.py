@@ -26,6 +26,7 @@ import orjson
 
 from ...errors import ConfigError, ProviderError
 from ..base import BatchState, Call, Generation
+from ..redirects import sync_httpx_hooks
 from ..vendor import no_sdk_spans
 
 __all__ = ["BATCH_LIMITS", "ENDPOINT", "AnthropicBatches"]
@@ -75,7 +76,7 @@ class AnthropicBatches:
         *,
         timeout: float = 120.0,
     ) -> None:
-        from anthropic import Anthropic
+        from anthropic import Anthropic, DefaultHttpxClient
 
         self.provider = provider
         self.base_url = provider.base_url
@@ -91,6 +92,8 @@ class AnthropicBatches:
             timeout=timeout,
             default_headers=extra or None,
             **no_sdk_spans(Anthropic),
+            # A redirect to another origin is refused: the key stays with its own.
+            http_client=DefaultHttpxClient(event_hooks=sync_httpx_hooks(), timeout=timeout),
         )
         if not hasattr(self._client.messages, "batches"):
             raise ConfigError(

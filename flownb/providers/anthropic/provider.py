@@ -42,6 +42,7 @@ from ...errors import ConfigError, ProviderError, ProviderTimeout
 from ...infra.media import MediaStore
 from ..base import Call, Generation, Kind, RateLimits
 from ..images import ImagePart, has_images, prompt_parts
+from ..redirects import httpx_hooks, refused_in
 from ..vendor import (
     OPENAI_MODEL,
     HostedProvider,
@@ -56,7 +57,6 @@ from ..vendor import (
     split_version,
     status_error,
 )
-from ..wire import httpx_hooks
 from .batch import AnthropicBatches
 
 __all__ = [
@@ -106,6 +106,9 @@ def _translate(exc: Exception, key: str | None, base_url: str) -> ProviderError:
     """Return the flownb error for an exception of the SDK (the one place they are mapped)."""
     import anthropic
 
+    refused = refused_in(exc)
+    if refused is not None:
+        return refused
     if isinstance(exc, anthropic.APIStatusError):
         body = exc.body if isinstance(exc.body, Mapping) else {}
         found = body.get("error")
@@ -207,7 +210,8 @@ class AnthropicProvider(HostedProvider):
             timeout=None,
             default_headers=headers or None,
             **no_sdk_spans(AsyncAnthropic),
-            # When each request left and its answer came, for its time at the provider.
+            # When each request left and its answer came, for its time at the provider; a
+            # redirect to another origin refused (the key and headers stay with theirs).
             http_client=DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None),
         )
 

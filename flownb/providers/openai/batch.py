@@ -22,6 +22,7 @@ import orjson
 from ...errors import ProviderError
 from ..base import BatchState, Call, Generation
 from ..images import has_images
+from ..redirects import refused_in, sync_httpx_hooks
 
 __all__ = ["BATCH_LIMITS", "OpenAIBatches"]
 
@@ -66,13 +67,17 @@ def _translated(what: str) -> Iterator[None]:
 
     try:
         yield
-    except openai.APIStatusError as exc:
-        raise ProviderError(
-            f"OpenAI Batch API: {what} failed ({exc.status_code}): {exc.message}",
-            status=exc.status_code,
-            provider="openai",
-        ) from exc
-    except openai.APIError as exc:  # connection errors, timeouts, bodies that do not parse
+    except openai.APIError as exc:
+        refused = refused_in(exc)
+        if refused is not None:
+            raise refused from exc
+        if isinstance(exc, openai.APIStatusError):
+            raise ProviderError(
+                f"OpenAI Batch API: {what} failed ({exc.status_code}): {exc.message}",
+                status=exc.status_code,
+                provider="openai",
+            ) from exc
+        # connection errors, timeouts, bodies that do not parse
         raise ProviderError(f"OpenAI Batch API: {what} failed: {exc}", provider="openai") from exc
 
 
@@ -83,7 +88,7 @@ class OpenAIBatches:
     def __init__(
         self, provider: BatchingProvider, api_key: str | None, *, timeout: float = 120.0
     ) -> None:
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
 
         self.provider = provider
         base_url = provider.base_url
@@ -98,7 +103,12 @@ class OpenAIBatches:
             if client is None:
                 # A placeholder key for local servers that need none (the SDK insists on one).
                 client = _clients[slot] = OpenAI(
-                    api_key=api_key or "unused", base_url=base_url, max_retries=3, timeout=timeout
+                    api_key=api_key or "unused",
+                    base_url=base_url,
+                    max_retries=3,
+                    timeout=timeout,
+                    # A redirect to another origin is refused: the key stays with its own.
+                    http_client=DefaultHttpxClient(event_hooks=sync_httpx_hooks()),
                 )
         self._client = client
 

@@ -6,7 +6,8 @@ sends it through a transport (:mod:`.transport`: aiohttp by default, or the ``op
 reads the answer (:mod:`.answers`: text, usage, rate limits, errors). Image nodes' images are
 kept in the media store and returned as ``Generation(media=name)``: a ``b64_json`` answer is
 decoded, a URL answer is downloaded once (provider URLs expire within hours; flownb's own media
-URL does not).
+URL does not), only from allowed places (:mod:`..download`). An image paid for whose bytes
+cannot be had is :class:`~flownb.errors.ImageNotFetched`, never bought again.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from ...config.origins import shown
 from ...config.settings import DEFAULT_OPENAI_TRANSPORT, RunConfig
-from ...errors import ConfigError, ProviderError
-from ...infra.media import MediaStore
+from ...errors import ConfigError, ImageNotFetched, ProviderError
+from ...infra.media import MediaStore, NotAnImage, image_ext
 from ..base import PROMPT_LIMITS, Call, Generation, Kind, RateLimits
+from ..download import DownloadFailed, Places, download_image
 from ..images import has_images
 from ..vendor import HostedProvider
 from .answers import (
@@ -31,7 +34,6 @@ from .answers import (
 )
 from .batch import OpenAIBatches
 from .request import (
-    _IMAGE_EXT,
     Azure,
     Prepared,
     _content_parts,
@@ -89,9 +91,11 @@ class OpenAIProvider(HostedProvider):
         transport: str | None = None,
         headers: Mapping[str, str] | None = None,
         pool: str = "",
+        media_allow: tuple[str, ...] = (),
     ) -> None:
         self.media = media
         self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
+        self.media_allow = media_allow
         key = api_key
         if not key and self.base_url == OPENAI_BASE_URL:
             raise ConfigError(
@@ -114,6 +118,9 @@ class OpenAIProvider(HostedProvider):
                 f"unknown OpenAI transport {chosen!r}; choose one of {', '.join(TRANSPORTS)}"
             )
         self.transport_name = chosen
+        # Where image URLs may be fetched from: public addresses, this endpoint's own origin
+        # and what FLOWNB_MEDIA_ALLOW lists.
+        self.places = Places.of(self.base_url, getattr(self, "media_allow", ()))
         self.warm_modules = ("openai",) if chosen == "sdk" else ("aiohttp",)
         self._api_key = key  # for the Batch API's client; never shown
         self._transport = (_SdkTransport if chosen == "sdk" else _AiohttpTransport)(
@@ -137,6 +144,7 @@ class OpenAIProvider(HostedProvider):
                 api_key=config.openai_api_key,
                 base_url=config.openai_base_url,
                 transport=config.openai_transport,
+                media_allow=config.media_allow,
             )
         return cls(
             media=media,
@@ -145,6 +153,7 @@ class OpenAIProvider(HostedProvider):
             transport=config.openai_transport,
             headers=endpoint.headers,
             pool=endpoint.name,
+            media_allow=config.media_allow,
         )
 
     def __repr__(self) -> str:  # never the key
@@ -321,25 +330,65 @@ class OpenAIProvider(HostedProvider):
             raise _bad_answer("no image (its 'data' list is empty or missing)", request_id)
         item = items[0]
         model = prepared.body["model"]
-        if item.get("b64_json"):
+        if item.get("url") and not item.get("b64_json"):
+            return self._download(str(item["url"]), data, prepared)
+        if not item.get("b64_json"):
+            raise _bad_answer("an image with neither 'url' nor 'b64_json'", request_id)
+        try:
+            raw = base64.b64decode(item["b64_json"], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise self._not_fetched(data, prepared, "the answer's b64_json is not base64") from exc
+        media = self._keep(raw, "the answer's b64_json", data, prepared)
+        return Generation("", media=media, model=model)
+
+    def _download(self, url: str, data: Mapping[str, Any], prepared: Prepared) -> Generation:
+        """Return the generation of an image answered as ``url``, its download ``pending``: the
+        call runner awaits it once the paid call has ended (see :class:`Generation`)."""
+        gen = Generation("", model=prepared.body["model"])
+
+        async def fetch() -> Generation:
             try:
-                raw = base64.b64decode(item["b64_json"], validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise ProviderError(
-                    "OpenAI API answered an image that is not base64", provider="openai"
-                ) from exc
-            name = self.media.name_for(raw, prepared.image_ext)
-            if not self.media.exists(name):
-                self.media.save(name, raw)
-            return Generation("", media=name, model=model)
-        if item.get("url"):
-            raw, content_type = await self._transport.fetch(str(item["url"]))
-            ext = _IMAGE_EXT.get(content_type.split(";")[0].strip().removeprefix("image/"))
-            name = self.media.name_for(raw, ext or prepared.image_ext)
-            if not self.media.exists(name):
-                self.media.save(name, raw)
-            return Generation("", media=name, model=model)
-        raise _bad_answer("an image with neither 'url' nor 'b64_json'", request_id)
+                raw, _ = await download_image(url, self.places)
+            except DownloadFailed as exc:
+                raise self._not_fetched(data, prepared, exc.why) from None
+            gen.media = self._keep(raw, shown(url), data, prepared)
+            return gen
+
+        gen.pending = fetch
+        return gen
+
+    def _keep(self, raw: bytes, where: str, data: Mapping[str, Any], prepared: Prepared) -> str:
+        """Return the media name ``raw`` is stored as, under the extension of what it is.
+
+        Raises:
+            ImageNotFetched: ``raw`` is not an image flownb keeps.
+        """
+        try:
+            ext = image_ext(raw)  # the type the bytes are, whatever the request asked for
+        except NotAnImage as exc:
+            raise self._not_fetched(data, prepared, f"{where} is not kept: {exc}") from None
+        name = self.media.name_for(raw, ext)
+        if not self.media.exists(name):
+            self.media.save(name, raw)
+        return name
+
+    def _not_fetched(
+        self, data: Mapping[str, Any], prepared: Prepared, why: str
+    ) -> ImageNotFetched:
+        """Return the error for an image answered (so paid for) whose bytes cannot be kept;
+        ``paid`` is the generation as billed, for the run to record its cost."""
+        body = prepared.body
+        paid = Generation(
+            "",
+            model=data.get("model") or body["model"],
+            usage=usage_of(data.get("usage")),
+            priced_as={k: body[k] for k in ("size", "quality", "n") if k in body},
+        )
+        return ImageNotFetched(
+            f"the image was generated and paid for, but could not be fetched: {why}",
+            provider=self.name,
+            paid=paid,
+        )
 
     async def aclose(self) -> None:
         """Close this loop's HTTP session."""
@@ -372,8 +421,10 @@ class AzureOpenAIProvider(OpenAIProvider):
         headers: Mapping[str, str] | None = None,
         pool: str = "",
         endpoint_name: str = "azure",
+        media_allow: tuple[str, ...] = (),
     ) -> None:
         self.media = media
+        self.media_allow = media_allow
         # The resource's address; a trailing /openai (as some portals show it) is the API root.
         self.base_url = base_url.rstrip("/").removesuffix("/openai")
         self.api_version = api_version or DEFAULT_AZURE_API_VERSION
@@ -406,6 +457,7 @@ class AzureOpenAIProvider(OpenAIProvider):
             headers=endpoint.headers,
             pool=endpoint.name,
             endpoint_name=endpoint.name,
+            media_allow=config.media_allow,
         )
 
     supports_batches: ClassVar[bool] = False

@@ -5,8 +5,9 @@ the official ``openai`` SDK's ``AsyncOpenAI`` (``transport="sdk"`` /
 concurrency limit belong to the engine, so they work the same for every provider.
 
 Each transport posts a body and returns the decoded answer with its request id and rate limits,
-streams chat chunks, and downloads a generated image (never with the API key, capped at
-:data:`MAX_IMAGE_BYTES`). Errors are translated at this boundary (answers with
+and streams chat chunks; a redirect to another origin is refused (:mod:`..redirects`). A
+generated image's URL is downloaded by :mod:`..download`, never with the key. Errors are
+translated at this boundary (answers with
 :func:`~flownb.providers.openai.answers._translate_status`, failed connections with
 :func:`_connection_failed`). Azure's differences (deployment URLs, ``api-key``, Entra ID tokens)
 are an :class:`~flownb.providers.openai.request.Azure` handed to either transport.
@@ -33,6 +34,7 @@ import orjson
 
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
+from ..redirects import aiohttp_middleware, httpx_hooks, refused_in
 from ..vendor import raw_uninstrumented, redact
 from ..wire import mark_answered, mark_sent
 from .answers import (
@@ -49,14 +51,10 @@ from .request import (
 )
 from .stream import sse_data
 
-__all__ = ["MAX_IMAGE_BYTES", "TRANSPORTS", "UNREACHABLE"]
+__all__ = ["TRANSPORTS", "UNREACHABLE"]
 
 
 TRANSPORTS = ("aiohttp", "sdk")
-
-
-# The largest image downloaded from a provider's URL (a 4K PNG is about 25 MB).
-MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
 # A ProviderError with this code is a setup problem (bad host name, nothing listening on a
@@ -135,22 +133,6 @@ def _connection_failed(exc: BaseException, base_url: str, key: str | None) -> Pr
     )
 
 
-async def _read_capped(chunks: AsyncIterator[bytes], url: str) -> bytes:
-    """Return the downloaded image's bytes, read as they come (both transports' bodies).
-
-    Raises:
-        ProviderError: it grew over MAX_IMAGE_BYTES (stopped there, not read to the end).
-    """
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > MAX_IMAGE_BYTES:
-            raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
 def _encoded(body: Mapping[str, Any]) -> bytes:
     """Return a request's JSON body: orjson's (a few times json's speed, a tenth of a call's
     CPU), else json's where the two differ. orjson writes NaN and infinities as null, so a body
@@ -190,14 +172,6 @@ def _wire_connector() -> Any:
             return conn
 
     return WireConnector
-
-
-def _download_failed(url: str, why: str) -> ProviderError:
-    where = urllib.parse.urlsplit(url)
-    return ProviderError(
-        f"could not download the generated image from {where.scheme}://{where.netloc}: {why}",
-        provider="openai",
-    )
 
 
 # aiohttp sessions, shared by every provider with the same endpoint and key on the same event
@@ -276,7 +250,7 @@ class _AiohttpTransport:
             "Accept": "application/json",
             **(headers or {}),
         }
-        # Per request, not on the session: image downloads go to other hosts, without the key.
+        # Per request, not on the session (Entra ID tokens change; see _headers).
         if api_key and azure is not None:
             self.auth: dict[str, str] | None = {"api-key": api_key}
         else:
@@ -315,11 +289,13 @@ class _AiohttpTransport:
         import aiohttp
 
         ident = self._ident()
-        # Its connector marks when each request left, for the call's time.
+        # The connector marks when each request left (for its time), the middleware refuses a
+        # redirect to another origin: what a trace config did, without its cost per request.
         connector = _wire_connector()(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            middlewares=(aiohttp_middleware,),
         )
         _SESSIONS[ident] = session
         await _close_with_loop(_SESSIONS, ident, session.close)
@@ -420,32 +396,6 @@ class _AiohttpTransport:
         except aiohttp.ClientError as exc:
             raise _connection_failed(exc, self.base_url, self.key) from exc
 
-    async def fetch(self, url: str) -> tuple[bytes, str]:
-        """Return the bytes and content type at ``url`` (an image a response pointed to),
-        through this loop's session, without the API key.
-
-        Raises:
-            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
-        """
-        import aiohttp
-
-        parts = urllib.parse.urlsplit(url)
-        proxy = None
-        if not urllib.request.proxy_bypass(parts.hostname or ""):
-            proxy = urllib.request.getproxies().get(parts.scheme)
-        try:
-            session = await self._session()
-            async with session.get(url, proxy=proxy) as resp:
-                mark_answered()  # a download is part of its call's time, as the call's answer
-                if resp.status >= 400:
-                    raise _download_failed(url, f"HTTP {resp.status}")
-                if (resp.content_length or 0) > MAX_IMAGE_BYTES:
-                    raise _download_failed(url, f"over {MAX_IMAGE_BYTES} bytes")
-                data = await _read_capped(resp.content.iter_chunked(256 * 1024), url)
-                return data, resp.headers.get("Content-Type", "")
-        except aiohttp.ClientError as exc:
-            raise _download_failed(url, type(exc).__name__) from exc
-
     async def aclose(self) -> None:
         ident = self._ident()
         session = _SESSIONS.pop(ident, None)
@@ -477,6 +427,11 @@ class _SdkTransport:
         client = self._clients.get(loop)
         if client is None:
             azure = self.azure
+            from openai import DefaultAsyncHttpxClient
+
+            # The SDK's usual client, refusing a redirect to another origin (the key and the
+            # endpoint's headers stay with theirs).
+            http = DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None)
             if azure is not None:
                 from openai import AsyncAzureOpenAI
 
@@ -489,6 +444,7 @@ class _SdkTransport:
                     default_headers=self.headers,
                     max_retries=0,
                     timeout=None,
+                    http_client=http,
                 )
             else:
                 from openai import AsyncOpenAI
@@ -500,6 +456,7 @@ class _SdkTransport:
                     default_headers=self.headers,
                     max_retries=0,
                     timeout=None,
+                    http_client=http,
                 )
             self._clients[loop] = client
             await _close_with_loop(self._clients, loop, client.close)  # not kept past its loop
@@ -554,6 +511,9 @@ class _SdkTransport:
         """Return the flownb error for an exception of the SDK."""
         import openai
 
+        refused = refused_in(exc)
+        if refused is not None:
+            return refused
         if isinstance(exc, openai.APIStatusError):
             return _translate_status(
                 exc.status_code,
@@ -616,27 +576,6 @@ class _SdkTransport:
                 yield chunk.model_dump(mode="json", exclude_unset=True)
         except openai.OpenAIError as exc:
             raise self._translate(exc) from exc
-
-    async def fetch(self, url: str) -> tuple[bytes, str]:
-        """Return the bytes and content type at ``url``, with the SDK's HTTP library (httpx),
-        without the API key.
-
-        Raises:
-            ProviderError: the download failed, answered an error, or is over MAX_IMAGE_BYTES.
-        """
-        import httpx
-
-        try:
-            async with (
-                httpx.AsyncClient(timeout=60) as client,
-                client.stream("GET", url) as resp,
-            ):
-                if resp.status_code >= 400:
-                    raise _download_failed(url, f"HTTP {resp.status_code}")
-                data = await _read_capped(resp.aiter_bytes(), url)
-                return data, resp.headers.get("Content-Type", "")
-        except httpx.HTTPError as exc:
-            raise _download_failed(url, type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
