@@ -23,6 +23,7 @@ import functools
 import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 import urllib.parse
@@ -145,17 +146,23 @@ def _encoded(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body).encode() if b"null" in data else data
 
 
+# 19 digits in a row or more: maybe an integer past 64 bits, which orjson reads as a float.
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
 def _decoded(raw: bytes) -> Any:
-    """Return an answer's decoded JSON: orjson's, else json's (which reads what orjson refuses:
-    NaN, a lone surrogate, a huge integer).
+    """Return an answer's decoded JSON: orjson's, else json's (which reads what orjson refuses,
+    NaN or a lone surrogate, and keeps an integer past 64 bits exact).
 
     Raises:
         ValueError: it is not JSON.
     """
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
+    if _LONG_NUMBER.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
 
 
 @functools.cache
