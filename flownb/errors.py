@@ -330,6 +330,9 @@ class AuthError(ApiError):
 
 # Line breaks and runs of whitespace inside a message.
 _SPACE = re.compile(r"\s+")
+# A lone surrogate (bytes a command line could not decode, a JSON "\ud800") quoted in a message:
+# written as its escape, so the line can be printed, logged and sent as UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def one_line(exc: BaseException, *, code: bool = False) -> str:
@@ -341,11 +344,14 @@ def one_line(exc: BaseException, *, code: bool = False) -> str:
     ``"TypeName: message"`` (just the type name when it has no message). ``code=True`` puts the
     error's code first, ``"provider_timeout: ..."``, for places read by programs as well as
     people (the ``error`` column, the run log). Line breaks and runs of whitespace become single
-    spaces.
+    spaces; a lone surrogate becomes its escape (``\\udcff``).
     """
     if isinstance(exc, FlownbError):
         text = f"{exc.code}: {exc.message}" if code else exc.message
     else:
         detail = str(exc)
         text = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    return _SPACE.sub(" ", text).strip()
+    text = _SPACE.sub(" ", text).strip()
+    if not text.isascii():
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text

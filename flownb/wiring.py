@@ -10,13 +10,24 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .infra import media as _media  # noqa: F401  (plugs the media reader into the display)
 from .runtime.hooks import HOOKS
+from .show.display import read_media_with
 
 if TYPE_CHECKING:
     from .flows.base import BaseFlow
 
 __all__: list[str] = []
+
+
+def _read_home_media(path: str) -> bytes | None:
+    # The media store (and what it imports) is loaded when an image is first read back, not by
+    # `import flownb`; once loaded it plugs its own reader in.
+    from .infra.media import read_home_media
+
+    return read_home_media(path)
+
+
+read_media_with(_read_home_media)  # how the display reads a file:// image back
 
 
 def _form(flow: BaseFlow) -> Any:

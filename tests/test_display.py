@@ -199,3 +199,10 @@ def test_extension_entry_points_are_not_public_api() -> None:
     assert callable(flownb.unload_ipython_extension)
     assert "load_ipython_extension" not in flownb.__all__
     assert "display_frame" in flownb.__all__
+
+
+def test_the_display_names_media_files_as_the_media_store_does() -> None:
+    from flownb.infra.media import MEDIA_NAME
+    from flownb.show.display import MEDIA_FILE_NAME
+
+    assert MEDIA_FILE_NAME.pattern == MEDIA_NAME.pattern

@@ -5,7 +5,9 @@ used deleted first, and never an image a cache entry still names without that en
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import warnings
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,49 @@ def test_the_cap_is_a_documented_setting_refused_in_one_line_when_wrong(
     monkeypatch.setenv("FLOWNB_MEDIA_MAX", "lots")
     with pytest.raises(ConfigError, match="FLOWNB_MEDIA_MAX must be a size"):
         resolve_run_config()
+
+
+def _alive(urls: list[str]) -> int:
+    return sum(Path(u.removeprefix("file://")).is_file() for u in urls)
+
+
+def _cap_notices(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "FLOWNB_MEDIA_MAX" in str(w.message)]
+
+
+def test_a_run_keeps_every_image_it_returns_and_says_once_what_the_cap_did(
+    fake: FakeOpenAI, flownb_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.configure(image_format="b64_json")
+    flownb.load_flow(PICTURE).run(topic="size probe")
+    probe = set(_images(flownb_env))
+    cap = 3 * max(_images(flownb_env).values())
+    monkeypatch.setenv("FLOWNB_MEDIA_MAX", str(cap))
+    flow = flownb.load_flow(PICTURE)
+    runs: list[list[str]] = []
+    for batch in ("a", "b"):
+        before = set(_images(flownb_env))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = flow.run_batch([{"topic": f"{batch}{i}"} for i in range(10)])
+        urls = [r["pic"] for r in results]
+        runs.append(urls)
+        # Every image the run returned is there as it ends, though the folder is over its cap.
+        assert _alive(urls) == 10
+        assert sum(_images(flownb_env).values()) > cap
+        gone = len(before - set(_images(flownb_env)))
+        assert gone >= 1  # earlier runs' images made room first
+        (notice,) = _cap_notices(caught)  # one notice for the run, not one per image
+        assert "over its cap" in notice
+        deleted = re.search(r"(\d+) images? of earlier runs were deleted", notice)
+        assert deleted is not None and int(deleted.group(1)) == gone, notice
+    assert not probe & set(_images(flownb_env))
+    # The second run's images made room by deleting the first run's, never its own.
+    assert _alive(runs[0]) < 10 and _alive(runs[1]) == 10
+
+    # A run within the cap says nothing.
+    monkeypatch.setenv("FLOWNB_MEDIA_MAX", "1G")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flownb.load_flow(PICTURE).run_batch([{"topic": f"c{i}"} for i in range(3)])
+    assert _cap_notices(caught) == []

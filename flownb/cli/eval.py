@@ -31,6 +31,7 @@ bad arguments or files.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Mapping
@@ -40,9 +41,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import ConfigError
-from ..providers.registry import provider_names
+from ..infra.files import read_input
 from ..show.escape import term_text
-from .inputs import parse_map
+from .clickhelp import ProviderChoice
+from .inputs import INPUT_FILE_HELP, parse_map
 from .opening import MAX_SPEND_OPTION, banner, open_flow, usage_error
 
 if TYPE_CHECKING:
@@ -104,12 +106,15 @@ def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any)
 def _read_data(path: str) -> Any:
     import pandas as pd
 
+    is_json = path.lower().endswith(".json")
     try:
-        if path.lower().endswith(".json"):
-            return pd.DataFrame(json.loads(Path(path).read_text(encoding="utf-8")))
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    except FileNotFoundError:
-        raise click.BadParameter(f"no such file: {path}", param_hint="--data") from None
+        raw = read_input(path, "the JSON file" if is_json else "the CSV file")
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint="--data") from None
+    try:
+        if is_json:
+            return pd.DataFrame(json.loads(raw.decode("utf-8")))
+        return pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False, na_values=[""])
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise click.BadParameter(f"{path} is not readable: {exc}", param_hint="--data") from None
 
@@ -247,9 +252,17 @@ def money_line(report: Any) -> str | None:
 
 @click.command("eval")
 @click.argument("flows", nargs=-1, required=True)
-@click.option("--data", "data_path", required=True, help="Rows to run: a .csv or .json file.")
 @click.option(
-    "--scorers", "config_path", required=True, help="Scorers (and variants): a .json or .toml file."
+    "--data",
+    "data_path",
+    required=True,
+    help=f"Rows to run: a .csv or .json file ({INPUT_FILE_HELP}).",
+)
+@click.option(
+    "--scorers",
+    "config_path",
+    required=True,
+    help=f"Scorers (and variants): a .json or .toml file ({INPUT_FILE_HELP}).",
 )
 @click.option("--out", "out_path", help="Write the report: .html, .csv or .json.")
 @click.option(
@@ -274,7 +287,7 @@ def money_line(report: Any) -> str | None:
 )
 @click.option(
     "--provider",
-    type=click.Choice(provider_names(), case_sensitive=False),
+    type=ProviderChoice(),
     default=None,
     help="Model provider for local flow files.",
 )
@@ -392,7 +405,10 @@ def eval_command(
         raise click.UsageError("--min-quality, --max-price and --max-p95 go with --save-choice")
     if choice_path and Path(choice_path).suffix.lower() != ".json":
         raise click.BadParameter("must end in .json", param_hint="--save-choice")
-    config = load_config(config_path)
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint="--scorers") from None
     specs = config.get("scorers") or []
     if not isinstance(specs, list):
         raise ConfigError(f"{config_path}: 'scorers' must be a list")

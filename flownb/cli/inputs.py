@@ -15,14 +15,18 @@ Errors here are :class:`~flownb.errors.ConfigError` (an argument that cannot wor
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.settings import DEFAULT_INPUT_MAX
 from ..errors import ConfigError, FlowFileError
 from ..flowfile.inputs import Spelling
+from ..infra.files import read_input
+from ..infra.unicode import lone_surrogate, surrogates_in
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLI",
     "CSV_OPTIONS",
+    "INPUT_FILE_HELP",
     "MAGIC",
     "flow_location",
     "no_server",
@@ -91,6 +96,11 @@ def no_server(flow_id: str, spelling: Spelling) -> ConfigError:
 
 # ---- batch files -----------------------------------------------------------------------------
 
+# What --csv, --json, --data and --scorers say of their file in --help: the cap and its default.
+INPUT_FILE_HELP = (
+    f"a regular file of at most FLOWNB_INPUT_MAX bytes, default {DEFAULT_INPUT_MAX // 1024**2}M"
+)
+
 CSV_OPTIONS: dict[str, Any] = {"dtype": str, "keep_default_na": False, "na_values": [""]}
 """How flownb reads a CSV: every cell as text, and only truly empty cells are missing ("NA" or
 "null" may be real text)."""
@@ -100,18 +110,14 @@ def read_csv(path: str | Path) -> pd.DataFrame:
     """Return the rows of a CSV file, every cell a string (empty cells NaN).
 
     Raises:
-        ConfigError: no such file, a directory, unreadable, or not CSV.
+        ConfigError: no such file, a directory, not a regular file or over ``FLOWNB_INPUT_MAX``
+            (see :func:`flownb.infra.files.read_input`), unreadable, or not CSV.
     """
     import pandas as pd
 
+    raw = read_input(path, "the CSV file")
     try:
-        return pd.read_csv(path, **CSV_OPTIONS)
-    except FileNotFoundError:
-        raise ConfigError(f"no such file: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path} is a directory, not a CSV file") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        return pd.read_csv(io.BytesIO(raw), **CSV_OPTIONS)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not a readable CSV: {exc}") from None
 
@@ -121,20 +127,23 @@ def read_json_batch(path: str | Path) -> list[Any]:
     run request body (``{"variables": ...}``).
 
     Raises:
-        ConfigError: the file cannot be read, is not JSON, or holds something else.
+        ConfigError: the file cannot be read (see :func:`flownb.infra.files.read_input`), is
+            not JSON, holds text that is not valid Unicode (a lone surrogate such as
+            ``"\\ud800"``), or holds something else.
     """
+    raw = read_input(path, "the JSON file")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"no such file: {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        data = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path} is not JSON (line {exc.lineno} column {exc.colno}: {exc.msg})"
         ) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason})") from None
+    for where, bad in surrogates_in(data):
+        raise ConfigError(
+            f"{path}: {where} holds text that is not valid Unicode (a lone surrogate {bad})"
+        )
     if isinstance(data, dict) and "variables" in data:
         data = data["variables"]  # a contract request body works too
     if isinstance(data, dict):
@@ -145,6 +154,21 @@ def read_json_batch(path: str | Path) -> list[Any]:
 
 
 # ---- pairs -----------------------------------------------------------------------------------
+
+
+def _checked_pair(pair: str) -> str:
+    """Return ``pair`` when it is valid Unicode text.
+
+    Raises:
+        ConfigError: it holds a lone surrogate: bytes a command line could not decode as UTF-8
+            (Python keeps each as a surrogate), or one a Python string was given.
+    """
+    bad = lone_surrogate(pair)
+    if bad is not None:
+        raise ConfigError(
+            f"{pair!r} holds bytes that are not UTF-8 text ({bad}); give text in UTF-8"
+        )
+    return pair
 
 
 def parse_values(
@@ -159,10 +183,11 @@ def parse_values(
     ``$name`` there); by default the value is taken as written.
 
     Raises:
-        ConfigError: a pair without ``=`` or a name, or a variable given twice.
+        ConfigError: a pair without ``=`` or a name, a variable given twice, or a pair holding
+            bytes that are not UTF-8 text (see :func:`_checked_pair`).
     """
     values: dict[str, str] = {}
-    for pair in pairs:
+    for pair in map(_checked_pair, pairs):
         name, sep, raw = pair.partition("=")
         if not sep or not name:
             raise ConfigError(f"expected {form}, got {pair!r}")
@@ -176,10 +201,11 @@ def parse_map(pairs: Iterable[str], *, form: str = "VAR=COLUMN") -> dict[str, st
     """Return the variable -> column mapping ``VAR=COLUMN`` pairs give.
 
     Raises:
-        ConfigError: a pair without a variable, ``=`` or column, or a variable mapped twice.
+        ConfigError: a pair without a variable, ``=`` or column, a variable mapped twice, or a
+            pair holding bytes that are not UTF-8 text.
     """
     mapping: dict[str, str] = {}
-    for pair in pairs:
+    for pair in map(_checked_pair, pairs):
         var, sep, col = pair.partition("=")
         if not sep or not var or not col:
             raise ConfigError(f"expected {form}, got {pair!r}")

@@ -35,13 +35,12 @@ from ..errors import (
     InputError,
     one_line,
 )
-from ..infra.aio import Patience, patience
-from ..providers.registry import provider_names
 from ..show.escape import term_text
 from ..show.meter import CostMeter
-from .clickhelp import FullHelpGroup
+from .clickhelp import FullHelpGroup, ProviderChoice
 from .inputs import (
     CLI,
+    INPUT_FILE_HELP,
     parse_map,
     parse_values,
     read_csv,
@@ -104,8 +103,16 @@ ENDPOINT_OPTION = click.option(
 
 @click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flownb")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Run LLM flows exported from the web tool: once, over CSV/JSON batches, or over HTTP."""
+    # Ctrl-C lets the calls already sent end (bounded, announced) before the command exits.
+    # Entered here rather than in main(): `flownb --help` never gets here, so it does not load
+    # the event loop's module.
+    from ..infra.aio import Patience, patience
+
+    wait = Patience(grace=IN_FLIGHT_GRACE, waiting=_in_flight_line, say=_say)
+    ctx.with_resource(patience(wait))
 
 
 @cli.command()
@@ -166,8 +173,18 @@ def graph(flow: str, svg_path: str | None) -> None:
     is_flag=True,
     help="Take each variable not given from the flow's defaults (as `flownb info` shows them).",
 )
-@click.option("--csv", "csv_path", metavar="FILE", help="Run once per row of this CSV file.")
-@click.option("--json", "json_path", metavar="FILE", help="Run once per object of this JSON array.")
+@click.option(
+    "--csv",
+    "csv_path",
+    metavar="FILE",
+    help=f"Run once per row of this CSV file ({INPUT_FILE_HELP}).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    metavar="FILE",
+    help=f"Run once per object of this JSON array ({INPUT_FILE_HELP}).",
+)
 @click.option(
     "--map",
     "map_pairs",
@@ -197,7 +214,7 @@ def graph(flow: str, svg_path: str | None) -> None:
 )
 @click.option(
     "--provider",
-    type=click.Choice(provider_names(), case_sensitive=False),
+    type=ProviderChoice(),
     default=None,
     help="Model provider for local flow files (default: FLOWNB_PROVIDER or offline).",
 )
@@ -367,8 +384,6 @@ def _run_once(
     Raises:
         InputError: a variable is missing or unknown.
     """
-    import pandas as pd
-
     f.spec.check_one(values)
     _banner(f)
     if dry_run:
@@ -389,6 +404,8 @@ def _run_once(
         click.echo(f"flownb: {meter.total_line()}", err=True)
         raise
     if target is not None:
+        import pandas as pd  # only --out makes a frame: a run printed needs no pandas
+
         _write(pd.DataFrame([{**values, **dict(result)}]), *target, safe=safe)
     meter.add(result)
     click.echo(f"flownb: {meter.total_line()}", err=True)
@@ -600,11 +617,8 @@ def _say(line: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``flownb`` console script; exits with the command's status."""
     warnings.showwarning = _show_warning
-    # Ctrl-C lets the calls already sent end (bounded, announced) before the command exits.
-    wait = Patience(grace=IN_FLIGHT_GRACE, waiting=_in_flight_line, say=_say)
     try:
-        with patience(wait):
-            cli.main(args=argv, prog_name="flownb", standalone_mode=False)
+        cli.main(args=argv, prog_name="flownb", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("flownb: interrupted", err=True)
         sys.exit(130)

@@ -19,8 +19,7 @@ from ..config.settings import (
     DEFAULT_SHUTDOWN_TIMEOUT,
     resolve_run_config,
 )
-from ..providers.registry import provider_names
-from .clickhelp import FullHelpGroup
+from .clickhelp import FullHelpGroup, ProviderChoice
 
 # --endpoint NAME (as on flownb run and eval): an endpoint declared in flownb.toml.
 ENDPOINT_OPTION = click.option(
@@ -45,7 +44,7 @@ __all__ = ["gc", "keys", "serve"]
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--provider",
-    type=click.Choice(provider_names(), case_sensitive=False),
+    type=ProviderChoice(),
     default=None,
     help="Model provider (default: FLOWNB_PROVIDER or offline).",
 )

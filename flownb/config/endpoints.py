@@ -47,7 +47,6 @@ with one line saying to name a variable with ``api_key_env``.
 from __future__ import annotations
 
 import secrets
-import tomllib
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -582,6 +581,8 @@ def declarations(cwd: Path, home: Path) -> dict[str, Declared]:
     Raises:
         ConfigError: a file is not TOML, or an endpoint table is wrong (naming file and field).
     """
+    import tomllib  # here: only a run that looks for endpoints reads TOML
+
     found: dict[str, Declared] = {}
     for path in endpoint_files(cwd, home):
         try:

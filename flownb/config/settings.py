@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_HEADER_TIMEOUT",
+    "DEFAULT_INPUT_MAX",
     "DEFAULT_KEEP_ALIVE",
     "DEFAULT_LIMIT_CONCURRENCY",
     "DEFAULT_MAX_BATCH",
@@ -47,6 +48,7 @@ __all__ = [
     "get_settings",
     "home_dir",
     "imported_serve_config",
+    "input_max",
     "media_dir",
     "parse_size",
     "resolve_endpoint",
@@ -73,6 +75,9 @@ DEFAULT_OPENAI_TRANSPORT = "aiohttp"
 # Bytes of images kept in FLOWNB_HOME/media (FLOWNB_MEDIA_MAX, flownb serve --media-max-size):
 # past it, the images used longest ago are deleted as new ones are written. 0: no cap.
 DEFAULT_MEDIA_MAX = 1024**3
+# Bytes of an input file a user names (--csv, --json, --data, --scorers and the magics'
+# equivalents; FLOWNB_INPUT_MAX): read whole into memory, so a bigger file is refused unread.
+DEFAULT_INPUT_MAX = 256 * 1024**2
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -131,6 +136,7 @@ class Settings:
     media_max: int = DEFAULT_MEDIA_MAX  # FLOWNB_MEDIA_MAX (bytes; 0: no cap)
     body_timeout: float = DEFAULT_BODY_TIMEOUT  # FLOWNB_BODY_TIMEOUT (flownb serve)
     public_url: str | None = None  # FLOWNB_PUBLIC_URL: where clients reach flownb serve
+    input_max: int = DEFAULT_INPUT_MAX  # FLOWNB_INPUT_MAX (bytes of an input file)
     # FLOWNB_MEDIA_ALLOW: origins (http://host:port) and address ranges (10.0.0.0/8) image
     # URLs may be fetched from besides public addresses and the endpoint's own origin.
     media_allow: tuple[str, ...] = ()
@@ -211,6 +217,7 @@ def get_settings() -> Settings:
             or DEFAULT_BODY_TIMEOUT
         ),
         public_url=env.get("FLOWNB_PUBLIC_URL") or None,
+        input_max=_input_max(env.get("FLOWNB_INPUT_MAX")),
         media_allow=_media_allow(env.get("FLOWNB_MEDIA_ALLOW")),
         forwarded_allow_ips=env.get("FLOWNB_FORWARDED_ALLOW_IPS") or None,
     )
@@ -333,6 +340,16 @@ def live_view_mode() -> str:
         ConfigError: ``FLOWNB_LIVE`` is set to something else than auto, 1 or 0.
     """
     return get_settings().live
+
+
+def input_max() -> int:
+    """Return ``FLOWNB_INPUT_MAX``, read now: the most bytes of an input file a user names
+    (``--csv``, ``--json``, ``--data``, ``--scorers``; default :data:`DEFAULT_INPUT_MAX`).
+
+    Raises:
+        ConfigError: ``FLOWNB_INPUT_MAX`` (or another variable) is set to something unusable.
+    """
+    return get_settings().input_max
 
 
 def resolve_run_config(
@@ -609,6 +626,18 @@ def _media_max(raw: str | None) -> int:
         raise ConfigError(
             f"FLOWNB_MEDIA_MAX must be a size (500M, 2G; 0 for no cap), got {raw!r}"
         ) from None
+
+
+def _input_max(raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return DEFAULT_INPUT_MAX
+    try:
+        value = parse_size(raw)
+    except ConfigError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"FLOWNB_INPUT_MAX must be a size (100M, 2G), got {raw!r}")
+    return value
 
 
 def _media_allow(raw: str | None) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import scorers
 from ..errors import ConfigError
+from ..infra.files import read_input
 from ..scorers import Scorer, col
 
 __all__ = ["load_config", "make_scorer"]
@@ -34,14 +35,15 @@ def load_config(path: str) -> dict[str, Any]:
     """Return the decoded scorers file (``.toml``, else JSON).
 
     Raises:
-        ConfigError: unreadable or not a table/object.
+        ConfigError: not a regular file, over ``FLOWNB_INPUT_MAX`` or unreadable (see
+            :func:`flownb.infra.files.read_input`), not TOML/JSON, or not a table/object.
     """
     p = Path(path)
+    is_toml = p.suffix.lower() == ".toml"
+    raw = read_input(path, "the scorers file")
     try:
-        text = p.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text) if is_toml else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path} is not valid {p.suffix.lstrip('.') or 'JSON'}: {exc}") from None
     if not isinstance(data, dict):

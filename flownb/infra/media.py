@@ -2,7 +2,10 @@
 
 The folder has a size cap (``max_bytes``; 0: none): when a write takes it over, the images
 used longest ago (a file's modification time is its last use: written, or read back from the
-call cache) are deleted until it is at 90% of the cap, never the image just written. Whoever
+call cache) are deleted until it is at 90% of the cap, never the image just written nor any
+image of a run in progress (written or used since the earliest run still going in this process
+began: see :func:`pin_run`); a run that had to go over the cap, or that deleted earlier runs'
+images, says so once as it ends. Whoever
 keeps names of images (the call cache) hears which were deleted (:func:`on_evict`), and drops
 what named them.
 
@@ -14,20 +17,18 @@ name out from a prompt they guess (and so cannot test whether it was run, or fet
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import re
-import secrets
 import stat
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..show.display import MAX_IMAGE_BYTES, read_media_with
+from ..show.notices import warn
 from .private import private_dir
 from .writable import unwritable
 
@@ -42,6 +43,7 @@ __all__ = [
     "image_ext",
     "mark_used",
     "on_evict",
+    "pin_run",
     "read_home_media",
     "read_media",
 ]
@@ -154,6 +156,9 @@ class _Budget:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.total: int | None = None  # bytes, None until the folder is listed
+        # The pin (a run's start) under which the last listing found nothing left to delete:
+        # while it holds, a write over the cap only adds up (no listing per image written).
+        self.stuck: int | None = None
 
 
 _budgets: dict[Path, _Budget] = {}
@@ -165,8 +170,9 @@ def _budget(directory: Path) -> _Budget:
         return _budgets.setdefault(directory.absolute(), _Budget())
 
 
-def _listing(directory: Path) -> list[tuple[float, int, str]]:
-    """Return ``(mtime, size, name)`` of the folder's images, least recently used first."""
+def _listing(directory: Path) -> list[tuple[int, int, str]]:
+    """Return ``(mtime in ns, size, name)`` of the folder's images, least recently used
+    first."""
     files = []
     try:
         entries = list(os.scandir(directory))
@@ -179,9 +185,74 @@ def _listing(directory: Path) -> list[tuple[float, int, str]]:
             st = entry.stat()
         except FileNotFoundError:
             continue
-        files.append((st.st_mtime, st.st_size, entry.name))
+        files.append((st.st_mtime_ns, st.st_size, entry.name))
     files.sort()
     return files
+
+
+class _Run:
+    """One run in progress: when it began, and what the cap did meanwhile."""
+
+    def __init__(self) -> None:
+        self.start = time.time_ns()  # the clock _stamp and save() mark files with
+        self.evicted = 0  # earlier images deleted while it ran
+        self.over: tuple[int, int] | None = None  # (bytes held, cap) when pins beat the cap
+
+
+_runs: list[_Run] = []
+_runs_lock = threading.Lock()
+
+
+def _pinned_since() -> int | None:
+    """Return the start (ns) of the earliest run in progress: images written or used since are
+    kept whatever the cap says; None when no run is going."""
+    with _runs_lock:
+        return min((run.start for run in _runs), default=None)
+
+
+def _note(evicted: int, total: int, cap: int) -> None:
+    with _runs_lock:
+        for run in _runs:
+            run.evicted += evicted
+            if total > cap:
+                run.over = (total, cap)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1024**2:.1f} MB"
+
+
+@contextmanager
+def pin_run() -> Iterator[None]:
+    """Keep every image written or used while the block runs (a run of a flow with image
+    nodes): the cap deletes none of them, so every URL the run returns still names its file
+    when it ends. On leaving, one notice says if the run's images took the media folder over
+    its cap (they go first at the next runs' writes) or if earlier runs' images were deleted.
+    """
+    run = _Run()
+    with _runs_lock:
+        _runs.append(run)
+    try:
+        yield
+    finally:
+        with _runs_lock:
+            _runs.remove(run)
+        said = []
+        if run.over is not None:
+            held, cap = run.over
+            said.append(
+                f"this run's images took the media folder to {_mb(held)}, over its cap of "
+                f"{_mb(cap)} (FLOWNB_MEDIA_MAX): all were kept while it ran, and the least "
+                "recently used go as later runs write theirs; raise FLOWNB_MEDIA_MAX to keep more"
+            )
+        if run.evicted:
+            plural = "s" if run.evicted != 1 else ""
+            said.append(
+                f"{run.evicted} image{plural} of earlier runs were deleted to keep the media "
+                "folder under its cap (FLOWNB_MEDIA_MAX); their cache entries went with them"
+            )
+        if said:
+            warn("; ".join(said))
 
 
 class MediaStore:
@@ -222,6 +293,8 @@ class MediaStore:
             except OSError as exc:
                 raise unwritable(folder, exc, what) from None
             if fd is not None:
+                import secrets  # here: `import flownb` (and `flownb --help`) need no secret
+
                 with os.fdopen(fd, "w", encoding="ascii") as fh:
                     fh.write(secrets.token_hex(32) + "\n")
             text = ""
@@ -245,6 +318,9 @@ class MediaStore:
     def name_for(self, source: bytes, ext: str) -> str:
         """Return the media name for an image made from ``source`` (a prompt with its kind, or
         the image bytes): 40 hex digits of an HMAC keyed by this home's secret, then ``.ext``."""
+        import hashlib
+        import hmac
+
         digest = hmac.new(self._secret(), source, hashlib.sha256).hexdigest()[:40]
         return f"{digest}.{ext}"
 
@@ -268,6 +344,8 @@ class MediaStore:
         Raises:
             ConfigError: the media folder cannot be written.
         """
+        import tempfile
+
         path = self.path_for(name)
         try:
             private_dir(self.directory, self.key_path.parent)
@@ -289,22 +367,28 @@ class MediaStore:
 
     def _keep_under_cap(self, added: int, written: str) -> None:
         """Delete the least recently used images when ``added`` bytes took the folder over its
-        cap (never ``written``, the image just saved), then tell the evict listeners."""
+        cap (never ``written``, the image just saved, nor an image of a run in progress: see
+        :func:`pin_run`), then tell the evict listeners and the runs in progress."""
         budget = _budget(self.directory)
         cap = self.max_bytes
+        pinned = _pinned_since()
+        evicted: list[str] = []
         with budget.lock:
             if budget.total is not None:
                 budget.total += added
                 if budget.total <= cap:
                     return
+                if pinned is not None and budget.stuck == pinned:
+                    total = budget.total
+                    _note(0, total, cap)
+                    return
             files = _listing(self.directory)  # the truth: other processes write here too
             total = sum(size for _, size, _ in files)
-            evicted: list[str] = []
             if total > cap:
                 goal = int(cap * _LOW_WATER)
-                for _, size, name in files:
-                    if total <= goal:
-                        break
+                for mtime_ns, size, name in files:
+                    if total <= goal or (pinned is not None and mtime_ns >= pinned):
+                        break  # least recently used first: the rest are pinned too
                     if name == written:
                         continue
                     try:
@@ -316,6 +400,9 @@ class MediaStore:
                     total -= size
                     evicted.append(name)
             budget.total = total
+            budget.stuck = pinned if total > cap else None
+        if pinned is not None:
+            _note(len(evicted), total, cap)
         if evicted:
             for listener in list(_evict_listeners):
                 listener(self.directory, evicted)

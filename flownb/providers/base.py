@@ -38,6 +38,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from ..infra.unicode import replace_lone_surrogates
+from ..show.notices import warn
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -120,6 +123,12 @@ class Generation:
     returning the finished generation (an image URL downloaded into the media store). The call
     runner awaits it outside the call's time limit and retries, so a slow or failed download
     never buys the call again; never cached (it is done by then).
+
+    A generation is where a provider's answer becomes flownb's, whatever path it came by (a
+    call, a stream's end, a provider batch's results): text that is not valid Unicode (a lone
+    surrogate, e.g. a JSON ``"\\ud800"``) is kept with U+FFFD in place of each, with one notice,
+    so the cache, the run log and every view can store and show it (see
+    :mod:`flownb.infra.unicode`).
     """
 
     output: str
@@ -137,6 +146,27 @@ class Generation:
     provider_s: float | None = None
     pending: Callable[[], Awaitable[Generation]] | None = field(
         default=None, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        output, replaced = replace_lone_surrogates(self.output)
+        for name in ("model", "finish_reason", "response_id"):
+            value = getattr(self, name)
+            if value is not None and not value.isascii():
+                clean, n = replace_lone_surrogates(value)
+                setattr(self, name, clean)
+                replaced += n
+        if replaced:
+            self.output = output
+            lone_surrogates_replaced()
+
+
+def lone_surrogates_replaced() -> None:
+    """Say that an answer held text that is not valid Unicode, and what was kept instead (one
+    message, so Python's warning filters show it once per place)."""
+    warn(
+        "a model's answer held text that is not valid Unicode (a lone surrogate); it was kept "
+        "with U+FFFD, the replacement character, in place of each"
     )
 
 

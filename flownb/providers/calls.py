@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import pricing
 from ..errors import ImageNotFetched, ProviderError, ProviderTimeout, RateLimited, one_line
 from ..infra import tracing
+from ..infra.unicode import replace_lone_surrogates
 from .base import Call, Generation, Provider
 from .callplan import NodeCalls, node_calls
 from .inflight import count_sent
@@ -586,7 +587,9 @@ async def _streamed(provider: Provider, call: Call, sink: TextSink) -> Generatio
         if isinstance(piece, Generation):
             gen = piece
         elif piece:
-            sink(piece)
+            # As the generation will hold it (see Generation): what is shown as it streams
+            # is what is stored.
+            sink(replace_lone_surrogates(piece)[0])
     if gen is None:
         raise ProviderError(
             f"{provider.name}: the streamed answer ended without its generation",

@@ -17,8 +17,6 @@ import textwrap
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
-from PIL import Image, ImageDraw, ImageFont
-
 from ..config.settings import RunConfig
 from ..infra.media import MediaStore
 from .base import Call, Generation, Provider
@@ -34,6 +32,9 @@ _WORDS = re.compile(r"\s+|\S+\s*")
 def draw_image(prompt: str) -> bytes:
     """Return PNG bytes drawn deterministically from ``prompt``: a gradient in colours taken from
     the prompt's digest, with the prompt's words written on it."""
+    # Pillow only here: a text-only run (the common offline one) never pays its import.
+    from PIL import Image, ImageDraw, ImageFont
+
     digest = hashlib.sha256(prompt.encode("utf-8")).digest()
     top = tuple(digest[0:3])
     bottom = tuple(digest[3:6])

@@ -29,11 +29,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from ..config.settings import RunConfig
 from ..errors import BatchError
 from ..infra import tracing
 from ..infra.aio import run_sync
+from ..infra.media import pin_run
 from ..providers.base import Provider
 from ..providers.calls import Gate
 from ..providers.limits import AdaptiveLimiter
@@ -202,6 +204,10 @@ class Runner:
         caller's loop (a small inline batch without images): quick, and not cancellable."""
         return self.engine.provider.inline and size <= INLINE_ON_LOOP and not self._images
 
+    def _pinned(self) -> AbstractContextManager[None]:
+        """Keep the run's images from the media cap while it runs (see :func:`pin_run`)."""
+        return pin_run() if self._images else nullcontext()
+
     def _recorder(
         self, batch: Sequence[Mapping[str, str]], run_id: str | None = None
     ) -> RunRecorder | None:
@@ -243,7 +249,10 @@ class Runner:
         engine = self.engine
         observers = observers_of(on_result)
         recorder = self._recorder(batch, run_id)
-        with tracing.flow_span(self.name, engine.provider.name, len(batch)) as failures:
+        with (
+            self._pinned(),
+            tracing.flow_span(self.name, engine.provider.name, len(batch)) as failures,
+        ):
             self._watch(observers, recorder, failures)
             try:
                 if engine.provider.inline:
@@ -314,7 +323,7 @@ class Runner:
             return None
 
         report = recorder.wrap(ignore) if recorder is not None else ignore
-        with tracing.flow_span(self.name, engine.provider.name, 1) as failures:
+        with self._pinned(), tracing.flow_span(self.name, engine.provider.name, 1) as failures:
             report = failures.watch(report)  # the span names the element that failed
             try:
                 # Reported by the engine: a run whose caller went away still ends its call in
@@ -341,7 +350,10 @@ class Runner:
         is then ignored. ``gate`` is entered around each provider attempt."""
         observers = observers_of(on_result)
         recorder = self._recorder(batch)
-        with tracing.flow_span(self.name, self.engine.provider.name, len(batch)) as failures:
+        with (
+            self._pinned(),
+            tracing.flow_span(self.name, self.engine.provider.name, len(batch)) as failures,
+        ):
             self._watch(observers, recorder, failures)
             await self._arun(batch, observers, recorder, concurrency, limiter, gate)
 

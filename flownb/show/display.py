@@ -10,6 +10,9 @@ notebook sanitizer, unlike ``data:`` URLs in HTML.
 
 A results DataFrame gets an HTML view with its image columns shown as thumbnails
 (:func:`display_frame`); ``%load_ext flownb`` makes that the default view of such DataFrames.
+A frame's image columns are those a flownb run marked as images, or, in a frame that lost that
+mark (written to CSV and read back), columns naming files of flownb's media store; a frame is
+never shown by fetching anything (a URL a model wrote into a cell is text).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import base64
 import binascii
 import io
 import ipaddress
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,6 +43,7 @@ __all__ = [
     "image_columns",
     "image_src",
     "is_image_url",
+    "is_media_file_url",
     "output_bundles",
     "read_media_with",
     "result_bundle",
@@ -105,6 +110,24 @@ def is_image_url(value: Any) -> bool:
     if not value.startswith(("http://", "https://", "file://")):
         return False
     return Path(unquote(urlparse(value).path)).suffix.lower() in _IMAGE_SUFFIXES
+
+
+# What a file of flownb's media store is named (the same pattern as
+# flownb.infra.media.MEDIA_NAME, which sits above this layer; a test holds them equal).
+MEDIA_FILE_NAME = re.compile(r"[0-9a-f]{32,64}\.(png|jpg|jpeg|webp|gif)")
+
+
+def is_media_file_url(value: Any) -> bool:
+    """Return whether ``value`` is a ``file://`` URL named like a file of flownb's media store.
+
+    Looks only at the text: whether the file is really one of the store's is decided when it
+    is read (:func:`image_bytes`, which reads nothing else)."""
+    if not isinstance(value, str) or not value.startswith("file://"):
+        return False
+    parsed = urlparse(value)
+    if parsed.netloc not in ("", "localhost"):
+        return False
+    return MEDIA_FILE_NAME.fullmatch(Path(unquote(parsed.path)).name) is not None
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -297,8 +320,9 @@ IMAGE_COLUMNS_ATTR = "flownb_images"
 def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:
     """Return the image columns of ``df``: those a flownb run named in ``df.attrs`` (its image
     nodes' outputs; a text output is never an image, whatever it says), else, for a frame from
-    elsewhere, the columns whose non-empty cells (the first ``sample`` of them) are all image
-    URLs."""
+    elsewhere (a results frame written to CSV and read back), the columns whose non-empty cells
+    (the first ``sample`` of them) all name files of flownb's media store. An ``http`` or
+    ``data:`` URL in an unmarked frame is text: a model may have written it."""
     named = df.attrs.get(IMAGE_COLUMNS_ATTR)
     if isinstance(named, list | tuple):
         return [c for c in dict.fromkeys(named) if c in df.columns]
@@ -311,7 +335,7 @@ def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:
         for value in series.head(sample * 4).tolist():
             if _missing(value):
                 continue
-            if not is_image_url(value):
+            if not is_media_file_url(value):
                 seen = -1
                 break
             seen += 1
@@ -323,8 +347,9 @@ def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:
 
 
 def _thumbnail_src(url: str, size: int) -> str:
-    """Return a small data URL of the image (the kernel's files and loopback URLs), or the URL."""
-    found = image_bytes(url)
+    """Return a small data URL of the image (``data:`` URLs and media-store files), or the URL.
+    Nothing is fetched to show a frame: a loopback URL is left for the browser, as any other."""
+    found = image_bytes(url, fetch=False)
     if found is None:
         return url
     data, _ = found
@@ -343,7 +368,8 @@ def _thumbnail_src(url: str, size: int) -> str:
 
 def thumbnail_src(url: str, size: int = 96) -> str:
     """Return an ``<img>`` ``src`` for a thumbnail of the image at ``url``: a small PNG data URL
-    when the kernel can read the image, else the URL itself (a ``file://`` URL a page cannot
+    when the kernel can read the image without fetching it (a ``data:`` URL, a media-store
+    file), else the URL itself (a ``file://`` URL a page cannot
     load stays as it is; callers show it as text)."""
     return _thumbnail_src(url, size)
 
@@ -519,7 +545,8 @@ def display_frame(
     page: int = 1,
     page_size: int | None = None,
 ) -> FrameView:
-    """Return ``df`` wrapped for display: image columns (found by content, or ``columns``) shown
+    """Return ``df`` wrapped for display: image columns (marked by a flownb run, media-store files
+    in a frame that lost the mark, or ``columns``) shown
     as thumbnails ``size`` pixels wide in the notebook; plain text in a terminal. A frame longer
     than ``page_size`` rows (default: pandas' ``display.max_rows``) shows page ``page``; see
     :class:`FrameView` (``.page(n)``, ``.pager()``).
