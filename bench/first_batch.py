@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             f"latency measured {latency * 1e3:.1f} ms, ideal {ideal:.2f} s",
             flush=True,
         )
-        server.configure(instant_429=0.0)
+        server.configure(instant_429=0.0, retry_after="0")
         one, one_delay = [], []
         for _ in range(3):
             server.reset()
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ratios["first 1-row batch minus second (s)"] = tax
         ours, floor, against, delays, bare_delays = [], [], [], [], []
         for i in range(args.repeat):
-            server.configure(instant_429=0.10, seed=i)
+            server.configure(instant_429=0.10, retry_after="0", seed=i)
             server.reset()
             got = fresh("flownb", n, conc)
             delays.append(first_request_delay(server, got))

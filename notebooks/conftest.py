@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
 _home: str | None = None
+_kernels: str | None = None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -24,8 +26,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if name.startswith(("FLOWNB_", "OPENAI_")):
             del os.environ[name]
     _home = os.environ["FLOWNB_HOME"] = tempfile.mkdtemp(prefix="flownb-notebooks-")
+    # nbval's kernels get an IPython folder (history in memory) and a Jupyter runtime folder of
+    # their own: nothing of a kernel's start-up is shared with the other workers' kernels.
+    global _kernels
+    _kernels = tempfile.mkdtemp(prefix="flownb-kernels-")
+    profile = Path(_kernels) / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_kernel_config.py").write_text(
+        "c.HistoryManager.hist_file = ':memory:'\n", encoding="utf-8"
+    )
+    os.environ["IPYTHONDIR"] = str(profile.parent)
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(Path(_kernels) / "runtime")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _home is not None:
-        shutil.rmtree(_home, ignore_errors=True)
+    for folder in (_home, _kernels):
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)

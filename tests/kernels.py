@@ -1,10 +1,23 @@
 """A real Jupyter kernel for a test (ipykernel via jupyter_client): started in a folder with an
 environment of the test's choosing, driven cell by cell, stopped on exit. Shared by every test
-that checks what a notebook front end receives on the wire."""
+that checks what a notebook front end receives on the wire.
+
+Kernels start beside the suite's other workers (and other suites on the same machine), so
+nothing of a kernel's start-up is shared with them:
+
+- its sockets are Unix sockets in a folder of its own (jupyter_client's ``ipc`` transport), not
+  TCP ports: jupyter_client picks free ports, releases them and lets the kernel bind them, and
+  another process may take one in between, so that the kernel dies before it answers;
+- its IPython folder is its own, with the command history kept in memory (IPython's default
+  is one SQLite file under ``~/.ipython`` that every kernel on the machine opens), and its
+  Jupyter runtime folder (connection files) is its own too (:func:`isolated`).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +25,40 @@ from typing import Any
 
 from jupyter_client.manager import KernelManager
 
-__all__ = ["execute", "kernel_env", "outputs", "running_kernel"]
+__all__ = [
+    "KERNEL_OPTIONS",
+    "execute",
+    "isolated",
+    "kernel_env",
+    "outputs",
+    "running_kernel",
+]
+
+# What a kernel-starting command line (``jupyter nbconvert --execute``) is given: Unix sockets
+# rather than TCP ports picked then released (see above), and a start-up timeout for a machine
+# under load (nbclient's default is 60 s).
+KERNEL_OPTIONS = ("--KernelManager.transport=ipc", "--ExecutePreprocessor.startup_timeout=300")
+
+# An IPython profile whose history lives in memory: no file shared with other kernels.
+_PROFILE = "c.HistoryManager.hist_file = ':memory:'\n"
+
+
+@contextmanager
+def isolated(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Yield ``env`` with an IPython folder (history in memory) and a Jupyter runtime folder of
+    their own, removed on exit. The runtime folder is short (under the system's temporary
+    folder): a Unix socket's path is at most 107 bytes, and the kernel's sockets live there."""
+    scratch = Path(tempfile.mkdtemp(prefix="fk-"))
+    try:
+        profile = scratch / "ipython" / "profile_default"
+        profile.mkdir(parents=True)
+        (profile / "ipython_config.py").write_text(_PROFILE, encoding="utf-8")
+        (profile / "ipython_kernel_config.py").write_text(_PROFILE, encoding="utf-8")
+        runtime = scratch / "rt"
+        runtime.mkdir()
+        yield {**env, "IPYTHONDIR": str(scratch / "ipython"), "JUPYTER_RUNTIME_DIR": str(runtime)}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def kernel_env(work: Path, **extra: str) -> dict[str, str]:
@@ -35,18 +81,22 @@ def running_kernel(work: Path, env: dict[str, str]) -> Iterator[Any]:
     shut the kernel down on exit.
 
     Raises:
-        RuntimeError: the kernel did not become ready within two minutes.
+        RuntimeError: the kernel did not become ready within five minutes.
     """
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(work), env=env)
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=120)
-        yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+    with isolated(env) as own:
+        runtime = Path(own["JUPYTER_RUNTIME_DIR"])
+        km = KernelManager(
+            kernel_name="python3", transport="ipc", connection_file=str(runtime / "k.json")
+        )
+        km.start_kernel(cwd=str(work), env=own)
+        kc = km.client()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=300)
+            yield kc
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
 
 
 def execute(

@@ -30,6 +30,7 @@ from PIL import Image
 from flownb.show.escape import term_text
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.kernels import KERNEL_OPTIONS, isolated
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "display"
@@ -84,6 +85,11 @@ def _write(work: Path) -> Path:
         "print(result)",
         # The control: HTML that is not flownb's, which JupyterLab does typeset.
         "from IPython.display import HTML\nHTML('control: $x^2$ is math here')",
+        # The other frames flownb hands back: each "$" as written, in flownb's view (the
+        # results hold the image variant's column) or pandas' own (a part of them; the run log).
+        "report.results",
+        "report.results[['variant', 'x', 'answer']]",
+        "flownb.runs().tail(3)",
     ]
     write_notebook(work / NOTEBOOK, cells)
     return secret
@@ -100,6 +106,29 @@ def _env(home: Path, fake: FakeOpenAI) -> dict[str, str]:
     }
 
 
+# Every text node of the page's HTML outputs (not the control's, not preformatted) that holds a
+# "$": counted, and listed when it holds two (a pair MathJax would read) or sits outside
+# tex2jax_ignore.
+_TYPESET_JS = """() => {
+  const bad = []; let dollars = 0;
+  for (const area of document.querySelectorAll('.jp-OutputArea-output')) {
+    if (area.innerText.includes('control:')) continue;
+    const walker = document.createTreeWalker(area, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walker.nextNode())) {
+      const text = node.nodeValue;
+      if (!text.includes('$') || node.parentElement.closest('pre, code, style, script')) continue;
+      dollars += 1;
+      const pair = text.split('$').length > 2;
+      if (pair || !node.parentElement.closest('.tex2jax_ignore')) {
+        bad.push(text.slice(0, 120));
+      }
+    }
+  }
+  return {dollars, bad};
+}"""
+
+
 def _visible(text: str) -> str:
     return " ".join(term_text(text).split())
 
@@ -110,14 +139,25 @@ def test_an_exported_notebook_shows_model_text_as_written(
     work = tmp_path / "work"
     work.mkdir()
     secret = _write(work)
-    done = subprocess.run(
-        [sys.executable, "-m", "jupyter", "nbconvert", "--execute", "--to", "html", NOTEBOOK],
-        cwd=work,
-        env=_env(flownb_env, fake),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    with isolated(_env(flownb_env, fake)) as env:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jupyter",
+                "nbconvert",
+                "--execute",
+                "--to",
+                "html",
+                *KERNEL_OPTIONS,
+                NOTEBOOK,
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     page_path = work / "hostile.html"
     markup = page_path.read_text(encoding="utf-8")
@@ -142,12 +182,19 @@ def test_an_exported_notebook_shows_model_text_as_written(
             page.route("**/*", route)
             page.goto(page_path.as_uri(), wait_until="load")
             body = " ".join(page.inner_text("body").split())
+            # MathJax is not loaded offline, so what it would typeset is read from the page:
+            # every "$" of an HTML output (but the control's) must sit inside an element
+            # MathJax skips (MathJax 2, nbconvert's: tex2jax_ignore), and no text holds a pair
+            # of them. Preformatted text is never typeset.
+            typeset = page.evaluate(_TYPESET_JS)
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "nbconvert.png"), full_page=True)
         finally:
             browser.close()
     assert dialogs == []
     assert files == []
+    assert typeset["dollars"] > 20, typeset  # the frames' and the views' "$" were all looked at
+    assert typeset["bad"] == [], typeset["bad"]
     for text in [*TEXTS, secret.as_uri()]:
         assert _visible(text) in body, text
     assert "a form: run the notebook to use it" in body  # the form's static copy
@@ -207,6 +254,12 @@ def test_jupyterlab_shows_model_text_as_written_and_draws_the_flow(
         # while the control cell's is: the typesetter was there and running.
         control = _output(page, 12).locator("mjx-container")
         control.first.wait_for(state="attached", timeout=60_000)
+        # report.results and runs(): pandas' own tables, their "$" shown as written.
+        for index, name in ((13, "results"), (14, "results-text"), (15, "runs")):
+            table = _output(page, index).locator("table.dataframe")
+            table.first.wait_for(state="attached", timeout=60_000)
+            _output(page, index).screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
+            assert "$5 and $7, math $x$" in _output(page, index).inner_text(), name
         assert page.locator(".jp-OutputArea mjx-container").count() == control.count()
         texts = [t for t in outputs.all_inner_texts() if "control:" not in t]
         shown = " ".join(" ".join(texts).split())

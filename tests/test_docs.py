@@ -3,9 +3,10 @@ cannot drift from the code; and the docs site builds with warnings as errors.
 
 The pages are read in the order of mkdocs.yml's nav, after README.md:
 
-- ```python blocks run in order in one IPython shell (so ``%flow`` magics work too), sharing one
-  namespace, in a temporary folder holding a copy of ``notebooks/`` (flows and data), with
-  FLOWNB_HOME in a temporary folder.
+- Each page's ```python blocks run in order in an IPython shell (so ``%flow`` magics work too),
+  in a namespace of the page's own (a reader may land on any page and copy its code: no page
+  borrows a name from another), in a temporary folder holding a copy of ``notebooks/`` (flows
+  and data), with FLOWNB_HOME in a temporary folder of its own.
 - ```bash / ```shell blocks whose first command starts with ``flownb `` run each command in this
   process (``tests/cli_inprocess.run_cli``, what the console script runs) in that folder and
   must exit 0. Other shell blocks (``pip install``, ``bash scripts/test``, ``export ...``) are
@@ -144,16 +145,21 @@ def test_readme_has_runnable_blocks_and_skips_only_server_or_key_blocks() -> Non
         assert any(n in block.code for n in needs), f"{block.where} skipped"
 
 
-def test_readme_python_blocks_run_in_order(shell: Any) -> None:
-    for block in PYTHON:
+PAGES = list(dict.fromkeys(b.page for b in PYTHON))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[Path(p).stem for p in PAGES])
+def test_each_pages_python_blocks_run_in_order_on_their_own(page: str, shell: Any) -> None:
+    for block in (b for b in PYTHON if b.page == page):
         result = shell.run_cell(block.code, store_history=False)
         error = result.error_before_exec or result.error_in_exec
         assert error is None, f"{block.where}: {type(error).__name__}: {error}"
-    # The evaluation example shows real numbers: its judges grade on the flows' (loopback)
-    # provider, not offline.
-    summary = shell.user_ns["report"].summary
-    assert summary["judge_intro"].notna().all() and summary["pick_best_intro"].notna().all()
-    assert (summary["pass_rate"] > 0).any() and summary["pick_best_intro"].sum() == 1.0
+    if page == "docs/evaluation.md":
+        # The evaluation example shows real numbers: its judges grade on the flows' (loopback)
+        # provider, not offline.
+        summary = shell.user_ns["report"].summary
+        assert summary["judge_intro"].notna().all() and summary["pick_best_intro"].notna().all()
+        assert (summary["pass_rate"] > 0).any() and summary["pick_best_intro"].sum() == 1.0
 
 
 @pytest.mark.parametrize("block", SHELL, ids=[f"{Path(b.page).stem}-line{b.line}" for b in SHELL])
@@ -190,3 +196,22 @@ def test_the_docs_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr[-4000:]
     assert (tmp_path / "site" / "reference" / "index.html").exists()
+
+
+# The scorers files shown on the pages (other TOML blocks are flownb.toml's endpoints).
+TOML = [b for b in BLOCKS if b.lang == "toml" and not b.skip and "[[scorers]]" in b.code]
+
+
+@pytest.mark.parametrize("block", TOML, ids=[f"{Path(b.page).stem}-line{b.line}" for b in TOML])
+def test_docs_scorers_toml_blocks_make_the_scorers_they_say(block: Block) -> None:
+    import tomllib
+
+    from flownb.evaluation.config import make_scorer
+
+    data = tomllib.loads(block.code)
+    for spec in data["scorers"]:
+        scorer = make_scorer(spec)  # every key the page names is one the scorer takes
+        described = scorer.describe()
+        for key, value in spec.items():
+            if key != "type" and isinstance(value, str | int | float):
+                assert f"{key}={value!r}" in described, (block.where, key, described)

@@ -38,7 +38,10 @@ def fakes(
     servers: tuple[FakeOpenAI, FakeOpenAI], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> tuple[FakeOpenAI, FakeOpenAI]:
     for server in servers:
-        server.configure(latency=0.0, faults={}, usage_details={}, max_in_flight=None)
+        # retry_after="0": these tests need speed, not the vendors' whole-second waits.
+        server.configure(
+            latency=0.0, faults={}, usage_details={}, max_in_flight=None, retry_after="0"
+        )
         server.reset()
     for name in list(os.environ):
         if name.startswith("AZURE_"):

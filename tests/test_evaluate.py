@@ -107,7 +107,7 @@ def test_local_and_served_flows_side_by_side(
     html = report.compare()._repr_html_()
     # The head, each variant's price per row (a served flow's is not known here), 3 rows.
     assert "<ins>!</ins>" in html and html.count("<tr>") == 5
-    assert "price unknown" in html and "$0 (rank 1)" in html
+    assert "price unknown" in html and '<span class="money">$0</span> (rank 1)' in html
 
 
 def test_ctrl_c_keeps_finished_rows_and_rerun_pays_only_for_the_rest(

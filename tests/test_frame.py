@@ -47,6 +47,19 @@ def test_missing_cells_are_an_error_naming_the_rows_unless_filled() -> None:
     assert out["out"].tolist() == ["1|x", "|y", "3|"]
 
 
+def test_a_filled_numeric_column_comes_back_as_the_text_the_flow_got_as_polars_gives() -> None:
+    import polars as pl
+
+    df = pd.DataFrame({"a": [1.0, np.nan, 3.5], "b": ["x", "y", "z"]})
+    out = text_flow().run_dataframe(df, fill="none", progress=False)
+    assert out["out"].tolist() == ["1|x", "none|y", "3.5|z"]
+    # One string column of what the flow was sent, not an object mix of floats and text.
+    assert out["a"].dtype == pd.StringDtype() or str(out["a"].dtype) in ("str", "string")
+    assert out["a"].tolist() == ["1", "none", "3.5"]
+    polars = text_flow().run_dataframe(pl.from_pandas(df), fill="none", progress=False)
+    assert polars["a"].dtype == pl.String and polars["a"].to_list() == out["a"].tolist()
+
+
 def test_columns_map_variables_to_differently_named_columns() -> None:
     df = pd.DataFrame({"A": ["1"], "B": ["2"]})
     out = text_flow().run_dataframe(df, {"a": "A", "b": "B"}, progress=False)

@@ -149,6 +149,10 @@ def test_price_at_a_million_rows_is_the_hand_computed_figure(vendors: dict) -> N
     assert price.loc["claude", "batch_usd"] == pytest.approx(expected["claude"] / 2)
     assert math.isnan(price.loc["gem", "batch_usd"])  # Gemini: no batch API in flownb
     assert (price["rows"] == 1_000_000).all()
+    # No judge: nothing to pay for judging, and the total is the variant's own price.
+    assert "judge_price_per_row" not in report.summary.columns
+    assert price["judges_usd"].to_dict() == {"gpt": 0.0, "claude": 0.0, "gem": 0.0}
+    assert price["total_usd"].to_dict() == pytest.approx(expected)
     assert report.summary["usd_per_1m_rows"].to_dict() == pytest.approx(expected)
     assert report.price(rows=10)["list_usd"].to_dict() == pytest.approx(
         {k: v / 1e5 for k, v in expected.items()}
@@ -283,3 +287,60 @@ def test_price_at_scale_prices_cached_prompt_tokens_at_their_rate(vendors: dict)
     }
     assert expected == {"gpt": 13.0, "claude": 21.6, "gem": 2.25}
     assert report.price(rows=1_000_000)["list_usd"].to_dict() == pytest.approx(expected)
+
+
+def _contrast_on_white(rgba: tuple[float, ...]) -> float:
+    """WCAG contrast ratio of a colour (blended over white by its alpha) against white."""
+    r, g, b, a = rgba
+    blended = [a * c + (1 - a) for c in (r, g, b)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in blended]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return 1.05 / (luminance + 0.05)
+
+
+def test_the_frontier_names_never_overlap_and_every_point_shows_on_white(tmp_path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from flownb.evaluation.frontier import Frontier, Point
+
+    # Two vendors at the same place, a third close by, the fastest dominated (faded).
+    points = [
+        Point("openai-gpt-4o-mini", 0.8, 0.7, 0.9, 1e-5, 2.0),
+        Point("anthropic-claude-haiku", 0.8, 0.7, 0.9, 1e-5, 4.0),
+        Point("gemini-flash", 0.78, 0.7, 0.9, 1.1e-5, 0.5),
+        Point("dear", 0.9, 0.8, 1.0, 5e-5, 6.0),
+    ]
+    frontier = Frontier(points, quality="pass_rate", price="price", speed="s", ties=[])
+    assert "gemini-flash" in frontier.dominated
+    fig = frontier.figure()
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ax = fig.axes[0]
+    names = [t for t in ax.texts if t.get_text() in {p.variant for p in points}]
+    assert len(names) == 4
+    boxes = [t.get_window_extent(renderer) for t in names]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (a, b)
+    [dots] = [c for c in ax.collections if c.get_gid() == POINTS_ID]
+    faces, edges = dots.get_facecolors(), dots.get_edgecolors()
+    assert len(faces) == 4
+    for k in range(4):
+        edge = edges[k if len(edges) > 1 else 0]
+        # Each point is seen on white: its fill, or at least its edge, at 3:1 or more.
+        assert max(_contrast_on_white(tuple(faces[k])), _contrast_on_white(tuple(edge))) >= 3
+    # The fastest point's own fill is no pale yellow: 1.5:1 or more even faded.
+    fastest = min(range(4), key=lambda k: points[k].speed)
+    assert _contrast_on_white(tuple(faces[fastest])) >= 1.5
+    frontier.save(tmp_path / "frontier.png")
+
+
+def test_the_reports_prices_are_never_broken_across_lines(vendors: dict, tmp_path: Path) -> None:
+    report = _decision_report(vendors)
+    page = report.save(tmp_path / "report.html").read_text(encoding="utf-8")
+    shown = report._repr_html_()
+    for html in (page, shown):
+        # Every money figure sits whole in a span the style keeps on one line.
+        assert re.search(r"\.money \{white-space: nowrap", html)
+        figures = re.findall(r'(<span class="money">(?:at least )?)?\$[0-9][0-9.,]*', html)
+        assert len(figures) > 6
+        assert all(figures), "a price outside a money span"

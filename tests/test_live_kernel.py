@@ -242,6 +242,35 @@ def test_run_batch_and_evaluate_show_the_view_too(lab_kernel: Any) -> None:
     assert "stopped" not in final["text/html"]  # failed runs are not a stop
 
 
+def test_the_final_table_of_an_evaluation_with_a_judge_says_the_reports_pass_rate(
+    lab_kernel: Any,
+) -> None:
+    # The running figures leave the judge out (it grades after every variant); the table the
+    # view ends with says what report.summary says, the judge's verdicts included.
+    code = (
+        "from flownb import scorers as S\n"
+        "data = pd.DataFrame({'topic': [f'moss{i}' for i in range(10)], 'tone': 'x'})\n"
+        "rep = flownb.evaluate({'a': flow, 'b': flow.with_prompts({'Blog intro': 'Say {topic}'})},"
+        " data, [S.contains('intro', S.col('topic')), S.judge('intro', 'Good about {topic}?',"
+        " threshold=0.5)], log=False)\n"
+        "print(rep.summary['pass_rate'].to_dict())"
+    )
+    reply, messages = run(lab_kernel, code)
+    assert reply["status"] == "ok", messages
+    printed = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
+    rates = eval(printed.strip().splitlines()[-1])
+    # The fake's judge gives scores spread over 0..1: some rows fail it, so the judge matters.
+    assert any(0 < r < 1 for r in rates.values()), rates
+    [final] = saved_outputs(messages)
+    html = final["text/html"]
+    for variant in ("a", "b"):
+        row = re.search(rf"<th>{variant}</th>(.*?)</tr>", html)
+        assert row is not None, html
+        cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+        assert cells[2] == f"{rates[variant]:.0%}", (cells, rates)
+    assert "judges included" in html and "before the judges" not in html
+
+
 def test_auto_is_off_in_an_nbclient_kernel_and_the_setting_decides(
     nbclient_kernel: Any, lab_kernel: Any
 ) -> None:

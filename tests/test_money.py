@@ -8,6 +8,7 @@ partly priced run shown as "at least"."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,11 +164,15 @@ def test_the_report_the_comparison_and_the_cli_show_the_three_figures_apart(
     assert "price per row (rank)" in html and "judges: price per row" in html
     assert "variants ranked by it" in html
     for _, row in summary.iterrows():
-        assert f"<b>{usd(row['price_per_row'])}</b> ({int(row['price_rank'])})" in html
-        assert f"<td>{usd(row['judge_price_per_row'])}</td>" in html
+        # Each figure whole in a span kept on one line.
+        price = f'<span class="money">{usd(row["price_per_row"])}</span>'
+        assert f"<b>{price}</b> ({int(row['price_rank'])})" in html
+        judged = f'<span class="money">{usd(row["judge_price_per_row"])}</span>'
+        assert f"<td>{judged}</td>" in html
     total = report.money.loc["total"]
-    assert f"total: $0 spent, {usd(total['saved_usd'])} saved by the cache" in html
-    compare = report.compare().data
+    shown = re.sub(r'<span class="money">(.*?)</span>', r"\1", html)
+    assert f"total: $0 spent, {usd(total['saved_usd'])} saved by the cache" in shown
+    compare = re.sub(r'<span class="money">(.*?)</span>', r"\1", report.compare().data)
     assert "price per row (list price, cached or not; 1 the cheapest)" in compare
     cheapest = summary["price_per_row"].idxmin()
     assert f"{usd(summary.loc[cheapest, 'price_per_row'])} (rank 1)" in compare

@@ -47,3 +47,88 @@ def test_no_keys_in_notebooks(name: str) -> None:
     text = (NOTEBOOKS / name).read_text(encoding="utf-8")
     assert not SECRET.search(text)
     assert "FLOWNB_API_KEY=" not in text
+
+
+PARAMETERS = ("flow_file", "data_file", "provider", "rows")
+
+
+def _parameters(nb: dict) -> tuple[int, dict]:
+    """Return the position and the cell of the notebook's one ``parameters``-tagged cell."""
+    tagged = [
+        (i, c)
+        for i, c in enumerate(nb["cells"])
+        if "parameters" in c.get("metadata", {}).get("tags", [])
+    ]
+    assert len(tagged) == 1, "one cell tagged parameters (papermill's -p targets it)"
+    return tagged[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_notebook_has_a_parameters_cell_the_rest_uses(name: str) -> None:
+    import ast
+
+    nb = json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))
+    at, cell = _parameters(nb)
+    source = "".join(cell["source"])
+    assigned = {
+        t.id
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    assert assigned == set(PARAMETERS)
+    before = [c for c in nb["cells"][:at] if c["cell_type"] == "code"]
+    assert not before, "the parameters come before any code (papermill injects after them)"
+    later = "".join("".join(c["source"]) for c in nb["cells"][at + 1 :] if c["cell_type"] == "code")
+    # Each parameter reaches the notebook's flow or data, or its cell says it is not used
+    # (07 compares three vendors; one set of parameters serves every notebook).
+    for name_ in PARAMETERS:
+        used = re.search(rf"\b{name_}\b", later) is not None
+        said = re.search(rf"^{name_} = .*# not used by this notebook", source, re.M) is not None
+        assert used or said, f"{name_} is neither used nor said to be unused"
+    assert re.search(r"\bflow_file\b", later)
+
+
+def test_injected_parameters_drive_a_notebook(tmp_path: Path) -> None:
+    # What papermill -p does: a cell after the parameters cell with the new values; the
+    # notebook then runs over 2 rows of another data file, through nbclient in a real kernel.
+    import shutil
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from tests.kernels import isolated
+
+    for part in ("flows", "data"):
+        shutil.copytree(NOTEBOOKS / part, tmp_path / part)
+    (tmp_path / "data" / "few.csv").write_text(
+        "topic,tone\nkelp,calm\nmoss,dry\nlichen,wry\n", encoding="utf-8"
+    )
+    nb = nbformat.read(NOTEBOOKS / "02-batch-evaluation.ipynb", as_version=4)
+    at, _ = _parameters(json.loads((NOTEBOOKS / "02-batch-evaluation.ipynb").read_text()))
+    injected = nbformat.v4.new_code_cell('data_file = "data/few.csv"\nrows = 2')
+    injected.metadata["tags"] = ["injected-parameters"]
+    cells = [*nb.cells[: at + 1], injected]
+    # Up to the run over the data: the rest of the notebook works on frames of its own.
+    for cell in nb.cells[at + 1 :]:
+        cells.append(cell)
+        if "flow.run_dataframe(topics)" in cell.source:
+            break
+    nb.cells = cells
+    import os
+
+    with isolated(dict(os.environ)) as env:
+        env["FLOWNB_HOME"] = str(tmp_path / "home")
+        client = NotebookClient(
+            nb, timeout=180, startup_timeout=300, resources={"metadata": {"path": str(tmp_path)}}
+        )
+        previous = dict(os.environ)
+        os.environ.update(env)
+        try:
+            client.execute()
+        finally:
+            os.environ.clear()
+            os.environ.update(previous)
+    shown = "".join(o.get("data", {}).get("text/plain", "") for o in nb.cells[-1].outputs)
+    assert "kelp" in shown and "moss" in shown and "lichen" not in shown, shown

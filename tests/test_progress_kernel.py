@@ -71,7 +71,40 @@ def test_a_bar_with_nothing_left_to_do_ends_full_and_its_money_is_not_math() -> 
     bar.set_postfix_str("$0 spent, $0.0081 saved by cache")
     bar.close(end_at_count=True)  # every call was cached: none made
     final = bar.final_bundle()
-    assert final["text/plain"].startswith("evaluate: 0/0 calls in ")
+    # The total stays what was counted (totals never shrink); the bar says what was not made.
+    assert final["text/plain"].startswith("evaluate: 0/3 calls in ")
+    assert " · 3 counted calls not made (failed runs, answers shared) · " in final["text/plain"]
     assert final["text/plain"].endswith(" · $0 spent, $0.0081 saved by cache")
     assert '<progress value="1" max="1"' in final["text/html"]
     assert "<span>$</span>0 spent, <span>$</span>0.0081" in final["text/html"]
+
+
+def test_a_bars_total_never_shrinks_while_it_runs_nor_when_it_ends() -> None:
+    import io
+    import time
+
+    from tqdm import tqdm
+
+    from flownb.show.progress import Progress
+
+    inner = tqdm(total=9, desc="evaluate", unit="call", file=io.StringIO())
+    bar = Progress(inner, interval=0.01)
+    totals = []
+    for step in (3, 4, 5):  # 12 steps of 9 counted: the total grows to the count
+        bar.update(step)
+        deadline = time.monotonic() + 30
+        while inner.n < sum((3, 4, 5)[: (3, 4, 5).index(step) + 1]):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        totals.append(inner.total)
+    bar.close(end_at_count=True)
+    totals.append(inner.total)
+    assert totals == sorted(totals) and totals[-1] == 12
+    ended = Progress(tqdm(total=90, desc="evaluate", unit="call", file=io.StringIO()))
+    ended.update(70)
+    ended.close(end_at_count=True)  # 20 counted calls were not needed
+    assert ended.bar.total == 90
+    final = ended.final_bundle()
+    assert final["text/plain"].startswith("evaluate: 70/90 calls in ")
+    assert "20 counted calls not made" in final["text/plain"]
+    assert '<progress value="1" max="1"' in final["text/html"]  # the work is over: full

@@ -193,6 +193,20 @@ def test_an_endpoint_moved_to_another_host_does_not_take_its_literal_key(
     assert elsewhere.received == []
 
 
+def test_an_endpoint_moved_to_another_host_does_not_take_its_headers(
+    fake: FakeOpenAI, elsewhere: Recorder
+) -> None:
+    token = "gw-token-for-A-888999"
+    here = Endpoint("g", "openai", base_url=fake.url, api_key_env="X", headers={"X-Gw": token})
+    with pytest.raises(ConfigError, match=r"headers \(X-Gw\) were given for") as caught:
+        here.replace(base_url=elsewhere.url + "/v1")
+    assert token not in str(caught.value)
+    # The same origin keeps them; given again on purpose, they go to the new host.
+    assert here.replace(base_url=fake.origin + "/other/v1").headers == {"X-Gw": token}
+    moved = here.replace(base_url=elsewhere.url + "/v1", headers={"X-Gw": "gw-token-B"})
+    assert moved.headers == {"X-Gw": "gw-token-B"}
+
+
 def test_a_moved_endpoint_keeps_what_may_go_along(
     fake: FakeOpenAI, elsewhere: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

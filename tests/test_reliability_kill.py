@@ -53,7 +53,8 @@ def test_kill_9_mid_batch_then_rerun_buys_back_at_most_one_percent(
     ]  # fmt: skip
 
     # The conditions: 30 ms answers, 10% 429 (Retry-After: 0) and 5% 500.
-    with FakeOpenAI(latency=0.03, faults={"429": 0.10, "500": 0.05}, seed=13) as fake:
+    faults = {"429": 0.10, "500": 0.05}
+    with FakeOpenAI(latency=0.03, faults=faults, retry_after="0", seed=13) as fake:
         env = {**os.environ, "OPENAI_BASE_URL": fake.url, "OPENAI_API_KEY": FAKE_KEY}
         first = subprocess.Popen(
             cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE

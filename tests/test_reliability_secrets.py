@@ -31,6 +31,7 @@ from reliability.procs import create_key, flownb_cli, serve
 import flownb
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import FLOWS, ROOT
+from tests.kernels import isolated
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -222,10 +223,17 @@ def test_server_notebook_outputs_do_not_show_the_key_it_creates(
         cells[-1],
     ]
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)  # present in the kernel's environment
-    client = NotebookClient(
-        nb, timeout=90, kernel_name="python3", resources={"metadata": {"path": str(work)}}
-    )
-    client.execute()
+    with isolated(dict(os.environ)) as own:  # no IPython history or runtime folder shared
+        for name in ("IPYTHONDIR", "JUPYTER_RUNTIME_DIR"):
+            monkeypatch.setenv(name, own[name])
+        client = NotebookClient(
+            nb,
+            timeout=90,
+            startup_timeout=300,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(work)}},
+        )
+        client.execute()
 
     def printed(cell: Any) -> str:
         return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")

@@ -74,7 +74,8 @@ def test_openai_text_arrives_while_the_fake_is_still_sending(
     body = fake.requests[-1]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     gen = result.generations[0]
-    assert gen.usage == {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17}
+    totals = {k: gen.usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    assert totals == {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17}
     assert gen.finish_reason == "stop" and gen.model == "gpt-4o-mini"
 
 

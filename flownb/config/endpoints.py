@@ -9,6 +9,7 @@ deployment map. Endpoints are built in Python, or declared in ``flownb.toml``::
     provider = "openai"
     base_url = "http://127.0.0.1:11434/v1"
     images = false              # no images endpoint: image nodes are refused at load
+    max_tokens_param = "max_tokens"   # the token limit's name this server reads (see below)
 
     [endpoints.azure-eu]
     provider = "azure"
@@ -125,6 +126,7 @@ _FILE_FIELDS = frozenset(
         "prices",
         "price_as",
         "images",
+        "max_tokens_param",
         "concurrency",
         "rpm",
         "tpm",
@@ -175,8 +177,11 @@ class Endpoint:
     price table for this endpoint's models; ``price_as`` names the model of the price table
     whose list price its calls cost (a model alias, or a Claude model behind an
     OpenAI-compatible gateway; checked against the table); ``images=False`` declares there is
-    no images endpoint (image nodes are refused at load); ``concurrency`` / ``rpm`` / ``tpm``
-    are this endpoint's own limits (a flow's explicit arguments win).
+    no images endpoint (image nodes are refused at load); ``max_tokens_param`` is the name an
+    OpenAI-kind endpoint's chat requests carry their token limit under
+    (``"max_completion_tokens"``, the default for OpenAI and Azure, or ``"max_tokens"``, the
+    default for any other server, which often reads only that one); ``concurrency`` / ``rpm``
+    / ``tpm`` are this endpoint's own limits (a flow's explicit arguments win).
 
     Raises:
         ConfigError: a field of the wrong type, both ``api_key`` and ``api_key_env``, or a
@@ -193,6 +198,7 @@ class Endpoint:
         "deployments",
         "headers",
         "images",
+        "max_tokens_param",
         "name",
         "price_as",
         "prices",
@@ -215,6 +221,7 @@ class Endpoint:
         prices: Mapping[str, Any] | None = None,
         price_as: str | None = None,
         images: bool | None = None,
+        max_tokens_param: str | None = None,
         concurrency: int | None = None,
         rpm: float | None = None,
         tpm: float | None = None,
@@ -232,6 +239,11 @@ class Endpoint:
             raise ConfigError(f"endpoint {name!r}: api_key must be a string")
         if images is not None and not isinstance(images, bool):
             raise ConfigError(f"endpoint {name!r}: images must be true or false")
+        if max_tokens_param not in (None, "max_tokens", "max_completion_tokens"):
+            raise ConfigError(
+                f'endpoint {name!r}: max_tokens_param must be "max_completion_tokens" or '
+                f'"max_tokens", got {max_tokens_param!r}'
+            )
         if prices is not None and not isinstance(prices, Mapping):
             raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
         if price_as is not None:
@@ -258,6 +270,7 @@ class Endpoint:
         self.prices = dict(prices) if prices is not None else None
         self.price_as = price_as.strip() if price_as is not None else None
         self.images = images
+        self.max_tokens_param = max_tokens_param
         self.concurrency = concurrency
         self.rpm = _positive(rpm, f"endpoint {name!r}: rpm")
         self.tpm = _positive(tpm, f"endpoint {name!r}: tpm")
@@ -399,8 +412,9 @@ class Endpoint:
         origin (``base_url`` on another scheme, host or port) never takes it along.
 
         Raises:
-            ConfigError: ``base_url`` moves an endpoint holding a literal key to another
-                origin without a new ``api_key`` or ``api_key_env`` (the message asks for one).
+            ConfigError: ``base_url`` moves an endpoint holding a literal key, or headers, to
+                another origin without a new ``api_key`` or ``api_key_env`` (or ``headers``):
+                the message asks for them.
         """
         fields = self.fields()
         rekeyed = "api_key" in changes or "api_key_env" in changes
@@ -412,6 +426,16 @@ class Endpoint:
                 f"endpoint {self.name!r} moves from {here} to {there}: its api_key was given for "
                 f"{here} and does not go to another host; give one for {there} "
                 "(replace(base_url=..., api_key=...), or api_key_env=... naming its variable)"
+            )
+        moved = "base_url" in changes and self._moves(changes["base_url"])
+        if moved and self.headers and "headers" not in changes:
+            # Headers may carry credentials too (a gateway's token): they were given for this
+            # host, and are given again, on purpose, for another.
+            here = shown(self.base_url) if self.base_url else f"{self.provider}'s default host"
+            raise ConfigError(
+                f"endpoint {self.name!r} moves from {here}: its headers "
+                f"({', '.join(sorted(self.headers))}) were given for {here} and do not go to "
+                "another host; give them again (replace(base_url=..., headers={...}))"
             )
         if rekeyed:
             fields.pop("api_key_env", None)
@@ -448,6 +472,7 @@ class Endpoint:
             "prices": self.prices,
             "price_as": self.price_as,
             "images": self.images,
+            "max_tokens_param": self.max_tokens_param,
             "concurrency": self.concurrency,
             "rpm": self.rpm,
             "tpm": self.tpm,
@@ -488,7 +513,8 @@ class Endpoint:
             parts.append("api_key=***")
         elif self.api_key_env:
             parts.append(f"api_key_env={self.api_key_env!r}")
-        for label in ("api_version", "deployments", "images", "concurrency", "rpm", "tpm"):
+        labels = ("api_version", "deployments", "images", "max_tokens_param", "concurrency")
+        for label in (*labels, "rpm", "tpm"):
             value = getattr(self, label)
             if value is not None:
                 parts.append(f"{label}={value!r}")

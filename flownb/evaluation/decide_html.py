@@ -29,9 +29,10 @@ def _seconds(value: Any) -> str:
 
 
 def _usd(value: Any) -> str:
-    """Return US dollars, "–" when unknown (as the rest of the report shows it)."""
+    """Return US dollars as HTML kept on one line, "–" when unknown (as the rest of the report
+    shows it)."""
     x = float(value)
-    return "–" if math.isnan(x) else usd(x)
+    return "–" if math.isnan(x) else f'<span class="money">{usd(x)}</span>'
 
 
 def speed_cell(row: Any) -> str:

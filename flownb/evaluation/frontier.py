@@ -25,13 +25,22 @@ from . import stats
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.colors import Colormap
     from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
+    from matplotlib.transforms import Bbox
 
 __all__ = ["Frontier", "Point", "build_frontier", "pareto"]
 
 ALPHA = 0.05
 # The SVG group holding the points (one marker per variant): what a reader or a test finds.
 POINTS_ID = "frontier-points"
+# How much of viridis (reversed) the speeds use, from its dark end: its last quarter is yellow
+# and green too light to see on white.
+LIGHTEST = 0.6
+# The opacity of a dominated variant's point (the efficient ones: 1), and every point's edge.
+FADED = 0.45
+EDGE = "#303030"
 
 
 @dataclass(frozen=True)
@@ -142,13 +151,14 @@ class Frontier:
         known_speeds = [s for s in speeds if not math.isnan(s)]
         import matplotlib as mpl
 
-        cmap = mpl.colormaps["viridis_r"]
+        cmap = speed_colours()
         low_s, high_s = (min(known_speeds), max(known_speeds)) if known_speeds else (0.0, 1.0)
         norm = mpl.colors.Normalize(low_s, high_s if high_s > low_s else low_s + 1.0)
         colours = []
+        labels = []
         for p in placed:
             r, g, b, _ = cmap(norm(p.speed)) if not math.isnan(p.speed) else (0.5, 0.5, 0.5, 1)
-            alpha = 1.0 if p.variant in self.efficient else 0.3  # dominated ones faded
+            alpha = 1.0 if p.variant in self.efficient else FADED  # dominated ones faded
             rgba = (r, g, b, alpha)
             colours.append(rgba)
             below = p.quality - p.low if not math.isnan(p.low) else 0.0
@@ -163,15 +173,24 @@ class Frontier:
             )
             # The dearest variant's name goes to the left of its point, inside the plot.
             left = p.price >= max(q.price for q in placed)
-            ax.annotate(
-                p.variant, (p.price, p.quality), xytext=(-6 if left else 6, 4),
-                textcoords="offset points", ha="right" if left else "left",
-                fontsize=8, alpha=alpha,
+            labels.append(
+                ax.annotate(
+                    p.variant, (p.price, p.quality), xytext=(-6 if left else 6, 4),
+                    textcoords="offset points", ha="right" if left else "left",
+                    fontsize=8, alpha=max(alpha, 0.75),
+                )
             )  # fmt: skip
         line = sorted((p for p in placed if p.variant in self.efficient), key=lambda p: p.price)
         ax.plot([p.price for p in line], [p.quality for p in line], "-", color="0.35", lw=1)
+        # A dark edge on every point: a point is seen on white whatever its fill and fading.
         dots = ax.scatter(
-            [p.price for p in placed], [p.quality for p in placed], c=colours, s=60, zorder=3
+            [p.price for p in placed],
+            [p.quality for p in placed],
+            c=colours,
+            s=60,
+            zorder=3,
+            edgecolors=EDGE,
+            linewidths=0.8,
         )
         dots.set_gid(POINTS_ID)
         if self.speed is not None and known_speeds:
@@ -190,6 +209,7 @@ class Frontier:
         ax.grid(alpha=0.3)
         ax.margins(x=0.15, y=0.1)
         fig.tight_layout()
+        _spread_labels(fig, labels)
         return fig
 
     def svg(self) -> str:
@@ -227,6 +247,38 @@ class Frontier:
 
     def __repr__(self) -> str:
         return f"<Frontier {self.quality} vs {self.price}: {self.sentence}>"
+
+
+def speed_colours() -> Colormap:
+    """Return the points' colour map: viridis reversed (the fastest lightest) and cut before
+    its yellow end, so the fastest point stays visible on white."""
+    import matplotlib as mpl
+    import numpy as np
+
+    return mpl.colors.ListedColormap(
+        mpl.colormaps["viridis_r"](np.linspace(1.0 - LIGHTEST, 1.0, 256)), name="flownb_speed"
+    )
+
+
+def _spread_labels(fig: Figure, labels: list[Annotation]) -> None:
+    """Move the variants' names apart where they would overlap (two variants at the same or
+    near points): each name, in turn, is tried at offsets above and below its point, further
+    each time, until its box meets no name placed before it. Measured with the figure's own
+    renderer (text sizes are in points, so what does not overlap here does not in a saved
+    picture at another resolution)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    placed: list[Bbox] = []
+    for label in labels:
+        x, y = label.xyann
+        for step in range(40):
+            shift = (step + 1) // 2 * 10 * (1 if step % 2 else -1)  # 0, +10, -10, +20, ...
+            label.xyann = (x, y + shift)
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                break
+        placed.append(label.get_window_extent(renderer))
 
 
 def build_frontier(

@@ -58,6 +58,7 @@ table.flownb-eval th, table.flownb-eval td {border: 1px solid #ccc; padding: 6px
   vertical-align: top; text-align: left !important; overflow-wrap: anywhere}
 .flownb-eval th {background: #f3f3f3}
 .flownb-eval .out {white-space: pre-wrap; word-break: break-word}
+.flownb-eval .money {white-space: nowrap; overflow-wrap: normal; word-break: keep-all}
 .flownb-eval ins {background: #c8f7c5; text-decoration: none}
 .flownb-eval del {background: #f7c5c5}
 .flownb-eval .scores {margin-top: 4px; color: #444; font-size: 12px}

@@ -37,6 +37,7 @@ __all__ = [
     "combine_money",
     "money_cells",
     "money_columns",
+    "money_html",
     "money_of_result",
     "money_text",
     "plus",
@@ -239,6 +240,12 @@ def money_text(value: Any, unpriced: Any = 0) -> str:
     return f"at least {usd(number)}" if partial else usd(number)
 
 
+def money_html(value: Any, unpriced: Any = 0) -> str:
+    """Return :func:`money_text` as HTML kept on one line (``<span class="money">``, which the
+    report's style never breaks: a price split as ``$0.00002`` / ``4`` reads as two numbers)."""
+    return f'<span class="money">{html.escape(money_text(value, unpriced))}</span>'
+
+
 def bill(summary: pd.DataFrame, rows: int) -> pd.DataFrame:
     """Return the evaluation's bill from its ``summary``: one row per variant, one for the
     judges (every judge, every variant) and ``total`` (variants and judges), with ``spent_usd``,
@@ -296,16 +303,16 @@ def money_cells(row: Any) -> str:
     ranked = "" if _missing(rank) else f" ({int(rank)})"
     unpriced = row.get("unpriced_calls", 0)
     cells = (
-        f"<td><b>{html.escape(money_text(row.get('price_per_row'), unpriced))}</b>{ranked}</td>"
-        f"<td>{html.escape(money_text(row.get('spent_usd'), unpriced))} / "
-        f"{html.escape(money_text(row.get('saved_usd'), unpriced))}</td>"
+        f"<td><b>{money_html(row.get('price_per_row'), unpriced)}</b>{ranked}</td>"
+        f"<td>{money_html(row.get('spent_usd'), unpriced)} / "
+        f"{money_html(row.get('saved_usd'), unpriced)}</td>"
     )
     if "judge_price_per_row" in row:
         unpriced = row.get("judge_unpriced_calls", 0)
         cells += (
-            f"<td>{html.escape(money_text(row.get('judge_price_per_row'), unpriced))}</td>"
-            f"<td>{html.escape(money_text(row.get('judge_spent_usd'), unpriced))} / "
-            f"{html.escape(money_text(row.get('judge_saved_usd'), unpriced))}</td>"
+            f"<td>{money_html(row.get('judge_price_per_row'), unpriced)}</td>"
+            f"<td>{money_html(row.get('judge_spent_usd'), unpriced)} / "
+            f"{money_html(row.get('judge_saved_usd'), unpriced)}</td>"
         )
     return cells
 
@@ -323,9 +330,9 @@ def bill_html(report: Any, judged: bool) -> str:
         line = money.loc[part]
         unpriced = line["unpriced_calls"]
         parts.append(
-            f"{part}: {html.escape(money_text(line['spent_usd'], unpriced))} spent, "
-            f"{html.escape(money_text(line['saved_usd'], unpriced))} saved by the cache, "
-            f"{html.escape(money_text(line['price_usd'], unpriced))} at list price"
+            f"{part}: {money_html(line['spent_usd'], unpriced)} spent, "
+            f"{money_html(line['saved_usd'], unpriced)} saved by the cache, "
+            f"{money_html(line['price_usd'], unpriced)} at list price"
         )
     return f"<p class='inp'>money: {'; '.join(parts)}</p>"
 
@@ -341,8 +348,8 @@ def price_row(report: Any) -> str:
         row = summary.loc[v]
         rank = row.get("price_rank")
         ranked = "" if _missing(rank) else f" (rank {int(rank)})"
-        price = money_text(row["price_per_row"], row.get("unpriced_calls", 0))
-        cells.append(f"<td class='inp'>{html.escape(price)}{ranked}</td>")
+        price = money_html(row["price_per_row"], row.get("unpriced_calls", 0))
+        cells.append(f"<td class='inp'>{price}{ranked}</td>")
     return (
         "<tr><th class='inp'>price per row (list price, cached or not; 1 the cheapest)</th>"
         f"{''.join(cells)}</tr>"

@@ -83,6 +83,8 @@ def price_table(summary: pd.DataFrame, context: Mapping[str, Any], rows: int) ->
     frame["list_usd"] = per_row * rows
     discount = [BATCH_DISCOUNT if batch.get(str(v)) else math.nan for v in summary.index]
     frame["batch_usd"] = frame["list_usd"] * pd.Series(discount, index=summary.index)
-    frame["judges_usd"] = judges * rows
+    # No judge column: the evaluation had no judge, and judging costs nothing (not "unknown").
+    judged = any(name in summary.columns for name in JUDGE_COLUMNS)
+    frame["judges_usd"] = judges * rows if judged else 0.0
     frame["total_usd"] = frame["list_usd"] + frame["judges_usd"]
     return frame

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..show.display import mark_frame
 from . import stats
 from .labelling import Labelled
 from .money import bill, price_ranks, summary_money
@@ -87,7 +88,7 @@ class EvalReport(Labelled, Preferring):
         # Variant name -> the flow it ran (this process only; a report read back has none).
         self.flows: dict[str, Any] = dict(flows or {})
         self.flow_files: dict[str, dict[str, Any]] = dict(flow_files or {})
-        self.results = results
+        self.results = mark_frame(results)
         self.variants = variants
         self.scorers = scorers
         self.outputs = outputs
@@ -112,9 +113,9 @@ class EvalReport(Labelled, Preferring):
         becomes their per-row means (see :func:`flownb.evaluation.repeats.combine`)."""
         from .repeats import combine
 
-        self._runs = runs
         self.repeats = int(runs["repeat"].max()) + 1 if len(runs) else 1
-        self.results = combine(runs, self.scorers, self.variants)
+        self._runs = mark_frame(runs)
+        self.results = mark_frame(combine(runs, self.scorers, self.variants))
         self.__dict__.pop("summary", None)
 
     @property
@@ -126,7 +127,7 @@ class EvalReport(Labelled, Preferring):
             return self._runs
         runs = self.results.copy()
         runs.insert(runs.columns.get_loc(self.index_name) + 1, "repeat", 0)
-        return runs
+        return mark_frame(runs)
 
     @property
     def spread(self) -> pd.DataFrame:

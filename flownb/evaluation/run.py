@@ -172,7 +172,7 @@ def evaluate(
         return preview
     cap = _spend_cap(setup, max_spend, preview)
     try:
-        collected, judged = _run(
+        collected, judged, bar = _run(
             setup,
             data,
             concurrency,
@@ -194,6 +194,9 @@ def evaluate(
         report.context["repeats"] = setup.repeats
         report.set_runs(order_runs([r.results for r in reports], report.variants))
     report.variant_params = {name: variant_params(f) for name, f in variants.items()}
+    settle = getattr(bar, "settle", None)  # a live view's final table: the report's figures
+    if settle is not None:
+        settle(report.summary)
     if log:
         report.store(_home(variants))
     return report
@@ -344,11 +347,11 @@ def _run(
     preview: Preview | None,
     batch_api: bool = False,
     cap: SpendCap | None = None,
-) -> tuple[list[dict[str, _Collected]], list[Judged]]:
+) -> tuple[list[dict[str, _Collected]], list[Judged], Any]:
     """Run the variants, then the judges, every repeat together, under one limit and (with
     ``preview``: its count as the total) one progress bar. Return per repeat each variant's
-    outcomes and the judges' answers; on Ctrl-C, what finished (the rest marked as interrupted,
-    and a warning said so)."""
+    outcomes and the judges' answers, and the (closed) bar or live view; on Ctrl-C, what
+    finished (the rest marked as interrupted, and a warning said so)."""
     rounds = setup.rounds
     flows = [f for r in rounds for f in r.variants.values()]
     judge_flows = [j.flow() for r in rounds for j in r.judges]
@@ -414,7 +417,7 @@ def _run(
             "that did not answer score NaN). Run again to complete them; the cache makes the "
             "finished ones free."
         )
-    return collected, judged
+    return collected, judged, bar
 
 
 def _through_batches(setup: _Setup, data: pd.DataFrame, poll: float | None, progress: bool) -> None:

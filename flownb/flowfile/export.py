@@ -12,6 +12,8 @@ What the web tool's format has no field for is kept under **one** extra top-leve
 back:
 
 - ``"system"``: node id -> the node's system message (``flow.with_system``);
+- ``"chosen"``: node id -> the model parameters set on purpose (``with_params``), which are
+  sent even at a no-op value (see :func:`flownb.flowfile.params.to_send`);
 - ``"endpoint"``: the name of the ``flownb.toml`` endpoint the flow runs on (written by
   :meth:`LocalFlow.save`; a key is never written, only the endpoint's name).
 """
@@ -98,7 +100,7 @@ def export_flow(graph: FlowGraph, origin: Mapping[str, Any] | None) -> dict[str,
             variant changes nodes, never which nodes there are).
     """
     if origin is None:
-        skip = {"nodes": {"__all__": {"data": {"system"}}}}
+        skip = {"nodes": {"__all__": {"data": {"system", "chosenParams"}}}}
         origin = graph.model_dump(mode="json", by_alias=True, exclude=skip)
     out = copy.deepcopy(dict(origin))
     generation = {n.id: n for n in graph.nodes if isinstance(n, ActionNode | ImageNode)}
@@ -112,12 +114,14 @@ def export_flow(graph: FlowGraph, origin: Mapping[str, Any] | None) -> dict[str,
             f"(not in the file: {missing or 'none'}; only in the file: {extra or 'none'})"
         )
     system: dict[str, str] = {}
+    chosen: dict[str, list[str]] = {}
     for raw in raw_nodes:
         node = generation.get(raw["id"])
         if node is None:
             continue
         data = raw.setdefault("data", {})
         data.pop("system", None)  # an older flownb kept it in the node; now under "flownb"
+        data.pop("chosenParams", None)
         if data.get("prompt", "") != node.data.prompt:
             data["prompt"] = node.data.prompt
             data["variables"] = _uses(node.data.prompt, raw_nodes, data.get("variables"))
@@ -127,4 +131,6 @@ def export_flow(graph: FlowGraph, origin: Mapping[str, Any] | None) -> dict[str,
             data["modelParams"] = _params(old, node.data.modelParams)
         if node.data.system:
             system[node.id] = node.data.system
-    return with_extras(out, system=system or None)
+        if node.data.chosenParams:
+            chosen[node.id] = list(node.data.chosenParams)
+    return with_extras(out, system=system or None, chosen=chosen or None)

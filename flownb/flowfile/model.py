@@ -25,7 +25,7 @@ from pydantic import (
 from ..errors import FlowFileError
 from ..infra.files import read_capped
 from ..infra.unicode import surrogates_in
-from .params import RULES, params_problem
+from .params import RULES, params_problem, to_send
 
 __all__ = [
     "EXTRA",
@@ -53,7 +53,7 @@ NODE_TYPES = ("variableNode", "actionNode", "imageNode", "outputNode")
 
 # The one field of flownb's own in a saved flow (see the module docstring).
 EXTRA = "flownb"
-EXTRA_KEYS = ("system", "endpoint")
+EXTRA_KEYS = ("system", "endpoint", "chosen")
 
 
 def extras_of(data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
@@ -80,12 +80,20 @@ def extras_of(data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
         isinstance(k, str) and isinstance(v, str) for k, v in system.items()
     ):
         raise FlowFileError(f"{prefix}{EXTRA}.system must map node ids to strings")
+    chosen = raw.get("chosen", {})
+    if not isinstance(chosen, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(n, str) for n in v)
+        for k, v in chosen.items()
+    ):
+        raise FlowFileError(f"{prefix}{EXTRA}.chosen must map node ids to lists of names")
     endpoint = raw.get("endpoint")
     if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.strip()):
         raise FlowFileError(f"{prefix}{EXTRA}.endpoint must be an endpoint's name")
     out: dict[str, Any] = {}
     if system:
         out["system"] = dict(system)
+    if chosen:
+        out["chosen"] = {k: list(v) for k, v in chosen.items()}
     if endpoint is not None:
         out["endpoint"] = endpoint.strip()
     return out
@@ -172,6 +180,14 @@ class GenerationData(_Model):
     variables: list[VariableRef] = Field(default_factory=list)
     # A flownb extension (flow.with_system): the node's system message; exports have none.
     system: str | None = None
+    # A flownb extension (with_params, an eval TOML, the CLI): the modelParams set on purpose,
+    # sent even at a no-op value (flowfile/params.py's to_send); exports have none. A saved
+    # flow keeps them under the "flownb" field's "chosen" (node id -> names).
+    chosenParams: list[str] | None = None
+
+    def sent_params(self) -> dict[str, Any]:
+        """Return the model parameters this node's calls send (see :func:`~.params.to_send`)."""
+        return to_send(self.modelParams.as_dict(), self.chosenParams or ())
 
     _empty = field_validator("name", "prompt", mode="before")(_none_to_empty)
 
@@ -309,9 +325,18 @@ def parse_flow(data: Any, source: str = "") -> FlowGraph:
         edges = _EDGES.validate_python(data.get("edges") or [])
     except ValidationError as exc:
         raise FlowFileError(f"{where}edges are invalid: {first_error(exc)}") from None
-    system = extras_of(data, source).get("system", {})
+    extras = extras_of(data, source)
+    system = extras.get("system", {})
     if system:
         nodes = _with_system(nodes, system, where)
+    chosen = extras.get("chosen", {})
+    if chosen:  # the modelParams set on purpose (with_params), sent even at a no-op value
+        nodes = [
+            n.model_copy(update={"data": n.data.model_copy(update={"chosenParams": chosen[n.id]})})
+            if n.id in chosen and isinstance(n, ActionNode | ImageNode)
+            else n
+            for n in nodes
+        ]
     graph = FlowGraph.model_construct(nodes=nodes, edges=edges)
     _check_graph(graph, where)
     return graph

@@ -5,16 +5,19 @@ The ranges are the widest any vendor documents (OpenAI: temperature 0 to 2, ``n`
 top_p 0 to 1; penalties -2 to 2); a provider narrows them at load where its API does
 (Anthropic: temperature 0 to 1). A number that is not finite (NaN, infinity) is refused
 everywhere, in any parameter, since JSON cannot carry it and an API would refuse it.
+
+:func:`to_send` is the one rule for what a node's calls send: a sampling knob at its no-op
+value (an exported flow's editor default) stays home unless it was set on purpose.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RULES", "Rule", "param_problem", "params_problem"]
+__all__ = ["NO_OP", "RULES", "Rule", "param_problem", "params_problem", "to_send"]
 
 # Outputs a request may ask for: no model writes more than this many tokens in one answer.
 MAX_OUTPUT_TOKENS = 1_000_000
@@ -37,6 +40,7 @@ class Rule:
             "bool": "true or false",
             "text": "text",
             "stop": "text or a list of texts",
+            "logprobs": "true, false or a whole number from 0 to 5",
         }[self.kind]
         if self.low is not None and self.high is not None:
             return f"{what} from {_shown(self.low)} to {_shown(self.high)}"
@@ -62,7 +66,8 @@ RULES: Mapping[str, Rule] = {
     "max_output_tokens": Rule("whole", 1, MAX_OUTPUT_TOKENS),
     "top_k": Rule("whole", 1, None),
     "seed": Rule("whole"),
-    "logprobs": Rule("bool"),
+    # A flag on chat, a whole number 0 to 5 on /completions: each provider checks its own.
+    "logprobs": Rule("logprobs"),
     "top_logprobs": Rule("whole", 0, 20),
     "stop": Rule("stop"),
 }
@@ -74,6 +79,8 @@ def _fits(rule: Rule, value: Any) -> bool:
         return isinstance(value, str)
     if kind == "bool":
         return isinstance(value, bool)
+    if kind == "logprobs":
+        return isinstance(value, bool) or (isinstance(value, int) and 0 <= value <= 5)
     if kind == "stop":
         return isinstance(value, str) or (
             isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
@@ -119,3 +126,28 @@ def params_problem(params: Mapping[str, Any]) -> str | None:
         if problem is not None:
             return problem
     return None
+
+
+# The sampling knobs' values that change nothing, as every vendor documents them: what an exported
+# flow carries at its editor defaults. Sent only when set on purpose (see to_send).
+NO_OP: Mapping[str, float] = {
+    "top_p": 1,
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "n": 1,
+    "best_of": 1,
+}
+
+
+def to_send(params: Mapping[str, Any], chosen: Collection[str] = ()) -> dict[str, Any]:
+    """Return the model parameters a node's calls send: ``params`` without a knob at its no-op
+    value (:data:`NO_OP`: ``top_p`` 1, penalties 0, ``n`` 1, ``best_of`` 1) unless its name is
+    in ``chosen``, the parameters the user set on purpose (``with_params``, an eval TOML, the
+    CLI). A flow exported by the web tool carries every knob at its editor default; sending
+    those would make some vendors refuse the call (current Claude models take temperature or
+    top_p, not both), and leaving them out changes nothing."""
+    return {
+        name: value
+        for name, value in params.items()
+        if name in chosen or name not in NO_OP or isinstance(value, bool) or value != NO_OP[name]
+    }

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError
 from .model import ActionNode, FlowGraph, ImageNode, ModelParams, first_error
+from .params import NO_OP
 
 __all__ = [
     "generation_nodes",
@@ -95,14 +96,34 @@ def with_params(
         )
     if not params and not per_node:
         raise ConfigError("with_params needs parameters: with_params(temperature=0.2, ...)")
-    current = {n.id: n.data.modelParams for n in generation_nodes(graph)}
-    names = {n.id: n.data.name or n.id for n in generation_nodes(graph)}
+    nodes = generation_nodes(graph)
+    current = {n.id: n.data.modelParams for n in nodes}
+    names = {n.id: n.data.name or n.id for n in nodes}
+    # Knobs set on purpose, so sent even at a no-op value (flowfile/params.py's to_send).
+    chosen = {n.id: set(n.data.chosenParams or ()) for n in nodes}
     if params:
         current = {i: _merged(p, params, f"node {names[i]!r}") for i, p in current.items()}
+        for keys in chosen.values():
+            _choose(keys, params)
     for ref, update in (per_node or {}).items():
         node_id = resolve_node(graph, ref)
         current[node_id] = _merged(current[node_id], update, f"node {ref!r}")
-    return _replace(graph, {i: {"modelParams": p} for i, p in current.items()})
+        _choose(chosen[node_id], update)
+    return _replace(
+        graph,
+        {
+            i: {"modelParams": p, "chosenParams": sorted(chosen[i]) or None}
+            for i, p in current.items()
+        },
+    )
+
+
+def _choose(keys: set[str], update: Mapping[str, Any]) -> None:
+    """Mark in ``keys`` the no-op knobs ``update`` sets (and unmark the ones it removes): only
+    they need marking, since every other parameter is sent whenever it is set."""
+    for name, value in update.items():
+        if name in NO_OP:
+            (keys.discard if value is None else keys.add)(name)
 
 
 def with_prompts(graph: FlowGraph, prompts: Mapping[str, str]) -> FlowGraph:

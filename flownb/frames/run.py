@@ -367,12 +367,16 @@ def _watched(
 
 
 def _show_fill(result: pd.DataFrame, used: list[str], fill: str) -> None:
-    """Put ``fill`` in the empty cells of the ``used`` columns of ``result``: the filled input
-    cells show what the flow was given (``fill=""``: empty text, not NaN)."""
+    """Put ``fill`` in the empty cells of the ``used`` columns of ``result``: a filled input
+    column becomes the text the flow was given, a ``string`` column as the outputs are
+    (``fill=""``: empty text, not NaN; a number as the text it was sent as: ``3``, not
+    ``3.0``), not a mix of numbers and text. Polars gives ``String`` the same way."""
     for col in dict.fromkeys(used):
         missing = result[col].isna()
         if missing.any():
-            result[col] = result[col].astype(object).where(~missing, fill)
+            cells = result[col].tolist()
+            texts = [fill if gap else to_text(v) for v, gap in zip(cells, missing, strict=True)]
+            result[col] = _text_column(texts, result.index)
 
 
 def _mark_interrupted(errors: list[str | None], done: list[bool], error_column: str) -> None:

@@ -18,8 +18,16 @@ _state: dict[int, Any] = {}
 def _frame_html(df: Any) -> str | None:
     """Return the HTML of ``df``: flownb's view (thumbnails for image columns; one page of a
     long frame, with how to see the others; text shown as written) when a flownb run made it,
-    it has image columns or more rows than a page, else pandas' own."""
-    from ..show.display import IMAGE_COLUMNS_ATTR, FrameView, image_columns
+    it has image columns or more rows than a page; pandas' own view with each ``$`` shown as
+    written for the other frames flownb hands back (an evaluation's results, the run log); else
+    pandas' own."""
+    from ..show.display import (
+        FLOWNB_FRAME_ATTR,
+        IMAGE_COLUMNS_ATTR,
+        FrameView,
+        frame_html,
+        image_columns,
+    )
 
     try:
         columns = image_columns(df)
@@ -28,6 +36,8 @@ def _frame_html(df: Any) -> str | None:
         # written (pandas' escapes markup, but its "$" would still be typeset as math).
         if columns or view.pages > 1 or IMAGE_COLUMNS_ATTR in df.attrs:
             return view._repr_html_()
+        if df.attrs.get(FLOWNB_FRAME_ATTR):
+            return frame_html(df)
     except Exception:  # a frame shape we do not handle: pandas' own view, never a broken cell
         pass
     return df._repr_html_()

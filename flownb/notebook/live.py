@@ -28,6 +28,7 @@ from ..config.settings import live_view_mode
 from ..providers.calls import retries_to
 from ..scorers import Scorer
 from ..show.escape import html_text, no_math, term_text
+from ..show.progress import unmade
 from .live_boards import EvalBoard, RowsBoard, _frame_view
 from .live_text import in_front_end
 
@@ -150,6 +151,7 @@ class LiveView:
         self._final_bar = ""  # the bar line as the batch ended (HTML, and text below)
         self._final_line = ""
         self._stopped = False
+        self._unmade = 0  # counted steps the finished work did not need (see close)
         self._updater = threading.Thread(target=self._run, name="flownb-live", daemon=True)
         self._updater.start()
 
@@ -207,6 +209,8 @@ class LiveView:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         parts = [f"{done}/{self.total} {self.unit}s" if self.total else f"{done} {self.unit}s"]
         parts.append(f"{done / elapsed:.1f} {self.unit}s/s" if not final else f"{elapsed:.1f} s")
+        if final and self._unmade:
+            parts.append(unmade(self._unmade, self.unit))
         failed = self.board.n_failed
         if failed:
             parts.append(f"{failed} failed")
@@ -248,9 +252,10 @@ class LiveView:
         self._scope.close()
         with self._lock:
             done = self._done
-        if end_at_count:
-            self.total = done
-        self._stopped = bool(self.total) and done < self.total
+        # The total stays what was counted (it never shrinks); work that ended needing fewer
+        # steps says so (see _parts) instead of reading "stopped".
+        self._unmade = self.total - done if end_at_count and self.total > done else 0
+        self._stopped = bool(self.total) and done < self.total and not end_at_count
         try:
             if not self._broken:
                 self._draw(last=True)  # the last update holds every finished element
@@ -265,6 +270,18 @@ class LiveView:
         slot = getattr(_current, "slot", None)
         if slot is not None and slot.view is None:
             slot.view = self
+
+    def settle(self, summary: Any) -> None:
+        """Redraw the final table with an evaluation's own figures (``report.summary``; see
+        :meth:`EvalBoard.settle`), so it says what the report says."""
+        settle = getattr(self.board, "settle", None)
+        if settle is None or not self._finished:
+            return
+        try:
+            settle(summary)
+            self._replace(*self.board.final())
+        except Exception:  # the report is returned all the same; the view keeps its table
+            return
 
     def finish_with(self, frame: Any) -> None:
         """Replace the final table by ``frame``'s (what the returned DataFrame shows)."""

@@ -216,6 +216,9 @@ class EvalBoard:
             v: {s.name: [0.0, 0.0] for s in self.floats} for v in self.variants
         }
         self.broken: set[str] = set()  # scorers that raised on a partial block
+        # Per variant, the report's pass rate once the evaluation ended (judges included): the
+        # final table shows it, so it says what ``report.summary`` says (see :meth:`settle`).
+        self.settled: dict[str, float] = {}
 
     def add(self, records: Sequence[tuple[Any, ...]]) -> None:
         """Take finished runs ``(variant, i, result, exc)`` and grade the ones that worked."""
@@ -279,7 +282,11 @@ class EvalBoard:
         for v in self.variants:
             st = self.stats[v]
             done = int(st["done"])
-            rate = f"{st['passed'] / done:.0%}" if done else "-"
+            if v in self.settled:
+                settled = self.settled[v]
+                rate = "-" if math.isnan(settled) else f"{settled:.0%}"
+            else:
+                rate = f"{st['passed'] / done:.0%}" if done else "-"
             means = []
             for s in self.floats:
                 total, count = self.sums[v][s.name]
@@ -298,15 +305,29 @@ class EvalBoard:
             lines.append(
                 f"{v}: " + ", ".join(f"{h} {c}" for h, c in zip(head[1:], cells, strict=True))
             )
-        note = " (before the judges)" if self.judged else ""
+        if self.settled:
+            note = " (as in report.summary's pass_rate" + (
+                ", judges included)" if self.judged else ")"
+            )
+        else:
+            note = " so far (before the judges)" if self.judged else " so far"
         heads = "".join(f"<th>{html_text(h)}</th>" for h in head)
         table = (
             f'<table class="dataframe"><thead><tr>{heads}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>"
-            f"<p><small>pass rate so far{note}: rows passing every scorer, of the rows "
+            f"<p><small>pass rate{note}: rows passing every scorer, of the rows "
             "done</small></p>"
         )
         return table, "\n".join(lines)
+
+    def settle(self, summary: Any) -> None:
+        """Take the evaluation's own pass rates (``summary``: ``report.summary``, index:
+        variant, column ``pass_rate``), which count the judges' verdicts the running figures
+        leave out: the final table shows them."""
+        if "pass_rate" not in summary.columns:
+            return
+        rates = summary["pass_rate"]
+        self.settled = {str(v): float(rates[v]) for v in rates.index if str(v) in self.stats}
 
     def live_html(self, *, last: bool = False) -> str:
         """Return the running summary table (``last`` changes nothing)."""

@@ -9,7 +9,9 @@ What a node's modelParams become (decided once per node, at flow load):
   (as exported flows carry) is replaced by :data:`DEFAULT_MODEL` with a warning;
 - ``temperature``, ``top_p``, ``top_k``, ``max_tokens`` (as ``maxOutputTokens``), ``stop``
   (``stopSequences``), ``seed``, ``presence_penalty``, ``frequency_penalty`` and ``system``
-  (the system instruction) are sent; ``n`` > 1 asks for that many candidates and the first
+  (the system instruction) are sent, as the model's rule allows
+  (:mod:`flownb.providers.model_rules`: Gemini 2.5+ refuses a non-zero penalty, at load);
+  ``n`` > 1 asks for that many candidates and the first
   becomes the output; what Gemini lacks (``best_of``, ``logit_bias``, ...) is dropped with one
   warning per flow for each; the call's system message (``flow.with_system``) is sent as
   ``system_instruction``, plain and streamed (it wins over a ``system`` param);
@@ -35,6 +37,7 @@ from ..errors import ConfigError, ImageNotFetched, ProviderError, ProviderTimeou
 from ..infra.media import MediaStore, NotAnImage, image_ext
 from .base import Call, Generation, Kind
 from .images import ImagePart, has_images, prompt_parts
+from .model_rules import screen
 from .openai.transport import _close_with_loop
 from .redirects import aiohttp_trace
 from .vendor import (
@@ -224,7 +227,8 @@ class GeminiProvider(HostedProvider):
         fields); :meth:`notes` says what they drop or replace.
 
         Raises:
-            ConfigError: an Imagen model (the Gemini API does not serve them).
+            ConfigError: an Imagen model (the Gemini API does not serve them), or a knob the
+                model refuses (see :mod:`flownb.providers.model_rules`).
         """
         return self._prepare(kind, params, node)[0]
 
@@ -258,6 +262,10 @@ class GeminiProvider(HostedProvider):
                 f"node {node!r}: Imagen ({model!r}) is not served by the Gemini API; use a Gemini "
                 f"image model such as {DEFAULT_IMAGE_MODEL!r}"
             )
+        # What this model takes of the sampling knobs (model_rules: one table for every vendor).
+        p, left_out = screen(model, p, node)
+        if left_out is not None:
+            notes.append((f"{node}:knobs", f"node {node!r}: {left_out}"))
         config: dict[str, Any] = {}
         system = p.pop("system", None)
         if system:

@@ -148,7 +148,7 @@ def _steps(
                 name=node.data.name,
                 kind="image" if isinstance(node, ImageNode) else "text",
                 template=Template(node.data.prompt, labels),
-                params=node.data.modelParams.as_dict(),
+                params=node.data.sent_params(),
                 upstream=upstream,
                 system=node.data.system or None,
             )

@@ -46,6 +46,7 @@ import orjson
 from ..errors import ConfigError
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
+from ..show.display import mark_frame
 from .logrows import inline_tail, log_rows
 from .logtext import columns_text, expand
 
@@ -529,7 +530,8 @@ def runs(
     df["saved_usd"] = df["saved_usd"].astype(float)
     df["price_usd"] = df["price_usd"].astype(float)
     df["unpriced_calls"] = df["unpriced_calls"].astype("Int64")
-    return df if by is None else _totals(df, by)
+    # Marked: after %load_ext flownb, the outputs' "$" are shown as written (see frame_html).
+    return mark_frame(df if by is None else _totals(df, by))
 
 
 _GROUPS = ("flow", "model", "day")

@@ -34,16 +34,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "FLOWNB_FRAME_ATTR",
     "IMAGE_COLUMNS_ATTR",
     "MAX_IMAGE_BYTES",
     "FrameView",
     "display_frame",
     "display_result",
+    "frame_html",
     "image_bytes",
     "image_columns",
     "image_src",
     "is_image_url",
     "is_media_file_url",
+    "mark_frame",
     "output_bundles",
     "read_media_with",
     "result_bundle",
@@ -315,6 +318,30 @@ def result_bundle(result: Shown) -> dict[str, str]:
 # Where a results frame names its image columns (the columns of image nodes' outputs); a frame
 # that has it is never searched by content.
 IMAGE_COLUMNS_ATTR = "flownb_images"
+# Set (True) on every other frame flownb hands back that may hold model text (an evaluation's
+# results, runs and summary, the run log): after ``%load_ext flownb`` it is shown by
+# :func:`frame_html`. In ``attrs``, so frames derived from it (a filter, ``head()``) keep it.
+FLOWNB_FRAME_ATTR = "flownb_frame"
+
+
+def mark_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Return ``df`` (the same object) marked as a frame flownb handed back
+    (:data:`FLOWNB_FRAME_ATTR`)."""
+    df.attrs[FLOWNB_FRAME_ATTR] = True
+    return df
+
+
+def frame_html(df: pd.DataFrame) -> str | None:
+    """Return pandas' own HTML view of ``df`` (its number formats, truncation and escaping) with
+    every ``$`` shown as written: each in a ``<span>`` of its own, in an element the front ends'
+    math typesetters skip (pandas escapes markup, but ``$5 and $7`` would be typeset as math).
+    None when pandas gives no HTML view (``display.notebook_repr_html`` off)."""
+    shown = df._repr_html_()
+    if shown is None:
+        return None
+    # pandas writes no "$" of its own (tags, classes and its scoped style have none), so every
+    # one is a cell's, an index label's or a column name's.
+    return no_math(shown.replace("$", "<span>$</span>"), css="flownb-frame")
 
 
 def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:

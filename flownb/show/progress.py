@@ -15,7 +15,7 @@ from typing import Any
 from .escape import NO_MATH, html_text, no_math
 from .fallback import in_front_end
 
-__all__ = ["Progress", "open_bar"]
+__all__ = ["Progress", "open_bar", "unmade"]
 
 # Seconds between two moves of the bar: often enough to look live, rarely enough that a
 # 100,000-row batch sends a few hundred widget updates, not 100,000.
@@ -43,6 +43,7 @@ class Progress:
         self._notice = ""
         self._changed = False
         self._closed = threading.Event()
+        self._unmade = 0  # counted steps the finished work did not need (see close)
         self._interval = interval
         self._updater = threading.Thread(target=self._run, name="flownb-progress", daemon=True)
         self._updater.start()
@@ -108,16 +109,17 @@ class Progress:
                 )
 
     def close(self, *, end_at_count: bool = False) -> None:
-        """Stop the updater, show the final count and close the bar. ``end_at_count``: when
-        fewer steps finished than the bar's total (runs that failed, calls that repeated), the
-        total becomes the count, so a finished bar reads full."""
+        """Stop the updater, show the final count and close the bar. ``end_at_count``: the
+        work is over even when fewer steps finished than the bar's total (runs that failed,
+        calls answered by another row's): the total stays what was counted (a total never
+        shrinks), the final state reads full and says how many counted steps were not made."""
         self._closed.set()
         if self._updater is not threading.current_thread():
             self._updater.join()
         self._show()
-        if end_at_count and getattr(self.bar, "total", None) not in (None, self.bar.n):
-            self.bar.total = self.bar.n
-            self.bar.refresh()
+        total = getattr(self.bar, "total", None)
+        if end_at_count and total is not None and self.bar.n < total:
+            self._unmade = total - self.bar.n
         self.bar.close()
         self._unmath()
         if self._handle is not None:
@@ -135,12 +137,21 @@ class Progress:
         total = bar.total if bar.total is not None else bar.n
         elapsed = bar.format_dict.get("elapsed", 0.0)
         line = f"{bar.desc}: {bar.n}/{total} {bar.unit}s in {elapsed:.2f} s"
+        if self._unmade:
+            line += f" · {unmade(self._unmade, bar.unit)}"
         if bar.postfix:
             line += f" · {bar.postfix}"
-        # Nothing left to do (every call cached) reads as done, not as an empty bar.
-        value, most = (bar.n, total) if total else (1, 1)
+        # Finished work reads as done, not as a part-filled bar, when counted steps were not
+        # needed (``unmade``) or there was nothing to do (every call cached).
+        value, most = (bar.n, total) if total and not self._unmade else (1, 1)
         meter = f'<progress value="{value}" max="{most}" style="width:12em"></progress> '
         return {"text/plain": line, "text/html": no_math(meter + html_text(line), css="flownb-bar")}
+
+
+def unmade(count: int, unit: str) -> str:
+    """Return what a finished bar says of the ``count`` steps it counted and did not make."""
+    plural = "s" if count != 1 else ""
+    return f"{count} counted {unit}{plural} not made (failed runs, answers shared)"
 
 
 def open_bar(total: int, desc: str, unit: str) -> Progress:

@@ -48,8 +48,9 @@ class Vendor(Protocol):
         ``invalid_request``, ``rate_limit``, ``server_error``."""
         ...
 
-    def check(self, body: Mapping[str, Any]) -> str | None:
-        """Return why a well-formed JSON body is an invalid request, or None."""
+    def check(self, request: web.Request | None, body: Mapping[str, Any]) -> str | None:
+        """Return why a well-formed JSON body is an invalid request (the vendor's message),
+        or None (``request``: None for a request inside a batch)."""
         ...
 
     def stream(
@@ -80,8 +81,14 @@ def handler(
                 return vendor.error(400, "the body is not JSON", "invalid_request")
             state.requests.append(body)
             state.paths.append(request.path)
+            # Every record the OpenAI fake keeps, so ``received`` (which zips them) is whole.
+            state.queries.append(dict(request.query))
             state.headers.append(dict(request.headers))
-            why = vendor.check(body) if isinstance(body, dict) else "the body is not an object"
+            why = (
+                vendor.check(request, body)
+                if isinstance(body, dict)
+                else "the body is not an object"
+            )
             if why is not None:
                 return vendor.error(400, why, "invalid_request")
             prompt = vendor.prompt_of(request, body)

@@ -8,8 +8,9 @@ Messages response, with ``usage``
 counting words as tokens (``input_tokens``: the prompt's and the system prompt's words;
 ``output_tokens``: the answer's; ``configure(cached_tokens=N, cache_write_tokens=M)`` moves N
 of them to ``cache_read_input_tokens`` and M to ``cache_creation_input_tokens``). Like the real
-API it refuses a request without ``model``,
-``max_tokens`` or ``messages`` (400 ``invalid_request_error``); errors have Anthropic's shape
+API it refuses what Anthropic refuses (400 ``invalid_request_error`` with Anthropic's message:
+the SDK's request types checked strictly, and the model rules such as "temperature or top_p"
+on current Claude models, see :mod:`flownb.testing.fake_checks`); errors have Anthropic's shape
 (``{"type": "error", "error": {"type", "message"}}``) and 429s carry ``retry-after``. It
 misbehaves on purpose as the OpenAI fake does (``faults``, ``fail_markers``, latency,
 ``max_in_flight``, ``rate_limit``, the latter with Anthropic's ``anthropic-ratelimit-requests-*``
@@ -39,6 +40,7 @@ from aiohttp import web
 
 from ..providers.openai.answers import parse_duration
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
+from .fake_checks import anthropic_refusal
 from .fake_config import FakeConfig
 from .fake_openai import FakeOpenAI, sse_event
 from .fake_replies import cache_split, echo, judge_reply, scripted_reply, seen_image, split_words
@@ -75,13 +77,12 @@ def _text_of(content: Any) -> str:
 
 
 class _Anthropic:
-    def check(self, body: Mapping[str, Any]) -> str | None:
-        for name in ("model", "max_tokens", "messages"):
-            if name not in body:
-                return f"{name}: Field required"
-        if not isinstance(body["messages"], list) or not body["messages"]:
+    def check(self, request: web.Request | None, body: Mapping[str, Any]) -> str | None:
+        # Refused as Anthropic refuses it: the SDK's request types, strictly, and the model rules.
+        why = anthropic_refusal(body)
+        if why is None and not body["messages"]:
             return "messages: at least one message is required"
-        return None
+        return why
 
     def prompt_of(self, request: web.Request, body: Mapping[str, Any]) -> str:
         last = body["messages"][-1]
@@ -193,7 +194,8 @@ def make_app(state: _State) -> web.Application:
         prompt = _text_of(params["messages"][-1].get("content"))
         return vendor.answer(None, params, prompt, state.config)  # type: ignore[arg-type]
 
-    batches.answer, batches.check = answer, vendor.check
+    batches.answer = answer
+    batches.check = lambda params: vendor.check(None, params)
     batches.add_routes(app)
     control_routes(app, state, vendor)
     return app
@@ -202,6 +204,8 @@ def make_app(state: _State) -> web.Application:
 class FakeAnthropic(FakeOpenAI):
     """The fake Messages API on 127.0.0.1 in a daemon thread (a context manager). ``url`` is
     the base URL for the SDK or ``ANTHROPIC_BASE_URL`` (``http://127.0.0.1:<port>``)."""
+
+    vendor = "anthropic"
 
     @property
     def url(self) -> str:

@@ -25,6 +25,8 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
+from .fake_checks import openai_refusal
+
 __all__ = ["BatchBackend", "BatchSettings", "hold", "newest_page"]
 
 # (path, body) -> the JSON body the fake answers that request with live.
@@ -172,9 +174,23 @@ class BatchBackend:
                     )
                 )
                 continue
-            answered = self.answer(line.get("url", batch.endpoint), body)
-            response = {"status_code": 200, "request_id": request_id, "body": answered}
-            out.append(json.dumps({"id": request_id, "custom_id": custom_id, "response": response}))
+            url = line.get("url", batch.endpoint)
+            checked = isinstance(body, dict) and url.endswith(("/chat/completions", "/completions"))
+            refusal = openai_refusal(url, body) if checked else None
+            if refusal is not None:  # refused as the live route refuses it, in its line
+                refused: dict[str, str | None] = {
+                    "message": refusal.message,
+                    "type": "invalid_request_error",
+                    "param": refusal.param,
+                    "code": refusal.code,
+                }
+                body_400 = {"error": refused}
+                response = {"status_code": 400, "request_id": request_id, "body": body_400}
+            else:
+                answered = self.answer(url, body)
+                response = {"status_code": 200, "request_id": request_id, "body": answered}
+            line_out = {"id": request_id, "custom_id": custom_id, "response": response}
+            out.append(json.dumps({**line_out, "error": None}))
         if out:
             batch.output_file_id = self._store("batch_output", "\n".join(out).encode() + b"\n")
         if err:

@@ -21,7 +21,9 @@ class FakeConfig:
     latency: float = 0.0
     faults: dict[str, float] = field(default_factory=dict)
     fail_markers: dict[str, str] = field(default_factory=dict)
-    retry_after: str | None = "0"
+    # The Retry-After of a 429, in whole seconds as the vendors send it (at least 1); a test
+    # that needs speed says so with retry_after="0".
+    retry_after: str | None = "1"
     seed: int = 0
     image_format: str = "url"  # what images answer when the request does not say
     max_in_flight: int | None = None  # 429 at once beyond this many requests being served

@@ -12,7 +12,10 @@ no internet).
   (``stream_delay`` seconds apart), the last one with the ``finishReason`` (an image answer: one
   event).
 
-Errors have Google's shape (``{"error": {"code", "message", "status"}}``); a 429 is
+A request Gemini would refuse (a field its types do not have, a wrong type, a non-zero penalty
+on Gemini 2.5+; see :mod:`flownb.testing.fake_checks`) is answered 400 ``INVALID_ARGUMENT`` with
+Google's message. Errors have Google's shape (``{"error": {"code", "message", "status"}}``); a
+429 is
 ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail whose ``retryDelay`` is the
 configured ``retry_after``, as Google sends it (no ``Retry-After`` header). Faults, latency and
 limits as in the OpenAI fake; every request body, path and header set is recorded.
@@ -35,6 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from ._vendor_fake import control_routes, handler, serve_until_interrupted, words
+from .fake_checks import gemini_refusal
 from .fake_config import FakeConfig
 from .fake_openai import FakeOpenAI, sse_event
 from .fake_replies import (
@@ -77,11 +81,11 @@ def _texts(content: Any) -> str:
 
 
 class _Gemini:
-    def check(self, body: Mapping[str, Any]) -> str | None:
-        contents = body.get("contents")
-        if not isinstance(contents, list) or not contents:
-            return "* GenerateContentRequest.contents: contents is not specified"
-        return None
+    def check(self, request: web.Request | None, body: Mapping[str, Any]) -> str | None:
+        # Refused as Gemini refuses it: google-genai's types under the REST request's fields,
+        # strictly, and the model rules.
+        model = request.match_info["target"].partition(":")[0] if request is not None else ""
+        return gemini_refusal(model, body)
 
     def prompt_of(self, request: web.Request, body: Mapping[str, Any]) -> str:
         return _texts(body["contents"][-1])
@@ -190,6 +194,8 @@ def make_app(state: _State) -> web.Application:
 class FakeGemini(FakeOpenAI):
     """The fake Gemini API on 127.0.0.1 in a daemon thread (a context manager). ``url`` is the
     base URL for the SDK or ``GEMINI_BASE_URL`` (``http://127.0.0.1:<port>``)."""
+
+    vendor = "gemini"
 
     @property
     def url(self) -> str:

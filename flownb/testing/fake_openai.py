@@ -2,8 +2,9 @@
 
 It answers ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/images/generations``
 (and Azure OpenAI's ``/openai/deployments/{deployment}/...`` forms of each) deterministically
-from the request (text ``"echo: <prompt>"``, images as a URL it serves
-itself under ``/_fake/images/`` or a small PNG in ``b64_json``), after a configurable latency,
+from the request (text ``"echo: <prompt>"`` with every field OpenAI sends, images as a URL it
+serves itself under ``/_fake/images/`` or a small PNG in ``b64_json``, which GPT image models
+always answer), after a configurable latency,
 and answers flownb's judge prompts as a judge would (see "Judging" below),
 and can misbehave on purpose: 429 with a ``Retry-After``, 500, hangs and dropped connections,
 each for a share of requests (seeded, so a run is reproducible) or for every prompt containing a
@@ -51,6 +52,12 @@ the finish reason, the usage chunk when ``stream_options.include_usage`` asks fo
 fake sent it; ``stream_cut`` drops the connection part-way through a stream (once per prompt),
 as a broken link does. The Anthropic and Gemini fakes stream the same way in their own formats.
 
+Refusals: every request is checked as OpenAI checks it (the ``openai`` SDK's request types,
+strictly, and the model rules; see :mod:`flownb.testing.fake_checks`), and a wrong one is
+answered 400 with OpenAI's error body (``message``, ``type``, ``param``, ``code``). A 429 says
+``Retry-After`` in whole seconds (``retry_after``, ``"1"`` by default; ``"0"`` for a test that
+needs speed).
+
 Control routes (for a server in another process): ``GET /_fake/stats`` returns the counters,
 ``POST /_fake/reset`` clears them, ``POST /_fake/config`` changes latency/faults/markers.
 """
@@ -68,6 +75,7 @@ from typing import Any, NoReturn, Self
 from aiohttp import web
 
 from .fake_batches import BatchBackend
+from .fake_checks import openai_refusal, warm
 from .fake_config import FakeConfig
 from .fake_message_batches import MessageBatches
 from .fake_replies import (
@@ -108,9 +116,17 @@ __all__ = [
 
 
 def _error(
-    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+    status: int,
+    message: str,
+    kind: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = "",
 ) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+    # OpenAI's shape; ``code`` is the kind unless said (a refused request's code may be null).
+    said = kind if code == "" else code
+    body = {"error": {"message": message, "type": kind, "param": param, "code": said}}
     return web.json_response(body, status=status, headers=dict(headers or {}))
 
 
@@ -199,6 +215,8 @@ def _chat_stream(usual: Mapping[str, Any], usage: bool) -> list[tuple[str, bytes
         "object": "chat.completion.chunk",
         "created": usual["created"],
         "model": usual["model"],
+        "service_tier": usual.get("service_tier"),
+        "system_fingerprint": usual.get("system_fingerprint"),
     }
     if usage:
         base["usage"] = None  # as OpenAI sends it on every chunk but the last
@@ -218,6 +236,13 @@ def _chat_stream(usual: Mapping[str, Any], usage: bool) -> list[tuple[str, bytes
     return events
 
 
+def _retry_after(headers: dict[str, str], config: FakeConfig) -> dict[str, str]:
+    """Return ``headers`` with the configured ``Retry-After`` (none when it is ``None``)."""
+    if config.retry_after is not None:
+        headers["Retry-After"] = config.retry_after
+    return headers
+
+
 def _refusal(state: _State, config: FakeConfig) -> tuple[web.Response | None, dict[str, str]]:
     """Return the 429 a request is refused with at once (beyond ``max_in_flight``, over the
     ``rate_limit`` window, or an ``instant_429``), else ``None``; and the rate-limit headers
@@ -229,7 +254,7 @@ def _refusal(state: _State, config: FakeConfig) -> tuple[web.Response | None, di
             429,
             "Too many requests in flight",
             "rate_limit_exceeded",
-            {"x-request-id": "req_fake_limit", "Retry-After": "0"},
+            _retry_after({"x-request-id": "req_fake_limit"}, config),
         ), limit_headers
     if config.rate_limit is not None:
         within, limit_headers = state.take_quota()
@@ -247,7 +272,7 @@ def _refusal(state: _State, config: FakeConfig) -> tuple[web.Response | None, di
             429,
             "Rate limit reached for requests",
             "rate_limit_exceeded",
-            {"x-request-id": "req_fake_429", "Retry-After": "0"},
+            _retry_after({"x-request-id": "req_fake_429"}, config),
         ), limit_headers
     return None, limit_headers
 
@@ -309,8 +334,19 @@ def make_app(state: _State) -> web.Application:
             state.paths.append(request.path)
             state.queries.append(dict(request.query))
             state.headers.append(dict(request.headers))
-            if not isinstance(body, dict) or "model" not in body:
-                return _error(400, "you must provide a model parameter", "invalid_request_error")
+            if not isinstance(body, dict):
+                return _error(400, "the body must be a JSON object", "invalid_request_error")
+            # Refused as OpenAI refuses it: the SDK's request types, strictly, and the model rules.
+            refusal = openai_refusal(request.path, body)
+            if refusal is not None:
+                return _error(
+                    400,
+                    refusal.message,
+                    "invalid_request_error",
+                    {"x-request-id": "req_fake_400"},
+                    param=refusal.param,
+                    code=refusal.code,
+                )
             prompt = _prompt_of(request.path, body)
             config = state.config
             if config.refuse_stream and body.get("stream"):
@@ -508,8 +544,12 @@ class FakeOpenAI:
         """Return the application to serve (the other vendors' fakes serve their own)."""
         return make_app(self.state)
 
+    # Whose request validators the fake builds before it serves (see fake_checks.warm).
+    vendor = "openai"
+
     def start(self) -> Self:
         """Start serving; returns self once the port is bound."""
+        warm(self.vendor)
         ready = threading.Event()
         loop = asyncio.new_event_loop()
         self._loop = loop
@@ -561,7 +601,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
     parser.add_argument("--faults", default="", help='e.g. "429=0.1,500=0.05"')
     parser.add_argument(
-        "--retry-after", default="0", help="Retry-After header of 429s ('' for none)"
+        "--retry-after", default="1", help="Retry-After header of 429s, whole seconds ('' for none)"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

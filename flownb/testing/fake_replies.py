@@ -100,6 +100,18 @@ def _usage(prompt: str, text: str, config: FakeConfig | None = None) -> dict[str
     return usage
 
 
+def _chat_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a chat answer's usage with the detail sections OpenAI always sends."""
+    prompt = {"cached_tokens": 0, "audio_tokens": 0, **usage.get("prompt_tokens_details", {})}
+    completion = {
+        "reasoning_tokens": 0,
+        "audio_tokens": 0,
+        "accepted_prediction_tokens": 0,
+        "rejected_prediction_tokens": 0,
+    }
+    return {**usage, "prompt_tokens_details": prompt, "completion_tokens_details": completion}
+
+
 def cache_split(prompt_tokens: int, config: FakeConfig) -> tuple[int, int]:
     """Return ``(read, written)``: how many of a prompt's tokens the fake reports as read from
     and written to the provider's prompt cache (``cached_tokens``, ``cache_write_tokens``), at
@@ -187,12 +199,17 @@ def _answer(
                     "message": {
                         "role": "assistant",
                         "content": scripted if scripted is not None else echo(prompt, i),
+                        "refusal": None,
+                        "annotations": [],
                     },
+                    "logprobs": None,
                     "finish_reason": "stop",
                 }
                 for i in range(n)
             ],
-            "usage": {**_usage(prompt, text, config), **config.usage_details},
+            "usage": {**_chat_usage(_usage(prompt, text, config)), **config.usage_details},
+            "service_tier": "default",
+            "system_fingerprint": "fp_fake",
         }
     if path.endswith("/completions"):
         text = echo(prompt)
@@ -212,7 +229,10 @@ def _answer(
             ],
             "usage": _usage(prompt, text, config),
         }
-    fmt = body.get("response_format") or config.image_format
+    # GPT image models always answer base64 (they take no response_format); dall-e a URL
+    # unless asked otherwise.
+    gpt_image = str(model).startswith("gpt-image")
+    fmt = "b64_json" if gpt_image else body.get("response_format") or config.image_format
     items: list[dict[str, str]] = []
     for i in range(n):
         p = prompt if i == 0 else f"{prompt} #{i}"
@@ -229,7 +249,13 @@ def _answer(
         "total_tokens": tokens + 272 * n,
         "input_tokens_details": {"text_tokens": tokens, "image_tokens": 0},
     }
-    return {"created": created, "data": items, "usage": usage}
+    answer: dict[str, Any] = {"created": created, "data": items, "usage": usage}
+    if gpt_image:  # what a GPT image model says of what it drew
+        answer["background"] = body.get("background") or "opaque"
+        answer["output_format"] = body.get("output_format") or "png"
+        answer["quality"] = body.get("quality") or "high"
+        answer["size"] = body.get("size") or "1024x1024"
+    return answer
 
 
 _WORDS = re.compile(r"\s+|\S+\s*")

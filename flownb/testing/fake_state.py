@@ -5,6 +5,7 @@ Anthropic and Gemini fakes.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Mapping
@@ -120,7 +121,10 @@ class _State:
             "x-ratelimit-reset-requests": duration(reset),
         }
         if not allowed:
-            headers["Retry-After"] = f"{reset:.3f}"
+            # Whole seconds, at least 1, as the vendors send it; a test that opted into speed
+            # (retry_after="0") hears the exact wait.
+            fast = self.config.retry_after == "0"
+            headers["Retry-After"] = f"{reset:.3f}" if fast else str(max(1, math.ceil(reset)))
         return allowed, headers
 
     def pick_fault(self, prompt: str) -> str | None:

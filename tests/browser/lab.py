@@ -201,8 +201,16 @@ def running_lab(
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     _write_settings(dirs["settings"], dirs["config"])
+    # The kernels' IPython folder is the server's own, history in memory: IPython's default is
+    # one SQLite file under ~/.ipython that every kernel on the machine opens.
+    profile = scratch / "ipython" / "profile_default"
+    profile.mkdir(parents=True, exist_ok=True)
+    (profile / "ipython_kernel_config.py").write_text(
+        "c.HistoryManager.hist_file = ':memory:'\n", encoding="utf-8"
+    )
     full_env = {
         **env,
+        "IPYTHONDIR": str(scratch / "ipython"),
         "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
         "JUPYTER_CONFIG_DIR": str(dirs["config"]),
         "JUPYTER_DATA_DIR": str(dirs["data"]),

@@ -8,6 +8,9 @@ What a text node's modelParams become (decided once per node, at flow load):
   carry) is replaced by :data:`DEFAULT_MODEL`, with a warning;
 - ``max_tokens`` (or ``max_completion_tokens``) is sent; Anthropic requires it, so a node
   without one gets :data:`DEFAULT_MAX_TOKENS` (1024);
+- the model's rule (:mod:`flownb.providers.model_rules`) decides which sampling knobs go:
+  current Claude models take temperature or top_p (both set is refused at load), Opus 4.7+
+  none of them (left out, with a warning);
 - ``temperature`` (Anthropic takes 0 to 1: a larger value is refused at load), ``top_p``,
   ``top_k``, ``stop`` (as ``stop_sequences``), ``system`` (the system prompt), ``metadata``,
   ``service_tier`` and ``thinking`` are sent;
@@ -42,6 +45,7 @@ from ...errors import ConfigError, ProviderError, ProviderTimeout
 from ...infra.media import MediaStore
 from ..base import Call, Generation, Kind, RateLimits
 from ..images import ImagePart, has_images, prompt_parts
+from ..model_rules import screen
 from ..redirects import httpx_hooks, refused_in
 from ..vendor import (
     OPENAI_MODEL,
@@ -219,7 +223,8 @@ class AnthropicProvider(HostedProvider):
         """Return the request fields (all but the prompt) for a node's params.
 
         Raises:
-            ConfigError: a temperature over Anthropic's maximum of 1.
+            ConfigError: a temperature over Anthropic's maximum of 1, or knobs the model
+                refuses together (see :mod:`flownb.providers.model_rules`).
         """
         return self._prepare(params, node)[0]
 
@@ -245,6 +250,10 @@ class AnthropicProvider(HostedProvider):
                 )
             )
             model = DEFAULT_MODEL
+        # What this model takes of the sampling knobs (model_rules: one table for every vendor).
+        p, left_out = screen(model, p, node)
+        if left_out is not None:
+            notes.append((f"{node}:knobs", f"node {node!r}: {left_out}"))
         max_tokens = p.pop("max_tokens", None)
         max_tokens = p.pop("max_completion_tokens", max_tokens)
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens or DEFAULT_MAX_TOKENS}

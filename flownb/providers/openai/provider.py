@@ -34,6 +34,7 @@ from .answers import (
 )
 from .batch import OpenAIBatches
 from .request import (
+    MAX_TOKENS_PARAMS,
     Azure,
     Prepared,
     _content_parts,
@@ -92,6 +93,7 @@ class OpenAIProvider(HostedProvider):
         headers: Mapping[str, str] | None = None,
         pool: str = "",
         media_allow: tuple[str, ...] = (),
+        max_tokens_param: str | None = None,
     ) -> None:
         self.media = media
         self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
@@ -102,6 +104,10 @@ class OpenAIProvider(HostedProvider):
                 "the openai provider needs OPENAI_API_KEY (or OPENAI_BASE_URL pointing at an "
                 "OpenAI-compatible server that needs no key)"
             )
+        # OpenAI's own API takes the current name; a compatible server (Ollama, llama.cpp, LM
+        # Studio) often reads only max_tokens and would ignore the other, so it is theirs.
+        official = self.base_url == OPENAI_BASE_URL
+        self.max_tokens_param = _token_limit(max_tokens_param, official)
         self._setup(key, transport, headers, None, pool)
 
     def _setup(
@@ -154,6 +160,7 @@ class OpenAIProvider(HostedProvider):
             headers=endpoint.headers,
             pool=endpoint.name,
             media_allow=config.media_allow,
+            max_tokens_param=endpoint.max_tokens_param,
         )
 
     def __repr__(self) -> str:  # never the key
@@ -174,7 +181,10 @@ class OpenAIProvider(HostedProvider):
         entry = self._prepared.get(id(params))
         if entry is not None and entry[0] is params and entry[1] == kind:
             return entry[2]
-        prepared = (_prepare_text if kind == "text" else _prepare_image)(params, node)
+        if kind == "text":
+            prepared = _prepare_text(params, node, self.max_tokens_param)
+        else:
+            prepared = _prepare_image(params, node)
         # Keyed by identity: a node's params object lives as long as its plan.
         self._prepared[id(params)] = (params, kind, prepared)
         return prepared
@@ -422,9 +432,11 @@ class AzureOpenAIProvider(OpenAIProvider):
         pool: str = "",
         endpoint_name: str = "azure",
         media_allow: tuple[str, ...] = (),
+        max_tokens_param: str | None = None,
     ) -> None:
         self.media = media
         self.media_allow = media_allow
+        self.max_tokens_param = _token_limit(max_tokens_param, official=True)
         # The resource's address; a trailing /openai (as some portals show it) is the API root.
         self.base_url = base_url.rstrip("/").removesuffix("/openai")
         self.api_version = api_version or DEFAULT_AZURE_API_VERSION
@@ -458,6 +470,7 @@ class AzureOpenAIProvider(OpenAIProvider):
             pool=endpoint.name,
             endpoint_name=endpoint.name,
             media_allow=config.media_allow,
+            max_tokens_param=endpoint.max_tokens_param,
         )
 
     supports_batches: ClassVar[bool] = False
@@ -474,6 +487,23 @@ class AzureOpenAIProvider(OpenAIProvider):
             "api_version": self.api_version,
             "deployments": dict(sorted(self.deployments.items())),
         }
+
+
+def _token_limit(chosen: str | None, official: bool) -> str:
+    """Return the name a chat request's token limit is sent under: the endpoint's
+    ``max_tokens_param``, else ``max_completion_tokens`` for OpenAI and Azure and ``max_tokens``
+    for any other server.
+
+    Raises:
+        ConfigError: a name that is neither.
+    """
+    if chosen is None:
+        return MAX_TOKENS_PARAMS[0] if official else MAX_TOKENS_PARAMS[1]
+    if chosen not in MAX_TOKENS_PARAMS:
+        raise ConfigError(
+            f"max_tokens_param must be one of {', '.join(MAX_TOKENS_PARAMS)}, got {chosen!r}"
+        )
+    return chosen
 
 
 def _entra_token_provider(endpoint: str) -> Callable[[], str]:

@@ -4,9 +4,16 @@
 - text nodes go to ``/chat/completions`` (prompt = one user message), or to ``/completions``
   for completion models (``*-instruct``, ``davinci-002``, ``babbage-002``) or when the node sets
   ``endpoint: "completions"``;
-- ``max_tokens`` is sent as ``max_completion_tokens`` to reasoning models (o1/o3/o4/gpt-5
-  families), which also refuse sampling knobs: temperature, top_p and the penalties are left
-  out for them, with a warning;
+- ``max_tokens`` is sent as ``max_completion_tokens`` on chat (the current name; reasoning
+  models know no other), except where the endpoint says its server knows only ``max_tokens``
+  (``max_tokens_param``: the default for servers other than OpenAI's and Azure's, since
+  Ollama, llama.cpp and LM Studio read only the old name); ``/completions`` has only
+  ``max_tokens``;
+- the model's rule (:mod:`flownb.providers.model_rules`) decides which sampling knobs go:
+  reasoning models (o1/o3/o4/gpt-5 families) take none, so temperature, top_p and the
+  penalties are left out for them, with one warning;
+- ``logprobs`` is a flag on chat and a whole number 0 to 5 on ``/completions`` (how many of
+  the likeliest tokens to return); the other form is refused at load;
 - ``n`` > 1 is sent and the **first** choice (index 0) becomes the output;
 - ``best_of`` exists only on ``/completions``: 1 is a no-op and dropped; more on a chat model is
   refused at load time (:class:`ConfigError`), never sent to fail;
@@ -28,8 +35,9 @@ from typing import Any
 from ...errors import ConfigError
 from ...infra.media import MediaStore
 from ..images import prompt_parts
+from ..model_rules import screen
 
-__all__ = ["DEFAULT_IMAGE_MODEL", "DEFAULT_TEXT_MODEL", "Azure", "Prepared"]
+__all__ = ["DEFAULT_IMAGE_MODEL", "DEFAULT_TEXT_MODEL", "MAX_TOKENS_PARAMS", "Azure", "Prepared"]
 
 
 DEFAULT_TEXT_MODEL = "gpt-4o-mini"
@@ -41,10 +49,12 @@ DEFAULT_IMAGE_MODEL = "dall-e-3"
 _REASONING = re.compile(r"^(o1|o3|o4|gpt-5)(\b|[-.])")
 
 
+# The two names of a chat answer's token limit: OpenAI's current one, and the one it deprecated
+# that OpenAI-compatible servers (Ollama, llama.cpp, LM Studio) still read.
+MAX_TOKENS_PARAMS = ("max_completion_tokens", "max_tokens")
+
+
 _COMPLETION_MODELS = re.compile(r"(-instruct\b|^davinci-002$|^babbage-002$|^text-)")
-
-
-_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 
 
 # Extra parameters passed through as written; anything else is dropped with a warning.
@@ -60,6 +70,8 @@ _CHAT_EXTRAS = frozenset(
         "logprobs",
         "top_logprobs",
         "verbosity",
+        "safety_identifier",
+        "prompt_cache_key",
     }
 )
 
@@ -100,7 +112,9 @@ class Prepared:
         self.image_ext = image_ext
 
 
-def _prepare_text(params: Mapping[str, Any], node: str) -> Prepared:
+def _prepare_text(
+    params: Mapping[str, Any], node: str, max_tokens_param: str = "max_completion_tokens"
+) -> Prepared:
     p = dict(params)
     notes: list[str] = []
     model = p.pop("model", None) or DEFAULT_TEXT_MODEL
@@ -137,14 +151,16 @@ def _prepare_text(params: Mapping[str, Any], node: str) -> Prepared:
         if max_tokens is not None:
             notes.append("max_tokens dropped: max_completion_tokens is set")
     elif max_tokens is not None:
-        body["max_completion_tokens" if reasoning else "max_tokens"] = max_tokens
-    for name in _SAMPLING:
+        name = "max_completion_tokens" if reasoning else max_tokens_param
+        body["max_tokens" if completions else name] = max_tokens
+    _logprobs(p.get("logprobs"), completions, node)
+    # What this model takes of the sampling knobs (model_rules: one table for every vendor).
+    p, left_out = screen(model, p, node)
+    if left_out is not None:
+        notes.append(left_out)
+    for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
         value = p.pop(name, None)
-        if value is None:
-            continue
-        if reasoning:
-            notes.append(f"{name} dropped: reasoning model {model!r} only takes its default")
-        else:
+        if value is not None:
             body[name] = value
     allowed = _COMPLETION_EXTRAS if completions else _CHAT_EXTRAS
     for name, value in p.items():
@@ -154,6 +170,27 @@ def _prepare_text(params: Mapping[str, Any], node: str) -> Prepared:
             where = "completions" if completions else "chat completions"
             notes.append(f"{name} dropped: not a {where} parameter flownb passes through")
     return Prepared("/completions" if completions else "/chat/completions", body, notes)
+
+
+def _logprobs(value: Any, completions: bool, node: str) -> None:
+    """Refuse a ``logprobs`` of the other endpoint's form (a flag on chat, a whole number 0 to 5
+    on ``/completions``), which OpenAI would refuse.
+
+    Raises:
+        ConfigError: naming the node, the endpoint and the form it takes.
+    """
+    if value is None:
+        return
+    if completions and isinstance(value, bool):
+        raise ConfigError(
+            f"node {node!r}: logprobs on /completions is a whole number from 0 to 5 (how many of "
+            f"the likeliest tokens to return), got {str(value).lower()}"
+        )
+    if not completions and not isinstance(value, bool):
+        raise ConfigError(
+            f"node {node!r}: logprobs on chat completions is true or false (top_logprobs says "
+            f"how many), got {value!r}"
+        )
 
 
 def _prepare_image(params: Mapping[str, Any], node: str) -> Prepared:
