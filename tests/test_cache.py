@@ -223,6 +223,41 @@ def test_cache_store_round_trip_and_batched_commit(tmp_path: Path) -> None:
     other.close()
 
 
+def test_answers_put_in_one_turn_of_the_loop_are_committed_together_at_the_next(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    cache = CallCache(tmp_path / "c.sqlite", tmp_path / "media")
+    prefix = CallCache.prefix({"provider": "p"}, "text", {"model": "m"})
+    keys = [CallCache.key(prefix, f"prompt {i}") for i in range(3)]
+    reader = sqlite3.connect(tmp_path / "c.sqlite")  # what another process would see
+
+    def committed() -> int:
+        return reader.execute("SELECT count(*) FROM calls").fetchone()[0]
+
+    async def run() -> tuple[int, int, list[Generation | None]]:
+        loop = asyncio.get_running_loop()
+        for i, key in enumerate(keys):
+            cache.put_soon(key, Generation(f"out {i}", model="m", cost=float("nan")), loop)
+        seen = [cache.get(k) for k in keys]  # served from the queue before the commit
+        before = committed()
+        await asyncio.sleep(0)  # one turn of the loop: the scheduled commit runs
+        return before, committed(), seen
+
+    before, after, seen = asyncio.run(run())
+    assert before == 0
+    assert after == 3
+    assert [g.output for g in seen if g is not None] == ["out 0", "out 1", "out 2"]
+    other = CallCache(tmp_path / "c.sqlite", tmp_path / "media")
+    stored = other.get(keys[2])
+    assert stored is not None and stored.output == "out 2"
+    assert stored.cost is not None and stored.cost != stored.cost  # NaN kept, as put keeps it
+    reader.close()
+    cache.close()
+    other.close()
+
+
 def test_cache_file_holds_no_key(fake: FakeOpenAI, flownb_env: Path) -> None:
     from openai_fake import KEY
 

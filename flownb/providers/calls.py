@@ -156,9 +156,14 @@ SHARED_TWINS: ContextVar[dict[str, asyncio.Future[Generation]] | None] = Context
 # The calls in flight of stopped runs, by cache key: a run started meanwhile (the cell run
 # again at once) waits for such a call's answer instead of buying it a second time.
 _finishing: dict[str, asyncio.Future[Generation]] = {}
-# Answers this process has stored in a cache so far: a miss seen before the count moved may
-# have been bought meanwhile by a twin call that already ended (see CallRunner._missed).
+# Answers this process has stored in a cache so far, and the count at which each key of the
+# recent ones was stored: a miss seen at count c may have been bought meanwhile by a twin call
+# that already ended only when its key was stored after c (see CallRunner._missed). Keys are
+# forgotten in bulk past _STORED_KEPT; a miss seen before _forgotten is then queried again.
 _stored = 0
+_stored_at: dict[str, int] = {}
+_forgotten = 0
+_STORED_KEPT = 65536
 
 
 def _no_gate(call: Call) -> _Open:
@@ -206,8 +211,8 @@ class CallRunner:
         # key per params object, as _node has it, so a hit costs no hashing. Each used once.
         self._hits: dict[tuple[int, str], Generation] = {}
         # Keys hit() just found missing, with the count of answers stored then, so the call
-        # that follows does not query again unless some call has stored an answer since (a
-        # twin that was in flight at the miss and ended before this call got its turn).
+        # that follows does not query again unless its key was stored since (by a twin that
+        # was in flight at the miss and ended before this call got its turn).
         self._missed: dict[str, int] = {}
         self._table: asyncio.Future[None] | None = None  # see _price_table
         # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
@@ -314,15 +319,18 @@ class CallRunner:
         return gen
 
     async def _answer(self, call: Call, sink: TextSink | None = None) -> Generation:
-        global _stored
+        global _stored, _forgotten
         cache = self.cache
         if cache is None:
             return await self._attempts(call, sink)
         key = self._node(call).key(call.prompt)
         hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
-        # No query when hit() saw this key missing and nothing has been stored since.
-        if hit is None and self._missed.pop(key, None) != _stored:
-            hit = cache.get(key)
+        # No query when hit() saw this key missing and it has not been stored since (read
+        # before _forgotten: a key forgotten meanwhile then counts as stored).
+        if hit is None:
+            seen = self._missed.pop(key, None)
+            if seen is None or _stored_at.get(key, 0) > seen or seen < _forgotten:
+                hit = cache.get(key)
         if hit is not None:
             if _unpriced(hit):
                 # Stored before prices were kept, or when the model had none: price it from the
@@ -360,8 +368,13 @@ class CallRunner:
             del self._in_flight[key]
             if _finishing.get(key) is fut:
                 del _finishing[key]
-        cache.put(key, gen)
+        # Committed with the other answers of this turn of the loop (see CallCache.put_soon).
+        cache.put_soon(key, gen, asyncio.get_running_loop())
+        if len(_stored_at) >= _STORED_KEPT:
+            _forgotten = _stored + 1  # every key stored so far is forgotten
+            _stored_at.clear()
         _stored += 1
+        _stored_at[key] = _stored
         fut.set_result(gen)
         return gen
 

@@ -9,8 +9,9 @@ Azure's ``api-key``, Anthropic's ``x-api-key``, Gemini's ``x-goog-api-key`` and 
 Refusing (rather than following without them) keeps a moved API from silently answering
 without the key: the user sets the endpoint's base URL to the new place, and gives it a key.
 
-:func:`httpx_hooks` and :func:`aiohttp_trace` are the clients' hooks (request timing from
-:mod:`.wire` included); :func:`refused_in` finds the refusal an SDK wrapped in its own error.
+:func:`httpx_hooks`, :func:`aiohttp_trace` and :func:`aiohttp_middleware` are the clients' hooks
+(the first two with request timing from :mod:`.wire`); :func:`refused_in` finds the refusal an
+SDK wrapped in its own error.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .wire import httpx_hooks as _timing_hooks
 
 __all__ = [
     "REDIRECTS",
+    "aiohttp_middleware",
     "aiohttp_trace",
     "check_redirect",
     "httpx_hooks",
@@ -99,6 +101,29 @@ def aiohttp_trace(*, timing: bool = True) -> Any:
     trace = _timing_trace() if timing else aiohttp.TraceConfig()
     trace.on_request_redirect.append(_on_redirect)
     return trace
+
+
+async def aiohttp_middleware(req: Any, handler: Any) -> Any:
+    """An aiohttp client middleware (``ClientSession(middlewares=[...])``) refusing a redirect
+    to another origin, as :func:`aiohttp_trace` does: aiohttp runs it around every hop, before
+    following one. Cheaper per request than a trace config, which sends every trace signal.
+
+    Raises:
+        RedirectRefused: the answer redirects to another origin (the answer is closed).
+    """
+    response = await handler(req)
+    if response.status in REDIRECTS:
+        location = response.headers.get("Location") or response.headers.get("URI")
+        if location:
+            request_url = str(req.url)
+            try:
+                check_redirect(
+                    request_url, urllib.parse.urljoin(request_url, location), response.status
+                )
+            except RedirectRefused:
+                response.close()
+                raise
+    return response
 
 
 def refused_in(exc: BaseException) -> RedirectRefused | None:

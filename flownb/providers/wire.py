@@ -4,9 +4,13 @@ A call's time at the provider is measured around one attempt (see
 :meth:`flownb.providers.calls.CallRunner`), but on one event loop that time also holds the
 moments the loop spent on other calls: building their requests before ours was written, reading
 their answers before ours. Where the HTTP client can say when it wrote the request and when the
-answer's head arrived (aiohttp's trace hooks, httpx's event hooks), those two moments bound the
-time instead. The hooks write into the :class:`Wire` of the attempt running in their task (a
-context variable), so one client shared by every call serves them all.
+answer's head arrived, those two moments bound the time instead. They are marked with
+:func:`mark_sent` and :func:`mark_answered`: httpx's event hooks and aiohttp's trace hooks
+call them, and the OpenAI aiohttp transport calls them itself, as its connection is handed over
+and as the answer's head is read (where the trace hooks fire, without the trace machinery's cost
+on every request). The marks
+go into the :class:`Wire` of the attempt running in their task (a context variable), so one
+client shared by every call serves them all.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["WIRE", "Wire", "aiohttp_trace", "httpx_hooks"]
+__all__ = ["WIRE", "Wire", "aiohttp_trace", "httpx_hooks", "mark_answered", "mark_sent"]
 
 
 class Wire:
@@ -41,24 +45,28 @@ class Wire:
 WIRE: ContextVar[Wire | None] = ContextVar("flownb_wire", default=None)
 
 
-def _sent() -> None:
+def mark_sent() -> None:
+    """Mark the running attempt's request written (kept only the first time: a retried
+    connection or a follow-up download does not move it)."""
     wire = WIRE.get()
     if wire is not None and wire.sent is None:
         wire.sent = time.perf_counter()
 
 
-def _answered() -> None:
+def mark_answered() -> None:
+    """Mark the running attempt's answer head received (the last time counts: an image's
+    download after its generation is part of the call)."""
     wire = WIRE.get()
     if wire is not None:
         wire.answered = time.perf_counter()
 
 
 async def _on_sent(*_: Any) -> None:
-    _sent()
+    mark_sent()
 
 
 async def _on_answered(*_: Any) -> None:
-    _answered()
+    mark_answered()
 
 
 def aiohttp_trace() -> Any:

@@ -8,8 +8,12 @@ of an interrupted or partly failed batch therefore calls the provider only for w
 
 Each answer is committed as it arrives, before ``put`` returns: one small transaction (WAL,
 ``synchronous=NORMAL``: no fsync per commit) on a second connection whose lock wait is 10 ms at
-most. A committed WAL transaction survives the death of the process (only a power loss can take
-the last ones back), so ``kill -9`` loses no answer the run had finished reading. When the
+most. On an event loop, :meth:`CallCache.put_soon` commits at the loop's next turn instead (a
+callback, run before the loop waits on the network again), in one transaction with every other
+answer read in the same turn: a busy loop reads several a turn, and one autocommit each was a
+tenth of a call's CPU. A committed WAL transaction survives the death of the process (only a
+power loss can take the last ones back), so ``kill -9`` loses no answer the run had finished
+reading. When the
 database is locked by another process, or the write connection is busy, the entry is queued for
 a writer thread instead, which commits whatever queued within 2 ms in one transaction and retries
 while the lock lasts. A commit costs about 50 us of CPU (one autocommitted INSERT). Against a
@@ -34,7 +38,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -46,6 +50,9 @@ from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
 from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
@@ -147,6 +154,7 @@ class CallCache:
         self._wake = threading.Event()
         self._writer: threading.Thread | None = None
         self._inline_ok = True  # False after a commit on the caller's thread found a lock
+        self._soon: asyncio.AbstractEventLoop | None = None  # a loop with a commit scheduled
         self._closed = False
         _open_caches.add(self)
 
@@ -164,6 +172,7 @@ class CallCache:
         self._write_lock = threading.Lock()
         self._wake = threading.Event()
         self._writer = None  # the parent's did not survive the fork; put() starts one
+        self._soon = None  # a commit the parent's loop had scheduled: never runs here
         try:
             self._db = _connect(self.path, self.busy_timeout)
             self._wdb = _connect(self.path, self.busy_timeout)
@@ -269,6 +278,30 @@ class CallCache:
         value = _encode(gen)
         with self._lock:
             self._pending[key] = value
+        self._store()
+
+    def put_soon(self, key: str, gen: Generation, loop: asyncio.AbstractEventLoop) -> None:
+        """Store a successful generation as :meth:`put` does, committed when ``loop`` (the
+        running loop, the caller's) next runs its callbacks, together with every other answer
+        put meanwhile: one transaction for the answers read in one turn of the loop. Lookups
+        see it at once (it is queued)."""
+        value = _encode_quick(gen)
+        with self._lock:
+            self._pending[key] = value
+            if self._soon is loop and not loop.is_closed():
+                return  # its commit is scheduled already and takes this entry too
+            self._soon = loop
+        loop.call_soon(self._store_soon)
+
+    def _store_soon(self) -> None:
+        with self._lock:
+            self._soon = None
+        if not self._closed:
+            self._store()
+
+    def _store(self) -> None:
+        """Commit what is queued on the caller's thread when the database is free, else leave
+        it to the writer thread."""
         # On the caller's thread: no hand-over to another thread that may wait for the GIL (a
         # thread's commit lagged 5-45 ms behind its answer on a busy machine). Never when the
         # writer is busy or the last such try found the database locked.
