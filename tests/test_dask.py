@@ -366,9 +366,16 @@ def test_two_vendors_with_two_keys_in_one_dask_computation(
             else:
                 os.environ[name] = value
 
+    class Keys(distributed.WorkerPlugin):
+        """The variables in every worker's own environment, a worker started again (its nanny
+        restarts it on a loaded machine) included: client.run reaches only today's workers."""
+
+        def setup(self, worker: object) -> None:
+            set_keys(keys)
+
     for name, value in keys.items():
         monkeypatch.setenv(name, value)
-    client.run(set_keys, keys)  # the workers' own environment holds the variables
+    client.register_plugin(Keys(), name="flownb-test-keys")
     try:
         with FakeOpenAI() as a, FakeOpenAI() as b:
             flow_a = flownb.load_flow(
@@ -397,4 +404,5 @@ def test_two_vendors_with_two_keys_in_one_dask_computation(
                 literal.run_dataframe(ddf).compute()
             assert "sk-literal" not in str(info.value)
     finally:
+        client.unregister_worker_plugin("flownb-test-keys")
         client.run(set_keys, dict.fromkeys(keys))

@@ -89,6 +89,11 @@ def test_two_workers_share_keys_media_and_new_flows(
     key = cli("keys", "create", "--name", "live", env=env)
     assert set(each(url, key)) == {200}
     cli("keys", "revoke", "live", env=env)
+    # Each worker looks at the key file about once a second: refused by all soon (the deadline
+    # only stops a worker that never sees the revocation).
+    deadline = time.monotonic() + 30
+    while set(each(url, key)) != {401} and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert set(each(url, key)) == {401}
 
     # A flow file added while serving is served by every worker (hot reload per process).
