@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     try:
         flow = flownb.load_flow(two_node_flow(MODEL_PARAMS), provider="openai", log=False)
         flow.run_batch(rows, concurrency=32)  # fills the cache
-        logged = flownb.load_flow(two_node_flow(MODEL_PARAMS), provider="openai")
+        logged = flownb.load_flow(two_node_flow(MODEL_PARAMS), provider="openai", log=True)
         server.reset()
         path = home / "cache.sqlite"
         db = sqlite3.connect(path)
