@@ -21,27 +21,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import flownb
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_openai import FakeOpenAI
-from tests.conftest import make_flow
 from tests.test_tracing import spans  # noqa: F401  (the fixture: an in-memory exporter)
+from tests.test_tracing_vendors import ROWS, TWO, _logged_tokens, _usage_sums
 from tests.vendor_fakes import anthropic_fake, anthropic_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.timeout(180)
-
-TWO = make_flow({"intro": "Intro about {topic}.", "title": "Title: {topic}"}, ["topic"])
-ROWS = [{"topic": "owls"}, {"topic": "bees"}]
-
-
-def _usage_sums(exporter: InMemorySpanExporter) -> tuple[int, int]:
-    found = exporter.get_finished_spans()
-    return (
-        sum(int(s.attributes.get("gen_ai.usage.input_tokens", 0)) for s in found),
-        sum(int(s.attributes.get("gen_ai.usage.output_tokens", 0)) for s in found),
-    )
-
-
-def _logged_tokens(n: int) -> tuple[int, int]:
-    log = flownb.runs().tail(n)
-    return int(log["prompt_tokens"].sum()), int(log["completion_tokens"].sum())
 
 
 def _scopes(exporter: InMemorySpanExporter) -> set[str]:
