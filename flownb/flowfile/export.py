@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import FlowFileError
 from .model import EXTRA, ActionNode, FlowGraph, ImageNode, ModelParams, extras_of
+from .template import Template
 
 __all__ = ["EXTRA", "export_flow", "extras_of", "with_extras"]
 
@@ -72,16 +73,21 @@ def _uses(prompt: str, raw_nodes: list[Any], old: Any) -> list[Any]:
         for ref in (old if isinstance(old, list) else [])
         if isinstance(ref, dict)
     }
+    variables = {
+        raw["id"]: (raw.get("data") or {}).get("variable") or {}
+        for raw in raw_nodes
+        if raw.get("type") == "variableNode"
+    }
+    labels = [v["label"] for v in variables.values() if isinstance(v.get("label"), str)]
+    # Which labels the prompt uses, by the substitution's own rule (flowfile.template).
+    used = set(Template(prompt, labels).names)
     uses = []
-    for raw in raw_nodes:
-        if raw.get("type") != "variableNode":
-            continue
-        variable = (raw.get("data") or {}).get("variable") or {}
+    for node_id, variable in variables.items():
         label = variable.get("label")
-        if isinstance(label, str) and "{" + label + "}" in prompt:
+        if label in used:
             uses.append(
-                before.get(raw["id"])
-                or {"id": raw["id"], "label": label, "value": variable.get("value") or ""}
+                before.get(node_id)
+                or {"id": node_id, "label": label, "value": variable.get("value") or ""}
             )
     return uses
 
