@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ConfigError
-from ..infra.private import private_dir, private_file
-from ..infra.writable import folder_problem, unwritable
-from ..runtime.runlog import RUNLOG_FILE
+from ...errors import ConfigError
+from ...infra.private import private_dir, private_file
+from ...infra.writable import folder_problem, unwritable
+from ...runtime.runlog import RUNLOG_FILE
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config.settings import resolve_run_config
+from ...config.settings import resolve_run_config
+from ..record.shape import ScorerInfo
+from ..record.store import EvalLog, list_logs, read_results
 from .report import EvalReport
-from .shape import ScorerInfo
-from .store import EvalLog, list_logs, read_results
 
 if TYPE_CHECKING:
     import pandas as pd

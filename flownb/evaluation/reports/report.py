@@ -12,15 +12,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..show.display import mark_frame
-from . import stats
-from .labelling import Labelled
-from .money import bill, price_ranks, summary_money
-from .preferences import Preferring
-from .price import price_per_row
-from .shape import ScorerInfo
-from .speed import variant_speed
+from ...errors import ConfigError
+from ...show.display import mark_frame
+from ..decision.price import price_per_row
+from ..figures import stats
+from ..figures.money import bill, price_ranks, summary_money
+from ..figures.speed import variant_speed
+from ..labels.labelling import Labelled
+from ..labels.preferences import Preferring
+from ..record.shape import ScorerInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,8 +39,8 @@ class EvalReport(Labelled, Preferring):
             columns, every output, one column per scorer (``<name>_reason`` where reasons
             exist), ``passed``, ``latency_s`` (the row's time here, cache included),
             ``provider_s`` (its time at the provider on the critical path, see
-            :mod:`flownb.evaluation.speed`), ``output_tokens`` and ``fresh_s`` (output tokens and
-            provider seconds of the calls that went to the provider this run),
+            :mod:`flownb.evaluation.figures.speed`), ``output_tokens`` and ``fresh_s`` (output
+            tokens and provider seconds of the calls that went to the provider this run),
             ``total_tokens``, ``spent_usd`` (US dollars this run paid for the row: 0 when
             cached), ``saved_usd`` (what the cache saved),
             ``price_usd`` (the row's list price: its calls at what they cost when bought,
@@ -110,8 +110,8 @@ class EvalReport(Labelled, Preferring):
     def set_runs(self, runs: pd.DataFrame) -> None:
         """Make this report one of several repeats: ``runs`` is every run (the results of each
         repeat, a ``repeat`` column, ordered by variant, row and repeat); :attr:`results`
-        becomes their per-row means (see :func:`flownb.evaluation.repeats.combine`)."""
-        from .repeats import combine
+        becomes their per-row means (see :func:`flownb.evaluation.running.repeats.combine`)."""
+        from ..running.repeats import combine
 
         self.repeats = int(runs["repeat"].max()) + 1 if len(runs) else 1
         self._runs = mark_frame(runs)
@@ -134,7 +134,7 @@ class EvalReport(Labelled, Preferring):
         """The spread over the repeats, one row per (variant, input row): ``variant``, the row's
         index, ``repeats``, and for ``passed`` and each scorer ``<name>_mean``, ``<name>_std``,
         ``<name>_min``, ``<name>_max`` (pass/fail as 1/0), and ``flips``."""
-        from .repeats import row_spread
+        from ..running.repeats import row_spread
 
         return row_spread(self.runs, self.scorers, self.variants, self.index_name)
 
@@ -153,15 +153,15 @@ class EvalReport(Labelled, Preferring):
         """One row per variant (index: variant name): ``n``, ``errors``, ``pass_rate`` and per
         scorer its mean (the pass rate for pass/fail scorers, the win rate for ``pick_best``),
         each with a 95% interval (``_low``/``_high``: Wilson for rates, Student t for means);
-        mean ``latency_s``; the speed at the provider (see :mod:`flownb.evaluation.speed`):
+        mean ``latency_s``; the speed at the provider (see :mod:`flownb.evaluation.figures.speed`):
         ``latency_p50_s`` and ``latency_p95_s`` over the rows whose time is known,
         ``latency_rows`` (how many), ``latency_cached_rows`` (of those, served from the cache
         and timed as when bought), ``latency_unknown_rows`` (left out), ``tokens_per_s`` (output
         tokens per second of provider time); ``usd_per_1m_rows`` (a million rows at list price;
         see :meth:`price`); summed ``total_tokens``; the money, three figures never mixed (see
-        :mod:`flownb.evaluation.money`): ``price_per_row`` (what one row costs at list price,
-        from the tokens each answer used when it was bought, cached or not: the same on every
-        re-run) and ``price_rank`` (1: the cheapest per row), ``spent_usd`` (what this run
+        :mod:`flownb.evaluation.figures.money`): ``price_per_row`` (what one row costs at list
+        price, from the tokens each answer used when it was bought, cached or not: the same on
+        every re-run) and ``price_rank`` (1: the cheapest per row), ``spent_usd`` (what this run
         paid; cache hits cost 0), ``saved_usd`` (what the cache saved) and ``unpriced_calls``
         (calls without a known price, left out: the figures are then lower bounds; NaN when
         none has a price); with judges, ``judge_price_per_row``, ``judge_spent_usd``,
@@ -193,7 +193,7 @@ class EvalReport(Labelled, Preferring):
         ]
         spread: dict[str, dict[str, float]] = {}
         if self.repeats > 1:
-            from .repeats import variant_spread
+            from ..running.repeats import variant_spread
 
             spread = variant_spread(self.runs, self.scorers, self.variants)
             # Per-row shares and means: intervals and paired tests for scores apply.
@@ -288,7 +288,7 @@ class EvalReport(Labelled, Preferring):
 
     def price(self, rows: int = 1_000_000) -> pd.DataFrame:
         """Return what each variant costs for ``rows`` rows (index: variant): ``price_per_row``
-        (list price; see :func:`flownb.evaluation.price.price_per_row`), ``rows``,
+        (list price; see :func:`flownb.evaluation.decision.price.price_per_row`), ``rows``,
         ``list_usd``, ``batch_usd`` (through the provider's batch API at half price; NaN where
         it has none), ``judges_usd`` (the judges' price for those rows, apart) and
         ``total_usd`` (list price plus judges).
@@ -296,7 +296,7 @@ class EvalReport(Labelled, Preferring):
         Raises:
             ConfigError: ``rows`` is not a whole number of at least 1.
         """
-        from .price import price_table
+        from ..decision.price import price_table
 
         return price_table(self.summary, self.context, rows)
 
@@ -306,17 +306,18 @@ class EvalReport(Labelled, Preferring):
         price: str | None = None,
         speed: str | None = "latency_p95_s",
     ) -> Any:
-        """Return the :class:`~flownb.evaluation.frontier.Frontier`: ``quality`` (``pass_rate``
-        or a scorer's name) against ``price`` (a summary column; default: the price per row),
-        each point with its 95% interval, ``speed`` (a summary column, None: none) as its
-        colour, the Pareto-efficient variants joined and the dominated ones faded. Shown as SVG
-        in a notebook; ``.sentence`` says which variants are efficient and which pairs the data
-        cannot tell apart (intervals overlap or paired test p >= 0.05); ``.save("f.png")``.
+        """Return the :class:`~flownb.evaluation.decision.frontier.Frontier`: ``quality``
+        (``pass_rate`` or a scorer's name) against ``price`` (a summary column; default: the
+        price per row), each point with its 95% interval, ``speed`` (a summary column, None:
+        none) as its colour, the Pareto-efficient variants joined and the dominated ones faded.
+        Shown as SVG in a notebook; ``.sentence`` says which variants are efficient and which
+        pairs the data cannot tell apart (intervals overlap or paired test p >= 0.05);
+        ``.save("f.png")``.
 
         Raises:
             ConfigError: an unknown quality, price or speed column.
         """
-        from .frontier import report_frontier
+        from ..decision.frontier import report_frontier
 
         return report_frontier(self, quality, price, speed)
 
@@ -328,7 +329,7 @@ class EvalReport(Labelled, Preferring):
         *,
         quality: str = "pass_rate",
     ) -> Any:
-        """Return the :class:`~flownb.evaluation.choose.Choice`: the cheapest variant whose
+        """Return the :class:`~flownb.evaluation.decision.choose.Choice`: the cheapest variant whose
         ``quality`` (``pass_rate`` or a scorer) has a 95% lower bound of at least
         ``min_quality``, whose price per row is at most ``max_price`` (US dollars) and whose p95
         latency at the provider is at most ``max_p95`` seconds (a bar left None is not applied).
@@ -339,7 +340,7 @@ class EvalReport(Labelled, Preferring):
         Raises:
             ConfigError: an unknown quality, or a bar that is not a number.
         """
-        from .choose import report_choice
+        from ..decision.choose import report_choice
 
         return report_choice(self, quality, min_quality, max_price, max_p95)
 
@@ -351,7 +352,7 @@ class EvalReport(Labelled, Preferring):
         scores under each output. ``output`` picks outputs; ``limit`` caps the rows shown."""
         from IPython.display import HTML
 
-        from .html import compare_html
+        from ..html.report import compare_html
 
         if isinstance(output, str) and output not in self.outputs:
             raise ConfigError(f"no output {output!r}; the outputs are {self.outputs}")
@@ -406,11 +407,11 @@ class EvalReport(Labelled, Preferring):
         p = Path(path)
         suffix = p.suffix.lower()
         if suffix == ".html":
-            from .html import page_html
+            from ..html.report import page_html
 
             p.write_text(page_html(self), encoding="utf-8")
         elif suffix == ".csv":
-            from ..show.spreadsheet import csv_text
+            from ...show.spreadsheet import csv_text
 
             p.write_text(csv_text(self.results, safe=safe_csv), encoding="utf-8")
         elif suffix == ".json":
@@ -441,7 +442,7 @@ class EvalReport(Labelled, Preferring):
         Raises:
             ConfigError: no home given and the evaluation ran with no run log.
         """
-        from .store import save_scores
+        from ..record.store import save_scores
 
         home = home or self.home
         if home is None:
@@ -459,7 +460,7 @@ class EvalReport(Labelled, Preferring):
         Raises:
             ConfigError: no evaluation with that id in the run log.
         """
-        from .store import diff_frames, load_scores
+        from ..record.store import diff_frames, load_scores
 
         if isinstance(other, str):
             if self.home is None:
@@ -506,10 +507,10 @@ class EvalReport(Labelled, Preferring):
             ConfigError: an unknown output or variant, or a pair that is not two variants.
         """
         if pairwise is not None:
-            from .pairwise import PairwiseReview
+            from ..labels.pairwise import PairwiseReview
 
             return PairwiseReview(self, self._pair(pairwise), output)
-        from .review import LabelReview
+        from ..labels.review import LabelReview
 
         return LabelReview(self, output, variants)
 
@@ -527,8 +528,8 @@ class EvalReport(Labelled, Preferring):
         return to_mlflow(self, experiment)
 
     def _repr_html_(self) -> str:
-        from ..show.escape import html_text, no_math
-        from .html import STYLE, report_title, summary_html
+        from ...show.escape import html_text, no_math
+        from ..html.report import STYLE, report_title, summary_html
 
         # In an element the front end's math typesetter skips: "$0.01 spent, $0.02" is money.
         return no_math(
