@@ -1,0 +1,13 @@
+"""Moved to :mod:`flownb.evaluation.reports.report`: this old path still works, with a
+DeprecationWarning (see :mod:`flownb.evaluation.moved`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .moved import forwarded
+from .reports import report as _new
+
+
+def __getattr__(name: str) -> Any:
+    return forwarded(__name__, _new, name)
