@@ -10,6 +10,7 @@ import pytest
 
 from flownb.errors import ConfigError
 from flownb.evaluation.labels.agreement import agreement, cohen_kappa, spearman_rho
+from flownb.show.escape import NO_MATH
 
 
 def _pairs(counts: dict[tuple[bool, bool], int]) -> tuple[pd.Series, pd.Series]:
@@ -77,3 +78,13 @@ def test_score_agreement_orders_disagreements_by_rank_distance() -> None:
     assert result.kind == "score" and math.isnan(result.kappa)
     assert list(result.disagreements.index[:2]) in ([0, 4], [4, 0])
     assert result.rho == pytest.approx(spearman_rho(judge, human)[0])
+
+
+def test_agreement_html_shows_names_as_written_out_of_the_math_typesetter() -> None:
+    judge = pd.Series([True, False, True, False], index=list("abcd"))
+    human = pd.Series([True, False, False, False], index=list("abcd"))
+    result = agreement(judge, human, kind="pass_fail", scorer="<i>cost</i> $5 and $7")
+    markup = result._repr_html_()
+    assert NO_MATH in markup[: markup.index(">")]
+    assert "&lt;i&gt;cost&lt;/i&gt; <span>$</span>5 and <span>$</span>7" in markup
+    assert "<i>" not in markup and "on 4 labelled rows; 1 disagree." in markup

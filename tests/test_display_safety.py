@@ -19,7 +19,8 @@ import pytest
 from PIL import Image
 
 import flownb
-from flownb.evaluation.html.report import compare_html, page_html
+from flownb.evaluation.html.compare import compare_html
+from flownb.evaluation.html.page import page_html
 from flownb.infra.media import MAX_IMAGE_BYTES, MediaStore, read_media
 from flownb.notebook.live import RowsBoard
 from flownb.notebook.live_text import render

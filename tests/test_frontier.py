@@ -19,6 +19,7 @@ from flownb import scorers as S
 from flownb.errors import ConfigError
 from flownb.evaluation.decision.frontier import POINTS_ID
 from flownb.evaluation.figures import stats
+from flownb.show.escape import NO_MATH
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
@@ -223,8 +224,17 @@ def test_names_are_text_in_the_choice_and_the_frontier(vendors: dict, tmp_path: 
     choice = report.choose(min_quality=0.1)
     assert "<b>" not in choice._repr_html_() and "&lt;b&gt;gpt" in choice._repr_html_()
     markdown = choice._repr_markdown_()
-    assert "<b>" not in markdown and r"\*\$x\*" in markdown
+    # The one Markdown escaper's form (flownb.show.escape.md_text): "\\$" is what JupyterLab
+    # shows as a dollar sign ("\$" it reads as a math delimiter).
+    assert "<b>" not in markdown and r"\*\\$x\*" in markdown
     assert "<b>gpt" not in report.frontier()._repr_html_()
+    # Written as the rest of the report is: in an element the math typesetters skip, every "$"
+    # (the name's, the prices') in a span of its own, so none pairs up as a math delimiter.
+    for markup in (choice._repr_html_(), report.frontier()._repr_html_()):
+        assert NO_MATH in markup[: markup.index(">")], markup[:80]
+        assert re.search(r"(?<!<span>)\$", markup) is None, markup
+    assert "*<span>$</span>x*" in choice._repr_html_()
+    assert "*<span>$</span>x*" in report.frontier()._repr_html_()
     page = report.save(tmp_path / "r.html")
     text = page.read_text()
     assert "Quality, price and speed" in text and "<b>gpt</b>" not in text

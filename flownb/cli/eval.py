@@ -159,7 +159,7 @@ def summary_text(report: Any) -> str:
     import pandas as pd
 
     from ..evaluation.figures.speed import speed_text
-    from ..evaluation.html.report import fmt_number, fmt_p, fmt_rate
+    from ..evaluation.html.format import fmt_number, fmt_p, fmt_rate
 
     summary = report.summary
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}

@@ -11,15 +11,14 @@ that did not answer) are the ones to label first.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
+from ...show.escape import md_text
 from ...show.meter import usd
 from ..figures.speed import sig
 
@@ -35,20 +34,6 @@ def _fmt(x: float, unit: str = "") -> str:
     if unit == "$":
         return usd(x)
     return f"{sig(x, 4)}{unit}"
-
-
-# Characters Markdown would read as markup (or HTML) anywhere in a line: shown as themselves.
-# Dots and dashes are markup only where a line starts (a list): numbers keep their dots.
-_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()#!|$~>"} | {"<": "&lt;", "&": "&amp;"})
-_LIST_START = re.compile(r"^(\s*)(\d+)([.)])|^(\s*)([-+])")
-
-
-def _md(text: str) -> str:
-    """Return ``text`` as Markdown that shows exactly these characters."""
-    escaped = text.translate(_MARKDOWN)
-    return _LIST_START.sub(
-        lambda m: f"{m[1]}{m[2]}\\{m[3]}" if m[2] else f"{m[4]}\\{m[5]}", escaped
-    )
 
 
 @dataclass
@@ -139,15 +124,14 @@ class Choice:
     def _repr_markdown_(self) -> str:
         lines = self._lines()
         return "\n".join(
-            f"- {_md(line[2:])}" if line.startswith("- ") else f"\n{_md(line)}\n" for line in lines
+            f"- {md_text(line[2:])}" if line.startswith("- ") else f"\n{md_text(line)}\n"
+            for line in lines
         )
 
     def _repr_html_(self) -> str:
-        lines = self._lines()
-        head = "".join(f"<p>{html.escape(line)}</p>" for line in lines[:2] if line)
-        items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines if line[:2] == "- ")
-        rest = "".join(f"<p>{html.escape(line)}</p>" for line in self.advice)
-        return f"<div class='flownb-choice'>{head}<ul>{items}</ul>{rest}</div>"
+        from ..html.decision import choice_html
+
+        return choice_html(self._lines(), self.advice)
 
 
 def _misses(row: pd.Series, min_quality: float, max_price: float, max_p95: float) -> list[str]:

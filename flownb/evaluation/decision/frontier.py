@@ -11,7 +11,6 @@ overlap or the paired test over the same rows is not significant (p >= 0.05).
 
 from __future__ import annotations
 
-import html
 import io
 import math
 from collections.abc import Callable, Sequence
@@ -240,10 +239,9 @@ class Frontier:
     # No _repr_svg_: front ends would keep the SVG beside the HTML, and its colours (speeds
     # measured afresh) would differ on every run of a saved notebook.
     def _repr_html_(self) -> str:
-        from ..html.decision import svg_img
+        from ..html.decision import frontier_html
 
-        picture = svg_img(self.svg(), "quality against price per row, one point per variant")
-        return f"<div>{picture}<p>{html.escape(self.sentence)}</p></div>"
+        return frontier_html(self)
 
     def __repr__(self) -> str:
         return f"<Frontier {self.quality} vs {self.price}: {self.sentence}>"

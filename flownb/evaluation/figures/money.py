@@ -15,7 +15,6 @@ shown as "at least $X"; it is NaN, shown as "price unknown", only when none has 
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,17 +31,13 @@ __all__ = [
     "RANK_NOTE",
     "Charged",
     "bill",
-    "bill_html",
     "charge_judge",
     "combine_money",
-    "money_cells",
     "money_columns",
-    "money_html",
     "money_of_result",
     "money_text",
     "plus",
     "price_ranks",
-    "price_row",
     "summary_money",
 ]
 
@@ -240,12 +235,6 @@ def money_text(value: Any, unpriced: Any = 0) -> str:
     return f"at least {usd(number)}" if partial else usd(number)
 
 
-def money_html(value: Any, unpriced: Any = 0) -> str:
-    """Return :func:`money_text` as HTML kept on one line (``<span class="money">``, which the
-    report's style never breaks: a price split as ``$0.00002`` / ``4`` reads as two numbers)."""
-    return f'<span class="money">{html.escape(money_text(value, unpriced))}</span>'
-
-
 def bill(summary: pd.DataFrame, rows: int) -> pd.DataFrame:
     """Return the evaluation's bill from its ``summary``: one row per variant, one for the
     judges (every judge, every variant) and ``total`` (variants and judges), with ``spent_usd``,
@@ -284,73 +273,3 @@ def _sum_lines(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             total[name] = _add(total[name], line[name])
     total["unpriced_calls"] = sum(int(line["unpriced_calls"]) for line in lines)
     return total
-
-
-# -- in HTML (the summary, the comparison) ---------------------------------------------------
-
-
-def _missing(value: Any) -> bool:
-    try:
-        return value is None or math.isnan(float(value))
-    except (TypeError, ValueError):
-        return True
-
-
-def money_cells(row: Any) -> str:
-    """Return a summary row's money cells: price per row with its rank, spent / saved, and
-    the judges' the same way when there are judges."""
-    rank = row.get("price_rank")
-    ranked = "" if _missing(rank) else f" ({int(rank)})"
-    unpriced = row.get("unpriced_calls", 0)
-    cells = (
-        f"<td><b>{money_html(row.get('price_per_row'), unpriced)}</b>{ranked}</td>"
-        f"<td>{money_html(row.get('spent_usd'), unpriced)} / "
-        f"{money_html(row.get('saved_usd'), unpriced)}</td>"
-    )
-    if "judge_price_per_row" in row:
-        unpriced = row.get("judge_unpriced_calls", 0)
-        cells += (
-            f"<td>{money_html(row.get('judge_price_per_row'), unpriced)}</td>"
-            f"<td>{money_html(row.get('judge_spent_usd'), unpriced)} / "
-            f"{money_html(row.get('judge_saved_usd'), unpriced)}</td>"
-        )
-    return cells
-
-
-def bill_html(report: Any, judged: bool) -> str:
-    """Return the evaluation's bill in one line (variants, judges, total: spent, saved), or
-    '' for a report kept before prices were."""
-    money = getattr(report, "money", None)
-    if money is None or money.empty:
-        return ""
-    parts = []
-    for part in ("judges", "total") if judged else ("total",):
-        if part not in money.index:
-            continue
-        line = money.loc[part]
-        unpriced = line["unpriced_calls"]
-        parts.append(
-            f"{part}: {money_html(line['spent_usd'], unpriced)} spent, "
-            f"{money_html(line['saved_usd'], unpriced)} saved by the cache, "
-            f"{money_html(line['price_usd'], unpriced)} at list price"
-        )
-    return f"<p class='inp'>money: {'; '.join(parts)}</p>"
-
-
-def price_row(report: Any) -> str:
-    """Return the comparison's header row of each variant's price per row and its rank (1:
-    the cheapest), saying what it is; '' for a report kept before prices were."""
-    summary = report.summary
-    if "price_per_row" not in summary.columns:
-        return ""
-    cells = []
-    for v in report.variants:
-        row = summary.loc[v]
-        rank = row.get("price_rank")
-        ranked = "" if _missing(rank) else f" (rank {int(rank)})"
-        price = money_html(row["price_per_row"], row.get("unpriced_calls", 0))
-        cells.append(f"<td class='inp'>{price}{ranked}</td>")
-    return (
-        "<tr><th class='inp'>price per row (list price, cached or not; 1 the cheapest)</th>"
-        f"{''.join(cells)}</tr>"
-    )

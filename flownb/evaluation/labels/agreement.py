@@ -9,7 +9,6 @@ how many rows each figure rests on.
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -123,19 +122,13 @@ class Agreement:
         )
 
     def _repr_html_(self) -> str:
+        from ..html.agreement import agreement_html
+
         name = "Cohen's kappa" if self.kind == "pass_fail" else "Spearman's rho"
         low, high = self.ci
-        head = (
-            f"<p><b>{html.escape(self.scorer)}</b> against {html.escape(self.labels)} labels: "
-            f"{name} {_fmt(self.value)} (95% interval {_fmt(low)} to "
-            f"{_fmt(high)}), on {self.n} labelled rows; "
-            f"{len(self.disagreements)} disagree.</p>"
-        )
-        from ...show.escape import no_math
-
-        # The table quotes outputs and reasons (a model's text): escaped by pandas, and kept
-        # out of the math typesetter.
-        return no_math(head + self.table.to_html())
+        figure = f"{name} {_fmt(self.value)} (95% interval {_fmt(low)} to {_fmt(high)})"
+        n, disagree = self.n, len(self.disagreements)
+        return agreement_html(self.scorer, self.labels, figure, n, disagree, self.table)
 
 
 def agreement(

@@ -25,7 +25,7 @@ import ipywidgets as widgets
 from ...errors import ConfigError
 from ...show.escape import html_attr, html_block, html_text
 from ...show.fallback import StaticFallback
-from ..html.report import thumbnail
+from ..html.compare import thumbnail
 from .labelling import HUMAN_OUTPUT
 
 __all__ = ["LabelReview"]

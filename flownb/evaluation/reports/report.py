@@ -352,7 +352,7 @@ class EvalReport(Labelled, Preferring):
         scores under each output. ``output`` picks outputs; ``limit`` caps the rows shown."""
         from IPython.display import HTML
 
-        from ..html.report import compare_html
+        from ..html.compare import compare_html
 
         if isinstance(output, str) and output not in self.outputs:
             raise ConfigError(f"no output {output!r}; the outputs are {self.outputs}")
@@ -407,7 +407,7 @@ class EvalReport(Labelled, Preferring):
         p = Path(path)
         suffix = p.suffix.lower()
         if suffix == ".html":
-            from ..html.report import page_html
+            from ..html.page import page_html
 
             p.write_text(page_html(self), encoding="utf-8")
         elif suffix == ".csv":
@@ -528,15 +528,9 @@ class EvalReport(Labelled, Preferring):
         return to_mlflow(self, experiment)
 
     def _repr_html_(self) -> str:
-        from ...show.escape import html_text, no_math
-        from ..html.report import STYLE, report_title, summary_html
+        from ..html.page import report_html
 
-        # In an element the front end's math typesetter skips: "$0.01 spent, $0.02" is money.
-        return no_math(
-            f"<style>{STYLE}</style><b>{html_text(report_title(self))}</b>: "
-            f"{len(self.variants)} variant(s), {len(self.results)} runs (evaluation "
-            f"{html_text(self.id)}){summary_html(self)}"
-        )
+        return report_html(self)
 
     def __repr__(self) -> str:
         return (

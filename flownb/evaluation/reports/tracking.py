@@ -89,7 +89,7 @@ def to_mlflow(report: ReportView, experiment: str | None = None) -> dict[str, st
     """
     import orjson
 
-    from ..html.report import page_html
+    from ..html.page import page_html
 
     mlflow = _mlflow()
     try:
