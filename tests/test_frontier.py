@@ -344,6 +344,33 @@ def test_the_frontier_names_never_overlap_and_every_point_shows_on_white(tmp_pat
     frontier.save(tmp_path / "frontier.png")
 
 
+def test_untimed_points_are_grey_and_only_a_timed_frontier_has_a_colour_bar() -> None:
+    from flownb.evaluation.decision.frontier import Frontier, Point
+
+    nan = math.nan
+    untimed = [Point("a", 0.5, 0.4, 0.6, 1e-5, nan), Point("b", 0.7, nan, 0.8, 2e-5, nan)]
+    fig = Frontier(untimed, quality="pass_rate", price="price", speed="s", ties=[]).figure()
+    assert len(fig.axes) == 1  # no speed known: no colour bar
+    [dots] = [c for c in fig.axes[0].collections if c.get_gid() == POINTS_ID]
+    assert [tuple(f[:3]) for f in dots.get_facecolors()] == [(0.5, 0.5, 0.5)] * 2
+    # One point timed, at the same speed as nobody else: a colour bar, and the timed one coloured.
+    timed = [untimed[0], Point("c", 0.9, 0.8, 1.0, 3e-5, 1.5)]
+    fig = Frontier(timed, quality="pass_rate", price="price", speed="s", ties=[]).figure()
+    assert len(fig.axes) == 2
+    [dots] = [c for c in fig.axes[0].collections if c.get_gid() == POINTS_ID]
+    grey, coloured = (tuple(f[:3]) for f in dots.get_facecolors())
+    assert grey == (0.5, 0.5, 0.5) and coloured != grey
+    # Asked for no speed column: no colour bar even when speeds are known.
+    fig = Frontier(timed, quality="pass_rate", price="price", speed=None, ties=[]).figure()
+    assert len(fig.axes) == 1
+    # Nothing placeable: the picture says so.
+    nothing = [Point("x", nan, 0.0, 1.0, 1e-5, 1.0)]
+    fig = Frontier(nothing, quality="pass_rate", price="price", speed="s", ties=[]).figure()
+    assert [t.get_text() for t in fig.axes[0].texts] == [
+        "no variant with a known quality and price"
+    ]
+
+
 def test_the_reports_prices_are_never_broken_across_lines(vendors: dict, tmp_path: Path) -> None:
     report = _decision_report(vendors)
     page = report.save(tmp_path / "report.html").read_text(encoding="utf-8")

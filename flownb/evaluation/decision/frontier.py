@@ -24,12 +24,15 @@ from ..figures import stats
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.colors import Colormap
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Colormap, Normalize
     from matplotlib.figure import Figure
     from matplotlib.text import Annotation
     from matplotlib.transforms import Bbox
 
 __all__ = ["Frontier", "Point", "build_frontier", "pareto"]
+
+Colour = tuple[float, float, float, float]  # red, green, blue, opacity (0..1)
 
 ALPHA = 0.05
 # The SVG group holding the points (one marker per variant): what a reader or a test finds.
@@ -146,39 +149,10 @@ class Frontier:
         if not placed:
             ax.text(0.5, 0.5, "no variant with a known quality and price", ha="center")
             return fig
-        speeds = [p.speed for p in placed]
-        known_speeds = [s for s in speeds if not math.isnan(s)]
-        import matplotlib as mpl
-
-        cmap = speed_colours()
-        low_s, high_s = (min(known_speeds), max(known_speeds)) if known_speeds else (0.0, 1.0)
-        norm = mpl.colors.Normalize(low_s, high_s if high_s > low_s else low_s + 1.0)
-        colours = []
-        labels = []
-        for p in placed:
-            r, g, b, _ = cmap(norm(p.speed)) if not math.isnan(p.speed) else (0.5, 0.5, 0.5, 1)
-            alpha = 1.0 if p.variant in self.efficient else FADED  # dominated ones faded
-            rgba = (r, g, b, alpha)
-            colours.append(rgba)
-            below = p.quality - p.low if not math.isnan(p.low) else 0.0
-            above = p.high - p.quality if not math.isnan(p.high) else 0.0
-            ax.errorbar(
-                [p.price],
-                [p.quality],
-                yerr=[[max(below, 0.0)], [max(above, 0.0)]],
-                fmt="none",
-                ecolor=rgba,
-                capsize=3,
-            )
-            # The dearest variant's name goes to the left of its point, inside the plot.
-            left = p.price >= max(q.price for q in placed)
-            labels.append(
-                ax.annotate(
-                    p.variant, (p.price, p.quality), xytext=(-6 if left else 6, 4),
-                    textcoords="offset points", ha="right" if left else "left",
-                    fontsize=8, alpha=max(alpha, 0.75),
-                )
-            )  # fmt: skip
+        cmap, norm, timed = _speed_scale(placed)
+        colours = [self._colour(p, cmap, norm) for p in placed]
+        dearest = max(p.price for p in placed)
+        labels = [_draw_point(ax, p, c, dearest) for p, c in zip(placed, colours, strict=True)]
         line = sorted((p for p in placed if p.variant in self.efficient), key=lambda p: p.price)
         ax.plot([p.price for p in line], [p.quality for p in line], "-", color="0.35", lw=1)
         # A dark edge on every point: a point is seen on white whatever its fill and fading.
@@ -192,9 +166,24 @@ class Frontier:
             linewidths=0.8,
         )
         dots.set_gid(POINTS_ID)
-        if self.speed is not None and known_speeds:
+        if self.speed is not None and timed:
+            import matplotlib as mpl
+
             bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax)
             bar.set_label(f"{self.speed} (darker: slower)", fontsize=8)
+        self._label_axes(ax)
+        fig.tight_layout()
+        _spread_labels(fig, labels)
+        return fig
+
+    def _colour(self, p: Point, cmap: Colormap, norm: Normalize) -> Colour:
+        """Return a point's colour: its speed on ``cmap`` (grey when not timed), faded when it
+        is dominated."""
+        r, g, b, _ = cmap(norm(p.speed)) if not math.isnan(p.speed) else (0.5, 0.5, 0.5, 1)
+        return (r, g, b, 1.0 if p.variant in self.efficient else FADED)
+
+    def _label_axes(self, ax: Axes) -> None:
+        """Name the axes, price ticks in US dollars."""
         from matplotlib.ticker import MaxNLocator
 
         from ...show.meter import usd
@@ -207,9 +196,6 @@ class Frontier:
         ax.set_ylabel(f"{self.quality} (95% interval)")
         ax.grid(alpha=0.3)
         ax.margins(x=0.15, y=0.1)
-        fig.tight_layout()
-        _spread_labels(fig, labels)
-        return fig
 
     def svg(self) -> str:
         """Return the picture as SVG text (text kept as text, so names can be read and found)."""
@@ -245,6 +231,39 @@ class Frontier:
 
     def __repr__(self) -> str:
         return f"<Frontier {self.quality} vs {self.price}: {self.sentence}>"
+
+
+def _speed_scale(placed: Sequence[Point]) -> tuple[Colormap, Normalize, bool]:
+    """Return the points' colour map, the scale from the fastest to the slowest known speed,
+    and whether any point's speed is known."""
+    import matplotlib as mpl
+
+    known = [p.speed for p in placed if not math.isnan(p.speed)]
+    low, high = (min(known), max(known)) if known else (0.0, 1.0)
+    norm = mpl.colors.Normalize(low, high if high > low else low + 1.0)
+    return speed_colours(), norm, bool(known)
+
+
+def _draw_point(ax: Axes, p: Point, colour: Colour, dearest: float) -> Annotation:
+    """Draw a point's quality interval and name; return the name (its position is settled once
+    every name is drawn)."""
+    below = p.quality - p.low if not math.isnan(p.low) else 0.0
+    above = p.high - p.quality if not math.isnan(p.high) else 0.0
+    ax.errorbar(
+        [p.price],
+        [p.quality],
+        yerr=[[max(below, 0.0)], [max(above, 0.0)]],
+        fmt="none",
+        ecolor=colour,
+        capsize=3,
+    )
+    # The dearest variant's name goes to the left of its point, inside the plot.
+    left = p.price >= dearest
+    return ax.annotate(
+        p.variant, (p.price, p.quality), xytext=(-6 if left else 6, 4),
+        textcoords="offset points", ha="right" if left else "left",
+        fontsize=8, alpha=max(colour[3], 0.75),
+    )  # fmt: skip
 
 
 def speed_colours() -> Colormap:
