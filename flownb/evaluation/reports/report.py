@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -180,13 +180,10 @@ class EvalReport(Labelled, Preferring):
         variant's vendor (self-preference is possible: see :attr:`judges`). Once rows carry
         human labels, ``labels``: how many of the variant's rows are labelled.
         """
-        import numpy as np
         import pandas as pd
 
         res = self.results
         groups = {v: res[res["variant"] == v] for v in self.variants}
-        first = groups[self.variants[0]]
-        rows = []
         # Rates (pass/fail scorers, pick_best's 0/1 wins) get Wilson intervals and McNemar.
         metrics = [("pass_rate", "bool")] + [
             (s.name, "bool" if s.rate else s.kind) for s in self.scorers
@@ -199,42 +196,10 @@ class EvalReport(Labelled, Preferring):
             # Per-row shares and means: intervals and paired tests for scores apply.
             metrics = [(name, "float") for name, _ in metrics]
         runs = self.runs
-        for v, g in groups.items():
-            row: dict[str, Any] = {"n": len(g), "errors": int(g["error"].notna().sum())}
-            for name, kind in metrics:
-                col = g["passed"] if name == "pass_rate" else g[name]
-                values = col.dropna()
-                if kind == "bool":
-                    k = int((values.astype(float) > 0.5).sum())
-                    row[name] = k / len(values) if len(values) else math.nan
-                    row[f"{name}_low"], row[f"{name}_high"] = stats.wilson(k, len(values))
-                else:
-                    row[name], row[f"{name}_low"], row[f"{name}_high"] = stats.mean_interval(
-                        values.astype(float).tolist()
-                    )
-                if len(groups) > 1:
-                    p = math.nan if v == self.variants[0] else stats.paired_p(first, g, name, kind)
-                    row[f"{name}_p"] = p
-                    row[f"{name}_differs"] = bool(p < ALPHA) if not math.isnan(p) else False
-            row["latency_s"] = (
-                float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
-            )
-            row.update(variant_speed(runs[runs["variant"] == v]))  # over every repeat's run
-            row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
-            row.update(summary_money(g))  # spent, saved, price per row; the judges' apart
-            if spread:
-                row["repeats"] = self.repeats
-                row.update(spread[v])
-                row["flips"] = int(row["flips"])
-            if self.setup:
-                known = self.setup.get(v, {})
-                for field in ("endpoint", "model", "system"):
-                    row[field] = known.get(field)
-            for s in self.scorers:  # who judged, and whether it is this variant's vendor
-                if s.judge:
-                    row[f"{s.name}_judged_by"] = f"{s.judge['endpoint']} · {s.judge['model']}"
-                    row[f"{s.name}_same_vendor"] = v in (s.judge.get("same_vendor") or ())
-            rows.append(row)
+        rows = [
+            self._summary_row(v, groups, metrics, runs[runs["variant"] == v], spread.get(v))
+            for v in groups
+        ]
         summary = pd.DataFrame(rows, index=pd.Index(self.variants, name="variant"))
         if "price_per_row" in summary.columns:  # comparisons rank by the price of a row
             summary.insert(
@@ -245,6 +210,54 @@ class EvalReport(Labelled, Preferring):
         per_row = price_per_row(summary)
         summary.insert(summary.columns.get_loc("total_tokens"), "usd_per_1m_rows", per_row * 1e6)
         return self._with_label_counts(summary)  # how many labels the human figures rest on
+
+    def _summary_row(
+        self,
+        v: str,
+        groups: Mapping[str, pd.DataFrame],
+        metrics: Sequence[tuple[str, str]],
+        runs: pd.DataFrame,
+        spread: Mapping[str, float] | None,
+    ) -> dict[str, Any]:
+        """Return variant ``v``'s row of the summary (see :attr:`summary`) from its results in
+        ``groups``, its ``runs`` (every repeat's) and, with repeats, its ``spread``."""
+        import numpy as np
+
+        g = groups[v]
+        first = self.variants[0]
+        row: dict[str, Any] = {"n": len(g), "errors": int(g["error"].notna().sum())}
+        for name, kind in metrics:
+            row.update(_metric(g["passed"] if name == "pass_rate" else g[name], name, kind))
+            if len(groups) > 1:
+                p = math.nan if v == first else stats.paired_p(groups[first], g, name, kind)
+                row[f"{name}_p"] = p
+                row[f"{name}_differs"] = bool(p < ALPHA) if not math.isnan(p) else False
+        row["latency_s"] = (
+            float(np.nanmean(g["latency_s"])) if g["latency_s"].notna().any() else math.nan
+        )
+        row.update(variant_speed(runs))  # over every repeat's run
+        row["total_tokens"] = float(g["total_tokens"].sum(min_count=1))
+        row.update(summary_money(g))  # spent, saved, price per row; the judges' apart
+        if spread is not None:
+            row["repeats"] = self.repeats
+            row.update(spread)
+            row["flips"] = int(row["flips"])
+        row.update(self._ran_on(v))
+        return row
+
+    def _ran_on(self, v: str) -> dict[str, Any]:
+        """Return what variant ``v`` ran on (where known) and, per judge, who judged it and
+        whether the judge is of its vendor."""
+        row: dict[str, Any] = {}
+        if self.setup:
+            known = self.setup.get(v, {})
+            for field in ("endpoint", "model", "system"):
+                row[field] = known.get(field)
+        for s in self.scorers:
+            if s.judge:
+                row[f"{s.name}_judged_by"] = f"{s.judge['endpoint']} · {s.judge['model']}"
+                row[f"{s.name}_same_vendor"] = v in (s.judge.get("same_vendor") or ())
+        return row
 
     @property
     def money(self) -> pd.DataFrame:
@@ -537,6 +550,19 @@ class EvalReport(Labelled, Preferring):
             f"<EvalReport {self.id} variants={self.variants!r} "
             f"scorers={[s.name for s in self.scorers]!r} rows={len(self.results)}>"
         )
+
+
+def _metric(column: pd.Series, name: str, kind: str) -> dict[str, float]:
+    """Return a metric's figure over ``column`` (missing values left out) with its 95% interval:
+    a rate with Wilson's for ``kind`` "bool", else a mean with Student t's."""
+    values = column.dropna()
+    if kind == "bool":
+        k = int((values.astype(float) > 0.5).sum())
+        low, high = stats.wilson(k, len(values))
+        return {name: k / len(values) if len(values) else math.nan, f"{name}_low": low,
+                f"{name}_high": high}  # fmt: skip
+    mean, low, high = stats.mean_interval(values.astype(float).tolist())
+    return {name: mean, f"{name}_low": low, f"{name}_high": high}
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
