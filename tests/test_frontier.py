@@ -381,3 +381,47 @@ def test_the_reports_prices_are_never_broken_across_lines(vendors: dict, tmp_pat
         figures = re.findall(r'(<span class="money">(?:at least )?)?\$[0-9][0-9.,]*', html)
         assert len(figures) > 6
         assert all(figures), "a price outside a money span"
+
+
+def test_with_no_variant_chosen_the_advice_names_rows_to_add_and_rows_to_label() -> None:
+    from flownb.evaluation.decision.choose import choose_variant
+
+    table = pd.DataFrame(
+        {
+            "n": [20, 20, 20],
+            "quality": [0.75, 0.5, 0.9],
+            "quality_low": [0.5, 0.3, 0.8],
+            "quality_high": [0.9, 0.7, 1.0],
+            "price_per_row": [1e-5, 1e-5, 9e-5],
+            "latency_p95_s": [1.0, 1.0, 1.0],
+        },
+        index=["near", "under", "dear"],
+    )
+    unscored = {"under": list(range(12)), "dear": [1, 2]}
+    choice = choose_variant(
+        table, unscored, quality="pass_rate", min_quality=0.625, max_price=5e-5, max_p95=None
+    )
+    assert choice.variant is None
+    # near: its mean clears the bar, its lower bound not yet: (0.25 / 0.125)^2 x 20 - 20 rows.
+    assert choice.more_rows == {"near": 60}
+    # under: under the bar on its mean, but 12 rows lack a score: label those first (10 shown).
+    assert choice.label_rows == {"under": list(range(12))}
+    assert "Label under's unscored rows first: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 2 more." in (
+        choice.advice
+    )
+    # dear is over the price bar whatever its quality: no advice about it.
+    assert not [line for line in choice.advice if "dear" in line]
+    assert "price per row at most $0.00005" in choice.rule and "p95 latency at most any" in (
+        choice.rule
+    )
+    # Nothing within the price bar comes near: said so.
+    nothing = choose_variant(
+        table.loc[["dear"]], {}, quality="pass_rate", min_quality=0.95, max_price=5e-5, max_p95=2
+    )
+    assert nothing.advice == [
+        "No variant within the price and speed bars comes near the quality bar."
+    ]
+    with pytest.raises(ConfigError, match=r"choose\(max_p95=...\) takes a number, not True"):
+        choose_variant(
+            table, {}, quality="pass_rate", min_quality=None, max_price=None, max_p95=True
+        )

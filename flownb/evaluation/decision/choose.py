@@ -183,10 +183,7 @@ def choose_variant(
     Raises:
         ConfigError: a bar that is not a number.
     """
-    bars = {"min_quality": min_quality, "max_price": max_price, "max_p95": max_p95}
-    for name, bar in bars.items():
-        if bar is not None and (isinstance(bar, bool) or not isinstance(bar, int | float)):
-            raise ConfigError(f"choose({name}=...) takes a number, not {bar!r}")
+    _check_bars(min_quality=min_quality, max_price=max_price, max_p95=max_p95)
     floor = -math.inf if min_quality is None else float(min_quality)
     price_cap = math.inf if max_price is None else float(max_price)
     speed_cap = math.inf if max_p95 is None else float(max_p95)
@@ -194,12 +191,7 @@ def choose_variant(
     why = [_misses(row, floor, price_cap, speed_cap) for _, row in table.iterrows()]
     table["meets"] = [not w for w in why]
     table["why"] = ["; ".join(w) for w in why]
-    rule = (
-        f"the cheapest variant whose 95% lower bound of {quality} is at least "
-        f"{'any' if min_quality is None else sig(min_quality, 4)}, price per row at most "
-        f"{'any' if max_price is None else usd(max_price)} and p95 latency at most "
-        f"{'any' if max_p95 is None else f'{sig(max_p95, 4)} s'} (ties: the higher quality)"
-    )
+    rule = _rule(quality, min_quality, max_price, max_p95)
     ok = table[table["meets"]]
     if len(ok):
         # Unknown prices sort last: a known cheap variant is preferred to an unknown one.
@@ -208,27 +200,55 @@ def choose_variant(
         return Choice(chosen, rule, table)
     choice = Choice(None, rule, table)
     for v, row in table.iterrows():
-        v = str(v)
-        rest = _misses(row, -math.inf, price_cap, speed_cap)
-        if rest:  # fails on price or speed whatever its quality: more rows would not help
-            continue
-        more = _rows_needed(row, floor)
-        if more is not None:
-            choice.more_rows[v] = more
-            choice.advice.append(
-                f"{v} clears the bar on its mean ({sig(float(row['quality']), 4)}); about {more} "
-                f"more rows would decide it if the mean holds."
-            )
-        if unscored.get(v):
-            choice.label_rows[v] = unscored[v]
-            shown = ", ".join(map(str, unscored[v][:10]))
-            more_text = f" and {len(unscored[v]) - 10} more" if len(unscored[v]) > 10 else ""
-            choice.advice.append(f"Label {v}'s unscored rows first: {shown}{more_text}.")
+        # One that fails on price or speed whatever its quality: more rows would not help.
+        if not _misses(row, -math.inf, price_cap, speed_cap):
+            _advise(choice, str(v), row, floor, unscored.get(str(v)) or [])
     if not choice.advice:
         choice.advice.append(
             "No variant within the price and speed bars comes near the quality bar."
         )
     return choice
+
+
+def _check_bars(**bars: Any) -> None:
+    """Refuse a bar that is given and is not a number.
+
+    Raises:
+        ConfigError: naming the bar.
+    """
+    for name, bar in bars.items():
+        if bar is not None and (isinstance(bar, bool) or not isinstance(bar, int | float)):
+            raise ConfigError(f"choose({name}=...) takes a number, not {bar!r}")
+
+
+def _rule(
+    quality: str, min_quality: float | None, max_price: float | None, max_p95: float | None
+) -> str:
+    """Return the choice's rule in words, a bar left None as "any"."""
+    return (
+        f"the cheapest variant whose 95% lower bound of {quality} is at least "
+        f"{'any' if min_quality is None else sig(min_quality, 4)}, price per row at most "
+        f"{'any' if max_price is None else usd(max_price)} and p95 latency at most "
+        f"{'any' if max_p95 is None else f'{sig(max_p95, 4)} s'} (ties: the higher quality)"
+    )
+
+
+def _advise(choice: Choice, v: str, row: pd.Series, floor: float, unscored: list[Any]) -> None:
+    """Add to ``choice`` what would decide variant ``v`` (within the price and speed bars, under
+    the quality bar ``floor``): how many more rows, if its mean clears the bar, and its
+    ``unscored`` rows to label first."""
+    more = _rows_needed(row, floor)
+    if more is not None:
+        choice.more_rows[v] = more
+        choice.advice.append(
+            f"{v} clears the bar on its mean ({sig(float(row['quality']), 4)}); about {more} "
+            f"more rows would decide it if the mean holds."
+        )
+    if unscored:
+        choice.label_rows[v] = unscored
+        shown = ", ".join(map(str, unscored[:10]))
+        more_text = f" and {len(unscored) - 10} more" if len(unscored) > 10 else ""
+        choice.advice.append(f"Label {v}'s unscored rows first: {shown}{more_text}.")
 
 
 def report_choice(
