@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
 from ...flows.local import BaseFlow, LocalFlow
-from ...scorers import Scorer
+from ...scorers import Block, Scorer
 from ...scorers.judge import JudgeScorer
 from ...scorers.judging import self_preference, variant_vendor
 from ..figures.money import JUDGE_COLUMNS, MONEY_COLUMNS, money_columns
@@ -30,90 +31,30 @@ def _assemble(
     judged: Mapping[str, Mapping[str, tuple[list[Any], list[str | None]]]],
     context: dict[str, Any] | None = None,
 ) -> EvalReport:
-    import numpy as np
     import pandas as pd
 
-    n = len(data)
-    inputs = _input_block(data)
     index_name = data.index.name or "index"
     if index_name in data.columns or index_name == "variant":
         index_name = "row_index"
     outputs = list(dict.fromkeys(o for f in variants.values() for o in f.outputs))
     out_cols = {o: (o if o not in data.columns else f"{o}_output") for o in outputs}
-    kinds: dict[str, str] = {}
-    for flow in variants.values():
-        plan = getattr(flow, "plan", None)
-        if plan is not None:
-            for o, k in plan.output_kinds.items():
-                kinds.setdefault(o, k)
-    parts = []
-    infos: dict[str, ScorerInfo] = {}
-    vendors = {name: variant_vendor(flow) for name, flow in variants.items()}
-    for name, got in collected.items():
-        block = _block(inputs, got)
-        failed = np.array(block.failed, dtype=bool)
-        cols: dict[str, Any] = {"variant": [name] * n, index_name: data.index.to_numpy()}
-        for c in data.columns:
-            cols[str(c)] = data[c].to_numpy()
-        for o in outputs:
-            cols[out_cols[o]] = got.values.get(o, [None] * n)
-        passed = ~failed
-        for s in graders:
-            reasons: list[str | None] | None
-            if s.name in judged:
-                scores, reasons = judged[s.name][name]
-            elif isinstance(s, JudgeScorer):  # interrupted before the judges ran
-                scores, reasons = [None] * n, ["not judged: the evaluation was interrupted"] * n
-            else:
-                scores, reasons = s.score(block)
-            values = _as_column(scores, s)
-            values[failed] = np.nan if s.kind == "float" else pd.NA
-            cols[s.name] = values
-            if reasons is not None:
-                cols[f"{s.name}_reason"] = pd.array(reasons, dtype=object)
-            if s.kind == "bool":
-                passed &= values.fillna(False).to_numpy(dtype=bool)
-            elif s.threshold is not None:
-                passed &= np.nan_to_num(values, nan=-np.inf) >= s.threshold
-            info = infos.get(s.name)
-            infos[s.name] = ScorerInfo(
-                s.name,
-                s.kind if info is None or info.kind == s.kind else "float",
-                s.threshold,
-                s.pass_fail,
-                s.output,
-                s.describe(),
-                s.rate,
-                _judge_record(s, vendors) if info is None else info.judge,
-            )
-        cols["passed"] = passed
-        cols["latency_s"] = np.array(got.latency, dtype=float)
-        cols["total_tokens"] = np.array(got.tokens, dtype=float)
-        cols.update(money_columns(got.money))  # spent, saved and price kept apart
-        cols["prompt_cache_saved_usd"] = np.array(got.prompt_cache, dtype=float)
-        cols.update(got.judge_columns())
-        speed = np.array(got.speed, dtype=float).reshape(n, 3)
-        cols["provider_s"], cols["output_tokens"], cols["fresh_s"] = speed.T
-        cols["cached"] = np.array(got.cached, dtype=bool)
-        cols["error"] = pd.array(got.error, dtype=object)
-        parts.append(pd.DataFrame(cols))
+    layout = _Layout(
+        data,
+        _input_block(data),
+        index_name,
+        out_cols,
+        graders,
+        judged,
+        {name: variant_vendor(flow) for name, flow in variants.items()},
+    )
+    parts = [_variant_frame(layout, name, got) for name, got in collected.items()]
     results = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    # Columns that only some variants give (a scorer's reasons) are missing elsewhere: order them.
-    ordered = ["variant", index_name, *map(str, data.columns), *out_cols.values()]
-    for s in graders:
-        ordered.append(s.name)
-        if f"{s.name}_reason" in results.columns:
-            ordered.append(f"{s.name}_reason")
-    ordered += ["passed", "latency_s", "provider_s", "output_tokens", "fresh_s", "total_tokens"]
-    ordered += list(MONEY_COLUMNS)
-    if "judge_calls" in results.columns:
-        ordered += list(JUDGE_COLUMNS)
-    ordered += ["cached", "error"]
-    results = results[ordered]
+    results = results[_column_order(layout, results)]
+    kinds = _output_kinds(variants)
     return EvalReport(
         results,
         list(variants),
-        list(infos.values()),
+        list(layout.infos.values()),
         outputs=[out_cols[o] for o in outputs],
         kinds={out_cols[o]: k for o, k in kinds.items()},
         index_name=index_name,
@@ -124,6 +65,143 @@ def _assemble(
         # Each local variant as flow.save writes it: a report read back can still save its choice.
         flow_files={n: j for n, f in variants.items() if (j := _exported(f)) is not None},
     )
+
+
+@dataclass
+class _Layout:
+    """What every variant's block of the long frame shares: the data and its input columns,
+    the index column's name, each output's column, the scorers and the judges' answers, each
+    variant's vendor, and what the report knows of each scorer (filled as they grade)."""
+
+    data: pd.DataFrame
+    inputs: Mapping[str, list[Any]]
+    index_name: str
+    out_cols: Mapping[str, str]
+    graders: Sequence[Scorer]
+    judged: Mapping[str, Mapping[str, tuple[list[Any], list[str | None]]]]
+    vendors: Mapping[str, str | None]
+    infos: dict[str, ScorerInfo] = field(default_factory=dict)
+
+
+def _output_kinds(variants: Mapping[str, BaseFlow]) -> dict[str, str]:
+    """Return output name -> ``"text"`` or ``"image"``, the first flow that plans it saying."""
+    kinds: dict[str, str] = {}
+    for flow in variants.values():
+        plan = getattr(flow, "plan", None)
+        if plan is not None:
+            for o, k in plan.output_kinds.items():
+                kinds.setdefault(o, k)
+    return kinds
+
+
+def _variant_frame(layout: _Layout, name: str, got: _Collected) -> pd.DataFrame:
+    """Return variant ``name``'s block of the long frame: per input row its inputs, outputs,
+    scores (and reasons), whether it passed, and what the run measured and cost."""
+    import numpy as np
+    import pandas as pd
+
+    data = layout.data
+    n = len(data)
+    block = _block(layout.inputs, got)
+    failed = np.array(block.failed, dtype=bool)
+    cols: dict[str, Any] = {"variant": [name] * n, layout.index_name: data.index.to_numpy()}
+    for c in data.columns:
+        cols[str(c)] = data[c].to_numpy()
+    for o, column in layout.out_cols.items():
+        cols[column] = got.values.get(o, [None] * n)
+    cols["passed"] = _graded(layout, name, block, failed, cols)
+    cols.update(_measured(got, n))
+    return pd.DataFrame(cols)
+
+
+def _graded(layout: _Layout, name: str, block: Block, failed: Any, cols: dict[str, Any]) -> Any:
+    """Add each scorer's column (and its reasons) for variant ``name`` to ``cols``, note what
+    the report knows of the scorer, and return which rows passed (ran, and passed every
+    pass/fail scorer and every threshold)."""
+    import numpy as np
+    import pandas as pd
+
+    passed = ~failed
+    for s in layout.graders:
+        scores, reasons = _scores(layout, s, name, block)
+        values = _as_column(scores, s)
+        values[failed] = np.nan if s.kind == "float" else pd.NA
+        cols[s.name] = values
+        if reasons is not None:
+            cols[f"{s.name}_reason"] = pd.array(reasons, dtype=object)
+        if s.kind == "bool":
+            passed &= values.fillna(False).to_numpy(dtype=bool)
+        elif s.threshold is not None:
+            passed &= np.nan_to_num(values, nan=-np.inf) >= s.threshold
+        layout.infos[s.name] = _info(s, layout.infos.get(s.name), layout.vendors)
+    return passed
+
+
+def _scores(
+    layout: _Layout, s: Scorer, name: str, block: Block
+) -> tuple[Sequence[Any], Sequence[str | None] | None]:
+    """Return scorer ``s``'s scores and reasons for variant ``name``: a judge's answers, or a
+    judge's "not judged" when the evaluation was interrupted before the judges ran, or what
+    any other scorer computes from the rows."""
+    if s.name in layout.judged:
+        return layout.judged[s.name][name]
+    if isinstance(s, JudgeScorer):  # interrupted before the judges ran
+        n = len(layout.data)
+        return [None] * n, ["not judged: the evaluation was interrupted"] * n
+    return s.score(block)
+
+
+def _info(s: Scorer, info: ScorerInfo | None, vendors: Mapping[str, str | None]) -> ScorerInfo:
+    """Return what the report knows of scorer ``s`` (``info``: what an earlier variant's
+    grading said; a float scorer there and a bool one here make a float column)."""
+    return ScorerInfo(
+        s.name,
+        s.kind if info is None or info.kind == s.kind else "float",
+        s.threshold,
+        s.pass_fail,
+        s.output,
+        s.describe(),
+        s.rate,
+        _judge_record(s, vendors) if info is None else info.judge,
+    )
+
+
+def _measured(got: _Collected, n: int) -> dict[str, Any]:
+    """Return a variant's per-row measures: time here, tokens, money (spent, saved and price
+    kept apart; the judges' beside), time at the provider, whether cached, and the error."""
+    import numpy as np
+    import pandas as pd
+
+    cols: dict[str, Any] = {
+        "latency_s": np.array(got.latency, dtype=float),
+        "total_tokens": np.array(got.tokens, dtype=float),
+    }
+    cols.update(money_columns(got.money))  # spent, saved and price kept apart
+    cols["prompt_cache_saved_usd"] = np.array(got.prompt_cache, dtype=float)
+    cols.update(got.judge_columns())
+    speed = np.array(got.speed, dtype=float).reshape(n, 3)
+    cols["provider_s"], cols["output_tokens"], cols["fresh_s"] = speed.T
+    cols["cached"] = np.array(got.cached, dtype=bool)
+    cols["error"] = pd.array(got.error, dtype=object)
+    return cols
+
+
+def _column_order(layout: _Layout, results: pd.DataFrame) -> list[str]:
+    """Return the long frame's columns in order: variant, row, inputs, outputs, each scorer
+    with its reasons where some variant gave them, then the measures."""
+    # Columns that only some variants give (a scorer's reasons) are missing elsewhere: order them.
+    ordered = ["variant", layout.index_name, *map(str, layout.data.columns)]
+    ordered += layout.out_cols.values()
+    for s in layout.graders:
+        ordered.append(s.name)
+        if f"{s.name}_reason" in results.columns:
+            ordered.append(f"{s.name}_reason")
+    ordered += ["passed", "latency_s", "provider_s", "output_tokens", "fresh_s", "total_tokens"]
+    ordered += list(MONEY_COLUMNS)
+    if "judge_calls" in results.columns:
+        ordered += list(JUDGE_COLUMNS)
+    ordered += ["cached", "error"]
+    return ordered
 
 
 def _judge_record(scorer: Scorer, vendors: Mapping[str, str | None]) -> dict[str, Any] | None:
