@@ -357,18 +357,7 @@ def _run(
     judge_flows = [j.flow() for r in rounds for j in r.judges]
     limiter = _Limits(concurrency, [*flows, *judge_flows], cap)
     n = len(data)
-    bar: Any = None
-    if preview is not None:
-        # In a notebook front end, the live view: the bar and the running summary per variant.
-        bar = HOOKS["live_evaluate"](
-            list(setup.variants), data, setup.graders, preview.n_calls, len(rounds)
-        )
-    if preview is not None and bar is None:
-        from ...show.progress import open_bar
-
-        # The bar counts provider calls: its total is the preview's count on this cache state.
-        # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
-        bar = open_bar(preview.n_calls, "evaluate", "call")
+    bar = _open_bar(setup, data, preview)
     collected = [
         {name: _Collected(n, f.outputs, getattr(f, "plan", None)) for name, f in r.variants.items()}
         for r in rounds
@@ -411,13 +400,36 @@ def _run(
             # Fewer calls than counted (failed runs, outputs that repeated): end at what ran.
             bar.close(end_at_count=True)
     if interrupted:
-        finished = sum(c.mark_interrupted() for got in collected for c in got.values())
-        warn(
-            f"interrupted: {finished} of {len(flows) * n} runs finished and are kept (judges "
-            "that did not answer score NaN). Run again to complete them; the cache makes the "
-            "finished ones free."
-        )
+        _say_interrupted(collected, len(flows) * n)
     return collected, judged, bar
+
+
+def _open_bar(setup: _Setup, data: pd.DataFrame, preview: Preview | None) -> Any:
+    """Return what shows the evaluation's progress (None without ``preview``: no bar): in a
+    notebook front end the live view, else a progress bar of the preview's count of calls."""
+    if preview is None:
+        return None
+    # In a notebook front end, the live view: the bar and the running summary per variant.
+    bar = HOOKS["live_evaluate"](
+        list(setup.variants), data, setup.graders, preview.n_calls, len(setup.rounds)
+    )
+    if bar is None:
+        from ...show.progress import open_bar
+
+        # The bar counts provider calls: its total is the preview's count on this cache state.
+        # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.
+        bar = open_bar(preview.n_calls, "evaluate", "call")
+    return bar
+
+
+def _say_interrupted(collected: Sequence[Mapping[str, _Collected]], runs: int) -> None:
+    """Mark the runs that did not finish as interrupted, and say how many of ``runs`` did."""
+    finished = sum(c.mark_interrupted() for got in collected for c in got.values())
+    warn(
+        f"interrupted: {finished} of {runs} runs finished and are kept (judges "
+        "that did not answer score NaN). Run again to complete them; the cache makes the "
+        "finished ones free."
+    )
 
 
 def _through_batches(setup: _Setup, data: pd.DataFrame, poll: float | None, progress: bool) -> None:
