@@ -58,8 +58,17 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("flows", {"flownb.flows"}),  # the flows users hold: local, remote, by value
     ("scorers", {"flownb.scorers"}),  # flownb.scorers
     ("frames", {"flownb.frames"}),  # DataFrames: pandas/polars, preview, batch API, Dask
-    # flownb.evaluate and its reports, in folders that name the parts: record (what a report is
-    # made of, kept in the run log), figures, html, decision, labels, reports, running
+    # flownb.evaluate and its reports, in folders that name the parts, each a floor of its own:
+    # what a report is made of and its record in the run log; its figures (intervals, money,
+    # speed); all its HTML (reading a report through record.shape's protocol, so the objects it
+    # draws can call it); the decision; people's labels; the report; running an evaluation.
+    ("evaluation.record", {"flownb.evaluation.record", "flownb.evaluation.figures"}),
+    ("evaluation.html", {"flownb.evaluation.html"}),
+    ("evaluation.decision", {"flownb.evaluation.decision"}),
+    ("evaluation.labels", {"flownb.evaluation.labels"}),
+    ("evaluation.reports", {"flownb.evaluation.reports"}),
+    ("evaluation.running", {"flownb.evaluation.running"}),
+    # the package's front (evaluate, EvalReport, load_report, reports) and its old module paths
     ("evaluation", {"flownb.evaluation"}),
     (
         "surfaces",
@@ -286,6 +295,15 @@ def test_the_layer_check_catches_an_import_that_climbs() -> None:
         layer_of("flownb.flows.local") < layer_of("flownb.frames.run") < layer_of("flownb.cli.main")
     )
     assert layer_of("flownb.cli.eval") > layer_of("flownb.evaluation.running.run")
+    assert (
+        layer_of("flownb.evaluation.record.shape")
+        == layer_of("flownb.evaluation.figures.money")
+        < layer_of("flownb.evaluation.html.page")
+        < layer_of("flownb.evaluation.decision.frontier")
+        < layer_of("flownb.evaluation.reports.report")
+        < layer_of("flownb.evaluation.running.run")
+        < layer_of("flownb.evaluation")
+    )
     assert layer_of("flownb.flows.spec") < layer_of("flownb.frames.dask.run")
     assert layer_of("flownb.errors") == 0 < layer_of("flownb.show.display")
     assert layer_of("flownb") == layer_of("flownb.server.app") == len(LAYERS) - 1

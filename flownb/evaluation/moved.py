@@ -1,5 +1,5 @@
 """Module paths of ``flownb.evaluation`` that moved when it was cut into folders: each old path
-is a module whose names are looked up, on first use, in the module that holds them now, with a
+is a module whose names are looked up, when used, in the module that holds them now, with a
 :class:`DeprecationWarning` naming the new path (so imports and pickles written against
 flownb 0.1 keep working)."""
 

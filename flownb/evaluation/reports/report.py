@@ -110,8 +110,8 @@ class EvalReport(Labelled, Preferring):
     def set_runs(self, runs: pd.DataFrame) -> None:
         """Make this report one of several repeats: ``runs`` is every run (the results of each
         repeat, a ``repeat`` column, ordered by variant, row and repeat); :attr:`results`
-        becomes their per-row means (see :func:`flownb.evaluation.running.repeats.combine`)."""
-        from ..running.repeats import combine
+        becomes their per-row means (see :func:`flownb.evaluation.reports.spread.combine`)."""
+        from .spread import combine
 
         self.repeats = int(runs["repeat"].max()) + 1 if len(runs) else 1
         self._runs = mark_frame(runs)
@@ -134,7 +134,7 @@ class EvalReport(Labelled, Preferring):
         """The spread over the repeats, one row per (variant, input row): ``variant``, the row's
         index, ``repeats``, and for ``passed`` and each scorer ``<name>_mean``, ``<name>_std``,
         ``<name>_min``, ``<name>_max`` (pass/fail as 1/0), and ``flips``."""
-        from ..running.repeats import row_spread
+        from .spread import row_spread
 
         return row_spread(self.runs, self.scorers, self.variants, self.index_name)
 
@@ -190,7 +190,7 @@ class EvalReport(Labelled, Preferring):
         ]
         spread: dict[str, dict[str, float]] = {}
         if self.repeats > 1:
-            from ..running.repeats import variant_spread
+            from .spread import variant_spread
 
             spread = variant_spread(self.runs, self.scorers, self.variants)
             # Per-row shares and means: intervals and paired tests for scores apply.
