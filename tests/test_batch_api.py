@@ -530,3 +530,41 @@ def test_max_spend_submits_only_the_calls_that_fit_at_the_batch_price(fake: Fake
     )
     assert out["error"].isna().tolist() == [True] * 3 + [False] * 7
     assert out["error"].dropna().str.contains("spend_cap_reached").all()
+
+
+def test_max_spend_settles_each_batch_to_what_its_answers_cost(
+    fake: FakeOpenAI, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from flownb.runtime.plan import step_calls
+
+    # A chained flow: the drafts go in a second batch once the outlines are in. The cap holds
+    # the outlines' bounds (256 tokens each) and a little more: the drafts fit only because the
+    # outlines' batch is settled to what its short answers cost.
+    params = {"model": "gpt-4o-mini", "max_tokens": 256}
+    data = make_flow({"outline": "Outline {topic}", "draft": "Draft from {outline}"}, ["topic"])
+    data["edges"].append({"id": "chain", "source": "node-outline", "target": "node-draft"})
+    for node in data["nodes"]:
+        if node["type"] == "actionNode":
+            node["data"]["modelParams"] = params
+    flow = flownb.load_flow(data)
+    topics = ["owls", "bats", "moss", "eels"]
+    outline = step_calls(flow.provider, flow.plan.steps[0])
+    bounds = sum(outline.most(f"Outline {t}", batch=True) for t in topics)
+    cap = bounds * 1.2
+    with pytest.warns(UserWarning, match="over the spend cap"):  # the preview counts bounds
+        out = flow.run_dataframe(
+            pd.DataFrame({"topic": topics}), batch_api=True, max_spend=cap, progress=False
+        )
+    assert fake.batches.created == 2
+    assert "error" not in out.columns
+    assert list(out["draft"]) == [f"echo: Draft from echo: Outline {t}" for t in topics]
+    line = [ln for ln in capfd.readouterr().err.splitlines() if "spend cap:" in ln][-1]
+    used = float(line.split("spend cap: $")[1].split(" of ")[0])
+    spent = sum(g.cost for g in _answers(flow, _uploaded_lines(fake)))
+    assert used == pytest.approx(spent, rel=0.01) and used < bounds
+
+
+def _answers(flow: flownb.LocalFlow, lines: list[dict]) -> list[Any]:
+    cache = flow.engine.cache
+    assert cache is not None
+    return [cache.get(ln["custom_id"]) for ln in lines]

@@ -5,7 +5,9 @@ cost, plus the most this call could cost, stays within the cap. "The most a call
 :meth:`~flownb.providers.callplan.NodeCalls.most` (its prompt's UTF-8 bytes as tokens, an upper
 bound for the vendors' tokenizers, plus the output limit it is sent with, at list price; a batch
 call at the batch price; an image at its per-image price). So the cap is never passed, however
-many calls run at once.
+many calls run at once. A call submitted to a batch API counts at its bound at once
+(:meth:`SpendCap.take`) and is settled to its real cost when the batch's results are read
+(:meth:`SpendCap.settle_taken`).
 
 Each attempt takes a *reservation* of its bound before it is sent (entering the gate), and when
 the answer comes the reservation is *settled* to the answer's real cost (from its usage and the
@@ -136,6 +138,18 @@ class SpendCap:
         if most and self.on_spent is not None:
             self.on_spent(spent)
         return True
+
+    def settle_taken(self, most: float, cost: float) -> None:
+        """Settle a call counted at its bound ``most`` by :meth:`take` (a batch API's) to what
+        its answer really cost, ``cost`` (0: a line the batch failed, not billed; NaN: unknown,
+        so its bound stands)."""
+        if math.isnan(cost) or cost == most:
+            return
+        with self._lock:
+            self.spent = max(0.0, self.spent + cost - most)
+            spent = self.spent
+        if self.on_spent is not None:
+            self.on_spent(spent)
 
     def settle(self, most: float, cost: float) -> None:
         """End a reservation of ``most``: ``cost`` was paid for it (0: nothing)."""
