@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -568,3 +569,49 @@ def _answers(flow: flownb.LocalFlow, lines: list[dict]) -> list[Any]:
     cache = flow.engine.cache
     assert cache is not None
     return [cache.get(ln["custom_id"]) for ln in lines]
+
+
+def test_evaluate_through_the_batch_api_stays_within_max_spend_judges_included(
+    fake: FakeOpenAI, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from flownb.runtime.plan import step_calls
+    from flownb.scorers import judge
+    from tests.vendor_fakes import flow_with
+
+    params = {"model": "gpt-4o-mini", "max_tokens": 256}
+    flow = flownb.load_flow(flow_with({"A": params}))
+    grader = judge("A", "Is it about {topic}?", model="gpt-4o-mini", provider="openai")
+    df = pd.DataFrame({"topic": [f"topic-{i}" for i in range(6)]})
+    report = flownb.evaluate(
+        flow, df, [grader], batch_api=True, max_spend=1.0, progress=False, log=False
+    )
+    # The variants' calls, then the judges', each through a batch at the batch price: none live.
+    assert fake.batches.created == 2 and len(fake.requests) == 0
+    lines = _uploaded_lines(fake)
+    assert len(lines) == 12
+    assert report.results["A"].notna().all()
+    line = [ln for ln in capfd.readouterr().err.splitlines() if "spend cap:" in ln][-1]
+    used = float(line.split("spend cap: $")[1].split(" of ")[0])
+    paid = [g.cost for g in _answers(flow, lines)]
+    assert used == pytest.approx(sum(paid), rel=0.01)
+
+    # A cap worth three of the variants' calls at the batch price: three are submitted, settled
+    # near their bounds (long answers), and nothing else fits, live or batched.
+    fake.reset()
+    fake.configure(usage_details={"completion_tokens": 250})
+    try:
+        node = step_calls(flow.provider, flow.plan.steps[0])
+        more = pd.DataFrame({"topic": [f"other-{i}" for i in range(6)]})
+        cap = 3.3 * node.most("A about other-0", batch=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            capped = flownb.evaluate(
+                flow, more, [grader], batch_api=True, max_spend=cap, progress=False, log=False
+            )
+    finally:
+        fake.configure(usage_details={})
+    lines = _uploaded_lines(fake)
+    assert len(lines) == 3 and len(fake.requests) == 0
+    assert sum(g.cost for g in _answers(flow, lines)) <= cap
+    text = capped.results.astype(str)
+    assert text.apply(lambda c: c.str.contains("spend_cap_reached")).any().any()

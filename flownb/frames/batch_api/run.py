@@ -406,16 +406,19 @@ def prefill(
     *,
     poll: float | None = None,
     progress: bool = True,
+    cap: SpendCap | None = None,
 ) -> dict[str, tuple[int, str]]:
     """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
-    batch API (see :func:`_prefill`). Returns, by cache key, why a call has no answer yet:
-    ``(202, ...)`` still running, ``(410, ...)`` the batch failed it.
+    batch API (see :func:`_prefill`), submitting a call only while its bound at the batch price
+    fits in ``cap`` (shared by an evaluation's stages). Returns, by cache key, why a call has no
+    answer yet: ``(202, ...)`` still running, ``(410, ...)`` the batch failed it, ``(402, ...)``
+    the cap left it out.
 
     Raises:
         ConfigError: the provider has no batch API, or the cache is off.
         ProviderError: a batch could not be submitted or read.
     """
-    return _prefill(flow, rows, poll=poll, progress=progress)[0]
+    return _prefill(flow, rows, poll=poll, progress=progress, cap=cap)[0]
 
 
 def _prefill(
