@@ -193,7 +193,7 @@ class BaseFlow(ABC):
             # does after it (caching, logging) holds it back.
             return stream_sync(lambda emit: self._stream_run(values, emit))
         flow, cap = self.capped(max_spend, [values])  # refused here, before the first event
-        return _with_cap_line(stream_sync(lambda emit: flow._stream_run(values, emit)), cap)
+        return _with_cap_line(flow.stream(values), cap)
 
     async def astream(
         self,
@@ -212,20 +212,20 @@ class BaseFlow(ABC):
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
         self.say_notes()
-        flow: BaseFlow = self
-        cap = None
-        if max_spend is not None:
+        if max_spend is not None:  # the same stream, seen through the cap's gate
             flow, cap = self.capped(max_spend, [values])
+            try:
+                async for item in flow.astream(values):
+                    yield item
+            finally:
+                announce(cap.line())
+            return
 
         def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
-            return flow._stream_run(values, emit)
+            return self._stream_run(values, emit)
 
-        try:
-            async for item in stream_async(start):
-                yield item
-        finally:
-            if cap is not None:
-                announce(cap.line())
+        async for item in stream_async(start):
+            yield item
 
     async def _stream_run(
         self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
@@ -260,17 +260,16 @@ class BaseFlow(ABC):
         """
         batch = list(batch)
         self.spec.check_batch(batch)
-        outcomes = Outcomes(len(batch))
         if max_spend is None:
+            outcomes = Outcomes(len(batch))
             await self._aexecute(batch, outcomes, concurrency)
             return outcomes.value()
         self.say_notes()
-        flow, cap = self.capped(max_spend, batch)
+        flow, cap = self.capped(max_spend, batch)  # the same run, seen through the cap's gate
         try:
-            await flow._aexecute(batch, outcomes, concurrency)
+            return await flow.arun_batch(batch, concurrency=concurrency)
         finally:
             announce(cap.line())
-        return outcomes.value()
 
     async def arun(
         self,
