@@ -9,11 +9,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import one_line
-from ..flows.local import BaseFlow, LocalFlow
-from ..frames.batch_api.run import prefill
-from ..providers.spend import SpendCap
-from ..scorers.judge import JudgeScorer, PickBest
+from ...errors import one_line
+from ...flows.local import BaseFlow, LocalFlow
+from ...frames.batch_api.run import prefill
+from ...providers.spend import SpendCap
+from ...scorers.judge import JudgeScorer, PickBest
+from ..figures.money import charge_judge
 from .jobs import (
     OnResult,
     _block,
@@ -25,7 +26,6 @@ from .jobs import (
     _run_all,
     _with_bar,
 )
-from .money import charge_judge
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +50,7 @@ def _judges_through_batches(
 ) -> None:
     """Send one repeat's judge calls through the batch APIs (the outputs they grade cached),
     within ``cap``."""
-    from ..frames.preview import preview_many
+    from ...frames.preview import preview_many
 
     # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
     calls = preview_many(r.variants, batches, r.graders, _input_rows(data)).calls
