@@ -501,3 +501,37 @@ def test_without_a_distributed_client_the_spend_cap_holds_in_the_process(
     assert 1 <= n <= 5 and spent <= cap
     assert out["error"].notna().sum() == 16 - n
     assert out["error"].dropna().str.contains("spend_cap_reached").all()
+
+
+def test_a_worker_gone_holding_reservations_counts_them_as_spent_and_blocks_nobody(
+    client: distributed.Client,
+) -> None:
+    from flownb.frames.dask.spend import PLUGIN, SpendLedgers
+
+    client.register_plugin(SpendLedgers(), name=PLUGIN)
+    alive = next(iter(client.scheduler_info()["workers"]))
+    gone = "tcp://127.0.0.1:1"  # no worker of the cluster: one that died
+    run = f"test-{time.monotonic_ns()}"
+
+    def step(action: str, worker: str, most: float, cost: float = 0.0) -> dict:
+        answer: dict = client.sync(
+            client.scheduler.flownb_spend,
+            run=run,
+            cap=1.0,
+            action=action,
+            worker=worker,
+            most=most,
+            cost=cost,
+        )
+        return answer
+
+    assert step("reserve", alive, 0.6)["fits"] is True
+    assert step("reserve", gone, 0.3)["fits"] is True
+    # The gone worker's bound is now spent (its call may have been billed); the live worker's
+    # call in flight may still free room, so the next call waits rather than being refused.
+    waiting = step("reserve", alive, 0.2)
+    assert waiting["fits"] is None and waiting["spent"] == pytest.approx(0.3)
+    assert step("settle", alive, 0.6, cost=0.5)["spent"] == pytest.approx(0.8)
+    refused = step("reserve", alive, 0.3)  # nothing in flight anywhere: it never will fit
+    assert refused["fits"] is False and refused["reserved"] == 0.0
+    assert step("reserve", alive, 0.2)["fits"] is True
