@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.pricing import BATCH_RATE
+from ..core.local import LocalCore, local_of
 from ..providers.images import image_tokens
 from ..providers.offline import OfflineProvider
 from ..providers.repeat import unrepeated
@@ -30,7 +31,7 @@ from .run import rows_to_variables
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 
@@ -202,7 +203,7 @@ def _unknown(key: str) -> str:
 
 
 def _local_calls(
-    flow: Any,
+    flow: LocalCore,
     batch: Sequence[Mapping[str, str]],
     variant: str,
     outputs: Known | None = None,
@@ -288,7 +289,7 @@ def _outputs(plan: Any, values: Mapping[str, str], known: Mapping[int, str]) -> 
 
 
 def preview_flow(
-    flow: BaseFlow,
+    flow: FlowCore,
     batch: Sequence[Mapping[str, str]],
     variant: str,
     outputs: Known | None = None,
@@ -296,7 +297,8 @@ def preview_flow(
 ) -> list[tuple]:
     """Return one record per call ``flow`` would make over a validated ``batch`` (and fill
     ``outputs`` and ``seen`` as :func:`_local_calls` does)."""
-    if getattr(flow, "plan", None) is None:  # remote: the service renders the prompts
+    local = local_of(flow)
+    if local is None:  # remote: the service renders the prompts
         if outputs is not None:
             outputs.extend({} for _ in batch)
         return [
@@ -314,7 +316,7 @@ def preview_flow(
             )
             for r, v in enumerate(batch)
         ]
-    return _local_calls(flow, batch, variant, outputs, seen)
+    return _local_calls(local, batch, variant, outputs, seen)
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
@@ -329,15 +331,15 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return frame
 
 
-def _batches(flow: BaseFlow) -> bool:
+def _batches(flow: FlowCore) -> bool:
     """Whether ``flow``'s text calls could go through its provider's batch API."""
-    provider = getattr(flow, "provider", None)
-    return bool(provider is not None and provider.supports_batches)
+    local = local_of(flow)
+    return bool(local is not None and local.provider.supports_batches)
 
 
-def _provider(flow: BaseFlow) -> str:
-    provider = getattr(flow, "provider", None)
-    return provider.name if provider is not None else "remote"
+def _provider(flow: FlowCore) -> str:
+    local = local_of(flow)
+    return local.provider.name if local is not None else "remote"
 
 
 def _judge_calls(
@@ -393,7 +395,7 @@ def _judge_calls(
 
 
 def preview_many(
-    variants: Mapping[str, BaseFlow],
+    variants: Mapping[str, FlowCore],
     batches: Mapping[str, Sequence[Mapping[str, str]]],
     scorers: Sequence[Scorer] = (),
     inputs: Sequence[Mapping[str, Any]] | None = None,
@@ -423,7 +425,7 @@ def preview_many(
 
 
 def preview_data(
-    flow: BaseFlow,
+    flow: FlowCore,
     data: Any,
     columns: Mapping[str, str] | None = None,
     fill: str | None = None,

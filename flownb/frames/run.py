@@ -19,16 +19,15 @@ from ..errors import ConfigError, InputError, Problem, one_line
 from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
 from ..providers.inflight import calls_in_flight
-from ..runtime.hooks import HOOKS, FrameOptions
 from ..show.display import IMAGE_COLUMNS_ATTR
 from ..show.notices import warn
-from ..show.progress import open_bar
 from .kinds import takes_any_frame
+from .options import FrameOptions
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
     from ..runtime.columns import Answered
     from ..show.meter import CostMeter
 
@@ -180,7 +179,7 @@ def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:
 
 @takes_any_frame
 def run_dataframe(
-    flow: BaseFlow,
+    flow: FlowCore,
     df: pd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
@@ -190,7 +189,7 @@ def run_dataframe(
 ) -> pd.DataFrame:
     """Run ``flow`` once per row of ``df`` (pandas, or polars: the result is the kind given;
     see :mod:`flownb.frames.kinds`) with ``options`` (``fill``, ``progress``, ``concurrency``,
-    ``error_column``, ``trace``: see :class:`~flownb.runtime.hooks.FrameOptions`). ``spelling``
+    ``error_column``, ``trace``: see :class:`~flownb.frames.options.FrameOptions`). ``spelling``
     words
     input errors for the surface calling (see :func:`rows_to_variables`); ``meter`` counts each
     finished row's cost.
@@ -255,7 +254,7 @@ def run_dataframe(
 
     interrupted = False
     # In a notebook's live view, the returned frame's table is what the view ends as.
-    slot = HOOKS["live_slot"](df.index) if progress else None
+    slot = flow.frame_slot(df.index) if progress else None
     try:
         # A provider that answers a whole batch at once (offline) is asked so, a chunk of rows
         # at a time: no call, result or report per row, whatever watches the run (the bar,
@@ -313,7 +312,7 @@ def _text_column(values: list[str | None], index: pd.Index) -> pd.Series[Any]:
     return pd.Series(values, index=index, dtype=TEXT)
 
 
-def _in_bulk(flow: BaseFlow, batch: ColumnRows) -> Iterator[Answered] | None:
+def _in_bulk(flow: FlowCore, batch: ColumnRows) -> Iterator[Answered] | None:
     """Return ``batch`` answered at once by ``flow``'s runner, a chunk at a time as it is read
     (see :meth:`flownb.runtime.pipeline.Runner.run_columns`), or ``None``: nothing ran, run it
     row by row (a remote flow, or a provider, flow or data that needs that)."""
@@ -328,7 +327,7 @@ def _in_bulk(flow: BaseFlow, batch: ColumnRows) -> Iterator[Answered] | None:
 
 
 def _watched(
-    flow: BaseFlow,
+    flow: FlowCore,
     batch: ColumnRows,
     chunks: Iterator[Answered],
     *,
@@ -342,7 +341,7 @@ def _watched(
 
     bar: Any = None
     if progress:
-        bar = HOOKS["live_rows"](flow, batch) or open_bar(len(batch), flow.name, "row")
+        bar = flow.open_bar(batch)
     shown = attach(bar) if bar is not None else None
     try:
         for part in chunks:
@@ -405,7 +404,7 @@ def _images_of(result: Any) -> list[str]:
 
 
 def _image_columns(
-    flow: BaseFlow, out_cols: Mapping[str, str], trace_cols: Mapping[str, str], seen: set[str]
+    flow: FlowCore, out_cols: Mapping[str, str], trace_cols: Mapping[str, str], seen: set[str]
 ) -> list[str]:
     """Return the columns that hold images: an image node's outputs (as the flow's plan or its
     results say) and traced image nodes; never a text that looks like an image URL."""
@@ -416,7 +415,7 @@ def _image_columns(
     return images + [col for node, col in trace_cols.items() if node in image_nodes]
 
 
-def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
+def _trace_columns(flow: FlowCore, taken: Sequence[Any]) -> dict[str, str]:
     """Map each traced node name to its column (`` (node)`` appended on a clash)."""
     plan = getattr(flow, "plan", None)
     if plan is None:

@@ -44,8 +44,8 @@ from ...infra.tracing import batch_span
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
 from ...providers.calls import Gate, Settle, announce
 from ...providers.spend import SpendCap, SpendGate, check_cappable
-from ...runtime.hooks import FrameOptions
 from ...runtime.plan import step_calls
+from ..options import FrameOptions
 from ..run import rows_to_variables, run_dataframe
 from .assemble import AssembledEngine, FromBatches
 from .paid import paid_once
@@ -55,7 +55,7 @@ from .view import BatchView, open_view
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ...flows.local import LocalFlow
+    from ...core.local import LocalCore
     from ...runtime.cache import CallCache
     from ...runtime.engine import Plan
     from ...show.meter import CostMeter
@@ -400,7 +400,7 @@ def _wait(
 
 
 def prefill(
-    flow: LocalFlow,
+    flow: LocalCore,
     rows: Sequence[Mapping[str, str]],
     *,
     poll: float | None = None,
@@ -418,7 +418,7 @@ def prefill(
 
 
 def _prefill(
-    flow: LocalFlow,
+    flow: LocalCore,
     rows: Sequence[Mapping[str, str]],
     *,
     poll: float | None = None,
@@ -501,7 +501,7 @@ def _prefill(
 
 
 def run_dataframe_batched(
-    flow: LocalFlow,
+    flow: LocalCore,
     df: pd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
@@ -512,7 +512,7 @@ def run_dataframe_batched(
     **options: Unpack[FrameOptions],
 ) -> pd.DataFrame:
     """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring),
-    with ``options`` (see :class:`~flownb.runtime.hooks.FrameOptions`).
+    with ``options`` (see :class:`~flownb.frames.options.FrameOptions`).
     ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
     return); Ctrl-C while waiting returns at once, leaving them running. ``meter`` counts each
     row's cost (the batch price of the answers this run read from the batches).
@@ -588,7 +588,7 @@ def _ignore(gen: Generation) -> None:
 
 
 def _final_pass(
-    flow: LocalFlow,
+    flow: LocalCore,
     df: pd.DataFrame,
     columns: Mapping[str, str] | None,
     reasons: dict[str, tuple[int, str]],
@@ -611,14 +611,7 @@ def _final_pass(
             "supports_batches": provider.supports_batches,
         },
     )
-    final = type(flow)(
-        flow.graph,
-        name=flow.name,
-        config=flow.config,
-        provider=kind(provider, cache, reasons),
-        media_url=flow.media_url,
-        source=flow.source,
-    )
+    final = flow.with_provider(kind(provider, cache, reasons))
     # The rows every answer of which is in are made from the table, not run again; the others
     # run on the final flow's engine (images live, what is missing named in the error).
     complete = table.complete()

@@ -29,10 +29,11 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
+from ...core.flow import FlowCore
+from ...core.local import LocalCore, local_of
+from ...core.spec import FlowSpec, flow_from_spec
 from ...errors import ConfigError
-from ...flows.local import BaseFlow, LocalFlow
-from ...flows.spec import FlowSpec, flow_from_spec
-from ...runtime.hooks import FrameOptions
+from ..options import FrameOptions
 from ..run import TEXT, _output_columns, rows_to_variables
 from ..run import run_dataframe as run_pandas
 from .limits import ClusterLimits, start_meters
@@ -75,7 +76,7 @@ class PartitionRunner:
         number = partition_info["number"] if partition_info else 0
         if len(part) == 0:
             return _empty_result(part, self.out_cols, self.error_column)
-        flow = flow_from_spec(self.spec, LocalFlow.from_spec)
+        flow = flow_from_spec(self.spec, LocalCore.from_spec)
         # Inline (offline) providers make no calls to limit: no cluster primitives for them.
         hold = self.limits.gate() if not flow.provider.inline else contextlib.nullcontext(None)
         with hold as gate:
@@ -104,7 +105,7 @@ def _empty_result(part: pd.DataFrame, out_cols: Mapping[str, str], error_column:
 
 
 def run_dataframe(
-    flow: BaseFlow,
+    flow: FlowCore,
     ddf: dd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
@@ -113,7 +114,7 @@ def run_dataframe(
     **options: Unpack[FrameOptions],
 ) -> dd.DataFrame:
     """Run ``flow`` once per row of the Dask DataFrame ``ddf``, lazily, one task per partition,
-    with ``options`` (see :class:`~flownb.runtime.hooks.FrameOptions`; no progress bar, no trace).
+    with ``options`` (see :class:`~flownb.frames.options.FrameOptions`; no progress bar, no trace).
 
     ``concurrency``, ``rpm`` and ``tpm`` (default: the flow's own) hold across all workers
     together, for all partitions of this result.
@@ -133,11 +134,13 @@ def run_dataframe(
         raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
     fill, concurrency = options.get("fill"), options.get("concurrency")
     error_column = options.get("error_column", "error")
-    if not isinstance(flow, LocalFlow):
+    local = local_of(flow)
+    if local is None:
         raise TypeError(
             f"run_dataframe over a Dask DataFrame needs a local flow (load_flow), got "
             f"{type(flow).__name__}"
         )
+    flow = local
     concurrency = concurrency if concurrency is not None else flow.concurrency
     for name, value in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm)):
         if value is not None and value <= 0:
