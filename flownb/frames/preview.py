@@ -225,31 +225,14 @@ def _local_calls(
     for r, values in enumerate(batch):
         known: dict[int, str] = {}  # step -> its output, or the stand-in of an unknown one
         for step, node in zip(plan.steps, nodes, strict=True):
-            ctx = dict(values)
-            exact = True
-            for u in step.upstream:
-                name = plan.steps[u].name
-                if name not in values:
-                    ctx[name] = known[u]
-                    exact = exact and _MARK not in known[u]
-            symbolic = node.render(ctx)  # what decides the call's key
-            if exact:
-                prompt = symbolic
-            else:  # shown with a placeholder where an upstream output is not known yet
-                for u in step.upstream:
-                    name = plan.steps[u].name
-                    if name not in values and _MARK in known[u]:
-                        ctx[name] = f"«output of {name}»"
-                prompt = node.render(ctx)
-            cached = False
+            symbolic, prompt, exact = _rendered(plan, step, node, values, known)
             output = prompt if offline and step.kind == "text" and exact else None
             key = node.key(symbolic) if keyed else ""
+            cached = False
             if cache is not None:
-                hit = cache.get(key) if exact else None
-                cached = hit is not None or key in seen
+                cached, hit = _in_cache(cache, engine, key, seen, exact=exact)
                 seen.add(key)
-                if hit is not None:
-                    output = hit.output if hit.media is None else engine.media_url(hit.media)
+                output = hit if hit is not None else output
             known[step.index] = output if output is not None else _unknown(key or f"{r}")
             tokens = node.expected_tokens(prompt)
             out, cost = node.expected_of(tokens)
@@ -270,6 +253,42 @@ def _local_calls(
         if outputs is not None:
             outputs.append(_outputs(plan, values, known))
     return rows
+
+
+def _rendered(
+    plan: Any, step: Any, node: Any, values: Mapping[str, str], known: Mapping[int, str]
+) -> tuple[str, str, bool]:
+    """Return step ``step``'s prompt for one row, as its call's key is made (upstream outputs
+    as ``known``: their stand-ins where not known yet) and as shown (a placeholder naming each
+    upstream output not known yet), and whether every upstream output is known."""
+    ctx = dict(values)
+    exact = True
+    for u in step.upstream:
+        name = plan.steps[u].name
+        if name not in values:
+            ctx[name] = known[u]
+            exact = exact and _MARK not in known[u]
+    symbolic = node.render(ctx)  # what decides the call's key
+    if exact:
+        return symbolic, symbolic, True
+    for u in step.upstream:  # shown with a placeholder where an upstream output is not known
+        name = plan.steps[u].name
+        if name not in values and _MARK in known[u]:
+            ctx[name] = f"«output of {name}»"
+    return symbolic, node.render(ctx), False
+
+
+def _in_cache(
+    cache: Any, engine: Any, key: str, seen: set[str], *, exact: bool
+) -> tuple[bool, str | None]:
+    """Return whether the call of ``key`` would be answered without being paid (a cache hit,
+    looked up only when its prompt is ``exact``ly known, or a call counted already in
+    ``seen``), and the cached output (text, or the image's URL), if any."""
+    hit = cache.get(key) if exact else None
+    cached = hit is not None or key in seen
+    if hit is None:
+        return cached, None
+    return cached, hit.output if hit.media is None else engine.media_url(hit.media)
 
 
 def is_known(text: str) -> bool:
