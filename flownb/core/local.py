@@ -385,7 +385,7 @@ class LocalCore(FlowCore):
         return SpendGate(cap, self.provider, batch=batch)
 
     def to_spec(self, **changes: Any) -> FlowSpec:
-        """Return the flow as a small picklable :class:`~flownb.flows.spec.FlowSpec` (its JSON,
+        """Return the flow as a small picklable :class:`~flownb.core.spec.FlowSpec` (its JSON,
         name, provider name and run knobs; never a key), with ``changes`` applied.
 
         Raises:
@@ -395,7 +395,7 @@ class LocalCore(FlowCore):
 
     @classmethod
     def from_spec(cls: type[L], spec: FlowSpec) -> L:
-        """Return a new flow from ``spec`` (prefer :func:`~flownb.flows.spec.flow_from_spec`,
+        """Return a new flow from ``spec`` (prefer :func:`~flownb.core.spec.flow_from_spec`,
         which reuses one). The OpenAI key, if the provider needs one, comes from this process's
         environment.
 
@@ -512,6 +512,16 @@ class _GatedFlow(FlowCore):
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
         self.flow.run_gated(batch, on_result, concurrency, gate=self.gate, run_id=self.run_id)
+
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        await self.flow.runner.arun(batch, on_result, concurrency=concurrency, gate=self.gate)
+
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        return await self.flow.runner.stream_one(values, emit, gate=self.gate)
 
     def open_bar(self, batch: Sequence[Mapping[str, Any]]) -> Any:
         """The flow's own bar (the live view, for the surface's flows)."""

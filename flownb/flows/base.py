@@ -121,9 +121,9 @@ class BaseFlow(FlowCore):
         much of it was used, and a re-run with a higher cap buys only what is missing.
 
         ``df`` may be a Dask DataFrame: the result is then a lazy Dask DataFrame (see
-        :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
-        across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit this run in
-        addition to the flow's own limits (local flows only).
+        :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm``, ``tpm`` and
+        ``max_spend`` hold across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit
+        this run in addition to the flow's own limits (local flows only).
 
         ``batch_api=True`` sends the text calls the cache does not hold through the provider's
         batch API (half price, results within 24 hours; see :mod:`flownb.frames.batch_api.run`),
@@ -137,8 +137,8 @@ class BaseFlow(FlowCore):
 
         Raises:
             ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally,
-                ``trace=True`` or ``max_spend`` on a Dask frame, or ``max_spend`` with a call
-                that cannot be priced (nothing is sent).
+                ``trace=True`` on a Dask frame, or ``max_spend`` with a call that cannot be
+                priced (nothing is sent).
         """
         options: FrameOptions = {
             "fill": fill,
@@ -148,7 +148,7 @@ class BaseFlow(FlowCore):
             "trace": trace,
         }
         self.say_notes()
-        if _is_dask_frame(df):
+        if _is_dask_frame(df):  # lazily: one cap (as one rpm) across the whole cluster
             return self._run_dask(df, columns, rpm, tpm, max_spend, options)
         if batch_api:
             return self._run_batched(df, columns, rpm or tpm, poll, max_spend, options)
@@ -178,14 +178,11 @@ class BaseFlow(FlowCore):
         options: FrameOptions,
     ) -> Any:
         """:meth:`run_dataframe` over a Dask frame (see :mod:`flownb.frames.dask.run`)."""
-        if max_spend is not None:  # refused rather than run unbounded
-            raise ConfigError(
-                "max_spend= does not cap a Dask frame yet (one cap across the cluster is "
-                "to come); run a pandas frame, or compute() the Dask frame first"
-            )
         from ..frames.dask import run as dask_frames
 
-        return dask_frames.run_dataframe(self, df, columns, rpm=rpm, tpm=tpm, **options)
+        return dask_frames.run_dataframe(
+            self, df, columns, rpm=rpm, tpm=tpm, max_spend=max_spend, **options
+        )
 
     def _run_batched(
         self,

@@ -13,6 +13,7 @@ from ...core.flow import FlowCore
 from ...core.local import local_of
 from ...errors import one_line
 from ...frames.batch_api.run import prefill
+from ...providers.spend import SpendCap
 from ...scorers.judge import JudgeScorer, PickBest
 from ..figures.money import charge_judge
 from .jobs import (
@@ -46,8 +47,10 @@ def _judges_through_batches(
     data: pd.DataFrame,
     poll: float | None,
     progress: bool,
+    cap: SpendCap | None = None,
 ) -> None:
-    """Send one repeat's judge calls through the batch APIs (the outputs they grade cached)."""
+    """Send one repeat's judge calls through the batch APIs (the outputs they grade cached),
+    within ``cap``."""
     from ...frames.preview import preview_many
 
     # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
@@ -60,7 +63,7 @@ def _judges_through_batches(
         prompts = list(dict.fromkeys(mine["prompt"]))
         if prompts:
             rows = [{flow.variables[0]: prompt} for prompt in prompts]
-            prefill(flow, rows, poll=poll, progress=progress)
+            prefill(flow, rows, poll=poll, progress=progress, cap=cap)
 
 
 def _batchable(flow: FlowCore) -> bool:
