@@ -149,8 +149,14 @@ class Generation:
     )
 
     def __post_init__(self) -> None:
-        if _ascii(self.output, self.model, self.finish_reason, self.response_id):
-            return  # the usual answer: nothing to scan (made once per answer read)
+        model, finish, answer_id = self.model, self.finish_reason, self.response_id
+        if (
+            self.output.isascii()
+            and (model is None or model.isascii())
+            and (finish is None or finish.isascii())
+            and (answer_id is None or answer_id.isascii())
+        ):
+            return  # the usual answer: nothing to scan (one is made for every answer read)
         output, replaced = replace_lone_surrogates(self.output)
         for name in ("model", "finish_reason", "response_id"):
             value = getattr(self, name)
@@ -161,17 +167,6 @@ class Generation:
         if replaced:
             self.output = output
             lone_surrogates_replaced()
-
-
-def _ascii(output: str, model: str | None, finish: str | None, answer_id: str | None) -> bool:
-    """Return whether a generation's texts (those that are set) are all ASCII, so hold no lone
-    surrogate."""
-    return (
-        output.isascii()
-        and (model is None or model.isascii())
-        and (finish is None or finish.isascii())
-        and (answer_id is None or answer_id.isascii())
-    )
 
 
 def lone_surrogates_replaced() -> None:
