@@ -319,12 +319,15 @@ class CallRunner:
         return gen
 
     async def _answer(self, call: Call, sink: TextSink | None = None) -> Generation:
+        global _stored, _forgotten
         cache = self.cache
         if cache is None:
             return await self._attempts(call, sink)
         key = self._node(call).key(call.prompt)
-        hit = await self._cached(call, key, cache)
+        hit = self._cached(call, key, cache)
         if hit is not None:
+            if _unpriced(hit):
+                await self._price(hit)
             _hand_over(sink, hit)
             return hit
         twin = self._in_flight.get(key)
@@ -336,31 +339,6 @@ class CallRunner:
             paid = await self._from_stopped_run(key, sink)
             if paid is not None:
                 return paid
-        return await self._bought(call, key, cache, sink)
-
-    async def _cached(self, call: Call, key: str, cache: Any) -> Generation | None:
-        """Return ``call``'s answer from the cache (priced), or ``None``: the bulk lookup's
-        hit, else one query, unless :meth:`hit` saw the key missing and it has not been stored
-        since (read before ``_forgotten``: a key forgotten meanwhile then counts as stored)."""
-        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
-        if hit is None:
-            seen = self._missed.pop(key, None)
-            if seen is None or _stored_at.get(key, 0) > seen or seen < _forgotten:
-                hit = cache.get(key)
-        if hit is not None and _unpriced(hit):
-            # Stored before prices were kept, or when the model had none: price it from the
-            # usage it was bought with, so the row's price does not depend on the cache.
-            table = self._price_table()
-            if table is not None:
-                await table
-            hit.cost = self.provider.cost(hit)
-            hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
-        return hit
-
-    async def _bought(self, call: Call, key: str, cache: Any, sink: TextSink | None) -> Generation:
-        """Return ``call``'s answer from the provider, as the call in flight under ``key`` (its
-        twins wait for it), stored in ``cache`` before they are handed it."""
-        global _stored, _forgotten
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_consume)
         self._in_flight[key] = fut
@@ -385,6 +363,27 @@ class CallRunner:
         _stored_at[key] = _stored
         fut.set_result(gen)
         return gen
+
+    def _cached(self, call: Call, key: str, cache: Any) -> Generation | None:
+        """Return ``call``'s answer from the cache, or ``None``: the bulk lookup's hit, else one
+        query, unless :meth:`hit` saw the key missing and it has not been stored since (read
+        before ``_forgotten``: a key forgotten meanwhile then counts as stored). A plain
+        function, not a coroutine: it runs for every call."""
+        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
+        if hit is None:
+            seen = self._missed.pop(key, None)
+            if seen is None or _stored_at.get(key, 0) > seen or seen < _forgotten:
+                hit = cache.get(key)
+        return hit
+
+    async def _price(self, hit: Generation) -> None:
+        """Price a cached answer stored before prices were kept, or when the model had none,
+        from the usage it was bought with, so the row's price does not depend on the cache."""
+        table = self._price_table()
+        if table is not None:
+            await table
+        hit.cost = self.provider.cost(hit)
+        hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
 
     async def _from_stopped_run(self, key: str, sink: TextSink | None) -> Generation | None:
         """Return the answer of a stopped run's call in flight with this key (on this loop),
