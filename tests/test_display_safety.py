@@ -22,8 +22,6 @@ import flownb
 from flownb.evaluation.html.compare import compare_html
 from flownb.evaluation.html.page import page_html
 from flownb.infra.media import MAX_IMAGE_BYTES, MediaStore, read_media
-from flownb.notebook.live import RowsBoard
-from flownb.notebook.live_text import render
 from flownb.runtime.result import RunResult
 from flownb.show.display import (
     display_frame,
@@ -34,6 +32,8 @@ from flownb.show.display import (
     result_text,
 )
 from flownb.show.escape import html_attr, html_block, html_text, md_text, no_math, term_text
+from flownb.views.live import RowsBoard
+from flownb.views.live_text import render
 from tests.conftest import make_flow
 
 HOSTILE = [

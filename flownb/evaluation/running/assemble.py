@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ...core.flow import FlowCore
+from ...core.local import local_of
 from ...errors import ConfigError
-from ...flows.local import BaseFlow, LocalFlow
 from ...scorers import Block, Scorer
 from ...scorers.judge import JudgeScorer
 from ...scorers.judging import self_preference, variant_vendor
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 def _assemble(
     data: pd.DataFrame,
-    variants: Mapping[str, BaseFlow],
+    variants: Mapping[str, FlowCore],
     collected: Mapping[str, _Collected],
     graders: Sequence[Scorer],
     judged: Mapping[str, Mapping[str, tuple[list[Any], list[str | None]]]],
@@ -83,7 +84,7 @@ class _Layout:
     infos: dict[str, ScorerInfo] = field(default_factory=dict)
 
 
-def _output_kinds(variants: Mapping[str, BaseFlow]) -> dict[str, str]:
+def _output_kinds(variants: Mapping[str, FlowCore]) -> dict[str, str]:
     """Return output name -> ``"text"`` or ``"image"``, the first flow that plans it saying."""
     kinds: dict[str, str] = {}
     for flow in variants.values():
@@ -229,7 +230,7 @@ def _endpoint(provider: Any) -> str | None:
 
 def describe_evaluation(
     names: Mapping[str, str],
-    variants: Mapping[str, BaseFlow],
+    variants: Mapping[str, FlowCore],
     data: pd.DataFrame,
     collected: Mapping[str, _Collected],
 ) -> dict[str, Any]:
@@ -240,19 +241,20 @@ def describe_evaluation(
     shown: list[dict[str, Any]] = []
     for name, flow in variants.items():
         item: dict[str, Any] = {"name": name, "flow": names[name]}
-        plan = getattr(flow, "plan", None)
-        if isinstance(flow, LocalFlow) and plan is not None:
+        local = local_of(flow)
+        plan = local.plan if local is not None else None
+        if local is not None and plan is not None:
             models = collected[name].models if name in collected else {}
-            item["provider"] = flow.provider.name
-            item["endpoint"] = _endpoint(flow.provider)
-            item["batch_api"] = bool(flow.provider.supports_batches)  # half price there
+            item["provider"] = local.provider.name
+            item["endpoint"] = _endpoint(local.provider)
+            item["batch_api"] = bool(local.provider.supports_batches)  # half price there
             item["nodes"] = [
                 {
                     "name": step.name,
                     "kind": step.kind,
                     "prompt": step.template.text,
                     # What the provider sends: a parameter it drops is not listed.
-                    "params": flow.provider.sent_params(step.kind, step.params),
+                    "params": local.provider.sent_params(step.kind, step.params),
                     "models": sorted(models.get(k, ())),
                 }
                 for k, step in enumerate(plan.steps)
@@ -275,7 +277,7 @@ def describe_evaluation(
     }
 
 
-def _exported(flow: BaseFlow) -> dict[str, Any] | None:
+def _exported(flow: FlowCore) -> dict[str, Any] | None:
     """Return the flow as :meth:`~flownb.LocalFlow.export` writes it, naming its endpoint when
     a flownb.toml declares it (else without: a report keeps no URL and no key); None for a flow
     with no flow file (on a flow service)."""
@@ -287,16 +289,17 @@ def _exported(flow: BaseFlow) -> dict[str, Any] | None:
     return None
 
 
-def _setup(flow: BaseFlow) -> dict[str, str | None]:
+def _setup(flow: FlowCore) -> dict[str, str | None]:
     """Return what a variant runs on: endpoint (or provider), models, system message(s)."""
-    if not isinstance(flow, LocalFlow):
+    local = local_of(flow)
+    if local is None:
         return {"endpoint": "remote", "model": None, "system": None}
-    endpoint = flow.config.endpoint
-    steps = flow.plan.steps
+    endpoint = local.config.endpoint
+    steps = local.plan.steps
     models = dict.fromkeys(str(s.params["model"]) for s in steps if s.params.get("model"))
     systems = dict.fromkeys(s.system for s in steps if s.system)
     return {
-        "endpoint": endpoint.name if endpoint is not None else flow.provider.name,
+        "endpoint": endpoint.name if endpoint is not None else local.provider.name,
         "model": ", ".join(models) or None,
         "system": " | ".join(systems) or None,
     }
