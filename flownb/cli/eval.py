@@ -48,7 +48,7 @@ from .inputs import INPUT_FILE_HELP, parse_map
 from .opening import MAX_SPEND_OPTION, banner, open_flow, usage_error
 
 if TYPE_CHECKING:
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
     from ..scorers import Scorer
 
 # The scorers, the flow classes and the evaluation are imported when `flownb eval` runs, not for
@@ -60,9 +60,9 @@ _VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "
 
 
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
-    from ..flows.local import LocalFlow
+    from ..core.local import local_of
 
-    variants: dict[str, BaseFlow] = {}
+    variants: dict[str, FlowCore] = {}
     for ref in flows:
         name, sep, source = ref.partition("=")
         if not sep:
@@ -73,8 +73,9 @@ def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any)
     for name, spec in (config.get("variants") or {}).items():
         if not isinstance(spec, Mapping):
             raise ConfigError(f"variant {name!r} must be a table with params and/or prompts")
-        base = open_flow(spec["flow"], **options) if "flow" in spec else first
-        if not isinstance(base, LocalFlow):
+        chosen = open_flow(spec["flow"], **options) if "flow" in spec else first
+        base = local_of(chosen)
+        if base is None:
             raise ConfigError(
                 f"variant {name!r}: params, prompts, endpoint, model and system need a local "
                 "flow file"
@@ -119,7 +120,7 @@ def _read_data(path: str) -> Any:
         raise click.BadParameter(f"{path} is not readable: {exc}", param_hint="--data") from None
 
 
-def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
+def _banners(variants: Mapping[str, FlowCore], graders: list[Scorer]) -> None:
     """Print, once each, the banner of every provider the evaluation will call (stderr)."""
     from ..scorers.judge import JudgeScorer
     from ..scorers.judging import judged_by_line, self_preference, variant_vendor
@@ -158,8 +159,8 @@ def summary_text(report: Any) -> str:
     as percentages) with its 95% interval, and its paired p-value against the first variant."""
     import pandas as pd
 
-    from ..evaluation.html import fmt_number, fmt_p, fmt_rate
-    from ..evaluation.speed import speed_text
+    from ..evaluation.figures.speed import speed_text
+    from ..evaluation.html.report import fmt_number, fmt_p, fmt_rate
 
     summary = report.summary
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
@@ -184,7 +185,7 @@ def summary_text(report: Any) -> str:
     frame = pd.DataFrame(table, index=summary.index)
     money = "price_per_row" in summary.columns
     if money:
-        from ..evaluation.money import money_text
+        from ..evaluation.figures.money import money_text
 
         frame["price/row (rank)"] = [
             money_text(r["price_per_row"], r["unpriced_calls"])
@@ -215,7 +216,7 @@ def summary_text(report: Any) -> str:
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
     if money:
-        from ..evaluation.money import RANK_NOTE
+        from ..evaluation.figures.money import RANK_NOTE
 
         note += f"; {RANK_NOTE}"
     from ..scorers.judging import judged_by_line
@@ -231,7 +232,7 @@ def summary_text(report: Any) -> str:
 def money_line(report: Any) -> str | None:
     """Return the evaluation's bill in one line: spent and saved, the judges' part apart and
     in the total (None for a report without prices)."""
-    from ..evaluation.money import money_text
+    from ..evaluation.figures.money import money_text
 
     bill = report.money
     if bill.empty:
@@ -387,9 +388,9 @@ def eval_command(
     max_spend: float | None,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    from ..evaluation.config import load_config, make_scorer
-    from ..evaluation.jobs import _bind_judges
-    from ..evaluation.run import evaluate
+    from ..evaluation.running.config import load_config, make_scorer
+    from ..evaluation.running.jobs import _bind_judges
+    from ..evaluation.running.run import evaluate
     from ..scorers.judge import JudgeScorer
 
     try:
