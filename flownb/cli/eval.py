@@ -158,7 +158,7 @@ def summary_text(report: Any) -> str:
     as percentages) with its 95% interval, and its paired p-value against the first variant."""
     import pandas as pd
 
-    from ..evaluation.speed import speed_text
+    from ..evaluation.figures.speed import speed_text
 
     summary = report.summary
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
@@ -191,7 +191,7 @@ def summary_text(report: Any) -> str:
 def _metric_text(row: Any, m: str, *, rate: bool) -> str:
     """Return one metric's cell of a summary row: its mean or rate, 95% interval, spread
     between repeats and paired p-value (``*`` where it differs from the first variant)."""
-    from ..evaluation.html import fmt_number, fmt_p, fmt_rate
+    from ..evaluation.html.report import fmt_number, fmt_p, fmt_rate
 
     fmt = fmt_rate if rate else fmt_number
     text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
@@ -208,7 +208,7 @@ def _add_money_columns(frame: Any, summary: Any) -> None:
     (when judges were paid) to ``frame``, one row per variant of ``summary``."""
     import pandas as pd
 
-    from ..evaluation.money import money_text
+    from ..evaluation.figures.money import money_text
 
     frame["price/row (rank)"] = [
         money_text(r["price_per_row"], r["unpriced_calls"])
@@ -241,7 +241,7 @@ def _summary_note(summary: Any) -> str:
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
     if "price_per_row" in summary.columns:
-        from ..evaluation.money import RANK_NOTE
+        from ..evaluation.figures.money import RANK_NOTE
 
         note += f"; {RANK_NOTE}"
     return note
@@ -250,7 +250,7 @@ def _summary_note(summary: Any) -> str:
 def money_line(report: Any) -> str | None:
     """Return the evaluation's bill in one line: spent and saved, the judges' part apart and
     in the total (None for a report without prices)."""
-    from ..evaluation.money import money_text
+    from ..evaluation.figures.money import money_text
 
     bill = report.money
     if bill.empty:
@@ -406,8 +406,8 @@ def eval_command(
     max_spend: float | None,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    from ..evaluation.jobs import _bind_judges
-    from ..evaluation.run import evaluate
+    from ..evaluation.running.jobs import _bind_judges
+    from ..evaluation.running.run import evaluate
     from ..scorers.judge import JudgeScorer
 
     try:
@@ -480,7 +480,7 @@ def _scorers(config_path: str) -> tuple[dict[str, Any], list[Any]]:
         click.BadParameter: the file cannot be read as a configuration.
         ConfigError: its ``scorers`` is not a list, or a scorer is malformed.
     """
-    from ..evaluation.config import load_config, make_scorer
+    from ..evaluation.running.config import load_config, make_scorer
 
     try:
         config = load_config(config_path)
