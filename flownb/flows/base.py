@@ -165,36 +165,61 @@ class BaseFlow(ABC):
             raise exc.errors[0] from None
 
     def stream(
-        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+        self,
+        variables: Mapping[str, Any] | None = None,
+        /,
+        *,
+        max_spend: float | None = None,
+        **kwargs: Any,
     ) -> Iterator[StreamEvent | RunResult]:
         """Run the flow once, yielding its text as the provider streams it: a
         :class:`~flownb.runtime.events.StreamEvent` per piece of text (``kind="text"``, the node,
         the
         outputs it feeds, ``delta``) and per image when ready (``kind="image"``, ``url``), and
         last the :class:`RunResult`, exactly what :meth:`run` returns (cached and logged alike:
-        a streamed run and a plain run of the same call share one cache entry).
+        a streamed run and a plain run of the same call share one cache entry). ``max_spend``
+        (US dollars) caps what its calls may cost, as :meth:`run`'s.
 
         Raises:
             InputError, ProviderError: as :meth:`run` (after the events yielded before).
+            SpendCapReached: a call could have passed ``max_spend``: it was not sent.
+            ConfigError: ``max_spend`` given and some call cannot be priced (before any event).
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
         self.say_notes()  # here, on the caller's thread: the warning names the caller's line
-        # Each event goes from the loop straight to this thread's queue: nothing the run does
-        # after it (caching, logging) holds it back.
-        return stream_sync(lambda emit: self._stream_run(values, emit))
+        if max_spend is None:
+            # Each event goes from the loop straight to this thread's queue: nothing the run
+            # does after it (caching, logging) holds it back.
+            return stream_sync(lambda emit: self._stream_run(values, emit))
+        flow, cap = self.capped(max_spend, [values])  # refused here, before the first event
+        return _with_cap_line(flow.stream(values), cap)
 
     async def astream(
-        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
+        self,
+        variables: Mapping[str, Any] | None = None,
+        /,
+        *,
+        max_spend: float | None = None,
+        **kwargs: Any,
     ) -> AsyncIterator[StreamEvent | RunResult]:
         """Async :meth:`stream` on the caller's event loop: ``async for ev in flow.astream()``.
+        ``max_spend``: as :meth:`stream`.
 
         Raises:
-            InputError, ProviderError: as :meth:`run`.
+            InputError, ProviderError, SpendCapReached, ConfigError: as :meth:`stream`.
         """
         values = {**(variables or {}), **kwargs}
         self.spec.check_one(values)
         self.say_notes()
+        if max_spend is not None:  # the same stream, seen through the cap's gate
+            flow, cap = self.capped(max_spend, [values])
+            try:
+                async for item in flow.astream(values):
+                    yield item
+            finally:
+                announce(cap.line())
+            return
 
         def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
             return self._stream_run(values, emit)
@@ -221,27 +246,47 @@ class BaseFlow(ABC):
         return result
 
     async def arun_batch(
-        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
+        self,
+        batch: Sequence[Mapping[str, Any]],
+        *,
+        concurrency: int | None = None,
+        max_spend: float | None = None,
     ) -> list[RunResult]:
-        """Async :meth:`run_batch` on the caller's event loop (for async applications).
+        """Async :meth:`run_batch` on the caller's event loop (for async applications), with
+        its ``max_spend``.
 
         Raises:
-            InputError, BatchError: as :meth:`run_batch`.
+            InputError, BatchError, ConfigError: as :meth:`run_batch`.
         """
         batch = list(batch)
         self.spec.check_batch(batch)
-        outcomes = Outcomes(len(batch))
-        await self._aexecute(batch, outcomes, concurrency)
-        return outcomes.value()
+        if max_spend is None:
+            outcomes = Outcomes(len(batch))
+            await self._aexecute(batch, outcomes, concurrency)
+            return outcomes.value()
+        self.say_notes()
+        flow, cap = self.capped(max_spend, batch)  # the same run, seen through the cap's gate
+        try:
+            return await flow.arun_batch(batch, concurrency=concurrency)
+        finally:
+            announce(cap.line())
 
-    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
-        """Async :meth:`run` on the caller's event loop.
+    async def arun(
+        self,
+        variables: Mapping[str, Any] | None = None,
+        /,
+        *,
+        max_spend: float | None = None,
+        **kwargs: Any,
+    ) -> RunResult:
+        """Async :meth:`run` on the caller's event loop, with its ``max_spend``.
 
         Raises:
-            InputError, ProviderError: as :meth:`run`.
+            InputError, ProviderError, SpendCapReached, ConfigError: as :meth:`run`.
         """
         try:
-            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
+            batch = [{**(variables or {}), **kwargs}]
+            return (await self.arun_batch(batch, max_spend=max_spend))[0]
         except BatchError as exc:
             raise exc.errors[0] from None
 
@@ -358,9 +403,9 @@ class BaseFlow(ABC):
         much of it was used, and a re-run with a higher cap buys only what is missing.
 
         ``df`` may be a Dask DataFrame: the result is then a lazy Dask DataFrame (see
-        :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
-        across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit this run in
-        addition to the flow's own limits (local flows only).
+        :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm``, ``tpm`` and
+        ``max_spend`` hold across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit
+        this run in addition to the flow's own limits (local flows only).
 
         ``batch_api=True`` sends the text calls the cache does not hold through the provider's
         batch API (half price, results within 24 hours; see :mod:`flownb.frames.batch_api.run`),
@@ -374,8 +419,8 @@ class BaseFlow(ABC):
 
         Raises:
             ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally,
-                ``trace=True`` or ``max_spend`` on a Dask frame, or ``max_spend`` with a call
-                that cannot be priced (nothing is sent).
+                ``trace=True`` on a Dask frame, or ``max_spend`` with a call that cannot be
+                priced (nothing is sent).
         """
         options: FrameOptions = {
             "fill": fill,
@@ -385,13 +430,10 @@ class BaseFlow(ABC):
             "trace": trace,
         }
         self.say_notes()
-        if _is_dask_frame(df):
-            if max_spend is not None:  # refused rather than run unbounded
-                raise ConfigError(
-                    "max_spend= does not cap a Dask frame yet (one cap across the cluster is "
-                    "to come); run a pandas frame, or compute() the Dask frame first"
-                )
-            return HOOKS["run_dask_dataframe"](self, df, columns, rpm=rpm, tpm=tpm, **options)
+        if _is_dask_frame(df):  # lazily: one cap (as one rpm) across the whole cluster
+            return HOOKS["run_dask_dataframe"](
+                self, df, columns, rpm=rpm, tpm=tpm, max_spend=max_spend, **options
+            )
         if batch_api:
             if not self.in_process or _is_dask_frame(df) or rpm or tpm:
                 raise ConfigError(
@@ -520,6 +562,16 @@ class BaseFlow(ABC):
             f"<li>variables: {names(self.variables)}</li>"
             f"<li>outputs: {names(self.outputs)}</li></ul>"
         )
+
+
+def _with_cap_line(
+    items: Iterator[StreamEvent | RunResult], cap: SpendCap
+) -> Iterator[StreamEvent | RunResult]:
+    """Yield ``items``, then say the cap's line (how much of it was used), however they end."""
+    try:
+        yield from items
+    finally:
+        announce(cap.line())
 
 
 def _live_text_wanted() -> bool:

@@ -508,3 +508,13 @@ class _GatedFlow(BaseFlow):
         self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
     ) -> None:
         self.flow.run_gated(batch, on_result, concurrency, gate=self.gate, run_id=self.run_id)
+
+    async def _aexecute(
+        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
+    ) -> None:
+        await self.flow.runner.arun(batch, on_result, concurrency=concurrency, gate=self.gate)
+
+    async def _stream_run(
+        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
+    ) -> RunResult:
+        return await self.flow.runner.stream_one(values, emit, gate=self.gate)

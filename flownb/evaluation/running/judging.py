@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import one_line
 from ...flows.local import BaseFlow, LocalFlow
 from ...frames.batch_api.run import prefill
+from ...providers.spend import SpendCap
 from ...scorers.judge import JudgeScorer, PickBest
 from ..figures.money import charge_judge
 from .jobs import (
@@ -45,8 +46,10 @@ def _judges_through_batches(
     data: pd.DataFrame,
     poll: float | None,
     progress: bool,
+    cap: SpendCap | None = None,
 ) -> None:
-    """Send one repeat's judge calls through the batch APIs (the outputs they grade cached)."""
+    """Send one repeat's judge calls through the batch APIs (the outputs they grade cached),
+    within ``cap``."""
     from ...frames.preview import preview_many
 
     # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
@@ -59,7 +62,7 @@ def _judges_through_batches(
         prompts = list(dict.fromkeys(mine["prompt"]))
         if prompts:
             rows = [{flow.variables[0]: prompt} for prompt in prompts]
-            prefill(flow, rows, poll=poll, progress=progress)
+            prefill(flow, rows, poll=poll, progress=progress, cap=cap)
 
 
 def _batchable(flow: BaseFlow) -> bool:

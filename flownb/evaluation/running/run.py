@@ -139,7 +139,9 @@ def evaluate(
     ``max_spend`` (US dollars) caps what the variants and judges pay together: a call is sent
     only if what was spent plus the most every call in flight could still cost stays within it
     (see :mod:`flownb.providers.spend`); the calls it stops fail their rows with
-    ``spend_cap_reached``, and a re-run with a higher cap pays only for what is missing.
+    ``spend_cap_reached``, and a re-run with a higher cap pays only for what is missing. With
+    ``batch_api=True`` the batch stages (variants, then judges) are within the same cap, each
+    call at the batch price (see :func:`flownb.frames.batch_api.run.run_dataframe_batched`).
 
     Returns:
         An :class:`EvalReport` (``results``, ``summary``, ``compare()``, ``plot()``,
@@ -150,8 +152,7 @@ def evaluate(
         ConfigError: no variants, duplicate scorer names, a scorer reads a column that no
             input or output provides, a judge would run on the offline provider, or
             ``repeats`` is not a whole number of at least 1 (or asks a served flow to repeat),
-            or ``max_spend`` is given and some call cannot be priced (nothing is sent), or
-            with ``batch_api`` (not capped yet).
+            or ``max_spend`` is given and some call cannot be priced (nothing is sent).
         InputError: a variant's variables are missing from ``data`` (before anything runs).
     """
     import pandas as pd
@@ -159,19 +160,17 @@ def evaluate(
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"evaluate takes a pandas DataFrame, got {type(data).__name__}")
     setup = _prepare(flows, data, scorers, columns, fill, repeats)
-    if batch_api and max_spend is not None and not dry_run:
-        raise ConfigError(
-            "max_spend= does not cap an evaluation's batch API stage yet; run it live with "
-            "max_spend, or through batches without it (run_dataframe(batch_api=True) is capped)"
-        )
-    if batch_api and not dry_run:
-        _through_batches(setup, data, poll, progress)
-    preview = _preview(setup, data) if dry_run or progress else None
-    if dry_run:
-        assert preview is not None
-        return preview
-    cap = _spend_cap(setup, max_spend, preview)
+    # Checked before anything is sent; shared by the batch stages and the live run.
+    cap = None if dry_run else _spend_cap(setup, max_spend, batch_api)
     try:
+        if batch_api and not dry_run:
+            _through_batches(setup, data, poll, progress, cap)
+        preview = _preview(setup, data) if dry_run or progress else None
+        if dry_run:
+            assert preview is not None
+            return preview
+        if cap is not None:
+            _say_over_cap(cap, preview)
         collected, judged, bar = _run(
             setup,
             data,
@@ -316,28 +315,35 @@ def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
     )
 
 
-def _spend_cap(setup: _Setup, max_spend: float | None, preview: Preview | None) -> SpendCap | None:
-    """Return the cap every variant and judge of the evaluation shares (None: no cap); first,
-    when the preview already exceeds it, say so.
+def _spend_cap(setup: _Setup, max_spend: float | None, batch_api: bool) -> SpendCap | None:
+    """Return the cap every variant and judge of the evaluation shares (None: no cap).
 
     Raises:
-        ConfigError: some variant or judge cannot be capped (unpriced, or served elsewhere).
+        ConfigError: some variant or judge cannot be capped (unpriced, or served elsewhere),
+            live or (``batch_api``) at the batch price.
     """
     if max_spend is None:
         return None
-    from ...show.meter import usd
-
     cap = SpendCap(max_spend)
     for r in setup.rounds:  # refused before anything is sent
         for flow in [*r.variants.values(), *(j.flow() for j in r.judges)]:
             flow.spend_gate(cap)
-    if preview is not None and preview.est_cost_known > cap.cap:
+            if batch_api and _batchable(flow):
+                flow.spend_gate(cap, batch=True)
+    return cap
+
+
+def _say_over_cap(cap: SpendCap, preview: Preview | None) -> None:
+    """Say when the preview of what is left to run (after any batches) already exceeds what
+    the cap has left: the evaluation proceeds and stops at the cap."""
+    from ...show.meter import usd
+
+    if preview is not None and preview.est_cost_known > cap.left:
         warn(
             f"the preview estimates about {usd(preview.est_cost_known)} for this evaluation "
-            f"({preview.n_calls} call(s)), over the spend cap of {usd(cap.cap)}: it proceeds "
-            "and stops at the cap"
+            f"({preview.n_calls} call(s)), over the spend cap of {usd(cap.cap)} "
+            f"({usd(cap.left)} left): it proceeds and stops at the cap"
         )
-    return cap
 
 
 def _run(
@@ -420,20 +426,27 @@ def _run(
     return collected, judged, bar
 
 
-def _through_batches(setup: _Setup, data: pd.DataFrame, poll: float | None, progress: bool) -> None:
+def _through_batches(
+    setup: _Setup,
+    data: pd.DataFrame,
+    poll: float | None,
+    progress: bool,
+    cap: SpendCap | None = None,
+) -> None:
     """Fill the cache through the providers' batch APIs before the evaluation runs: first every
     variant's calls (every repeat's), then (a second stage, once the outputs they grade are in)
-    the judges'.
-    What the batches did not answer (a failed line, a batch still running when ``poll`` ran out)
-    is then run live by the evaluation, as any uncached call is."""
+    the judges', each call submitted only while its bound at the batch price fits in ``cap``
+    (and settled to its answer's cost when the batch's results are read).
+    What the batches did not answer (a failed line, a batch still running when ``poll`` ran out,
+    a call the cap left out) is then run live by the evaluation, as any uncached call is."""
     batches = setup.batches
     for r in setup.rounds:
         for name, flow in r.variants.items():
             if _batchable(flow):
-                prefill(flow, batches[name], poll=poll, progress=progress)  # type: ignore[arg-type]
+                prefill(flow, batches[name], poll=poll, progress=progress, cap=cap)  # type: ignore[arg-type]
     if setup.judges:
         for r in setup.rounds:
-            _judges_through_batches(r, batches, data, poll, progress)
+            _judges_through_batches(r, batches, data, poll, progress, cap)
 
 
 def _home(variants: Mapping[str, BaseFlow]) -> Path:

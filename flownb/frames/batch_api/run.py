@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import socket
 import time
@@ -405,16 +406,19 @@ def prefill(
     *,
     poll: float | None = None,
     progress: bool = True,
+    cap: SpendCap | None = None,
 ) -> dict[str, tuple[int, str]]:
     """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
-    batch API (see :func:`_prefill`). Returns, by cache key, why a call has no answer yet:
-    ``(202, ...)`` still running, ``(410, ...)`` the batch failed it.
+    batch API (see :func:`_prefill`), submitting a call only while its bound at the batch price
+    fits in ``cap`` (shared by an evaluation's stages). Returns, by cache key, why a call has no
+    answer yet: ``(202, ...)`` still running, ``(410, ...)`` the batch failed it, ``(402, ...)``
+    the cap left it out.
 
     Raises:
         ConfigError: the provider has no batch API, or the cache is off.
         ProviderError: a batch could not be submitted or read.
     """
-    return _prefill(flow, rows, poll=poll, progress=progress)[0]
+    return _prefill(flow, rows, poll=poll, progress=progress, cap=cap)[0]
 
 
 def _prefill(
@@ -450,6 +454,7 @@ def _prefill(
     home = flow.config.home
     deadline = None if poll is None else time.monotonic() + poll
     reasons: dict[str, tuple[int, str]] = {}
+    taken: dict[str, float] = {}  # the bound each call this run submitted is counted at
     table = _Table(len(flow.plan.steps), len(rows))
     view = open_view(flow.name) if progress else None
     try:
@@ -463,7 +468,7 @@ def _prefill(
             covered = {k for r in open_ for k in r.keys}
             fresh = {k: c for k, c in calls.items() if k not in covered}
             if cap is not None:
-                fresh = _within(cap, provider, fresh, reasons)
+                fresh = _within(cap, provider, fresh, reasons, taken)
             if fresh:
                 with collector.paused():
                     open_ += _submit(api, fresh, provider, flow.name, home)
@@ -483,6 +488,8 @@ def _prefill(
                     with collector.paused():
                         got = collect(api, record, cache, home, provider, states.get(record.id))
                         table.fill(got)
+                    if cap is not None:  # what this run submitted, settled to what it cost
+                        _settle_taken(cap, taken, got, record.failures)
                     for key, why in record.failures.items():
                         reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
                 else:
@@ -517,9 +524,10 @@ def run_dataframe_batched(
     return); Ctrl-C while waiting returns at once, leaving them running. ``meter`` counts each
     row's cost (the batch price of the answers this run read from the batches).
     ``max_spend`` (US dollars) caps the run: a call is submitted only while the most it could
-    cost at the batch price fits in what is left (each submitted call counts at that bound: its
-    answer comes later), the image calls of the final pass are capped as a live run's, and the
-    calls left out are named in ``error_column`` (``spend_cap_reached``).
+    cost at the batch price fits in what is left (each submitted call counts at that bound until
+    its batch's results are read, then at what its answer cost), the image calls of the final
+    pass are capped as a live run's, and the calls left out are named in ``error_column``
+    (``spend_cap_reached``).
 
     Returns:
         What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
@@ -551,18 +559,39 @@ def _within(
     provider: Provider,
     calls: dict[str, Call],
     reasons: dict[str, tuple[int, str]],
+    taken: dict[str, float],
 ) -> dict[str, Call]:
     """Return the ``calls`` the cap lets through at the batch price (each counted at its bound
-    at once), in order; the others get their reason (402) in ``reasons``."""
+    at once, noted in ``taken`` by cache key), in order; the others get their reason (402) in
+    ``reasons``."""
     gate = SpendGate(cap, provider, batch=True)
     kept: dict[str, Call] = {}
     for key, call in calls.items():
         most = gate.most(call)
         if cap.take(most):
             kept[key] = call
+            taken[key] = most
         else:
             reasons[key] = (_CAPPED, cap.refusal(most).message)
     return kept
+
+
+def _settle_taken(
+    cap: SpendCap, taken: dict[str, float], answers: Mapping[str, Generation], failed: Any
+) -> None:
+    """Settle the calls of a collected batch that this run counted at their bounds: an answer
+    to its cost at the batch price, a line the batch failed or never ran to nothing (vendors
+    bill neither). So the cap's line says what was spent, and a later stage (the next level of
+    a chained flow) has the room the answers left."""
+    for key, gen in answers.items():
+        most = taken.pop(key, None)
+        if most is not None:
+            cost = gen.cost if gen.cost is not None else math.nan
+            cap.settle_taken(most, cost)
+    for key in failed:
+        most = taken.pop(key, None)
+        if most is not None:
+            cap.settle_taken(most, 0.0)
 
 
 def _live_calls_within(cap: SpendCap, final: Provider) -> Gate:

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, Unpack
 from ...errors import ConfigError
 from ...flows.local import BaseFlow, LocalFlow
 from ...flows.spec import FlowSpec, flow_from_spec
+from ...providers.spend import SpendCap, SpendGate
+from ...providers.tokens import chain
 from ...runtime.hooks import FrameOptions
 from ..run import TEXT, _output_columns, rows_to_variables
 from ..run import run_dataframe as run_pandas
@@ -78,7 +80,11 @@ class PartitionRunner:
         flow = flow_from_spec(self.spec, LocalFlow.from_spec)
         # Inline (offline) providers make no calls to limit: no cluster primitives for them.
         hold = self.limits.gate() if not flow.provider.inline else contextlib.nullcontext(None)
-        with hold as gate:
+        with hold as limits:
+            gate: Any = limits
+            spend = getattr(limits, "spend", None)
+            if spend is not None:  # within the run's one cap, after the cluster's limits
+                gate = chain(limits, SpendGate(spend, flow.provider))
             view = flow.gated(gate, f"{self.run}-{number}")
             result = run_pandas(
                 view,
@@ -110,13 +116,16 @@ def run_dataframe(
     *,
     rpm: float | None = None,
     tpm: float | None = None,
+    max_spend: float | None = None,
     **options: Unpack[FrameOptions],
 ) -> dd.DataFrame:
     """Run ``flow`` once per row of the Dask DataFrame ``ddf``, lazily, one task per partition,
     with ``options`` (see :class:`~flownb.runtime.hooks.FrameOptions`; no progress bar, no trace).
 
     ``concurrency``, ``rpm`` and ``tpm`` (default: the flow's own) hold across all workers
-    together, for all partitions of this result.
+    together, for all partitions of this result, and so does ``max_spend`` (US dollars): one
+    cap for the whole computation (see :mod:`flownb.frames.dask.spend`); the rows it stops are
+    marked in ``error_column`` (``spend_cap_reached``).
 
     Returns:
         A lazy Dask DataFrame: ``ddf``'s columns and index, one text (``string``) column
@@ -126,8 +135,8 @@ def run_dataframe(
     Raises:
         TypeError: ``flow`` does not run locally (a remote flow cannot travel to workers).
         InputError: a variable has no column.
-        ConfigError: a limit is not positive, the flow's provider cannot be rebuilt by name, or
-            ``trace=True``.
+        ConfigError: a limit is not positive, the flow's provider cannot be rebuilt by name,
+            ``trace=True``, or ``max_spend`` with a call that cannot be priced (nothing runs).
     """
     if options.get("trace"):
         raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
@@ -149,12 +158,15 @@ def run_dataframe(
         raise ConfigError(
             f"error_column {error_column!r} is already a column; pass another error_column="
         )
+    if max_spend is not None:
+        flow.spend_gate(SpendCap(max_spend))  # an unpriced call is refused here, not on a worker
     run = uuid.uuid4().hex[:12]
     limits = ClusterLimits(
         name=f"flownb-{run}",
         concurrency=int(concurrency),
         rpm=rpm if rpm is not None else flow.config.rpm,
         tpm=tpm if tpm is not None else flow.config.tpm,
+        max_spend=max_spend,
     )
     # The cluster gate applies the limits; the workers' engines add none of their own. The
     # cache commits each answer as it arrives, so a worker killed mid-batch has kept what it
