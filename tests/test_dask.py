@@ -209,7 +209,7 @@ def test_each_worker_builds_the_flow_once_and_reuses_it(client: distributed.Clie
     flow.run_dataframe(dd.from_pandas(words(40), npartitions=8)).compute()
 
     def flows_built() -> int:
-        from flownb.flows import spec
+        from flownb.core import spec
 
         return len(spec._flows)
 

@@ -26,6 +26,7 @@ pays only for what is missing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -33,14 +34,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...config.settings import resolve_run_config
+from ...core.flow import FlowCore
+from ...core.local import local_of
 from ...errors import ConfigError
-from ...flows.local import BaseFlow, LocalFlow
 from ...frames.batch_api.paid import paid_once
 from ...frames.batch_api.run import prefill
 from ...frames.run import rows_to_variables
 from ...providers.calls import announce
 from ...providers.spend import SpendCap
-from ...runtime.hooks import HOOKS
 from ...scorers import Scorer
 from ...scorers.judge import JudgeScorer
 from ...show.notices import warn
@@ -60,22 +61,22 @@ __all__ = ["evaluate"]
 
 
 def _variants(
-    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
-) -> dict[str, BaseFlow]:
-    if isinstance(flows, BaseFlow):
+    flows: FlowCore | Mapping[str, FlowCore] | Sequence[FlowCore],
+) -> dict[str, FlowCore]:
+    if isinstance(flows, FlowCore):
         return {flows.name: flows}
     if isinstance(flows, Sequence) and not isinstance(flows, str):
         # A list of flows: named after the flows, numbered where names repeat.
-        named: dict[str, BaseFlow] = {}
+        named: dict[str, FlowCore] = {}
         for i, flow in enumerate(flows):
-            if not isinstance(flow, BaseFlow):
+            if not isinstance(flow, FlowCore):
                 raise ConfigError(f"flows[{i}] is a {type(flow).__name__}, not a flow")
             named[flow.name if flow.name not in named else f"{flow.name}_{i}"] = flow
         flows = named
     if not isinstance(flows, Mapping) or not flows:
         raise ConfigError("evaluate takes a flow or a non-empty {variant name: flow} mapping")
     for name, flow in flows.items():
-        if not isinstance(name, str) or not isinstance(flow, BaseFlow):
+        if not isinstance(name, str) or not isinstance(flow, FlowCore):
             raise ConfigError(
                 f"variant {name!r}: expected a variant name mapped to a flow, got "
                 f"{type(flow).__name__}"
@@ -98,7 +99,7 @@ def _scorers(scorers: Scorer | Sequence[Scorer] | None) -> list[Scorer]:
 
 
 def evaluate(
-    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+    flows: FlowCore | Mapping[str, FlowCore] | Sequence[FlowCore],
     data: pd.DataFrame,
     scorers: Scorer | Sequence[Scorer] | None = None,
     *,
@@ -207,7 +208,7 @@ class _Setup:
     log), their names as given, each variant's rows, the scorers and, among them, the judges
     (bound to the flows they grade)."""
 
-    variants: dict[str, BaseFlow]
+    variants: dict[str, FlowCore]
     names: dict[str, str]
     batches: Mapping[str, Sequence[Mapping[str, str]]]
     graders: list[Scorer]
@@ -221,7 +222,7 @@ class _Setup:
 
 
 def _rounds(
-    variants: Mapping[str, BaseFlow], graders: Sequence[Scorer], repeats: int
+    variants: Mapping[str, FlowCore], graders: Sequence[Scorer], repeats: int
 ) -> list[_Round]:
     """Return one :class:`_Round` per repeat (judges bound already)."""
     rounds = []
@@ -238,7 +239,7 @@ def _rounds(
 
 
 def _prepare(
-    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+    flows: FlowCore | Mapping[str, FlowCore] | Sequence[FlowCore],
     data: pd.DataFrame,
     scorers: Scorer | Sequence[Scorer] | None,
     columns: Mapping[str, str] | None,
@@ -262,8 +263,8 @@ def _prepare(
     names = {name: flow.name for name, flow in variants.items()}  # before the renaming below
     # In the run log, a variant's runs go under "<flow>:<variant>" so variants stay apart.
     variants = {
-        name: flow.variant(flow.graph, name=f"{flow.name}:{name}")
-        if isinstance(flow, LocalFlow) and name != flow.name
+        name: local.variant(local.graph, name=f"{flow.name}:{name}")
+        if (local := local_of(flow)) is not None and name != flow.name
         else flow
         for name, flow in variants.items()
     }
@@ -277,7 +278,7 @@ def _prepare(
 
 
 def _check_scorer_columns(
-    graders: Sequence[Scorer], variants: Mapping[str, BaseFlow], data: pd.DataFrame
+    graders: Sequence[Scorer], variants: Mapping[str, FlowCore], data: pd.DataFrame
 ) -> None:
     """Refuse a scorer reading a column that is neither an output nor a column of the data.
 
@@ -366,9 +367,7 @@ def _run(
     bar: Any = None
     if preview is not None:
         # In a notebook front end, the live view: the bar and the running summary per variant.
-        bar = HOOKS["live_evaluate"](
-            list(setup.variants), data, setup.graders, preview.n_calls, len(rounds)
-        )
+        bar = _live_board(setup, data, preview.n_calls, len(rounds))
     if preview is not None and bar is None:
         from ...show.progress import open_bar
 
@@ -391,7 +390,7 @@ def _run(
                     (
                         flow,
                         setup.batches[name],
-                        _with_bar(got[name], bar, remote=not isinstance(flow, LocalFlow), key=name),
+                        _with_bar(got[name], bar, remote=flow.served, key=name),
                     )
                     for r, got in zip(rounds, collected, strict=True)
                     for name, flow in r.variants.items()
@@ -449,10 +448,21 @@ def _through_batches(
             _judges_through_batches(r, batches, data, poll, progress, cap)
 
 
-def _home(variants: Mapping[str, BaseFlow]) -> Path:
+def _home(variants: Mapping[str, FlowCore]) -> Path:
     """Return the FLOWNB_HOME whose run log keeps the evaluation: the first local variant's,
     else the environment's (``evaluate`` is an entry point; remote flows have no home here)."""
     for flow in variants.values():
-        if isinstance(flow, LocalFlow):
-            return flow.config.home
+        local = local_of(flow)
+        if local is not None:
+            return local.config.home
     return resolve_run_config(local=False).home
+
+
+def _live_board(setup: Any, data: Any, calls: int, rounds: int) -> Any:
+    """Return the notebook's live view of an evaluation (the bar and the running summary per
+    variant), or None outside a Jupyter kernel (where no notebook code is even imported)."""
+    if "ipykernel.zmqshell" not in sys.modules:
+        return None
+    from ...views import live
+
+    return live.eval_view(list(setup.variants), data, setup.graders, calls, rounds)
