@@ -28,11 +28,6 @@ LIMIT = 20
 STILL_OPEN = frozenset(
     {
         "evaluation/",
-        "flows/client.py::Client._run_chunk",
-        "frames/batch_api/run.py::_prefill",
-        "frames/preview.py::_local_calls",
-        "frames/run.py::run_dataframe",
-        "frames/run.py::rows_to_variables",
         "providers/openai/request.py::_prepare_text",
         "providers/calls.py::CallRunner._answer",
     }
