@@ -28,8 +28,6 @@ LIMIT = 20
 STILL_OPEN = frozenset(
     {
         "evaluation/",
-        "providers/openai/request.py::_prepare_text",
-        "providers/calls.py::CallRunner._answer",
     }
 )
 
