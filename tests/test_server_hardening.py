@@ -278,9 +278,12 @@ def test_type_errors_use_json_words(server: Running) -> None:
 # -- item 7: slow clients cannot hold connections -------------------------------------------------
 
 
-def test_connections_that_trickle_their_request_head_are_closed(
-    tmp_path: Path, flownb_env: Path
-) -> None:
+@contextmanager
+def head_timeout_server(
+    tmp_path: Path, flownb_env: Path, header_timeout: float, keep_alive: int
+) -> Iterator[int]:
+    """Run an app in a thread with flownb serve's protocol giving each request head
+    ``header_timeout`` seconds; yield its port."""
     from flownb.server.protocol import http_protocol  # here: each test fails on its own
 
     config = ServerConfig(sample_flows(tmp_path), home=flownb_env)
@@ -290,8 +293,8 @@ def test_connections_that_trickle_their_request_head_are_closed(
             host="127.0.0.1",
             port=free_port(),
             log_level="warning",
-            http=http_protocol(0.5),
-            timeout_keep_alive=1,
+            http=http_protocol(header_timeout),
+            timeout_keep_alive=keep_alive,
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)
@@ -300,7 +303,21 @@ def test_connections_that_trickle_their_request_head_are_closed(
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
-    port = server.config.port
+    try:
+        yield server.config.port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_connections_that_trickle_their_request_head_are_closed(
+    tmp_path: Path, flownb_env: Path
+) -> None:
+    with head_timeout_server(tmp_path, flownb_env, 0.5, keep_alive=1) as port:
+        _trickled_heads_are_closed(port)
+
+
+def _trickled_heads_are_closed(port: int) -> None:
     conns = []
     try:
         for _ in range(100):
@@ -331,8 +348,43 @@ def test_connections_that_trickle_their_request_head_are_closed(
     finally:
         for c in conns:
             c.close()
-        server.should_exit = True
-        thread.join(10)
+
+
+def test_a_connection_used_now_and_then_outlives_the_head_timeout_and_is_closed_once_it_trickles(
+    tmp_path: Path, flownb_env: Path
+) -> None:
+    # One timer per connection checks its wait when it fires (not one made per request): a
+    # connection that sends a request now and then, each well within the head timeout, stays
+    # open for longer than the timeout, and is closed once a head of its takes longer than it.
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with head_timeout_server(tmp_path, flownb_env, 2.0, keep_alive=30) as port:
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.settimeout(30)  # a guard against a server that never answers, not a measure
+        try:
+            started, answered = time.monotonic(), 0
+            while time.monotonic() - started < 5:
+                time.sleep(0.25)  # idle between requests, far within the head timeout
+                conn.sendall(request)
+                got = b""
+                while not got.endswith(b"}"):
+                    chunk = conn.recv(65536)
+                    assert chunk, f"closed after {answered} answers, each head sent in time"
+                    got += chunk
+                answered += 1
+            conn.sendall(b"GET /healthz HTTP/1.1\r\n")  # then a header line now and then
+            closed = False
+            while not closed and time.monotonic() - started < 60:
+                try:
+                    conn.sendall(b"X-Slow: 1\r\n")
+                    conn.settimeout(0.1)
+                    closed = conn.recv(1) == b""
+                except TimeoutError:
+                    pass
+                except OSError:
+                    closed = True
+            assert closed, "a connection trickling its head after timely requests was not closed"
+        finally:
+            conn.close()
 
 
 # -- item 16: last-used times reach the key file while the server runs ----------------------------

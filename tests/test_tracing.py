@@ -211,6 +211,39 @@ def test_nothing_is_traced_without_a_configured_provider(tmp_path: Path) -> None
     assert flow.run(topic="x")["intro"]
 
 
+def test_an_untraced_run_does_not_look_in_the_environment_and_a_later_provider_is_seen(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # While no provider is set, OpenTelemetry's get_tracer_provider() looks in the environment
+    # for one to load on every call: flownb serve paid that twice per request.
+    unset_tracer_provider()
+    flow = flownb.load_flow(TWO, provider="offline")
+    flow.run(topic="first")  # the environment may be read once
+
+    looked: list[str] = []
+
+    class Watched(dict):  # type: ignore[type-arg]
+        def __contains__(self, key: object) -> bool:
+            looked.append(str(key))
+            return super().__contains__(key)
+
+    monkeypatch.setattr(os, "environ", Watched(os.environ))
+    for topic in ("a", "b", "c"):
+        assert flow.run(topic=topic)["intro"] == f"Intro about {topic}."
+    assert "OTEL_PYTHON_TRACER_PROVIDER" not in looked
+    # A provider set afterwards is used by the next run all the same.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    try:
+        flow.run(topic="d")
+        assert len(by_operation(exporter, "invoke_workflow")) == 1
+    finally:
+        provider.shutdown()
+        unset_tracer_provider()
+
+
 def test_flownb_runs_without_opentelemetry_installed(tmp_path: Path) -> None:
     code = f"""
         import sys

@@ -126,14 +126,17 @@ def _trace_api() -> Any:
 
 _get_provider: Any = None
 _unconfigured: tuple[type, ...] = ()
+# Whether OpenTelemetry has looked in the environment for a provider to load (see tracer()).
+_environment_read = False
 
 
 def tracer() -> Any:
     """Return flownb's tracer when a tracer provider is configured, else ``None``.
 
-    Called once per run and per batch of calls, so kept cheap (about a microsecond).
+    Called once per run and per batch of calls (twice per request of ``flownb serve``), so kept
+    cheap: a few attribute reads, no lookup in the environment.
     """
-    global _cached
+    global _cached, _environment_read
     if _api is _UNSET:
         # A tracer provider is configured through opentelemetry.trace (set_tracer_provider, or
         # opentelemetry-instrument, which imports it at start-up): while nothing has imported it,
@@ -143,7 +146,17 @@ def tracer() -> Any:
         _trace_api()
     if _api is None:
         return None
-    provider = _get_provider()
+    # While no provider is set, get_tracer_provider() looks in the environment for one to load
+    # (OTEL_PYTHON_TRACER_PROVIDER) on every call: several microseconds, on every request of a
+    # server. The API's global (None until set_tracer_provider, or that load, sets it; what
+    # OpenTelemetry's own test utilities reset) answers the same once the environment was read
+    # once. Without that global (another API version), ask the API each time, as before.
+    provider = getattr(_api, "_TRACER_PROVIDER", _UNSET)
+    if provider is None and _environment_read:
+        return None
+    if provider is None or provider is _UNSET:
+        provider = _get_provider()
+        _environment_read = _environment_read or hasattr(_api, "_TRACER_PROVIDER")
     if type(provider) in _unconfigured:
         return None  # nothing configured: spans would go nowhere
     if _cached[0] is not provider:

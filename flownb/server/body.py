@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from starlette.requests import ClientDisconnect
+
 from ..errors import InputError, Problem
 from ..flowfile.validate import VariableSpec, json_type
 from .errors import (
@@ -22,7 +24,19 @@ from .errors import (
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-__all__ = ["PROBLEMS_COLLECTED", "checked_variables", "parse_run_body", "read_body"]
+__all__ = [
+    "BODY_RECEIVED",
+    "PROBLEMS_COLLECTED",
+    "checked_variables",
+    "parse_run_body",
+    "read_body",
+]
+
+# Set to True in a request's ASGI scope by flownb serve's HTTP protocol
+# (:mod:`flownb.server.protocol`) when the request's whole body had arrived before the app was
+# called: :func:`read_body` then reads it without a timer. Under another server it is never set,
+# and the body timeout is armed as always.
+BODY_RECEIVED = "flownb.body_received"
 
 # Validation stops building problems after this many (it goes on counting them): an error body
 # lists at most MAX_LISTED anyway, and a million problem objects would cost the server its memory.
@@ -59,17 +73,15 @@ async def read_body(request: Request, max_body: int, body_timeout: float) -> byt
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_body:
         raise _too_large(max_body)
-    chunks: list[bytes] = []
-    size = 0
+    if request.scope.get(BODY_RECEIVED):
+        # flownb serve's protocol saw the whole body arrive with the head: reading it cannot
+        # wait, so no timer is needed (arming and cancelling one was a share of each request).
+        return await _received(request, max_body)
     try:
         # The whole body within body_timeout seconds: a client trickling it would hold a
         # connection (and a place under --limit-concurrency) for as long as it liked.
         async with asyncio.timeout(body_timeout):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > max_body:
-                    raise _too_large(max_body)
-                chunks.append(chunk)
+            return await _received(request, max_body)
     except TimeoutError:
         raise ApiProblem(
             408,
@@ -77,7 +89,30 @@ async def read_body(request: Request, max_body: int, body_timeout: float) -> byt
             f"the request body did not arrive within {body_timeout:g} seconds",
             headers={"Connection": "close"},
         ) from None
-    return b"".join(chunks)
+
+
+async def _received(request: Request, max_body: int) -> bytes:
+    """Return the body's bytes, read from the ASGI messages (as ``request.stream()`` would,
+    without an async generator per request).
+
+    Raises:
+        ApiProblem: 413 over ``max_body`` bytes.
+        ClientDisconnect: the client left first.
+    """
+    receive = request.receive
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_body:
+            raise _too_large(max_body)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _too_large(limit: int) -> ApiProblem:

@@ -37,6 +37,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from ..config.settings import DEFAULT_HEADER_TIMEOUT
 from ..errors import ConfigError
 from .auth import CALLER_STATE
+from .body import BODY_RECEIVED
 from .logs import log_config
 from .request_id import new_request_id
 
@@ -90,6 +91,11 @@ class HeaderTimeoutH11Protocol(H11Protocol):
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
 
     _head_timer: asyncio.TimerHandle | None = None
+    # Since when (loop time) the connection waits for a request head, and the request cycle
+    # that was current then (a new head replaces it).
+    _waiting_since: float = 0.0
+    _waiting_after: Any = None
+    _proven = False  # one of its requests was authenticated
     # Bytes of the request head being received, and the last bytes seen, so a blank line split
     # across two reads is found.
     _head_bytes: int = 0
@@ -112,11 +118,18 @@ class HeaderTimeoutH11Protocol(H11Protocol):
             self.transport.close()
             return
         super().data_received(data)
+        cycle = self.cycle
+        if cycle is not None and not cycle.more_body:
+            # The whole body is here (h11 saw its end) before the app reads it: reading cannot
+            # wait, so the app arms no body timer (see flownb.server.body.read_body).
+            cycle.scope[BODY_RECEIVED] = True  # type: ignore[literal-required]  # our own key
 
     def on_response_complete(self) -> None:
-        state = self.scope.get("state") if self.scope is not None else None
-        if state and state.get(CALLER_STATE) is not None:
-            self._unproven().pop(self, None)  # proven: no longer counted among strangers
+        if not self._proven:
+            state = self.scope.get("state") if self.scope is not None else None
+            if state and state.get(CALLER_STATE) is not None:
+                self._proven = True
+                self._unproven().pop(self, None)  # proven: no longer counted among strangers
         super().on_response_complete()
         self._arm_head_timer()
 
@@ -177,18 +190,33 @@ class HeaderTimeoutH11Protocol(H11Protocol):
     # -- the time to send a head -------------------------------------------------------------
 
     def _arm_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-        # A new request head replaces ``self.cycle``: still the same one when the timer fires
-        # means no head arrived in time.
-        waiting_after = self.cycle
-        self._head_timer = self.loop.call_later(
-            self.header_timeout, self._head_timed_out, waiting_after
+        """Note that the connection waits for a request head from now on (it was made, or a
+        response was completed). One timer per connection, armed only when none is pending,
+        checks the wait when it fires: no timer made and cancelled for every request."""
+        self._waiting_since = self.loop.time()
+        self._waiting_after = self.cycle
+        if self._head_timer is None:
+            self._schedule_head_timer()
+
+    def _schedule_head_timer(self) -> None:
+        since = self._waiting_since
+        self._head_timer = self.loop.call_at(
+            since + self.header_timeout, self._head_timed_out, since
         )
 
-    def _head_timed_out(self, waiting_after: Any) -> None:
-        if self.cycle is waiting_after and not self.transport.is_closing():
+    def _head_timed_out(self, since: float) -> None:
+        """Close the connection when it has waited for a head since ``since`` (the wait the
+        timer was armed for) without one; when it has waited only since a later response,
+        wait for that one's deadline; when a request is in progress, stop (its response
+        arms the timer again)."""
+        self._head_timer = None
+        # A new request head replaces ``self.cycle``; a pipelined one may already be running.
+        if not self.idle() or self.cycle is not self._waiting_after:
+            return
+        if self._waiting_since == since:
             self.transport.close()
+        else:
+            self._schedule_head_timer()
 
 
 # What `flownb serve --workers N` hands uvicorn (an import string: worker processes import it).
