@@ -1,6 +1,7 @@
 """The one module that reads environment variables, and the home of every default.
 
-Precedence everywhere is: explicit argument > environment > default. Every surface (``load_flow``,
+Precedence everywhere is: explicit argument > the endpoint's own setting (an endpoint given, or
+named in ``flownb.toml``) > environment > default. Every surface (``load_flow``,
 ``flownb.Client``, ``ServerConfig`` and ``flownb serve``, the CLI, the magics, ``runs()``,
 ``reports()``, ``evaluate()``, the provider batches' listing) calls one function,
 :func:`resolve_run_config`, once, and passes the frozen :class:`RunConfig` it returns down; nothing
