@@ -95,17 +95,7 @@ def from_http(
     :func:`http_status`): by code first, then by status, else :class:`ApiError`."""
     if status == 422 and problems and all(p.code in VARIABLE_CODES for p in problems):
         return InputError(problems, total=total)
-    cls: type[FlownbError] | None = None
-    for row_cls, _, row_code in HTTP_ERRORS:
-        # By code alone: a batch element's code, under the answer's overall status.
-        if code == row_code and code != "internal_error":
-            cls = row_cls
-            break
-    unmapped = code == "internal_error" or (code.startswith("upstream") and status == 504)
-    if cls is None and not unmapped:
-        cls = _BY_STATUS.get(status)
-    if cls is None and status == 404 and code in ("", "flow_not_found"):
-        cls = FlowNotFound
+    cls = _decoded_class(status, code)
     if cls is FlowNotFound:
         return FlowNotFound(message, status=status, request_id=request_id)
     if cls is not None and issubclass(cls, ProviderError):
@@ -131,6 +121,22 @@ def from_http(
         request_id=request_id,
         total=total,
     )
+
+
+def _decoded_class(status: int, code: str) -> type[FlownbError] | None:
+    """Return the class an error answer decodes to: by code first (a batch element's code,
+    under the answer's overall status), then by status; ``None`` for a plain :class:`ApiError`
+    (an internal error, an upstream 504 of a code not known here, any other status)."""
+    if code != "internal_error":
+        for row_cls, _, row_code in HTTP_ERRORS:
+            if code == row_code:
+                return row_cls
+    unmapped = code == "internal_error" or (code.startswith("upstream") and status == 504)
+    if not unmapped and status in _BY_STATUS:
+        return _BY_STATUS[status]
+    if status == 404 and code in ("", "flow_not_found"):
+        return FlowNotFound
+    return None
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -160,7 +160,6 @@ def summary_text(report: Any) -> str:
     import pandas as pd
 
     from ..evaluation.figures.speed import speed_text
-    from ..evaluation.html.format import fmt_number, fmt_p, fmt_rate
 
     summary = report.summary
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
@@ -172,38 +171,65 @@ def summary_text(report: Any) -> str:
         table["n"].append(str(int(row["n"])))
         table["errors"].append(str(int(row["errors"])))
         for m in metrics:
-            fmt = fmt_rate if m in rates else fmt_number
-            text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
-            if f"{m}_std" in row:  # repeats: the spread of the figure between repeats
-                text += f" ±{fmt(row[f'{m}_std'])}"
-            p = row.get(f"{m}_p")
-            if p is not None and p == p:
-                text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
-            table[m].append(text)
+            table[m].append(_metric_text(row, m, rate=m in rates))
     if "latency_p50_s" in summary.columns:
         table["p50 / p95 s"] = [speed_text(row) for _, row in summary.iterrows()]
     frame = pd.DataFrame(table, index=summary.index)
-    money = "price_per_row" in summary.columns
-    if money:
-        from ..evaluation.figures.money import money_text
-
-        frame["price/row (rank)"] = [
-            money_text(r["price_per_row"], r["unpriced_calls"])
-            + ("" if pd.isna(r["price_rank"]) else f" ({int(r['price_rank'])})")
-            for _, r in summary.iterrows()
-        ]
-        frame["spent / saved"] = [
-            f"{money_text(r['spent_usd'], r['unpriced_calls'])} / "
-            f"{money_text(r['saved_usd'], r['unpriced_calls'])}"
-            for _, r in summary.iterrows()
-        ]
-        if "judge_price_per_row" in summary.columns:
-            frame["judges: price/row"] = [
-                money_text(r["judge_price_per_row"], r["judge_unpriced_calls"])
-                for _, r in summary.iterrows()
-            ]
+    if "price_per_row" in summary.columns:
+        _add_money_columns(frame, summary)
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         text = frame.to_string()
+    from ..scorers.judging import judged_by_line
+
+    judges = [
+        judged_by_line(s.name, s.judge, s.judge.get("same_vendor") or ())
+        for s in report.scorers
+        if getattr(s, "judge", None)
+    ]
+    return "\n".join([text, f"({_summary_note(summary)})", *judges])
+
+
+def _metric_text(row: Any, m: str, *, rate: bool) -> str:
+    """Return one metric's cell of a summary row: its mean or rate, 95% interval, spread
+    between repeats and paired p-value (``*`` where it differs from the first variant)."""
+    from ..evaluation.html.format import fmt_number, fmt_p, fmt_rate
+
+    fmt = fmt_rate if rate else fmt_number
+    text = f"{fmt(row[m])} [{fmt(row[f'{m}_low'])}, {fmt(row[f'{m}_high'])}]"
+    if f"{m}_std" in row:  # repeats: the spread of the figure between repeats
+        text += f" ±{fmt(row[f'{m}_std'])}"
+    p = row.get(f"{m}_p")
+    if p is not None and p == p:
+        text += f" {fmt_p(p)}{' *' if row[f'{m}_differs'] else ''}"
+    return text
+
+
+def _add_money_columns(frame: Any, summary: Any) -> None:
+    """Add the price per row (with its rank), spent / saved, and the judges' price per row
+    (when judges were paid) to ``frame``, one row per variant of ``summary``."""
+    import pandas as pd
+
+    from ..evaluation.figures.money import money_text
+
+    frame["price/row (rank)"] = [
+        money_text(r["price_per_row"], r["unpriced_calls"])
+        + ("" if pd.isna(r["price_rank"]) else f" ({int(r['price_rank'])})")
+        for _, r in summary.iterrows()
+    ]
+    frame["spent / saved"] = [
+        f"{money_text(r['spent_usd'], r['unpriced_calls'])} / "
+        f"{money_text(r['saved_usd'], r['unpriced_calls'])}"
+        for _, r in summary.iterrows()
+    ]
+    if "judge_price_per_row" in summary.columns:
+        frame["judges: price/row"] = [
+            money_text(r["judge_price_per_row"], r["judge_unpriced_calls"])
+            for _, r in summary.iterrows()
+        ]
+
+
+def _summary_note(summary: Any) -> str:
+    """Return the note under the summary table: what its columns hold, for the columns it has."""
     note = "mean or rate [95% interval]"
     if "latency_p50_s" in summary.columns:
         note += "; p50 / p95: seconds at the provider per row (rows timed)"
@@ -215,18 +241,11 @@ def summary_text(report: Any) -> str:
         )
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
-    if money:
+    if "price_per_row" in summary.columns:
         from ..evaluation.figures.money import RANK_NOTE
 
         note += f"; {RANK_NOTE}"
-    from ..scorers.judging import judged_by_line
-
-    judges = [
-        judged_by_line(s.name, s.judge, s.judge.get("same_vendor") or ())
-        for s in report.scorers
-        if getattr(s, "judge", None)
-    ]
-    return "\n".join([text, f"({note})", *judges])
+    return note
 
 
 def money_line(report: Any) -> str | None:
@@ -388,7 +407,6 @@ def eval_command(
     max_spend: float | None,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    from ..evaluation.running.config import load_config, make_scorer
     from ..evaluation.running.jobs import _bind_judges
     from ..evaluation.running.run import evaluate
     from ..scorers.judge import JudgeScorer
@@ -397,23 +415,9 @@ def eval_command(
         mapping = parse_map(map_pairs)
     except ConfigError as exc:
         raise usage_error("--map", exc) from None
-    if out_path and Path(out_path).suffix.lower() not in (".html", ".csv", ".json"):
-        raise click.BadParameter("must end in .html, .csv or .json", param_hint="--out")
-    if frontier_path and Path(frontier_path).suffix.lower() not in (".png", ".svg"):
-        raise click.BadParameter("must end in .png or .svg", param_hint="--frontier")
     bars = (min_quality, max_price, max_p95)
-    if choice_path is None and any(bar is not None for bar in bars):
-        raise click.UsageError("--min-quality, --max-price and --max-p95 go with --save-choice")
-    if choice_path and Path(choice_path).suffix.lower() != ".json":
-        raise click.BadParameter("must end in .json", param_hint="--save-choice")
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        raise click.BadParameter(exc.message, param_hint="--scorers") from None
-    specs = config.get("scorers") or []
-    if not isinstance(specs, list):
-        raise ConfigError(f"{config_path}: 'scorers' must be a list")
-    graders = [make_scorer(s) for s in specs]
+    _check_paths(out_path, frontier_path, choice_path, bars)
+    config, graders = _scorers(config_path)
     variants = _variants(
         flows, config, provider=provider, concurrency=concurrency, endpoint=endpoint
     )
@@ -437,14 +441,69 @@ def eval_command(
         text = str(result) if details else result.brief("add --details")  # type: ignore[union-attr]
         click.echo(term_text(text))
         return
-    report = result
+    _show_report(result, out_path=out_path, raw_csv=raw_csv, frontier_path=frontier_path)
+    chose = True
+    if choice_path:
+        chose = _save_choice(result, choice_path, *bars)
+    if min_pass is not None and _under_min_pass(result.summary, min_pass):  # type: ignore[union-attr]
+        sys.exit(1)
+    if not chose:
+        sys.exit(1)
+
+
+def _check_paths(
+    out_path: str | None,
+    frontier_path: str | None,
+    choice_path: str | None,
+    bars: tuple[float | None, ...],
+) -> None:
+    """Check what ``flownb eval`` is to write before anything runs: each file's kind, and that
+    the bars of a choice come with --save-choice.
+
+    Raises:
+        click.BadParameter: a path of the wrong kind, naming its option.
+        click.UsageError: a bar without --save-choice.
+    """
+    if out_path and Path(out_path).suffix.lower() not in (".html", ".csv", ".json"):
+        raise click.BadParameter("must end in .html, .csv or .json", param_hint="--out")
+    if frontier_path and Path(frontier_path).suffix.lower() not in (".png", ".svg"):
+        raise click.BadParameter("must end in .png or .svg", param_hint="--frontier")
+    if choice_path is None and any(bar is not None for bar in bars):
+        raise click.UsageError("--min-quality, --max-price and --max-p95 go with --save-choice")
+    if choice_path and Path(choice_path).suffix.lower() != ".json":
+        raise click.BadParameter("must end in .json", param_hint="--save-choice")
+
+
+def _scorers(config_path: str) -> tuple[dict[str, Any], list[Any]]:
+    """Return the --scorers file's configuration and the scorers it declares.
+
+    Raises:
+        click.BadParameter: the file cannot be read as a configuration.
+        ConfigError: its ``scorers`` is not a list, or a scorer is malformed.
+    """
+    from ..evaluation.running.config import load_config, make_scorer
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message, param_hint="--scorers") from None
+    specs = config.get("scorers") or []
+    if not isinstance(specs, list):
+        raise ConfigError(f"{config_path}: 'scorers' must be a list")
+    return config, [make_scorer(s) for s in specs]
+
+
+def _show_report(
+    report: Any, *, out_path: str | None, raw_csv: bool, frontier_path: str | None
+) -> None:
+    """Write the report (and the frontier) where asked, and print its summary, bill, price at
+    scale and id."""
     if out_path:
-        report.save(out_path, safe_csv=not raw_csv)  # type: ignore[union-attr]
+        report.save(out_path, safe_csv=not raw_csv)
         click.echo(f"flownb: wrote the report to {out_path}", err=True)
-    summary = report.summary  # type: ignore[union-attr]
     click.echo(term_text(summary_text(report)))
     if frontier_path:
-        frontier = report.frontier()  # type: ignore[union-attr]
+        frontier = report.frontier()
         frontier.save(frontier_path)
         click.echo(term_text(frontier.sentence))  # variant names are text
         click.echo(f"flownb: wrote the frontier to {frontier_path}", err=True)
@@ -452,18 +511,16 @@ def eval_command(
     if line is not None:  # what the evaluation spent and saved, the judges' part apart
         click.echo(f"flownb: {line}", err=True)
     click.echo(f"flownb: {scale_text(report)}", err=True)
-    click.echo(f"flownb: evaluation {report.id}", err=True)  # type: ignore[union-attr]
-    chose = True
-    if choice_path:
-        chose = _save_choice(report, choice_path, *bars)
-    if min_pass is not None:
-        low = summary[summary["pass_rate"].fillna(0) < min_pass]
-        if len(low):
-            rates = ", ".join(f"{v} {r:.3f}" for v, r in low["pass_rate"].fillna(0).items())
-            click.echo(f"flownb: pass rate under --min-pass {min_pass:g}: {rates}", err=True)
-            sys.exit(1)
-    if not chose:
-        sys.exit(1)
+    click.echo(f"flownb: evaluation {report.id}", err=True)
+
+
+def _under_min_pass(summary: Any, min_pass: float) -> bool:
+    """Return whether a variant's pass rate is under ``min_pass`` (saying which, on stderr)."""
+    low = summary[summary["pass_rate"].fillna(0) < min_pass]
+    if len(low):
+        rates = ", ".join(f"{v} {r:.3f}" for v, r in low["pass_rate"].fillna(0).items())
+        click.echo(f"flownb: pass rate under --min-pass {min_pass:g}: {rates}", err=True)
+    return bool(len(low))
 
 
 def _save_choice(

@@ -152,6 +152,68 @@ def _positive(value: Any, what: str) -> Any:
     return value
 
 
+def _check_where(name: Any, provider: Any, base_url: Any, api_key: Any, api_key_env: Any) -> None:
+    """Check an endpoint's name, provider kind, base URL and key source.
+
+    Raises:
+        ConfigError: naming the field that is missing or of the wrong type, or both a key and
+            a key variable.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"an endpoint needs a name, got {name!r}")
+    if not isinstance(provider, str) or not provider.strip():
+        raise ConfigError(f"endpoint {name!r}: provider must be a provider name")
+    if api_key is not None and api_key_env is not None:
+        raise ConfigError(f"endpoint {name!r}: give api_key or api_key_env, not both")
+    for label, value in (("base_url", base_url), ("api_key_env", api_key_env)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(f"endpoint {name!r}: {label} must be a non-empty string")
+    if api_key is not None and not isinstance(api_key, str):
+        raise ConfigError(f"endpoint {name!r}: api_key must be a string")
+
+
+def _check_behaviour(
+    name: str, images: Any, max_tokens_param: Any, prices: Any, price_as: Any, concurrency: Any
+) -> None:
+    """Check what an endpoint declares about its server: images, the token limit's name, its
+    prices (and the model they are read as) and its concurrency.
+
+    Raises:
+        ConfigError: naming the field of the wrong type or value.
+    """
+    if images is not None and not isinstance(images, bool):
+        raise ConfigError(f"endpoint {name!r}: images must be true or false")
+    if max_tokens_param not in (None, "max_tokens", "max_completion_tokens"):
+        raise ConfigError(
+            f'endpoint {name!r}: max_tokens_param must be "max_completion_tokens" or '
+            f'"max_tokens", got {max_tokens_param!r}'
+        )
+    if prices is not None and not isinstance(prices, Mapping):
+        raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
+    if price_as is not None:
+        _check_price_as(name, price_as)
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ConfigError(f"endpoint {name!r}: concurrency must be a whole number >= 1")
+
+
+def _check_price_as(name: str, price_as: Any) -> None:
+    """Check that ``price_as`` names a model of the price table.
+
+    Raises:
+        ConfigError: not a model name, or one the table does not know (naming the closest).
+    """
+    if not isinstance(price_as, str) or not price_as.strip():
+        raise ConfigError(f"endpoint {name!r}: price_as must be a model name")
+    from .pricing import price_as_model
+
+    try:
+        price_as_model(price_as.strip())
+    except ConfigError as exc:
+        raise ConfigError(f"endpoint {name!r}: {exc}") from None
+
+
 class _Held:
     """Where an endpoint's key is, in memory only: the literal ``key``; the random ``token``
     standing for it in pickles; ``withheld``: a literal key that stayed in another process;
@@ -226,39 +288,8 @@ class Endpoint:
         rpm: float | None = None,
         tpm: float | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"an endpoint needs a name, got {name!r}")
-        if not isinstance(provider, str) or not provider.strip():
-            raise ConfigError(f"endpoint {name!r}: provider must be a provider name")
-        if api_key is not None and api_key_env is not None:
-            raise ConfigError(f"endpoint {name!r}: give api_key or api_key_env, not both")
-        for label, value in (("base_url", base_url), ("api_key_env", api_key_env)):
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigError(f"endpoint {name!r}: {label} must be a non-empty string")
-        if api_key is not None and not isinstance(api_key, str):
-            raise ConfigError(f"endpoint {name!r}: api_key must be a string")
-        if images is not None and not isinstance(images, bool):
-            raise ConfigError(f"endpoint {name!r}: images must be true or false")
-        if max_tokens_param not in (None, "max_tokens", "max_completion_tokens"):
-            raise ConfigError(
-                f'endpoint {name!r}: max_tokens_param must be "max_completion_tokens" or '
-                f'"max_tokens", got {max_tokens_param!r}'
-            )
-        if prices is not None and not isinstance(prices, Mapping):
-            raise ConfigError(f"endpoint {name!r}: prices must map model names to prices")
-        if price_as is not None:
-            if not isinstance(price_as, str) or not price_as.strip():
-                raise ConfigError(f"endpoint {name!r}: price_as must be a model name")
-            from .pricing import price_as_model
-
-            try:
-                price_as_model(price_as.strip())
-            except ConfigError as exc:
-                raise ConfigError(f"endpoint {name!r}: {exc}") from None
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-        ):
-            raise ConfigError(f"endpoint {name!r}: concurrency must be a whole number >= 1")
+        _check_where(name, provider, base_url, api_key, api_key_env)
+        _check_behaviour(name, images, max_tokens_param, prices, price_as, concurrency)
         self.name = name
         self.provider = provider.strip().lower()
         self.base_url = base_url.rstrip("/") if base_url else None

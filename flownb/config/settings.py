@@ -1,6 +1,7 @@
 """The one module that reads environment variables, and the home of every default.
 
-Precedence everywhere is: explicit argument > environment > default. Every surface (``load_flow``,
+Precedence everywhere is: explicit argument > the endpoint's own setting (an endpoint given, or
+named in ``flownb.toml``) > environment > default. Every surface (``load_flow``,
 ``flownb.Client``, ``ServerConfig`` and ``flownb serve``, the CLI, the magics, ``runs()``,
 ``reports()``, ``evaluate()``, the provider batches' listing) calls one function,
 :func:`resolve_run_config`, once, and passes the frozen :class:`RunConfig` it returns down; nothing
@@ -15,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from ..errors import ConfigError
 from .endpoints import Endpoint, find_endpoint, read_secrets_with
@@ -174,53 +175,66 @@ def get_settings() -> Settings:
     Raises:
         ConfigError: a variable is set to something unusable (non-number, bad flag).
     """
-    env = os.environ
-    home = home_dir()
-    provider = (env.get("FLOWNB_PROVIDER") or DEFAULT_PROVIDER).strip().lower()
-    concurrency = _number("FLOWNB_CONCURRENCY", env.get("FLOWNB_CONCURRENCY"), int)
     return Settings(
-        home=home,
-        provider=provider,
-        concurrency=int(concurrency or DEFAULT_CONCURRENCY),
-        base_url=env.get("FLOWNB_BASE_URL") or None,
-        api_key=env.get("FLOWNB_API_KEY") or None,
-        openai_api_key=env.get("OPENAI_API_KEY") or None,
-        openai_base_url=env.get("OPENAI_BASE_URL") or None,
-        openai_timeout=_number("FLOWNB_TIMEOUT", env.get("FLOWNB_TIMEOUT"), float),
-        requests_per_minute=_number("FLOWNB_RPM", env.get("FLOWNB_RPM"), float),
-        openai_transport=(env.get("FLOWNB_OPENAI_TRANSPORT") or DEFAULT_OPENAI_TRANSPORT)
-        .strip()
-        .lower(),
-        retries=_retries(env.get("FLOWNB_RETRIES")),
-        cache=_flag("FLOWNB_CACHE", env.get("FLOWNB_CACHE"), True),
-        server_cache=_flag("FLOWNB_SERVER_CACHE", env.get("FLOWNB_SERVER_CACHE"), False),
-        runlog=_flag("FLOWNB_RUNLOG", env.get("FLOWNB_RUNLOG"), True),
-        server_runlog=_flag("FLOWNB_SERVER_RUNLOG", env.get("FLOWNB_SERVER_RUNLOG"), False),
-        tokens_per_minute=_number("FLOWNB_TPM", env.get("FLOWNB_TPM"), float),
-        serve_config=env.get(SERVE_CONFIG) or None,
-        batch_poll=float(
-            _number("FLOWNB_BATCH_POLL", env.get("FLOWNB_BATCH_POLL"), float) or DEFAULT_BATCH_POLL
-        ),
-        endpoint=(env.get("FLOWNB_ENDPOINT") or "").strip() or None,
-        live=_live(env.get("FLOWNB_LIVE")),
-        azure_endpoint=env.get("AZURE_OPENAI_ENDPOINT") or None,
-        azure_api_version=env.get("OPENAI_API_VERSION") or None,
+        home=home_dir(),
+        provider=_word("FLOWNB_PROVIDER", DEFAULT_PROVIDER),
+        concurrency=int(_number_var("FLOWNB_CONCURRENCY", int) or DEFAULT_CONCURRENCY),
+        base_url=_env("FLOWNB_BASE_URL"),
+        api_key=_env("FLOWNB_API_KEY"),
+        openai_api_key=_env("OPENAI_API_KEY"),
+        openai_base_url=_env("OPENAI_BASE_URL"),
+        openai_timeout=_number_var("FLOWNB_TIMEOUT", float),
+        requests_per_minute=_number_var("FLOWNB_RPM", float),
+        openai_transport=_word("FLOWNB_OPENAI_TRANSPORT", DEFAULT_OPENAI_TRANSPORT),
+        retries=_retries(_env("FLOWNB_RETRIES")),
+        cache=_flag("FLOWNB_CACHE", _env("FLOWNB_CACHE"), True),
+        server_cache=_flag("FLOWNB_SERVER_CACHE", _env("FLOWNB_SERVER_CACHE"), False),
+        runlog=_flag("FLOWNB_RUNLOG", _env("FLOWNB_RUNLOG"), True),
+        server_runlog=_flag("FLOWNB_SERVER_RUNLOG", _env("FLOWNB_SERVER_RUNLOG"), False),
+        tokens_per_minute=_number_var("FLOWNB_TPM", float),
+        serve_config=_env(SERVE_CONFIG),
+        batch_poll=float(_number_var("FLOWNB_BATCH_POLL", float) or DEFAULT_BATCH_POLL),
+        endpoint=(_env("FLOWNB_ENDPOINT") or "").strip() or None,
+        live=_live(_env("FLOWNB_LIVE")),
+        azure_endpoint=_env("AZURE_OPENAI_ENDPOINT"),
+        azure_api_version=_env("OPENAI_API_VERSION"),
         vendors=VendorKeys(
-            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
-            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
-            gemini_api_key=env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY") or None,
-            gemini_base_url=env.get("GEMINI_BASE_URL") or env.get("GOOGLE_GEMINI_BASE_URL") or None,
+            anthropic_api_key=_env("ANTHROPIC_API_KEY"),
+            anthropic_base_url=_env("ANTHROPIC_BASE_URL"),
+            gemini_api_key=_env("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+            gemini_base_url=_env("GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL"),
         ),
-        media_max=_media_max(env.get("FLOWNB_MEDIA_MAX")),
-        body_timeout=float(
-            _number("FLOWNB_BODY_TIMEOUT", env.get("FLOWNB_BODY_TIMEOUT"), float)
-            or DEFAULT_BODY_TIMEOUT
-        ),
-        public_url=env.get("FLOWNB_PUBLIC_URL") or None,
-        input_max=_input_max(env.get("FLOWNB_INPUT_MAX")),
-        media_allow=_media_allow(env.get("FLOWNB_MEDIA_ALLOW")),
-        forwarded_allow_ips=env.get("FLOWNB_FORWARDED_ALLOW_IPS") or None,
+        media_max=_media_max(_env("FLOWNB_MEDIA_MAX")),
+        body_timeout=float(_number_var("FLOWNB_BODY_TIMEOUT", float) or DEFAULT_BODY_TIMEOUT),
+        public_url=_env("FLOWNB_PUBLIC_URL"),
+        input_max=_input_max(_env("FLOWNB_INPUT_MAX")),
+        media_allow=_media_allow(_env("FLOWNB_MEDIA_ALLOW")),
+        forwarded_allow_ips=_env("FLOWNB_FORWARDED_ALLOW_IPS"),
     )
+
+
+def _env(*names: str) -> str | None:
+    """Return the first of the environment variables ``names`` that is set and not empty (a
+    variable set to ``""`` counts as unset), else ``None``."""
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _word(name: str, default: str) -> str:
+    """Return the environment variable ``name`` (else ``default``) stripped and lower-cased."""
+    return (_env(name) or default).strip().lower()
+
+
+def _number_var(name: str, kind: type[int] | type[float]) -> float | int | None:
+    """Return the environment variable ``name`` as a positive number, ``None`` when unset.
+
+    Raises:
+        ConfigError: not a number, or not positive.
+    """
+    return _number(name, os.environ.get(name), kind)
 
 
 def env_secret(name: str) -> str | None:
@@ -378,53 +392,37 @@ def resolve_run_config(
         TypeError: an option that is not a run setting.
     """
     check_run_options(dict(options), "resolve_run_config")
-    concurrency, cache, log = options.get("concurrency"), options.get("cache"), options.get("log")
-    rpm, tpm = options.get("rpm"), options.get("tpm")
-    timeout, retries = options.get("timeout"), options.get("retries")
-    endpoint, base_url = options.get("endpoint"), options.get("base_url")
-    api_key = options.get("api_key")
     s = get_settings()
     chosen = (
         resolve_endpoint(
-            s, endpoint=endpoint, base_url=base_url, api_key=api_key, provider=provider, home=home
+            s,
+            endpoint=options.get("endpoint"),
+            base_url=options.get("base_url"),
+            api_key=options.get("api_key"),
+            provider=provider,
+            home=home,
         )
         if local
         else None
     )
-    if chosen is not None:
-        if provider and provider.strip().lower() != chosen.provider:
-            raise ConfigError(
-                f"endpoint {chosen.name!r} is an {chosen.provider!r} endpoint; "
-                f"provider={provider!r} contradicts it"
-            )
-        provider = chosen.provider
-        concurrency = concurrency if concurrency is not None else chosen.concurrency
-        rpm = rpm if rpm is not None else chosen.rpm
-        tpm = tpm if tpm is not None else chosen.tpm
-    if concurrency is not None and concurrency < 1:
-        raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
-    if retries is not None and retries < 0:
-        raise ConfigError(f"retries must be 0 or more, got {retries}")
-    if timeout is not None and timeout <= 0:
-        raise ConfigError(f"timeout must be positive, got {timeout}")
-    for knob, value in (("rpm", rpm), ("tpm", tpm)):
-        if value is not None and value <= 0:
-            raise ConfigError(f"{knob} must be positive, got {value}")
-    if media_max is not None and media_max < 0:
-        raise ConfigError(f"the media size cap must be 0 (none) or more bytes, got {media_max}")
+    provider = _endpoint_provider(chosen, provider)
+    wanted = _over_endpoint(options, chosen)
+    _check_run_values(wanted, media_max)
     default_cache, default_log = (
         (s.server_cache, s.server_runlog) if server else (s.cache, s.runlog)
     )
+    # The rest of the order, after the explicit argument and the endpoint: the environment,
+    # then the default (which get_settings already put in place of an unset variable).
     return RunConfig(
         home=Path(home).expanduser() if home is not None else s.home,
         provider=(provider or s.provider).strip().lower(),
-        concurrency=concurrency or s.concurrency,
-        cache=default_cache if cache is None else cache,
-        runlog=default_log if log is None else log,
-        rpm=rpm if rpm is not None else s.requests_per_minute,
-        tpm=tpm if tpm is not None else s.tokens_per_minute,
-        timeout=timeout or s.openai_timeout or DEFAULT_TIMEOUT,
-        retries=retries if retries is not None else s.retries,
+        concurrency=_first(wanted.get("concurrency"), default=s.concurrency),
+        cache=_first(wanted.get("cache"), default=default_cache),
+        runlog=_first(wanted.get("log"), default=default_log),
+        rpm=_first(wanted.get("rpm"), s.requests_per_minute),
+        tpm=_first(wanted.get("tpm"), s.tokens_per_minute),
+        timeout=_first(wanted.get("timeout"), s.openai_timeout, default=DEFAULT_TIMEOUT),
+        retries=_first(wanted.get("retries"), default=s.retries),
         openai_base_url=s.openai_base_url,
         openai_api_key=s.openai_api_key,
         openai_transport=s.openai_transport,
@@ -433,11 +431,81 @@ def resolve_run_config(
         vendors=s.vendors or VendorKeys(),
         service_url=s.base_url,
         service_key=s.api_key,
-        media_max=media_max if media_max is not None else s.media_max,
+        media_max=_first(media_max, default=s.media_max),
         media_allow=s.media_allow,
         # Never a key: the configuration travels with a pickled flow (a worker rebuilds it).
         given={k: v for k, v in options.items() if v is not None and k not in _WHERE_CALLS_GO},
     )
+
+
+# The run settings an endpoint may set for itself (Endpoint.concurrency, .rpm, .tpm).
+_ENDPOINT_LIMITS = ("concurrency", "rpm", "tpm")
+
+
+def _over_endpoint(options: RunOptions, chosen: Endpoint | None) -> RunOptions:
+    """Return ``options`` with ``chosen``'s own limits where none was given: an explicit
+    argument wins over its endpoint's setting."""
+    if chosen is None:
+        return options
+    wanted = options.copy()
+    for knob in _ENDPOINT_LIMITS:
+        if wanted.get(knob) is None:
+            wanted[knob] = getattr(chosen, knob)  # type: ignore[literal-required]
+    return wanted
+
+
+def _endpoint_provider(chosen: Endpoint | None, provider: str | None) -> str | None:
+    """Return the provider kind calls go to: ``chosen``'s, else ``provider``.
+
+    Raises:
+        ConfigError: ``provider`` names another kind than ``chosen``'s.
+    """
+    if chosen is None:
+        return provider
+    if provider and provider.strip().lower() != chosen.provider:
+        raise ConfigError(
+            f"endpoint {chosen.name!r} is an {chosen.provider!r} endpoint; "
+            f"provider={provider!r} contradicts it"
+        )
+    return chosen.provider
+
+
+def _check_run_values(wanted: RunOptions, media_max: int | None) -> None:
+    """Check the run settings given (or taken from the endpoint) before they are used.
+
+    Raises:
+        ConfigError: naming the first one that cannot work (concurrency below 1, negative
+            retries, a timeout, rpm or tpm that is not positive, a negative media cap).
+    """
+    concurrency, retries, timeout = (
+        wanted.get("concurrency"),
+        wanted.get("retries"),
+        wanted.get("timeout"),
+    )
+    if concurrency is not None and concurrency < 1:
+        raise ConfigError(f"concurrency must be at least 1, got {concurrency}")
+    if retries is not None and retries < 0:
+        raise ConfigError(f"retries must be 0 or more, got {retries}")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"timeout must be positive, got {timeout}")
+    for knob, value in (("rpm", wanted.get("rpm")), ("tpm", wanted.get("tpm"))):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{knob} must be positive, got {value}")
+    if media_max is not None and media_max < 0:
+        raise ConfigError(f"the media size cap must be 0 (none) or more bytes, got {media_max}")
+
+
+_T = TypeVar("_T")
+
+
+@overload
+def _first(*values: _T | None, default: _T) -> _T: ...
+@overload
+def _first(*values: _T | None) -> _T | None: ...
+def _first(*values: Any, default: Any = None) -> Any:
+    """Return the first of ``values`` that is not ``None`` (they are given in the order of
+    precedence), else ``default``."""
+    return next((value for value in values if value is not None), default)
 
 
 @dataclass(frozen=True)
@@ -535,26 +603,44 @@ def resolve_endpoint(
         ConfigError: no ``flownb.toml`` declares the name.
     """
     where = Path(home).expanduser() if home is not None else s.home
-    chosen: Endpoint | None
+    # FLOWNB_ENDPOINT only when nothing else given here says where calls go.
+    unsaid = base_url is None and api_key is None and not provider
+    chosen = _named_endpoint(s, endpoint, where, environment=unsaid)
+    if chosen is None:
+        return _unnamed_endpoint(s, base_url=base_url, api_key=api_key, provider=provider)
+    changes = {"base_url": base_url, "api_key": api_key}
+    changes = {field: value for field, value in changes.items() if value is not None}
+    return chosen.replace(**changes) if changes else chosen
+
+
+def _named_endpoint(
+    s: Settings, endpoint: Endpoint | str | None, where: Path, *, environment: bool
+) -> Endpoint | None:
+    """Return the endpoint given (an :class:`Endpoint`, or a name declared in ``flownb.toml``),
+    else ``FLOWNB_ENDPOINT``'s when ``environment`` (nothing else says where calls go), else
+    ``None``.
+
+    Raises:
+        ConfigError: no ``flownb.toml`` declares the name, or ``endpoint`` is neither.
+    """
     if isinstance(endpoint, str):
-        chosen = find_endpoint(endpoint.strip(), Path.cwd(), where)
-    elif endpoint is not None:
+        return find_endpoint(endpoint.strip(), Path.cwd(), where)
+    if endpoint is not None:
         if not isinstance(endpoint, Endpoint):
             raise ConfigError(
                 f"endpoint must be a flownb.Endpoint or a name, got {type(endpoint).__name__}"
             )
-        chosen = endpoint
-    elif s.endpoint and base_url is None and api_key is None and not provider:
-        chosen = find_endpoint(s.endpoint, Path.cwd(), where)
-    else:
-        chosen = None
-    if chosen is not None:
-        changes: dict[str, object] = {}
-        if base_url is not None:
-            changes["base_url"] = base_url
-        if api_key is not None:
-            changes["api_key"] = api_key
-        return chosen.replace(**changes) if changes else chosen
+        return endpoint
+    if s.endpoint and environment:
+        return find_endpoint(s.endpoint, Path.cwd(), where)
+    return None
+
+
+def _unnamed_endpoint(
+    s: Settings, *, base_url: str | None, api_key: str | None, provider: str | None
+) -> Endpoint | None:
+    """Return the endpoint ``base_url`` / ``api_key`` make (named ``"custom"``), else the
+    environment's for the provider kind (Azure's or OpenAI's), else ``None``."""
     kind = (provider or "").strip().lower()
     if base_url is not None or api_key is not None:
         return Endpoint(

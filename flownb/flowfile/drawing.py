@@ -87,45 +87,10 @@ def layout(graph: FlowGraph, values: Mapping[str, str] | None = None) -> Drawing
     inputs, by variable name) when there, else its default."""
     nodes = {n.id: n for n in graph.nodes}
     incoming: dict[str, list[str]] = {n: [] for n in nodes}
-    outgoing: dict[str, list[str]] = {n: [] for n in nodes}
     for edge in graph.edges:
         incoming[edge.target].append(edge.source)
-        outgoing[edge.source].append(edge.target)
-
-    # Column of a generation node = 1 + the deepest generation node above it (the graph is
-    # acyclic: parse_flow refused cycles). Iterative, as flows can be deep.
-    column: dict[str, int] = {}
-    for node_id, node in nodes.items():
-        if isinstance(node, VariableNode):
-            column[node_id] = 0
-    pending = [n for n, node in nodes.items() if isinstance(node, ActionNode | ImageNode)]
-    while pending:
-        left = []
-        for node_id in pending:
-            above = [s for s in incoming[node_id] if isinstance(nodes[s], ActionNode | ImageNode)]
-            if all(s in column for s in above):
-                column[node_id] = 1 + max((column[s] for s in above), default=0)
-            else:
-                left.append(node_id)
-        if len(left) == len(pending):  # unreachable for a parsed flow; never loop forever
-            for node_id in left:
-                column[node_id] = 1
-            break
-        pending = left
-    last = max(column.values(), default=0) + 1
-    for node_id, node in nodes.items():
-        if isinstance(node, OutputNode):
-            column[node_id] = last
-
-    # Which generation nodes run: those an output depends on, directly or through others.
-    runs: set[str] = set()
-    stack = [s for n, node in nodes.items() if isinstance(node, OutputNode) for s in incoming[n]]
-    while stack:
-        node_id = stack.pop()
-        if node_id not in runs:
-            runs.add(node_id)
-            stack.extend(incoming[node_id])
-
+    column = _columns(nodes, incoming)
+    runs = _running(nodes, incoming)
     rows: dict[int, int] = {}
     boxes = []
     for node_id, node in nodes.items():
@@ -148,6 +113,42 @@ def layout(graph: FlowGraph, values: Mapping[str, str] | None = None) -> Drawing
         )
     edges = tuple((e.source, e.target) for e in graph.edges)
     return Drawing(tuple(boxes), edges)
+
+
+def _columns(nodes: Mapping[str, Any], incoming: Mapping[str, list[str]]) -> dict[str, int]:
+    """Return each node's column: 0 for a variable, 1 + the deepest generation node above it
+    for a generation node, one past the last of those for an output."""
+    column = {node_id: 0 for node_id, node in nodes.items() if isinstance(node, VariableNode)}
+    # The graph is acyclic (parse_flow refused cycles). Iterative, as flows can be deep.
+    pending = [n for n, node in nodes.items() if isinstance(node, ActionNode | ImageNode)]
+    while pending:
+        left = []
+        for node_id in pending:
+            above = [s for s in incoming[node_id] if isinstance(nodes[s], ActionNode | ImageNode)]
+            if all(s in column for s in above):
+                column[node_id] = 1 + max((column[s] for s in above), default=0)
+            else:
+                left.append(node_id)
+        if len(left) == len(pending):  # unreachable for a parsed flow; never loop forever
+            column.update(dict.fromkeys(left, 1))
+            break
+        pending = left
+    last = max(column.values(), default=0) + 1
+    column.update((n, last) for n, node in nodes.items() if isinstance(node, OutputNode))
+    return column
+
+
+def _running(nodes: Mapping[str, Any], incoming: Mapping[str, list[str]]) -> set[str]:
+    """Return the nodes an output depends on, directly or through others (the generation
+    nodes among them are those that run)."""
+    runs: set[str] = set()
+    stack = [s for n, node in nodes.items() if isinstance(node, OutputNode) for s in incoming[n]]
+    while stack:
+        node_id = stack.pop()
+        if node_id not in runs:
+            runs.add(node_id)
+            stack.extend(incoming[node_id])
+    return runs
 
 
 def _clip(text: str, limit: int = _CLIP) -> str:

@@ -111,6 +111,27 @@ def export_flow(graph: FlowGraph, origin: Mapping[str, Any] | None) -> dict[str,
     out = copy.deepcopy(dict(origin))
     generation = {n.id: n for n in graph.nodes if isinstance(n, ActionNode | ImageNode)}
     raw_nodes = out.get("nodes") or []
+    _check_same_nodes(graph, raw_nodes)
+    system: dict[str, str] = {}
+    chosen: dict[str, list[str]] = {}
+    for raw in raw_nodes:
+        node = generation.get(raw["id"])
+        if node is None:
+            continue
+        _write_node(raw.setdefault("data", {}), node, raw_nodes)
+        if node.data.system:
+            system[node.id] = node.data.system
+        if node.data.chosenParams:
+            chosen[node.id] = list(node.data.chosenParams)
+    return with_extras(out, system=system or None, chosen=chosen or None)
+
+
+def _check_same_nodes(graph: FlowGraph, raw_nodes: list[Any]) -> None:
+    """Check that the exported nodes ``raw_nodes`` are ``graph``'s, by id.
+
+    Raises:
+        FlowFileError: naming the ids only one of them has.
+    """
     ids = {raw.get("id") for raw in raw_nodes if isinstance(raw, Mapping)}
     if ids != {n.id for n in graph.nodes}:
         missing = sorted({n.id for n in graph.nodes} - ids)
@@ -119,24 +140,17 @@ def export_flow(graph: FlowGraph, origin: Mapping[str, Any] | None) -> dict[str,
             "the flow's nodes differ from the file it came from "
             f"(not in the file: {missing or 'none'}; only in the file: {extra or 'none'})"
         )
-    system: dict[str, str] = {}
-    chosen: dict[str, list[str]] = {}
-    for raw in raw_nodes:
-        node = generation.get(raw["id"])
-        if node is None:
-            continue
-        data = raw.setdefault("data", {})
-        data.pop("system", None)  # an older flownb kept it in the node; now under "flownb"
-        data.pop("chosenParams", None)
-        if data.get("prompt", "") != node.data.prompt:
-            data["prompt"] = node.data.prompt
-            data["variables"] = _uses(node.data.prompt, raw_nodes, data.get("variables"))
-        params = data.get("modelParams")
-        old = params if isinstance(params, Mapping) else {}
-        if ModelParams.model_validate(old).as_dict() != node.data.modelParams.as_dict():
-            data["modelParams"] = _params(old, node.data.modelParams)
-        if node.data.system:
-            system[node.id] = node.data.system
-        if node.data.chosenParams:
-            chosen[node.id] = list(node.data.chosenParams)
-    return with_extras(out, system=system or None, chosen=chosen or None)
+
+
+def _write_node(data: dict[str, Any], node: ActionNode | ImageNode, raw_nodes: list[Any]) -> None:
+    """Put ``node``'s prompt and model parameters into its exported ``data`` where they
+    changed (an unchanged field keeps how the file wrote it)."""
+    data.pop("system", None)  # an older flownb kept it in the node; now under "flownb"
+    data.pop("chosenParams", None)
+    if data.get("prompt", "") != node.data.prompt:
+        data["prompt"] = node.data.prompt
+        data["variables"] = _uses(node.data.prompt, raw_nodes, data.get("variables"))
+    params = data.get("modelParams")
+    old = params if isinstance(params, Mapping) else {}
+    if ModelParams.model_validate(old).as_dict() != node.data.modelParams.as_dict():
+        data["modelParams"] = _params(old, node.data.modelParams)

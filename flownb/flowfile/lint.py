@@ -22,9 +22,9 @@ import difflib
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..show.notices import warn
 from .model import ActionNode, FlowGraph, ImageNode, OutputNode, VariableNode
@@ -94,54 +94,70 @@ def lint(graph: FlowGraph) -> list[Finding]:
         dict.fromkeys(n.data.variable.label for n in graph.nodes if isinstance(n, VariableNode))
     )
     outputs = [n for n in graph.nodes if isinstance(n, OutputNode)]
-    generators = [n for n in graph.nodes if isinstance(n, ActionNode | ImageNode)]
-
-    errors: list[Finding] = []
-    warnings: list[Finding] = []
+    found: list[Finding] = []
     if not outputs:
-        errors.append(
+        found.append(
             Finding("error", "no_outputs", "the flow has no output node: a run returns nothing")
         )
-    used: set[str] = set()
-    for node in generators:
-        where = _node_name(node)
-        prompt = node.data.prompt
-        if not prompt.strip():
-            errors.append(Finding("error", "empty_prompt", f"{where} has an empty prompt"))
-            continue
-        # A prompt may also name a generation node feeding it (the engine's chaining).
-        upstream = [
-            src.data.name
-            for src_id in incoming[node.id]
-            if isinstance(src := nodes[src_id], ActionNode | ImageNode) and src.data.name
-        ]
-        known = list(dict.fromkeys([*variables, *upstream]))
-        used.update(v for v in variables if f"{{{v}}}" in prompt)
-        warnings.extend(_unknown_labels(prompt, known, where))
+    used: set[str] = set()  # the variables a prompt or an output reads
+    for node in graph.nodes:
+        if isinstance(node, ActionNode | ImageNode):
+            found += _prompt_findings(node, nodes, incoming[node.id], variables, used)
     for out in outputs:
-        feeders = incoming[out.id]
-        used.update(
-            n.data.variable.label for f in feeders if isinstance(n := nodes[f], VariableNode)
+        found += _output_findings(out, nodes, incoming[out.id], used)
+    found += (
+        Finding(
+            "warning",
+            "unused_variable",
+            f"variable {name!r} is used by no prompt or output: a run must supply it "
+            "and ignores it",
         )
-        if not feeders:
-            warnings.append(
-                Finding(
-                    "warning",
-                    "unfed_output",
-                    f"output {out.data.name!r} is fed by no node: it is always empty",
-                )
-            )
-    for name in variables:
-        if name not in used:
-            warnings.append(
-                Finding(
-                    "warning",
-                    "unused_variable",
-                    f"variable {name!r} is used by no prompt or output: a run must supply it "
-                    "and ignores it",
-                )
-            )
-    return errors + warnings
+        for name in variables
+        if name not in used
+    )
+    # Errors first; within each level, the order they were found in (node order).
+    return [f for f in found if f.level == "error"] + [f for f in found if f.level != "error"]
+
+
+def _prompt_findings(
+    node: ActionNode | ImageNode,
+    nodes: Mapping[str, Any],
+    feeders: list[str],
+    variables: list[str],
+    used: set[str],
+) -> list[Finding]:
+    """Return what is wrong with a generation node's prompt (empty, or naming no variable or
+    node feeding it), adding the variables it reads to ``used``."""
+    where = _node_name(node)
+    prompt = node.data.prompt
+    if not prompt.strip():
+        return [Finding("error", "empty_prompt", f"{where} has an empty prompt")]
+    # A prompt may also name a generation node feeding it (the engine's chaining).
+    upstream = [
+        src.data.name
+        for src_id in feeders
+        if isinstance(src := nodes[src_id], ActionNode | ImageNode) and src.data.name
+    ]
+    known = list(dict.fromkeys([*variables, *upstream]))
+    used.update(v for v in variables if f"{{{v}}}" in prompt)
+    return list(_unknown_labels(prompt, known, where))
+
+
+def _output_findings(
+    out: OutputNode, nodes: Mapping[str, Any], feeders: list[str], used: set[str]
+) -> list[Finding]:
+    """Return what is wrong with an output (fed by no node), adding the variables feeding it
+    to ``used``."""
+    used.update(n.data.variable.label for f in feeders if isinstance(n := nodes[f], VariableNode))
+    if feeders:
+        return []
+    return [
+        Finding(
+            "warning",
+            "unfed_output",
+            f"output {out.data.name!r} is fed by no node: it is always empty",
+        )
+    ]
 
 
 # (source, message) pairs already warned about in this process: a notebook re-running a cell

@@ -8,7 +8,7 @@ place a flow is checked as a graph; every problem it finds names the file and th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -56,6 +56,31 @@ EXTRA = "flownb"
 EXTRA_KEYS = ("system", "endpoint", "chosen")
 
 
+def _maps_to_strings(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _maps_to_names(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(n, str) for n in v)
+        for k, v in value.items()
+    )
+
+
+def _a_name_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(value.strip()))
+
+
+# What each key of the "flownb" field must hold, and how a refusal says so.
+_EXTRA_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("system", _maps_to_strings, "must map node ids to strings"),
+    ("chosen", _maps_to_names, "must map node ids to lists of names"),
+    ("endpoint", _a_name_or_none, "must be an endpoint's name"),
+)
+
+
 def extras_of(data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     """Return the ``"flownb"`` field of an exported flow, checked (``{}`` when there is none).
 
@@ -75,20 +100,10 @@ def extras_of(data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
             f"{prefix}the {EXTRA!r} field has unknown key(s) {', '.join(map(repr, unknown))}; "
             f"it may hold {', '.join(map(repr, EXTRA_KEYS))}"
         )
-    system = raw.get("system", {})
-    if not isinstance(system, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in system.items()
-    ):
-        raise FlowFileError(f"{prefix}{EXTRA}.system must map node ids to strings")
-    chosen = raw.get("chosen", {})
-    if not isinstance(chosen, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, list) and all(isinstance(n, str) for n in v)
-        for k, v in chosen.items()
-    ):
-        raise FlowFileError(f"{prefix}{EXTRA}.chosen must map node ids to lists of names")
-    endpoint = raw.get("endpoint")
-    if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.strip()):
-        raise FlowFileError(f"{prefix}{EXTRA}.endpoint must be an endpoint's name")
+    for key, fits, rule in _EXTRA_RULES:
+        if key in raw and not fits(raw[key]):
+            raise FlowFileError(f"{prefix}{EXTRA}.{key} {rule}")
+    system, chosen, endpoint = raw.get("system", {}), raw.get("chosen", {}), raw.get("endpoint")
     out: dict[str, Any] = {}
     if system:
         out["system"] = dict(system)

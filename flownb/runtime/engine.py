@@ -406,9 +406,7 @@ class Engine:
         lost: set[int] = set()  # steps that failed, or did not run because an upstream one did
         for level in plan.levels:
             if lost:
-                ready = tuple(s for s in level if not lost.intersection(s.upstream))
-                lost.update(s.index for s in level if s not in ready)
-                level = ready
+                level = _not_lost(level, lost)
             if hits and level:
                 level = self._answered(level, values, gens, runner, ahead)
             if not level:
@@ -427,14 +425,7 @@ class Engine:
                     *(self._call(s, self._context(values, gens, s), runner, emit) for s in level),
                     return_exceptions=True,
                 )
-            for step, gen in zip(level, done, strict=True):
-                if isinstance(gen, Exception):
-                    failed.append((step, gen))
-                    lost.add(step.index)
-                elif isinstance(gen, BaseException):
-                    raise gen  # cancelled or interrupted: not a node's failure
-                else:
-                    gens[step.index] = gen
+            _settle(level, done, gens, failed, lost)
         if failed:
             raise self._partial(values, gens, lost, failed, started)
         return self.result_of(values, gens, started)
@@ -570,3 +561,34 @@ class Engine:
         finally:
             if runner.cache is not None:
                 runner.cache.flush()
+
+
+def _not_lost(level: Sequence[Step], lost: set[int]) -> tuple[Step, ...]:
+    """Return the steps of ``level`` that read no lost step, adding the others to ``lost``
+    (a step that cannot run because an upstream one failed is lost too)."""
+    ready = tuple(s for s in level if not lost.intersection(s.upstream))
+    lost.update(s.index for s in level if s not in ready)
+    return ready
+
+
+def _settle(
+    level: Sequence[Step],
+    done: Sequence[Any],
+    gens: list[Any],
+    failed: list[tuple[Step, Exception]],
+    lost: set[int],
+) -> None:
+    """Put each of ``level``'s outcomes (``done``, in step order) where it goes: a generation
+    into ``gens``, a node's failure into ``failed`` (its step lost).
+
+    Raises:
+        BaseException: an outcome that is not a node's failure (cancelled, interrupted).
+    """
+    for step, gen in zip(level, done, strict=True):
+        if isinstance(gen, Exception):
+            failed.append((step, gen))
+            lost.add(step.index)
+        elif isinstance(gen, BaseException):
+            raise gen  # cancelled or interrupted: not a node's failure
+        else:
+            gens[step.index] = gen

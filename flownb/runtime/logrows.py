@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -44,25 +44,22 @@ def log_rows(
     """Return the UTF-8 JSON text of the rows of ``taken`` (outcomes of elements of ``batch``
     run by ``provider``). ``detailed=False`` (inline providers: no tokens, nothing cached, one
     model) makes a batch without failures in one list comprehension."""
-    if not detailed:
-        rows = _inline_rows(taken, batch, provider)
-        if rows is not None:
-            return orjson.dumps(rows)
-    else:
-        made = _cached_rows(taken, batch)
-        if made is not None:
-            return orjson.dumps(made)
-    rows = []
+    # The bulk makers answer None when the batch is not theirs (a failure, a fresh call, ...).
+    bulk = _inline_rows(taken, batch, provider) if not detailed else _cached_rows(taken, batch)
+    return orjson.dumps(bulk if bulk is not None else _rows_one_by_one(taken, batch, provider))
+
+
+def _rows_one_by_one(
+    taken: list[Outcome], batch: Sequence[Mapping[str, str]], provider: str
+) -> list[list[Any]]:
+    """Return the rows of ``taken``, each made on its own: failed, a re-run's (every call from
+    the cache) or with fresh calls (:func:`_row`)."""
+    rows: list[list[Any]] = []
     append = rows.append
     sorted_names: dict[frozenset[str], list[str] | None] = {}  # a batch's rows share a few sets
     for i, finished, result, exc in taken:
         if result is None:
-            error = one_line(exc, code=True) if exc is not None else None
-            append([i, finished, None, batch[i], None, None, None, None, None, None, error])
-            paid = getattr(exc, "paid_usd", None)
-            if paid is not None:  # paid for though it failed (an image not fetched)
-                priced = not math.isnan(paid)
-                rows[-1] += (None, paid if priced else None, 0.0, None, 0 if priced else 1)
+            append(_failed_row(i, finished, exc, batch[i]))
             continue
         cached = result.cached
         names = sorted_names.get(cached, _NO_NAMES)
@@ -91,7 +88,21 @@ def log_rows(
             latency = result.latency
             append([i, finished, model, batch[i], result, latency, None, None, None, names])
             rows[-1] += (None, None, 0.0, saved, saved, unpriced)
-    return orjson.dumps(rows)
+    return rows
+
+
+def _failed_row(
+    i: int, finished: float, exc: BaseException | None, inputs: Mapping[str, str]
+) -> list[Any]:
+    """Return the row of a failed run: it stops after its error, unless the failure was paid
+    for (an image generated but not fetched), whose cost it then records."""
+    error = one_line(exc, code=True) if exc is not None else None
+    row: list[Any] = [i, finished, None, inputs, None, None, None, None, None, None, error]
+    paid = getattr(exc, "paid_usd", None)
+    if paid is not None:  # paid for though it failed (an image not fetched)
+        priced = not math.isnan(paid)
+        row += (None, paid if priced else None, 0.0, None, 0 if priced else 1)
+    return row
 
 
 def _cached_rows(
@@ -102,12 +113,10 @@ def _cached_rows(
     every row, as many calls on every row; else ``None`` (:func:`log_rows` makes them one by
     one, the same rows)."""
     results = [r for _, _, r, _ in taken]
-    if not results or any(r is None for r in results):
+    gens = _all_from_cache(results)
+    if gens is None:
         return None
-    width = len(results[0].generations)  # type: ignore[union-attr]
-    gens = [g for r in results for g in r.generations]  # type: ignore[union-attr]
-    if not width or len(gens) != width * len(results) or not all(map(_cached, gens)):
-        return None
+    width = len(gens) // len(results)
     models = list(map(_model, gens))
     per_node = [models[k::width] for k in range(width)]
     if any(len(set(column)) != 1 for column in per_node):
@@ -118,8 +127,19 @@ def _cached_rows(
     model = ",".join(dict.fromkeys(column[0] for column in per_node if column[0])) or None
     # A row's saving and price: its calls' costs summed in node order, as money_of sums.
     saved = list(map(float, map(sum, zip(*(costs[k::width] for k in range(width)), strict=True))))
-    sets = {r.cached for r in results}  # type: ignore[union-attr]
-    names = {s: sorted(s) or None for s in sets}
+    return _rerun_table(taken, batch, cast("list[RunResult]", results), model, saved)
+
+
+def _rerun_table(
+    taken: list[Outcome],
+    batch: Sequence[Mapping[str, str]],
+    results: list[RunResult],
+    model: str | None,
+    saved: list[float],
+) -> list[tuple[Any, ...]]:
+    """Return the rows of a re-run's ``taken`` (see :func:`_cached_rows`), zipped from their
+    columns: ``model`` on every row, ``saved`` both the saving and the price of each."""
+    names = {s: sorted(s) or None for s in {r.cached for r in results}}
     indexes = [i for i, _, _, _ in taken]
     none = repeat(None)
     # [index, finished, model, inputs, outputs, latency, no tokens (3), cached outputs, no
@@ -131,11 +151,11 @@ def _cached_rows(
             repeat(model),
             [batch[i] for i in indexes],
             results,
-            [r.latency for r in results],  # type: ignore[union-attr]
+            [r.latency for r in results],
             none,
             none,
             none,
-            [names[r.cached] for r in results],  # type: ignore[union-attr]
+            [names[r.cached] for r in results],
             none,
             none,
             repeat(0.0),
@@ -144,6 +164,18 @@ def _cached_rows(
             repeat(0),
         )
     )
+
+
+def _all_from_cache(results: list[RunResult | None]) -> list[Any] | None:
+    """Return the calls of ``results``, row after row, when every row succeeded with as many
+    calls (at least one), each from the cache; else ``None``."""
+    if not results or any(r is None for r in results):
+        return None
+    width = len(results[0].generations)  # type: ignore[union-attr]
+    gens = [g for r in results for g in r.generations]  # type: ignore[union-attr]
+    if not width or len(gens) != width * len(results) or not all(map(_cached, gens)):
+        return None
+    return gens
 
 
 _cached = attrgetter("cached")

@@ -506,12 +506,7 @@ def runs(
                     unpriced,
                 )
             )
-    # Keep the last write of each (run_id, index): a recomputed partition logs its rows again.
-    last = {(r[0], r[1]): n for n, r in enumerate(records)}
-    if len(last) < len(records):
-        records = [records[n] for n in sorted(last.values())]
-    if limit is not None:
-        records = records[-limit:] if limit > 0 else []
+    records = _last_writes(records, limit)
     columns = list(zip(*records, strict=True)) if records else [()] * len(COLUMNS)
     # Object columns keep None for "not there" (no NaN standing in for a missing dict or error).
     df = pd.DataFrame(
@@ -520,18 +515,36 @@ def runs(
             for name, values in zip(COLUMNS, columns, strict=True)
         }
     )
-    df["index"] = df["index"].astype("int64")
+    df = df.astype(_DTYPES)
     df["finished"] = pd.to_datetime(df["finished"].astype(float), unit="s", utc=True)
-    for col in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        df[col] = df[col].astype("Int64")
-    df["cached"] = df["cached"].astype(bool)
-    df["latency"] = df["latency"].astype(float)
-    df["cost_usd"] = df["cost_usd"].astype(float)
-    df["saved_usd"] = df["saved_usd"].astype(float)
-    df["price_usd"] = df["price_usd"].astype(float)
-    df["unpriced_calls"] = df["unpriced_calls"].astype("Int64")
     # Marked: after %load_ext flownb, the outputs' "$" are shown as written (see frame_html).
     return mark_frame(df if by is None else _totals(df, by))
+
+
+# The typed columns of runs()'s frame (the others stay objects: None for "not there").
+_DTYPES = {
+    "index": "int64",
+    "prompt_tokens": "Int64",
+    "completion_tokens": "Int64",
+    "total_tokens": "Int64",
+    "cached": bool,
+    "latency": float,
+    "cost_usd": float,
+    "saved_usd": float,
+    "price_usd": float,
+    "unpriced_calls": "Int64",
+}
+
+
+def _last_writes(records: list[tuple[Any, ...]], limit: int | None) -> list[tuple[Any, ...]]:
+    """Return ``records`` (run_id and index first) with only the last write of each (run_id,
+    index) (a recomputed Dask partition logs its rows again), the last ``limit`` of them."""
+    last = {(r[0], r[1]): n for n, r in enumerate(records)}
+    if len(last) < len(records):
+        records = [records[n] for n in sorted(last.values())]
+    if limit is not None:
+        records = records[-limit:] if limit > 0 else []
+    return records
 
 
 _GROUPS = ("flow", "model", "day")

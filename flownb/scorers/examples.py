@@ -56,6 +56,26 @@ def select_examples(examples: Any, output: str, limit: int) -> tuple[list[Exampl
     Raises:
         ConfigError: not a frame, or one without the graded output's column or any verdict.
     """
+    column = _graded_column(examples, output)
+    names = examples.attrs.get("flownb_inputs") or [
+        c for c in examples.columns if c not in _LABEL_FIELDS and c != column
+    ]
+    found: list[tuple[tuple[str, str], Example]] = []
+    for rec in examples.to_dict("records"):
+        example = _example_of(rec, names, column)
+        if example is not None:
+            found.append(((str(rec.get("variant", "")), str(rec.get("row", ""))), example))
+    found.sort(key=lambda pair: pair[0])
+    return _in_turn([e for _, e in found], limit), len(found)
+
+
+def _graded_column(examples: Any, output: str) -> str:
+    """Return the column of ``examples`` holding the graded output (``output``, else
+    ``{output}_output``).
+
+    Raises:
+        ConfigError: not a frame, no such column, or neither a ``passed`` nor a ``score`` column.
+    """
     import pandas as pd
 
     if not isinstance(examples, pd.DataFrame):
@@ -70,37 +90,40 @@ def select_examples(examples: Any, output: str, limit: int) -> tuple[list[Exampl
         )
     if not {"passed", "score"} & set(examples.columns):
         raise ConfigError("examples= needs a 'passed' or 'score' column (report.labels)")
-    names = examples.attrs.get("flownb_inputs") or [
-        c for c in examples.columns if c not in _LABEL_FIELDS and c != column
-    ]
-    found: list[tuple[tuple[str, str], Example]] = []
-    for rec in examples.to_dict("records"):
-        passed, score, got = (_cell(rec.get(k)) for k in ("passed", "score", column))
-        if (passed is None and score is None) or got is None:
-            continue
-        inputs = tuple(
-            (str(n), "" if (v := _cell(rec.get(n))) is None else str(v))
-            for n in names
-            if n in rec and n != column
-        )
-        note = _cell(rec.get("note")) or ""
-        example = Example(
-            inputs,
-            str(got),
-            None if passed is None else bool(passed),
-            None if score is None else float(score),
-            str(note),
-        )
-        found.append(((str(rec.get("variant", "")), str(rec.get("row", ""))), example))
-    found.sort(key=lambda pair: pair[0])
+    return column
+
+
+def _example_of(rec: dict[str, Any], names: list[str], column: str) -> Example | None:
+    """Return the example a labels row makes, ``None`` when it is unusable (no verdict, or no
+    graded output)."""
+    passed, score, got = (_cell(rec.get(k)) for k in ("passed", "score", column))
+    if (passed is None and score is None) or got is None:
+        return None
+    inputs = tuple(
+        (str(n), "" if (v := _cell(rec.get(n))) is None else str(v))
+        for n in names
+        if n in rec and n != column
+    )
+    return Example(
+        inputs,
+        str(got),
+        None if passed is None else bool(passed),
+        None if score is None else float(score),
+        str(_cell(rec.get("note")) or ""),
+    )
+
+
+def _in_turn(examples: list[Example], limit: int) -> list[Example]:
+    """Return at most ``limit`` of ``examples``, taken in turn from the passes, the fails and
+    the score-only ones (each in the order given)."""
     groups = [
-        [e for _, e in found if e.passed is True],
-        [e for _, e in found if e.passed is False],
-        [e for _, e in found if e.passed is None],
+        [e for e in examples if e.passed is True],
+        [e for e in examples if e.passed is False],
+        [e for e in examples if e.passed is None],
     ]
     chosen: list[Example] = []
     while len(chosen) < limit and any(groups):
         for group in groups:
             if group and len(chosen) < limit:
                 chosen.append(group.pop(0))
-    return chosen, len(found)
+    return chosen

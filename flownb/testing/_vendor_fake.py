@@ -93,34 +93,15 @@ def handler(
                 return vendor.error(400, why, "invalid_request")
             prompt = vendor.prompt_of(request, body)
             config = state.config
-            limit_headers: dict[str, str] = {}
-            if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
-                state.limited += 1
-                return vendor.error(429, "Too many requests in flight", "rate_limit")
-            if config.rate_limit is not None:
-                within, limit_headers = state.take_quota()
-                limit_headers = {**limit_headers, **vendor.limit_headers(limit_headers)}
-                if not within:
-                    state.limited += 1
-                    return vendor.error(429, "Rate limit reached", "rate_limit", limit_headers)
+            refused, limit_headers = _limited(state, vendor)
+            if refused is not None:
+                return refused
             fault = state.pick_fault(prompt)
             if config.latency:
                 await asyncio.sleep(config.latency)
-            if fault is not None:
-                state.faults_sent[fault] += 1
-            if fault == "429":
-                headers = {}
-                if config.retry_after is not None:
-                    headers["Retry-After"] = config.retry_after
-                return vendor.error(429, "Rate limit reached", "rate_limit", headers)
-            if fault == "500":
-                return vendor.error(500, "Internal server error", "server_error")
-            if fault == "hang":
-                await hang(request)
-            if fault == "drop":
-                if request.transport is not None:
-                    request.transport.abort()
-                raise asyncio.CancelledError
+            faulted = await _fault(request, state, vendor, fault)
+            if faulted is not None:
+                return faulted
             answer = vendor.answer(request, body, prompt, config)
             headers = {"request-id": "req_fake_ok", "x-request-id": "req_fake_ok", **limit_headers}
             scripted = scripted_answer(prompt, config.answers)
@@ -146,6 +127,50 @@ def handler(
             state.leave(token)
 
     return generate
+
+
+def _limited(state: _State, vendor: Vendor) -> tuple[web.Response | None, dict[str, str]]:
+    """Return the 429 the fake's limits answer a request with (``None`` within them), and the
+    rate-limit headers its answer carries."""
+    config = state.config
+    if config.max_in_flight is not None and state.in_flight > config.max_in_flight:
+        state.limited += 1
+        return vendor.error(429, "Too many requests in flight", "rate_limit"), {}
+    if config.rate_limit is None:
+        return None, {}
+    within, limit_headers = state.take_quota()
+    limit_headers = {**limit_headers, **vendor.limit_headers(limit_headers)}
+    if within:
+        return None, limit_headers
+    state.limited += 1
+    return vendor.error(429, "Rate limit reached", "rate_limit", limit_headers), limit_headers
+
+
+async def _fault(
+    request: web.Request, state: _State, vendor: Vendor, fault: str | None
+) -> web.Response | None:
+    """Return the answer an injected ``fault`` sends (a 429 or a 500), ``None`` to answer as
+    usual (after a hang, which waits for the client to go).
+
+    Raises:
+        asyncio.CancelledError: a dropped connection (aborted here).
+    """
+    if fault is None:
+        return None
+    state.faults_sent[fault] += 1
+    if fault == "429":
+        retry_after = state.config.retry_after
+        headers = {} if retry_after is None else {"Retry-After": retry_after}
+        return vendor.error(429, "Rate limit reached", "rate_limit", headers)
+    if fault == "500":
+        return vendor.error(500, "Internal server error", "server_error")
+    if fault == "hang":
+        await hang(request)
+    if fault == "drop":
+        if request.transport is not None:
+            request.transport.abort()
+        raise asyncio.CancelledError
+    return None
 
 
 def _scripted(answer: Mapping[str, Any], headers: Mapping[str, str]) -> web.Response:

@@ -180,55 +180,70 @@ def _answer(
     base: str = "https://images.invalid",
     images: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """Return the OpenAI fake's usual answer to a request on ``path``: a chat completion, a
+    completion, else images (each image URL's prompt put into ``images``)."""
     n = int(body.get("n") or 1)
+    if not path.endswith("/completions"):
+        return _images_answer(body, prompt, config, n, base, images)
     scripted = scripted_reply(prompt, config.replies)
-    if scripted is None and not path.endswith("/images/generations"):
+    if scripted is None:
         scripted = judge_reply(prompt)
-    model = body.get("model", "")
-    created = int(time.time())
+    texts = [scripted if scripted is not None else echo(prompt, i) for i in range(n)]
     if path.endswith("/chat/completions"):
-        text = echo(prompt)
-        return {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": i,
-                    "message": {
-                        "role": "assistant",
-                        "content": scripted if scripted is not None else echo(prompt, i),
-                        "refusal": None,
-                        "annotations": [],
-                    },
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
-                for i in range(n)
-            ],
-            "usage": {**_chat_usage(_usage(prompt, text, config)), **config.usage_details},
-            "service_tier": "default",
-            "system_fingerprint": "fp_fake",
-        }
-    if path.endswith("/completions"):
-        text = echo(prompt)
-        return {
-            "id": "cmpl-fake",
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": i,
-                    "text": scripted if scripted is not None else echo(prompt, i),
-                    "finish_reason": "stop",
-                    "logprobs": None,
-                }
-                for i in range(n)
-            ],
-            "usage": _usage(prompt, text, config),
-        }
+        return _chat_answer(body, prompt, config, texts)
+    return {
+        "id": "cmpl-fake",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": body.get("model", ""),
+        "choices": [
+            {"index": i, "text": text, "finish_reason": "stop", "logprobs": None}
+            for i, text in enumerate(texts)
+        ],
+        "usage": _usage(prompt, echo(prompt), config),
+    }
+
+
+def _chat_answer(
+    body: Mapping[str, Any], prompt: str, config: FakeConfig, texts: list[str]
+) -> dict[str, Any]:
+    """Return a chat completion whose choices say ``texts``."""
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", ""),
+        "choices": [
+            {
+                "index": i,
+                "message": {
+                    "role": "assistant",
+                    "content": text,
+                    "refusal": None,
+                    "annotations": [],
+                },
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+            for i, text in enumerate(texts)
+        ],
+        "usage": {**_chat_usage(_usage(prompt, echo(prompt), config)), **config.usage_details},
+        "service_tier": "default",
+        "system_fingerprint": "fp_fake",
+    }
+
+
+def _images_answer(
+    body: Mapping[str, Any],
+    prompt: str,
+    config: FakeConfig,
+    n: int,
+    base: str,
+    images: dict[str, str] | None,
+) -> dict[str, Any]:
+    """Return an images answer of ``n`` images of ``prompt``: base64, or URLs under ``base``
+    (each URL's prompt put into ``images``)."""
+    model = body.get("model", "")
     # GPT image models always answer base64 (they take no response_format); dall-e a URL
     # unless asked otherwise.
     gpt_image = str(model).startswith("gpt-image")
@@ -249,7 +264,7 @@ def _answer(
         "total_tokens": tokens + 272 * n,
         "input_tokens_details": {"text_tokens": tokens, "image_tokens": 0},
     }
-    answer: dict[str, Any] = {"created": created, "data": items, "usage": usage}
+    answer: dict[str, Any] = {"created": int(time.time()), "data": items, "usage": usage}
     if gpt_image:  # what a GPT image model says of what it drew
         answer["background"] = body.get("background") or "opaque"
         answer["output_format"] = body.get("output_format") or "png"

@@ -222,50 +222,65 @@ class EvalBoard:
 
     def add(self, records: Sequence[tuple[Any, ...]]) -> None:
         """Take finished runs ``(variant, i, result, exc)`` and grade the ones that worked."""
-        from ..scorers import Block
-
         fresh: dict[str, list[tuple[int, Any]]] = {}
         for variant, i, result, exc in records:
-            stats = self.stats[variant]
-            stats["done"] += 1
-            if exc is not None:
-                stats["errors"] += 1
-                continue
-            self.cached += _hits(result)
-            cost = result.cost
-            if not math.isnan(cost):
-                stats["spent"] += cost
-            price = getattr(result, "price", math.nan)  # the row's list price, cached or not
-            if not math.isnan(price):
-                stats["price"] += price
-                stats["priced"] += 1
-            fresh.setdefault(variant, []).append((i, result))
+            if self._count(self.stats[variant], result, exc):
+                fresh.setdefault(variant, []).append((i, result))
         for variant, rows in fresh.items():
-            cols = {c: [values[i] for i, _ in rows] for c, values in self.inputs.items()}
-            outputs = {o for _, r in rows for o in r}
-            for o in outputs:
-                cols[o] = [r.get(o) for _, r in rows]
-            block = Block(cols, len(rows))
-            passed = [True] * len(rows)
-            for s in self.scorers:
-                if s.name in self.broken:
-                    continue
-                try:
-                    scores, _ = s.score(block)
-                except Exception:  # the report grades them again and says what failed
-                    self.broken.add(s.name)
-                    continue
-                for k, value in enumerate(scores):
-                    missing = value is None or (isinstance(value, float) and math.isnan(value))
-                    if s.kind == "bool":
-                        passed[k] = passed[k] and not missing and bool(value)
-                    elif s.threshold is not None:
-                        passed[k] = passed[k] and not missing and float(value) >= s.threshold
-                    if s.kind == "float" and not missing:
-                        total = self.sums[variant][s.name]
-                        total[0] += float(value)
-                        total[1] += 1
-            self.stats[variant]["passed"] += sum(passed)
+            self._grade(variant, rows)
+
+    def _count(self, stats: dict[str, float], result: Any, exc: BaseException | None) -> bool:
+        """Count a finished run into its variant's ``stats`` (done, errors, spent, list price)
+        and the cache hits; return whether it worked (so is graded)."""
+        stats["done"] += 1
+        if exc is not None:
+            stats["errors"] += 1
+            return False
+        self.cached += _hits(result)
+        cost = result.cost
+        if not math.isnan(cost):
+            stats["spent"] += cost
+        price = getattr(result, "price", math.nan)  # the row's list price, cached or not
+        if not math.isnan(price):
+            stats["price"] += price
+            stats["priced"] += 1
+        return True
+
+    def _grade(self, variant: str, rows: list[tuple[int, Any]]) -> None:
+        """Grade a variant's new rows ``(i, result)`` with the scorers that need no model: how
+        many pass every one, and each float scorer's sum and count."""
+        from ..scorers import Block
+
+        cols = {c: [values[i] for i, _ in rows] for c, values in self.inputs.items()}
+        outputs = {o for _, r in rows for o in r}
+        for o in outputs:
+            cols[o] = [r.get(o) for _, r in rows]
+        block = Block(cols, len(rows))
+        passed = [True] * len(rows)
+        for s in self.scorers:
+            if s.name in self.broken:
+                continue
+            try:
+                scores, _ = s.score(block)
+            except Exception:  # the report grades them again and says what failed
+                self.broken.add(s.name)
+                continue
+            self._fold(variant, s, scores, passed)
+        self.stats[variant]["passed"] += sum(passed)
+
+    def _fold(self, variant: str, s: Scorer, scores: Sequence[Any], passed: list[bool]) -> None:
+        """Fold one scorer's ``scores`` of a block into ``passed`` (a row passes while every
+        scorer passes it) and, for a float scorer, into the variant's sum and count."""
+        for k, value in enumerate(scores):
+            missing = value is None or (isinstance(value, float) and math.isnan(value))
+            if s.kind == "bool":
+                passed[k] = passed[k] and not missing and bool(value)
+            elif s.threshold is not None:
+                passed[k] = passed[k] and not missing and float(value) >= s.threshold
+            if s.kind == "float" and not missing:
+                total = self.sums[variant][s.name]
+                total[0] += float(value)
+                total[1] += 1
 
     @property
     def n_failed(self) -> int:
