@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from flownb.errors import ConfigError
-from flownb.evaluation.agreement import agreement, cohen_kappa, spearman_rho
+from flownb.evaluation.labels.agreement import agreement, cohen_kappa, spearman_rho
 
 
 def _pairs(counts: dict[tuple[bool, bool], int]) -> tuple[pd.Series, pd.Series]:

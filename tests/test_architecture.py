@@ -29,8 +29,9 @@ SURFACES = {
     "flownb.cli.opening",  # what FLOW on a command line opens (flownb info / run / eval)
     "flownb.notebook.magics",  # %flow connect, flow ids without a connection
     "flownb.runtime.runlog",  # runs(): the run log of FLOWNB_HOME
-    "flownb.evaluation.run",  # evaluate(): only when no variant is a local flow with its home
-    "flownb.evaluation.history",  # load_report() / reports()
+    # evaluate(): only when no variant is a local flow with its home
+    "flownb.evaluation.running.run",
+    "flownb.evaluation.reports.history",  # load_report() / reports()
     "flownb.frames.batch_api.listing",  # list_batches() / cancel_batch()
     "flownb.server.service",  # ServerConfig (each `serve --workers` process starts there)
     "flownb.cli.serve",  # flownb serve / keys / gc
@@ -57,7 +58,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("flows", {"flownb.flows"}),  # the flows users hold: local, remote, by value
     ("scorers", {"flownb.scorers"}),  # flownb.scorers
     ("frames", {"flownb.frames"}),  # DataFrames: pandas/polars, preview, batch API, Dask
-    ("evaluation", {"flownb.evaluation"}),  # flownb.evaluate and its reports
+    # flownb.evaluate and its reports, in folders that name the parts: record (what a report is
+    # made of, kept in the run log), figures, html, decision, labels, reports, running
+    ("evaluation", {"flownb.evaluation"}),
     (
         "surfaces",
         {
@@ -282,7 +285,7 @@ def test_the_layer_check_catches_an_import_that_climbs() -> None:
     assert (
         layer_of("flownb.flows.local") < layer_of("flownb.frames.run") < layer_of("flownb.cli.main")
     )
-    assert layer_of("flownb.cli.eval") > layer_of("flownb.evaluation.run")
+    assert layer_of("flownb.cli.eval") > layer_of("flownb.evaluation.running.run")
     assert layer_of("flownb.flows.spec") < layer_of("flownb.frames.dask.run")
     assert layer_of("flownb.errors") == 0 < layer_of("flownb.show.display")
     assert layer_of("flownb") == layer_of("flownb.server.app") == len(LAYERS) - 1

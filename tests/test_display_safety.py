@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 import flownb
-from flownb.evaluation.html import compare_html, page_html
+from flownb.evaluation.html.report import compare_html, page_html
 from flownb.infra.media import MAX_IMAGE_BYTES, MediaStore, read_media
 from flownb.notebook.live import RowsBoard
 from flownb.notebook.live_text import render

@@ -206,7 +206,7 @@ TOML = [b for b in BLOCKS if b.lang == "toml" and not b.skip and "[[scorers]]" i
 def test_docs_scorers_toml_blocks_make_the_scorers_they_say(block: Block) -> None:
     import tomllib
 
-    from flownb.evaluation.config import make_scorer
+    from flownb.evaluation.running.config import make_scorer
 
     data = tomllib.loads(block.code)
     for spec in data["scorers"]:

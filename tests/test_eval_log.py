@@ -14,7 +14,7 @@ import pytest
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation.store import EVAL_LOG_VERSION, EvalLog, load_scores
+from flownb.evaluation.record.store import EVAL_LOG_VERSION, EvalLog, load_scores
 from flownb.runtime.runlog import RUNLOG_FILE
 from tests.conftest import make_flow
 

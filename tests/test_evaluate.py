@@ -26,7 +26,7 @@ import flownb
 import flownb.frames.preview
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation import stats
+from flownb.evaluation.figures import stats
 from flownb.frames.run import INTERRUPTED
 from flownb.providers.base import Call, Generation
 from flownb.testing.fake_openai import FakeOpenAI, echo

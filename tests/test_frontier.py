@@ -17,8 +17,8 @@ import flownb
 from flownb import Endpoint
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation import stats
-from flownb.evaluation.frontier import POINTS_ID
+from flownb.evaluation.decision.frontier import POINTS_ID
+from flownb.evaluation.figures import stats
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
@@ -301,7 +301,7 @@ def _contrast_on_white(rgba: tuple[float, ...]) -> float:
 def test_the_frontier_names_never_overlap_and_every_point_shows_on_white(tmp_path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from flownb.evaluation.frontier import Frontier, Point
+    from flownb.evaluation.decision.frontier import Frontier, Point
 
     # Two vendors at the same place, a third close by, the fastest dominated (faded).
     points = [

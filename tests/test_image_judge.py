@@ -29,7 +29,7 @@ from vendor_fakes import (  # noqa: F401 (fixtures)
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation.html import THUMB
+from flownb.evaluation.html.report import THUMB
 from flownb.providers.images import ImagePart, image_ref, prompt_parts
 from flownb.show.display import image_bytes
 from flownb.testing.fake_openai import (

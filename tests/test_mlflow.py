@@ -15,7 +15,7 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation.html import page_html
+from flownb.evaluation.html.report import page_html
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
 

@@ -28,7 +28,7 @@ from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
 import flownb
 from flownb import scorers as S
 from flownb.config.image_prices import AS_OF, IMAGE_PRICES, SOURCE, image_price
-from flownb.evaluation.money import money_text
+from flownb.evaluation.figures.money import money_text
 from flownb.providers.anthropic.provider import AnthropicProvider
 from flownb.runtime.cache import open_cache
 from flownb.show.meter import CostMeter, usd

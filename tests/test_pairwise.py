@@ -15,8 +15,8 @@ import pytest
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation import stats
-from flownb.evaluation.pairwise import PairwiseReview, shown_order
+from flownb.evaluation.figures import stats
+from flownb.evaluation.labels.pairwise import PairwiseReview, shown_order
 from tests.conftest import make_flow
 
 FLOW = make_flow({"say": "say {word}"}, ["word"])

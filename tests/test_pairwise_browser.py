@@ -15,7 +15,7 @@ import playwright.sync_api as playwright_sync
 import pytest
 
 import flownb
-from flownb.evaluation.pairwise import shown_order
+from flownb.evaluation.labels.pairwise import shown_order
 from tests.test_review_browser import ARTIFACTS, review_notebook, shown_widget
 
 pytestmark = pytest.mark.timeout(240)

@@ -18,8 +18,8 @@ from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation import stats
-from flownb.evaluation.store import EvalLog
+from flownb.evaluation.figures import stats
+from flownb.evaluation.record.store import EvalLog
 from flownb.providers.base import Call, Generation, Provider
 from flownb.providers.offline import OfflineProvider
 from flownb.providers.repeat import repeated

@@ -15,7 +15,7 @@ from PIL import Image
 import flownb
 from flownb import scorers as S
 from flownb.errors import ConfigError
-from flownb.evaluation.review import LabelReview
+from flownb.evaluation.labels.review import LabelReview
 from tests.conftest import make_flow
 
 FLOW = make_flow({"say": "say {word}"}, ["word"])

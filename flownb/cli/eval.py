@@ -158,8 +158,8 @@ def summary_text(report: Any) -> str:
     as percentages) with its 95% interval, and its paired p-value against the first variant."""
     import pandas as pd
 
-    from ..evaluation.html import fmt_number, fmt_p, fmt_rate
-    from ..evaluation.speed import speed_text
+    from ..evaluation.figures.speed import speed_text
+    from ..evaluation.html.report import fmt_number, fmt_p, fmt_rate
 
     summary = report.summary
     rates = {"pass_rate"} | {s.name for s in report.scorers if s.kind == "bool" or s.rate}
@@ -184,7 +184,7 @@ def summary_text(report: Any) -> str:
     frame = pd.DataFrame(table, index=summary.index)
     money = "price_per_row" in summary.columns
     if money:
-        from ..evaluation.money import money_text
+        from ..evaluation.figures.money import money_text
 
         frame["price/row (rank)"] = [
             money_text(r["price_per_row"], r["unpriced_calls"])
@@ -215,7 +215,7 @@ def summary_text(report: Any) -> str:
     if len(summary) > 1:
         note += "; p: paired test against the first variant (* differs, p < 0.05)"
     if money:
-        from ..evaluation.money import RANK_NOTE
+        from ..evaluation.figures.money import RANK_NOTE
 
         note += f"; {RANK_NOTE}"
     from ..scorers.judging import judged_by_line
@@ -231,7 +231,7 @@ def summary_text(report: Any) -> str:
 def money_line(report: Any) -> str | None:
     """Return the evaluation's bill in one line: spent and saved, the judges' part apart and
     in the total (None for a report without prices)."""
-    from ..evaluation.money import money_text
+    from ..evaluation.figures.money import money_text
 
     bill = report.money
     if bill.empty:
@@ -387,9 +387,9 @@ def eval_command(
     max_spend: float | None,
 ) -> None:
     """Evaluate FLOWS (files or ids; NAME=FLOW names a variant) over --data with --scorers."""
-    from ..evaluation.config import load_config, make_scorer
-    from ..evaluation.jobs import _bind_judges
-    from ..evaluation.run import evaluate
+    from ..evaluation.running.config import load_config, make_scorer
+    from ..evaluation.running.jobs import _bind_judges
+    from ..evaluation.running.run import evaluate
     from ..scorers.judge import JudgeScorer
 
     try:

@@ -3,8 +3,8 @@ side (see :func:`evaluate` and :class:`EvalReport`)."""
 
 from __future__ import annotations
 
-from .history import load_report, reports
-from .report import EvalReport
-from .run import evaluate
+from .reports.history import load_report, reports
+from .reports.report import EvalReport
+from .running.run import evaluate
 
 __all__ = ["EvalReport", "evaluate", "load_report", "reports"]

@@ -127,7 +127,7 @@ class EvalMagics:
         found: list[Scorer] = []
         for ref in refs:
             if ref.lower().endswith((".json", ".toml")):
-                from ..evaluation.config import load_config, make_scorer
+                from ..evaluation.running.config import load_config, make_scorer
 
                 found += [make_scorer(s) for s in load_config(ref).get("scorers") or []]
                 continue
@@ -160,7 +160,7 @@ class EvalMagics:
     def _eval(self, tokens: list[str]) -> Any:
         """Run ``%flow eval`` with the line's ``tokens`` (after ``eval``); return the report."""
         __tracebackhide__ = True
-        from ..evaluation.run import evaluate
+        from ..evaluation.running.run import evaluate
 
         args = _parser().parse_intermixed_args(tokens)
         if not args.scorers:

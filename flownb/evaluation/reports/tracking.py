@@ -12,10 +12,10 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 if TYPE_CHECKING:
-    from .shape import ReportView
+    from ..record.shape import ReportView
 
 __all__ = ["to_mlflow"]
 
@@ -89,7 +89,7 @@ def to_mlflow(report: ReportView, experiment: str | None = None) -> dict[str, st
     """
     import orjson
 
-    from .html import page_html
+    from ..html.report import page_html
 
     mlflow = _mlflow()
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import urllib.parse
 
-from ..flowfile.model import ActionNode, ImageNode
-from ..flows.local import BaseFlow, LocalFlow
+from ...flowfile.model import ActionNode, ImageNode
+from ...flows.local import BaseFlow, LocalFlow
 
 __all__ = ["variant_params"]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..show.escape import html_text
-from ..show.fallback import StaticFallback
+from ...show.escape import html_text
+from ...show.fallback import StaticFallback
 from .preferences import TIE
 from .review import (
     _chosen_outputs,

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -131,7 +131,7 @@ class Agreement:
             f"{_fmt(high)}), on {self.n} labelled rows; "
             f"{len(self.disagreements)} disagree.</p>"
         )
-        from ..show.escape import no_math
+        from ...show.escape import no_math
 
         # The table quotes outputs and reasons (a model's text): escaped by pandas, and kept
         # out of the math typesetter.

@@ -9,10 +9,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import one_line
-from ..flows.local import BaseFlow, LocalFlow
-from ..frames.batch_api.run import prefill
-from ..scorers.judge import JudgeScorer, PickBest
+from ...errors import one_line
+from ...flows.local import BaseFlow, LocalFlow
+from ...frames.batch_api.run import prefill
+from ...scorers.judge import JudgeScorer, PickBest
+from ..figures.money import charge_judge
 from .jobs import (
     OnResult,
     _block,
@@ -24,7 +25,6 @@ from .jobs import (
     _run_all,
     _with_bar,
 )
-from .money import charge_judge
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,7 +47,7 @@ def _judges_through_batches(
     progress: bool,
 ) -> None:
     """Send one repeat's judge calls through the batch APIs (the outputs they grade cached)."""
-    from ..frames.preview import preview_many
+    from ...frames.preview import preview_many
 
     # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
     calls = preview_many(r.variants, batches, r.graders, _input_rows(data)).calls

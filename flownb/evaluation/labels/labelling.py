@@ -2,8 +2,8 @@
 given, ``report.labels`` shows the ones in force, ``S.human()`` columns read them, and
 ``report.agreement(scorer)`` checks a scorer (a judge, usually) against them.
 
-:class:`Labelled` is mixed into :class:`~flownb.evaluation.report.EvalReport`; it reads the
-report's ``results``, ``variants``, ``scorers``, ``index_name``, ``id`` and ``home``.
+:class:`Labelled` is mixed into :class:`~flownb.evaluation.reports.report.EvalReport`; it
+reads the report's ``results``, ``variants``, ``scorers``, ``index_name``, ``id`` and ``home``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from .shape import ScorerInfo
+from ...errors import ConfigError
+from ..record.shape import ScorerInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,7 +120,7 @@ class Labelled:
             "labelled_at": time.time(),
         }
         if self.home is not None:
-            from .store import save_labels
+            from ..record.store import save_labels
 
             save_labels(self.id, [given], self.home)  # first: a label the log refused is not shown
         else:
@@ -138,7 +138,7 @@ class Labelled:
         takes as few-shot examples."""
         import pandas as pd
 
-        from .store import LABEL_COLUMNS
+        from ..record.store import LABEL_COLUMNS
 
         latest: dict[tuple[str, str], dict[str, Any]] = {}
         for given in self._label_state()[0]:
@@ -155,7 +155,7 @@ class Labelled:
         """Return the labels with the inputs and outputs of the (row, variant) each labels."""
         import pandas as pd
 
-        from .store import LABEL_COLUMNS
+        from ..record.store import LABEL_COLUMNS
 
         inputs = [c for c in self.inputs if c not in LABEL_COLUMNS]
         outputs = [c for c in self.outputs if c not in LABEL_COLUMNS and c not in inputs]
@@ -268,7 +268,7 @@ class Labelled:
         Raises:
             ConfigError: the evaluation has no run log.
         """
-        from .store import read_labels
+        from ..record.store import read_labels
 
         if self.home is None:
             raise ConfigError("this evaluation has no run log; store(home=...) it first")
@@ -281,7 +281,7 @@ class Labelled:
         """Keep the labels given while the report had no run log in the one of ``home``."""
         pending = self._label_state()[1]
         if pending:
-            from .store import save_labels
+            from ..record.store import save_labels
 
             save_labels(self.id, list(pending), home)
             pending.clear()

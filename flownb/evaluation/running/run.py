@@ -32,29 +32,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config.settings import resolve_run_config
-from ..errors import ConfigError
-from ..flows.local import BaseFlow, LocalFlow
-from ..frames.batch_api.paid import paid_once
-from ..frames.batch_api.run import prefill
-from ..frames.run import rows_to_variables
-from ..providers.calls import announce
-from ..providers.spend import SpendCap
-from ..runtime.hooks import HOOKS
-from ..scorers import Scorer
-from ..scorers.judge import JudgeScorer
-from ..show.notices import warn
+from ...config.settings import resolve_run_config
+from ...errors import ConfigError
+from ...flows.local import BaseFlow, LocalFlow
+from ...frames.batch_api.paid import paid_once
+from ...frames.batch_api.run import prefill
+from ...frames.run import rows_to_variables
+from ...providers.calls import announce
+from ...providers.spend import SpendCap
+from ...runtime.hooks import HOOKS
+from ...scorers import Scorer
+from ...scorers.judge import JudgeScorer
+from ...show.notices import warn
+from ..reports.report import EvalReport
 from .assemble import _assemble, describe_evaluation
 from .jobs import _bind_judges, _Collected, _input_rows, _Limits, _Round, _run_all, _with_bar
 from .judging import Judged, _batchable, _Interrupted, _judges_through_batches, _run_judges
 from .params import variant_params
 from .repeats import check_repeats, order_runs, repeat_flow, repeat_judge
-from .report import EvalReport
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..frames.preview import Preview
+    from ...frames.preview import Preview
 
 __all__ = ["evaluate"]
 
@@ -135,7 +135,7 @@ def evaluate(
     (the repeat is part of the cache key; repeat 0's key is a plain run's), so a re-run pays
     nothing; the preview counts k times the calls. ``report.results`` then holds per-row means
     (and ``flips``), ``report.runs`` every run, ``report.spread`` the spread per row, and the
-    summary the spread per variant (see :mod:`flownb.evaluation.repeats`).
+    summary the spread per variant (see :mod:`flownb.evaluation.running.repeats`).
     ``max_spend`` (US dollars) caps what the variants and judges pay together: a call is sent
     only if what was spent plus the most every call in flight could still cost stays within it
     (see :mod:`flownb.providers.spend`); the calls it stops fail their rows with
@@ -299,7 +299,7 @@ def _check_scorer_columns(
 def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
     """Return the evaluation's dry run: its calls on the cache's state now (judges included),
     every repeat's (a ``repeat`` column in its calls when there are several)."""
-    from ..frames.preview import Preview, preview_many
+    from ...frames.preview import Preview, preview_many
 
     inputs = _input_rows(data) if setup.judges else None
     previews = [preview_many(r.variants, setup.batches, r.graders, inputs) for r in setup.rounds]
@@ -325,7 +325,7 @@ def _spend_cap(setup: _Setup, max_spend: float | None, preview: Preview | None) 
     """
     if max_spend is None:
         return None
-    from ..show.meter import usd
+    from ...show.meter import usd
 
     cap = SpendCap(max_spend)
     for r in setup.rounds:  # refused before anything is sent
@@ -364,7 +364,7 @@ def _run(
             list(setup.variants), data, setup.graders, preview.n_calls, len(rounds)
         )
     if preview is not None and bar is None:
-        from ..show.progress import open_bar
+        from ...show.progress import open_bar
 
         # The bar counts provider calls: its total is the preview's count on this cache state.
         # Moved by one thread of its own: calls finish on the loop thread, the bar is a widget.

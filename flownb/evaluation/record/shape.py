@@ -1,7 +1,8 @@
 """What an evaluation report is made of, as the modules that render and store one see it.
 
-:mod:`.report` builds on :mod:`.html` (its views) and :mod:`.store` (the run log); those two
-read a report through :class:`ReportView` instead of importing :mod:`.report` back.
+:mod:`flownb.evaluation.reports.report` builds on :mod:`flownb.evaluation.html` (its views)
+and :mod:`.store` (the run log); those read a report through :class:`ReportView` instead of
+importing the report back.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class ScorerInfo:
 
 
 class ReportView(Protocol):
-    """The members of an :class:`~flownb.evaluation.report.EvalReport` its views and store read."""
+    """The members of an :class:`~flownb.evaluation.reports.report.EvalReport` its views and
+    store read."""
 
     @property
     def id(self) -> str:
@@ -92,10 +94,10 @@ class ReportView(Protocol):
         """A matplotlib figure of the scores per variant."""
 
     def frontier(self) -> Any:
-        """Quality against price per row (see :mod:`flownb.evaluation.frontier`)."""
+        """Quality against price per row (see :mod:`flownb.evaluation.decision.frontier`)."""
 
     def price(self, rows: int = 1_000_000) -> pd.DataFrame:
-        """Each variant's price for ``rows`` rows (see :mod:`flownb.evaluation.price`)."""
+        """Each variant's price for ``rows`` rows (see :mod:`flownb.evaluation.decision.price`)."""
 
     @property
     def variant_params(self) -> Mapping[str, Mapping[str, str]]:

@@ -9,14 +9,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..flows.local import BaseFlow, LocalFlow
-from ..scorers import Scorer
-from ..scorers.judge import JudgeScorer
-from ..scorers.judging import self_preference, variant_vendor
+from ...errors import ConfigError
+from ...flows.local import BaseFlow, LocalFlow
+from ...scorers import Scorer
+from ...scorers.judge import JudgeScorer
+from ...scorers.judging import self_preference, variant_vendor
+from ..figures.money import JUDGE_COLUMNS, MONEY_COLUMNS, money_columns
+from ..reports.report import EvalReport, ScorerInfo
 from .jobs import _block, _Collected, _input_block
-from .money import JUDGE_COLUMNS, MONEY_COLUMNS, money_columns
-from .report import EvalReport, ScorerInfo
 
 if TYPE_CHECKING:
     import pandas as pd

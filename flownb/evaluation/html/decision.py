@@ -9,11 +9,11 @@ import html
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..show.meter import usd
-from .speed import sig
+from ...show.meter import usd
+from ..figures.speed import sig
 
 if TYPE_CHECKING:
-    from .shape import ReportView
+    from ..record.shape import ReportView
 
 __all__ = ["frontier_section", "speed_cell", "svg_img"]
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..show.meter import usd
-from .speed import sig
+from ...errors import ConfigError
+from ...show.meter import usd
+from ..figures.speed import sig
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,7 +53,7 @@ def _md(text: str) -> str:
 
 @dataclass
 class Choice:
-    """What :meth:`~flownb.evaluation.report.EvalReport.choose` found.
+    """What :meth:`~flownb.evaluation.reports.report.EvalReport.choose` found.
 
     Attributes:
         variant: the chosen variant, None when none meets the bars.
@@ -254,8 +254,8 @@ def report_choice(
     max_price: float | None,
     max_p95: float | None,
 ) -> Choice:
-    """Return the choice among an :class:`~flownb.evaluation.report.EvalReport`'s variants
-    (see its :meth:`~flownb.evaluation.report.EvalReport.choose`).
+    """Return the choice among an :class:`~flownb.evaluation.reports.report.EvalReport`'s variants
+    (see its :meth:`~flownb.evaluation.reports.report.EvalReport.choose`).
 
     Raises:
         ConfigError: an unknown quality, or a bar that is not a number.
@@ -302,7 +302,7 @@ def _flow_of(report: Any, variant: str) -> Callable[[], Any] | None:
         return None
 
     def load() -> Any:
-        from ..flows.local import load_flow
+        from ...flows.local import load_flow
 
         return load_flow(kept, name=variant, ready=False)
 

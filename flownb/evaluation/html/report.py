@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ..show.escape import NO_MATH, html_attr, html_text, no_math
-from ..show.meter import usd
-from .decide_html import SPEED_HEAD, frontier_section, speed_cell
-from .money import RANK_NOTE, bill_html, money_cells, price_row
+from ...show.escape import NO_MATH, html_attr, html_text, no_math
+from ...show.meter import usd
+from ..figures.money import RANK_NOTE, bill_html, money_cells, price_row
+from .decision import SPEED_HEAD, frontier_section, speed_cell
 
 if TYPE_CHECKING:
-    from .shape import ReportView
+    from ..record.shape import ReportView
 
 __all__ = [
     "compare_html",
@@ -144,7 +144,7 @@ def thumbnail(url: str, size: int = THUMB) -> str | None:
 
 @functools.lru_cache(maxsize=2048)
 def _thumbnail(url: str, size: int) -> str | None:
-    from ..show.display import image_bytes
+    from ...show.display import image_bytes
 
     found = image_bytes(url)
     if found is None:

@@ -20,8 +20,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from . import stats
+from ...errors import ConfigError
+from ..figures import stats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -198,7 +198,7 @@ class Frontier:
             bar.set_label(f"{self.speed} (darker: slower)", fontsize=8)
         from matplotlib.ticker import MaxNLocator
 
-        from ..show.meter import usd
+        from ...show.meter import usd
 
         # Prices are long labels ("$0.000125"): few ticks, so they never run into each other.
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))
@@ -240,7 +240,7 @@ class Frontier:
     # No _repr_svg_: front ends would keep the SVG beside the HTML, and its colours (speeds
     # measured afresh) would differ on every run of a saved notebook.
     def _repr_html_(self) -> str:
-        from .decide_html import svg_img
+        from ..html.decision import svg_img
 
         picture = svg_img(self.svg(), "quality against price per row, one point per variant")
         return f"<div>{picture}<p>{html.escape(self.sentence)}</p></div>"
@@ -337,8 +337,8 @@ def _quality_kind(report: Any, quality: str) -> str:
 
 
 def report_frontier(report: Any, quality: str, price: str | None, speed: str | None) -> Frontier:
-    """Return the frontier of an :class:`~flownb.evaluation.report.EvalReport` (see its
-    :meth:`~flownb.evaluation.report.EvalReport.frontier`).
+    """Return the frontier of an :class:`~flownb.evaluation.reports.report.EvalReport` (see its
+    :meth:`~flownb.evaluation.reports.report.EvalReport.frontier`).
 
     Raises:
         ConfigError: an unknown quality, price or speed column.

@@ -14,21 +14,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..config.pricing import Money
-from ..errors import ConfigError, one_line
-from ..flows.local import BaseFlow, LocalFlow
-from ..frames.run import INTERRUPTED
-from ..infra.aio import run_sync
-from ..providers.calls import SHARED_TWINS
-from ..providers.limits import AdaptiveLimiter
-from ..providers.repeat import unrepeated
-from ..providers.spend import SpendCap
-from ..providers.tokens import chain
-from ..runtime.pipeline import Observers
-from ..scorers import Block, Scorer
-from ..scorers.judge import JudgeScorer
-from .money import Charged, money_of_result, prompt_cache_saved_of
-from .speed import row_speed
+from ...config.pricing import Money
+from ...errors import ConfigError, one_line
+from ...flows.local import BaseFlow, LocalFlow
+from ...frames.run import INTERRUPTED
+from ...infra.aio import run_sync
+from ...providers.calls import SHARED_TWINS
+from ...providers.limits import AdaptiveLimiter
+from ...providers.repeat import unrepeated
+from ...providers.spend import SpendCap
+from ...providers.tokens import chain
+from ...runtime.pipeline import Observers
+from ...scorers import Block, Scorer
+from ...scorers.judge import JudgeScorer
+from ..figures.money import Charged, money_of_result, prompt_cache_saved_of
+from ..figures.speed import row_speed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,7 +120,7 @@ def _with_bar(
     if bar is None:
         return on_result
 
-    from ..show.meter import show
+    from ...show.meter import show
 
     live = getattr(bar, "record", None) if key is not None else None
 

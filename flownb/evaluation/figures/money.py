@@ -20,8 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..config.pricing import Money
-from ..show.meter import usd
+from ...config.pricing import Money
+from ...show.meter import usd
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -20,12 +20,12 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigError
-from ..flows.local import BaseFlow, LocalFlow
-from ..providers.repeat import repeated
-from ..scorers.judge import JudgeScorer
-from .money import combine_money
-from .shape import ScorerInfo
+from ...errors import ConfigError
+from ...flows.local import BaseFlow, LocalFlow
+from ...providers.repeat import repeated
+from ...scorers.judge import JudgeScorer
+from ..figures.money import combine_money
+from ..record.shape import ScorerInfo
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import scorers
-from ..errors import ConfigError
-from ..infra.files import read_input
-from ..scorers import Scorer, col
+from ... import scorers
+from ...errors import ConfigError
+from ...infra.files import read_input
+from ...scorers import Scorer, col
 
 __all__ = ["load_config", "make_scorer"]
 

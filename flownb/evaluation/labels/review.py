@@ -22,10 +22,10 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..errors import ConfigError
-from ..show.escape import html_attr, html_block, html_text
-from ..show.fallback import StaticFallback
-from .html import thumbnail
+from ...errors import ConfigError
+from ...show.escape import html_attr, html_block, html_text
+from ...show.fallback import StaticFallback
+from ..html.report import thumbnail
 from .labelling import HUMAN_OUTPUT
 
 __all__ = ["LabelReview"]

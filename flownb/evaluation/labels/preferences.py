@@ -4,8 +4,8 @@ person finds better (or a tie). ``report.prefer(...)`` keeps each in the run log
 rates (as ``pick_best`` gives a judge's), and ``report.review(pairwise=(a, b))`` asks for them
 blind, in a widget (see :mod:`.pairwise`).
 
-:class:`Preferring` is mixed into :class:`~flownb.evaluation.report.EvalReport`; it reads the
-report's ``variants``, ``id``, ``home`` and, through ``_row_key``, its rows.
+:class:`Preferring` is mixed into :class:`~flownb.evaluation.reports.report.EvalReport`; it
+reads the report's ``variants``, ``id``, ``home`` and, through ``_row_key``, its rows.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from . import stats
+from ...errors import ConfigError
+from ..figures import stats
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,7 +78,7 @@ class Preferring:
             "labelled_at": time.time(),
         }
         if self.home is not None:
-            from .store import save_preferences
+            from ..record.store import save_preferences
 
             save_preferences(self.id, [given], self.home)  # first: one the log refused is lost
         else:
@@ -93,7 +93,7 @@ class Preferring:
         None when given in Python), ``note``, ``labelled_at`` (UTC)."""
         import pandas as pd
 
-        from .store import PREFERENCE_COLUMNS
+        from ..record.store import PREFERENCE_COLUMNS
 
         latest: dict[tuple[str, frozenset[str]], dict[str, Any]] = {}
         for given in self._preference_state()[0]:
@@ -187,7 +187,7 @@ class Preferring:
         Raises:
             ConfigError: the evaluation has no run log.
         """
-        from .store import read_preferences
+        from ..record.store import read_preferences
 
         if self.home is None:
             raise ConfigError("this evaluation has no run log; store(home=...) it first")
@@ -198,7 +198,7 @@ class Preferring:
         """Keep the preferences given while the report had no run log in the one of ``home``."""
         pending = self._preference_state()[1]
         if pending:
-            from .store import save_preferences
+            from ..record.store import save_preferences
 
             save_preferences(self.id, list(pending), home)
             pending.clear()

@@ -1,0 +1,2 @@
+"""The vendor decision: each variant's price at scale (``price``), quality against price on one
+frontier (``frontier``), and the recommendation that states its rule (``choose``)."""
