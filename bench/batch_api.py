@@ -1,7 +1,11 @@
 """Client CPU and memory of a DataFrame sent through the provider's batch API (10,000 and 50,000
 rows x 2 nodes: build the lines, upload, read the results into the cache, build the frame),
 against the floor measured in the same run: a bare loop that formats the same prompts, dumps the
-same JSONL lines with orjson and parses the same number of result lines.
+same JSONL lines with orjson and parses as many result lines, shaped as OpenAI's Batch API (and
+the loopback fake) writes them (the whole ``chat.completion`` body, its usage with the two detail
+sections), reading each one's text and usage. (Until the fake sent every field OpenAI sends, the
+floor's lines held only a text and an empty usage: flownb then read lines about six times the
+size of the floor's, which doubled the ratio without a line of flownb changing.)
 
     python -m bench.batch_api [--rows 10000,50000] [--passes 2]
 
@@ -58,23 +62,44 @@ def _floor_pass(df: pd.DataFrame) -> int:
             line["body"] = body
             lines.append(orjson.dumps(line))
     data = b"\n".join(lines)
-    results = [
-        orjson.dumps(
-            {
-                "custom_id": f"{i}",
-                "response": {
-                    "status_code": 200,
-                    "body": {"choices": [{"message": {"content": f"echo {i}"}}], "usage": {}},
-                },
-            }
-        )
-        for i in range(len(lines))
-    ]
-    texts = [
-        orjson.loads(r)["response"]["body"]["choices"][0]["message"]["content"] for r in results
-    ]
+    # Result lines as OpenAI's Batch API (and the fake) writes them: the whole chat.completion
+    # body, usage with its two detail sections; read for their text and usage.
+    results = [orjson.dumps(_result_line(i)) for i in range(len(lines))]
+    texts = []
+    for r in results:
+        body = orjson.loads(r)["response"]["body"]
+        texts.append((body["choices"][0]["message"]["content"], body["usage"]))
     assert len(texts) == len(lines) and data
     return len(lines)
+
+
+def _result_line(i: int) -> dict[str, object]:
+    """Return the ``i``-th result line of a batch's output file, shaped as OpenAI sends it."""
+    usage = {
+        "prompt_tokens": 7,
+        "completion_tokens": 9,
+        "total_tokens": 16,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+    message = {"role": "assistant", "content": f"echo {i}", "refusal": None, "annotations": []}
+    body = {
+        "id": f"chatcmpl-{i}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+        "usage": usage,
+        "service_tier": "default",
+        "system_fingerprint": "fp_bench",
+    }
+    response = {"status_code": 200, "request_id": f"req_{i}", "body": body}
+    return {"id": f"batch_req_{i}", "custom_id": f"{i}", "response": response, "error": None}
 
 
 def _measure(work: Callable[[], object], traced: bool) -> float:

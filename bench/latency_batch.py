@@ -7,7 +7,14 @@ and bare aiohttp + Semaphore (the floor) for contrast; the number of provider ca
 of the same batch makes (aim: zero); and a fault run (10% 429 with Retry-After: 0, 5% 500) that
 must lose nothing. Aim: flownb within 1.15x of ideal at C=32.
 
-    python -m bench.latency_batch [--rows 1000] [--latency 0.05] [--quick]
+Client CPU: flownb and the floor run in interleaved rounds (a fresh FLOWNB_HOME each flownb round,
+so every round pays for every call), at C=32 and at C=128; each prints its process CPU time per
+call (the fake server is another process, so this is the client's alone: every thread of it) and
+wall time, min / median / max over the rounds. Aims: flownb at most 0.35 ms of CPU a call at C=32,
+and at C=128 (where the client's CPU, not the latency, bounds a 2-core machine) at most 1.15x the
+floor's wall time.
+
+    python -m bench.latency_batch [--rows 1000] [--latency 0.05] [--quick] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -209,6 +216,18 @@ def median_run(runs: list[tuple[float, float, int, int]]) -> tuple[float, float,
     return sorted(runs)[len(runs) // 2]
 
 
+Run = tuple[float, float, int, int]  # wall seconds, CPU seconds, calls, rows lost
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """Return (min, median, max) of ``values``."""
+    return min(values), statistics.median(values), max(values)
+
+
+def shown(values: tuple[float, float, float], unit: str = "") -> str:
+    return " / ".join(f"{v:.3f}{unit}" for v in values)
+
+
 def check(out: list[dict[str, Any]], rows: list[dict[str, str]]) -> int:
     """Return how many rows are missing or wrong (every output must be the fake's echo)."""
     from flownb.testing.fake_openai import echo
@@ -220,6 +239,53 @@ def check(out: list[dict[str, Any]], rows: list[dict[str, str]]) -> int:
     return bad
 
 
+def interleaved(
+    server: Server, make_flow: Callable[[], Any], rows: list[dict[str, str]], conc: int, rounds: int
+) -> tuple[list[Run], list[Run]]:
+    """Run flownb (a fresh flow and FLOWNB_HOME each round: every call paid for) and the floor
+    ``rounds`` times each, alternately. Returns (flownb's runs, the floor's runs)."""
+    calls = len(rows) * len(PROMPTS)
+    flownb_runs: list[Run] = []
+    floor_runs: list[Run] = []
+    for _ in range(rounds):
+        os.environ["FLOWNB_HOME"] = tempfile.mkdtemp(prefix="flownb-bench-")
+        flow = make_flow()
+        server.reset()
+        wall, cpu, out = timed(lambda f=flow: run_flownb(f, rows, conc))
+        flownb_runs.append((wall, cpu, server.stats()["requests"], check(out, rows)))
+        server.reset()
+        wall, cpu, out = timed(lambda: run_aiohttp(server.url, rows, conc))
+        floor_runs.append((wall, cpu, calls, check(out, rows)))
+    return flownb_runs, floor_runs
+
+
+def client_cpu(
+    conc: int, flownb_runs: list[Run], floor_runs: list[Run], lines: list[str]
+) -> dict[str, float]:
+    """Print CPU per call and wall time of both sides' rounds at ``conc`` (min / median / max)
+    and the ratios of their medians; return the figures under their labels."""
+    mine = spread([cpu / calls * 1e3 for _, cpu, calls, _ in flownb_runs])
+    floor = spread([cpu / calls * 1e3 for _, cpu, calls, _ in floor_runs])
+    walls = spread([w for w, *_ in flownb_runs])
+    floor_walls = spread([w for w, *_ in floor_runs])
+    lost = sum(r[3] for r in flownb_runs)
+    lines += [
+        f"C={conc}, {len(flownb_runs)} interleaved rounds (min / median / max):",
+        f"  flownb client CPU per call   {shown(mine, ' ms')}   wall {shown(walls, ' s')}"
+        f"   lost {lost}",
+        f"  bare aiohttp CPU per call    {shown(floor, ' ms')}   wall {shown(floor_walls, ' s')}",
+        f"  flownb / bare: CPU {mine[1] / floor[1]:.2f}x, wall {walls[1] / floor_walls[1]:.2f}x "
+        "(medians)",
+    ]
+    for line in lines[-4:]:
+        print(line, flush=True)
+    return {
+        f"flownb client CPU per call C={conc}, ms": mine[1],
+        f"bare aiohttp CPU per call C={conc}, ms": floor[1],
+        f"flownb / bare aiohttp wall C={conc}": walls[1] / floor_walls[1],
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the benchmark, print its figures and return the main ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -227,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--sync-rows", type=int, default=40, help="rows for the SDK sync loop")
     parser.add_argument("--quick", action="store_true", help="skip the C=8 contrast runs")
-    parser.add_argument("--repeat", type=int, default=3, help="flownb/floor repeats at C=32")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds at C=32, C=128")
     args = parser.parse_args(argv)
 
     home = tempfile.mkdtemp(prefix="flownb-bench-")
@@ -250,6 +316,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ratios: dict[str, float] = {}
     lines: list[str] = []
 
+    def make_flow() -> Any:
+        return flownb.load_flow(two_node_flow(MODEL_PARAMS), provider="openai")
+
     def report(label: str, wall: float, cpu: float, calls: int, ideal: float, lost: int) -> None:
         ratio = wall / ideal
         per_call = f"{cpu / calls * 1e3:5.2f} ms" if calls else "    -   "
@@ -269,19 +338,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         for conc in (32,) if args.quick else (32, 8):
             ideal = n * nodes * latency / conc
             print(f"C={conc}: ideal {ideal:.2f} s (N x nodes x measured latency / C)")
-            # flownb with its defaults (cache and run log on), a fresh FLOWNB_HOME per repeat so
-            # every repeat pays for every call; interleaved with the floor, medians reported.
+            # flownb with its defaults (cache and run log on), a fresh FLOWNB_HOME per round so
+            # every round pays for every call; interleaved with the floor, medians reported.
             reps = args.repeat if conc == 32 else 1
-            flownb_runs, floor_runs = [], []
-            for _ in range(reps):
-                os.environ["FLOWNB_HOME"] = tempfile.mkdtemp(prefix="flownb-bench-")
-                flow = flownb.load_flow(two_node_flow(MODEL_PARAMS), provider="openai")
-                server.reset()
-                wall, cpu, out = timed(lambda f=flow, c=conc: run_flownb(f, rows, c))
-                flownb_runs.append((wall, cpu, server.stats()["requests"], check(out, rows)))
-                server.reset()
-                wall, cpu, out = timed(lambda c=conc: run_aiohttp(server.url, rows, c))
-                floor_runs.append((wall, cpu, n * nodes, check(out, rows)))
+            flownb_runs, floor_runs = interleaved(server, make_flow, rows, conc, reps)
+            flow = make_flow()  # the last round's home: the second run below is all hits
             wall, cpu, calls, lost = median_run(flownb_runs)
             report(f"flownb run_batch C={conc}", wall, cpu, calls, ideal, lost)
             if conc == 32:
@@ -306,6 +367,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ideal,
                 check(out, rows),
             )
+            if conc == 32:
+                ratios.update(client_cpu(conc, flownb_runs, floor_runs, lines))
             sub = rows[: args.sync_rows]
             wall, cpu, out = timed(lambda s=sub: run_sdk_sync(server.url, s))
             scale = n / len(sub)  # one at a time: the full batch takes scale x as long
@@ -317,6 +380,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ideal,
                 check(out, sub),
             )
+
+        # High concurrency: the latency hides less, the client's CPU shows in the wall time.
+        ratios.update(
+            client_cpu(128, *interleaved(server, make_flow, rows, 128, args.repeat), lines)
+        )
 
         # Faults: 10% 429 (Retry-After: 0) and 5% 500. flownb must lose nothing.
         server.configure(faults={"429": 0.10, "500": 0.05}, retry_after="0", seed=7)

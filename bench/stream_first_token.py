@@ -1,7 +1,7 @@
 """First streamed text: from the moment the provider sends its first token (the loopback fake
 OpenAI, streaming one word per ``--delay`` seconds, records when it sent each word) to the
 moment the first text reaches the consumer: ``flow.stream``'s first event, and the notebook's
-live area being shown (its first update, :class:`flownb.notebook.live_text.LiveText`). Aim:
+live area being shown (its first update, :class:`flownb.views.live_text.LiveText`). Aim:
 50 ms or less. Reference, in the same run: a bare aiohttp client reading the same stream from
 the same fake (the floor the transport sets).
 
@@ -19,10 +19,10 @@ import aiohttp
 
 import flownb
 from flownb.infra.media import MediaStore
-from flownb.notebook.live_text import LiveText
 from flownb.providers.openai.provider import OpenAIProvider
 from flownb.runtime.events import StreamEvent
 from flownb.testing.fake_openai import FakeOpenAI
+from flownb.views.live_text import LiveText
 
 WORDS = "first second third fourth fifth"
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import wiring as _wiring  # noqa: F401  (plugs the features into the flows' hooks; cheap)
 from ._version import __version__
 from .errors import (
     ApiError,
@@ -31,6 +30,7 @@ from .errors import (
     ServiceUnavailable,
     SpendCapReached,
 )
+from .show.display import read_media_with
 
 if TYPE_CHECKING:
     from . import scorers
@@ -104,6 +104,17 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "runs": (".runtime.runlog", "runs"),
     "display_frame": (".show.display", "display_frame"),
 }
+
+
+def _read_home_media(path: str) -> bytes | None:
+    # The media store (and what it imports) is loaded when an image is first read back, not by
+    # `import flownb`; once loaded it plugs its own reader in.
+    from .infra.media import read_home_media
+
+    return read_home_media(path)
+
+
+read_media_with(_read_home_media)  # how the display reads a file:// image back
 
 
 def __getattr__(name: str) -> Any:

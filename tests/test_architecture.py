@@ -23,8 +23,8 @@ PACKAGE = Path(flownb.__file__).parent
 # The surfaces: each builds its run configuration with settings.resolve_run_config, the one
 # function that does, and only they call it; nothing but settings.py reads the environment.
 SURFACES = {
-    # load_flow, LocalFlow(), LocalFlow.from_spec (a worker takes its own keys)
-    "flownb.flows.local",
+    # load_flow / load_local, LocalFlow() / LocalCore(), from_spec (a worker takes its own keys)
+    "flownb.core.local",
     "flownb.flows.client",  # flownb.Client: the service address and key
     "flownb.cli.opening",  # what FLOW on a command line opens (flownb info / run / eval)
     "flownb.notebook.magics",  # %flow connect, flow ids without a connection
@@ -40,8 +40,8 @@ SURFACES = {
     # by the same rule, from the settings that surface was given
     "flownb.config.settings",
 }
-# Only these may import notebook code from outside it: %load_ext, and flow.form()'s hook.
-NOT_CORE = {"flownb", "flownb.wiring"}
+# Only these may import notebook code from outside it: %load_ext.
+NOT_CORE = {"flownb"}
 
 # The layers, lowest first: each is a folder of flownb/ (the ground floor: three root modules),
 # and a module imports only modules of its own layer or of lower ones. A module is in the layer
@@ -55,9 +55,11 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("flowfile", {"flownb.flowfile"}),  # the flow file: model, template, checks, drawing
     ("providers", {"flownb.providers"}),  # one call to a model, per vendor
     ("runtime", {"flownb.runtime"}),  # engine, pipeline, results, events, cache, run log
-    ("flows", {"flownb.flows"}),  # the flows users hold: local, remote, by value
+    ("core", {"flownb.core"}),  # what a loaded flow is and runs: FlowCore, LocalCore, specs
     ("scorers", {"flownb.scorers"}),  # flownb.scorers
+    ("views", {"flownb.views"}),  # what a notebook shows of a run: live views, the form
     ("frames", {"flownb.frames"}),  # DataFrames: pandas/polars, preview, batch API, Dask
+    ("flows", {"flownb.flows"}),  # the flows users hold, composed from the core + features
     # flownb.evaluate and its reports, in folders that name the parts: record (what a report is
     # made of, kept in the run log), figures, html, decision, labels, reports, running
     ("evaluation", {"flownb.evaluation"}),
@@ -66,7 +68,6 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "flownb",  # the public API
             "flownb.__main__",
-            "flownb.wiring",  # plugs the features into the flows' hooks
             "flownb.cli",
             "flownb.notebook",
             "flownb.server",
@@ -219,9 +220,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_graph_counts_lazy_and_type_checking_imports() -> None:
     graph = import_graph()
-    assert "flownb.notebook.widgets" in graph["flownb.wiring"]  # inside a function
-    assert "flownb.runtime.result" in graph["flownb.notebook.widgets"]  # under TYPE_CHECKING only
-    assert "flownb.notebook.widgets" not in import_graph(module_level=True)["flownb.wiring"]
+    assert "flownb.views.widgets" in graph["flownb.flows.base"]  # inside a function
+    assert "flownb.runtime.result" in graph["flownb.views.widgets"]  # under TYPE_CHECKING only
+    assert "flownb.views.widgets" not in import_graph(module_level=True)["flownb.flows.base"]
 
 
 def test_no_import_circle_at_all() -> None:
@@ -283,46 +284,125 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_the_layer_check_catches_an_import_that_climbs() -> None:
     assert (
-        layer_of("flownb.flows.local") < layer_of("flownb.frames.run") < layer_of("flownb.cli.main")
+        layer_of("flownb.core.local")
+        < layer_of("flownb.frames.run")
+        < layer_of("flownb.flows.local")
+        < layer_of("flownb.cli.main")
     )
     assert layer_of("flownb.cli.eval") > layer_of("flownb.evaluation.running.run")
-    assert layer_of("flownb.flows.spec") < layer_of("flownb.frames.dask.run")
+    assert layer_of("flownb.core.spec") < layer_of("flownb.frames.dask.run")
+    assert layer_of("flownb.core.local") < layer_of("flownb.scorers.judge")
+    assert layer_of("flownb.frames.run") < layer_of("flownb.flows.base")
     assert layer_of("flownb.errors") == 0 < layer_of("flownb.show.display")
     assert layer_of("flownb") == layer_of("flownb.server.app") == len(LAYERS) - 1
 
 
-def test_the_flows_import_none_of_their_features() -> None:
+def test_the_core_imports_none_of_the_features_built_on_it() -> None:
+    # The runnable core stands below every feature: frames, previews, views, scorers, the
+    # surface's flows; those import the core, never the reverse.
     graph = import_graph()
     features = (
-        "flownb.frames.run",
-        "flownb.frames.preview",
-        "flownb.frames.dask",
+        "flownb.flows",
+        "flownb.frames",
+        "flownb.views",
         "flownb.notebook",
+        "flownb.scorers",
+        "flownb.evaluation",
     )
-    for name in (
-        "flownb.flows.local",
-        "flownb.flows.spec",
-        "flownb.flows.client",
-        "flownb.flows.remote",
-    ):
+    core = [name for name in graph if name.startswith("flownb.core")]
+    assert core
+    for name in core:
         assert not [t for t in graph[name] if t.startswith(features)], name
 
 
-def test_every_hook_a_flow_opens_is_registered_by_import_flownb() -> None:
-    from flownb.runtime.hooks import HOOKS
+def test_the_flows_users_hold_import_their_features_directly() -> None:
+    # The surface's flows open frames, previews, the form and the live views by importing
+    # them (inside the methods that open them: `import flownb` stays cheap).
+    graph = import_graph()
+    opened = graph["flownb.flows.base"]
+    for feature in (
+        "flownb.frames.run",
+        "flownb.frames.preview",
+        "flownb.frames.dask.run",
+        "flownb.frames.batch_api.run",
+        "flownb.views.widgets",
+        "flownb.views.live",
+        "flownb.views.live_text",
+    ):
+        assert feature in opened, feature
+    assert "flownb.core.flow" in opened
 
-    opened = {
-        node.slice.value
-        for tree in modules().values()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "HOOKS"
-        and isinstance(node.slice, ast.Constant)
+
+def _isinstance_names(tree: ast.Module) -> Iterator[str]:
+    """Every class name an ``isinstance`` call in ``tree`` checks against."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and len(node.args) == 2
+        ):
+            for leaf in ast.walk(node.args[1]):
+                if isinstance(leaf, ast.Name):
+                    yield leaf.id
+                elif isinstance(leaf, ast.Attribute):
+                    yield leaf.attr
+
+
+def test_no_feature_asks_a_flow_its_class() -> None:
+    # Features ask the flow what it can do (FlowCore.local(), .served), not which kind it is:
+    # outside the flows themselves no isinstance names a kind of flow. (Whether a value is a
+    # flow at all, FlowCore or BaseFlow, is a check of the caller's input.)
+    flow_classes = {"LocalFlow", "LocalCore", "RemoteFlow", "_GatedFlow"}
+    offenders = {
+        name: sorted(set(_isinstance_names(tree)) & flow_classes)
+        for name, tree in modules().items()
+        if not name.startswith(("flownb.flows", "flownb.core"))
     }
-    assert opened >= {"run_dataframe", "run_dask_dataframe", "preview", "form"}
-    for name in opened:
-        assert callable(HOOKS[name]), name
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_isinstance_check_finds_a_flow_class() -> None:
+    tree = ast.parse("ok = isinstance(flow, (LocalFlow, str)) or isinstance(f, local.LocalCore)")
+    assert set(_isinstance_names(tree)) >= {"LocalFlow", "LocalCore"}
+
+
+def _string_keyed_registries(tree: ast.Module) -> Iterator[str]:
+    """Subscripts of a module-level name by a string constant that names a function looked
+    up at run time (``HOOKS["preview"](...)``), and ``X.register("name", f)`` calls."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Subscript)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id.isupper()
+            and isinstance(node.func.slice, ast.Constant)
+            and isinstance(node.func.slice.value, str)
+        ):
+            yield f"{node.func.value.id}[{node.func.slice.value!r}](...)"
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "register"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id.isupper()
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            yield f"{node.func.value.id}.register({node.args[0].value!r}, ...)"
+
+
+def test_no_string_keyed_feature_registry() -> None:
+    # A feature is imported by what opens it; none is looked up by name at run time.
+    found = {name: sorted(set(_string_keyed_registries(tree))) for name, tree in modules().items()}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert not (PACKAGE / "wiring.py").exists()
+    assert not (PACKAGE / "runtime" / "hooks.py").exists()
+
+
+def test_the_registry_check_finds_a_registry() -> None:
+    tree = ast.parse('HOOKS.register("form", f)\nHOOKS["preview"](flow, data)')
+    assert len(set(_string_keyed_registries(tree))) == 2
 
 
 def test_errors_is_the_ground_floor() -> None:
@@ -409,11 +489,11 @@ def test_providers_are_chosen_from_the_registry_everywhere() -> None:
 
 def test_run_dataframe_options_are_written_once() -> None:
     # The public signature stays explicit (help(), IDE completion); what passes through the
-    # doors behind it is hooks.DataFrameOptions, so the two must name the same options.
+    # doors behind it is frames.options.DataFrameOptions, so the two must name the same options.
     import inspect
 
     from flownb import BaseFlow
-    from flownb.runtime.hooks import DataFrameOptions, FrameOptions
+    from flownb.frames.options import DataFrameOptions, FrameOptions
 
     public = inspect.signature(BaseFlow.run_dataframe).parameters
     keywords = {n for n, p in public.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -530,3 +531,87 @@ def test_max_spend_submits_only_the_calls_that_fit_at_the_batch_price(fake: Fake
     )
     assert out["error"].isna().tolist() == [True] * 3 + [False] * 7
     assert out["error"].dropna().str.contains("spend_cap_reached").all()
+
+
+def test_max_spend_settles_each_batch_to_what_its_answers_cost(
+    fake: FakeOpenAI, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from flownb.runtime.plan import step_calls
+
+    # A chained flow: the drafts go in a second batch once the outlines are in. The cap holds
+    # the outlines' bounds (256 tokens each) and a little more: the drafts fit only because the
+    # outlines' batch is settled to what its short answers cost.
+    params = {"model": "gpt-4o-mini", "max_tokens": 256}
+    data = make_flow({"outline": "Outline {topic}", "draft": "Draft from {outline}"}, ["topic"])
+    data["edges"].append({"id": "chain", "source": "node-outline", "target": "node-draft"})
+    for node in data["nodes"]:
+        if node["type"] == "actionNode":
+            node["data"]["modelParams"] = params
+    flow = flownb.load_flow(data)
+    topics = ["owls", "bats", "moss", "eels"]
+    outline = step_calls(flow.provider, flow.plan.steps[0])
+    bounds = sum(outline.most(f"Outline {t}", batch=True) for t in topics)
+    cap = bounds * 1.2
+    with pytest.warns(UserWarning, match="over the spend cap"):  # the preview counts bounds
+        out = flow.run_dataframe(
+            pd.DataFrame({"topic": topics}), batch_api=True, max_spend=cap, progress=False
+        )
+    assert fake.batches.created == 2
+    assert "error" not in out.columns
+    assert list(out["draft"]) == [f"echo: Draft from echo: Outline {t}" for t in topics]
+    line = [ln for ln in capfd.readouterr().err.splitlines() if "spend cap:" in ln][-1]
+    used = float(line.split("spend cap: $")[1].split(" of ")[0])
+    spent = sum(g.cost for g in _answers(flow, _uploaded_lines(fake)))
+    assert used == pytest.approx(spent, rel=0.01) and used < bounds
+
+
+def _answers(flow: flownb.LocalFlow, lines: list[dict]) -> list[Any]:
+    cache = flow.engine.cache
+    assert cache is not None
+    return [cache.get(ln["custom_id"]) for ln in lines]
+
+
+def test_evaluate_through_the_batch_api_stays_within_max_spend_judges_included(
+    fake: FakeOpenAI, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from flownb.runtime.plan import step_calls
+    from flownb.scorers import judge
+    from tests.vendor_fakes import flow_with
+
+    params = {"model": "gpt-4o-mini", "max_tokens": 256}
+    flow = flownb.load_flow(flow_with({"A": params}))
+    grader = judge("A", "Is it about {topic}?", model="gpt-4o-mini", provider="openai")
+    df = pd.DataFrame({"topic": [f"topic-{i}" for i in range(6)]})
+    report = flownb.evaluate(
+        flow, df, [grader], batch_api=True, max_spend=1.0, progress=False, log=False
+    )
+    # The variants' calls, then the judges', each through a batch at the batch price: none live.
+    assert fake.batches.created == 2 and len(fake.requests) == 0
+    lines = _uploaded_lines(fake)
+    assert len(lines) == 12
+    assert report.results["A"].notna().all()
+    line = [ln for ln in capfd.readouterr().err.splitlines() if "spend cap:" in ln][-1]
+    used = float(line.split("spend cap: $")[1].split(" of ")[0])
+    paid = [g.cost for g in _answers(flow, lines)]
+    assert used == pytest.approx(sum(paid), rel=0.01)
+
+    # A cap worth three of the variants' calls at the batch price: three are submitted, settled
+    # near their bounds (long answers), and nothing else fits, live or batched.
+    fake.reset()
+    fake.configure(usage_details={"completion_tokens": 250})
+    try:
+        node = step_calls(flow.provider, flow.plan.steps[0])
+        more = pd.DataFrame({"topic": [f"other-{i}" for i in range(6)]})
+        cap = 3.3 * node.most("A about other-0", batch=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            capped = flownb.evaluate(
+                flow, more, [grader], batch_api=True, max_spend=cap, progress=False, log=False
+            )
+    finally:
+        fake.configure(usage_details={})
+    lines = _uploaded_lines(fake)
+    assert len(lines) == 3 and len(fake.requests) == 0
+    assert sum(g.cost for g in _answers(flow, lines)) <= cap
+    text = capped.results.astype(str)
+    assert text.apply(lambda c: c.str.contains("spend_cap_reached")).any().any()

@@ -209,7 +209,7 @@ def test_each_worker_builds_the_flow_once_and_reuses_it(client: distributed.Clie
     flow.run_dataframe(dd.from_pandas(words(40), npartitions=8)).compute()
 
     def flows_built() -> int:
-        from flownb.flows import spec
+        from flownb.core import spec
 
         return len(spec._flows)
 
@@ -406,3 +406,132 @@ def test_two_vendors_with_two_keys_in_one_dask_computation(
     finally:
         client.unregister_worker_plugin("flownb-test-keys")
         client.run(set_keys, dict.fromkeys(keys))
+
+
+# -- one spend cap across the cluster ------------------------------------------------------------
+
+SPEND_MODEL = "gpt-4o-mini"
+# Every answer reports 250 output tokens, close to max_tokens 256: its real cost is near the most
+# it could cost, as a long answer's is.
+LONG = {"usage_details": {"completion_tokens": 250}}
+
+
+def _bought(fake: FakeOpenAI) -> tuple[int, float, list[str]]:
+    """Return the text calls the fake received, what they cost from the usage it reported
+    (words as tokens) and the price table, and their prompts."""
+    from flownb.config.pricing import call_cost
+
+    prompts = [
+        r["body"]["messages"][-1]["content"] for r in fake.received if "messages" in r["body"]
+    ]
+    cost = sum(
+        call_cost(
+            "openai", SPEND_MODEL, {"prompt_tokens": len(p.split()), "completion_tokens": 250}
+        )
+        for p in prompts
+    )
+    return len(prompts), cost, prompts
+
+
+@pytest.fixture
+def long_answers(fake: FakeOpenAI) -> Iterator[FakeOpenAI]:
+    fake.configure(**LONG)
+    yield fake
+    fake.configure(usage_details={})  # the other tests count the fake's own usage
+
+
+@pytest.mark.parametrize("concurrency", [1, 8, 32])
+def test_one_spend_cap_holds_across_both_workers_and_a_higher_cap_completes_from_the_cache(
+    client: distributed.Client, long_answers: FakeOpenAI, concurrency: int
+) -> None:
+    from flownb.config.pricing import call_cost
+    from tests.vendor_fakes import flow_with
+
+    fake = long_answers
+    params = {"model": SPEND_MODEL, "max_tokens": 256}
+    flow = flownb.load_flow(flow_with({"A": params, "B": params}), provider="openai", name="capped")
+    df = pd.DataFrame({"topic": [f"topic-{i}" for i in range(60)]})
+    cap = 17 * call_cost("openai", SPEND_MODEL, {"prompt_tokens": 3, "completion_tokens": 250})
+
+    ddf = dd.from_pandas(df, npartitions=4)
+    out = flow.run_dataframe(ddf, concurrency=concurrency, max_spend=cap).compute()
+
+    n, spent, prompts = _bought(fake)
+    assert spent <= cap  # across both workers together: each alone would have bought 17
+    assert n >= 12
+    missing = out["A"].isna() | out["B"].isna()
+    assert missing.sum() > 0
+    assert out.loc[missing, "error"].str.contains("spend_cap_reached").all()
+    assert out.loc[~missing, "error"].isna().all()
+    # A higher cap completes the frame from the cache: each distinct prompt bought once in all.
+    again = flow.run_dataframe(ddf, concurrency=concurrency, max_spend=1.0).compute()
+    assert again["error"].isna().all() and again["A"].notna().all() and again["B"].notna().all()
+    n2, _, prompts2 = _bought(fake)
+    assert n2 == 120 and len(set(prompts2)) == 120
+    assert prompts2[:n] == prompts
+
+
+def test_a_dask_run_with_an_unpriced_model_is_refused_before_anything_runs(
+    client: distributed.Client, fake: FakeOpenAI
+) -> None:
+    from tests.vendor_fakes import flow_with
+
+    flow = flownb.load_flow(
+        flow_with({"A": {"model": "my-local-llama", "max_tokens": 50}}), provider="openai"
+    )
+    ddf = dd.from_pandas(pd.DataFrame({"topic": ["a", "b"]}), npartitions=1)
+    with pytest.raises(ConfigError, match=r"max_spend cannot cap node .A..*no known price"):
+        flow.run_dataframe(ddf, max_spend=5)
+    assert fake.requests == []
+
+
+def test_without_a_distributed_client_the_spend_cap_holds_in_the_process(
+    long_answers: FakeOpenAI,
+) -> None:
+    from flownb.config.pricing import call_cost
+    from tests.vendor_fakes import flow_with
+
+    params = {"model": SPEND_MODEL, "max_tokens": 256}
+    flow = flownb.load_flow(flow_with({"A": params}), provider="openai", log=False)
+    cap = 5 * call_cost("openai", SPEND_MODEL, {"prompt_tokens": 3, "completion_tokens": 250})
+    ddf = dd.from_pandas(pd.DataFrame({"topic": [f"t{i}" for i in range(16)]}), npartitions=4)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        out = flow.run_dataframe(ddf, concurrency=4, max_spend=cap).compute()
+    n, spent, _ = _bought(long_answers)
+    assert 1 <= n <= 5 and spent <= cap
+    assert out["error"].notna().sum() == 16 - n
+    assert out["error"].dropna().str.contains("spend_cap_reached").all()
+
+
+def test_a_worker_gone_holding_reservations_counts_them_as_spent_and_blocks_nobody(
+    client: distributed.Client,
+) -> None:
+    from flownb.frames.dask.spend import PLUGIN, SpendLedgers
+
+    client.register_plugin(SpendLedgers(), name=PLUGIN)
+    alive = next(iter(client.scheduler_info()["workers"]))
+    gone = "tcp://127.0.0.1:1"  # no worker of the cluster: one that died
+    run = f"test-{time.monotonic_ns()}"
+
+    def step(action: str, worker: str, most: float, cost: float = 0.0) -> dict:
+        answer: dict = client.sync(
+            client.scheduler.flownb_spend,
+            run=run,
+            cap=1.0,
+            action=action,
+            worker=worker,
+            most=most,
+            cost=cost,
+        )
+        return answer
+
+    assert step("reserve", alive, 0.6)["fits"] is True
+    assert step("reserve", gone, 0.3)["fits"] is True
+    # The gone worker's bound is now spent (its call may have been billed); the live worker's
+    # call in flight may still free room, so the next call waits rather than being refused.
+    waiting = step("reserve", alive, 0.2)
+    assert waiting["fits"] is None and waiting["spent"] == pytest.approx(0.3)
+    assert step("settle", alive, 0.6, cost=0.5)["spent"] == pytest.approx(0.8)
+    refused = step("reserve", alive, 0.3)  # nothing in flight anywhere: it never will fit
+    assert refused["fits"] is False and refused["reserved"] == 0.0
+    assert step("reserve", alive, 0.2)["fits"] is True

@@ -21,8 +21,6 @@ from PIL import Image
 import flownb
 from flownb.evaluation.html.report import compare_html, page_html
 from flownb.infra.media import MAX_IMAGE_BYTES, MediaStore, read_media
-from flownb.notebook.live import RowsBoard
-from flownb.notebook.live_text import render
 from flownb.runtime.result import RunResult
 from flownb.show.display import (
     display_frame,
@@ -33,6 +31,8 @@ from flownb.show.display import (
     result_text,
 )
 from flownb.show.escape import html_attr, html_block, html_text, md_text, no_math, term_text
+from flownb.views.live import RowsBoard
+from flownb.views.live_text import render
 from tests.conftest import make_flow
 
 HOSTILE = [

@@ -296,7 +296,7 @@ def test_outside_a_kernel_nothing_of_the_view_is_loaded(tmp_path: Path) -> None:
         "import sys, flownb\n"
         "flow = flownb.load_flow(sys.argv[1])\n"
         "flow.run_batch([{'topic': 'a', 'tone': 'b'}], progress=True)\n"
-        "print('flownb.notebook.live' in sys.modules, 'ipywidgets' in sys.modules)\n"
+        "print('flownb.views.live' in sys.modules, 'ipywidgets' in sys.modules)\n"
     )
     env = {**os.environ, "FLOWNB_LIVE": "1", "FLOWNB_HOME": str(tmp_path / "home")}
     env.pop("FLOWNB_PROVIDER", None)

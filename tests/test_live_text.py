@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import flownb
-from flownb.notebook.live_text import LiveText, consume
 from flownb.runtime.events import StreamEvent
 from flownb.testing.fake_openai import FakeOpenAI
+from flownb.views.live_text import LiveText, consume
 from tests.conftest import make_flow
 from tests.kernels import execute as run_cell
 from tests.kernels import kernel_env, running_kernel

@@ -21,8 +21,8 @@ from IPython.utils.capture import capture_output
 import flownb
 from flownb.errors import FlowFileError, InputError
 from flownb.notebook.magics import find_api_key
-from flownb.notebook.widgets import FlowForm
 from flownb.show.display import output_bundles
+from flownb.views.widgets import FlowForm
 from tests.conftest import make_flow, write_flow
 
 

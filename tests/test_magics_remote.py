@@ -16,8 +16,8 @@ from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
 from flownb.errors import AuthError, FlowNotFound, InputError
-from flownb.notebook.widgets import FlowForm
 from flownb.show.display import output_bundles
+from flownb.views.widgets import FlowForm
 from tests.serving import Running, run_server
 
 

@@ -289,3 +289,110 @@ def test_the_bound_counts_utf8_bytes_as_tokens_and_every_answer_asked_for(
     usage = {"prompt_tokens": 20 + MESSAGE_OVERHEAD, "completion_tokens": 3 * 100}
     assert node.most(prompt) == pytest.approx(call_cost("openai", MODEL, usage))
     assert node.expected(prompt) < node.most(prompt)
+
+
+def test_stream_astream_and_arun_take_max_spend(
+    fake: FakeOpenAI, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from flownb.runtime.events import StreamEvent
+
+    fake.configure(**LONG)
+    flow = _flow()
+    tiny = 1e-6
+    with pytest.raises(SpendCapReached), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        list(flow.stream({"topic": "s0"}, max_spend=tiny))
+    assert fake.requests == []
+    assert "spend cap: $0 of $0.000001 used; 2 call(s) not sent" in capfd.readouterr().err
+    # Room for the two calls of one run: it streams, and the cap's line says what it used.
+    items = list(flow.stream({"topic": "s1"}, max_spend=3 * _one_call()))
+    assert isinstance(items[-1], flownb.RunResult) and items[-1]["A"] == "echo: A about s1"
+    assert any(isinstance(i, StreamEvent) and i.kind == "text" for i in items)
+    n, spent, _ = _bought(fake)
+    assert n == 2 and spent <= 3 * _one_call()
+    assert " of $" in capfd.readouterr().err
+
+    async def both() -> tuple[Any, Any]:
+        streamed = []
+        with pytest.raises(SpendCapReached):
+            async for item in flow.astream({"topic": "s2"}, max_spend=tiny):
+                streamed.append(item)
+        with pytest.raises(SpendCapReached):
+            await flow.arun({"topic": "s3"}, max_spend=tiny)
+        ran = await flow.arun({"topic": "s4"}, max_spend=3 * _one_call())
+        batch = await flow.arun_batch(
+            [{"topic": "s1"}, {"topic": "s4"}], max_spend=0
+        )  # cache hits: served under any cap
+        return ran, batch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ran, batch = asyncio.run(both())
+    assert ran["B"] == "echo: B about s4" and [r["A"] for r in batch] == [
+        "echo: A about s1",
+        "echo: A about s4",
+    ]
+    assert _bought(fake)[0] == 4  # s2 and s3 were never sent
+
+
+def test_a_capped_key_s_event_stream_runs_within_its_cap(fake: FakeOpenAI, tmp_path) -> None:
+    import json
+    import os
+    from dataclasses import replace
+    from pathlib import Path
+
+    import requests
+    from click.testing import CliRunner
+    from serving import run_server
+
+    from flownb.cli.main import cli
+    from tests.conftest import write_flow
+
+    fake.configure(**LONG)
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    write_flow(flows / "one.json", flow_with({"A": {"model": MODEL, "max_tokens": 256}}))
+    home = Path(os.environ["FLOWNB_HOME"])
+    cap = 2.5 * _one_call()
+    runner = CliRunner()
+    key = runner.invoke(cli, ["keys", "create", "--name", "s", "--max-spend", repr(cap)]).stdout
+    spent_key = runner.invoke(cli, ["keys", "create", "--name", "z", "--max-spend", "0"]).stdout
+
+    def stream(running: Any, key: str, topic: str) -> tuple[int, list[tuple[str, Any]]]:
+        with requests.post(
+            f"{running.url}/api/flows/run/one",
+            json={"variables": {"topic": topic}},
+            headers={"x-api-key": key.strip(), "Accept": "text/event-stream"},
+            stream=True,
+            timeout=60,
+        ) as resp:
+            if not resp.headers["content-type"].startswith("text/event-stream"):
+                return resp.status_code, [("json", resp.json())]
+            events, name = [], ""
+            for line in resp.iter_lines():
+                text = line.decode()
+                if text.startswith("event: "):
+                    name = text[7:]
+                elif text.startswith("data: "):
+                    events.append((name, json.loads(text[6:])))
+            return resp.status_code, events
+
+    with run_server(flows, home, create_key=False, provider="openai") as running:
+        running = replace(running, key=key)
+        got = [stream(running, key, f"t{i}") for i in range(3)]
+        used_up = stream(running, spent_key, "t9")
+    for status, events in got[:2]:
+        assert status == 200 and events[-1][0] == "result"
+        assert any(name == "text" for name, _ in events)
+    status, events = got[2]  # the third call could have passed the cap: not sent
+    assert status == 200 and events[-1][0] == "error"
+    error = events[-1][1]
+    assert error["status"] == 402 and error["code"] == "spend_cap_reached"
+    assert "left" in error["message"]
+    n, spent, _ = _bought(fake)
+    assert n == 2 and spent <= cap
+    # A key whose cap is used up is answered before the stream starts, as JSON.
+    assert used_up[0] == 402 and used_up[1][0][1]["code"] == "spend_cap_reached"
+    assert "left" in used_up[1][0][1]["message"]

@@ -17,8 +17,8 @@ from IPython.testing.globalipapp import start_ipython
 
 import flownb
 from flownb.errors import ProviderError
-from flownb.notebook.widgets import FlowForm, css_name
 from flownb.providers.base import Call, Generation, Provider
+from flownb.views.widgets import FlowForm, css_name
 from tests.conftest import make_flow
 
 

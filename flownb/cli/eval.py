@@ -48,7 +48,7 @@ from .inputs import INPUT_FILE_HELP, parse_map
 from .opening import MAX_SPEND_OPTION, banner, open_flow, usage_error
 
 if TYPE_CHECKING:
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
     from ..scorers import Scorer
 
 # The scorers, the flow classes and the evaluation are imported when `flownb eval` runs, not for
@@ -60,9 +60,9 @@ _VARIANT_FIELDS = frozenset({"flow", "params", "prompts", "endpoint", "model", "
 
 
 def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any) -> dict:
-    from ..flows.local import LocalFlow
+    from ..core.local import local_of
 
-    variants: dict[str, BaseFlow] = {}
+    variants: dict[str, FlowCore] = {}
     for ref in flows:
         name, sep, source = ref.partition("=")
         if not sep:
@@ -73,8 +73,9 @@ def _variants(flows: tuple[str, ...], config: Mapping[str, Any], **options: Any)
     for name, spec in (config.get("variants") or {}).items():
         if not isinstance(spec, Mapping):
             raise ConfigError(f"variant {name!r} must be a table with params and/or prompts")
-        base = open_flow(spec["flow"], **options) if "flow" in spec else first
-        if not isinstance(base, LocalFlow):
+        chosen = open_flow(spec["flow"], **options) if "flow" in spec else first
+        base = local_of(chosen)
+        if base is None:
             raise ConfigError(
                 f"variant {name!r}: params, prompts, endpoint, model and system need a local "
                 "flow file"
@@ -119,7 +120,7 @@ def _read_data(path: str) -> Any:
         raise click.BadParameter(f"{path} is not readable: {exc}", param_hint="--data") from None
 
 
-def _banners(variants: Mapping[str, BaseFlow], graders: list[Scorer]) -> None:
+def _banners(variants: Mapping[str, FlowCore], graders: list[Scorer]) -> None:
     """Print, once each, the banner of every provider the evaluation will call (stderr)."""
     from ..scorers.judge import JudgeScorer
     from ..scorers.judging import judged_by_line, self_preference, variant_vendor

@@ -142,10 +142,10 @@ def info(flow: str, base_url: str | None) -> None:
 )
 def graph(flow: str, svg_path: str | None) -> None:
     """Draw a flow file's graph: Mermaid text on stdout, or an SVG file with --svg."""
-    from ..flows.local import LocalFlow
+    from ..core.local import local_of
 
-    f = open_flow(flow, base_url=None, ready=False)
-    if not isinstance(f, LocalFlow):
+    f = local_of(open_flow(flow, base_url=None, ready=False))
+    if f is None:
         _fail(
             f"flownb graph: {flow!r} is not a flow file (a served flow's graph stays on the server)"
         )
@@ -430,17 +430,18 @@ def _run_rows(
     interrupted, 1 when a row failed."""
     import pandas as pd
 
-    from ..flows.local import LocalFlow
+    from ..core.local import local_of
     from ..frames.run import INTERRUPTED, run_dataframe
 
     meter = CostMeter()
     if batch_api:
-        if not isinstance(f, LocalFlow):
+        local = local_of(f)
+        if local is None:
             raise click.UsageError("--batch-api runs flow files (a served flow runs on its server)")
         from ..frames.batch_api import run_dataframe_batched
 
         out = run_dataframe_batched(
-            f,
+            local,
             rows,
             mapping or None,
             fill=fill,

@@ -17,6 +17,7 @@ from ..errors import ConfigError, FlownbError
 from .inputs import CLI, flow_location, no_server
 
 if TYPE_CHECKING:
+    from ..core.flow import FlowCore
     from ..flows.base import BaseFlow
 
 __all__ = ["MAX_SPEND_OPTION", "banner", "open_flow", "usage_error"]
@@ -38,10 +39,12 @@ def usage_error(option: str, exc: FlownbError) -> click.UsageError:
     return click.UsageError(f"{option}: {exc.message}")
 
 
-def banner(flow: BaseFlow) -> None:
+def banner(flow: FlowCore) -> None:
     """Say on stderr which provider runs ``flow`` (or that it runs remotely)."""
-    provider = getattr(flow, "provider", None)
-    line = provider.banner() if provider is not None else f"remote flow {flow.name!r}"
+    from ..core.local import local_of
+
+    local = local_of(flow)
+    line = local.provider.banner() if local is not None else f"remote flow {flow.name!r}"
     click.echo(f"flownb: {line}", err=True)
 
 

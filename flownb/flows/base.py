@@ -1,12 +1,14 @@
-"""The interface every flow users hold implements: :class:`BaseFlow` (``run``, ``stream``,
-``run_batch``, ``run_each``, ``run_dataframe``, ``preview``, ``form``, their async twins and the
-notebook display) on top of two things a concrete flow supplies: its variable spec and a way to
-execute a validated batch. :class:`~flownb.flows.local.LocalFlow` runs in-process with a
-provider; :class:`~flownb.flows.remote.RemoteFlow` runs over HTTP.
+"""The interface every flow users hold implements: :class:`BaseFlow` is the runnable core
+(:class:`~flownb.core.flow.FlowCore`: ``run``, ``stream``, ``run_batch``, ``run_each``, their
+async twins) with the features a flow opens on top: ``run_dataframe`` (pandas, polars, Dask,
+the batch API), ``preview``, ``form``, and in a notebook the live views of a run.
+:class:`~flownb.flows.local.LocalFlow` runs in-process with a provider;
+:class:`~flownb.flows.remote.RemoteFlow` runs over HTTP.
 
-The flows sit below the features built on them: ``run_dataframe``, ``preview`` and ``form``
-open the function registered under that name in :data:`flownb.runtime.hooks.HOOKS` (DataFrames,
-Dask, preview, the notebook form), so this module imports none of them.
+The flows users hold stand above the features they open and import them directly; the features
+take the core (a flow is a :class:`~flownb.core.flow.FlowCore`) and never import this module.
+Notebook code (:mod:`flownb.views`) is imported only inside a Jupyter kernel, and each frame
+runner when it is first used: a script that never runs a frame never imports pandas.
 """
 
 from __future__ import annotations
@@ -14,117 +16,27 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Unpack
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..config.settings import live_view_mode
-from ..errors import BatchError, ConfigError
-from ..flowfile.model import describe
-from ..flowfile.validate import VariableSpec
-from ..infra.aio import stream_async, stream_sync
-from ..providers.calls import Notice, announce, notices_to
-from ..runtime.events import StreamEvent
-from ..runtime.hooks import HOOKS, DataFrameOptions, FrameOptions
-from ..runtime.pipeline import Observers, Outcomes, observers_of
-from ..runtime.result import OnResult, RunResult
-from ..show.progress import Progress
+from ..core.flow import FlowCore, say_over_cap
+from ..core.local import local_of
+from ..errors import ConfigError
+from ..frames.options import DataFrameOptions, FrameOptions
+from ..providers.calls import announce
+from ..runtime.result import RunResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..providers.calls import Gate
-    from ..providers.spend import SpendCap
 
 __all__ = ["BaseFlow"]
 
 
-class BaseFlow(ABC):
-    """What every flow offers, local or remote."""
-
-    # Whether the flow runs here, on a provider (a LocalFlow): what the batch API and per-run
-    # rpm/tpm need. A remote flow runs on its server.
-    in_process: ClassVar[bool] = False
-
-    name: str
-
-    @property
-    @abstractmethod
-    def spec(self) -> VariableSpec:
-        """The flow's variables, for validation."""
-
-    @property
-    def variables(self) -> list[str]:
-        """The names of the variables a run must supply, in node order."""
-        return list(self.spec.names)
-
-    @property
-    @abstractmethod
-    def outputs(self) -> list[str]:
-        """The names of the outputs a run yields, in node order."""
-
-    @property
-    def defaults(self) -> dict[str, str]:
-        """Each variable's default (editor) value; ``""`` where the flow gives none."""
-        return dict.fromkeys(self.spec.names, "")
-
-    def export(self, *, endpoint: bool = True) -> dict[str, Any]:
-        """Return the flow in the web tool's export format (see :meth:`flownb.LocalFlow.export`).
-
-        Raises:
-            ConfigError: this flow has no flow file (a flow on a flow service: export it from
-                the service's web tool).
-        """
-        raise ConfigError(
-            f"flow {self.name!r} runs on a flow service and has no flow file here to save; "
-            "export it from the web tool, or load a flow file with flownb.load_flow"
-        )
-
-    def save(self, path: str | Path, *, endpoint: bool = True) -> Path:
-        """Write the flow to ``path`` as the web tool exports flows (:meth:`export`): an
-        unchanged flow is written as the JSON it was loaded from; a variant keeps every id,
-        position and edge and carries its own models, parameters and prompts. Load it back with
-        :func:`flownb.load_flow`, serve it with ``flownb serve``, or open it in the web tool.
-
-        Returns:
-            The path written.
-
-        Raises:
-            ConfigError: the flow cannot be written as a file (see :meth:`export`).
-            OSError: the file cannot be written.
-        """
-        import json
-
-        text = json.dumps(self.export(endpoint=endpoint), indent=2, ensure_ascii=False) + "\n"
-        target = Path(path)
-        # Written whole or not at all: a file the web tool or a server reads is never half new.
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(target)
-        return target
-
-    @abstractmethod
-    def _execute(
-        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
-    ) -> None:
-        """Run an already-validated batch, reporting each element to ``on_result`` as it ends."""
-
-    async def _aexecute(
-        self, batch: Sequence[Mapping[str, str]], on_result: OnResult, concurrency: int | None
-    ) -> None:
-        """:meth:`_execute` for the caller's event loop. This default runs it in a worker
-        thread (a flow whose transport is synchronous); a flow with an async engine overrides
-        it."""
-        await asyncio.to_thread(self._execute, batch, on_result, concurrency)
-
-    def describe(self) -> list[dict[str, str]]:
-        """Return the contract's describe response: ``{"name", "type"}`` items, variables first."""
-        return describe(self.variables, self.outputs)
-
-    def say_notes(self) -> None:  # noqa: B027 - a hook: local flows say what they change
-        """Warn, once, about what this flow's requests drop, replace or cannot price (see
-        :mod:`flownb.runtime.notes`); a flow served elsewhere says nothing here."""
+class BaseFlow(FlowCore):
+    """What every flow offers, local or remote: the core's runs and the features on top."""
 
     def run(
         self,
@@ -138,7 +50,7 @@ class BaseFlow(ABC):
         ``max_spend`` (US dollars) caps what the call(s) may cost (see :meth:`run_batch`).
 
         In a notebook front end the text shows growing below the cell while the provider
-        streams it (see :mod:`flownb.notebook.live_text`; ``FLOWNB_LIVE``); the result is the
+        streams it (see :mod:`flownb.views.live_text`; ``FLOWNB_LIVE``); the result is the
         same either way.
 
         Returns:
@@ -150,190 +62,41 @@ class BaseFlow(ABC):
             SpendCapReached: a call could have passed ``max_spend``: it was not sent.
             ConfigError: ``max_spend`` given and some call cannot be priced.
         """
-        values = {**(variables or {}), **kwargs}
-        self.spec.check_one(values)
         if max_spend is None and _live_text_wanted():
-            # A notebook front end: the text is shown growing while it streams (see
-            # flownb.notebook.live_text), then the usual display of the returned result.
-            result: RunResult = HOOKS["live_run"](self, values)
-            return result
-        outcome = Outcomes(1)
-        self.run_each([values], outcome, check=False, max_spend=max_spend)
-        try:
-            return outcome.value()[0]
-        except BatchError as exc:
-            raise exc.errors[0] from None
+            values = {**(variables or {}), **kwargs}
+            self.spec.check_one(values)
+            # A notebook front end: the text is shown growing while it streams, then the
+            # usual display of the returned result.
+            from ..views.live_text import live_run
 
-    def stream(
-        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
-    ) -> Iterator[StreamEvent | RunResult]:
-        """Run the flow once, yielding its text as the provider streams it: a
-        :class:`~flownb.runtime.events.StreamEvent` per piece of text (``kind="text"``, the node,
-        the
-        outputs it feeds, ``delta``) and per image when ready (``kind="image"``, ``url``), and
-        last the :class:`RunResult`, exactly what :meth:`run` returns (cached and logged alike:
-        a streamed run and a plain run of the same call share one cache entry).
+            return live_run(self, values)
+        return super().run(variables, max_spend=max_spend, **kwargs)
 
-        Raises:
-            InputError, ProviderError: as :meth:`run` (after the events yielded before).
-        """
-        values = {**(variables or {}), **kwargs}
-        self.spec.check_one(values)
-        self.say_notes()  # here, on the caller's thread: the warning names the caller's line
-        # Each event goes from the loop straight to this thread's queue: nothing the run does
-        # after it (caching, logging) holds it back.
-        return stream_sync(lambda emit: self._stream_run(values, emit))
+    def open_bar(self, batch: Sequence[Mapping[str, Any]]) -> Any:
+        """Return the bar a run of ``batch`` shows: in a notebook front end the live view (the
+        bar and the finished rows), else the core's progress bar."""
+        if _in_kernel():
+            from ..views import live
 
-    async def astream(
-        self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any
-    ) -> AsyncIterator[StreamEvent | RunResult]:
-        """Async :meth:`stream` on the caller's event loop: ``async for ev in flow.astream()``.
+            view = live.rows_view(self.name, batch, self.outputs)
+            if view is not None:
+                return view
+        return super().open_bar(batch)
 
-        Raises:
-            InputError, ProviderError: as :meth:`run`.
-        """
-        values = {**(variables or {}), **kwargs}
-        self.spec.check_one(values)
-        self.say_notes()
+    def frame_slot(self, labels: Sequence[Any]) -> Any:
+        """Return the notebook's slot for the frame a run over rows ``labels`` returns: the
+        live view of those rows ends as that frame's table (``None`` outside a kernel)."""
+        if not _in_kernel():
+            return None
+        from ..views import live
 
-        def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
-            return self._stream_run(values, emit)
+        return live.open_slot(labels)
 
-        async for item in stream_async(start):
-            yield item
+    def preview_of(self, data: Any) -> Any:
+        """Return the preview of running over ``data`` (see :meth:`preview`)."""
+        from ..frames.preview import preview_data
 
-    async def _stream_run(
-        self, values: Mapping[str, str], emit: Callable[[StreamEvent], None]
-    ) -> RunResult:
-        """Run validated ``values`` once on the caller's loop, passing ``emit`` each event as
-        it happens; return the result. This default runs it whole, then emits each output at
-        once (a flow without a streaming engine).
-
-        Raises:
-            InputError, ProviderError: as :meth:`run`.
-        """
-        result = await self.arun(values)
-        for name, output in result.entries:
-            if result.is_image(name):
-                emit(StreamEvent("image", name, (name,), url=output))
-            elif output:
-                emit(StreamEvent("text", name, (name,), output))
-        return result
-
-    async def arun_batch(
-        self, batch: Sequence[Mapping[str, Any]], *, concurrency: int | None = None
-    ) -> list[RunResult]:
-        """Async :meth:`run_batch` on the caller's event loop (for async applications).
-
-        Raises:
-            InputError, BatchError: as :meth:`run_batch`.
-        """
-        batch = list(batch)
-        self.spec.check_batch(batch)
-        outcomes = Outcomes(len(batch))
-        await self._aexecute(batch, outcomes, concurrency)
-        return outcomes.value()
-
-    async def arun(self, variables: Mapping[str, Any] | None = None, /, **kwargs: Any) -> RunResult:
-        """Async :meth:`run` on the caller's event loop.
-
-        Raises:
-            InputError, ProviderError: as :meth:`run`.
-        """
-        try:
-            return (await self.arun_batch([{**(variables or {}), **kwargs}]))[0]
-        except BatchError as exc:
-            raise exc.errors[0] from None
-
-    def run_batch(
-        self,
-        batch: Sequence[Mapping[str, Any]],
-        *,
-        progress: bool = False,
-        concurrency: int | None = None,
-        max_spend: float | None = None,
-    ) -> list[RunResult]:
-        """Run the flow once per element; the whole batch is validated before anything runs.
-
-        ``max_spend`` (US dollars) caps what the run pays: a call is sent only if what was spent
-        plus the most every call in flight could still cost stays within it (see
-        :mod:`flownb.providers.spend`); the elements it stops fail with
-        :class:`~flownb.errors.SpendCapReached`, cache hits are always served, and a run whose
-        preview already exceeds the cap says so first.
-
-        Returns:
-            One :class:`RunResult` per element, in input order.
-
-        Raises:
-            InputError: some element's variables are wrong (every problem, with its index).
-            BatchError: some elements failed at run time; ``.results`` keeps the others.
-            ConfigError: ``max_spend`` given and some call cannot be priced (nothing is sent).
-        """
-        if isinstance(batch, Mapping) or not isinstance(batch, Sequence):
-            raise TypeError("run_batch takes a list of variable mappings; use run() for one run")
-        batch = list(batch)
-        outcomes = Outcomes(len(batch))
-        self.run_each(
-            batch, outcomes, progress=progress, concurrency=concurrency, max_spend=max_spend
-        )
-        return outcomes.value()
-
-    def run_each(
-        self,
-        batch: Sequence[Mapping[str, Any]],
-        on_result: OnResult,
-        *,
-        progress: bool = False,
-        concurrency: int | None = None,
-        check: bool = True,
-        max_spend: float | None = None,
-    ) -> None:
-        """Run the flow once per element, calling ``on_result(index, result, None)`` or
-        ``on_result(index, None, exception)`` as each element finishes, in completion order.
-
-        This is the hook batch consumers build on (the DataFrame path, evaluations, streaming
-        into a file): nothing is kept here, and an element's failure does not stop the others.
-        :class:`~flownb.runtime.pipeline.Outcomes` is the collector :meth:`run_batch` uses.
-        ``check=False`` skips validation, for callers that built every element as a mapping of
-        exactly the flow's variables to strings themselves. ``max_spend``: see
-        :meth:`run_batch`.
-
-        Raises:
-            InputError: (``check=True``) some element's variables are wrong, before any runs.
-            KeyboardInterrupt: Ctrl-C; every element that finished before it was reported.
-            ConfigError: ``max_spend`` given and some call cannot be priced (nothing is sent).
-        """
-        if check:
-            self.spec.check_batch(batch)
-        self.say_notes()
-        if max_spend is not None:
-            capped, cap = self.capped(max_spend, batch)
-            try:
-                capped.run_each(
-                    batch, on_result, progress=progress, concurrency=concurrency, check=False
-                )
-            finally:
-                announce(cap.line())
-            return
-        # One list of observers for the run; the runner puts the run log and tracing first.
-        observers = observers_of(on_result)
-        bar: Any = None
-        if progress:
-            # In a notebook front end, the live view (bar and finished rows) instead of the bar.
-            bar = HOOKS["live_rows"](self, batch) or _progress_bar(len(batch), self.name)
-            _watch_with_bar(observers, bar)
-        try:
-            if bar is None:
-                self._execute(batch, observers, concurrency)
-            else:
-                with notices_to(_bar_notice(bar)):  # a slow retry says so on the bar
-                    self._execute(batch, observers, concurrency)
-        finally:
-            # The hand-over: whatever the flow runs on, no observer above is called once this
-            # returns or raises (a run stopped by Ctrl-C may still end calls in flight).
-            observers.close()
-            if bar is not None:
-                bar.close()
+        return preview_data(self, data, None, None)
 
     def run_dataframe(
         self,
@@ -358,9 +121,9 @@ class BaseFlow(ABC):
         much of it was used, and a re-run with a higher cap buys only what is missing.
 
         ``df`` may be a Dask DataFrame: the result is then a lazy Dask DataFrame (see
-        :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm`` and ``tpm`` hold
-        across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit this run in
-        addition to the flow's own limits (local flows only).
+        :func:`flownb.frames.dask.run.run_dataframe`), and ``concurrency``, ``rpm``, ``tpm`` and
+        ``max_spend`` hold across the whole cluster. On a pandas frame, ``rpm`` / ``tpm`` limit
+        this run in addition to the flow's own limits (local flows only).
 
         ``batch_api=True`` sends the text calls the cache does not hold through the provider's
         batch API (half price, results within 24 hours; see :mod:`flownb.frames.batch_api.run`),
@@ -374,8 +137,8 @@ class BaseFlow(ABC):
 
         Raises:
             ConfigError: ``rpm`` / ``tpm`` given for a flow that does not run locally,
-                ``trace=True`` or ``max_spend`` on a Dask frame, or ``max_spend`` with a call
-                that cannot be priced (nothing is sent).
+                ``trace=True`` on a Dask frame, or ``max_spend`` with a call that cannot be
+                priced (nothing is sent).
         """
         options: FrameOptions = {
             "fill": fill,
@@ -385,82 +148,72 @@ class BaseFlow(ABC):
             "trace": trace,
         }
         self.say_notes()
-        if _is_dask_frame(df):
-            if max_spend is not None:  # refused rather than run unbounded
-                raise ConfigError(
-                    "max_spend= does not cap a Dask frame yet (one cap across the cluster is "
-                    "to come); run a pandas frame, or compute() the Dask frame first"
-                )
-            return HOOKS["run_dask_dataframe"](self, df, columns, rpm=rpm, tpm=tpm, **options)
+        if _is_dask_frame(df):  # lazily: one cap (as one rpm) across the whole cluster
+            return self._run_dask(df, columns, rpm, tpm, max_spend, options)
         if batch_api:
-            if not self.in_process or _is_dask_frame(df) or rpm or tpm:
-                raise ConfigError(
-                    "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
-                    "provider schedules a batch itself)"
-                )
-            if max_spend is not None:
-                _say_over_cap(HOOKS["preview"](self, df, columns, fill), max_spend, batch=True)
-            return HOOKS["run_dataframe_batched"](
-                self, df, columns, poll=poll, max_spend=max_spend, **options
-            )
-        flow: BaseFlow = self
+            return self._run_batched(df, columns, rpm or tpm, poll, max_spend, options)
         if (rpm or tpm) and not self.in_process:
             raise ConfigError("rpm= and tpm= per run apply to local flows only")
+        from ..frames import run as pandas_frames
+        from ..frames.preview import preview_data
+
         if max_spend is None:
-            if rpm or tpm:
-                flow = self.gated(_run_limits(rpm, tpm))
-            return HOOKS["run_dataframe"](flow, df, columns, **options)
+            flow = self.gated(_run_limits(rpm, tpm)) if rpm or tpm else self
+            return pandas_frames.run_dataframe(flow, df, columns, **options)
         flow, cap = self.capped(
-            max_spend, HOOKS["preview"](self, df, columns, fill), _run_limits(rpm, tpm)
+            max_spend, preview_data(self, df, columns, fill), _run_limits(rpm, tpm)
         )
         try:
-            return HOOKS["run_dataframe"](flow, df, columns, **options)
+            return pandas_frames.run_dataframe(flow, df, columns, **options)
         finally:
             announce(cap.line())
 
-    def capped(
-        self, max_spend: float, data: Any, gate: Gate | None = None
-    ) -> tuple[BaseFlow, SpendCap]:
-        """Return a view of this flow whose calls stay within ``max_spend`` US dollars (each
-        attempt also entering ``gate``), and the cap; first, when the preview of running over
-        ``data`` (or ``data`` itself, a preview) already exceeds the cap, say so with the
-        estimate (the run proceeds until the cap).
+    def _run_dask(
+        self,
+        df: Any,
+        columns: Mapping[str, str] | None,
+        rpm: float | None,
+        tpm: float | None,
+        max_spend: float | None,
+        options: FrameOptions,
+    ) -> Any:
+        """:meth:`run_dataframe` over a Dask frame (see :mod:`flownb.frames.dask.run`)."""
+        from ..frames.dask import run as dask_frames
 
-        Raises:
-            ConfigError: this flow's calls cannot be capped here (a served flow), or some cannot
-                be priced: nothing is sent.
-        """
-        from ..providers.spend import SpendCap
-        from ..providers.tokens import chain
-
-        cap = SpendCap(max_spend)
-        spend = self.spend_gate(cap)
-        preview = (
-            data if hasattr(data, "est_cost_known") else HOOKS["preview"](self, data, None, None)
-        )
-        _say_over_cap(preview, cap.cap)
-        return self.gated(chain(gate, spend)), cap
-
-    def spend_gate(self, cap: SpendCap, *, batch: bool = False) -> Gate:
-        """Return the gate that keeps this flow's calls within ``cap`` (a local flow's).
-
-        Raises:
-            ConfigError: this flow runs its calls elsewhere (a served flow: its API key's cap
-                applies there; see ``flownb keys create --max-spend``).
-        """
-        raise ConfigError(
-            "max_spend= caps flows that run here; a served flow's spending is capped per API key "
-            "on its server (flownb keys create --max-spend)"
+        return dask_frames.run_dataframe(
+            self, df, columns, rpm=rpm, tpm=tpm, max_spend=max_spend, **options
         )
 
-    def gated(self, gate: Gate | None, run_id: str | None = None) -> BaseFlow:
-        """Return a view of this flow whose runs enter ``gate`` around each provider attempt
-        (a local flow's; see :meth:`flownb.flows.local.LocalFlow.gated`).
+    def _run_batched(
+        self,
+        df: pd.DataFrame,
+        columns: Mapping[str, str] | None,
+        limited: float | None,
+        poll: float | None,
+        max_spend: float | None,
+        options: FrameOptions,
+    ) -> pd.DataFrame:
+        """:meth:`run_dataframe` through the provider's batch API (see
+        :mod:`flownb.frames.batch_api.run`)."""
+        local = local_of(self)
+        if local is None or limited:
+            raise ConfigError(
+                "batch_api=True runs a local flow over a pandas frame (no rpm/tpm: the "
+                "provider schedules a batch itself)"
+            )
+        from ..frames.batch_api.run import run_dataframe_batched
+        from ..frames.kinds import takes_any_frame
 
-        Raises:
-            ConfigError: this flow does not run its calls here (a remote flow).
-        """
-        raise ConfigError("rpm= and tpm= per run apply to local flows only")
+        if max_spend is not None:
+            from ..frames.preview import preview_data
+
+            preview = preview_data(self, df, columns, options.get("fill"))
+            say_over_cap(preview, max_spend, batch=True)
+        # A polars frame through the batch API comes back as polars, as from the plain run.
+        result: pd.DataFrame = takes_any_frame(run_dataframe_batched)(
+            local, df, columns, poll=poll, max_spend=max_spend, **options
+        )
+        return result
 
     async def arun_dataframe(
         self,
@@ -496,30 +249,22 @@ class BaseFlow(ABC):
         Raises:
             InputError: the data does not fit the flow's variables.
         """
+        from ..frames.preview import preview_data
+
         self.say_notes()  # what a run would send: the same warnings a run gives
-        return HOOKS["preview"](self, data, columns, fill)
+        return preview_data(self, data, columns, fill)
 
     def form(self) -> Any:
         """Return an ipywidgets form: an input per variable, a Run button, outputs below."""
-        return HOOKS["form"](self)
+        from ..views.widgets import FlowForm  # ipywidgets is imported when a form is asked for
 
-    def __repr__(self) -> str:
-        return (
-            f"<{type(self).__name__} {self.name!r} variables={self.variables!r} "
-            f"outputs={self.outputs!r}>"
-        )
+        return FlowForm(self)
 
-    def _repr_html_(self) -> str:
-        from ..show.escape import html_text, no_math
 
-        def names(items: list[str]) -> str:
-            return ", ".join(f"<code>{html_text(n)}</code>" for n in items) or "<em>(none)</em>"
-
-        return no_math(
-            f"<b>Flow <code>{html_text(self.name)}</code></b><ul>"
-            f"<li>variables: {names(self.variables)}</li>"
-            f"<li>outputs: {names(self.outputs)}</li></ul>"
-        )
+def _in_kernel() -> bool:
+    # The live view lives in a Jupyter kernel; elsewhere (scripts, a terminal IPython, the CLI)
+    # no notebook code is even imported, so nothing changes there.
+    return "ipykernel.zmqshell" in sys.modules
 
 
 def _live_text_wanted() -> bool:
@@ -531,8 +276,9 @@ def _live_text_wanted() -> bool:
     mode = live_view_mode()
     if mode == "off":
         return False
-    wanted: bool = HOOKS["live_wanted"](mode)
-    return wanted
+    from ..views.live_text import wanted  # imported only inside a kernel
+
+    return wanted(mode)
 
 
 def _is_dask_frame(df: Any) -> bool:
@@ -541,57 +287,7 @@ def _is_dask_frame(df: Any) -> bool:
     return dd is not None and isinstance(df, dd.DataFrame)
 
 
-def _say_over_cap(preview: Any, cap: float, *, batch: bool = False) -> None:
-    """Warn when ``preview``'s estimate (``batch``: at the batch API's price) is over ``cap``:
-    the run proceeds, and stops at the cap."""
-    estimate = preview.est_cost_batch if batch else preview.est_cost_known
-    if estimate > cap:
-        from ..show.meter import usd
-        from ..show.notices import warn
-
-        warn(
-            f"the preview estimates about {usd(estimate)} for this run ({preview.n_calls} "
-            f"call(s)), over the spend cap of {usd(cap)}: the run proceeds and stops at the cap"
-        )
-
-
 def _run_limits(rpm: float | None, tpm: float | None) -> Gate | None:
     from ..providers.tokens import RequestGate, TokenGate, chain
 
     return chain(RequestGate(rpm) if rpm else None, TokenGate(tpm) if tpm else None)
-
-
-def _progress_bar(total: int, name: str) -> Progress:
-    from ..show.progress import open_bar
-
-    # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
-    return open_bar(total, name, "row")
-
-
-def _watch_with_bar(observers: Observers, bar: Any) -> None:
-    """Add the progress bar's observers: the live view's rows (in a notebook), the meter of
-    money spent and saved beside the bar, and the bar's count."""
-    from ..show.meter import show
-
-    live = getattr(bar, "record", None)
-    if live is not None:
-        observers.add(live)
-
-    def count(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-        show(bar, result)  # money spent so far and the cache's saving, beside the bar
-        bar.update(1)
-
-    observers.add(count)
-
-
-def _bar_notice(bar: Any) -> Notice:
-    """Return where a run with progress bar ``bar`` announces things: the bar's postfix, and
-    in a terminal also a line on stderr above the bar (a postfix is easy to miss there)."""
-    in_notebook = bar.in_notebook
-
-    def notice(line: str) -> None:
-        bar.notice(line)
-        if not in_notebook:
-            bar.write(f"flownb: {line}", file=sys.stderr)
-
-    return notice

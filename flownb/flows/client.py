@@ -491,54 +491,37 @@ class Client:
                 time.sleep(self._backoff(attempt))
                 continue
             if resp.status_code == 200:
-                data = _json(resp)
-                got = [data] if single else data
-                if not isinstance(got, list) or len(got) != len(pending):
-                    raise ApiError(
-                        f"unexpected run response from {_path(url)}: expected "
-                        f"{len(pending)} result(s)",
-                        status=200,
-                    )
-                for j, i in enumerate(pending):
-                    out[i] = (got[j], None)
+                _take_answers(resp, url, pending, out, single=single)
                 break
             error = _error_from(resp)
             too_big = resp.status_code == 413 or error.code == "batch_too_large"
             if too_big and not single and len(pending) > 1:
-                # A service with a smaller limit than assumed (it did not advertise one):
-                # halve, remember, and send the halves.
-                half = len(pending) // 2
-                with self._lock:
-                    self._limits["batch"] = min(self._limits.get("batch", half), half)
-                for part in (pending[:half], pending[half:]):
-                    done = self._run_chunk(flow_id, [elements[i] for i in part])
-                    for i, outcome in zip(part, done, strict=True):
-                        out[i] = outcome
+                self._run_halves(flow_id, elements, pending, out)
                 break
-            body_json = _json_or_none(resp)
-            results = body_json.get("results") if isinstance(body_json, dict) else None
-            element_errors = _element_errors(body_json, error, len(pending))
-            if isinstance(results, list) and len(results) == len(pending):
-                failed = []
-                for j, i in enumerate(pending):
-                    # A row with a result *and* an error kept only part of its outputs (a node
-                    # failed): it failed, and is retried like any failed row.
-                    if results[j] is not None and j not in element_errors:
-                        out[i] = (results[j], None)
-                    else:
-                        failed.append(i)
-                        out[i] = (None, element_errors.get(j, error))
-            else:
-                if resp.status_code not in RETRY_STATUSES and resp.status_code < 500:
-                    raise error
-                failed = list(pending)
-                for j, i in enumerate(pending):
-                    out[i] = (None, element_errors.get(j, error))
+            failed = _take_failures(resp, error, pending, out)
             if last or resp.status_code not in RETRY_STATUSES or not failed:
                 break
             pending = failed
             time.sleep(self._delay(resp, attempt))
         return out  # type: ignore[return-value]
+
+    def _run_halves(
+        self,
+        flow_id: str,
+        elements: list[Mapping[str, Any]],
+        pending: list[int],
+        out: list[Outcome | None],
+    ) -> None:
+        """Send the ``pending`` elements in two requests, each half as large, into ``out``: a
+        service with a smaller limit than assumed (it did not advertise one) refused them as
+        too large; the smaller limit is remembered."""
+        half = len(pending) // 2
+        with self._lock:
+            self._limits["batch"] = min(self._limits.get("batch", half), half)
+        for part in (pending[:half], pending[half:]):
+            done = self._run_chunk(flow_id, [elements[i] for i in part])
+            for i, outcome in zip(part, done, strict=True):
+                out[i] = outcome
 
     def _backoff(self, attempt: int) -> float:
         # flownb's one retry policy (the providers' too), from this client's base.
@@ -547,3 +530,58 @@ class Client:
     def _delay(self, resp: requests.Response, attempt: int) -> float:
         hint = parse_retry_after(resp.headers.get("Retry-After"))
         return retry_delay(attempt, hint, base=self.backoff)
+
+
+def _take_answers(
+    resp: requests.Response,
+    url: str,
+    pending: list[int],
+    out: list[Outcome | None],
+    *,
+    single: bool,
+) -> None:
+    """Put a 200 answer's results for the ``pending`` elements into ``out``.
+
+    Raises:
+        ApiError: the answer does not hold one result per element sent.
+    """
+    data = _json(resp)
+    got = [data] if single else data
+    if not isinstance(got, list) or len(got) != len(pending):
+        raise ApiError(
+            f"unexpected run response from {_path(url)}: expected {len(pending)} result(s)",
+            status=200,
+        )
+    for j, i in enumerate(pending):
+        out[i] = (got[j], None)
+
+
+def _take_failures(
+    resp: requests.Response, error: FlownbError, pending: list[int], out: list[Outcome | None]
+) -> list[int]:
+    """Put a failed answer's outcomes for the ``pending`` elements into ``out``: the results it
+    kept, and each other element's error; return the elements that failed.
+
+    Raises:
+        FlownbError: ``error``, when the request was refused outright (a 4xx that is not
+            retried and holds no results).
+    """
+    body = _json_or_none(resp)
+    results = body.get("results") if isinstance(body, dict) else None
+    element_errors = _element_errors(body, error, len(pending))
+    if not (isinstance(results, list) and len(results) == len(pending)):
+        if resp.status_code not in RETRY_STATUSES and resp.status_code < 500:
+            raise error
+        for j, i in enumerate(pending):
+            out[i] = (None, element_errors.get(j, error))
+        return list(pending)
+    failed = []
+    for j, i in enumerate(pending):
+        # A row with a result *and* an error kept only part of its outputs (a node failed): it
+        # failed, and is retried like any failed row.
+        if results[j] is not None and j not in element_errors:
+            out[i] = (results[j], None)
+        else:
+            failed.append(i)
+            out[i] = (None, element_errors.get(j, error))
+    return failed

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.pricing import BATCH_RATE
+from ..core.local import LocalCore, local_of
 from ..providers.images import image_tokens
 from ..providers.offline import OfflineProvider
 from ..providers.repeat import unrepeated
@@ -30,7 +31,7 @@ from .run import rows_to_variables
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
 
 __all__ = ["Preview", "estimate_tokens", "preview_flow", "preview_many"]
 
@@ -202,7 +203,7 @@ def _unknown(key: str) -> str:
 
 
 def _local_calls(
-    flow: Any,
+    flow: LocalCore,
     batch: Sequence[Mapping[str, str]],
     variant: str,
     outputs: Known | None = None,
@@ -224,31 +225,14 @@ def _local_calls(
     for r, values in enumerate(batch):
         known: dict[int, str] = {}  # step -> its output, or the stand-in of an unknown one
         for step, node in zip(plan.steps, nodes, strict=True):
-            ctx = dict(values)
-            exact = True
-            for u in step.upstream:
-                name = plan.steps[u].name
-                if name not in values:
-                    ctx[name] = known[u]
-                    exact = exact and _MARK not in known[u]
-            symbolic = node.render(ctx)  # what decides the call's key
-            if exact:
-                prompt = symbolic
-            else:  # shown with a placeholder where an upstream output is not known yet
-                for u in step.upstream:
-                    name = plan.steps[u].name
-                    if name not in values and _MARK in known[u]:
-                        ctx[name] = f"«output of {name}»"
-                prompt = node.render(ctx)
-            cached = False
+            symbolic, prompt, exact = _rendered(plan, step, node, values, known)
             output = prompt if offline and step.kind == "text" and exact else None
             key = node.key(symbolic) if keyed else ""
+            cached = False
             if cache is not None:
-                hit = cache.get(key) if exact else None
-                cached = hit is not None or key in seen
+                cached, hit = _in_cache(cache, engine, key, seen, exact=exact)
                 seen.add(key)
-                if hit is not None:
-                    output = hit.output if hit.media is None else engine.media_url(hit.media)
+                output = hit if hit is not None else output
             known[step.index] = output if output is not None else _unknown(key or f"{r}")
             tokens = node.expected_tokens(prompt)
             out, cost = node.expected_of(tokens)
@@ -271,6 +255,42 @@ def _local_calls(
     return rows
 
 
+def _rendered(
+    plan: Any, step: Any, node: Any, values: Mapping[str, str], known: Mapping[int, str]
+) -> tuple[str, str, bool]:
+    """Return step ``step``'s prompt for one row, as its call's key is made (upstream outputs
+    as ``known``: their stand-ins where not known yet) and as shown (a placeholder naming each
+    upstream output not known yet), and whether every upstream output is known."""
+    ctx = dict(values)
+    exact = True
+    for u in step.upstream:
+        name = plan.steps[u].name
+        if name not in values:
+            ctx[name] = known[u]
+            exact = exact and _MARK not in known[u]
+    symbolic = node.render(ctx)  # what decides the call's key
+    if exact:
+        return symbolic, symbolic, True
+    for u in step.upstream:  # shown with a placeholder where an upstream output is not known
+        name = plan.steps[u].name
+        if name not in values and _MARK in known[u]:
+            ctx[name] = f"«output of {name}»"
+    return symbolic, node.render(ctx), False
+
+
+def _in_cache(
+    cache: Any, engine: Any, key: str, seen: set[str], *, exact: bool
+) -> tuple[bool, str | None]:
+    """Return whether the call of ``key`` would be answered without being paid (a cache hit,
+    looked up only when its prompt is ``exact``ly known, or a call counted already in
+    ``seen``), and the cached output (text, or the image's URL), if any."""
+    hit = cache.get(key) if exact else None
+    cached = hit is not None or key in seen
+    if hit is None:
+        return cached, None
+    return cached, hit.output if hit.media is None else engine.media_url(hit.media)
+
+
 def is_known(text: str) -> bool:
     """Return whether ``text`` (an output or a prompt built from outputs) is known before the
     run, rather than standing in for an output a call will make."""
@@ -288,7 +308,7 @@ def _outputs(plan: Any, values: Mapping[str, str], known: Mapping[int, str]) -> 
 
 
 def preview_flow(
-    flow: BaseFlow,
+    flow: FlowCore,
     batch: Sequence[Mapping[str, str]],
     variant: str,
     outputs: Known | None = None,
@@ -296,7 +316,8 @@ def preview_flow(
 ) -> list[tuple]:
     """Return one record per call ``flow`` would make over a validated ``batch`` (and fill
     ``outputs`` and ``seen`` as :func:`_local_calls` does)."""
-    if getattr(flow, "plan", None) is None:  # remote: the service renders the prompts
+    local = local_of(flow)
+    if local is None:  # remote: the service renders the prompts
         if outputs is not None:
             outputs.extend({} for _ in batch)
         return [
@@ -314,7 +335,7 @@ def preview_flow(
             )
             for r, v in enumerate(batch)
         ]
-    return _local_calls(flow, batch, variant, outputs, seen)
+    return _local_calls(local, batch, variant, outputs, seen)
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
@@ -329,15 +350,15 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return frame
 
 
-def _batches(flow: BaseFlow) -> bool:
+def _batches(flow: FlowCore) -> bool:
     """Whether ``flow``'s text calls could go through its provider's batch API."""
-    provider = getattr(flow, "provider", None)
-    return bool(provider is not None and provider.supports_batches)
+    local = local_of(flow)
+    return bool(local is not None and local.provider.supports_batches)
 
 
-def _provider(flow: BaseFlow) -> str:
-    provider = getattr(flow, "provider", None)
-    return provider.name if provider is not None else "remote"
+def _provider(flow: FlowCore) -> str:
+    local = local_of(flow)
+    return local.provider.name if local is not None else "remote"
 
 
 def _judge_calls(
@@ -393,7 +414,7 @@ def _judge_calls(
 
 
 def preview_many(
-    variants: Mapping[str, BaseFlow],
+    variants: Mapping[str, FlowCore],
     batches: Mapping[str, Sequence[Mapping[str, str]]],
     scorers: Sequence[Scorer] = (),
     inputs: Sequence[Mapping[str, Any]] | None = None,
@@ -423,7 +444,7 @@ def preview_many(
 
 
 def preview_data(
-    flow: BaseFlow,
+    flow: FlowCore,
     data: Any,
     columns: Mapping[str, str] | None = None,
     fill: str | None = None,

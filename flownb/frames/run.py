@@ -19,16 +19,15 @@ from ..errors import ConfigError, InputError, Problem, one_line
 from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
 from ..providers.inflight import calls_in_flight
-from ..runtime.hooks import HOOKS, FrameOptions
 from ..show.display import IMAGE_COLUMNS_ATTR
 from ..show.notices import warn
-from ..show.progress import open_bar
 from .kinds import takes_any_frame
+from .options import FrameOptions
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
     from ..runtime.columns import Answered
     from ..show.meter import CostMeter
 
@@ -64,60 +63,84 @@ def rows_to_variables(
             cells are missing (NaN/None) and no ``fill`` is given; the message names the rows.
     """
     mapping = dict(columns or {})
-    problems: list[Problem] = []
-    for var, col in mapping.items():
-        if var not in variables:
-            problems.append(
-                Problem(
-                    "unknown_variable",
-                    f"{spelling.map_option} maps unknown variable {var!r} "
-                    f"({unknown_advice(str(var), variables)})",
-                    variable=var,
-                )
-            )
-        elif col not in df.columns:
-            problems.append(
-                Problem(
-                    "missing_variable",
-                    f"{spelling.map_option} maps variable {var!r} to column {col!r}, "
-                    "which the data lacks",
-                    variable=var,
-                )
-            )
-    unmapped = [var for var in variables if var not in mapping and var not in df.columns]
-    for var in unmapped:
-        problems.append(
-            Problem("missing_variable", f"no column for variable {var!r}", variable=var)
-        )
-    if problems:
-        hint = None
-        if unmapped:
-            hint = (
-                f"the data's columns: "
-                f"{', '.join(map(repr, map(str, df.columns))) or 'none'}; "
-                f"map one with {spelling.map_example(unmapped[0])}"
-            )
-        raise InputError(problems, hint=hint)
-
+    _check_columns(df, variables, mapping, spelling)
     source = {var: mapping.get(var, var) for var in variables}
     converted = {var: _texts(df[col].tolist(), fill) for var, col in source.items()}
-    for var, cells in converted.items():
-        if None not in cells:  # the common case, checked in C: no row to name
-            continue
-        missing = [df.index[i] for i, v in enumerate(cells) if v is None]
-        if missing:
-            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-            problems.append(
-                Problem(
-                    "missing_variable",
-                    f"column {source[var]!r} (variable {var!r}) is empty (NaN/None) in "
-                    f"{len(missing)} row{'s' * (len(missing) > 1)}, index {shown}",
-                    variable=var,
-                )
-            )
+    problems = [
+        problem
+        for var, cells in converted.items()
+        if None in cells  # the common case, checked in C: no row to name
+        and (problem := _empty_cells(df.index, source[var], var, cells)) is not None
+    ]
     if problems:
         raise InputError(problems, hint=f"{spelling.fill} to run them anyway")
     return ColumnRows(cast("dict[str, list[str]]", converted), len(df))  # no None left
+
+
+def _check_columns(
+    df: pd.DataFrame, variables: list[str], mapping: Mapping[str, str], spelling: Spelling
+) -> None:
+    """Check that every variable has a column and that ``mapping`` names known variables and
+    columns.
+
+    Raises:
+        InputError: every problem found, with the data's columns when a variable has none.
+    """
+    problems = [
+        problem
+        for var, col in mapping.items()
+        if (problem := _mapping_problem(df, variables, var, col, spelling)) is not None
+    ]
+    unmapped = [var for var in variables if var not in mapping and var not in df.columns]
+    problems += [
+        Problem("missing_variable", f"no column for variable {var!r}", variable=var)
+        for var in unmapped
+    ]
+    if not problems:
+        return
+    hint = None
+    if unmapped:
+        hint = (
+            f"the data's columns: "
+            f"{', '.join(map(repr, map(str, df.columns))) or 'none'}; "
+            f"map one with {spelling.map_example(unmapped[0])}"
+        )
+    raise InputError(problems, hint=hint)
+
+
+def _mapping_problem(
+    df: pd.DataFrame, variables: list[str], var: str, col: str, spelling: Spelling
+) -> Problem | None:
+    """Return what is wrong with mapping variable ``var`` to column ``col``, or ``None``."""
+    if var not in variables:
+        return Problem(
+            "unknown_variable",
+            f"{spelling.map_option} maps unknown variable {var!r} "
+            f"({unknown_advice(str(var), variables)})",
+            variable=var,
+        )
+    if col not in df.columns:
+        return Problem(
+            "missing_variable",
+            f"{spelling.map_option} maps variable {var!r} to column {col!r}, which the data lacks",
+            variable=var,
+        )
+    return None
+
+
+def _empty_cells(index: pd.Index, col: str, var: str, cells: list[str | None]) -> Problem | None:
+    """Return the problem naming the rows (by ``index``) where ``cells`` of column ``col`` are
+    missing, or ``None`` when none is."""
+    missing = [index[i] for i, v in enumerate(cells) if v is None]
+    if not missing:
+        return None
+    shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+    return Problem(
+        "missing_variable",
+        f"column {col!r} (variable {var!r}) is empty (NaN/None) in "
+        f"{len(missing)} row{'s' * (len(missing) > 1)}, index {shown}",
+        variable=var,
+    )
 
 
 def _texts(cells: list[Any], fill: str | None) -> list[str | None]:
@@ -180,7 +203,7 @@ def _output_columns(df: pd.DataFrame, outputs: list[str]) -> dict[str, str]:
 
 @takes_any_frame
 def run_dataframe(
-    flow: BaseFlow,
+    flow: FlowCore,
     df: pd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
@@ -190,7 +213,7 @@ def run_dataframe(
 ) -> pd.DataFrame:
     """Run ``flow`` once per row of ``df`` (pandas, or polars: the result is the kind given;
     see :mod:`flownb.frames.kinds`) with ``options`` (``fill``, ``progress``, ``concurrency``,
-    ``error_column``, ``trace``: see :class:`~flownb.runtime.hooks.FrameOptions`). ``spelling``
+    ``error_column``, ``trace``: see :class:`~flownb.frames.options.FrameOptions`). ``spelling``
     words
     input errors for the surface calling (see :func:`rows_to_variables`); ``meter`` counts each
     finished row's cost.
@@ -223,39 +246,10 @@ def run_dataframe(
     batch = rows_to_variables(df, flow.variables, columns, fill, spelling=spelling)
     out_cols = _output_columns(df, flow.outputs)
     trace_cols = _trace_columns(flow, [*df.columns, *out_cols.values()]) if trace else {}
-    n = len(batch)
-    values: dict[str, list[str | None]] = {out: [None] * n for out in out_cols}
-    traced: dict[str, list[str | None]] = {node: [None] * n for node in trace_cols}
-    errors: list[str | None] = [None] * n
-    truncated: list[str | None] = [None] * n
-    done = [False] * n
-    seen: set[str] = set()  # outputs a result called images (a remote flow's results say)
-
-    def record(i: int, result: Any, exc: BaseException | None) -> None:
-        # The row's values first, then "done": a row is never seen done without its outputs.
-        if exc is not None:
-            errors[i] = one_line(exc, code=True)
-            if meter is not None:
-                meter.add_failed(exc)  # what its failed calls were paid (an image not fetched)
-            # A row where one node failed keeps the outputs of the nodes that succeeded.
-            result = getattr(exc, "partial", None)
-        if result is not None:
-            for out in out_cols:
-                values[out][i] = result.get(out)
-            seen.update(_images_of(result))
-            if traced:
-                for node, output in result.trace.items():
-                    traced[node][i] = output
-            cut = getattr(result, "truncated", ())
-            if cut:
-                truncated[i] = ", ".join(cut)
-            if meter is not None:
-                meter.add(result)
-        done[i] = True
-
+    got = _Filled(len(batch), out_cols, trace_cols, meter)
     interrupted = False
     # In a notebook's live view, the returned frame's table is what the view ends as.
-    slot = HOOKS["live_slot"](df.index) if progress else None
+    slot = flow.frame_slot(df.index) if progress else None
     try:
         # A provider that answers a whole batch at once (offline) is asked so, a chunk of rows
         # at a time: no call, result or report per row, whatever watches the run (the bar,
@@ -263,40 +257,102 @@ def run_dataframe(
         chunks = _in_bulk(flow, batch)
         if chunks is not None:
             for part in _watched(flow, batch, chunks, progress=progress, meter=meter):
-                start, end = part.start, part.start + part.rows
-                for out, column in values.items():
-                    column[start:end] = part.outputs[out]
-                for node, column in traced.items():
-                    column[start:end] = part.trace[node]
-                done[start:end] = [True] * part.rows
+                got.take(part)
         else:
             # The rows were made from the frame's columns as strings: no second validation
             # pass. run_each hands the run over before it returns or raises: a row the loop
             # finishes after Ctrl-C (or a form's Stop) cannot change the lists below while
             # they are read.
-            flow.run_each(batch, record, progress=progress, concurrency=concurrency, check=False)
+            flow.run_each(
+                batch, got.record, progress=progress, concurrency=concurrency, check=False
+            )
     except KeyboardInterrupt:
         interrupted = True
     result = df.copy()
     if fill is not None:
         _show_fill(result, [(columns or {}).get(var, var) for var in flow.variables], fill)
-    for out, col in out_cols.items():
-        result[col] = _text_column(values[out], df.index)
-    for node, col in trace_cols.items():
-        result[col] = _text_column(traced[node], df.index)
-    if interrupted:
-        _mark_interrupted(errors, done, error_column)
-    if errors.count(None) < n:  # some row has an error (counted in C: no loop per row here)
-        result[error_column] = _text_column(errors, df.index)
-    if truncated.count(None) < n:
-        col = TRUNCATED
-        while col in result.columns:
-            col = f"{col}_output"
-        result[col] = _text_column(truncated, df.index)
-    result.attrs[IMAGE_COLUMNS_ATTR] = _image_columns(flow, out_cols, trace_cols, seen)
+    got.put_in(result, error_column, interrupted=interrupted)
+    result.attrs[IMAGE_COLUMNS_ATTR] = _image_columns(flow, out_cols, trace_cols, got.seen)
     if slot is not None:
         slot.show(result)
     return result
+
+
+class _Filled:
+    """What a run over ``n`` rows has filled in so far: each output's and traced node's text,
+    each row's error and truncated nodes, which rows are done, and the outputs results called
+    images; ``meter`` counts each finished row's cost."""
+
+    def __init__(
+        self,
+        n: int,
+        out_cols: Mapping[str, str],
+        trace_cols: Mapping[str, str],
+        meter: CostMeter | None,
+    ) -> None:
+        self.n = n
+        self.out_cols = out_cols
+        self.trace_cols = trace_cols
+        self.meter = meter
+        self.values: dict[str, list[str | None]] = {out: [None] * n for out in out_cols}
+        self.traced: dict[str, list[str | None]] = {node: [None] * n for node in trace_cols}
+        self.errors: list[str | None] = [None] * n
+        self.truncated: list[str | None] = [None] * n
+        self.done = [False] * n
+        self.seen: set[str] = set()  # outputs a result called images (a remote flow's say)
+
+    def record(self, i: int, result: Any, exc: BaseException | None) -> None:
+        """Take row ``i``'s result or error (the run's ``on_result``)."""
+        # The row's values first, then "done": a row is never seen done without its outputs.
+        if exc is not None:
+            self.errors[i] = one_line(exc, code=True)
+            if self.meter is not None:
+                self.meter.add_failed(exc)  # what its failed calls were paid (an image lost)
+            # A row where one node failed keeps the outputs of the nodes that succeeded.
+            result = getattr(exc, "partial", None)
+        if result is not None:
+            self._fill(i, result)
+        self.done[i] = True
+
+    def _fill(self, i: int, result: Any) -> None:
+        for out, column in self.values.items():
+            column[i] = result.get(out)
+        self.seen.update(_images_of(result))
+        if self.traced:
+            for node, output in result.trace.items():
+                self.traced[node][i] = output
+        cut = getattr(result, "truncated", ())
+        if cut:
+            self.truncated[i] = ", ".join(cut)
+        if self.meter is not None:
+            self.meter.add(result)
+
+    def take(self, part: Answered) -> None:
+        """Take a chunk of rows answered at once."""
+        start, end = part.start, part.start + part.rows
+        for out, column in self.values.items():
+            column[start:end] = part.outputs[out]
+        for node, column in self.traced.items():
+            column[start:end] = part.trace[node]
+        self.done[start:end] = [True] * part.rows
+
+    def put_in(self, result: pd.DataFrame, error_column: str, *, interrupted: bool) -> None:
+        """Add the columns filled in to ``result``: outputs, traced nodes, and the error and
+        truncated columns when some row has one (``interrupted``: the unfinished rows marked)."""
+        index, n = result.index, self.n
+        for out, col in self.out_cols.items():
+            result[col] = _text_column(self.values[out], index)
+        for node, col in self.trace_cols.items():
+            result[col] = _text_column(self.traced[node], index)
+        if interrupted:
+            _mark_interrupted(self.errors, self.done, error_column)
+        if self.errors.count(None) < n:  # some row has an error (counted in C: no row loop)
+            result[error_column] = _text_column(self.errors, index)
+        if self.truncated.count(None) < n:
+            col = TRUNCATED
+            while col in result.columns:
+                col = f"{col}_output"
+            result[col] = _text_column(self.truncated, index)
 
 
 def _text_column(values: list[str | None], index: pd.Index) -> pd.Series[Any]:
@@ -313,7 +369,7 @@ def _text_column(values: list[str | None], index: pd.Index) -> pd.Series[Any]:
     return pd.Series(values, index=index, dtype=TEXT)
 
 
-def _in_bulk(flow: BaseFlow, batch: ColumnRows) -> Iterator[Answered] | None:
+def _in_bulk(flow: FlowCore, batch: ColumnRows) -> Iterator[Answered] | None:
     """Return ``batch`` answered at once by ``flow``'s runner, a chunk at a time as it is read
     (see :meth:`flownb.runtime.pipeline.Runner.run_columns`), or ``None``: nothing ran, run it
     row by row (a remote flow, or a provider, flow or data that needs that)."""
@@ -328,7 +384,7 @@ def _in_bulk(flow: BaseFlow, batch: ColumnRows) -> Iterator[Answered] | None:
 
 
 def _watched(
-    flow: BaseFlow,
+    flow: FlowCore,
     batch: ColumnRows,
     chunks: Iterator[Answered],
     *,
@@ -342,7 +398,7 @@ def _watched(
 
     bar: Any = None
     if progress:
-        bar = HOOKS["live_rows"](flow, batch) or open_bar(len(batch), flow.name, "row")
+        bar = flow.open_bar(batch)
     shown = attach(bar) if bar is not None else None
     try:
         for part in chunks:
@@ -405,7 +461,7 @@ def _images_of(result: Any) -> list[str]:
 
 
 def _image_columns(
-    flow: BaseFlow, out_cols: Mapping[str, str], trace_cols: Mapping[str, str], seen: set[str]
+    flow: FlowCore, out_cols: Mapping[str, str], trace_cols: Mapping[str, str], seen: set[str]
 ) -> list[str]:
     """Return the columns that hold images: an image node's outputs (as the flow's plan or its
     results say) and traced image nodes; never a text that looks like an image URL."""
@@ -416,7 +472,7 @@ def _image_columns(
     return images + [col for node, col in trace_cols.items() if node in image_nodes]
 
 
-def _trace_columns(flow: BaseFlow, taken: Sequence[Any]) -> dict[str, str]:
+def _trace_columns(flow: FlowCore, taken: Sequence[Any]) -> dict[str, str]:
     """Map each traced node name to its column (`` (node)`` appended on a clash)."""
     plan = getattr(flow, "plan", None)
     if plan is None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Unpack
 
 import pandas as pd
 
-from ..runtime.hooks import DataFrameOptions
+from ..frames.options import DataFrameOptions
 
 if TYPE_CHECKING:
     from ..flows.base import BaseFlow
@@ -40,7 +40,7 @@ class FlownbAccessor:
 
         Takes the keyword arguments of :meth:`flownb.BaseFlow.run_dataframe` (``fill``,
         ``progress``, ``concurrency``, ``error_column``, ...; see
-        :class:`~flownb.runtime.hooks.DataFrameOptions`).
+        :class:`~flownb.frames.options.DataFrameOptions`).
 
         Returns:
             A copy of the DataFrame with one column per output (and an error column if rows

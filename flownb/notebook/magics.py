@@ -42,6 +42,8 @@ from ..cli.inputs import (
     read_csv,
 )
 from ..config.settings import resolve_run_config
+from ..core.flow import FlowCore
+from ..core.local import local_of
 from ..errors import ConfigError, FlownbError
 from ..flowfile.inputs import to_text
 from ..flows.local import LocalFlow
@@ -235,7 +237,7 @@ class FlowMagics(EvalMagics, Magics):
             return flow.form()
         result = self._batch(flow, args) if sub == "batch" else self._run(flow, args, cell)
         if sub == "batch" and (args.out is not None or args.quiet or quiet):
-            from .live import keep_bar_only
+            from ..views.live import keep_bar_only
 
             keep_bar_only(result)  # shown below by -o, or not at all: the live view's bar stays
         return _shown(result, args, quiet)
@@ -288,22 +290,24 @@ class FlowMagics(EvalMagics, Magics):
         if args.max_spend is not None and args.max_spend < 0:
             raise UsageError("%flow batch: --max-spend is a number of US dollars >= 0")
         run: Callable[..., pd.DataFrame] = run_dataframe
+        runs: FlowCore = flow
         if args.batch_api:  # the provider's batch API: half price, answers within 24 hours
-            if not isinstance(flow, LocalFlow):
+            local = local_of(flow)
+            if local is None:
                 raise UsageError("%flow batch: --batch-api runs flow files, not served flows")
-            run = run_dataframe_batched
+            run, runs = run_dataframe_batched, local
         text_fill = fill if fill is None else str(fill)
         cap = None
         extra: dict[str, Any] = {}
         if args.batch_api:  # the batched run caps its submissions itself
             extra["max_spend"] = args.max_spend
         elif args.max_spend is not None:  # within the cap: the flow seen through its gate
-            flow, cap = flow.capped(
+            runs, cap = flow.capped(
                 args.max_spend, flow.preview(df, mapping or None, fill=text_fill)
             )
         try:
             out = run(
-                flow,
+                runs,
                 df,
                 mapping or None,
                 fill=text_fill,

@@ -149,6 +149,14 @@ class Generation:
     )
 
     def __post_init__(self) -> None:
+        model, finish, answer_id = self.model, self.finish_reason, self.response_id
+        if (
+            self.output.isascii()
+            and (model is None or model.isascii())
+            and (finish is None or finish.isascii())
+            and (answer_id is None or answer_id.isascii())
+        ):
+            return  # the usual answer: nothing to scan (one is made for every answer read)
         output, replaced = replace_lone_surrogates(self.output)
         for name in ("model", "finish_reason", "response_id"):
             value = getattr(self, name)

@@ -324,30 +324,16 @@ class CallRunner:
         if cache is None:
             return await self._attempts(call, sink)
         key = self._node(call).key(call.prompt)
-        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
-        # No query when hit() saw this key missing and it has not been stored since (read
-        # before _forgotten: a key forgotten meanwhile then counts as stored).
-        if hit is None:
-            seen = self._missed.pop(key, None)
-            if seen is None or _stored_at.get(key, 0) > seen or seen < _forgotten:
-                hit = cache.get(key)
+        hit = self._cached(call, key, cache)
         if hit is not None:
             if _unpriced(hit):
-                # Stored before prices were kept, or when the model had none: price it from the
-                # usage it was bought with, so the row's price does not depend on the cache.
-                table = self._price_table()
-                if table is not None:
-                    await table
-                hit.cost = self.provider.cost(hit)
-                hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
-            if sink is not None and hit.media is None and hit.output:
-                sink(hit.output)
+                await self._price(hit)
+            _hand_over(sink, hit)
             return hit
         twin = self._in_flight.get(key)
         if twin is not None:
             gen = await asyncio.shield(twin)
-            if sink is not None and gen.media is None and gen.output:
-                sink(gen.output)
+            _hand_over(sink, gen)
             return dataclasses.replace(gen, cached=True)  # no provider call was made for this one
         if _finishing:  # some stopped run still ends calls in flight: one may be this one
             paid = await self._from_stopped_run(key, sink)
@@ -378,6 +364,27 @@ class CallRunner:
         fut.set_result(gen)
         return gen
 
+    def _cached(self, call: Call, key: str, cache: Any) -> Generation | None:
+        """Return ``call``'s answer from the cache, or ``None``: the bulk lookup's hit, else one
+        query, unless :meth:`hit` saw the key missing and it has not been stored since (read
+        before ``_forgotten``: a key forgotten meanwhile then counts as stored). A plain
+        function, not a coroutine: it runs for every call."""
+        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
+        if hit is None:
+            seen = self._missed.pop(key, None)
+            if seen is None or _stored_at.get(key, 0) > seen or seen < _forgotten:
+                hit = cache.get(key)
+        return hit
+
+    async def _price(self, hit: Generation) -> None:
+        """Price a cached answer stored before prices were kept, or when the model had none,
+        from the usage it was bought with, so the row's price does not depend on the cache."""
+        table = self._price_table()
+        if table is not None:
+            await table
+        hit.cost = self.provider.cost(hit)
+        hit.prompt_cache_saved = self.provider.prompt_cache_saving(hit)
+
     async def _from_stopped_run(self, key: str, sink: TextSink | None) -> Generation | None:
         """Return the answer of a stopped run's call in flight with this key (on this loop),
         as a cache hit (``cached=True``: this run paid nothing for it); None when there is no
@@ -393,8 +400,7 @@ class CallRunner:
             return None
         except Exception:
             return None
-        if sink is not None and gen.media is None and gen.output:
-            sink(gen.output)
+        _hand_over(sink, gen)
         return dataclasses.replace(gen, cached=True)
 
     async def _attempt(self, call: Call, sink: TextSink | None = None) -> Generation:
@@ -596,6 +602,13 @@ async def _streamed(provider: Provider, call: Call, sink: TextSink) -> Generatio
             provider=provider.name,
         )
     return gen
+
+
+def _hand_over(sink: TextSink | None, gen: Generation) -> None:
+    """Hand a text answer not streamed by this call (a cache hit, a twin's) to ``sink`` in one
+    piece."""
+    if sink is not None and gen.media is None and gen.output:
+        sink(gen.output)
 
 
 def _unpriced(gen: Generation) -> bool:

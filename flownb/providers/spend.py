@@ -5,7 +5,9 @@ cost, plus the most this call could cost, stays within the cap. "The most a call
 :meth:`~flownb.providers.callplan.NodeCalls.most` (its prompt's UTF-8 bytes as tokens, an upper
 bound for the vendors' tokenizers, plus the output limit it is sent with, at list price; a batch
 call at the batch price; an image at its per-image price). So the cap is never passed, however
-many calls run at once.
+many calls run at once. A call submitted to a batch API counts at its bound at once
+(:meth:`SpendCap.take`) and is settled to its real cost when the batch's results are read
+(:meth:`SpendCap.settle_taken`).
 
 Each attempt takes a *reservation* of its bound before it is sent (entering the gate), and when
 the answer comes the reservation is *settled* to the answer's real cost (from its usage and the
@@ -20,7 +22,9 @@ and calls answered by an identical call in flight never reach the gate: they cos
 are always served.
 
 One :class:`SpendCap` may be shared by several runs (an evaluation's variants and judges) on any
-thread or loop: its figures move under one lock.
+thread or loop: its figures move under one lock. A :class:`SpendGate` reserves in any
+:class:`Ledger`: a :class:`SpendCap` in this process, or one whose figures live elsewhere (a Dask
+cluster's, :mod:`flownb.frames.dask.spend`), with the same rule.
 """
 
 from __future__ import annotations
@@ -28,16 +32,16 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ConfigError, ImageNotFetched, ProviderError, SpendCapReached
 from .base import Call, Generation, Kind, Provider
 from .callplan import NodeCalls, node_calls
 from .calls import Settle
 
-__all__ = ["SpendCap", "SpendGate", "check_cappable"]
+__all__ = ["Ledger", "SpendCap", "SpendGate", "check_cappable"]
 
 # How often a call that does not fit looks again while other calls are in flight (their answers
 # settle below their bounds and free room).
@@ -48,6 +52,22 @@ def _usd(value: float) -> str:
     from ..show.meter import usd
 
     return usd(value)
+
+
+class Ledger(Protocol):
+    """Where a capped run's reservations are kept: :class:`SpendCap` (this process), or a
+    cluster's shared figures."""
+
+    async def reserve(self, most: float) -> None:
+        """Return once ``most`` is reserved (waiting while calls in flight may free room).
+
+        Raises:
+            SpendCapReached: it does not fit and no call is in flight: never send it.
+        """
+
+    def settle(self, most: float, cost: float) -> Awaitable[None] | None:
+        """End a reservation of ``most``: ``cost`` was paid for it; what it returns (if
+        anything) is awaited before the call's slot is freed."""
 
 
 class SpendCap:
@@ -91,6 +111,21 @@ class SpendCap:
                 return False
             return None
 
+    async def reserve(self, most: float) -> None:
+        """Return once ``most`` is reserved: at once when it fits, else after calls in flight
+        settled enough (polled every :data:`POLL` seconds).
+
+        Raises:
+            SpendCapReached: it does not fit and no call is in flight (it never will).
+        """
+        while True:
+            fits = self.try_reserve(most)
+            if fits:
+                return
+            if fits is False:
+                raise self.refusal(most)
+            await asyncio.sleep(POLL)
+
     def take(self, most: float) -> bool:
         """Count ``most`` as spent at once if it fits and return True, else False (a call
         submitted to a batch API, whose answer comes hours later: its bound stands)."""
@@ -103,6 +138,18 @@ class SpendCap:
         if most and self.on_spent is not None:
             self.on_spent(spent)
         return True
+
+    def settle_taken(self, most: float, cost: float) -> None:
+        """Settle a call counted at its bound ``most`` by :meth:`take` (a batch API's) to what
+        its answer really cost, ``cost`` (0: a line the batch failed, not billed; NaN: unknown,
+        so its bound stands)."""
+        if math.isnan(cost) or cost == most:
+            return
+        with self._lock:
+            self.spent = max(0.0, self.spent + cost - most)
+            spent = self.spent
+        if self.on_spent is not None:
+            self.on_spent(spent)
 
     def settle(self, most: float, cost: float) -> None:
         """End a reservation of ``most``: ``cost`` was paid for it (0: nothing)."""
@@ -144,11 +191,11 @@ def _cost_nothing(exc: BaseException) -> bool:
 
 
 class SpendGate:
-    """The gate of a capped run: reserves each attempt's bound in ``cap`` before it is sent, and
-    settles it to the answer's cost (see the module docstring). ``batch``: the calls go through
-    the provider's batch API, at its price."""
+    """The gate of a capped run: reserves each attempt's bound in ``cap`` (a :class:`Ledger`)
+    before it is sent, and settles it to the answer's cost (see the module docstring).
+    ``batch``: the calls go through the provider's batch API, at its price."""
 
-    def __init__(self, cap: SpendCap, provider: Provider, *, batch: bool = False) -> None:
+    def __init__(self, cap: Ledger, provider: Provider, *, batch: bool = False) -> None:
         self.cap = cap
         self.provider = provider
         self.batch = batch
@@ -168,31 +215,26 @@ class SpendGate:
         if math.isnan(most):  # checked before the run (check_cappable): a safety net
             raise ConfigError(f"max_spend: node {call.node_id!r}'s calls have no known price")
         cap = self.cap
-        while True:
-            fits = cap.try_reserve(most)
-            if fits:
-                break
-            if fits is False:
-                raise cap.refusal(most)
-            await asyncio.sleep(POLL)
-        settled = False
+        await cap.reserve(most)
+        settled: list[Awaitable[None] | None] = []
 
         def settle(gen: Generation) -> None:
-            nonlocal settled
             cost = gen.cost if gen.cost is not None else self.provider.cost(gen)
             if math.isnan(cost):  # priced before, unknown now: its bound stands as spent
                 cost = most
-            settled = True
-            cap.settle(most, cost)
+            settled.append(cap.settle(most, cost))
 
         try:
             yield settle
         except BaseException as exc:
-            if not settled:
+            if not settled:  # told, not waited for: the call's own error goes on at once
                 cap.settle(most, 0.0 if _cost_nothing(exc) else most)
             raise
         if not settled:
-            cap.settle(most, most)
+            settled.append(cap.settle(most, most))
+        pending = settled[0]
+        if pending is not None:  # a ledger elsewhere: settled before the slot is freed
+            await pending
 
 
 def check_cappable(

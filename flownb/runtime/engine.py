@@ -342,12 +342,14 @@ class Engine:
         *,
         concurrency: int,
         on_result: OnResult | None = None,
+        gate: Gate | None = None,
     ) -> RunResult:
         """Run one validated element, handing ``emit`` each node's text as its provider
         streams it and each image when it is ready (see
         :class:`~flownb.runtime.events.StreamEvent`);
         a node starts once the nodes it reads have finished. The calls are cached, retried,
-        paced and limited as :meth:`run_async`'s, and stopped as its are: cancelled, the run lets
+        paced and limited as :meth:`run_async`'s (each attempt inside ``gate`` too: a spend
+        cap), and stopped as its are: cancelled, the run lets
         its call in flight end, and ``on_result`` is told the element's outcome (as index 0)
         whether or not the caller is still there.
 
@@ -358,7 +360,7 @@ class Engine:
             The element's error, as :meth:`run_async` reports it (``InputError``,
             ``ProviderError`` naming the node, ...).
         """
-        runner = self._runner(concurrency)
+        runner = self._runner(concurrency, gate=gate)
 
         async def run() -> RunResult:
             try:

@@ -304,11 +304,17 @@ class Runner:
             yield answered
 
     async def stream_one(
-        self, values: Mapping[str, str], emit: Emit, *, concurrency: int | None = None
+        self,
+        values: Mapping[str, str],
+        emit: Emit,
+        *,
+        concurrency: int | None = None,
+        gate: Gate | None = None,
     ) -> RunResult:
         """Run one validated element on the caller's loop, handing ``emit`` its text as the
         provider streams it and its images when ready (see :meth:`Engine.stream_one`); the
-        result is recorded in the run log as :meth:`arun` records it.
+        result is recorded in the run log as :meth:`arun` records it. ``gate`` is entered
+        around each provider attempt (a spend cap).
 
         Returns:
             The element's result, as :meth:`arun` would report it.
@@ -329,7 +335,11 @@ class Runner:
                 # Reported by the engine: a run whose caller went away still ends its call in
                 # flight (paid for), and the run log keeps it.
                 return await engine.stream_one(
-                    values, emit, concurrency=concurrency or self.concurrency, on_result=report
+                    values,
+                    emit,
+                    concurrency=concurrency or self.concurrency,
+                    on_result=report,
+                    gate=gate,
                 )
             finally:
                 if recorder is not None:

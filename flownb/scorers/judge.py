@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..core.local import LocalCore, local_of
 from ..errors import ConfigError
 from ..flowfile.template import Template
-from ..flows.local import LocalFlow
 from .base import Kind, Row, Scorer, _missing, _recorded, _text
 from .examples import Example, select_examples
 from .judging import JudgeSetup, judge_info
@@ -149,7 +149,7 @@ class JudgeScorer(Scorer):
             said += f" [few-shot: {len(self.examples)} of {self.labels_given} labels]"
         return said
 
-    def flow(self) -> LocalFlow:
+    def flow(self) -> LocalCore:
         """Return the flow the judge's calls go through."""
         return self.setup.flow(f"judge:{self.name}")
 
@@ -168,15 +168,10 @@ class JudgeScorer(Scorer):
         ``endpoint=`` the judge uses that flow's provider (and, without ``model=``, its text
         model). A flow that is not local (a served flow) lends nothing: ``FLOWNB_PROVIDER``
         decides then."""
-        from ..flows.local import LocalFlow
-
-        self.setup.graded = flow if isinstance(flow, LocalFlow) else None
+        local = local_of(flow)
+        self.setup.graded = local
         # A local flow says which outputs are images; a served one's are told by their values.
-        self.image = (
-            flow.plan.output_kinds.get(self.output) == "image"
-            if isinstance(flow, LocalFlow)
-            else None
-        )
+        self.image = local.plan.output_kinds.get(self.output) == "image" if local else None
 
     def check(self) -> None:
         """Refuse a judge that would run on the offline provider (it echoes its prompt: every
@@ -304,7 +299,7 @@ class PickBest(JudgeScorer):
 
     rate = True
 
-    def flow(self) -> LocalFlow:
+    def flow(self) -> LocalCore:
         """Return the flow the picker's calls go through."""
         return self.setup.flow(f"pick_best:{self.name}")
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config.endpoints import Endpoint
+from ..core.flow import FlowCore
+from ..core.local import LocalCore, load_local, local_of
 from ..errors import ConfigError
 from ..flowfile.model import parse_flow
-from ..flows.local import LocalFlow, load_flow
 from ..providers.registry import provider_names
 from ..providers.vendor import vendor_of
 
@@ -61,7 +62,7 @@ def judge_source(model: str | None) -> dict[str, Any]:
     }
 
 
-def _text_model(flow: LocalFlow) -> str | None:
+def _text_model(flow: LocalCore) -> str | None:
     """Return the model the first text node of ``flow`` names, if any."""
     for step in flow.plan.steps:
         model = step.params.get("model")
@@ -114,8 +115,8 @@ class JudgeSetup:
     provider: Provider | Endpoint | str | None
     endpoint: Endpoint | str | None = None
     # (purpose, id of the provider borrowed or 0) -> (that provider, the flow built for it)
-    flows: dict[tuple[str, int], tuple[Any, LocalFlow]] = field(default_factory=dict)
-    graded: LocalFlow | None = None
+    flows: dict[tuple[str, int], tuple[Any, LocalCore]] = field(default_factory=dict)
+    graded: LocalCore | None = None
 
     def __post_init__(self) -> None:
         self.provider, self.endpoint = _split(self.provider, self.endpoint)
@@ -125,7 +126,7 @@ class JudgeSetup:
         """Whether the judge names its own provider or endpoint (it borrows nothing)."""
         return self.provider is not None or self.endpoint is not None
 
-    def flow(self, purpose: str) -> LocalFlow:
+    def flow(self, purpose: str) -> LocalCore:
         """Return the one-node flow judge calls run through (built once per provider): the
         engine's cache, limits, retries and run log apply to them as to any call.
 
@@ -142,7 +143,7 @@ class JudgeSetup:
             source = judge_source(self.model or _text_model(graded))
             # The graded flow's provider instance (its endpoint, key, connections) and its run
             # configuration (home: cache and run log), as its variants share them.
-            flow = LocalFlow(
+            flow = LocalCore(
                 parse_flow(source, purpose),
                 name=purpose,
                 config=graded.config,
@@ -154,11 +155,11 @@ class JudgeSetup:
         self.flows[key] = (graded.provider if graded is not None else None, flow)
         return flow
 
-    def _own_flow(self, purpose: str) -> LocalFlow:
+    def _own_flow(self, purpose: str) -> LocalCore:
         source = judge_source(self.model)
         provider = None if isinstance(self.provider, Endpoint) else self.provider  # see _split
         try:
-            return load_flow(source, name=purpose, provider=provider, endpoint=self.endpoint)
+            return load_local(source, name=purpose, provider=provider, endpoint=self.endpoint)
         except ConfigError as exc:
             if isinstance(self.endpoint, str) and "no endpoint named" in str(exc):
                 names = ", ".join(provider_names())
@@ -169,19 +170,20 @@ class JudgeSetup:
             raise
 
 
-def variant_vendor(flow: Any) -> str | None:
+def variant_vendor(flow: FlowCore) -> str | None:
     """Return the vendor whose model a variant's first text node sends (``OpenAI``,
     ``Anthropic``, ``Google``, else its provider kind); None for a flow served elsewhere or run
     offline (no model answers it)."""
-    if not isinstance(flow, LocalFlow) or flow.provider.name == "offline":
+    local = local_of(flow)
+    if local is None or local.provider.name == "offline":
         return None
-    for step in flow.plan.steps:
+    for step in local.plan.steps:
         if step.kind == "text":
-            return vendor_of(flow.provider, flow.provider.priced_model("text", step.params))
+            return vendor_of(local.provider, local.provider.priced_model("text", step.params))
     return None
 
 
-def judge_info(flow: LocalFlow) -> dict[str, str]:
+def judge_info(flow: LocalCore) -> dict[str, str]:
     """Return who a judge's calls go to: ``endpoint`` (the endpoint's name, else the
     provider's), ``model`` (the model sent, defaults applied) and ``vendor``."""
     endpoint = flow.config.endpoint

@@ -125,15 +125,9 @@ def flow_router(config: ServerConfig, decoders: DecodePool) -> APIRouter:
             single=single,
             request_id=_rid(request),
             partial_items=partial_items,
+            gate=gate,  # a capped key's stream is held within its cap as its JSON runs are
         )
         if streamed is not None:
-            if gate is not None:  # the event stream has no gate yet: a capped key's is refused
-                raise ApiProblem(
-                    406,
-                    "not_acceptable",
-                    "this API key has a spend cap; its runs are answered as JSON, not as an "
-                    "event stream (send Accept: application/json)",
-                )
             return streamed
         return await _run_as_json(request, flow, batch, single=single, gate=gate)
 

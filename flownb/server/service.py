@@ -4,9 +4,10 @@ limits, resolved once) and how the image URLs of its answers are made.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 from starlette.requests import Request
 
@@ -17,13 +18,13 @@ from ..config.settings import (
     resolve_run_config,
     resolve_serve_limits,
 )
+from ..core.local import LocalCore
 from ..errors import ConfigError
+from ..flowfile.model import FlowGraph
 from ..infra.media import MediaStore
 from ..providers.base import Provider
 from ..providers.registry import make_provider
 from ..runtime.cache import open_cache
-from ..runtime.engine import Plan
-from ..runtime.pipeline import Runner, assemble
 from ..runtime.runlog import open_runlog
 from .keys import KeyStore
 from .store import FlowStore
@@ -82,7 +83,7 @@ class ServerConfig:
         self.provider: Provider = (
             provider if isinstance(provider, Provider) else make_provider(self.run_config)
         )
-        self.store = FlowStore(flows_dir, self._runner)
+        self.store = FlowStore(flows_dir, self._flow)
         self.keys = KeyStore(self.home)
         self.max_batch = max_batch
         self.max_body_bytes = max_body_bytes
@@ -91,16 +92,24 @@ class ServerConfig:
         self.cache = open_cache(self.home) if use_cache else None
         self.runlog = open_runlog(self.home) if self.run_config.runlog else None
 
-    def _runner(self, flow_id: str, plan: Plan) -> Runner:
-        # One engine per version of a flow file (its pacing spans requests), assembled as a
-        # local flow's is; media URLs are made from the public URL, else the address the current
-        # request reached (a context variable set per request).
+    def _flow(self, flow_id: str, graph: FlowGraph, source: Mapping[str, Any]) -> LocalCore:
+        # The flow a notebook runs (a local flow's core), on the server's provider and run
+        # configuration, named by its id: one engine per version of a flow file (its pacing
+        # spans requests). Media URLs are made from the public URL, else the address the
+        # current request reached (a context variable set per request).
         public = self.public_url
 
         def url_of(name: str) -> str:
             return media_url(name, public)
 
-        return assemble(plan, self.provider, self.run_config, name=flow_id, media_url=url_of)
+        return LocalCore(
+            graph,
+            name=flow_id,
+            config=self.run_config,
+            provider=self.provider,
+            media_url=url_of,
+            source=source,
+        )
 
 
 # The request being answered, set by the run route: media URLs use the address it reached.

@@ -14,8 +14,11 @@ line of JSON:
   outputs kept as in the JSON answer).
 
 Exactly one of ``result`` and ``error`` ends the stream. What is refused before the run starts
-(authentication, an unknown flow, invalid variables, a prompt over the limit) is answered as
-without the header: a JSON error with its status. A batch of several elements cannot stream:
+(authentication, an unknown flow, invalid variables, a prompt over the limit, an API key whose
+spend cap is used up) is answered as without the header: a JSON error with its status. A capped
+key's stream runs within its cap as its JSON runs do (each provider attempt inside the cap's
+gate): a call that could pass the cap is not sent, and the stream ends with an ``error`` event of
+status 402, ``spend_cap_reached``, saying what is left. A batch of several elements cannot stream:
 it is answered as JSON when the ``Accept`` header also takes ``application/json`` (or
 ``*/*``), else ``406 not_acceptable``.
 """
@@ -29,6 +32,7 @@ import orjson
 from starlette.responses import StreamingResponse
 
 from ..infra.aio import stream_async
+from ..providers.calls import Gate
 from ..runtime.events import StreamEvent
 from ..runtime.pipeline import Runner
 from ..runtime.result import RunResult
@@ -67,10 +71,12 @@ def streamed_run(
     single: bool,
     request_id: str,
     partial_items: Callable[[BaseException], Any],
+    gate: Gate | None = None,
 ) -> StreamingResponse | None:
     """Return the streaming answer when ``accept`` names ``text/event-stream`` and ``batch``
     (validated) has one element; None when the usual JSON answer is wanted (no such header, or
-    a batch whose ``Accept`` also takes JSON).
+    a batch whose ``Accept`` also takes JSON). ``gate`` is entered around each provider attempt
+    (an API key's spend cap).
 
     Raises:
         ApiProblem: 406 ``not_acceptable``: a batch of several asked only for a stream.
@@ -85,7 +91,12 @@ def streamed_run(
         return None
     if len(batch) == 1:
         return event_stream(
-            runner, batch[0], request_id=request_id, single=single, partial_items=partial_items
+            runner,
+            batch[0],
+            request_id=request_id,
+            single=single,
+            partial_items=partial_items,
+            gate=gate,
         )
     if accepts(accept, "application/json"):
         return None
@@ -117,14 +128,16 @@ def event_stream(
     request_id: str,
     single: bool,
     partial_items: Callable[[BaseException], Any],
+    gate: Gate | None = None,
 ) -> StreamingResponse:
     """Return the streaming answer for one validated run (``single``: the body was an object,
-    else an array of one). ``partial_items`` gives the items a failed run kept. A client that
+    else an array of one), each provider attempt inside ``gate`` (an API key's spend cap).
+    ``partial_items`` gives the items a failed run kept. A client that
     goes away stops the run: its call in flight ends without the client (it is paid for), into
     the cache and the run log."""
 
     def start(emit: Callable[[StreamEvent], None]) -> Coroutine[Any, Any, RunResult]:
-        return runner.stream_one(values, emit)
+        return runner.stream_one(values, emit, gate=gate)
 
     async def events() -> AsyncIterator[bytes]:
         try:

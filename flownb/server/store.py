@@ -1,6 +1,8 @@
 """The server's flows: a folder of ``<flow_id>.json`` exports, re-read when a file changes.
 
-The parsed graph and its :class:`~flownb.runtime.engine.Plan` are kept until the file's
+Each file is served by the same runnable core a notebook's flow is composed from (a
+:class:`~flownb.core.local.LocalCore`: its plan, provider, run configuration and runner, made by
+the server's ``make_flow``), kept until the file's
 modification time, size or inode change. A loaded flow's file is looked at (one ``stat``) at most
 every :data:`RECHECK_EVERY` seconds, not on every request: a flow file dropped in is served on its
 first request, and one edited or removed while the server runs within a second, with no restart.
@@ -24,15 +26,19 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.local import LocalCore
 from ..errors import ConfigError, FlowFileError, FlownbError, FlowNotFound
-from ..flowfile.model import MAX_FLOW_BYTES, parse_flow, read_flow_file
+from ..flowfile.model import MAX_FLOW_BYTES, FlowGraph, parse_flow, read_flow_file
 from ..runtime.engine import Plan
 from .keys import KEY_PREFIX
+
+# How the server makes the flow it serves from a file: flow id, parsed graph, exported JSON.
+MakeFlow = Callable[[str, FlowGraph, Mapping[str, Any]], LocalCore]
 
 __all__ = ["FLOW_ID", "MAX_FLOW_BYTES", "FlowStore", "StoredFlow"]
 
@@ -48,14 +54,18 @@ RECHECK_EVERY = 1.0
 
 @dataclass(frozen=True, slots=True)
 class StoredFlow:
-    """A loaded flow: its id, its plan and runner, and the file state it was read from."""
+    """A loaded flow: its id, the flow that runs it (a :class:`LocalCore`, as a notebook's
+    :class:`flownb.LocalFlow` is; ``None`` for a store that only describes flows), its plan and
+    runner (the flow's own, kept beside it for the routes' fast paths), and the file state it
+    was read from."""
 
     flow_id: str
     plan: Plan
-    runner: Any  # what the store's ``make_runner`` built for the plan (a Runner, or None)
+    runner: Any  # the flow's Runner (None without a flow)
     stamp: tuple[int, int, int]
     image_outputs: str  # positions (among outputs) of image outputs, "1,3"; "" when none
     name: str = ""  # the export's "name" when it has one, else the flow id
+    flow: LocalCore | None = None
 
 
 def not_found(flow_id: str) -> FlowNotFound:
@@ -73,15 +83,13 @@ def not_found(flow_id: str) -> FlowNotFound:
 class FlowStore:
     """Flows served from one folder."""
 
-    def __init__(
-        self, directory: str | Path, make_runner: Callable[[str, Plan], Any] | None = None
-    ) -> None:
+    def __init__(self, directory: str | Path, make_flow: MakeFlow | None = None) -> None:
         self.directory = Path(directory)
         self._dir = str(self.directory)
         self._real_dir = os.path.realpath(self._dir)
         # Built once per version of a flow file: an engine's pacing spans requests. A provider
         # that cannot run the flow (images, params) raises ConfigError here, as a local load does.
-        self._make_runner = make_runner
+        self._make_flow = make_flow
         self._flows: dict[str, StoredFlow] = {}
         # Failed loads, by flow id: the file's stamp and the error message.
         self._failed: dict[str, tuple[tuple[int, int, int], str]] = {}
@@ -233,14 +241,16 @@ class FlowStore:
         except FileNotFoundError:  # deleted since the stat
             raise not_found(flow_id) from None
         try:
-            plan = Plan(parse_flow(data, where))
+            graph = parse_flow(data, where)
+            flow = self._make_flow(flow_id, graph, data) if self._make_flow is not None else None
+            plan = flow.plan if flow is not None else Plan(graph)
         except RecursionError:
             raise FlowFileError(f"{where}: the flow is nested too deeply") from None
         images = ",".join(
             str(i) for i, name in enumerate(plan.outputs) if plan.output_kinds.get(name) == "image"
         )
-        runner = self._make_runner(flow_id, plan) if self._make_runner is not None else None
+        runner = flow.runner if flow is not None else None
         name = data.get("name") if isinstance(data, dict) else None
         if not isinstance(name, str) or not name.strip():
             name = flow_id
-        return StoredFlow(flow_id, plan, runner, stamp, images, name)
+        return StoredFlow(flow_id, plan, runner, stamp, images, name, flow)

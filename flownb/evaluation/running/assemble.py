@@ -9,8 +9,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...core.flow import FlowCore
+from ...core.local import local_of
 from ...errors import ConfigError
-from ...flows.local import BaseFlow, LocalFlow
 from ...scorers import Scorer
 from ...scorers.judge import JudgeScorer
 from ...scorers.judging import self_preference, variant_vendor
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 def _assemble(
     data: pd.DataFrame,
-    variants: Mapping[str, BaseFlow],
+    variants: Mapping[str, FlowCore],
     collected: Mapping[str, _Collected],
     graders: Sequence[Scorer],
     judged: Mapping[str, Mapping[str, tuple[list[Any], list[str | None]]]],
@@ -151,7 +152,7 @@ def _endpoint(provider: Any) -> str | None:
 
 def describe_evaluation(
     names: Mapping[str, str],
-    variants: Mapping[str, BaseFlow],
+    variants: Mapping[str, FlowCore],
     data: pd.DataFrame,
     collected: Mapping[str, _Collected],
 ) -> dict[str, Any]:
@@ -162,19 +163,20 @@ def describe_evaluation(
     shown: list[dict[str, Any]] = []
     for name, flow in variants.items():
         item: dict[str, Any] = {"name": name, "flow": names[name]}
-        plan = getattr(flow, "plan", None)
-        if isinstance(flow, LocalFlow) and plan is not None:
+        local = local_of(flow)
+        plan = local.plan if local is not None else None
+        if local is not None and plan is not None:
             models = collected[name].models if name in collected else {}
-            item["provider"] = flow.provider.name
-            item["endpoint"] = _endpoint(flow.provider)
-            item["batch_api"] = bool(flow.provider.supports_batches)  # half price there
+            item["provider"] = local.provider.name
+            item["endpoint"] = _endpoint(local.provider)
+            item["batch_api"] = bool(local.provider.supports_batches)  # half price there
             item["nodes"] = [
                 {
                     "name": step.name,
                     "kind": step.kind,
                     "prompt": step.template.text,
                     # What the provider sends: a parameter it drops is not listed.
-                    "params": flow.provider.sent_params(step.kind, step.params),
+                    "params": local.provider.sent_params(step.kind, step.params),
                     "models": sorted(models.get(k, ())),
                 }
                 for k, step in enumerate(plan.steps)
@@ -197,7 +199,7 @@ def describe_evaluation(
     }
 
 
-def _exported(flow: BaseFlow) -> dict[str, Any] | None:
+def _exported(flow: FlowCore) -> dict[str, Any] | None:
     """Return the flow as :meth:`~flownb.LocalFlow.export` writes it, naming its endpoint when
     a flownb.toml declares it (else without: a report keeps no URL and no key); None for a flow
     with no flow file (on a flow service)."""
@@ -209,16 +211,17 @@ def _exported(flow: BaseFlow) -> dict[str, Any] | None:
     return None
 
 
-def _setup(flow: BaseFlow) -> dict[str, str | None]:
+def _setup(flow: FlowCore) -> dict[str, str | None]:
     """Return what a variant runs on: endpoint (or provider), models, system message(s)."""
-    if not isinstance(flow, LocalFlow):
+    local = local_of(flow)
+    if local is None:
         return {"endpoint": "remote", "model": None, "system": None}
-    endpoint = flow.config.endpoint
-    steps = flow.plan.steps
+    endpoint = local.config.endpoint
+    steps = local.plan.steps
     models = dict.fromkeys(str(s.params["model"]) for s in steps if s.params.get("model"))
     systems = dict.fromkeys(s.system for s in steps if s.system)
     return {
-        "endpoint": endpoint.name if endpoint is not None else flow.provider.name,
+        "endpoint": endpoint.name if endpoint is not None else local.provider.name,
         "model": ", ".join(models) or None,
         "system": " | ".join(systems) or None,
     }

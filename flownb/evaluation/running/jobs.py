@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...config.pricing import Money
+from ...core.flow import FlowCore
+from ...core.local import LocalCore, local_of
 from ...errors import ConfigError, one_line
-from ...flows.local import BaseFlow, LocalFlow
 from ...frames.run import INTERRUPTED
 from ...infra.aio import run_sync
 from ...providers.calls import SHARED_TWINS
@@ -137,7 +138,7 @@ def _with_bar(
     return report
 
 
-def _bind_judges(judges: Sequence[JudgeScorer], variants: Mapping[str, BaseFlow]) -> None:
+def _bind_judges(judges: Sequence[JudgeScorer], variants: Mapping[str, FlowCore]) -> None:
     """Bind each judge to the flow it grades (the first variant giving its output, else the
     first variant), and refuse, before any call, one that would run offline.
 
@@ -151,11 +152,12 @@ def _bind_judges(judges: Sequence[JudgeScorer], variants: Mapping[str, BaseFlow]
         j.check()
 
 
-def _uses_loop(flow: BaseFlow) -> bool:
-    return isinstance(flow, LocalFlow) and not flow.provider.inline
+def _uses_loop(flow: FlowCore) -> bool:
+    local = local_of(flow)
+    return local is not None and not local.provider.inline
 
 
-def _endpoint_key(flow: LocalFlow) -> str:
+def _endpoint_key(flow: LocalCore) -> str:
     """Return what tells one endpoint from another (its name and identity; never the key)."""
     endpoint = flow.config.endpoint
     return json.dumps(
@@ -201,7 +203,7 @@ class _Limits:
     """
 
     def __init__(
-        self, concurrency: int | None, flows: Sequence[BaseFlow], cap: SpendCap | None = None
+        self, concurrency: int | None, flows: Sequence[FlowCore], cap: SpendCap | None = None
     ) -> None:
         self.cap = cap  # the spend cap every variant and judge shares (None: none)
         if concurrency is not None and concurrency < 0:
@@ -209,13 +211,12 @@ class _Limits:
         self.concurrency = concurrency or None  # 0: the default, as before
         self._limiters: dict[str, AdaptiveLimiter] = {}
         self._sizes: dict[str, int] = {}
-        for flow in flows:
-            if isinstance(flow, LocalFlow):
-                key = _endpoint_key(flow)
-                self._sizes[key] = max(self._sizes.get(key, 0), flow.concurrency)
+        for local in filter(None, map(local_of, flows)):
+            key = _endpoint_key(local)
+            self._sizes[key] = max(self._sizes.get(key, 0), local.concurrency)
         self.total = concurrency or sum(self._sizes.values()) or 16
 
-    def limiter(self, flow: LocalFlow) -> AdaptiveLimiter:
+    def limiter(self, flow: LocalCore) -> AdaptiveLimiter:
         """Return the limiter of ``flow``'s endpoint (made on first use)."""
         key = _endpoint_key(flow)
         limiter = self._limiters.get(key)
@@ -226,7 +227,7 @@ class _Limits:
 
 
 def _run_all(
-    jobs: Sequence[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]],
+    jobs: Sequence[tuple[FlowCore, Sequence[Mapping[str, str]], OnResult]],
     limits: _Limits,
 ) -> None:
     """Run every job together: inline flows here first (no I/O to overlap), then the others
@@ -243,17 +244,17 @@ def _run_all(
 
 
 def _run_jobs(
-    jobs: Sequence[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]],
+    jobs: Sequence[tuple[FlowCore, Sequence[Mapping[str, str]], OnResult]],
     limits: _Limits,
 ) -> None:
     total = limits.total
     for flow, batch, on_result in jobs:
-        if not _uses_loop(flow) and isinstance(flow, LocalFlow):
+        if not _uses_loop(flow) and local_of(flow) is not None:
             _run_sync(flow, batch, on_result, total)
-    rest = [job for job in jobs if not isinstance(job[0], LocalFlow) or _uses_loop(job[0])]
+    rest = [job for job in jobs if local_of(job[0]) is None or _uses_loop(job[0])]
     if not rest:
         return
-    local = [job[0] for job in rest if isinstance(job[0], LocalFlow)]
+    local = [f for job in rest if (f := local_of(job[0])) is not None]
     # The sum needs a bound of its own only when several endpoints run at once.
     several = len({_endpoint_key(f) for f in local}) > 1
 
@@ -268,11 +269,12 @@ def _run_jobs(
         bound = _Bound(total) if several else None
         tasks = []
         for flow, batch, on_result in rest:
-            if isinstance(flow, LocalFlow):
-                limiter = limits.limiter(flow)
-                gate = bound if limits.cap is None else chain(bound, flow.spend_gate(limits.cap))
+            here = local_of(flow)
+            if here is not None:
+                limiter = limits.limiter(here)
+                gate = bound if limits.cap is None else chain(bound, here.spend_gate(limits.cap))
                 tasks.append(
-                    flow.arun_each(
+                    here.arun_each(
                         batch, on_result, concurrency=limiter.limit, limiter=limiter, gate=gate
                     )
                 )
@@ -284,7 +286,7 @@ def _run_jobs(
 
 
 def _run_sync(
-    flow: BaseFlow, batch: Sequence[Mapping[str, str]], on_result: OnResult, limit: int
+    flow: FlowCore, batch: Sequence[Mapping[str, str]], on_result: OnResult, limit: int
 ) -> None:
     flow.run_each(batch, on_result, concurrency=limit, check=False)
 
@@ -294,7 +296,7 @@ class _Round:
     """One repeat of the evaluation: the variants and scorers (judges among them) whose calls
     are keyed with its repeat number."""
 
-    variants: dict[str, BaseFlow]
+    variants: dict[str, FlowCore]
     graders: list[Scorer]
     judges: list[JudgeScorer]
 

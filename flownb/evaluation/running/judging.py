@@ -9,9 +9,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...core.flow import FlowCore
+from ...core.local import local_of
 from ...errors import one_line
-from ...flows.local import BaseFlow, LocalFlow
 from ...frames.batch_api.run import prefill
+from ...providers.spend import SpendCap
 from ...scorers.judge import JudgeScorer, PickBest
 from ..figures.money import charge_judge
 from .jobs import (
@@ -45,8 +47,10 @@ def _judges_through_batches(
     data: pd.DataFrame,
     poll: float | None,
     progress: bool,
+    cap: SpendCap | None = None,
 ) -> None:
-    """Send one repeat's judge calls through the batch APIs (the outputs they grade cached)."""
+    """Send one repeat's judge calls through the batch APIs (the outputs they grade cached),
+    within ``cap``."""
     from ...frames.preview import preview_many
 
     # The judges' prompts, rendered from the outputs now in the cache, as the run renders them.
@@ -59,16 +63,13 @@ def _judges_through_batches(
         prompts = list(dict.fromkeys(mine["prompt"]))
         if prompts:
             rows = [{flow.variables[0]: prompt} for prompt in prompts]
-            prefill(flow, rows, poll=poll, progress=progress)
+            prefill(flow, rows, poll=poll, progress=progress, cap=cap)
 
 
-def _batchable(flow: BaseFlow) -> bool:
+def _batchable(flow: FlowCore) -> bool:
     """Whether ``flow``'s calls can go through its provider's batch API (into its cache)."""
-    return (
-        isinstance(flow, LocalFlow)
-        and flow.provider.supports_batches
-        and flow.engine.cache is not None
-    )
+    local = local_of(flow)
+    return local is not None and local.provider.supports_batches and local.engine.cache is not None
 
 
 def _run_judges(
@@ -83,7 +84,7 @@ def _run_judges(
     Raises:
         _Interrupted: Ctrl-C, with the answers given so far.
     """
-    jobs: list[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]] = []
+    jobs: list[tuple[FlowCore, Sequence[Mapping[str, str]], OnResult]] = []
     finishers = []
     for judges, collected in rounds:
         more, finish = _judge_jobs(judges, collected, data, bar)
@@ -105,13 +106,13 @@ def _judge_jobs(
     collected: Mapping[str, _Collected],
     data: pd.DataFrame,
     bar: Any,
-) -> tuple[list[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]], Callable[[], Judged]]:
+) -> tuple[list[tuple[FlowCore, Sequence[Mapping[str, str]], OnResult]], Callable[[], Judged]]:
     """Return the judges' jobs over one repeat's outcomes, and what reads their answers once
     they ran (scorer name -> variant -> (scores, reasons))."""
     inputs = _input_block(data)
     n = len(data)
     names = list(collected)
-    jobs: list[tuple[BaseFlow, Sequence[Mapping[str, str]], OnResult]] = []
+    jobs: list[tuple[FlowCore, Sequence[Mapping[str, str]], OnResult]] = []
     answers: dict[str, list[str | None]] = {}
     where: dict[str, list[Any]] = {}
     for j in judges:

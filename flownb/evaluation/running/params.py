@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import urllib.parse
 
+from ...core.flow import FlowCore
+from ...core.local import local_of
 from ...flowfile.model import ActionNode, ImageNode
-from ...flows.local import BaseFlow, LocalFlow
 
 __all__ = ["variant_params"]
 
@@ -21,20 +22,21 @@ def _endpoint(url: object) -> str | None:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def variant_params(flow: BaseFlow) -> dict[str, str]:
+def variant_params(flow: FlowCore) -> dict[str, str]:
     """Return ``flow``'s set-up as text parameters: ``flow``, ``provider``, ``endpoint`` (when the
     provider has one), ``model`` (the models its nodes name, comma-separated), and per
     generation node ``prompt.<node>`` and ``<node>.<param>``. A remote flow gives its name."""
     found: dict[str, str] = {"flow": flow.name}
-    if not isinstance(flow, LocalFlow):
+    local = local_of(flow)
+    if local is None:
         found["remote"] = "true"
         return found
-    found["provider"] = flow.provider.name
-    endpoint = _endpoint(getattr(flow.provider, "base_url", None))
+    found["provider"] = local.provider.name
+    endpoint = _endpoint(getattr(local.provider, "base_url", None))
     if endpoint:
         found["endpoint"] = endpoint
     models: set[str] = set()
-    for node in flow.graph.nodes:
+    for node in local.graph.nodes:
         if isinstance(node, ActionNode | ImageNode):
             label = node.data.name or node.id
             found[f"prompt.{label}"] = node.data.prompt

@@ -20,8 +20,9 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...core.flow import FlowCore
+from ...core.local import local_of
 from ...errors import ConfigError
-from ...flows.local import BaseFlow, LocalFlow
 from ...providers.repeat import repeated
 from ...scorers.judge import JudgeScorer
 from ..figures.money import combine_money
@@ -43,7 +44,7 @@ __all__ = [
 J = TypeVar("J", bound=JudgeScorer)
 
 
-def check_repeats(repeats: Any, flows: Sequence[BaseFlow]) -> int:
+def check_repeats(repeats: Any, flows: Sequence[FlowCore]) -> int:
     """Return ``repeats`` as a count.
 
     Raises:
@@ -53,7 +54,7 @@ def check_repeats(repeats: Any, flows: Sequence[BaseFlow]) -> int:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats is a whole number of runs per row, at least 1, not {repeats!r}")
     if repeats > 1:
-        served = [f.name for f in flows if not isinstance(f, LocalFlow)]
+        served = [f.name for f in flows if local_of(f) is None]
         if served:
             raise ConfigError(
                 f"repeats={repeats} needs local flows: {', '.join(map(repr, served))} is served, "
@@ -62,19 +63,13 @@ def check_repeats(repeats: Any, flows: Sequence[BaseFlow]) -> int:
     return repeats
 
 
-def repeat_flow(flow: BaseFlow, repeat: int) -> BaseFlow:
+def repeat_flow(flow: FlowCore, repeat: int) -> FlowCore:
     """Return ``flow`` for repeat ``repeat``: itself for 0, else the same flow (graph, run
     configuration, provider instance) whose cache keys carry the repeat."""
-    if repeat == 0 or not isinstance(flow, LocalFlow):
+    local = local_of(flow)
+    if repeat == 0 or local is None:
         return flow
-    return LocalFlow(
-        flow.graph,
-        name=flow.name,
-        config=flow.config,
-        provider=repeated(flow.provider, repeat),
-        media_url=flow.media_url,
-        source=flow.source,
-    )
+    return local.with_provider(repeated(local.provider, repeat))
 
 
 def repeat_judge(judge: J, repeat: int) -> J:

@@ -26,6 +26,7 @@ pays only for what is missing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -33,14 +34,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...config.settings import resolve_run_config
+from ...core.flow import FlowCore
+from ...core.local import local_of
 from ...errors import ConfigError
-from ...flows.local import BaseFlow, LocalFlow
 from ...frames.batch_api.paid import paid_once
 from ...frames.batch_api.run import prefill
 from ...frames.run import rows_to_variables
 from ...providers.calls import announce
 from ...providers.spend import SpendCap
-from ...runtime.hooks import HOOKS
 from ...scorers import Scorer
 from ...scorers.judge import JudgeScorer
 from ...show.notices import warn
@@ -60,22 +61,22 @@ __all__ = ["evaluate"]
 
 
 def _variants(
-    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
-) -> dict[str, BaseFlow]:
-    if isinstance(flows, BaseFlow):
+    flows: FlowCore | Mapping[str, FlowCore] | Sequence[FlowCore],
+) -> dict[str, FlowCore]:
+    if isinstance(flows, FlowCore):
         return {flows.name: flows}
     if isinstance(flows, Sequence) and not isinstance(flows, str):
         # A list of flows: named after the flows, numbered where names repeat.
-        named: dict[str, BaseFlow] = {}
+        named: dict[str, FlowCore] = {}
         for i, flow in enumerate(flows):
-            if not isinstance(flow, BaseFlow):
+            if not isinstance(flow, FlowCore):
                 raise ConfigError(f"flows[{i}] is a {type(flow).__name__}, not a flow")
             named[flow.name if flow.name not in named else f"{flow.name}_{i}"] = flow
         flows = named
     if not isinstance(flows, Mapping) or not flows:
         raise ConfigError("evaluate takes a flow or a non-empty {variant name: flow} mapping")
     for name, flow in flows.items():
-        if not isinstance(name, str) or not isinstance(flow, BaseFlow):
+        if not isinstance(name, str) or not isinstance(flow, FlowCore):
             raise ConfigError(
                 f"variant {name!r}: expected a variant name mapped to a flow, got "
                 f"{type(flow).__name__}"
@@ -98,7 +99,7 @@ def _scorers(scorers: Scorer | Sequence[Scorer] | None) -> list[Scorer]:
 
 
 def evaluate(
-    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+    flows: FlowCore | Mapping[str, FlowCore] | Sequence[FlowCore],
     data: pd.DataFrame,
     scorers: Scorer | Sequence[Scorer] | None = None,
     *,
@@ -139,7 +140,9 @@ def evaluate(
     ``max_spend`` (US dollars) caps what the variants and judges pay together: a call is sent
     only if what was spent plus the most every call in flight could still cost stays within it
     (see :mod:`flownb.providers.spend`); the calls it stops fail their rows with
-    ``spend_cap_reached``, and a re-run with a higher cap pays only for what is missing.
+    ``spend_cap_reached``, and a re-run with a higher cap pays only for what is missing. With
+    ``batch_api=True`` the batch stages (variants, then judges) are within the same cap, each
+    call at the batch price (see :func:`flownb.frames.batch_api.run.run_dataframe_batched`).
 
     Returns:
         An :class:`EvalReport` (``results``, ``summary``, ``compare()``, ``plot()``,
@@ -150,8 +153,7 @@ def evaluate(
         ConfigError: no variants, duplicate scorer names, a scorer reads a column that no
             input or output provides, a judge would run on the offline provider, or
             ``repeats`` is not a whole number of at least 1 (or asks a served flow to repeat),
-            or ``max_spend`` is given and some call cannot be priced (nothing is sent), or
-            with ``batch_api`` (not capped yet).
+            or ``max_spend`` is given and some call cannot be priced (nothing is sent).
         InputError: a variant's variables are missing from ``data`` (before anything runs).
     """
     import pandas as pd
@@ -159,19 +161,17 @@ def evaluate(
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"evaluate takes a pandas DataFrame, got {type(data).__name__}")
     setup = _prepare(flows, data, scorers, columns, fill, repeats)
-    if batch_api and max_spend is not None and not dry_run:
-        raise ConfigError(
-            "max_spend= does not cap an evaluation's batch API stage yet; run it live with "
-            "max_spend, or through batches without it (run_dataframe(batch_api=True) is capped)"
-        )
-    if batch_api and not dry_run:
-        _through_batches(setup, data, poll, progress)
-    preview = _preview(setup, data) if dry_run or progress else None
-    if dry_run:
-        assert preview is not None
-        return preview
-    cap = _spend_cap(setup, max_spend, preview)
+    # Checked before anything is sent; shared by the batch stages and the live run.
+    cap = None if dry_run else _spend_cap(setup, max_spend, batch_api)
     try:
+        if batch_api and not dry_run:
+            _through_batches(setup, data, poll, progress, cap)
+        preview = _preview(setup, data) if dry_run or progress else None
+        if dry_run:
+            assert preview is not None
+            return preview
+        if cap is not None:
+            _say_over_cap(cap, preview)
         collected, judged, bar = _run(
             setup,
             data,
@@ -208,7 +208,7 @@ class _Setup:
     log), their names as given, each variant's rows, the scorers and, among them, the judges
     (bound to the flows they grade)."""
 
-    variants: dict[str, BaseFlow]
+    variants: dict[str, FlowCore]
     names: dict[str, str]
     batches: Mapping[str, Sequence[Mapping[str, str]]]
     graders: list[Scorer]
@@ -222,7 +222,7 @@ class _Setup:
 
 
 def _rounds(
-    variants: Mapping[str, BaseFlow], graders: Sequence[Scorer], repeats: int
+    variants: Mapping[str, FlowCore], graders: Sequence[Scorer], repeats: int
 ) -> list[_Round]:
     """Return one :class:`_Round` per repeat (judges bound already)."""
     rounds = []
@@ -239,7 +239,7 @@ def _rounds(
 
 
 def _prepare(
-    flows: BaseFlow | Mapping[str, BaseFlow] | Sequence[BaseFlow],
+    flows: FlowCore | Mapping[str, FlowCore] | Sequence[FlowCore],
     data: pd.DataFrame,
     scorers: Scorer | Sequence[Scorer] | None,
     columns: Mapping[str, str] | None,
@@ -263,8 +263,8 @@ def _prepare(
     names = {name: flow.name for name, flow in variants.items()}  # before the renaming below
     # In the run log, a variant's runs go under "<flow>:<variant>" so variants stay apart.
     variants = {
-        name: flow.variant(flow.graph, name=f"{flow.name}:{name}")
-        if isinstance(flow, LocalFlow) and name != flow.name
+        name: local.variant(local.graph, name=f"{flow.name}:{name}")
+        if (local := local_of(flow)) is not None and name != flow.name
         else flow
         for name, flow in variants.items()
     }
@@ -278,7 +278,7 @@ def _prepare(
 
 
 def _check_scorer_columns(
-    graders: Sequence[Scorer], variants: Mapping[str, BaseFlow], data: pd.DataFrame
+    graders: Sequence[Scorer], variants: Mapping[str, FlowCore], data: pd.DataFrame
 ) -> None:
     """Refuse a scorer reading a column that is neither an output nor a column of the data.
 
@@ -316,28 +316,35 @@ def _preview(setup: _Setup, data: pd.DataFrame) -> Preview:
     )
 
 
-def _spend_cap(setup: _Setup, max_spend: float | None, preview: Preview | None) -> SpendCap | None:
-    """Return the cap every variant and judge of the evaluation shares (None: no cap); first,
-    when the preview already exceeds it, say so.
+def _spend_cap(setup: _Setup, max_spend: float | None, batch_api: bool) -> SpendCap | None:
+    """Return the cap every variant and judge of the evaluation shares (None: no cap).
 
     Raises:
-        ConfigError: some variant or judge cannot be capped (unpriced, or served elsewhere).
+        ConfigError: some variant or judge cannot be capped (unpriced, or served elsewhere),
+            live or (``batch_api``) at the batch price.
     """
     if max_spend is None:
         return None
-    from ...show.meter import usd
-
     cap = SpendCap(max_spend)
     for r in setup.rounds:  # refused before anything is sent
         for flow in [*r.variants.values(), *(j.flow() for j in r.judges)]:
             flow.spend_gate(cap)
-    if preview is not None and preview.est_cost_known > cap.cap:
+            if batch_api and _batchable(flow):
+                flow.spend_gate(cap, batch=True)
+    return cap
+
+
+def _say_over_cap(cap: SpendCap, preview: Preview | None) -> None:
+    """Say when the preview of what is left to run (after any batches) already exceeds what
+    the cap has left: the evaluation proceeds and stops at the cap."""
+    from ...show.meter import usd
+
+    if preview is not None and preview.est_cost_known > cap.left:
         warn(
             f"the preview estimates about {usd(preview.est_cost_known)} for this evaluation "
-            f"({preview.n_calls} call(s)), over the spend cap of {usd(cap.cap)}: it proceeds "
-            "and stops at the cap"
+            f"({preview.n_calls} call(s)), over the spend cap of {usd(cap.cap)} "
+            f"({usd(cap.left)} left): it proceeds and stops at the cap"
         )
-    return cap
 
 
 def _run(
@@ -360,9 +367,7 @@ def _run(
     bar: Any = None
     if preview is not None:
         # In a notebook front end, the live view: the bar and the running summary per variant.
-        bar = HOOKS["live_evaluate"](
-            list(setup.variants), data, setup.graders, preview.n_calls, len(rounds)
-        )
+        bar = _live_board(setup, data, preview.n_calls, len(rounds))
     if preview is not None and bar is None:
         from ...show.progress import open_bar
 
@@ -385,7 +390,7 @@ def _run(
                     (
                         flow,
                         setup.batches[name],
-                        _with_bar(got[name], bar, remote=not isinstance(flow, LocalFlow), key=name),
+                        _with_bar(got[name], bar, remote=flow.served, key=name),
                     )
                     for r, got in zip(rounds, collected, strict=True)
                     for name, flow in r.variants.items()
@@ -420,26 +425,44 @@ def _run(
     return collected, judged, bar
 
 
-def _through_batches(setup: _Setup, data: pd.DataFrame, poll: float | None, progress: bool) -> None:
+def _through_batches(
+    setup: _Setup,
+    data: pd.DataFrame,
+    poll: float | None,
+    progress: bool,
+    cap: SpendCap | None = None,
+) -> None:
     """Fill the cache through the providers' batch APIs before the evaluation runs: first every
     variant's calls (every repeat's), then (a second stage, once the outputs they grade are in)
-    the judges'.
-    What the batches did not answer (a failed line, a batch still running when ``poll`` ran out)
-    is then run live by the evaluation, as any uncached call is."""
+    the judges', each call submitted only while its bound at the batch price fits in ``cap``
+    (and settled to its answer's cost when the batch's results are read).
+    What the batches did not answer (a failed line, a batch still running when ``poll`` ran out,
+    a call the cap left out) is then run live by the evaluation, as any uncached call is."""
     batches = setup.batches
     for r in setup.rounds:
         for name, flow in r.variants.items():
             if _batchable(flow):
-                prefill(flow, batches[name], poll=poll, progress=progress)  # type: ignore[arg-type]
+                prefill(flow, batches[name], poll=poll, progress=progress, cap=cap)  # type: ignore[arg-type]
     if setup.judges:
         for r in setup.rounds:
-            _judges_through_batches(r, batches, data, poll, progress)
+            _judges_through_batches(r, batches, data, poll, progress, cap)
 
 
-def _home(variants: Mapping[str, BaseFlow]) -> Path:
+def _home(variants: Mapping[str, FlowCore]) -> Path:
     """Return the FLOWNB_HOME whose run log keeps the evaluation: the first local variant's,
     else the environment's (``evaluate`` is an entry point; remote flows have no home here)."""
     for flow in variants.values():
-        if isinstance(flow, LocalFlow):
-            return flow.config.home
+        local = local_of(flow)
+        if local is not None:
+            return local.config.home
     return resolve_run_config(local=False).home
+
+
+def _live_board(setup: Any, data: Any, calls: int, rounds: int) -> Any:
+    """Return the notebook's live view of an evaluation (the bar and the running summary per
+    variant), or None outside a Jupyter kernel (where no notebook code is even imported)."""
+    if "ipykernel.zmqshell" not in sys.modules:
+        return None
+    from ...views import live
+
+    return live.eval_view(list(setup.variants), data, setup.graders, calls, rounds)

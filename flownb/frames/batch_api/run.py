@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import socket
 import time
@@ -44,8 +45,8 @@ from ...infra.tracing import batch_span
 from ...providers.base import FINAL_STATES, BatchAPI, BatchState, Call, Generation, Provider
 from ...providers.calls import Gate, Settle, announce
 from ...providers.spend import SpendCap, SpendGate, check_cappable
-from ...runtime.hooks import FrameOptions
 from ...runtime.plan import step_calls
+from ..options import FrameOptions
 from ..run import rows_to_variables, run_dataframe
 from .assemble import AssembledEngine, FromBatches
 from .paid import paid_once
@@ -55,7 +56,7 @@ from .view import BatchView, open_view
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ...flows.local import LocalFlow
+    from ...core.local import LocalCore
     from ...runtime.cache import CallCache
     from ...runtime.engine import Plan
     from ...show.meter import CostMeter
@@ -400,25 +401,28 @@ def _wait(
 
 
 def prefill(
-    flow: LocalFlow,
+    flow: LocalCore,
     rows: Sequence[Mapping[str, str]],
     *,
     poll: float | None = None,
     progress: bool = True,
+    cap: SpendCap | None = None,
 ) -> dict[str, tuple[int, str]]:
     """Put the answers of ``flow``'s text calls over ``rows`` in the cache through the provider's
-    batch API (see :func:`_prefill`). Returns, by cache key, why a call has no answer yet:
-    ``(202, ...)`` still running, ``(410, ...)`` the batch failed it.
+    batch API (see :func:`_prefill`), submitting a call only while its bound at the batch price
+    fits in ``cap`` (shared by an evaluation's stages). Returns, by cache key, why a call has no
+    answer yet: ``(202, ...)`` still running, ``(410, ...)`` the batch failed it, ``(402, ...)``
+    the cap left it out.
 
     Raises:
         ConfigError: the provider has no batch API, or the cache is off.
         ProviderError: a batch could not be submitted or read.
     """
-    return _prefill(flow, rows, poll=poll, progress=progress)[0]
+    return _prefill(flow, rows, poll=poll, progress=progress, cap=cap)[0]
 
 
 def _prefill(
-    flow: LocalFlow,
+    flow: LocalCore,
     rows: Sequence[Mapping[str, str]],
     *,
     poll: float | None = None,
@@ -435,6 +439,34 @@ def _prefill(
         ConfigError: the provider has no batch API, or the cache is off.
         ProviderError: a batch could not be submitted or read.
     """
+    api, cache = _batch_api_of(flow)
+    deadline = None if poll is None else time.monotonic() + poll
+    reasons: dict[str, tuple[int, str]] = {}
+    taken: dict[str, float] = {}  # the bound each call this run submitted is counted at
+    table = _Table(len(flow.plan.steps), len(rows))
+    view = open_view(flow.name) if progress else None
+    try:
+        for _stage in range(len(flow.plan.levels) + 1):
+            with collector.paused():
+                calls = _calls(flow.plan, flow.provider, cache, rows, table)
+            if not calls:
+                break
+            level = _Level(flow, api, cache, table, reasons, taken)
+            ended = level.run(calls, cap, deadline, view)
+            if not ended or any(k in reasons for k in calls) or not flow.plan.chained:
+                break  # missing answers hold back the levels below (and unchained, none wait)
+    finally:
+        if view is not None:
+            view.close()
+    return reasons, table
+
+
+def _batch_api_of(flow: LocalCore) -> tuple[BatchAPI, Any]:
+    """Return ``flow``'s provider's batch API and ``flow``'s call cache.
+
+    Raises:
+        ConfigError: the provider has no batch API, or the cache is off.
+    """
     provider, cache = flow.provider, flow.engine.cache
     api = provider.batch_api()
     if api is None:
@@ -447,61 +479,81 @@ def _prefill(
             "batch_api=True needs the call cache (the batches' answers arrive through it): "
             "turn it on (FLOWNB_CACHE=1, no --no-cache)"
         )
-    home = flow.config.home
-    deadline = None if poll is None else time.monotonic() + poll
-    reasons: dict[str, tuple[int, str]] = {}
-    table = _Table(len(flow.plan.steps), len(rows))
-    view = open_view(flow.name) if progress else None
-    try:
-        for _stage in range(len(flow.plan.levels) + 1):
+    return api, cache
+
+
+class _Level:
+    """One level of a batched run: its calls sent in batches (those no open batch holds yet),
+    waited for, and their answers taken into ``table``; ``reasons`` says why a call has none
+    yet."""
+
+    def __init__(
+        self,
+        flow: LocalCore,
+        api: BatchAPI,
+        cache: Any,
+        table: _Table,
+        reasons: dict[str, tuple[int, str]],
+        taken: dict[str, float],
+    ) -> None:
+        self.flow, self.api, self.cache = flow, api, cache
+        self.provider, self.home = flow.provider, flow.config.home
+        self.table, self.reasons = table, reasons
+        self.taken = taken  # the bound each call this run submitted is counted at
+
+    def run(
+        self, calls: dict[str, Any], cap: SpendCap | None, deadline: float | None, view: Any
+    ) -> bool:
+        """Send, wait for and collect ``calls``' batches (within ``cap``; until ``deadline``);
+        return whether the batches waited for ended."""
+        api, home = self.api, self.home
+        mine = [r for r in load_records(home) if r.base_url == api.base_url]
+        open_ = _adopt(api, [r for r in mine if not r.collected], home)
+        covered = {k for r in open_ for k in r.keys}
+        fresh = {k: c for k, c in calls.items() if k not in covered}
+        if cap is not None:
+            fresh = _within(cap, self.provider, fresh, self.reasons, self.taken)
+        if fresh:
             with collector.paused():
-                calls = _calls(flow.plan, provider, cache, rows, table)
-            if not calls:
-                break
-            mine = [r for r in load_records(home) if r.base_url == api.base_url]
-            open_ = _adopt(api, [r for r in mine if not r.collected], home)
-            covered = {k for r in open_ for k in r.keys}
-            fresh = {k: c for k, c in calls.items() if k not in covered}
-            if cap is not None:
-                fresh = _within(cap, provider, fresh, reasons)
-            if fresh:
-                with collector.paused():
-                    open_ += _submit(api, fresh, provider, flow.name, home)
-            wanted = [r for r in open_ if not calls.keys().isdisjoint(r.keys)]
-            for record in wanted:
-                if record.status == SUBMITTING:  # another live process is creating it
-                    note = (
-                        f"being submitted as a provider batch by process {record.pid}; "
-                        "run again to collect it"
-                    )
-                    reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
-            active = [r for r in wanted if r.status != SUBMITTING]
-            states: dict[str, BatchState] = {}
-            ended = _wait(api, active, home, flow.config.batch_poll, deadline, view, states)
-            for record in active:
-                if record.status in FINAL_STATES:
-                    with collector.paused():
-                        got = collect(api, record, cache, home, provider, states.get(record.id))
-                        table.fill(got)
-                    for key, why in record.failures.items():
-                        reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
-                else:
-                    note = (
-                        f"waiting in provider batch {record.id} ({record.status}, "
-                        f"{record.completed}/{record.total or len(record.keys)} done); "
-                        "run again to collect it"
-                    )
-                    reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
-            if not ended or any(k in reasons for k in calls) or not flow.plan.chained:
-                break  # missing answers hold back the levels below (and unchained, none wait)
-    finally:
-        if view is not None:
-            view.close()
-    return reasons, table
+                open_ += _submit(api, fresh, self.provider, self.flow.name, home)
+        wanted = [r for r in open_ if not calls.keys().isdisjoint(r.keys)]
+        for record in wanted:
+            if record.status == SUBMITTING:  # another live process is creating it
+                note = (
+                    f"being submitted as a provider batch by process {record.pid}; "
+                    "run again to collect it"
+                )
+                self.reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
+        active = [r for r in wanted if r.status != SUBMITTING]
+        states: dict[str, BatchState] = {}
+        poll = self.flow.config.batch_poll
+        ended = _wait(api, active, home, poll, deadline, view, states)
+        for record in active:
+            self._take(record, states.get(record.id), cap)
+        return ended
+
+    def _take(self, record: BatchRecord, state: BatchState | None, cap: SpendCap | None) -> None:
+        """Take the answers of ``record``'s batch when it ended (settling what this run
+        submitted to what it cost, under ``cap``), else say it is waiting."""
+        if record.status in FINAL_STATES:
+            with collector.paused():
+                got = collect(self.api, record, self.cache, self.home, self.provider, state)
+                self.table.fill(got)
+            if cap is not None:  # what this run submitted, settled to what it cost
+                _settle_taken(cap, self.taken, got, record.failures)
+            for key, why in record.failures.items():
+                self.reasons[key] = (_GONE, f"provider batch {record.id}: {why}")
+            return
+        note = (
+            f"waiting in provider batch {record.id} ({record.status}, "
+            f"{record.completed}/{record.total or len(record.keys)} done); "
+            "run again to collect it"
+        )
+        self.reasons.update(dict.fromkeys(record.keys, (_PENDING, note)))
 
 
 def run_dataframe_batched(
-    flow: LocalFlow,
+    flow: LocalCore,
     df: pd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
@@ -512,14 +564,15 @@ def run_dataframe_batched(
     **options: Unpack[FrameOptions],
 ) -> pd.DataFrame:
     """Run ``flow`` over ``df`` through its provider's batch API (see the module docstring),
-    with ``options`` (see :class:`~flownb.runtime.hooks.FrameOptions`).
+    with ``options`` (see :class:`~flownb.frames.options.FrameOptions`).
     ``poll`` is how many seconds to wait for the batches (None: until they end; 0: submit and
     return); Ctrl-C while waiting returns at once, leaving them running. ``meter`` counts each
     row's cost (the batch price of the answers this run read from the batches).
     ``max_spend`` (US dollars) caps the run: a call is submitted only while the most it could
-    cost at the batch price fits in what is left (each submitted call counts at that bound: its
-    answer comes later), the image calls of the final pass are capped as a live run's, and the
-    calls left out are named in ``error_column`` (``spend_cap_reached``).
+    cost at the batch price fits in what is left (each submitted call counts at that bound until
+    its batch's results are read, then at what its answer cost), the image calls of the final
+    pass are capped as a live run's, and the calls left out are named in ``error_column``
+    (``spend_cap_reached``).
 
     Returns:
         What ``flow.run_dataframe`` returns for the same frame; rows whose answers are not in
@@ -551,18 +604,39 @@ def _within(
     provider: Provider,
     calls: dict[str, Call],
     reasons: dict[str, tuple[int, str]],
+    taken: dict[str, float],
 ) -> dict[str, Call]:
     """Return the ``calls`` the cap lets through at the batch price (each counted at its bound
-    at once), in order; the others get their reason (402) in ``reasons``."""
+    at once, noted in ``taken`` by cache key), in order; the others get their reason (402) in
+    ``reasons``."""
     gate = SpendGate(cap, provider, batch=True)
     kept: dict[str, Call] = {}
     for key, call in calls.items():
         most = gate.most(call)
         if cap.take(most):
             kept[key] = call
+            taken[key] = most
         else:
             reasons[key] = (_CAPPED, cap.refusal(most).message)
     return kept
+
+
+def _settle_taken(
+    cap: SpendCap, taken: dict[str, float], answers: Mapping[str, Generation], failed: Any
+) -> None:
+    """Settle the calls of a collected batch that this run counted at their bounds: an answer
+    to its cost at the batch price, a line the batch failed or never ran to nothing (vendors
+    bill neither). So the cap's line says what was spent, and a later stage (the next level of
+    a chained flow) has the room the answers left."""
+    for key, gen in answers.items():
+        most = taken.pop(key, None)
+        if most is not None:
+            cost = gen.cost if gen.cost is not None else math.nan
+            cap.settle_taken(most, cost)
+    for key in failed:
+        most = taken.pop(key, None)
+        if most is not None:
+            cap.settle_taken(most, 0.0)
 
 
 def _live_calls_within(cap: SpendCap, final: Provider) -> Gate:
@@ -588,7 +662,7 @@ def _ignore(gen: Generation) -> None:
 
 
 def _final_pass(
-    flow: LocalFlow,
+    flow: LocalCore,
     df: pd.DataFrame,
     columns: Mapping[str, str] | None,
     reasons: dict[str, tuple[int, str]],
@@ -611,14 +685,7 @@ def _final_pass(
             "supports_batches": provider.supports_batches,
         },
     )
-    final = type(flow)(
-        flow.graph,
-        name=flow.name,
-        config=flow.config,
-        provider=kind(provider, cache, reasons),
-        media_url=flow.media_url,
-        source=flow.source,
-    )
+    final = flow.with_provider(kind(provider, cache, reasons))
     # The rows every answer of which is in are made from the table, not run again; the others
     # run on the final flow's engine (images live, what is missing named in the error).
     complete = table.complete()

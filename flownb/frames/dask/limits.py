@@ -11,6 +11,9 @@ while partitions of the run execute there; it is entered around every provider a
   :class:`_Leases`, so the scheduler is not asked once per call).
   A worker that dies holding leases gives them back after the scheduler's
   ``distributed.scheduler.locks.lease-timeout`` (30 s by default).
+- **max_spend**: the run's spend ledger (:mod:`flownb.frames.dask.spend`), which each
+  partition's spend gate reserves in (after its lease: the calls in flight are the ones about
+  to be sent).
 - **rpm / tpm**: a shared meter (:class:`SharedMeter`): the earliest start of the next call, in
   a ``distributed.Variable``, read and moved under a ``distributed.Lock``. Each call charges one
   request / its estimated tokens; the token charge is corrected by the usage the provider
@@ -40,6 +43,7 @@ from typing import Any, TypeVar
 
 from ...providers.base import Call, Generation
 from ...providers.calls import Gate, Settle
+from ...providers.spend import Ledger, SpendCap
 from ...providers.tokens import POLL, Meter, estimate_tokens, used
 
 __all__ = ["ClusterLimits", "SharedMeter", "start_meters"]
@@ -55,6 +59,7 @@ class ClusterLimits:
     concurrency: int
     rpm: float | None = None
     tpm: float | None = None
+    max_spend: float | None = None  # US dollars, for the whole run (see frames/dask/spend.py)
 
     @contextlib.contextmanager
     def gate(self) -> Iterator[Gate]:
@@ -107,6 +112,10 @@ class _LocalGate:
         self._slots: asyncio.Semaphore | None = None
         self.requests = Meter(limits.rpm) if limits.rpm else None
         self.tokens = Meter(limits.tpm) if limits.tpm else None
+        # The run's spend cap: one in the process, shared by its partitions.
+        self.spend: Ledger | None = (
+            SpendCap(limits.max_spend) if limits.max_spend is not None else None
+        )
 
     @asynccontextmanager
     async def __call__(self, call: Call) -> AsyncIterator[Settle]:
@@ -251,6 +260,8 @@ class _DaskGate:
     def __init__(self, limits: ClusterLimits, worker: Any) -> None:
         from distributed import Semaphore
 
+        from .spend import SharedLedger  # needs distributed, as this gate does
+
         self.limits = limits
         self.loop: asyncio.AbstractEventLoop = worker.loop.asyncio_loop
         self.semaphore = Semaphore(
@@ -264,6 +275,11 @@ class _DaskGate:
         )
         self.tokens = SharedMeter(f"{limits.name}-tpm", limits.tpm, worker) if limits.tpm else None
         self.leases = _Leases(self)
+        self.spend: Ledger | None = (
+            SharedLedger(limits.name, limits.max_spend, worker)
+            if limits.max_spend is not None
+            else None
+        )
 
     def submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
         async def run() -> T:

@@ -5,7 +5,7 @@ text (``string``) column per output) and, unlike the pandas path, **always** the
 (``<NA>`` where the row succeeded): a Dask DataFrame's columns are fixed before any partition
 runs, so the column cannot depend on whether some row fails. The index is kept.
 
-What travels to the workers is a :class:`~flownb.flows.spec.FlowSpec` (the flow's JSON and run
+What travels to the workers is a :class:`~flownb.core.spec.FlowSpec` (the flow's JSON and run
 configuration, never an API key: workers read ``OPENAI_API_KEY`` from their own environment) and a
 :class:`~flownb.frames.dask.limits.ClusterLimits`. Each worker process builds the flow once per
 spec and
@@ -29,10 +29,13 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Unpack
 
+from ...core.flow import FlowCore
+from ...core.local import LocalCore, local_of
+from ...core.spec import FlowSpec, flow_from_spec
 from ...errors import ConfigError
-from ...flows.local import BaseFlow, LocalFlow
-from ...flows.spec import FlowSpec, flow_from_spec
-from ...runtime.hooks import FrameOptions
+from ...providers.spend import SpendCap, SpendGate
+from ...providers.tokens import chain
+from ..options import FrameOptions
 from ..run import TEXT, _output_columns, rows_to_variables
 from ..run import run_dataframe as run_pandas
 from .limits import ClusterLimits, start_meters
@@ -75,10 +78,14 @@ class PartitionRunner:
         number = partition_info["number"] if partition_info else 0
         if len(part) == 0:
             return _empty_result(part, self.out_cols, self.error_column)
-        flow = flow_from_spec(self.spec, LocalFlow.from_spec)
+        flow = flow_from_spec(self.spec, LocalCore.from_spec)
         # Inline (offline) providers make no calls to limit: no cluster primitives for them.
         hold = self.limits.gate() if not flow.provider.inline else contextlib.nullcontext(None)
-        with hold as gate:
+        with hold as limits:
+            gate: Any = limits
+            spend = getattr(limits, "spend", None)
+            if spend is not None:  # within the run's one cap, after the cluster's limits
+                gate = chain(limits, SpendGate(spend, flow.provider))
             view = flow.gated(gate, f"{self.run}-{number}")
             result = run_pandas(
                 view,
@@ -104,19 +111,22 @@ def _empty_result(part: pd.DataFrame, out_cols: Mapping[str, str], error_column:
 
 
 def run_dataframe(
-    flow: BaseFlow,
+    flow: FlowCore,
     ddf: dd.DataFrame,
     columns: Mapping[str, str] | None = None,
     *,
     rpm: float | None = None,
     tpm: float | None = None,
+    max_spend: float | None = None,
     **options: Unpack[FrameOptions],
 ) -> dd.DataFrame:
     """Run ``flow`` once per row of the Dask DataFrame ``ddf``, lazily, one task per partition,
-    with ``options`` (see :class:`~flownb.runtime.hooks.FrameOptions`; no progress bar, no trace).
+    with ``options`` (see :class:`~flownb.frames.options.FrameOptions`; no progress bar, no trace).
 
     ``concurrency``, ``rpm`` and ``tpm`` (default: the flow's own) hold across all workers
-    together, for all partitions of this result.
+    together, for all partitions of this result, and so does ``max_spend`` (US dollars): one
+    cap for the whole computation (see :mod:`flownb.frames.dask.spend`); the rows it stops are
+    marked in ``error_column`` (``spend_cap_reached``).
 
     Returns:
         A lazy Dask DataFrame: ``ddf``'s columns and index, one text (``string``) column
@@ -126,18 +136,20 @@ def run_dataframe(
     Raises:
         TypeError: ``flow`` does not run locally (a remote flow cannot travel to workers).
         InputError: a variable has no column.
-        ConfigError: a limit is not positive, the flow's provider cannot be rebuilt by name, or
-            ``trace=True``.
+        ConfigError: a limit is not positive, the flow's provider cannot be rebuilt by name,
+            ``trace=True``, or ``max_spend`` with a call that cannot be priced (nothing runs).
     """
     if options.get("trace"):
         raise ConfigError("trace=True is for pandas frames; a Dask run returns outputs")
     fill, concurrency = options.get("fill"), options.get("concurrency")
     error_column = options.get("error_column", "error")
-    if not isinstance(flow, LocalFlow):
+    local = local_of(flow)
+    if local is None:
         raise TypeError(
             f"run_dataframe over a Dask DataFrame needs a local flow (load_flow), got "
             f"{type(flow).__name__}"
         )
+    flow = local
     concurrency = concurrency if concurrency is not None else flow.concurrency
     for name, value in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm)):
         if value is not None and value <= 0:
@@ -149,12 +161,15 @@ def run_dataframe(
         raise ConfigError(
             f"error_column {error_column!r} is already a column; pass another error_column="
         )
+    if max_spend is not None:
+        flow.spend_gate(SpendCap(max_spend))  # an unpriced call is refused here, not on a worker
     run = uuid.uuid4().hex[:12]
     limits = ClusterLimits(
         name=f"flownb-{run}",
         concurrency=int(concurrency),
         rpm=rpm if rpm is not None else flow.config.rpm,
         tpm=tpm if tpm is not None else flow.config.tpm,
+        max_spend=max_spend,
     )
     # The cluster gate applies the limits; the workers' engines add none of their own. The
     # cache commits each answer as it arrives, so a worker killed mid-batch has kept what it

@@ -131,6 +131,12 @@ _MAPPING = (dict, Mapping)
 _DETAILS = frozenset({"cached_tokens", "reasoning_tokens", "image_tokens"})
 
 
+def _is_count(value: Any) -> bool:
+    """Return whether ``value`` is a token count: an int that is not a bool (``type(value) is
+    int``, checked first by the callers, is the usual case and costs less)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def usage_of(usage: Any) -> dict[str, int] | None:
     """Return the answer's usage as flat token counts, for the run log and pricing.
 
@@ -143,15 +149,17 @@ def usage_of(usage: Any) -> dict[str, int] | None:
     if not isinstance(usage, _MAPPING):
         return None
     flat: dict[str, int] = {}
+    sections: list[tuple[str, Mapping[str, Any]]] = []
+    # One pass over the top level (counts kept, detail sections set aside), then the sections:
+    # a chat answer carries two of them on every call, so this runs once per answer read.
     for name, value in usage.items():
-        if isinstance(value, int) and not isinstance(value, bool):
+        if type(value) is int or _is_count(value):
             flat[name] = value
-    for name, value in usage.items():
-        if not (name.endswith("_tokens_details") and isinstance(value, _MAPPING)):
-            continue
-        section = name.removesuffix("_tokens_details")
-        for detail, count in value.items():
-            if not isinstance(count, int) or isinstance(count, bool):
+        elif isinstance(value, _MAPPING) and name.endswith("_tokens_details"):
+            sections.append((name[: -len("_tokens_details")], value))
+    for section, details in sections:
+        for detail, count in details.items():
+            if type(count) is not int and not _is_count(count):
                 continue
             key = detail if detail in _DETAILS and detail not in flat else f"{section}_{detail}"
             flat[key] = flat.get(key, 0) + count

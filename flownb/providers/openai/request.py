@@ -115,21 +115,65 @@ class Prepared:
 def _prepare_text(
     params: Mapping[str, Any], node: str, max_tokens_param: str = "max_completion_tokens"
 ) -> Prepared:
+    """Return the request a text node's params become (endpoint, body, notes on what it
+    drops); ``max_tokens_param`` is the name a chat request's token limit goes under.
+
+    Raises:
+        ConfigError: params the API would refuse (an unknown endpoint, best_of on a chat model
+            or below n, a logprobs of the other endpoint's form).
+    """
     p = dict(params)
     notes: list[str] = []
     model = p.pop("model", None) or DEFAULT_TEXT_MODEL
-    endpoint_choice = p.pop("endpoint", None)
-    if endpoint_choice not in (None, "chat", "completions"):
-        raise ConfigError(
-            f"node {node!r}: endpoint must be 'chat' or 'completions', got {endpoint_choice!r}"
-        )
-    completions = endpoint_choice == "completions" or (
-        endpoint_choice is None and bool(_COMPLETION_MODELS.search(model))
-    )
-    reasoning = bool(_REASONING.match(model)) and not completions
+    completions = _is_completions(model, p.pop("endpoint", None), node)
     body: dict[str, Any] = {"model": model}
+    _choices(body, p.pop("best_of", None), p.pop("n", None), completions, model, node)
+    reasoning = bool(_REASONING.match(model)) and not completions
+    name = "max_completion_tokens" if reasoning else max_tokens_param
+    _put_token_limit(body, notes, p, "max_tokens" if completions else name, completions)
+    _logprobs(p.get("logprobs"), completions, node)
+    # What this model takes of the sampling knobs (model_rules: one table for every vendor).
+    p, left_out = screen(model, p, node)
+    if left_out is not None:
+        notes.append(left_out)
+    for knob in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
+        value = p.pop(knob, None)
+        if value is not None:
+            body[knob] = value
+    allowed = _COMPLETION_EXTRAS if completions else _CHAT_EXTRAS
+    where = "completions" if completions else "chat completions"
+    for extra, value in p.items():
+        if extra in allowed:
+            body[extra] = value
+        else:
+            notes.append(f"{extra} dropped: not a {where} parameter flownb passes through")
+    return Prepared("/completions" if completions else "/chat/completions", body, notes)
 
-    best_of = p.pop("best_of", None)
+
+def _is_completions(model: str, choice: Any, node: str) -> bool:
+    """Return whether a text node goes to ``/completions``: its ``endpoint`` says so, or, when
+    it says nothing, its model is a completion model.
+
+    Raises:
+        ConfigError: an ``endpoint`` that is neither ``chat`` nor ``completions``.
+    """
+    if choice not in (None, "chat", "completions"):
+        raise ConfigError(
+            f"node {node!r}: endpoint must be 'chat' or 'completions', got {choice!r}"
+        )
+    if choice is None:
+        return bool(_COMPLETION_MODELS.search(model))
+    return choice == "completions"
+
+
+def _choices(
+    body: dict[str, Any], best_of: Any, n: Any, completions: bool, model: str, node: str
+) -> None:
+    """Put ``best_of`` and ``n`` in ``body`` where they do something (1 is a no-op).
+
+    Raises:
+        ConfigError: ``best_of`` on a chat model, or below ``n``.
+    """
     if best_of is not None and best_of != 1:
         if not completions:
             raise ConfigError(
@@ -138,38 +182,26 @@ def _prepare_text(
                 "completion model (e.g. gpt-3.5-turbo-instruct)"
             )
         body["best_of"] = best_of
-    n = p.pop("n", None)
     if n is not None and n != 1:
         if best_of is not None and best_of != 1 and best_of < n:
             raise ConfigError(f"node {node!r}: best_of ({best_of}) must be at least n ({n})")
         body["n"] = n  # the first choice becomes the output
+
+
+def _put_token_limit(
+    body: dict[str, Any], notes: list[str], p: dict[str, Any], name: str, completions: bool
+) -> None:
+    """Put the node's token limit in ``body`` under ``name`` (taking both spellings out of
+    ``p``); ``max_completion_tokens`` written in the node is sent as written, as the current
+    name on chat (``/completions`` has only the old one), and wins over ``max_tokens``."""
     max_tokens = p.pop("max_tokens", None)
     max_completion = p.pop("max_completion_tokens", None)
     if max_completion is not None:
-        # Written in the node: sent as written (the current name; /completions has only the old).
         body["max_tokens" if completions else "max_completion_tokens"] = max_completion
         if max_tokens is not None:
             notes.append("max_tokens dropped: max_completion_tokens is set")
     elif max_tokens is not None:
-        name = "max_completion_tokens" if reasoning else max_tokens_param
-        body["max_tokens" if completions else name] = max_tokens
-    _logprobs(p.get("logprobs"), completions, node)
-    # What this model takes of the sampling knobs (model_rules: one table for every vendor).
-    p, left_out = screen(model, p, node)
-    if left_out is not None:
-        notes.append(left_out)
-    for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
-        value = p.pop(name, None)
-        if value is not None:
-            body[name] = value
-    allowed = _COMPLETION_EXTRAS if completions else _CHAT_EXTRAS
-    for name, value in p.items():
-        if name in allowed:
-            body[name] = value
-        else:
-            where = "completions" if completions else "chat completions"
-            notes.append(f"{name} dropped: not a {where} parameter flownb passes through")
-    return Prepared("/completions" if completions else "/chat/completions", body, notes)
+        body[name] = max_tokens
 
 
 def _logprobs(value: Any, completions: bool, node: str) -> None:

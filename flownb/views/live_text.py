@@ -24,7 +24,7 @@ from ..show.escape import html_text, no_math, term_text
 from ..show.fallback import _in_kernel, in_front_end
 
 if TYPE_CHECKING:
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
     from ..runtime.result import RunResult
 
 __all__ = ["INTERVAL", "LiveText", "in_front_end", "live_run", "wanted"]
@@ -128,7 +128,7 @@ def consume(items: Iterable[Any], view: LiveText) -> RunResult:
 _cell_area: tuple[int, Any] | None = None
 
 
-def live_run(flow: BaseFlow, values: Mapping[str, str]) -> RunResult:
+def live_run(flow: FlowCore, values: Mapping[str, str]) -> RunResult:
     """Run ``flow`` once on validated ``values`` with a live area below the cell (see the
     module docstring); return the result, as ``flow.run`` does.
 

@@ -12,7 +12,7 @@ stop a run as Ctrl-C stops a batch: the calls that finished stay in the cache, s
 pays only for the rest.
 
 While a run is in progress its text outputs grow in a live area as the provider streams them
-(``flownb-live``, a few updates a second; see :mod:`flownb.notebook.live_text`), emptied when the
+(``flownb-live``, a few updates a second; see :mod:`flownb.views.live_text`), emptied when the
 results are shown; ``FLOWNB_LIVE=0`` turns it off.
 
 Stable CSS classes for tests and styling: ``flownb-form`` (the whole form), ``flownb-input``
@@ -44,7 +44,7 @@ from ..show.fallback import StaticFallback
 from .live_text import LiveText, consume
 
 if TYPE_CHECKING:
-    from ..flows.base import BaseFlow
+    from ..core.flow import FlowCore
     from ..runtime.result import RunResult
 
 __all__ = ["FlowForm"]
@@ -94,7 +94,7 @@ class FlowForm(StaticFallback, widgets.VBox):
         error: the exception of the last failed run, or None.
     """
 
-    def __init__(self, flow: BaseFlow, **kwargs: Any) -> None:
+    def __init__(self, flow: FlowCore, **kwargs: Any) -> None:
         self.flow = flow
         self.result: RunResult | None = None
         self.error: BaseException | None = None
