@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,23 @@ def flownb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "flownb-home"
     monkeypatch.setenv("FLOWNB_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Every ``time.sleep`` the test's own thread asks for, in order (each still sleeps): what a
+    retry waited, read from the request itself instead of timing the test."""
+    real = time.sleep
+    mine = threading.get_ident()
+    asked: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if threading.get_ident() == mine:
+            asked.append(seconds)
+        real(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    return asked
 
 
 @pytest.fixture

@@ -6,12 +6,13 @@ redirect and image-URL tests. It listens on 127.0.0.2 by default, another host t
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiohttp import web
+
+from flownb.testing.loopback import LoopbackServer
 
 
 @dataclass
@@ -25,22 +26,33 @@ class Answer:
 
 
 class Recorder:
-    """The recording server in a daemon thread; ``url`` is its origin, ``received`` every
-    request as ``{"method", "path", "headers"}``."""
+    """The recording server (a :class:`~flownb.testing.loopback.LoopbackServer`); ``url`` is its
+    origin, ``received`` every request as ``{"method", "path", "headers"}``."""
 
     def __init__(self, *answers: Answer, host: str = "127.0.0.2") -> None:
-        self.host = host
-        self.port = 0
         self.answers = list(answers) or [Answer()]
         self.received: list[dict[str, Any]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
+        self._server = LoopbackServer(self._make_app, host=host, name="recorder")
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on."""
+        return self._server.host
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (once started)."""
+        return self._server.port
 
     @property
     def url(self) -> str:
         """The server's origin, ``http://host:port``."""
-        return f"http://{self.host}:{self.port}"
+        return self._server.url
+
+    def _make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
 
     async def _handle(self, request: web.Request) -> web.Response:
         await request.read()
@@ -53,37 +65,8 @@ class Recorder:
         return web.Response(status=answer.status, headers=dict(answer.headers), body=answer.body)
 
     def __enter__(self) -> Self:
-        ready = threading.Event()
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def serve() -> None:
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-            await runner.setup()
-            site = web.TCPSite(runner, self.host, 0)
-            await site.start()
-            self.port = runner.addresses[0][1]
-            self._runner = runner
-            ready.set()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(serve())
-            loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="recorder", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the recording server did not start")
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        loop, runner = self._loop, self._runner
-        if loop is None or runner is None:
-            return
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()

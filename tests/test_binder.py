@@ -38,6 +38,8 @@ _IGNORE = shutil.ignore_patterns(
     "venv",
     "node_modules",
     ".hypothesis",
+    ".mypy_cache",
+    "test-artifacts",
 )
 
 
@@ -52,7 +54,10 @@ def binder_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     repo = base / "repo"
     shutil.copytree(ROOT, repo, ignore=_IGNORE)
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # No pip of its own: ensurepip would install one (a third of this fixture's CPU), and with
+    # it a seed setuptools that would shadow the locked one the build needs. The venv runs this
+    # test environment's pip (seen through the .pth file below), into its own prefix.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     bin_dir = venv / "bin"
     python = str(bin_dir / "python")
     where = "import sysconfig; print(sysconfig.get_path('purelib'))"
@@ -67,9 +72,7 @@ def binder_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         "PIP_NO_INDEX": "1",
         "PIP_NO_BUILD_ISOLATION": "0",  # pip reads this one inverted: 0 = --no-build-isolation
     }
-    # The venv's own seed setuptools would shadow the locked one the build needs.
     pip = [python, "-m", "pip", "install", "--quiet"]
-    subprocess.run([python, "-m", "pip", "uninstall", "-qy", "setuptools"], env=env, check=True)
     subprocess.run([*pip, "-r", str(repo / "binder" / "requirements.txt")], check=True, env=env)
     subprocess.run([str(repo / "binder" / "postBuild")], cwd=repo, check=True, env=env)
     return repo, bin_dir

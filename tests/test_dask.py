@@ -4,6 +4,7 @@ path, one concurrency and rate limit across the workers, a worker killed mid-bat
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import signal
@@ -11,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,7 @@ import pandas as pd  # noqa: E402
 
 import flownb  # noqa: E402
 from flownb.errors import ConfigError, InputError  # noqa: E402
+from flownb.frames.dask.limits import METER_EVENTS  # noqa: E402
 from flownb.testing.fake_openai import FakeOpenAI, echo  # noqa: E402
 from tests.conftest import make_flow  # noqa: E402
 
@@ -236,19 +239,45 @@ def test_concurrency_holds_across_both_workers(
     assert fake.peak_in_flight == 3  # reached, never exceeded (each worker alone allows 3)
 
 
+def meter_ledger(
+    client: distributed.Client, kind: str, before: int, events: int
+) -> list[dict[str, Any]]:
+    """Return the ``events`` charges and corrections the cluster's shared ``kind`` meter (rpm or
+    tpm) logged after the first ``before`` events of the topic: one run's ledger. Corrections
+    are sent without waiting, so they may reach the scheduler just after the run's result."""
+    deadline = time.monotonic() + 60
+    while True:
+        logged = [msg for _, msg in client.get_events(METER_EVENTS)][before:]
+        if len(logged) >= events or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(logged) == events, logged
+    assert len({msg["meter"] for msg in logged}) == 1  # one meter for the whole run
+    assert logged[0]["meter"].endswith(f"-{kind}")
+    return logged
+
+
+def logged_so_far(client: distributed.Client) -> int:
+    return len(client.get_events(METER_EVENTS))
+
+
 def test_requests_per_minute_hold_across_both_workers(
     client: distributed.Client, fake: FakeOpenAI
 ) -> None:
     flow = flownb.load_flow(SAY, provider="openai", cache=False, log=False)
     ddf = dd.from_pandas(words(16), npartitions=2)
+    before = logged_so_far(client)
 
-    started = time.perf_counter()
     got = flow.run_dataframe(ddf, concurrency=8, rpm=600).compute()  # one call per 0.1 s
-    elapsed = time.perf_counter() - started
 
     assert got["error"].isna().all()
-    # 16 starts 0.1 s apart take at least 1.5 s; each worker pacing alone would take 0.75 s.
-    assert elapsed >= 1.4
+    charges = meter_ledger(client, "rpm", before, 16)
+    # Both workers charged the one meter, one request each call, and the meter admitted them
+    # 0.1 s apart on its own clock (a worker pacing alone would have let the two interleave).
+    assert {msg["worker"] for msg in charges} == set(client.scheduler_info()["workers"])
+    assert all(msg["kind"] == "charge" and msg["units"] == 1 for msg in charges)
+    admitted = sorted(msg["at"] for msg in charges)
+    assert min(b - a for a, b in itertools.pairwise(admitted)) >= 0.1 - 1e-6
 
 
 def test_tokens_per_minute_hold_in_one_process_and_settle_on_the_usage(fake: FakeOpenAI) -> None:
@@ -258,16 +287,16 @@ def test_tokens_per_minute_hold_in_one_process_and_settle_on_the_usage(fake: Fak
     # words: "say wN" + "echo: say wN"); the meter is corrected by the usage reported.
     flow = flownb.load_flow(flow_json, provider="openai", tpm=3000, cache=False, log=False)
 
-    started = time.perf_counter()
     out = flow.run_batch([{"word": f"w{i}"} for i in range(10)], concurrency=1)
-    elapsed = time.perf_counter() - started
 
     assert [r["say"] for r in out] == [echo(f"say w{i}") for i in range(10)]
     assert all(body["max_tokens"] == 50 for body in fake.requests)
-    # 3000 tokens/min = 50/s. Paced on the usage: ~10 x 5 / 50 = 1 s. On the estimates alone
-    # it would be 9 x 52 / 50 = 9.4 s; unpaced, a few ms. The upper bound only tells the two
-    # apart, generously enough for a loaded machine.
-    assert 0.8 <= elapsed < 0.75 * 9.4
+    # The engine's meter (3000 tokens/min, shared by every run of the flow) admitted ten
+    # charges and holds what they used, 10 x 5 tokens; left on the estimates it would hold
+    # 10 x 52, and pace the next calls by them.
+    meter = flow.engine.tokens.meter  # type: ignore[union-attr]
+    assert meter.charges == 10
+    assert meter.charged == 10 * 5
 
 
 def test_tokens_per_minute_hold_across_both_workers(
@@ -277,17 +306,20 @@ def test_tokens_per_minute_hold_across_both_workers(
     flow_json["nodes"][1]["data"]["modelParams"] = {"model": "gpt-4o-mini", "max_tokens": 50}
     flow = flownb.load_flow(flow_json, provider="openai", cache=False, log=False)
     ddf = dd.from_pandas(words(10), npartitions=2)
+    before = logged_so_far(client)
 
-    started = time.perf_counter()
     got = flow.run_dataframe(ddf, concurrency=4, tpm=3000).compute()
-    elapsed = time.perf_counter() - started
 
     assert got["say"].tolist() == [echo(f"say w{i}") for i in range(10)]
-    # 50 tokens/s shared by both workers; each call is charged 52 before it is sent and settled
-    # at the 5 it used. At least the usage of 9 calls must be paced (~0.9 s); charged on the
-    # estimates alone it would take 4 x 52 / 50 = 4.2 s or more even if each worker had its own
-    # budget; the bound sits between the two, as far from the expected second as it can.
-    assert 0.8 <= elapsed < 3.5
+    # One budget for both workers: each call charged its estimate (2 + 50 tokens) to the
+    # cluster's meter before it was sent, and corrected it by the 5 it used once answered.
+    ledger = meter_ledger(client, "tpm", before, 20)
+    charges = [msg for msg in ledger if msg["kind"] == "charge"]
+    corrections = [msg for msg in ledger if msg["kind"] == "correction"]
+    assert [msg["units"] for msg in charges] == [52] * 10
+    assert [msg["units"] for msg in corrections] == [5 - 52] * 10
+    assert {msg["worker"] for msg in charges} == set(client.scheduler_info()["workers"])
+    assert sum(msg["units"] for msg in ledger) == 10 * 5  # what the calls used, no more
 
 
 def test_a_pandas_run_takes_its_own_rpm(fake: FakeOpenAI) -> None:

@@ -11,7 +11,6 @@ import io
 import os
 import re
 import threading
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -162,9 +161,9 @@ def test_the_media_store_reads_only_its_regular_files_up_to_the_cap(tmp_path: Pa
     assert read_media(link) is None
     zero = store.path_for("d" * 40 + ".png")
     zero.symlink_to("/dev/zero")
-    started = time.monotonic()
+    # A device is refused before it is read (a read of /dev/zero would never end).
     assert read_media(zero) is None
-    assert image_bytes(zero.as_uri()) is None and time.monotonic() - started < 5
+    assert image_bytes(zero.as_uri()) is None
     big = store.path_for("e" * 40 + ".png")
     with big.open("wb") as fh:
         fh.truncate(MAX_IMAGE_BYTES + 1)

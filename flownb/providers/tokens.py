@@ -71,12 +71,17 @@ class Meter:
     the previous charges are paid off, and pushes the time the budget is free again
     ``n * 60 / per_minute`` seconds ahead (a leaky bucket without burst). Pure arithmetic on a
     monotonic clock, so one meter serves runs on any loop (and thread: the time the budget is
-    free again is read and moved under one lock, so no charge is lost between the two)."""
+    free again is read and moved under one lock, so no charge is lost between the two).
+
+    Its ledger says what it was charged, whatever the clock did: :attr:`charges` (how many were
+    admitted) and :attr:`charged` (their units, net of every correction)."""
 
     def __init__(self, per_minute: float) -> None:
         if per_minute <= 0:
             raise ValueError("per_minute must be positive")
         self.seconds_per_unit = 60.0 / per_minute
+        self.charges = 0
+        self.charged = 0.0
         self._next = 0.0
         self._lock = threading.Lock()
 
@@ -87,6 +92,8 @@ class Meter:
             now = time.monotonic()
             if self._next <= now:
                 self._next = now + units * self.seconds_per_unit
+                self.charges += 1
+                self.charged += units
                 return 0.0
             return self._next - now
 
@@ -102,9 +109,12 @@ class Meter:
         """Correct the last charges by ``units`` (negative: fewer were used than charged)."""
         with self._lock:
             self._next = max(self._next + units * self.seconds_per_unit, time.monotonic() - 1.0)
+            self.charged += units
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"seconds_per_unit": self.seconds_per_unit, "_next": self._next}  # no lock
+        state = dict(self.__dict__)
+        del state["_lock"]  # a lock does not pickle
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -67,7 +67,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, Self
@@ -93,6 +92,7 @@ from .fake_replies import (
     split_words,
 )
 from .fake_state import _State
+from .loopback import LoopbackServer
 
 __all__ = [
     "FakeConfig",
@@ -454,9 +454,7 @@ class FakeOpenAI:
         self.config.update(config)
         self.state = _State(self.config)
         self.port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LoopbackServer | None = None
 
     @property
     def url(self) -> str:
@@ -548,42 +546,22 @@ class FakeOpenAI:
     vendor = "openai"
 
     def start(self) -> Self:
-        """Start serving; returns self once the port is bound."""
+        """Start serving; returns self once the port is bound.
+
+        Raises:
+            RuntimeError: the server did not start (its port is taken, say).
+        """
         warm(self.vendor)
-        ready = threading.Event()
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def serve() -> None:
-            runner = web.AppRunner(self._make_app(), access_log=None, shutdown_timeout=0.1)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", self.port)
-            await site.start()
-            self.port = runner.addresses[0][1]
-            self._runner = runner
-            ready.set()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(serve())
-            loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="fake-openai", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fake OpenAI server did not start")
+        server = LoopbackServer(self._make_app, port=self.port, name=f"fake-{self.vendor}")
+        self._server = server.start()
+        self.port = server.port
         return self
 
     def stop(self) -> None:
         """Stop serving (hanging requests are dropped)."""
-        loop, runner = self._loop, self._runner
-        if loop is None or runner is None:
-            return
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-        self._loop = self._runner = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -17,7 +17,9 @@ while partitions of the run execute there; it is entered around every provider a
 - **rpm / tpm**: a shared meter (:class:`SharedMeter`): the earliest start of the next call, in
   a ``distributed.Variable``, read and moved under a ``distributed.Lock``. Each call charges one
   request / its estimated tokens; the token charge is corrected by the usage the provider
-  reported. Times are wall-clock seconds, so worker clocks should agree (NTP).
+  reported. Times are wall-clock seconds, so worker clocks should agree (NTP). Every charge and
+  correction is also logged on the cluster's event log under :data:`METER_EVENTS`, so what a run
+  was charged can be read after it (``client.get_events(METER_EVENTS)``).
 
 Outside a distributed worker (Dask's threaded or synchronous scheduler) the same limits hold
 within the process, on the one event loop every flownb run of that process shares.
@@ -46,7 +48,14 @@ from ...providers.calls import Gate, Settle
 from ...providers.spend import Ledger, SpendCap
 from ...providers.tokens import POLL, Meter, estimate_tokens, used
 
-__all__ = ["ClusterLimits", "SharedMeter", "start_meters"]
+__all__ = ["METER_EVENTS", "ClusterLimits", "SharedMeter", "start_meters"]
+
+# The event-log topic of the shared meters: one ``{"meter", "kind", "units", "at", "worker"}``
+# message per charge (``kind`` "charge"; ``at``: when it was admitted, on the meter's clock) and
+# per correction by the usage reported ("correction"); ``meter`` is the run's limits name and the
+# meter's kind (``<name>-rpm``, ``<name>-tpm``), ``worker`` the address of the worker that
+# charged it.
+METER_EVENTS = "flownb-meter"
 
 T = TypeVar("T")
 
@@ -147,7 +156,9 @@ class SharedMeter:
     def __init__(self, name: str, per_minute: float, worker: Any) -> None:
         from distributed import Lock, Variable
 
+        self.name = name
         self.seconds_per_unit = 60.0 / per_minute
+        self._worker = worker
         self._lock = Lock(f"{name}-lock", scheduler_rpc=worker.scheduler, loop=worker.loop)
         self._next = Variable(f"{name}-next", client=worker.client)
 
@@ -170,6 +181,7 @@ class SharedMeter:
                 now = time.time()
                 if await self._read() <= now:
                     await self._next.set(now + units * self.seconds_per_unit)
+                    self._log("charge", units, now)
                     return
             finally:
                 await self._lock.release()
@@ -179,9 +191,17 @@ class SharedMeter:
         await self._lock.acquire()
         try:
             moved = await self._read() + units * self.seconds_per_unit
-            await self._next.set(max(moved, time.time() - 1.0))
+            now = time.time()
+            await self._next.set(max(moved, now - 1.0))
+            self._log("correction", units, now)
         finally:
             await self._lock.release()
+
+    def _log(self, kind: str, units: float, at: float) -> None:
+        # On the cluster's event log (see METER_EVENTS): the run's ledger, whichever worker
+        # charged it, readable once the run is over.
+        event = {"meter": self.name, "kind": kind, "units": units, "at": at}
+        self._worker.log_event(METER_EVENTS, {**event, "worker": self._worker.address})
 
 
 class _Leases:
