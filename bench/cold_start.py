@@ -25,6 +25,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from bench.flows import two_node_flow
@@ -71,7 +72,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     flow.write_text(json.dumps(two_node_flow()), encoding="utf-8")
     env = {**os.environ, "FLOWNB_HOME": str(folder / "home"), "FLOWNB_PROVIDER": "offline"}
     python = sys.executable
-    cli = [python, "-c", "from flownb.cli.main import main; main()"]
+    # What the `flownb` console script runs (its entry point, as installed).
+    (script,) = entry_points(group="console_scripts", name="flownb")
+    module, _, function = script.value.partition(":")
+    cli = [python, "-c", f"from {module} import {function}; {function}()"]
     commands = {
         "import pandas": [python, "-c", "import pandas"],
         "import flownb": [python, "-c", "import flownb"],

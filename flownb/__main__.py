@@ -1,6 +1,6 @@
 """``python -m flownb``: the same as the ``flownb`` command."""
 
-from .cli.main import main
+from .cli.entry import main
 
 # Guarded: a worker process spawned by the server re-imports the main module under another name.
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ DataFrames with image columns as thumbnails; readable plain text for terminals."
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.server
 import io
 import threading
@@ -20,8 +21,10 @@ from flownb.infra.media import MediaStore
 from flownb.runtime.result import RunResult
 from flownb.show.display import (
     display_frame,
+    frame_text,
     image_bytes,
     image_columns,
+    image_label,
     is_image_url,
     output_bundles,
     result_bundle,
@@ -57,6 +60,10 @@ def png_server(tmp_path: Path) -> Iterator[str]:
         server.server_close()
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 def _blog_result(blog_flow_path: Path) -> RunResult:
     return flownb.load_flow(blog_flow_path).run(topic="owls **at night**", tone="dry")
 
@@ -73,7 +80,8 @@ def test_each_output_under_its_name_text_as_written_image_as_png(blog_flow_path:
     assert "image/png" in image and "text/html" not in image
     path = Path(result["header_image"].removeprefix("file://"))
     assert base64.b64decode(image["image/png"]) == path.read_bytes()
-    assert result["header_image"] in image["text/plain"]
+    # The text fallback describes the image by its bytes, not by this machine's path.
+    assert image["text/plain"] == f"[image header_image: 256x256 PNG, sha256 {_digest(path)}]"
 
 
 def test_run_result_displays_one_bundle_per_output_in_ipython(blog_flow_path: Path) -> None:
@@ -102,10 +110,16 @@ def test_single_bundle_inlines_file_images_as_data_urls(blog_flow_path: Path) ->
 
 
 def test_plain_text_is_readable_in_a_terminal(blog_flow_path: Path) -> None:
-    text = result_text(_blog_result(blog_flow_path))
+    result = _blog_result(blog_flow_path)
+    text = result_text(result)
     assert text.splitlines()[0].startswith("── intro ")
     assert "Write a dry two-sentence intro for a blog post about owls **at night**." in text
-    assert "[image] file://" in text
+    path = Path(result["header_image"].removeprefix("file://"))
+    label = f"[image: 256x256 PNG, sha256 {_digest(path)}]"
+    assert text.splitlines()[-1] == label  # what print(result) leaves in a saved notebook
+    assert "file://" not in text and str(path.parent) not in text
+    # A terminal's reader is on this machine: the CLI asks for the URL after the label.
+    assert result_text(result, urls=True).splitlines()[-1] == f"{label} {result['header_image']}"
     assert str(RunResult({})) == "(no outputs)"
 
 
@@ -163,7 +177,6 @@ def test_results_frame_shows_image_columns_as_thumbnails(blog_flow_path: Path) -
     view = display_frame(out, size=48)
     page = view._repr_html_()
     assert page.count('<img src="data:image/png;base64,') == 2
-    assert "file://" in page  # only in the title tooltip, not as a src
     assert 'src="file://' not in page
     assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page
     src = page.split('<img src="data:image/png;base64,', 1)[1].split('"', 1)[0]
@@ -171,6 +184,28 @@ def test_results_frame_shows_image_columns_as_thumbnails(blog_flow_path: Path) -
     assert max(thumb.size) <= 48
     text = repr(view)
     assert "header_image" in text and "owls" in text and "<img" not in text
+    digests = [_digest(Path(u.removeprefix("file://"))) for u in out["header_image"]]
+    for shown in (page, text, frame_text(out)):  # the HTML tooltips and both text views
+        assert "file://" not in shown
+        assert all(f"256x256 PNG, sha256 {d}" in shown for d in digests)
+    assert out["header_image"].str.startswith("file://").all()  # the frame itself is untouched
+
+
+def test_image_labels_name_no_path_of_this_machine(tmp_path: Path) -> None:
+    store = MediaStore(tmp_path / "media")
+    png = _png((30, 20))
+    pic = store.file_url(store.save("c" * 40 + ".png", png))
+    digest = hashlib.sha256(png).hexdigest()[:12]
+    assert image_label(pic, "cover") == f"[image cover: 30x20 PNG, sha256 {digest}]"
+    data_url = "data:image/png;base64," + base64.b64encode(png).decode()
+    assert image_label(data_url) == f"[image: 30x20 PNG, sha256 {digest}]"
+    gone = store.file_url("d" * 40 + ".png")
+    assert image_label(gone) == f"[image: {'d' * 40}.png, not readable here]"
+    assert image_label("https://example.com/a.png") == "[image] https://example.com/a.png"
+    broken = store.file_url(store.save("e" * 40 + ".png", b"not a png"))
+    assert image_label(broken) == (
+        f"[image: 9 bytes image/png, sha256 {hashlib.sha256(b'not a png').hexdigest()[:12]}]"
+    )
 
 
 def test_frame_with_missing_cells_and_no_image_columns() -> None:
@@ -190,8 +225,11 @@ def test_frame_with_duplicate_names_and_unreadable_images(tmp_path: Path) -> Non
     elsewhere.write_bytes(_png())
     df = pd.DataFrame([[pic, gone, elsewhere.as_uri(), "t"]], columns=["img", "img", "x", "t"])
     page = display_frame(df)._repr_html_()
-    assert page.count("<img ") == 1  # the readable one; the others stay as their URL text
-    assert f"<td>{gone}</td>" in page and f"<td>{elsewhere.as_uri()}</td>" in page
+    assert page.count("<img ") == 1  # the readable one; the others stay as text
+    # a media file gone from here is named by its file name, never its folder
+    assert f"<td>[image: {'b' * 40}.png, not readable here]</td>" in page
+    assert str(tmp_path / "media") not in page
+    assert f"<td>{elsewhere.as_uri()}</td>" in page  # not an image column: text as written
 
 
 def test_extension_entry_points_are_not_public_api() -> None:

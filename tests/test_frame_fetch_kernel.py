@@ -4,7 +4,8 @@ A frame written with ``--out x.csv`` and read back has lost flownb's mark of whi
 images; a URL a model wrote into one of its cells (here one on this machine's loopback
 interface, which the kernel could reach) must stay text: a loopback server counting requests
 gets none while such frames are displayed, and the outputs hold the URL as text. The files of
-flownb's own media store, in such a frame, are still shown as images.
+flownb's own media store, in such a frame, are still shown as images, and every view of them a
+saved notebook keeps (text and tooltips) describes them instead of naming their files.
 """
 
 from __future__ import annotations
@@ -116,6 +117,14 @@ def test_a_frame_read_back_from_csv_is_shown_without_fetching_its_urls(
         for bundle in shown[:2] + shown[3:]:
             assert bundle["text/html"].count('src="data:image/png;base64,') == 2
         assert "<img" not in shown[2]["text/html"]
+        # What a saved notebook keeps of them names no file of this machine: the media-store
+        # images read as their size and digest in the text views and the HTML tooltips alike.
+        for bundle in shown[:2] + shown[3:]:
+            for kind in ("text/plain", "text/html"):
+                assert "file://" not in bundle[kind] and str(tmp_path) not in bundle[kind]
+            assert bundle["text/plain"].count("[image: 256x256 PNG, sha256 ") == 2
+            assert url in bundle["text/plain"]  # the model's text, as written
+        assert shown[2]["text/plain"].count(url) == 3  # not an image column: text as written
 
         # A frame flownb marked shows its image column as images, still fetching nothing: a
         # loopback URL there is left for the browser, as any other URL.

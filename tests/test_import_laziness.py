@@ -42,6 +42,23 @@ def test_flownb_help_imports_none_of_the_heavy_packages() -> None:
     assert _imported_after(code) == []
 
 
+def test_flownb_help_through_the_console_script_imports_no_more_than_import_flownb() -> None:
+    # What `flownb --help` runs (the console script's entry): the kept help text, with neither
+    # click nor any command module, nor the settings (see tests/test_cli_help.py).
+    code = (
+        "from flownb.cli.entry import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    )
+    heavy = (*HEAVY, "click", "flownb.cli.main", "flownb.config.settings", "flownb.cli.inputs")
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    loaded = json.loads(out.stdout.splitlines()[-1])
+    assert [m for m in loaded if m in heavy or m.split(".")[0] in heavy] == []
+    assert out.stdout.startswith("Usage: flownb [OPTIONS] COMMAND [ARGS]...")
+
+
 def test_a_one_row_text_run_imports_neither_pandas_nor_pillow(tmp_path: Path) -> None:
     """``flownb run FLOW --var ...`` makes no frame (only ``--out`` does) and draws no image:
     pandas and Pillow are most of a cold start, so they are left unimported."""

@@ -49,6 +49,79 @@ def test_no_keys_in_notebooks(name: str) -> None:
     assert "FLOWNB_API_KEY=" not in text
 
 
+# Where a machine keeps its files: temporary folders (Linux, macOS, Windows), file URLs, homes.
+MACHINE_PATHS = re.compile(
+    r"/tmp/|file://|/var/folders/|/home/[^/\s]+/|/Users/|/root/|[A-Za-z]:\\Users\\|\\Temp\\"
+)
+EMBEDDED = re.compile(r"data:image/[a-z+.-]+;base64,[A-Za-z0-9+/=]+")
+
+
+def _strings(value: object) -> list[str]:
+    """Every string inside a notebook's JSON, keys included, in document order."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _saved_text(path: Path) -> str:
+    """Every text a saved notebook holds (sources, outputs, metadata), but embedded image bytes
+    (base64, in which any short word may occur by chance)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            for kind in list(output.get("data", {})):
+                if kind.startswith("image/"):
+                    del output["data"][kind]
+    return EMBEDDED.sub("DATA", "\n".join(_strings(nb)))
+
+
+def _host_named(text: str, host: str) -> bool:
+    return re.search(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", text) is not None
+
+
+SAVED = sorted(
+    [*(NOTEBOOKS.glob("*.ipynb")), *(NOTEBOOKS.parent / "docs").rglob("*.ipynb")],
+    key=lambda p: p.name,
+)
+
+
+@pytest.mark.parametrize("path", SAVED, ids=[p.name for p in SAVED])
+def test_saved_notebooks_name_no_path_or_host_of_the_machine_that_ran_them(path: Path) -> None:
+    # A saved notebook is read elsewhere: an image reads as its size and digest, never as the
+    # file its author's run left in a temporary FLOWNB_HOME.
+    import socket
+
+    text = _saved_text(path)
+    found = MACHINE_PATHS.search(text)
+    assert found is None, text[max(0, found.start() - 80) : found.end() + 80]
+    assert str(Path.home()) + "/" not in text
+    assert not _host_named(text, socket.gethostname())
+
+
+def test_the_machine_path_check_finds_what_it_looks_for(tmp_path: Path) -> None:
+    nb = json.loads((NOTEBOOKS / NAMES[0]).read_text(encoding="utf-8"))
+    leaks = [
+        "[image] file:///tmp/x/a.png",
+        "/home/ana/x.png",
+        "/Users/ana/x.png",
+        "C:\\Users\\ana\\x.png",
+        "/var/folders/q1/T/a.png",
+    ]
+    for leak in leaks:
+        output = {"output_type": "stream", "name": "stdout", "text": [f"saved: {leak}\n"]}
+        nb["cells"][-1]["outputs"] = [output]
+        dirty = tmp_path / "dirty.ipynb"
+        dirty.write_text(json.dumps(nb), encoding="utf-8")
+        assert MACHINE_PATHS.search(_saved_text(dirty)), leak
+    assert _host_named("served by build-07 at noon", "build-07")
+    assert not _host_named("served by build-070", "build-07")
+    assert not _host_named("avm", "vm")
+
+
 PARAMETERS = ("flow_file", "data_file", "provider", "rows")
 
 

@@ -398,7 +398,9 @@ def _run_once(
         else:
             result = f.run(values, max_spend=max_spend)
             if target is None:
-                click.echo(str(result))
+                from ..show.display import result_text
+
+                click.echo(result_text(result, urls=True))
     except ImageNotFetched as exc:
         meter.add_failed(exc)  # paid for though it failed: the cost line says so, then the error
         click.echo(f"flownb: {meter.total_line()}", err=True)

@@ -3,9 +3,9 @@
 Each output is printed under its name, as :func:`flownb.show.display.result_text` lays a result out
 (the same header lines), its text written the moment it arrives. Outputs that stream at the same
 time (independent nodes) are not interleaved: the first one to start is printed as it comes, the
-others once it is done (at the end); images are printed as ``[image] URL``. Should an output
-end other than what was printed (it joins several nodes, or a retry restarted it), its final text
-follows under its name.
+others once it is done (at the end); images are printed as
+``[image: SIZE FORMAT, sha256 DIGEST] URL``. Should an output end other than what was printed (it
+joins several nodes, or a retry restarted it), its final text follows under its name.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from ..runtime.events import StreamEvent
+from ..show.display import image_text
 from ..show.escape import term_text
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ def stream_to_terminal(flow: BaseFlow, values: Mapping[str, str], out: TextIO) -
     for name, value in result.entries:
         if name == current and value == printed and not result.is_image(name):
             continue
-        shown = f"[image] {value}" if result.is_image(name) else value
+        # The terminal's reader is on the machine that holds the image: its URL is printed too.
+        shown = image_text(value, urls=True) if result.is_image(name) else value
         out.write(("\n" if blocks else "") + _header(name) + "\n" + term_text(shown) + "\n")
         blocks += 1
     if not result.entries:

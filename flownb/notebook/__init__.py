@@ -2,8 +2,9 @@
 
 Loading the extension registers the ``%flow`` / ``%%flow`` magics, the ``df.flownb`` pandas
 accessor, and an HTML view for DataFrames that hold image URLs (thumbnails instead of long
-URLs) or are longer than a page (one page of rows, and how to see the others). Unloading
-removes the magics and the HTML view.
+URLs) or are longer than a page (one page of rows, and how to see the others), and a text view
+of DataFrames whose image cells are described (size, format, digest) rather than given as the
+``file://`` paths of this machine. Unloading removes the magics and both views.
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ def _frame_html(df: Any) -> str | None:
     return df._repr_html_()
 
 
+def _frame_text(df: Any, p: Any, cycle: bool) -> None:
+    """Write the plain text of ``df`` (IPython's pretty-printer protocol): pandas' own, with
+    image cells described instead of their ``file://`` paths (a saved notebook keeps this text)."""
+    from ..show.display import frame_text
+
+    try:
+        p.text(frame_text(df))
+    except Exception:  # a frame shape we do not handle: pandas' own text, never a broken cell
+        p.text(repr(df))
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """Register the ``%flow`` magics and the DataFrame thumbnail view (``%load_ext flownb``)."""
     import pandas as pd
@@ -53,9 +65,12 @@ def load_ipython_extension(ipython: Any) -> None:
     magics = FlowMagics(ipython)
     ipython.register_magics(magics)
     html = ipython.display_formatter.formatters["text/html"]
+    plain = ipython.display_formatter.formatters["text/plain"]
     previous = html.type_printers.get(pd.DataFrame)
+    previous_plain = plain.type_printers.get(pd.DataFrame)
     html.for_type(pd.DataFrame, _frame_html)
-    _state[id(ipython)] = (magics, previous)
+    plain.for_type(pd.DataFrame, _frame_text)
+    _state[id(ipython)] = (magics, previous, previous_plain)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -65,12 +80,13 @@ def unload_ipython_extension(ipython: Any) -> None:
     state = _state.pop(id(ipython), None)
     if state is None:
         return
-    magics, previous = state
+    magics, previous, previous_plain = state
     for kind in ("line", "cell"):
         table = ipython.magics_manager.magics[kind]
         if "flow" in table and getattr(table["flow"], "__self__", None) is magics:
             del table["flow"]
-    html = ipython.display_formatter.formatters["text/html"]
-    html.type_printers.pop(pd.DataFrame, None)
-    if previous is not None:
-        html.for_type(pd.DataFrame, previous)
+    for kind, before in (("text/html", previous), ("text/plain", previous_plain)):
+        formatter = ipython.display_formatter.formatters[kind]
+        formatter.type_printers.pop(pd.DataFrame, None)
+        if before is not None:
+            formatter.for_type(pd.DataFrame, before)

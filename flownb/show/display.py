@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
 import ipaddress
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
 
@@ -41,9 +42,12 @@ __all__ = [
     "display_frame",
     "display_result",
     "frame_html",
+    "frame_text",
     "image_bytes",
     "image_columns",
+    "image_label",
     "image_src",
+    "image_text",
     "is_image_url",
     "is_media_file_url",
     "mark_frame",
@@ -91,12 +95,15 @@ _LEFT = (
 )
 
 
-def result_text(result: Shown) -> str:
+def result_text(result: Shown, *, urls: bool = False) -> str:
     """Return a terminal-readable rendering: each output under its name, with every control
-    character a model wrote shown as a symbol (see :func:`flownb.show.escape.term_text`)."""
+    character a model wrote shown as a symbol (see :func:`flownb.show.escape.term_text`), and
+    each image as :func:`image_label` describes it, followed by its URL when ``urls`` (a
+    terminal's reader is on the machine that holds the file; a printed result in a notebook is
+    saved with it, so it names no path by default)."""
     blocks = []
     for name, value in result.entries:
-        shown = f"[image] {value}" if result.is_image(name) else value
+        shown = image_text(value, urls=urls) if result.is_image(name) else value
         blocks.append(f"── {name} " + "─" * max(3, 40 - len(name)) + f"\n{shown}")
     return term_text("\n\n".join(blocks)) if blocks else "(no outputs)"
 
@@ -218,6 +225,48 @@ def image_bytes(url: str, *, fetch: bool = True) -> tuple[bytes, str] | None:
     return None
 
 
+def _image_kind(data: bytes, mime: str) -> str:
+    """``512x512 PNG``: the image's size and format as Pillow reads them from its header, else
+    its length and MIME type."""
+    try:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            return f"{img.width}x{img.height} {img.format or mime}"
+    except Exception:  # bytes Pillow cannot read are still described, never an error
+        return f"{len(data):,} bytes {mime}"
+
+
+def image_label(url: str, name: str | None = None) -> str:
+    """Return how an image node's output ``url`` reads as text wherever the text may be kept (a
+    notebook's ``text/plain``, a printed result, a frame's text view, a tooltip).
+
+    An image the kernel can read (a file of flownb's media store, a ``data:`` URL) is described by
+    its bytes: ``[image NAME: 512x512 PNG, sha256 b0330ead9836]``. That holds no path of the
+    machine that made it (a media file lives in its author's ``FLOWNB_HOME``), and the same image
+    reads the same on every machine, so a reader of a saved notebook can still tell images apart
+    and check one. An ``http(s)`` URL, which any reader can open, is kept: ``[image NAME] URL``;
+    a ``file://`` URL that cannot be read here is named by its file name alone. Never raises.
+    """
+    head = f"image {name}" if name else "image"
+    found = image_bytes(url, fetch=False) if isinstance(url, str) else None
+    if found is not None:
+        data, mime = found
+        digest = hashlib.sha256(data).hexdigest()[:12]
+        return f"[{head}: {_image_kind(data, mime)}, sha256 {digest}]"
+    parsed = urlparse(url) if isinstance(url, str) else None
+    if parsed is not None and parsed.scheme == "file":
+        return f"[{head}: {PurePosixPath(unquote(parsed.path)).name}, not readable here]"
+    return f"[{head}] {url}"
+
+
+def image_text(url: str, *, urls: bool = False) -> str:
+    """Return an image output as a line of text: its :func:`image_label`, then ``url`` when
+    ``urls`` and the label does not hold it already."""
+    label = image_label(url)
+    return f"{label} {url}" if urls and not label.endswith(f" {url}") else label
+
+
 def image_src(url: str) -> str:
     """Return a ``src`` a browser can load for an image node's output ``url``: a ``file://``
     image of flownb's media store inlined as a data URL (a notebook page cannot read the
@@ -236,13 +285,13 @@ def _image_html(name: str, url: str, width: int) -> str:
     """An ``<img>`` of an image node's output, or its URL as text when no page could load it."""
     src = image_src(url)
     if not src:
-        return f"<div>[image] {html_text(url)}</div>"
+        return f"<div>{html_text(image_label(url, name))}</div>"
     return f'<img src="{html_attr(src)}" alt="{html_attr(name)}" style="max-width:{width}px"/>'
 
 
 def _image_bundle(name: str, url: str) -> dict[str, Any]:
     found = image_bytes(url)
-    bundle: dict[str, Any] = {"text/plain": term_text(f"[image {name}] {url}")}
+    bundle: dict[str, Any] = {"text/plain": term_text(image_label(url, name))}
     if found is not None and found[1] in _NATIVE_IMAGE:
         data, mime = found
         bundle[mime] = base64.b64encode(data).decode("ascii")
@@ -495,9 +544,9 @@ class FrameView:
         if thumbnail and is_image_url(value):
             raw = _thumbnail_src(value, self.size)
             if raw.startswith("file:"):  # unreadable here, and a page cannot load it: the text
-                return html_text(value)
+                return html_text(image_label(value))
             return (
-                f'<img src="{html_attr(raw)}" title="{html_attr(value[:200])}" '
+                f'<img src="{html_attr(raw)}" title="{html_attr(image_label(value)[:200])}" '
                 f'style="max-width:{self.size}px;max-height:{self.size}px"/>'
             )
         return html_text(str(value)).replace("\n", "<br/>")
@@ -537,7 +586,7 @@ class FrameView:
 
     def __repr__(self) -> str:
         shown, start = self._rows(self.page_number)
-        text = term_text(shown.to_string(max_colwidth=60))
+        text = term_text(labelled_frame(shown, self.columns).to_string(max_colwidth=60))
         if len(shown) < len(self.df):
             text += (
                 f"\n[rows {start + 1:,}–{start + len(shown):,} of {len(self.df):,}, "
@@ -555,6 +604,41 @@ def _checked_page(number: int, pages: int) -> int:
     if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= pages:
         raise ConfigError(f"page must be a whole number from 1 to {pages}, got {number!r}")
     return number
+
+
+def labelled_frame(df: pd.DataFrame, columns: Iterable[Any]) -> pd.DataFrame:
+    """Return a copy of ``df`` whose cells in ``columns`` read as :func:`image_label` says, in
+    the rows a text view of it can show (the first and last ``display.max_rows``; the others,
+    which pandas leaves out of its text, are not read)."""
+    import pandas as pd
+
+    wanted = set(columns)
+    if not wanted:
+        return df
+    rows = len(df)
+    limit = pd.get_option("display.max_rows") or rows
+    shown = set(range(min(limit, rows))) | set(range(max(0, rows - limit), rows))
+    out = df.copy(deep=False)
+    for j, col in enumerate(df.columns):
+        if col not in wanted:
+            continue
+        values = df.iloc[:, j].tolist()
+        out.isetitem(
+            j,
+            [
+                image_label(v) if i in shown and isinstance(v, str) and is_image_url(v) else v
+                for i, v in enumerate(values)
+            ],
+        )
+    return out
+
+
+def frame_text(df: pd.DataFrame) -> str:
+    """Return pandas' own text view of ``df`` with its image cells (:func:`image_columns`)
+    read as :func:`image_label` says, so a saved notebook's ``text/plain`` of a results frame
+    holds no path of its author's machine; ``repr(df)`` for a frame without image columns."""
+    columns = image_columns(df)
+    return repr(labelled_frame(df, columns)) if columns else repr(df)
 
 
 def _missing(value: Any) -> bool:

@@ -16,6 +16,7 @@ from ..show.display import (
     IMAGE_COLUMNS_ATTR,
     FrameView,
     image_columns,
+    image_label,
     is_image_url,
     thumbnail_src,
 )
@@ -73,7 +74,7 @@ def _cell(value: Any, thumb: bool, image: bool) -> str:
         return ""
     if image and is_image_url(value):  # only an image node's output is an image
         src = thumbnail_src(value, THUMB_SIZE) if thumb else ""
-        title = html_attr(value[:200])
+        title = html_attr(image_label(value)[:200])  # no path of this machine in a saved page
         if src and not src.startswith("file:"):
             return (
                 f'<img src="{html_attr(src)}" title="{title}" '

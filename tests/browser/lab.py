@@ -8,6 +8,7 @@ The server runs ``sys.executable -m jupyter lab`` so its kernels (the ``python3`
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import secrets
@@ -140,17 +141,33 @@ def _write_settings(settings_dir: Path, config_dir: Path) -> None:
     )
 
 
+class PortTaken(RuntimeError):
+    """JupyterLab could not listen on its port: another process took it after :func:`free_port`
+    released it (on a busy machine, often a kernel's ZeroMQ socket, whose ports are picked the
+    same way)."""
+
+
 def _wait_ready(lab: Lab, timeout: float) -> None:
+    """Wait until the server answers ``/api/status``.
+
+    Raises:
+        PortTaken: the server exited because its port was in use.
+        RuntimeError: it exited for another reason.
+        TimeoutError: it did not answer within ``timeout`` seconds.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if lab.process.poll() is not None:
-            raise RuntimeError(
-                f"JupyterLab exited early ({lab.process.returncode}):\n{lab.log_tail()}"
-            )
+            tail = lab.log_tail()
+            kind = PortTaken if "already in use" in tail else RuntimeError
+            raise kind(f"JupyterLab exited early ({lab.process.returncode}):\n{tail}")
         try:
             lab.api("/api/status")
             return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
+        # HTTPException: what answers on the port is not (yet) this server, e.g. the process
+        # that took the port before it could bind (a ZeroMQ socket answers with binary); the
+        # server then exits, which the next round sees.
+        except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException):
             time.sleep(0.3)
     raise TimeoutError(f"JupyterLab did not answer within {timeout:.0f}s:\n{lab.log_tail()}")
 
@@ -194,7 +211,6 @@ def running_lab(
         RuntimeError, TimeoutError: the server did not start.
     """
     token = secrets.token_hex(24)
-    port = free_port()
     dirs = {
         name: scratch / name for name in ("runtime", "config", "data", "settings", "workspaces")
     }
@@ -219,41 +235,55 @@ def running_lab(
         "JUPYTER_PLATFORM_DIRS": "1",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
     }
-    log = scratch / "jupyterlab.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={root}",
-        "--ServerApp.allow_remote_access=False",
-        "--LabApp.news_url=",
-        "--ServerApp.terminals_enabled=False",
-        "--ServerApp.allow_root=True",  # CI containers run as root; the server is loopback-only
-        "--LabApp.extension_manager=readonly",  # no PyPI queries from the extension manager
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            cmd,
-            cwd=root,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so shutdown can signal it all
-        )
-    lab = Lab(f"http://127.0.0.1:{port}", token, root, process, log)
+
+    def start() -> Lab:
+        port = free_port()
+        log = scratch / "jupyterlab.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--ServerApp.allow_remote_access=False",
+            "--LabApp.news_url=",
+            "--ServerApp.terminals_enabled=False",
+            "--ServerApp.allow_root=True",  # CI containers run as root; the server is loopback-only
+            "--LabApp.extension_manager=readonly",  # no PyPI queries from the extension manager
+        ]
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                cmd,
+                cwd=root,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so shutdown can signal it all
+            )
+        return Lab(f"http://127.0.0.1:{port}", token, root, process, log)
+
+    lab = start()
     killed: set[int] = set()
     try:
         if starting is not None:
             starting()
-        _wait_ready(lab, timeout)
+        # A port picked free can be taken before the server binds it: a few fresh ones.
+        for attempt in range(3):
+            try:
+                _wait_ready(lab, timeout)
+                break
+            except PortTaken:
+                if attempt == 2:
+                    raise
+                killed |= _shutdown(lab)
+                lab = start()
         yield lab
     finally:
-        killed = _shutdown(lab)
+        killed |= _shutdown(lab)
     if killed:
         raise RuntimeError(f"processes outlived JupyterLab's shutdown and were killed: {killed}")
