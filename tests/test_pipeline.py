@@ -13,6 +13,7 @@ import pytest
 from providers_for_tests import EchoProvider
 
 import flownb
+from flownb.core.local import LocalCore
 from flownb.errors import BatchError
 from flownb.runtime.pipeline import INLINE_ON_LOOP
 from flownb.server import ServerConfig
@@ -116,7 +117,12 @@ def test_local_flows_and_the_server_assemble_their_engine_alike(
     monkeypatch.setenv("FLOWNB_RETRIES", "2")
     flow = flownb.load_flow(ECHO)
     server = ServerConfig(sample_flows(tmp_path), home=tmp_path / "home", log=True)
-    runner = server._runner("echo", flow.plan)
+    stored = server.store.get("echo")
+    # The server holds the core the notebook's flow is composed from (a LocalFlow is a LocalCore
+    # with the features on top), and its routes run that core's own runner.
+    assert isinstance(stored.flow, LocalCore) and isinstance(flow, LocalCore)
+    runner = stored.runner
+    assert runner is stored.flow.runner
     for engine in (flow.engine, runner.engine):
         assert engine.tokens is not None
         assert (engine.timeout, engine.retries) == (7.0, 2)
