@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,23 @@ def flownb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "flownb-home"
     monkeypatch.setenv("FLOWNB_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def untraced() -> Iterator[None]:
+    """Leave OpenTelemetry's global tracer provider unset after each test. A docs page's
+    tracing example sets one for the rest of its process, and a traced run answers no call
+    from the cache by lookup (its hits are spans), so a test after it on the same worker
+    would see another run than the one it describes."""
+    yield
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is not None and getattr(trace, "_TRACER_PROVIDER", None) is not None:
+        provider = trace._TRACER_PROVIDER
+        shutdown = getattr(provider, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        trace._TRACER_PROVIDER = None
+        trace._TRACER_PROVIDER_SET_ONCE._done = False
 
 
 @pytest.fixture

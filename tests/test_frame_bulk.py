@@ -123,8 +123,7 @@ def flows_and_frames(draw: st.DrawFn) -> tuple[dict, pd.DataFrame]:
 def test_every_path_gives_the_row_paths_frame_log_and_money(
     case: tuple[dict, pd.DataFrame],
 ) -> None:
-    if tracing.tracer() is not None:
-        pytest.skip("a traced run runs row by row: there is one path")
+    assert tracing.tracer() is None  # untraced (conftest): a traced run has only the row path
     flow_json, df = case
     assert_same(paths(flow_json, df))
 
@@ -181,9 +180,8 @@ def test_the_bulk_run_logs_one_run_per_row_with_its_money() -> None:
     assert set(df["model"]) == {"offline"} and not df["error"].notna().any()
     assert (df["cost_usd"] == 0).all() and (df["price_usd"] == 0).all()
     assert (df["unpriced_calls"] == 0).all() and (df["latency"] >= 0).all()
-    if tracing.tracer() is None:  # traced (a tracer set by another test), it runs by row
-        # Answered at once: one finishing time, the batch's time shared out evenly.
-        assert df["finished"].nunique() == 1 and df["latency"].nunique() == 1
+    # Answered at once: one finishing time, the batch's time shared out evenly.
+    assert df["finished"].nunique() == 1 and df["latency"].nunique() == 1
 
 
 def test_a_flow_without_variables_answers_every_row() -> None:
