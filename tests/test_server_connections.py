@@ -10,6 +10,8 @@ import contextlib
 import io
 import json
 import socket
+import struct
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +21,7 @@ import pytest
 import requests
 from PIL import Image
 
-from flownb.server.protocol import MAX_HEADER_BYTES
+from flownb.server.protocol import COALESCE_MAX, MAX_HEADER_BYTES
 from tests.serving import Running, post_run, run_server, sample_flows
 
 BODY = json.dumps({"variables": {"a": "1", "b": "2"}}).encode()
@@ -169,6 +171,44 @@ def test_the_rest_of_a_body_refused_early_is_not_taken_for_a_head(
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     # The next request on the connection is served, or the connection was closed: never a 431.
     assert after == b"" or after.startswith(b"HTTP/1.1 200 "), after[:200]
+
+
+# -- an answer leaves in one piece ----------------------------------------------------------------
+def _data_segments_in(sock: socket.socket) -> int:
+    """Return how many TCP segments carrying data ``sock`` has received (Linux's
+    ``tcp_info.tcpi_data_segs_in``)."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return int(struct.unpack_from("I", info, 152)[0])  # its offset since Linux 4.6
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="TCP_INFO as Linux has it")
+def test_an_answer_and_an_error_arrive_in_one_tcp_segment_each(server: Running) -> None:
+    # uvicorn writes a response's head and body separately: two sends, two packets (Nagle is
+    # off), each waking the client. flownb serve's protocol sends them as one.
+    without_key = _run_request(server).replace(f"x-api-key: {server.key}\r\n".encode(), b"")
+    with socket.create_connection(("127.0.0.1", _port(server))) as sock:
+        for request, status in [(_run_request(server), b"200")] * 3 + [(without_key, b"401")]:
+            before = _data_segments_in(sock)
+            sock.sendall(request)
+            answer = _answer(sock)
+            assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+            assert _data_segments_in(sock) - before == 1
+
+
+def test_an_answer_over_the_coalescing_limit_arrives_whole(server: Running) -> None:
+    big = "x" * (2 * COALESCE_MAX)
+    body = json.dumps({"variables": [{"a": big, "b": str(i)} for i in range(2)]}).encode()
+    request = (
+        f"POST /api/flows/run/echo HTTP/1.1\r\nHost: x\r\nx-api-key: {server.key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.create_connection(("127.0.0.1", _port(server))) as sock:
+        for _ in range(2):  # and the connection goes on
+            sock.sendall(request)
+            answer = _answer(sock)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+            outputs = [items[0]["output"] for items in json.loads(answer.partition(b"\r\n\r\n")[2])]
+            assert outputs == [f"A={big} B=0", f"A={big} B=1"]
 
 
 # -- forwarded headers: only from the proxies named -----------------------------------------------

@@ -20,6 +20,11 @@ in :class:`HeaderTimeoutH11Protocol` (uvicorn's h11 protocol, subclassed):
   :data:`UNPROVEN_SHARE` of the limit. When a new connection would pass that share, the oldest
   unproven connection that is idle (waiting for a request head) is closed to make room, so a
   flood of idle connections can only push out its own.
+
+It also sends each answer in one piece: uvicorn writes a response's head, its body and its end
+separately, each write a ``send`` of its own (and, with Nagle's algorithm off, a packet of its
+own that wakes the client). What a request's cycle writes in one turn of the event loop is held
+and sent at once (:class:`_Coalesced`): a small JSON answer leaves in one ``send``, one packet.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ MAX_HEADER_BYTES = 16 * 1024
 # The share of --limit-concurrency that connections not yet authenticated may hold.
 UNPROVEN_SHARE = 0.5
 
+# Held writes of a cycle are sent at once past this many bytes (a big body is not held back
+# from the transport's flow control).
+COALESCE_MAX = 64 * 1024
+
 # The end of a head: a blank line (h11 takes a bare LF as a line end too).
 _HEAD_END = re.compile(rb"\n\r?\n")
 
@@ -81,6 +90,49 @@ def _too_large_answer() -> bytes:
     return head.encode("ascii") + body
 
 
+class _Coalesced:
+    """The transport as a request's cycle sees it: what the cycle writes in one turn of the
+    event loop is sent in one ``write`` (at the end of that turn, when the response completes,
+    before the connection is closed, or at once past :data:`COALESCE_MAX` bytes), in order.
+
+    A cycle uses only ``write``, ``close`` and ``is_closing``; the protocol keeps the real
+    transport for everything else.
+    """
+
+    __slots__ = ("_held", "_loop", "_size", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        if not data:  # h11's end of a body framed by content-length: nothing to send
+            return
+        if not self._held:
+            # A stream's head or chunk still leaves in this turn of the loop.
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+        self._size += len(data)
+        if self._size > COALESCE_MAX:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is held to the transport, in one piece."""
+        held = self._held
+        if held:
+            self._held, self._size = [], 0
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
 class HeaderTimeoutH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the guards above: a time limit and a size limit on each
     request head, and a share of the connection limit for connections not yet authenticated.
@@ -100,6 +152,7 @@ class HeaderTimeoutH11Protocol(H11Protocol):
     # across two reads is found.
     _head_bytes: int = 0
     _head_tail: bytes = b""
+    _writer: _Coalesced | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -107,6 +160,7 @@ class HeaderTimeoutH11Protocol(H11Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._writer = _Coalesced(transport, self.loop)
         self._admit()
         self._arm_head_timer()
 
@@ -119,18 +173,26 @@ class HeaderTimeoutH11Protocol(H11Protocol):
             return
         super().data_received(data)
         cycle = self.cycle
-        if cycle is not None and not cycle.more_body:
-            # The whole body is here (h11 saw its end) before the app reads it: reading cannot
-            # wait, so the app arms no body timer (see flownb.server.body.read_body).
-            cycle.scope[BODY_RECEIVED] = True  # type: ignore[literal-required]  # our own key
+        if cycle is not None:
+            cycle.transport = self._writer  # type: ignore[assignment]  # what it uses of one
+            if not cycle.more_body:
+                # The whole body is here (h11 saw its end) before the app reads it: reading
+                # cannot wait, so the app arms no body timer (see flownb.server.body.read_body).
+                cycle.scope[BODY_RECEIVED] = True  # type: ignore[literal-required]  # our key
 
     def on_response_complete(self) -> None:
+        # The answer leaves before anything that follows it: the keep-alive timer, a pipelined
+        # request's cycle (which writes to the transport itself), a close.
+        if self._writer is not None:
+            self._writer.flush()
         if not self._proven:
             state = self.scope.get("state") if self.scope is not None else None
             if state and state.get(CALLER_STATE) is not None:
                 self._proven = True
                 self._unproven().pop(self, None)  # proven: no longer counted among strangers
         super().on_response_complete()
+        if self.cycle is not None and self._writer is not None:
+            self.cycle.transport = self._writer  # type: ignore[assignment]  # a pipelined request's
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
