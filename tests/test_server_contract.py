@@ -337,23 +337,30 @@ def test_a_tracer_provider_configured_before_the_app_still_gets_its_request_span
 
 def test_serve_freezes_its_heap_once_started_and_a_plain_app_does_not(tmp_path: Path) -> None:
     # flownb serve leaves what it imported at start out of Python's full collections (each took
-    # tens of milliseconds: a stalled request); an app embedded elsewhere leaves the heap alone.
+    # tens of milliseconds: a stalled request) and collects its young objects less often; an
+    # app embedded elsewhere leaves the heap and the collector's thresholds alone.
     import gc
 
     from starlette.testclient import TestClient
 
     from flownb.server import ServerConfig, create_app
+    from flownb.server.app import YOUNG_GENERATION
 
     flows = tmp_path / "flows"
     flows.mkdir()
     gc.unfreeze()
+    thresholds = gc.get_threshold()
+    assert thresholds[0] != YOUNG_GENERATION
     try:
         config = ServerConfig(flows, home=tmp_path / "home")
         with TestClient(create_app(config)) as client:
             assert client.get("/healthz").status_code == 200
             assert gc.get_freeze_count() == 0
+            assert gc.get_threshold() == thresholds
         with TestClient(create_app(config, freeze_heap=True)) as client:
             assert client.get("/healthz").status_code == 200
             assert gc.get_freeze_count() > 0
+            assert gc.get_threshold() == (YOUNG_GENERATION, *thresholds[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)

@@ -47,6 +47,12 @@ __all__ = ["ServerConfig", "app_from_env", "checked_variables", "create_app", "p
 
 _FLOW_PATHS = ("/api/flows/getFlowInfo/", "/api/flows/run/")
 
+# The young generation's threshold in a serving process (Python's default: 700 allocations not
+# yet freed). A request's objects die with it, so a young collection walks mostly the objects of
+# the requests in flight, whatever the threshold: at 10,000 it runs a fourteenth as often for
+# about the same walk each time, and cyclic garbage waits a few milliseconds longer.
+YOUNG_GENERATION = 10_000
+
 
 def create_app(config: ServerConfig, *, freeze_heap: bool = False) -> FastAPI:
     """Return the ASGI app serving ``config``'s flows: the error answers, the flow routes (on
@@ -55,7 +61,8 @@ def create_app(config: ServerConfig, *, freeze_heap: bool = False) -> FastAPI:
     ``freeze_heap`` (what ``flownb serve`` passes; for a process that serves and does nothing
     else): once started, everything imported and built so far is left out of Python's
     collections of cycles (``gc.freeze``), so none of them stalls a request for the tens of
-    milliseconds a full collection of the whole heap takes."""
+    milliseconds a full collection of the whole heap takes; and the youngest generation is
+    collected every :data:`YOUNG_GENERATION` allocations rather than Python's 700."""
     decoders = DecodePool()
     telemetry_option = _telemetry_option()
     telemetry = any(telemetry_option.get("telemetry", {}).values())
@@ -141,6 +148,7 @@ def _lifespan(
             # what requests make.
             gc.collect()
             gc.freeze()
+            gc.set_threshold(YOUNG_GENERATION, *gc.get_threshold()[1:])
         flusher = asyncio.create_task(flush_keys_periodically())
         try:
             yield
