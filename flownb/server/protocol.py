@@ -21,10 +21,11 @@ in :class:`HeaderTimeoutH11Protocol` (uvicorn's h11 protocol, subclassed):
   unproven connection that is idle (waiting for a request head) is closed to make room, so a
   flood of idle connections can only push out its own.
 
-It also sends each answer in one piece: uvicorn writes a response's head, its body and its end
-separately, each write a ``send`` of its own (and, with Nagle's algorithm off, a packet of its
-own that wakes the client). What a request's cycle writes in one turn of the event loop is held
-and sent at once (:class:`_Coalesced`): a small JSON answer leaves in one ``send``, one packet.
+It also sends each answer in one piece: uvicorn writes a response's head and its body (and a
+chunked body's end) separately, each write a ``send`` of its own (and, with Nagle's algorithm
+off, a packet of its own that wakes the client). What a request's cycle writes in one turn of
+the event loop is held and sent at once (:class:`_Coalesced`): a small JSON answer leaves in one
+``send``, one packet.
 """
 
 from __future__ import annotations
@@ -119,11 +120,13 @@ class _Coalesced:
             self.flush()
 
     def flush(self) -> None:
-        """Write what is held to the transport, in one piece."""
+        """Write what is held to the transport, in one piece (dropped when the connection is
+        gone: no one would read it)."""
         held = self._held
         if held:
             self._held, self._size = [], 0
-            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+            if not self._transport.is_closing():
+                self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
     def close(self) -> None:
         self.flush()
@@ -181,8 +184,8 @@ class HeaderTimeoutH11Protocol(H11Protocol):
                 cycle.scope[BODY_RECEIVED] = True  # type: ignore[literal-required]  # our key
 
     def on_response_complete(self) -> None:
-        # The answer leaves before anything that follows it: the keep-alive timer, a pipelined
-        # request's cycle (which writes to the transport itself), a close.
+        # The answer leaves before anything that follows it: the keep-alive timer, a close, the
+        # answer to a pipelined request.
         if self._writer is not None:
             self._writer.flush()
         if not self._proven:
