@@ -4,16 +4,21 @@ Loading the extension registers the ``%flow`` / ``%%flow`` magics, the ``df.flow
 accessor, and an HTML view for DataFrames that hold image URLs (thumbnails instead of long
 URLs) or are longer than a page (one page of rows, and how to see the others), and a text view
 of DataFrames whose image cells are described (size, format, digest) rather than given as the
-``file://`` paths of this machine. Unloading removes the magics and both views.
+``file://`` paths of this machine; a polars frame's own text and HTML views describe its image
+cells the same way (:mod:`flownb.views.polars_frame`; polars is not imported to register them).
+Unloading removes the magics and these views.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 _state: dict[int, Any] = {}
+# Where polars' DataFrame class is defined, for views registered without importing polars.
+POLARS_FRAME = ("polars.dataframe.frame", "DataFrame")
 
 
 def _frame_html(df: Any) -> str | None:
@@ -70,6 +75,10 @@ def load_ipython_extension(ipython: Any) -> None:
     previous_plain = plain.type_printers.get(pd.DataFrame)
     html.for_type(pd.DataFrame, _frame_html)
     plain.for_type(pd.DataFrame, _frame_text)
+    from ..views.polars_frame import polars_html, polars_text
+
+    html.for_type_by_name(*POLARS_FRAME, polars_html)
+    plain.for_type_by_name(*POLARS_FRAME, polars_text)
     _state[id(ipython)] = (magics, previous, previous_plain)
 
 
@@ -90,3 +99,14 @@ def unload_ipython_extension(ipython: Any) -> None:
         formatter.type_printers.pop(pd.DataFrame, None)
         if before is not None:
             formatter.for_type(pd.DataFrame, before)
+        _forget_polars_view(formatter)
+
+
+def _forget_polars_view(formatter: Any) -> None:
+    """Remove flownb's polars view from ``formatter``: still deferred (polars not imported), or
+    already bound to polars' class."""
+    formatter.deferred_printers.pop(POLARS_FRAME, None)
+    module = sys.modules.get(POLARS_FRAME[0])
+    frame = getattr(module, POLARS_FRAME[1], None)
+    if frame is not None:
+        formatter.type_printers.pop(frame, None)
