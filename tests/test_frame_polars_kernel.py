@@ -1,6 +1,6 @@
-"""A polars results frame shown in a real Jupyter kernel after ``%load_ext flownb``: what a saved
-notebook keeps of it (polars' own text and HTML views) names no file of this machine; its image
-cells read as their size, format and digest, as a pandas frame's do."""
+"""A polars results frame shown in a real Jupyter kernel: what a saved notebook keeps of it
+(polars' own text and HTML views) names no file of this machine; its image cells read as their
+size, format and digest, as a pandas frame's do."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ def test_a_polars_results_frame_keeps_no_path_of_this_machine(tmp_path: Path) ->
         # 12 rows: more than polars shows (its first 5 and last 5), so both ends are read.
         reply, messages = run(
             kc,
-            "%load_ext flownb\n"
             "import json, flownb, polars as pl\n"
             "flow = flownb.load_flow('blog.json')\n"
             "rows = pl.DataFrame({'topic': [f'topic {i}' for i in range(12)], 'tone': 'dry'})\n"
@@ -71,7 +70,9 @@ def test_a_polars_results_frame_keeps_no_path_of_this_machine(tmp_path: Path) ->
 
         # The frame itself is untouched, and without flownb's views polars shows the paths.
         reply, messages = run(
-            kc, "print(out['header_image'][0].startswith('file://'))\n%unload_ext flownb\nout"
+            kc,
+            "print(out['header_image'][0].startswith('file://'))\n"
+            "%load_ext flownb\n%unload_ext flownb\nout",
         )
         assert reply["status"] == "ok", outputs(messages, "error")
         assert printed(messages).strip() == "True"

@@ -9,7 +9,8 @@ which columns are images is read from the cells, as for a pandas frame that lost
 name files of flownb's media store. Only the rows polars shows are read (its
 ``POLARS_FMT_MAX_ROWS``: the first and last rows of a longer frame), so showing a long frame
 does not read every image; each label is shown whole (polars would cut it at
-``POLARS_FMT_STR_LEN`` characters). ``%load_ext flownb`` registers these views.
+``POLARS_FMT_STR_LEN`` characters). :mod:`flownb.show.frame_views` registers these views with
+the pandas ones.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..show.display import image_label, is_media_file_url
+from .display import image_label, is_media_file_url
 
 __all__ = ["polars_html", "polars_text", "with_image_labels"]
 
