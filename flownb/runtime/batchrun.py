@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["Execute", "Runs", "run_each"]
 
 # How a flow executes a validated batch, reporting each element to the run's observers.
-Execute = Callable[[Sequence[Mapping[str, str]], OnResult, "int | None"], None]
+Execute = Callable[[Sequence[Mapping[str, str]], OnResult, int | None], None]
 
 
 class Runs(Protocol):
