@@ -32,13 +32,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import sqlite3
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -51,15 +52,9 @@ from ..providers.base import Generation, Kind
 from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
 
-if TYPE_CHECKING:
-    import asyncio
-
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
 CACHE_FILE = "cache.sqlite"
-# Seconds the writer waits after being woken before it commits, so that answers arriving
-# together share a transaction; what a kill -9 can lose is what arrived in this window.
-_GROUP_WINDOW = 0.002
 # Seconds a commit on the caller's thread (the event loop) may wait for another process's lock.
 _INLINE_TIMEOUT = 0.01
 # Keys per bulk lookup: a lookahead's chunk (1,024 rows of two nodes) in one query, whose
@@ -67,6 +62,9 @@ _INLINE_TIMEOUT = 0.01
 # allows only 999 parameters.
 _IN_CHUNK = 2048 if sqlite3.sqlite_version_info >= (3, 32, 0) else 500
 _RETRY_AFTER = 0.25  # seconds between commit attempts while the database is locked or failing
+# Seconds between the writer thread's commits while answers keep coming: what a kill -9 can
+# lose is what arrived within this window (and the thread's wait for a CPU and the GIL).
+_POLL = 0.002
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -151,10 +149,13 @@ class CallCache:
             ) from exc
         self.errors: list[BaseException] = []  # store failures met while running (not raised)
         self._pending: dict[str, str] = {}
-        self._wake = threading.Event()
+        # The writer thread's doorbell (a C queue: ringing it is a fraction of a microsecond on
+        # the event loop), rung once per batch of entries: _rung says it was rung and the
+        # writer has not yet taken what was queued.
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._rung = False
         self._writer: threading.Thread | None = None
         self._inline_ok = True  # False after a commit on the caller's thread found a lock
-        self._soon: asyncio.AbstractEventLoop | None = None  # a loop with a commit scheduled
         self._closed = False
         _open_caches.add(self)
 
@@ -170,9 +171,9 @@ class CallCache:
         _inherited.extend((self._db, self._wdb, self._idb))
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._writer = None  # the parent's did not survive the fork; put() starts one
-        self._soon = None  # a commit the parent's loop had scheduled: never runs here
+        self._bell = queue.SimpleQueue()
+        self._rung = False  # the parent's writer did not survive the fork; a put starts one
+        self._writer = None
         try:
             self._db = _connect(self.path, self.busy_timeout)
             self._wdb = _connect(self.path, self.busy_timeout)
@@ -280,24 +281,29 @@ class CallCache:
             self._pending[key] = value
         self._store()
 
-    def put_soon(self, key: str, gen: Generation, loop: asyncio.AbstractEventLoop) -> None:
-        """Store a successful generation as :meth:`put` does, committed when ``loop`` (the
-        running loop, the caller's) next runs its callbacks, together with every other answer
-        put meanwhile: one transaction for the answers read in one turn of the loop. Lookups
-        see it at once (it is queued)."""
+    def put_soon(self, key: str, gen: Generation) -> None:
+        """Store a successful generation as :meth:`put` does, committed by the writer thread
+        as soon as it runs, together with every other answer queued meanwhile (see the module
+        docstring): the caller (the event loop) only encodes and queues it. Lookups see it at
+        once (it is queued)."""
         value = _encode_quick(gen)
         with self._lock:
             self._pending[key] = value
-            if self._soon is loop and not loop.is_closed():
-                return  # its commit is scheduled already and takes this entry too
-            self._soon = loop
-        loop.call_soon(self._store_soon)
+            if self._rung:
+                return  # the writer is woken already and takes this entry too
+            self._rung = True
+        self._ring()
 
-    def _store_soon(self) -> None:
-        with self._lock:
-            self._soon = None
-        if not self._closed:
-            self._store()
+    def _ring(self) -> None:
+        """Wake the writer thread (started on first use)."""
+        if self._writer is None:
+            with self._lock:
+                if self._writer is None:
+                    self._writer = threading.Thread(
+                        target=self._write_loop, name=f"flownb-cache-{self.path.name}", daemon=True
+                    )
+                    self._writer.start()
+        self._bell.put(None)
 
     def _store(self) -> None:
         """Commit what is queued on the caller's thread when the database is free, else leave
@@ -313,13 +319,7 @@ class CallCache:
             if done:
                 return
             self._inline_ok = False  # locked by another process: leave it to the writer
-        with self._lock:
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._write_loop, name=f"flownb-cache-{self.path.name}", daemon=True
-                )
-                self._writer.start()
-        self._wake.set()
+        self._ring()
 
     def put_many(self, items: Iterable[tuple[str, Generation]]) -> None:
         """Store many generations and commit them in one transaction (a batch's answers);
@@ -341,26 +341,31 @@ class CallCache:
         self._commit()
 
     def _write_loop(self) -> None:
-        """The writer thread: commit what is queued each time ``put`` wakes it."""
-        wake = self._wake
+        """The writer thread: commit what is queued, in one transaction, each time it is woken
+        and then every :data:`_POLL` seconds while answers keep coming (the puts meanwhile do
+        not wake it: a wake per answer cost more CPU than the commit), until a poll finds the
+        queue empty."""
+        bell = self._bell
         while True:
-            wake.wait()
+            bell.get()  # waits without the GIL
+            while not self._closed:
+                try:
+                    committed = self._commit()
+                except sqlite3.ProgrammingError:
+                    return  # closed meanwhile: close() committed what there was
+                if committed:
+                    self._inline_ok = True
+                    time.sleep(_POLL)
+                else:
+                    # Locked by another process or a disk error: the entries stay queued (and
+                    # visible to lookups); try again shortly rather than in a tight loop.
+                    time.sleep(_RETRY_AFTER)
+                with self._lock:
+                    if not self._pending:
+                        self._rung = False  # idle: the next put wakes us
+                        break
             if self._closed:
                 return
-            if _GROUP_WINDOW:
-                time.sleep(_GROUP_WINDOW)
-            wake.clear()  # a put from now on wakes us again, and may still join this commit
-            try:
-                committed = self._commit()
-            except sqlite3.ProgrammingError:
-                return  # closed meanwhile: close() committed what there was
-            if committed:
-                self._inline_ok = True
-            else:
-                # Locked by another process or a disk error: the entries stay queued (and
-                # visible to lookups); try again shortly rather than in a tight loop.
-                time.sleep(_RETRY_AFTER)
-                wake.set()
 
     def _commit(self) -> bool:
         """Commit every queued entry in one transaction, waiting up to ``busy_timeout`` for
@@ -471,7 +476,7 @@ class CallCache:
         """Commit what is queued, stop the writer thread and close the database."""
         self.flush()
         self._closed = True
-        self._wake.set()
+        self._bell.put(None)
         if self._writer is not None and self._writer is not threading.current_thread():
             self._writer.join(self.busy_timeout + 1)
         with self._write_lock, self._lock:
