@@ -6,21 +6,33 @@ kind, every model parameter and the rendered prompt, so a change to any of them 
 Only successes are stored (``put`` is called with generations, errors never reach it); a re-run
 of an interrupted or partly failed batch therefore calls the provider only for what is missing.
 
-Each answer is committed as it arrives, before ``put`` returns: one small transaction (WAL,
-``synchronous=NORMAL``: no fsync per commit) on a second connection whose lock wait is 10 ms at
-most. On an event loop, :meth:`CallCache.put_soon` commits at the loop's next turn instead (a
-callback, run before the loop waits on the network again), in one transaction with every other
-answer read in the same turn: a busy loop reads several a turn, and one autocommit each was a
-tenth of a call's CPU. A committed WAL transaction survives the death of the process (only a
-power loss can take the last ones back), so ``kill -9`` loses no answer the run had finished
-reading. When the
-database is locked by another process, or the write connection is busy, the entry is queued for
-a writer thread instead, which commits whatever queued within 2 ms in one transaction and retries
-while the lock lasts. A commit costs about 50 us of CPU (one autocommitted INSERT). Against a
-writer thread for every answer: the same CPU and wall time per call, but the thread's commits
-lagged 5 ms (median) to 45 ms (99th percentile) behind their answers on a busy machine, which a
-kill -9 turned into answers bought twice; the former 0.25 s windows lost up to a third of the
-answers received before a kill.
+Each answer is committed as it arrives. :meth:`CallCache.put` commits before it returns (one
+small transaction, WAL, ``synchronous=NORMAL``: no fsync per commit) on a connection whose lock
+wait is 10 ms at most. On an event loop, :meth:`CallCache.put_soon` only encodes the answer and
+queues it (lookups see it at once): the cache's writer thread commits what is queued, in one
+transaction, as soon as it runs, then every 2 ms while answers keep coming (a busy run does not
+wake it once per answer: a wake cost more CPU than the commit). The commit is CPU spent per row
+whatever the grouping (SQLite writes each answer's page of the table to the WAL: about 30-35 us
+an answer alone or eight to a transaction), so what moving it off the loop buys is the loop's
+time: at high concurrency the loop thread is what bounds a run, and SQLite works without the
+GIL beside it. A committed WAL transaction survives the death of the process (only a power
+loss can take the last ones back), so ``kill -9`` loses only what was queued and not yet
+committed: measured at concurrency 8 with 30 ms answers, an answer waited 0.4 ms for its
+commit (median; 4 ms at the 99th percentile) on a quiet machine, 2-4 ms (30-60 ms) beside two
+CPU hogs, where committing at the loop's next turn waited 0.7 ms (30-80 ms, once 850 ms);
+the kill -9 test's bound (at most 1% of the answers received bought again) holds. When the
+database is locked by another process, the entries stay queued and the writer retries every
+0.25 s while the lock lasts.
+
+A miss that a bulk lookup (:meth:`CallCache.get_many`, a lookahead chunk's) found is trusted
+for ``TRUST_MISS`` (10 s; see :meth:`flownb.providers.calls.CallRunner.missing`): the call made
+within it does not query the cache again. Answers this process stores meanwhile are still
+found (the runner counts them: a repeated prompt is bought once). What another process stored
+meanwhile is not: that call is then bought twice, as a twin call in flight in another process
+always was (the in-flight de-duplication is per process), and the re-lookup it saves cost a
+query on the event loop for every call a run made (about 30 us, a tenth of the call's CPU) to
+catch only a twin that ended in the seconds between the lookup and the call. Past the window
+(a slow run, far into a chunk) a miss is queried again as before.
 
 Lookups see the queue too. One :class:`CallCache` per database file per process (see
 :func:`open_cache`); locks make it safe from several threads, and SQLite's WAL mode lets
@@ -65,6 +77,10 @@ _RETRY_AFTER = 0.25  # seconds between commit attempts while the database is loc
 # Seconds between the writer thread's commits while answers keep coming: what a kill -9 can
 # lose is what arrived within this window (and the thread's wait for a CPU and the GIL).
 _POLL = 0.002
+# Seconds an answer may wait for the writer thread before the event loop, putting another,
+# commits the queue itself: on a machine whose CPUs are taken, the thread may wait tens of
+# milliseconds for one, and what is queued is what a kill -9 loses.
+_LAG_BOUND = 0.005
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -154,6 +170,7 @@ class CallCache:
         # writer has not yet taken what was queued.
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._rung = False
+        self._since: float | None = None  # when the oldest uncommitted put_soon entry came
         self._writer: threading.Thread | None = None
         self._inline_ok = True  # False after a commit on the caller's thread found a lock
         self._closed = False
@@ -173,6 +190,7 @@ class CallCache:
         self._write_lock = threading.Lock()
         self._bell = queue.SimpleQueue()
         self._rung = False  # the parent's writer did not survive the fork; a put starts one
+        self._since = None
         self._writer = None
         try:
             self._db = _connect(self.path, self.busy_timeout)
@@ -284,15 +302,21 @@ class CallCache:
     def put_soon(self, key: str, gen: Generation) -> None:
         """Store a successful generation as :meth:`put` does, committed by the writer thread
         as soon as it runs, together with every other answer queued meanwhile (see the module
-        docstring): the caller (the event loop) only encodes and queues it. Lookups see it at
-        once (it is queued)."""
+        docstring): the caller (the event loop) only encodes and queues it, unless the writer
+        has left an entry waiting longer than :data:`_LAG_BOUND` (it found no CPU), when the
+        caller commits the queue itself. Lookups see it at once (it is queued)."""
         value = _encode_quick(gen)
+        now = time.perf_counter()
         with self._lock:
             self._pending[key] = value
-            if self._rung:
-                return  # the writer is woken already and takes this entry too
-            self._rung = True
-        self._ring()
+            since = self._since
+            if since is None:
+                self._since = since = now
+            rung, self._rung = self._rung, True
+        if now - since > _LAG_BOUND:
+            self._store_inline()
+        if not rung:
+            self._ring()  # even after an inline commit: the writer then resets _rung, idle
 
     def _ring(self) -> None:
         """Wake the writer thread (started on first use)."""
@@ -311,15 +335,21 @@ class CallCache:
         # On the caller's thread: no hand-over to another thread that may wait for the GIL (a
         # thread's commit lagged 5-45 ms behind its answer on a busy machine). Never when the
         # writer is busy or the last such try found the database locked.
+        if not self._store_inline():
+            self._ring()
+
+    def _store_inline(self) -> bool:
+        """Commit what is queued on the caller's thread unless the writer is committing or
+        the last such try found the database locked; returns whether it did."""
         if self._inline_ok and self._write_lock.acquire(blocking=False):
             try:
                 done = self._commit_with(self._idb, quiet=True)
             finally:
                 self._write_lock.release()
             if done:
-                return
+                return True
             self._inline_ok = False  # locked by another process: leave it to the writer
-        self._ring()
+        return False
 
     def put_many(self, items: Iterable[tuple[str, Generation]]) -> None:
         """Store many generations and commit them in one transaction (a batch's answers);
@@ -413,6 +443,8 @@ class CallCache:
             for k, v in rows:
                 if pending.get(k) is v:  # not replaced by a newer put meanwhile
                     del pending[k]
+            # What is left was queued after the rows were taken: it waits from about now.
+            self._since = time.perf_counter() if pending else None
         return True
 
     def forget_media(self, names: Iterable[str]) -> int:
