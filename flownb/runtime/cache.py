@@ -16,13 +16,16 @@ whatever the grouping (SQLite writes each answer's page of the table to the WAL:
 an answer alone or eight to a transaction), so what moving it off the loop buys is the loop's
 time: at high concurrency the loop thread is what bounds a run, and SQLite works without the
 GIL beside it. A committed WAL transaction survives the death of the process (only a power
-loss can take the last ones back), so ``kill -9`` loses only what was queued and not yet
-committed: measured at concurrency 8 with 30 ms answers, an answer waited 0.4 ms for its
-commit (median; 4 ms at the 99th percentile) on a quiet machine, 2-4 ms (30-60 ms) beside two
-CPU hogs, where committing at the loop's next turn waited 0.7 ms (30-80 ms, once 850 ms);
-the kill -9 test's bound (at most 1% of the answers received bought again) holds. When the
-database is locked by another process, the entries stay queued and the writer retries every
-0.25 s while the lock lasts.
+loss can take the last ones back), so ``kill -9`` loses only what is queued and not yet
+committed. On a machine whose CPUs are taken the thread may wait tens of milliseconds for one,
+so when an answer has waited over 5 ms the event loop, putting the next, commits the queue
+itself. Measured at concurrency 8 with 30 ms answers (the kill -9 test's run): an answer waited
+0.4 ms for its commit (median; 4 ms at the 99th percentile) at load 3.5 on 2 cores; beside two
+CPU hogs at load 13-17, 2-7 ms (40-75 ms), where the former commit at the loop's next turn
+waited 0.7 ms (65-90 ms, once 430 ms). Killed 1.2 s into a 1,000-row run beside two hogs, the
+re-runs bought again 0, 2, 0 and 0 of 79-292 answers received (the former commit: 6, 0, 15 and
+0 of 98-175). When the database is locked by another process, the entries stay queued and the
+writer retries every 0.25 s while the lock lasts.
 
 A miss that a bulk lookup (:meth:`CallCache.get_many`, a lookahead chunk's) found is trusted
 for ``TRUST_MISS`` (10 s; see :meth:`flownb.providers.calls.CallRunner.missing`): the call made
