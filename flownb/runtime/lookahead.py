@@ -129,17 +129,7 @@ class Lookahead:
             self.runner.prefetch(self._calls(prompts))
         else:
             stored = self.cache.get_many(k for column in keys for k in column if k is not None)
-            # The misses' calls then neither hash nor query again (see CallRunner.missing).
-            missing = self.runner.missing
-            for (_, _, node), texts, column in zip(self.first, prompts, keys, strict=True):
-                missing(
-                    node.params,
-                    [
-                        (p, k)
-                        for p, k in zip(texts, column, strict=True)
-                        if p is not None and k is not None and k not in stored
-                    ],
-                )
+            self._note_misses(prompts, keys, stored)
             if stored:
                 for column, found in zip(keys, gens, strict=True):
                     for r, k in enumerate(column):
@@ -156,6 +146,26 @@ class Lookahead:
                             found[r] = gen
         chunk.seconds = time.perf_counter() - begun
         return chunk
+
+    def _note_misses(
+        self,
+        prompts: list[list[str | None]],
+        keys: list[list[str | None]],
+        stored: Mapping[str, Generation],
+    ) -> None:
+        """Tell the runner which of the first nodes' calls the bulk lookup did not find in the
+        cache (``stored``): their calls then neither hash nor query again (see
+        :meth:`~flownb.providers.calls.CallRunner.missing`)."""
+        missing = self.runner.missing
+        for (_, _, node), texts, column in zip(self.first, prompts, keys, strict=True):
+            missing(
+                node.params,
+                [
+                    (p, k)
+                    for p, k in zip(texts, column, strict=True)
+                    if p is not None and k is not None and k not in stored
+                ],
+            )
 
     def _columns(self, start: int, end: int) -> dict[str, Sequence[str]] | None:
         """Return the variables the prompts read for elements ``start`` to ``end``, one list
