@@ -125,6 +125,7 @@ _NOT_OURS = (
     _CURRENT_TEST,
     b"__DASK_PARENT_PID",  # distributed, set when it is imported (its process titles)
     b"_MLFLOW_TELEMETRY_SESSION_ID",  # MLflow's telemetry, set and unset as it pleases
+    b"_RJEM_MALLOC_CONF",  # polars, set when it is imported (its allocator's settings)
 )
 
 
