@@ -21,9 +21,20 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 from typing import Any
 
 import pytest
+
+# nbval (loaded here, after the line below, rather than as an entry point: pyproject.toml's
+# addopts say "-p no:nbval") imports nbformat, which imports jsonschema, whose format checker
+# imports rfc3987_syntax when it is installed (jupyter-events asks for it): that builds Lark
+# parsers for the "iri" formats, 1.5 to 2 s of CPU in every pytest process, the controller and
+# each xdist worker. Nothing in a pytest process checks an IRI format (flownb uses no JSON
+# schema; schemathesis and JupyterLab run in processes of their own, untouched), and jsonschema
+# leaves those formats unchecked when the import fails.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+pytest_plugins = ["nbval.plugin"]
 
 # A test file's path -> the work unit it joins, when not its own.
 _TOGETHER = (

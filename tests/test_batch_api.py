@@ -187,10 +187,10 @@ def batch_cli(
     return cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path / "out.json"
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    """Poll ``condition`` for up to a minute; fail with ``what`` if it never holds."""
-    deadline = time.monotonic() + 60
-    while not condition() and time.monotonic() < deadline:
+def wait_for(condition: Callable[[], bool], what: str, deadline: float = 60) -> None:
+    """Poll ``condition`` for up to ``deadline`` seconds; fail with ``what`` if it never holds."""
+    end = time.monotonic() + deadline
+    while not condition() and time.monotonic() < end:
         time.sleep(0.05)
     assert condition(), what
 
@@ -202,10 +202,19 @@ def killed_before_the_batch_id(
     create, kill the process once the batch exists (``created()`` is 1) and check it left a
     pending record; then run it again. Returns the second run's results and the records'
     folder."""
-    fake.configure(batch_create_delay=30.0)
+    fake.configure(batch_create_delay=600.0)  # longer than any wait below: it never hears
     cmd, env, out = batch_cli(tmp_path, flow, words)
-    first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=subprocess.DEVNULL)
-    wait_for(lambda: created() == 1, "the batch was never created")
+    log = tmp_path / "first.stderr"
+    with log.open("wb") as err:
+        first = subprocess.Popen([*cmd, "--no-progress"], env=env, stderr=err)
+    # A process start on a loaded machine may take long: wait for the batch or for the process
+    # to end (then say why), never for a fixed time.
+    wait_for(
+        lambda: created() == 1 or first.poll() is not None,
+        "the batch was never created",
+        deadline=300,
+    )
+    assert first.poll() is None and created() == 1, log.read_text(errors="replace")[-3000:]
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     records = Path(os.environ["FLOWNB_HOME"]) / "batches"

@@ -14,22 +14,33 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
-dask = pytest.importorskip("dask")
-dd = pytest.importorskip("dask.dataframe")
-distributed = pytest.importorskip("distributed")
-
-import pandas as pd  # noqa: E402
-
-import flownb  # noqa: E402
-from flownb.errors import ConfigError, InputError  # noqa: E402
-from flownb.frames.dask.limits import METER_EVENTS  # noqa: E402
-from flownb.testing.fake_openai import FakeOpenAI, echo  # noqa: E402
-from tests.conftest import make_flow  # noqa: E402
+import flownb
+from flownb.errors import ConfigError, InputError
+from flownb.frames.dask.limits import METER_EVENTS
+from flownb.testing.fake_openai import FakeOpenAI, echo
+from tests.conftest import make_flow
 
 KEY = "sk-test-SECRET-dask-0123456789"
 SAY = make_flow({"say": "say {word}"}, ["word"])
+
+# dask, dask.dataframe and distributed, imported when this module's first test starts rather
+# than at collection: every xdist worker collects this module, and importing them costs about a
+# second and a half of CPU, paid then by the one worker that runs it.
+dask: Any = None
+dd: Any = None
+distributed: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _dask_modules() -> None:
+    """Import Dask for this module's tests (skipping them when it is not installed)."""
+    global dask, dd, distributed
+    dask = pytest.importorskip("dask")
+    dd = pytest.importorskip("dask.dataframe")
+    distributed = pytest.importorskip("distributed")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import io
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -244,3 +245,65 @@ def test_the_display_names_media_files_as_the_media_store_does() -> None:
     from flownb.show.display import MEDIA_FILE_NAME
 
     assert MEDIA_FILE_NAME.pattern == MEDIA_NAME.pattern
+
+
+@pytest.fixture
+def kernel_like_shell(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """IPython's process-wide shell with HTML on (as a notebook's kernel has it), flownb's
+    views not loaded; what the test registers is removed again."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    from flownb.show import frame_views
+
+    start_ipython()
+    shell = InteractiveShell.instance()
+    monkeypatch.setattr(shell.display_formatter.formatters["text/html"], "enabled", True)
+    frame_views.unregister(shell)  # whatever an earlier test left: start from pandas' views
+    frame_views._declined.discard(id(shell))
+    try:
+        yield shell
+    finally:
+        frame_views.unregister(shell)
+        frame_views._declined.discard(id(shell))
+
+
+def test_a_frame_flownb_hands_back_in_a_notebook_is_shown_as_written_without_load_ext(
+    kernel_like_shell: Any, blog_flow_path: Path
+) -> None:
+    shell = kernel_like_shell
+    df = pd.DataFrame({"topic": ["costs $5 and $10", "<b>x</b> at https://example.com/a_b"]})
+    before, _ = shell.display_formatter.format(df)  # pandas' own: "$5 and $10" becomes math
+    assert "flownb-frame" not in before["text/html"]
+    out = flownb.load_flow(blog_flow_path).run_dataframe(df.assign(tone="dry"), progress=False)
+    shown, _ = shell.display_formatter.format(out)
+    assert (
+        "tex2jax_ignore" in shown["text/html"]
+        and '<img src="data:image/png;base64,' in shown["text/html"]
+    )
+    assert "<b>x</b>" not in shown["text/html"] and "&lt;b&gt;x&lt;/b&gt;" in shown["text/html"]
+    assert "file://" not in shown["text/plain"] and "256x256 PNG" in shown["text/plain"]
+    # Unloading the extension puts pandas' views back, and a later frame does not bring ours.
+    shell.run_line_magic("load_ext", "flownb")
+    shell.run_line_magic("unload_ext", "flownb")
+    again = flownb.load_flow(blog_flow_path).run_dataframe(df.assign(tone="dry"), progress=False)
+    plain, _ = shell.display_formatter.format(again)
+    assert "flownb-frame" not in plain["text/html"] and "file://" in plain["text/plain"]
+
+
+def test_a_terminal_shell_keeps_pandas_views(blog_flow_path: Path) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import start_ipython
+
+    from flownb.show import frame_views
+
+    start_ipython()
+    shell = InteractiveShell.instance()
+    assert not shell.display_formatter.formatters["text/html"].enabled
+    frame_views.unregister(shell)
+    frame_views._declined.discard(id(shell))
+    df = pd.DataFrame({"topic": ["owls"], "tone": ["dry"]})
+    out = flownb.load_flow(blog_flow_path).run_dataframe(df, progress=False)
+    assert id(shell) not in frame_views._registered
+    plain, _ = shell.display_formatter.format(out)
+    assert "file://" in plain["text/plain"]  # a terminal: the machine's own path is useful

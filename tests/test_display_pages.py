@@ -10,8 +10,8 @@ import pytest
 
 import flownb
 from flownb.errors import ConfigError
-from flownb.notebook import _frame_html
 from flownb.show.display import FrameView, display_frame, image_columns
+from flownb.show.frame_views import frame_html as _frame_html
 
 
 def _big(n: int = 10_000) -> pd.DataFrame:

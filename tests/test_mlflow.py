@@ -7,6 +7,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -19,10 +20,21 @@ from flownb.evaluation.html.page import page_html
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
 
-mlflow = pytest.importorskip("mlflow")
 pytestmark = pytest.mark.timeout(180)
 
 FLOW = make_flow({"intro": "Intro about {topic}."}, ["topic"])
+
+# MLflow, imported when this module's first test starts rather than at collection: every xdist
+# worker collects this module, and importing MLflow costs about a second of CPU, paid then by the
+# one worker that runs it.
+mlflow: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _mlflow_module() -> None:
+    """Import MLflow for this module's tests (skipping them when it is not installed)."""
+    global mlflow
+    mlflow = pytest.importorskip("mlflow")
 
 
 @pytest.fixture

@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import anthropic
-import openai
 import pandas as pd
 import pytest
 from opentelemetry import trace
-from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
-from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import flownb
@@ -27,6 +23,9 @@ from tests.vendor_fakes import anthropic_fake, anthropic_server  # noqa: F401  (
 
 pytestmark = pytest.mark.timeout(180)
 
+# The vendors' SDKs and instrumentations are imported by the tests that use them, not here: every
+# xdist worker collects (imports) this module, and those imports cost about two seconds of CPU.
+
 
 def _scopes(exporter: InMemorySpanExporter) -> set[str]:
     return {s.instrumentation_scope.name for s in exporter.get_finished_spans()}
@@ -34,6 +33,8 @@ def _scopes(exporter: InMemorySpanExporter) -> set[str]:
 
 @pytest.fixture
 def openai_instrumented(spans: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
     try:
@@ -57,6 +58,8 @@ def test_openai_usage_counts_once_beside_the_openai_v2_instrumentation(
     transport: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import openai
+
     spans = openai_instrumented
     # The instrumentation is real and active: the SDK called directly gets its span.
     client = openai.OpenAI(base_url=openai_fake.url, api_key="sk-test-trace-0123456789")
@@ -84,6 +87,9 @@ def test_openai_usage_counts_once_beside_the_openai_v2_instrumentation(
 def test_anthropic_usage_counts_once_beside_openllmetrys_instrumentation(
     anthropic_fake: FakeAnthropic, spans: InMemorySpanExporter
 ) -> None:
+    import anthropic
+    from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
     try:

@@ -20,6 +20,7 @@ from ..flowfile.inputs import PYTHON, Spelling, to_text
 from ..flowfile.validate import unknown_advice
 from ..providers.inflight import calls_in_flight
 from ..show.display import IMAGE_COLUMNS_ATTR
+from ..show.frame_views import in_notebook
 from ..show.notices import warn
 from .kinds import takes_any_frame
 from .options import FrameOptions
@@ -273,6 +274,7 @@ def run_dataframe(
         _show_fill(result, [(columns or {}).get(var, var) for var in flow.variables], fill)
     got.put_in(result, error_column, interrupted=interrupted)
     result.attrs[IMAGE_COLUMNS_ATTR] = _image_columns(flow, out_cols, trace_cols, got.seen)
+    in_notebook()  # shown with flownb's views, not pandas' (which typesets "$" as math)
     if slot is not None:
         slot.show(result)
     return result

@@ -4,7 +4,9 @@ Loading the extension registers the ``%flow`` / ``%%flow`` magics, the ``df.flow
 accessor, and an HTML view for DataFrames that hold image URLs (thumbnails instead of long
 URLs) or are longer than a page (one page of rows, and how to see the others), and a text view
 of DataFrames whose image cells are described (size, format, digest) rather than given as the
-``file://`` paths of this machine. Unloading removes the magics and both views.
+``file://`` paths of this machine (see :mod:`flownb.show.frame_views`, which also registers the
+views on their own when flownb hands back a frame in a notebook). Unloading removes the magics
+and both views.
 """
 
 from __future__ import annotations
@@ -13,80 +15,30 @@ from typing import Any
 
 __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
-_state: dict[int, Any] = {}
-
-
-def _frame_html(df: Any) -> str | None:
-    """Return the HTML of ``df``: flownb's view (thumbnails for image columns; one page of a
-    long frame, with how to see the others; text shown as written) when a flownb run made it,
-    it has image columns or more rows than a page; pandas' own view with each ``$`` shown as
-    written for the other frames flownb hands back (an evaluation's results, the run log); else
-    pandas' own."""
-    from ..show.display import (
-        FLOWNB_FRAME_ATTR,
-        IMAGE_COLUMNS_ATTR,
-        FrameView,
-        frame_html,
-        image_columns,
-    )
-
-    try:
-        columns = image_columns(df)
-        view = FrameView(df, columns)
-        # A frame a flownb run made holds model text: always flownb's view, which shows it as
-        # written (pandas' escapes markup, but its "$" would still be typeset as math).
-        if columns or view.pages > 1 or IMAGE_COLUMNS_ATTR in df.attrs:
-            return view._repr_html_()
-        if df.attrs.get(FLOWNB_FRAME_ATTR):
-            return frame_html(df)
-    except Exception:  # a frame shape we do not handle: pandas' own view, never a broken cell
-        pass
-    return df._repr_html_()
-
-
-def _frame_text(df: Any, p: Any, cycle: bool) -> None:
-    """Write the plain text of ``df`` (IPython's pretty-printer protocol): pandas' own, with
-    image cells described instead of their ``file://`` paths (a saved notebook keeps this text)."""
-    from ..show.display import frame_text
-
-    try:
-        p.text(frame_text(df))
-    except Exception:  # a frame shape we do not handle: pandas' own text, never a broken cell
-        p.text(repr(df))
+_state: dict[int, Any] = {}  # IPython shell id -> its FlowMagics
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the ``%flow`` magics and the DataFrame thumbnail view (``%load_ext flownb``)."""
-    import pandas as pd
-
+    """Register the ``%flow`` magics and the DataFrame views (``%load_ext flownb``)."""
+    from ..show import frame_views
     from . import accessor  # noqa: F401  (registers df.flownb)
     from .magics import FlowMagics
 
     magics = FlowMagics(ipython)
     ipython.register_magics(magics)
-    html = ipython.display_formatter.formatters["text/html"]
-    plain = ipython.display_formatter.formatters["text/plain"]
-    previous = html.type_printers.get(pd.DataFrame)
-    previous_plain = plain.type_printers.get(pd.DataFrame)
-    html.for_type(pd.DataFrame, _frame_html)
-    plain.for_type(pd.DataFrame, _frame_text)
-    _state[id(ipython)] = (magics, previous, previous_plain)
+    frame_views.register(ipython)
+    _state[id(ipython)] = magics
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove what :func:`load_ipython_extension` registered (``%unload_ext flownb``)."""
-    import pandas as pd
+    from ..show import frame_views
 
-    state = _state.pop(id(ipython), None)
-    if state is None:
+    frame_views.unregister(ipython)
+    magics = _state.pop(id(ipython), None)
+    if magics is None:
         return
-    magics, previous, previous_plain = state
     for kind in ("line", "cell"):
         table = ipython.magics_manager.magics[kind]
         if "flow" in table and getattr(table["flow"], "__self__", None) is magics:
             del table["flow"]
-    for kind, before in (("text/html", previous), ("text/plain", previous_plain)):
-        formatter = ipython.display_formatter.formatters[kind]
-        formatter.type_printers.pop(pd.DataFrame, None)
-        if before is not None:
-            formatter.for_type(pd.DataFrame, before)

@@ -46,7 +46,7 @@ import orjson
 from ..errors import ConfigError
 from ..infra.private import private_dir, private_file
 from ..infra.writable import folder_problem, unwritable
-from ..show.display import mark_frame
+from ..show.frame_views import mark_frame
 from .logrows import inline_tail, log_rows
 from .logtext import columns_text, expand
 

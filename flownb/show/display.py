@@ -50,7 +50,6 @@ __all__ = [
     "image_text",
     "is_image_url",
     "is_media_file_url",
-    "mark_frame",
     "output_bundles",
     "read_media_with",
     "result_bundle",
@@ -371,13 +370,6 @@ IMAGE_COLUMNS_ATTR = "flownb_images"
 # results, runs and summary, the run log): after ``%load_ext flownb`` it is shown by
 # :func:`frame_html`. In ``attrs``, so frames derived from it (a filter, ``head()``) keep it.
 FLOWNB_FRAME_ATTR = "flownb_frame"
-
-
-def mark_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Return ``df`` (the same object) marked as a frame flownb handed back
-    (:data:`FLOWNB_FRAME_ATTR`)."""
-    df.attrs[FLOWNB_FRAME_ATTR] = True
-    return df
 
 
 def frame_html(df: pd.DataFrame) -> str | None:

@@ -109,7 +109,9 @@ class Lab:
             if states and all(s == "idle" for s in states):
                 self.track()
                 return
-            time.sleep(0.5)
+            # A tenth of a second: each answer costs the server a few milliseconds, and a test
+            # waits for its kernel several times (a half-second poll lost a quarter on average).
+            time.sleep(0.1)
         raise TimeoutError(
             f"kernel not idle after {timeout:.0f}s (states {states}):\n{self.log_tail()}"
         )
@@ -168,7 +170,7 @@ def _wait_ready(lab: Lab, timeout: float) -> None:
         # that took the port before it could bind (a ZeroMQ socket answers with binary); the
         # server then exits, which the next round sees.
         except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException):
-            time.sleep(0.3)
+            time.sleep(0.1)
     raise TimeoutError(f"JupyterLab did not answer within {timeout:.0f}s:\n{lab.log_tail()}")
 
 

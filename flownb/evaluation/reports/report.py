@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
-from ...show.display import mark_frame
+from ...show.frame_views import mark_frame
 from ..decision.price import price_per_row
 from ..figures import stats
 from ..figures.money import bill, price_ranks, summary_money
