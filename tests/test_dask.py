@@ -20,6 +20,7 @@ import pytest
 import flownb
 from flownb.errors import ConfigError, InputError
 from flownb.frames.dask.limits import METER_EVENTS
+from flownb.show.meter import usd
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
 
@@ -482,6 +483,28 @@ def _bought(fake: FakeOpenAI) -> tuple[int, float, list[str]]:
     return len(prompts), cost, prompts
 
 
+def _cap_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """Wait for the one ``flownb: spend cap: ...`` line a capped computation ends with (on a
+    cluster it comes from the workers through the scheduler, so it may follow ``compute()``);
+    return it."""
+    seen = ""
+    deadline = time.monotonic() + 60
+    while "flownb: spend cap: " not in seen:
+        assert time.monotonic() < deadline, f"no spend cap line; stderr: {seen!r}"
+        time.sleep(0.05)
+        seen += capsys.readouterr().err
+    lines = [ln for ln in seen.splitlines() if ln.startswith("flownb: spend cap: ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def _says_used(line: str, dollars: float) -> bool:
+    """Whether cap line ``line`` says ``dollars`` were used, to the digits it shows."""
+    shown = line.split("spend cap: $")[1].split(" of ")[0].replace(",", "")
+    digits = len(shown.partition(".")[2])
+    return abs(float(shown) - dollars) <= 0.5 * 10**-digits + 1e-12
+
+
 @pytest.fixture
 def long_answers(fake: FakeOpenAI) -> Iterator[FakeOpenAI]:
     fake.configure(**LONG)
@@ -491,7 +514,10 @@ def long_answers(fake: FakeOpenAI) -> Iterator[FakeOpenAI]:
 
 @pytest.mark.parametrize("concurrency", [1, 8, 32])
 def test_one_spend_cap_holds_across_both_workers_and_a_higher_cap_completes_from_the_cache(
-    client: distributed.Client, long_answers: FakeOpenAI, concurrency: int
+    client: distributed.Client,
+    long_answers: FakeOpenAI,
+    concurrency: int,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from flownb.config.pricing import call_cost
     from tests.vendor_fakes import flow_with
@@ -503,6 +529,7 @@ def test_one_spend_cap_holds_across_both_workers_and_a_higher_cap_completes_from
     cap = 17 * call_cost("openai", SPEND_MODEL, {"prompt_tokens": 3, "completion_tokens": 250})
 
     ddf = dd.from_pandas(df, npartitions=4)
+    capsys.readouterr()
     out = flow.run_dataframe(ddf, concurrency=concurrency, max_spend=cap).compute()
 
     n, spent, prompts = _bought(fake)
@@ -512,12 +539,19 @@ def test_one_spend_cap_holds_across_both_workers_and_a_higher_cap_completes_from
     assert missing.sum() > 0
     assert out.loc[missing, "error"].str.contains("spend_cap_reached").all()
     assert out.loc[~missing, "error"].isna().all()
+    # This process says how much of the cap the cluster used, once, as the pandas path does.
+    line = _cap_line(capsys)
+    assert _says_used(line, spent) and f" of {usd(cap)} used" in line
+    assert " call(s) not sent (they could have passed the cap)" in line
     # A higher cap completes the frame from the cache: each distinct prompt bought once in all.
     again = flow.run_dataframe(ddf, concurrency=concurrency, max_spend=1.0).compute()
     assert again["error"].isna().all() and again["A"].notna().all() and again["B"].notna().all()
-    n2, _, prompts2 = _bought(fake)
+    n2, spent2, prompts2 = _bought(fake)
     assert n2 == 120 and len(set(prompts2)) == 120
     assert prompts2[:n] == prompts
+    line = _cap_line(capsys)
+    assert _says_used(line, spent2 - spent)
+    assert line.endswith(" of $1.00 used")  # nothing refused
 
 
 def test_a_dask_run_with_an_unpriced_model_is_refused_before_anything_runs(
@@ -535,7 +569,7 @@ def test_a_dask_run_with_an_unpriced_model_is_refused_before_anything_runs(
 
 
 def test_without_a_distributed_client_the_spend_cap_holds_in_the_process(
-    long_answers: FakeOpenAI,
+    long_answers: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from flownb.config.pricing import call_cost
     from tests.vendor_fakes import flow_with
@@ -544,12 +578,21 @@ def test_without_a_distributed_client_the_spend_cap_holds_in_the_process(
     flow = flownb.load_flow(flow_with({"A": params}), provider="openai", log=False)
     cap = 5 * call_cost("openai", SPEND_MODEL, {"prompt_tokens": 3, "completion_tokens": 250})
     ddf = dd.from_pandas(pd.DataFrame({"topic": [f"t{i}" for i in range(16)]}), npartitions=4)
+    capsys.readouterr()
     with dask.config.set(scheduler="threads", num_workers=4):
         out = flow.run_dataframe(ddf, concurrency=4, max_spend=cap).compute()
+    # Said in this process by the partition that ended last, before compute() returned.
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "spend cap: " in ln]
     n, spent, _ = _bought(long_answers)
     assert 1 <= n <= 5 and spent <= cap
     assert out["error"].notna().sum() == 16 - n
     assert out["error"].dropna().str.contains("spend_cap_reached").all()
+    assert len(said) == 1 and _says_used(said[0], spent)
+    # The words of the pandas path's line (tests/test_spend_cap.py), with this run's figures.
+    assert said[0].split(" of ", 1)[1] == (
+        f"{usd(cap)} used; {16 - n} call(s) not sent (they could have passed the cap): their "
+        "rows are marked in the error column, and a re-run with a higher max_spend buys them"
+    )
 
 
 def test_a_worker_gone_holding_reservations_counts_them_as_spent_and_blocks_nobody(

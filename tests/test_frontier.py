@@ -215,6 +215,37 @@ def test_choose_is_the_cheapest_that_clears_the_bars_with_confidence(vendors: di
         report.choose(min_quality="high")  # type: ignore[arg-type]
 
 
+def test_each_bar_a_variant_misses_is_said_in_words() -> None:
+    from flownb.evaluation.decision.choose import choose_variant
+
+    # One variant per way of missing (or meeting) the price and p95 bars.
+    table = pd.DataFrame(
+        {
+            "quality": [0.9] * 4,
+            "quality_low": [0.8] * 4,
+            "quality_high": [0.95] * 4,
+            "price_per_row": [math.nan, 3e-5, 1e-5, 1e-5],
+            "latency_p95_s": [1.0, 2.5, math.nan, 1.0],
+        },
+        index=["unpriced", "dear_slow", "untimed", "fine"],
+    )
+    choice = choose_variant(
+        table, {}, quality="pass_rate", min_quality=0.5, max_price=2e-5, max_p95=2.0
+    )
+    assert choice.variant == "fine"
+    assert choice.table["why"].to_dict() == {
+        "unpriced": "price unknown",
+        "dear_slow": "price $0.000030 > $0.000020; p95 2.5 s > 2 s",
+        "untimed": "p95 latency unknown",
+        "fine": "",
+    }
+    # Without those bars nothing is missed, whatever is unknown.
+    free = choose_variant(
+        table, {}, quality="pass_rate", min_quality=0.5, max_price=None, max_p95=None
+    )
+    assert free.table["meets"].all() and free.variant == "untimed"  # cheapest, first listed
+
+
 def test_names_are_text_in_the_choice_and_the_frontier(vendors: dict, tmp_path: Path) -> None:
     _script(vendors, {"gpt": 0, "claude": 0, "gem": 0})
     flows = _flows(vendors)

@@ -14,7 +14,6 @@ directly; this module imports none of them. What a feature asks of a flow it ask
 from __future__ import annotations
 
 import asyncio
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,9 +23,10 @@ from ..errors import BatchError, ConfigError
 from ..flowfile.model import describe
 from ..flowfile.validate import VariableSpec
 from ..infra.aio import stream_async, stream_sync
-from ..providers.calls import Notice, announce, notices_to
+from ..providers.calls import announce
+from ..runtime import batchrun
 from ..runtime.events import StreamEvent
-from ..runtime.pipeline import Observers, Outcomes, observers_of
+from ..runtime.pipeline import Outcomes
 from ..runtime.result import OnResult, RunResult
 from ..show.progress import Progress
 
@@ -330,43 +330,26 @@ class FlowCore(ABC):
         :class:`~flownb.runtime.pipeline.Outcomes` is the collector :meth:`run_batch` uses.
         ``check=False`` skips validation, for callers that built every element as a mapping of
         exactly the flow's variables to strings themselves. ``max_spend``: see
-        :meth:`run_batch`.
+        :meth:`run_batch`. ``progress`` shows :meth:`open_bar`'s bar, with the money meter and
+        slow retries' notices on it. The batch is handed down whole to
+        :func:`flownb.runtime.batchrun.run_each`, which does all of that from there, with this
+        flow's :meth:`_execute`.
 
         Raises:
             InputError: (``check=True``) some element's variables are wrong, before any runs.
             KeyboardInterrupt: Ctrl-C; every element that finished before it was reported.
             ConfigError: ``max_spend`` given and some call cannot be priced (nothing is sent).
         """
-        if check:
-            self.spec.check_batch(batch)
-        self.say_notes()
-        if max_spend is not None:
-            capped, cap = self.capped(max_spend, batch)
-            try:
-                capped.run_each(
-                    batch, on_result, progress=progress, concurrency=concurrency, check=False
-                )
-            finally:
-                announce(cap.line())
-            return
-        # One list of observers for the run; the runner puts the run log and tracing first.
-        observers = observers_of(on_result)
-        bar: Any = None
-        if progress:
-            bar = self.open_bar(batch)
-            _watch_with_bar(observers, bar)
-        try:
-            if bar is None:
-                self._execute(batch, observers, concurrency)
-            else:
-                with notices_to(_bar_notice(bar)):  # a slow retry says so on the bar
-                    self._execute(batch, observers, concurrency)
-        finally:
-            # The hand-over: whatever the flow runs on, no observer above is called once this
-            # returns or raises (a run stopped by Ctrl-C may still end calls in flight).
-            observers.close()
-            if bar is not None:
-                bar.close()
+        batchrun.run_each(
+            self,
+            self._execute,
+            batch,
+            on_result,
+            progress=progress,
+            concurrency=concurrency,
+            check=check,
+            max_spend=max_spend,
+        )
 
     def capped(
         self, max_spend: float, data: Any, gate: Gate | None = None
@@ -494,32 +477,3 @@ def _progress_bar(total: int, name: str) -> Progress:
 
     # Moved by one thread of its own: rows finish on the loop thread, the bar is a widget.
     return open_bar(total, name, "row")
-
-
-def _watch_with_bar(observers: Observers, bar: Any) -> None:
-    """Add the progress bar's observers: the live view's rows (in a notebook), the meter of
-    money spent and saved beside the bar, and the bar's count."""
-    from ..show.meter import show
-
-    live = getattr(bar, "record", None)
-    if live is not None:
-        observers.add(live)
-
-    def count(i: int, result: RunResult | None, exc: BaseException | None) -> None:
-        show(bar, result)  # money spent so far and the cache's saving, beside the bar
-        bar.update(1)
-
-    observers.add(count)
-
-
-def _bar_notice(bar: Any) -> Notice:
-    """Return where a run with progress bar ``bar`` announces things: the bar's postfix, and
-    in a terminal also a line on stderr above the bar (a postfix is easy to miss there)."""
-    in_notebook = bar.in_notebook
-
-    def notice(line: str) -> None:
-        bar.notice(line)
-        if not in_notebook:
-            bar.write(f"flownb: {line}", file=sys.stderr)
-
-    return notice

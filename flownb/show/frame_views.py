@@ -1,6 +1,8 @@
 """A notebook's views of DataFrames: flownb's HTML (thumbnails for image columns, one page of a
 long frame, model text shown as written) and a text view whose image cells are described (size,
-format, digest) instead of given as ``file://`` paths of this machine.
+format, digest) instead of given as ``file://`` paths of this machine; a polars frame's own views,
+its image cells described the same way (:mod:`flownb.show.polars_frame`; registered by name, so
+polars is not imported to register them).
 
 ``%load_ext flownb`` registers both with IPython's display formatters; so does the first frame
 flownb hands back in a notebook (a front end that shows HTML), since a results frame shown with
@@ -16,6 +18,7 @@ from typing import Any
 
 from .display import FLOWNB_FRAME_ATTR, IMAGE_COLUMNS_ATTR, FrameView, frame_text, image_columns
 from .display import frame_html as _pandas_html_as_written
+from .polars_frame import polars_html, polars_text
 
 __all__ = [
     "frame_html",
@@ -26,6 +29,8 @@ __all__ = [
     "unregister",
 ]
 
+# Where polars' DataFrame class is defined: its views are registered without importing polars.
+POLARS_FRAME = ("polars.dataframe.frame", "DataFrame")
 # IPython shell id -> the DataFrame printers (HTML, text) registered before ours.
 _registered: dict[int, tuple[Any, Any]] = {}
 # Shells whose user unloaded the extension: no views registered on their own again.
@@ -77,6 +82,8 @@ def register(shell: Any) -> None:
     )
     html.for_type(pd.DataFrame, frame_html)
     plain.for_type(pd.DataFrame, frame_text_view)
+    html.for_type_by_name(*POLARS_FRAME, polars_html)
+    plain.for_type_by_name(*POLARS_FRAME, polars_text)
 
 
 def unregister(shell: Any) -> None:
@@ -93,6 +100,16 @@ def unregister(shell: Any) -> None:
         formatter.type_printers.pop(pd.DataFrame, None)
         if printer is not None:
             formatter.for_type(pd.DataFrame, printer)
+        _forget_polars_view(formatter)
+
+
+def _forget_polars_view(formatter: Any) -> None:
+    """Remove the polars view from ``formatter``: still registered by name (polars not
+    imported), or already bound to polars' class."""
+    formatter.deferred_printers.pop(POLARS_FRAME, None)
+    frame = getattr(sys.modules.get(POLARS_FRAME[0]), POLARS_FRAME[1], None)
+    if frame is not None:
+        formatter.type_printers.pop(frame, None)
 
 
 def in_notebook() -> None:

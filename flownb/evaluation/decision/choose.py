@@ -142,19 +142,26 @@ def _misses(row: pd.Series, min_quality: float, max_price: float, max_p95: float
         why.append("quality interval unknown")
     elif low < min_quality:
         why.append(f"quality lower bound {sig(low, 4)} < {sig(min_quality, 4)}")
-    price = float(row["price_per_row"])
-    if not math.isinf(max_price):
-        if math.isnan(price):
-            why.append("price unknown")
-        elif price > max_price:
-            why.append(f"price {usd(price)} > {usd(max_price)}")
-    p95 = float(row["latency_p95_s"])
-    if not math.isinf(max_p95):
-        if math.isnan(p95):
-            why.append("p95 latency unknown")
-        elif p95 > max_p95:
-            why.append(f"p95 {sig(p95, 4)} s > {sig(max_p95, 4)} s")
-    return why
+    price = _over(float(row["price_per_row"]), max_price, "price", usd)
+    p95 = _over(float(row["latency_p95_s"]), max_p95, "p95", _seconds, unknown="p95 latency")
+    return why + [miss for miss in (price, p95) if miss is not None]
+
+
+def _over(
+    value: float, cap: float, name: str, shown: Callable[[float], str], unknown: str = ""
+) -> str | None:
+    """Return how ``value`` misses the upper bar ``cap`` (``inf``: no bar), in words: ``NAME
+    VALUE > CAP`` or ``UNKNOWN unknown`` (``unknown`` defaults to ``name``), each figure as
+    ``shown`` writes it; ``None`` when it is within the bar or there is none."""
+    if math.isinf(cap):
+        return None
+    if math.isnan(value):
+        return f"{unknown or name} unknown"
+    return f"{name} {shown(value)} > {shown(cap)}" if value > cap else None
+
+
+def _seconds(x: float) -> str:
+    return f"{sig(x, 4)} s"
 
 
 def _rows_needed(row: pd.Series, min_quality: float) -> int | None:

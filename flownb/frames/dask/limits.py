@@ -44,11 +44,19 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from ...providers.base import Call, Generation
-from ...providers.calls import Gate, Settle
+from ...providers.calls import Gate, Settle, announce
 from ...providers.spend import Ledger, SpendCap
 from ...providers.tokens import POLL, Meter, estimate_tokens, used
 
-__all__ = ["METER_EVENTS", "ClusterLimits", "SharedMeter", "start_meters"]
+__all__ = [
+    "METER_EVENTS",
+    "SPEND_EVENTS",
+    "ClusterLimits",
+    "SharedMeter",
+    "hear_cap_lines",
+    "say_cap_line",
+    "start_meters",
+]
 
 # The event-log topic of the shared meters: one ``{"meter", "kind", "units", "at", "worker"}``
 # message per charge (``kind`` "charge"; ``at``: when it was admitted, on the meter's clock) and
@@ -56,6 +64,10 @@ __all__ = ["METER_EVENTS", "ClusterLimits", "SharedMeter", "start_meters"]
 # meter's kind (``<name>-rpm``, ``<name>-tpm``), ``worker`` the address of the worker that
 # charged it.
 METER_EVENTS = "flownb-meter"
+# The event-log topic of a capped run's last word: one ``{"run", "line"}`` message when the last
+# partition of a computation ends, ``line`` saying how much of the cap was used (the words of a
+# run in one process); the client that built the run says it (see :func:`hear_cap_lines`).
+SPEND_EVENTS = "flownb-spend"
 
 T = TypeVar("T")
 
@@ -122,9 +134,23 @@ class _LocalGate:
         self.requests = Meter(limits.rpm) if limits.rpm else None
         self.tokens = Meter(limits.tpm) if limits.tpm else None
         # The run's spend cap: one in the process, shared by its partitions.
-        self.spend: Ledger | None = (
-            SpendCap(limits.max_spend) if limits.max_spend is not None else None
-        )
+        self.cap = SpendCap(limits.max_spend) if limits.max_spend is not None else None
+        self.spend: Ledger | None = self.cap
+        self._ended: set[int] = set()  # the partitions of this computation that ended
+        self._ended_lock = threading.Lock()
+
+    def ended(self, part: int, parts: int) -> str | None:
+        """Count partition ``part`` of ``parts`` as ended; return the run's cap line when it
+        was the last of them to end (a later computation of the frame counts afresh), else
+        ``None`` (also when the run has no cap)."""
+        if self.cap is None:
+            return None
+        with self._ended_lock:
+            self._ended.add(part)
+            if len(self._ended) < parts:
+                return None
+            self._ended.clear()
+        return self.cap.line()
 
     @asynccontextmanager
     async def __call__(self, call: Call) -> AsyncIterator[Settle]:
@@ -295,11 +321,18 @@ class _DaskGate:
         )
         self.tokens = SharedMeter(f"{limits.name}-tpm", limits.tpm, worker) if limits.tpm else None
         self.leases = _Leases(self)
-        self.spend: Ledger | None = (
+        self.ledger = (
             SharedLedger(limits.name, limits.max_spend, worker)
             if limits.max_spend is not None
             else None
         )
+        self.spend: Ledger | None = self.ledger
+
+    def ended(self, part: int, parts: int) -> str | None:
+        """Count partition ``part`` of ``parts`` as ended in the cluster's figures; return the
+        run's cap line when it was the last of them to end, else ``None`` (also when the run
+        has no cap)."""
+        return self.ledger.ended(part, parts) if self.ledger is not None else None
 
     def submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
         async def run() -> T:
@@ -358,3 +391,43 @@ def start_meters(limits: ClusterLimits) -> None:
     for kind, rate in (("rpm", limits.rpm), ("tpm", limits.tpm)):
         if rate:
             Variable(f"{limits.name}-{kind}-next", client=client).set(0.0)
+
+
+def say_cap_line(limits: ClusterLimits, line: str | None) -> None:
+    """Say ``line``, the cap's line of run ``limits`` (nothing when ``None``): on a distributed
+    worker it goes to the client that built the run, on the cluster's event log (see
+    :data:`SPEND_EVENTS`); elsewhere (a threaded or synchronous scheduler) it is said here, as a
+    run in one process says it."""
+    if line is None:
+        return
+    worker = _current_worker()
+    if worker is None:
+        announce(line)
+    else:
+        worker.log_event(SPEND_EVENTS, {"run": limits.name, "line": line})
+
+
+# The capped runs this process built on a distributed client: the cap lines it says.
+_heard: set[str] = set()
+
+
+def hear_cap_lines(limits: ClusterLimits) -> None:
+    """Have this process say the cap line of run ``limits`` when its workers send it (see
+    :func:`say_cap_line`), when a distributed client is at hand (graph building time)."""
+    if "distributed" not in sys.modules or limits.max_spend is None:
+        return
+    from distributed import default_client
+
+    try:
+        client = default_client()
+    except ValueError:  # no client: the partitions run here and say it themselves
+        return
+    _heard.add(limits.name)
+    client.subscribe_topic(SPEND_EVENTS, _say_heard)
+
+
+def _say_heard(event: tuple[float, dict[str, Any]]) -> None:
+    """Say a cap line a worker sent, when it is of a run this process built."""
+    _, message = event
+    if message.get("run") in _heard:
+        announce(str(message["line"]))

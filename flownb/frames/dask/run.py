@@ -38,7 +38,7 @@ from ...providers.tokens import chain
 from ..options import FrameOptions
 from ..run import TEXT, _output_columns, rows_to_variables
 from ..run import run_dataframe as run_pandas
-from .limits import ClusterLimits, start_meters
+from .limits import ClusterLimits, hear_cap_lines, say_cap_line, start_meters
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
@@ -59,6 +59,7 @@ class PartitionRunner:
         error_column: str,
         out_cols: Mapping[str, str],
         run: str,
+        parts: int = 1,
     ) -> None:
         self.spec = spec
         self.limits = limits
@@ -67,15 +68,28 @@ class PartitionRunner:
         self.error_column = error_column
         self.out_cols = dict(out_cols)
         self.run = run
+        self.parts = parts  # the frame's partitions: a capped run's line follows the last
 
     def __dask_tokenize__(self) -> str:
         return self.run
 
     def __call__(self, part: pd.DataFrame, partition_info: dict[str, Any] | None = None) -> Any:
-        """Run the flow over one partition; returns it with the output and error columns."""
+        """Run the flow over one partition; returns it with the output and error columns. The
+        last partition of a capped run to end, however it ends, says how much of the cap was
+        used (see :func:`~flownb.frames.dask.limits.say_cap_line`)."""
+        number = partition_info["number"] if partition_info else 0
+        if self.limits.max_spend is None:
+            return self._run(part, number)
+        with self.limits.gate() as held:  # the run's ledger, whether or not this part buys
+            gate: Any = held
+            try:
+                return self._run(part, number)
+            finally:
+                say_cap_line(self.limits, gate.ended(number, self.parts))
+
+    def _run(self, part: pd.DataFrame, number: int) -> Any:
         import pandas as pd
 
-        number = partition_info["number"] if partition_info else 0
         if len(part) == 0:
             return _empty_result(part, self.out_cols, self.error_column)
         flow = flow_from_spec(self.spec, LocalCore.from_spec)
@@ -126,7 +140,9 @@ def run_dataframe(
     ``concurrency``, ``rpm`` and ``tpm`` (default: the flow's own) hold across all workers
     together, for all partitions of this result, and so does ``max_spend`` (US dollars): one
     cap for the whole computation (see :mod:`flownb.frames.dask.spend`); the rows it stops are
-    marked in ``error_column`` (``spend_cap_reached``).
+    marked in ``error_column`` (``spend_cap_reached``), and once the computation's last
+    partition ends, a line says how much of the cap was used, as the pandas path's does (on a
+    distributed cluster, in the process that called this).
 
     Returns:
         A lazy Dask DataFrame: ``ddf``'s columns and index, one text (``string``) column
@@ -176,6 +192,9 @@ def run_dataframe(
     # paid for.
     spec = flow.to_spec(concurrency=int(concurrency), rpm=None, tpm=None)
     start_meters(limits)
-    runner = PartitionRunner(spec, limits, columns, fill, error_column, out_cols, run)
+    hear_cap_lines(limits)
+    runner = PartitionRunner(
+        spec, limits, columns, fill, error_column, out_cols, run, ddf.npartitions
+    )
     meta = _empty_result(meta_in, out_cols, error_column)
     return ddf.map_partitions(runner, meta=meta, align_dataframes=False)

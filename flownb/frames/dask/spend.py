@@ -14,7 +14,10 @@ The figures of a run: ``spent`` (settled calls; and calls whose worker died, at 
 they may have been billed), ``refused`` (calls not sent), and per worker the bounds it holds and
 its calls in flight. A call that does not fit waits while calls are in flight anywhere; a worker
 that left the cluster holding reservations is noticed by the scheduler at the next reservation
-and what it held is counted as spent, so waiting never outlives the calls it waits for.
+and what it held is counted as spent, so waiting never outlives the calls it waits for. Each
+partition that ends is counted too (one more request); the last of a computation's partitions to
+end gets the run's cap line back, in the words of a run in one process, and sends it to the
+client that built the run (see :func:`flownb.frames.dask.limits.say_cap_line`).
 
 The scheduler unpickles the coordinator, so flownb must be importable where the scheduler runs
 (as on the workers). This module is imported only on a distributed worker (it needs
@@ -33,7 +36,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from ...errors import SpendCapReached
 from ...providers.spend import POLL, SpendCap
 
-__all__ = ["SharedLedger", "SpendLedgers", "refusal"]
+__all__ = ["SharedLedger", "SpendLedgers", "cap_line", "refusal"]
 
 T = TypeVar("T")
 
@@ -50,6 +53,14 @@ def refusal(most: float, cap: float, spent: float, reserved: float) -> SpendCapR
     return ledger.refusal(most)
 
 
+def cap_line(cap: float, spent: float, refused: int) -> str:
+    """Return the cap's line of a run whose calls spent ``spent`` of ``cap`` and of which
+    ``refused`` were not sent: the same words as a run in one process (:meth:`SpendCap.line`)."""
+    ledger = SpendCap(cap, spent=spent)
+    ledger.refused = refused
+    return ledger.line()
+
+
 class _Run:
     """One run's figures on the scheduler."""
 
@@ -58,6 +69,7 @@ class _Run:
         self.spent = 0.0
         self.refused = 0
         self.held: dict[str, list[float]] = {}  # worker address -> [reserved, calls in flight]
+        self.ended: set[int] = set()  # the partitions of this computation that ended
 
     def reserve(self, most: float, worker: str, alive: Any) -> dict[str, Any]:
         for address in [a for a in self.held if a not in alive]:  # gone: may have been billed
@@ -87,6 +99,15 @@ class _Run:
             pass
         return {"spent": self.spent}
 
+    def end(self, part: int, parts: int) -> dict[str, Any]:
+        """Count partition ``part`` of ``parts`` as ended; once all have, the run's cap line
+        (and a later computation of the same frame counts afresh)."""
+        self.ended.add(part)
+        if len(self.ended) < parts:
+            return {"line": None}
+        self.ended.clear()
+        return {"line": cap_line(self.cap, self.spent, self.refused)}
+
 
 class SpendLedgers(SchedulerPlugin):
     """The coordinator on the scheduler: every capped run's figures, by run name, moved by one
@@ -112,14 +133,20 @@ class SpendLedgers(SchedulerPlugin):
         worker: str,
         most: float = 0.0,
         cost: float = 0.0,
+        part: int = 0,
+        parts: int = 0,
     ) -> dict[str, Any]:
         """Apply one reservation (``action="reserve"``) or settlement (``"settle"``) of run
-        ``run`` (whose cap is ``cap``) for ``worker``; return the figures after it."""
+        ``run`` (whose cap is ``cap``) for ``worker``, or the end of its partition ``part`` of
+        ``parts`` (``"end"``); return the figures after it (for ``"end"``: the cap's line once
+        every partition ended, else ``None``)."""
         figures = self.runs.get(run)
         if figures is None:
             figures = self.runs[run] = _Run(cap)
         if action == "reserve":
             return figures.reserve(most, worker, self.scheduler.workers)
+        if action == "end":
+            return figures.end(part, parts)
         return figures.settle(most, cost, worker)
 
 
@@ -149,10 +176,13 @@ class SharedLedger:
             plugin=dumps(SpendLedgers()), name=PLUGIN, idempotent=True
         )
 
-    async def _step(self, action: str, most: float, cost: float = 0.0) -> dict[str, Any]:
+    def _registering(self) -> concurrent.futures.Future[Any]:
         if self._registered is None:  # once per process and run: idempotent on the scheduler
             self._registered = self._submit(self._register)
-        await asyncio.wrap_future(self._registered)
+        return self._registered
+
+    async def _step(self, action: str, most: float, cost: float = 0.0) -> dict[str, Any]:
+        await asyncio.wrap_future(self._registering())
         answer: dict[str, Any] = await asyncio.wrap_future(
             self._submit(
                 lambda: self.worker.scheduler.flownb_spend(
@@ -161,6 +191,18 @@ class SharedLedger:
             )
         )
         return answer
+
+    def ended(self, part: int, parts: int) -> str | None:
+        """Count partition ``part`` of ``parts`` as ended, from the thread that ran it; return
+        the run's cap line when it was the last of them to end, else ``None``."""
+        self._registering().result()
+        answer: dict[str, Any] = self._submit(
+            lambda: self.worker.scheduler.flownb_spend(
+                run=self.name, cap=self.cap, action="end", worker=self.me, part=part, parts=parts
+            )
+        ).result()
+        line: str | None = answer["line"]
+        return line
 
     async def reserve(self, most: float) -> None:
         """Return once ``most`` is reserved in the cluster's figures.
