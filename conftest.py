@@ -10,10 +10,16 @@ two families of modules that belong together go to one worker each, in file orde
 The units are handed out longest first (``_COST``, then the number of tests), so the last ones
 to start are short and the workers end at about the same time; xdist's own order (most tests
 first) left the one-test browser modules, the slowest units of all, to the end.
+
+``--shuffle SEED`` runs the suite in another order, the same one for the same seed: the modules
+in a shuffled order and, in each module not marked ``keep_order``, its tests too (a notebook's
+cells always run in turn). A test that passes only after some other test is found that way
+(tests/conftest.py's leak check names what a test left changed).
 """
 
 from __future__ import annotations
 
+import random
 import signal
 import sys
 from typing import Any
@@ -82,6 +88,52 @@ def work_unit(nodeid: str, own: str) -> str:
     return next((unit for joins, unit in _TOGETHER if joins(path)), own)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--shuffle SEED`` (off by default)."""
+    parser.addoption(
+        "--shuffle",
+        metavar="SEED",
+        type=int,
+        default=None,
+        help="run the test modules, and the tests in each module not marked keep_order, in an "
+        "order shuffled reproducibly by SEED (an integer)",
+    )
+
+
+def shuffled(items: list[pytest.Item], seed: int) -> list[pytest.Item]:
+    """Return ``items`` reordered by ``seed``: the modules (files) shuffled, then the tests
+    inside each one shuffled unless it is a notebook or marked ``keep_order``. The same seed
+    gives the same order in every process (xdist's workers must collect alike)."""
+    rng = random.Random(seed)
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    order = list(modules)
+    rng.shuffle(order)
+    result: list[pytest.Item] = []
+    for path in order:
+        tests = modules[path]
+        # Cells of a notebook build on each other; a module says so with keep_order.
+        if not path.endswith(".ipynb") and tests[0].get_closest_marker("keep_order") is None:
+            rng.shuffle(tests)
+        result.extend(tests)
+    return result
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping by fixture, which it would undo
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--shuffle SEED``, reorder the collected tests (see ``shuffled``)."""
+    seed = config.getoption("shuffle")
+    if seed is not None:
+        items[:] = shuffled(items, seed)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Name the seed in the header, so a failing order can be run again."""
+    seed = config.getoption("shuffle")
+    return None if seed is None else f"shuffled: --shuffle {seed}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Let SIGINT raise ``KeyboardInterrupt`` here (and so in each xdist worker, which runs this
     too) even when the suite was started with it ignored, as a non-interactive shell starts a
@@ -89,12 +141,15 @@ def pytest_configure(config: pytest.Config) -> None:
     ignored they would fail or hang."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    config.addinivalue_line(
+        "markers", "keep_order: --shuffle keeps this module's tests in their written order"
+    )
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: harmless when xdist is not installed
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``--dist loadscope``, xdist's own scheduler with the units widened and ordered as
-    above; other modes are left alone."""
+    above (under ``--shuffle``, in the shuffled order instead); other modes are left alone."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -106,7 +161,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _assign_work_unit(self, node: Any) -> None:
             # The queue is complete before the first unit is handed out (schedule() fills it,
             # then assigns): order it once, longest first.
-            if not getattr(self, "_longest_first", False):
+            if not getattr(self, "_longest_first", False) and config.getoption("shuffle") is None:
                 units = sorted(self.workqueue.items(), key=lambda u: -unit_cost(u[0], len(u[1])))
                 self.workqueue.clear()
                 self.workqueue.update(units)

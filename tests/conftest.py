@@ -1,17 +1,21 @@
 """Shared fixtures: every test gets a temporary FLOWNB_HOME and an environment without flownb,
-OpenAI or proxy variables, so no test sees the developer's keys, cache or network settings."""
+OpenAI or proxy variables, so no test sees the developer's keys, cache or network settings; and
+the leak check: a test that leaves the process changed (tests/leaks.py names what is checked)
+fails, and what it left is put back, so no test depends on which ran before it."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.leaks import Snapshot, check, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOWS = ROOT / "notebooks" / "flows"
@@ -35,21 +39,93 @@ def flownb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-@pytest.fixture(autouse=True)
-def untraced() -> Iterator[None]:
-    """Leave OpenTelemetry's global tracer provider unset after each test. A docs page's
-    tracing example sets one for the rest of its process, and a traced run answers no call
-    from the cache by lookup (its hits are spans), so a test after it on the same worker
-    would see another run than the one it describes."""
-    yield
-    trace = sys.modules.get("opentelemetry.trace")
-    if trace is not None and getattr(trace, "_TRACER_PROVIDER", None) is not None:
-        provider = trace._TRACER_PROVIDER
-        shutdown = getattr(provider, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
-        trace._TRACER_PROVIDER = None
-        trace._TRACER_PROVIDER_SET_ONCE._done = False
+# --- The leak check (tests/leaks.py): whatever a test, or a module's fixtures, changed of the
+# process and left so fails that test's teardown, and is put back for the tests after it.
+# Each node (session, package, module, class, test) is read just before its own fixtures are
+# set up: pytest sets up the fixtures of wider scope first, so that is before the first fixture
+# of its scope or a narrower one (or before the test's call, when there is none). Each node is
+# checked after it was torn down, so what a module's fixture restores at the module's end is
+# no leak of its first test, and what it never restores is charged to the module.
+
+_before: dict[str, Snapshot | None] = {}  # node id -> its snapshot, for each node set up now
+_pending: list[tuple[int, str]] = []  # (scope rank, node id) of nodes not read yet, outer first
+
+
+def _rank(node: pytest.Item | pytest.Collector) -> int:
+    """Return the node's scope as a fixture scope's rank (0: session ... 4: function)."""
+    if isinstance(node, pytest.Item):
+        return 4
+    if isinstance(node, pytest.Class):
+        return 3
+    if isinstance(node, pytest.File):
+        return 2
+    return 0 if isinstance(node, pytest.Session) else 1
+
+
+_SCOPE_RANK = {"session": 0, "package": 1, "module": 2, "class": 3, "function": 4}
+
+
+def _read_pending(rank: int) -> None:
+    """Read the snapshot of every pending node of scope ``rank`` or wider."""
+    while _pending and _pending[0][0] <= rank:
+        _before[_pending.pop(0)[1]] = snapshot()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Mark the nodes this test sets up as pending (see above)."""
+    _pending.clear()
+    for node in item.listchain():
+        if node.nodeid not in _before:
+            _before[node.nodeid] = None
+            _pending.append((_rank(node), node.nodeid))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: Any) -> Iterator[Any]:
+    """Read the pending nodes whose fixtures start with this one (see above)."""
+    if _pending:
+        _read_pending(_SCOPE_RANK.get(fixturedef.scope, 4))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Read the nodes still pending: they have no fixtures of their own."""
+    _read_pending(4)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Check the outermost node torn down against its snapshot; fail the teardown naming
+    what it left changed (after putting that back)."""
+    _pending.clear()
+    try:
+        result = yield
+    except BaseException:
+        _check_torn(item, nextitem)  # put back what it left; the teardown's own error stands
+        raise
+    problems, whose = _check_torn(item, nextitem)
+    if problems:
+        pytest.fail(
+            f"{whose} left global state changed (now put back):\n  " + "\n  ".join(problems),
+            pytrace=False,
+        )
+    return result
+
+
+def _check_torn(item: pytest.Item, nextitem: pytest.Item | None) -> tuple[list[str], str]:
+    """Check the outermost node ``item``'s teardown took down; return the problems and which
+    node (and kind) they are charged to."""
+    kept = set() if nextitem is None else {n.nodeid for n in nextitem.listchain()}
+    torn = [n for n in item.listchain() if n.nodeid not in kept]
+    before = [_before.pop(n.nodeid, None) for n in torn]
+    if not before or before[0] is None:
+        return [], ""  # its setup failed before it was read
+    kind = "the test" if torn[0] is item else "with its fixtures"
+    return check(before[0]), f"{torn[0].nodeid or 'the session'} ({kind})"
 
 
 @pytest.fixture

@@ -3,11 +3,13 @@ module, reset before each test, with OPENAI_BASE_URL / OPENAI_API_KEY pointing a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 
 from flownb.providers.calls import retries_to
+from flownb.testing.fake_config import FakeConfig
 from flownb.testing.fake_openai import FakeOpenAI
 
 KEY = "sk-test-SECRET-0123456789abcdef"
@@ -23,6 +25,10 @@ def fake_server() -> Iterator[FakeOpenAI]:
 @pytest.fixture
 def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
     """The module's fake server, reset to good behaviour, with the OpenAI env pointing at it."""
+    # Every setting back to a new fake's first (one a test turned and did not turn back, such
+    # as usage_details, would reach whichever test of the module runs next), then the ones
+    # named here.
+    fake_server.configure(**dataclasses.asdict(FakeConfig()))
     fake_server.configure(
         latency=0.0,
         faults={},

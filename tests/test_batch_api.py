@@ -4,6 +4,7 @@ processes, failures and expiry, listing and cancelling."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import pandas as pd
 import pytest
 
 import flownb
+from flownb.testing.fake_config import FakeConfig
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT, make_flow, write_flow
@@ -35,6 +37,9 @@ def fake_server() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def fake(fake_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> FakeOpenAI:
+    # Every setting back to a new fake's first: usage_details and batch_create_delay, turned by
+    # single tests, would otherwise reach the next one if it failed before turning them back.
+    fake_server.configure(**dataclasses.asdict(FakeConfig()))
     fake_server.configure(latency=0.0, faults={}, fail_markers={}, replies={}, **FAST)
     fake_server.reset()
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.url)

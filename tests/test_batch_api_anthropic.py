@@ -26,10 +26,12 @@ from tests.vendor_fakes import (  # noqa: F401  (fixtures)
     anthropic_server,
 )
 
+# Every knob a test of this module turns on the module's fake, set back before each test.
 FAST = {
     "batch_seconds": 0.3,
     "batch_fail_marker": "",
     "batch_expire": False,
+    "batch_no_counts": False,
     "batch_create_delay": 0.0,
     "latency": 0.0,
     "replies": {},

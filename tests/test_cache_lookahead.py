@@ -4,10 +4,13 @@ and run-log rows as the first run's, and an answer object of its own for every r
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
-from flownb.testing.fake_openai import FakeOpenAI
+from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
@@ -51,3 +54,40 @@ def test_a_cold_run_buys_each_repeated_prompt_once(fake: FakeOpenAI) -> None:
         bodies = fake.requests[before:]
         prompts = [b["messages"][-1]["content"] for b in bodies]
         assert len(prompts) == len(set(prompts)) == 14, f"run {run}: {len(prompts)} requests"
+
+
+def test_a_miss_found_in_bulk_is_trusted_for_a_while_then_looked_up_again(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bulk lookup found the call missing; another process then stored its answer. Within
+    # TRUST_MISS the call does not query again (the answer is bought a second time, as a twin
+    # in flight in another process always was); past it, the call queries and finds it.
+    from flownb.providers import calls
+    from flownb.providers.base import Generation
+    from flownb.runtime.cache import CallCache
+
+    flow = flownb.load_flow(make_flow(PROMPTS, ["topic"]))
+    engine = flow.engine
+    cache = engine.cache
+    assert cache is not None
+    other = CallCache(cache.path, cache.media_dir)  # another process's connection
+    node = engine.nodes[0]
+
+    async def ask(prompt: str) -> Generation:
+        runner = calls.CallRunner(engine.provider, concurrency=1, cache=cache, retries=0)
+        call = node.call(prompt)
+        runner.missing(node.params, [(prompt, node.key(prompt))])  # what the lookahead notes
+        other.put(node.key(prompt), Generation("stored by the other process", model="m"))
+        other.flush()
+        hit = runner.hit(call)
+        return hit if hit is not None else await runner(call)
+
+    fresh = asyncio.run(ask("Intro about trusted."))
+    assert fresh.output == echo("Intro about trusted.") and not fresh.cached
+    assert len(fake.requests) == 1
+
+    monkeypatch.setattr(calls, "TRUST_MISS", 0.0)  # every bulk miss is now too old to trust
+    stale = asyncio.run(ask("Intro about stale."))
+    assert stale.output == "stored by the other process" and stale.cached
+    assert len(fake.requests) == 1
+    other.close()

@@ -46,7 +46,11 @@ def _dask_modules() -> None:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[distributed.Client]:
-    """Two process workers, one thread each; a dead worker's semaphore leases expire in 2 s."""
+    """Two process workers, one thread each; a dead worker's semaphore leases expire in 2 s.
+    The environment is put back afterwards: a nanny writes its workers' variables
+    (OMP_NUM_THREADS, PYTHONHASHSEED, ...) into this process's before it starts them, and
+    every subprocess a later test starts would inherit them."""
+    environ = os.environ.copy()
     config = {
         "distributed.scheduler.locks.lease-timeout": "2s",
         "distributed.scheduler.locks.lease-validation-interval": "200ms",
@@ -64,6 +68,8 @@ def client() -> Iterator[distributed.Client]:
         distributed.Client(cluster) as c,
     ):
         yield c
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 @pytest.fixture(scope="module")

@@ -440,7 +440,12 @@ def test_flow_magic_takes_an_endpoint(fakes: tuple[FakeOpenAI, FakeOpenAI], tmp_
     start_ipython()
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "flownb")
-    result = ip.run_line_magic("flow", "run flow.json topic=owls --endpoint alpha")
+    try:
+        result = ip.run_line_magic("flow", "run flow.json topic=owls --endpoint alpha")
+    finally:
+        # The shell is the process's one instance: a later test's load_ext would find the
+        # extension already loaded, with this test's magics still registered.
+        ip.run_line_magic("unload_ext", "flownb")
     assert result["Intro"] == "echo: About owls."
     assert [auth(r) for r in a.received] == [f"Bearer {KEY_A}"]
     assert b.received == []

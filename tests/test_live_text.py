@@ -35,7 +35,8 @@ def streaming_fake() -> Iterator[FakeOpenAI]:
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory, streaming_fake: FakeOpenAI) -> Iterator[Any]:
     """A real kernel started with JPY_SESSION_NAME (as JupyterLab starts one), the OpenAI
-    environment pointing at the streaming fake; yields a ready client."""
+    environment pointing at the streaming fake; yields a ready client, ``flow`` loaded (each
+    test may run first)."""
     work = tmp_path_factory.mktemp("live")
     (work / "story.json").write_text(json.dumps(make_flow({"story": "{x}"}, ["x"])))
     env = kernel_env(
@@ -47,7 +48,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory, streaming_fake: FakeOpenAI)
         FLOWNB_CACHE="0",
     )
     with running_kernel(work, env) as kc:
-        reply, _ = run_cell(kc, "import flownb", timeout=120)
+        reply, _ = run_cell(kc, "import flownb\nflow = flownb.load_flow('story.json')", timeout=120)
         assert reply["status"] == "ok"
         yield kc
 

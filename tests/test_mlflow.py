@@ -43,6 +43,9 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
     previous = mlflow.get_tracking_uri()
+    # set_tracking_uri also writes MLFLOW_TRACKING_URI (for subprocesses), and setting the
+    # previous URI back leaves it written: monkeypatch takes the variable back off.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     try:
         yield uri
@@ -110,6 +113,7 @@ def test_a_store_mlflow_refuses_is_one_line(
     report = flownb.evaluate(flow, pd.DataFrame({"topic": ["a"]}), progress=False, log=False)
     assert isinstance(report, flownb.EvalReport)
     previous = mlflow.get_tracking_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "refused").as_uri())  # as in store()
     mlflow.set_tracking_uri((tmp_path / "refused").as_uri())
     try:
         with pytest.raises(ConfigError, match="MLflow could not log") as info:

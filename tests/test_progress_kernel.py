@@ -19,6 +19,9 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     work = tmp_path_factory.mktemp("bar")
     (work / "echo.json").write_text(json.dumps(make_flow({"answer": "{x}"}, ["x"])))
     with running_kernel(work, kernel_env(work)) as kc:
+        # flow loaded here, not by the first test: each test may run first (--shuffle).
+        reply, _ = execute(kc, "import flownb\nflow = flownb.load_flow('echo.json')")
+        assert reply["status"] == "ok"
         yield kc
 
 
@@ -40,7 +43,7 @@ def _final(data: dict[str, Any]) -> None:
 
 def test_without_a_front_end_the_bar_is_its_final_state_only(kernel: Any) -> None:
     # As under nbconvert --execute or nbval: nothing to draw a widget, one static output.
-    shown = _bar_run(kernel, f"import flownb\nflow = flownb.load_flow('echo.json')\n{RUN}")
+    shown = _bar_run(kernel, RUN)
     assert [m["msg_type"] for m in shown] == ["display_data"]
     _final(shown[0]["content"]["data"])
 
@@ -48,9 +51,11 @@ def test_without_a_front_end_the_bar_is_its_final_state_only(kernel: Any) -> Non
 def test_in_a_front_end_the_finished_bar_replaces_its_widget(kernel: Any) -> None:
     # JupyterLab's kernels have __session__ (the live results view off: the plain bar): the
     # widget moves, then its final state replaces it.
+    # Undone however the run ends: the kernel is the module's, and a __session__ left behind
+    # would make the other test's kernel a front end's.
     code = (
-        "import os\nos.environ['FLOWNB_LIVE'] = '0'\n__session__ = 'bar.ipynb'\n"
-        f"{RUN}\ndel __session__, os.environ['FLOWNB_LIVE']"
+        "import os\nos.environ['FLOWNB_LIVE'] = '0'\n__session__ = 'bar.ipynb'\ntry:\n"
+        f"    {RUN}\nfinally:\n    del __session__, os.environ['FLOWNB_LIVE']"
     )
     shown = _bar_run(kernel, code)
     assert [m["msg_type"] for m in shown] == ["display_data", "update_display_data"]

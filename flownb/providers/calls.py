@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NOTICE_AFTER",
     "SHARED_TWINS",
+    "TRUST_MISS",
     "CallRunner",
     "Gate",
     "Notice",
@@ -166,6 +167,28 @@ _forgotten = 0
 _STORED_KEPT = 65536
 
 
+# Seconds a miss found by a bulk lookup is trusted: the call made within it does not query the
+# cache again (see flownb.runtime.cache's docstring: what another process stored meanwhile is
+# then bought again, as a twin call in flight in another process always was).
+TRUST_MISS = 10.0
+
+# A miss: the call's cache key, the count of answers stored (_stored) when it was seen and when
+# (time.monotonic()).
+Missed = tuple[str, int, float]
+
+
+def _trusted(missed: Missed) -> bool:
+    """Return whether a miss still holds without a query: its key was not stored in this
+    process since (by a twin that was in flight then and has ended; a miss seen before
+    ``_forgotten`` counts as stored), and it is younger than :data:`TRUST_MISS`."""
+    key, seen, when = missed
+    return (
+        seen >= _forgotten
+        and _stored_at.get(key, 0) <= seen
+        and time.monotonic() - when < TRUST_MISS
+    )
+
+
 def _no_gate(call: Call) -> _Open:
     return _OPEN
 
@@ -210,10 +233,11 @@ class CallRunner:
         # Hits looked up in bulk ahead of their calls (see prefetch), by (params, prompt): one
         # key per params object, as _node has it, so a hit costs no hashing. Each used once.
         self._hits: dict[tuple[int, str], Generation] = {}
-        # Keys hit() just found missing, with the count of answers stored then, so the call
-        # that follows does not query again unless its key was stored since (by a twin that
-        # was in flight at the miss and ended before this call got its turn).
-        self._missed: dict[str, int] = {}
+        # Calls the cache was found not to hold (by hit(), or by a bulk lookup: see missing),
+        # by (params, prompt) as _hits: their key, the count of answers stored then and when
+        # (time.monotonic()). The call that follows neither hashes its prompt again nor
+        # queries, unless the miss is no longer trusted (see _trusted).
+        self._missed: dict[tuple[int, str], Missed] = {}
         self._table: asyncio.Future[None] | None = None  # see _price_table
         # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
         # pace, a gate or a retry's backoff) are kept, so stop() can end them.
@@ -260,20 +284,41 @@ class CallRunner:
             for key, gen in cache.get_many(keys).items():
                 hits[keys[key]] = gen
 
+    def missing(self, params: Any, calls: Iterable[tuple[str, str]]) -> None:
+        """Note that the cache does not hold ``calls`` (each a prompt and its key) of the node
+        whose model parameters are ``params``, as a bulk lookup found just now: their calls
+        then neither hash their prompts nor query again while the miss is trusted (see
+        :func:`_trusted`). Nothing without a cache, or for a traced run."""
+        if self.cache is None or self._traced:
+            return
+        seen = _stored
+        now = time.monotonic()
+        pid = id(params)
+        missed = self._missed
+        for prompt, key in calls:
+            missed[(pid, prompt)] = (key, seen, now)
+
     def hit(self, call: Call) -> Generation | None:
         """Return ``call``'s answer when the cache holds it (looked up without waiting: the
-        bulk lookup's, else one query), else ``None``, and the call is then to be made with
-        this runner. Always ``None`` for an uncached or traced run (whose hits are spans)."""
+        bulk lookup's, else one query unless a bulk lookup found it missing and that is still
+        trusted), else ``None``, and the call is then to be made with this runner. Always
+        ``None`` for an uncached or traced run (whose hits are spans)."""
         cache = self.cache
         if cache is None or self._traced:
             return None
         slot = (id(call.params), call.prompt)
         hit = self._hits.pop(slot, None) if self._hits else None
         if hit is None:
-            key = self._node(call).key(call.prompt)
+            missed = self._missed.get(slot)
+            if missed is not None:
+                if _trusted(missed):
+                    return None
+                key = missed[0]
+            else:
+                key = self._node(call).key(call.prompt)
             hit = cache.get(key)
             if hit is None:
-                self._missed[key] = _stored
+                self._missed[slot] = (key, _stored, time.monotonic())
         if hit is not None and _unpriced(hit):
             # Priced from its usage on the loop (the price table may still be loading): the
             # call goes through :meth:`_answer`, which finds the hit here.
@@ -323,8 +368,10 @@ class CallRunner:
         cache = self.cache
         if cache is None:
             return await self._attempts(call, sink)
-        key = self._node(call).key(call.prompt)
-        hit = self._cached(call, key, cache)
+        slot = (id(call.params), call.prompt)
+        missed = self._missed.pop(slot, None) if self._missed else None
+        key = missed[0] if missed is not None else self._node(call).key(call.prompt)
+        hit = self._cached(slot, key, missed, cache)
         if hit is not None:
             if _unpriced(hit):
                 await self._price(hit)
@@ -354,8 +401,8 @@ class CallRunner:
             del self._in_flight[key]
             if _finishing.get(key) is fut:
                 del _finishing[key]
-        # Committed with the other answers of this turn of the loop (see CallCache.put_soon).
-        cache.put_soon(key, gen, asyncio.get_running_loop())
+        # Queued (lookups see it at once) and committed by the cache's writer thread.
+        cache.put_soon(key, gen)
         if len(_stored_at) >= _STORED_KEPT:
             _forgotten = _stored + 1  # every key stored so far is forgotten
             _stored_at.clear()
@@ -364,16 +411,15 @@ class CallRunner:
         fut.set_result(gen)
         return gen
 
-    def _cached(self, call: Call, key: str, cache: Any) -> Generation | None:
-        """Return ``call``'s answer from the cache, or ``None``: the bulk lookup's hit, else one
-        query, unless :meth:`hit` saw the key missing and it has not been stored since (read
-        before ``_forgotten``: a key forgotten meanwhile then counts as stored). A plain
-        function, not a coroutine: it runs for every call."""
-        hit = self._hits.pop((id(call.params), call.prompt), None) if self._hits else None
-        if hit is None:
-            seen = self._missed.pop(key, None)
-            if seen is None or _stored_at.get(key, 0) > seen or seen < _forgotten:
-                hit = cache.get(key)
+    def _cached(
+        self, slot: tuple[int, str], key: str, missed: Missed | None, cache: Any
+    ) -> Generation | None:
+        """Return the answer of the call with ``slot`` and ``key`` from the cache, or ``None``:
+        the bulk lookup's hit, else one query, unless the call was seen ``missed`` and that
+        is still trusted. A plain function, not a coroutine: it runs for every call."""
+        hit = self._hits.pop(slot, None) if self._hits else None
+        if hit is None and (missed is None or not _trusted(missed)):
+            hit = cache.get(key)
         return hit
 
     async def _price(self, hit: Generation) -> None:

@@ -6,21 +6,36 @@ kind, every model parameter and the rendered prompt, so a change to any of them 
 Only successes are stored (``put`` is called with generations, errors never reach it); a re-run
 of an interrupted or partly failed batch therefore calls the provider only for what is missing.
 
-Each answer is committed as it arrives, before ``put`` returns: one small transaction (WAL,
-``synchronous=NORMAL``: no fsync per commit) on a second connection whose lock wait is 10 ms at
-most. On an event loop, :meth:`CallCache.put_soon` commits at the loop's next turn instead (a
-callback, run before the loop waits on the network again), in one transaction with every other
-answer read in the same turn: a busy loop reads several a turn, and one autocommit each was a
-tenth of a call's CPU. A committed WAL transaction survives the death of the process (only a
-power loss can take the last ones back), so ``kill -9`` loses no answer the run had finished
-reading. When the
-database is locked by another process, or the write connection is busy, the entry is queued for
-a writer thread instead, which commits whatever queued within 2 ms in one transaction and retries
-while the lock lasts. A commit costs about 50 us of CPU (one autocommitted INSERT). Against a
-writer thread for every answer: the same CPU and wall time per call, but the thread's commits
-lagged 5 ms (median) to 45 ms (99th percentile) behind their answers on a busy machine, which a
-kill -9 turned into answers bought twice; the former 0.25 s windows lost up to a third of the
-answers received before a kill.
+Each answer is committed as it arrives. :meth:`CallCache.put` commits before it returns (one
+small transaction, WAL, ``synchronous=NORMAL``: no fsync per commit) on a connection whose lock
+wait is 10 ms at most. On an event loop, :meth:`CallCache.put_soon` only encodes the answer and
+queues it (lookups see it at once): the cache's writer thread commits what is queued, in one
+transaction, as soon as it runs, then every 2 ms while answers keep coming (a busy run does not
+wake it once per answer: a wake cost more CPU than the commit). The commit is CPU spent per row
+whatever the grouping (SQLite writes each answer's page of the table to the WAL: about 30-35 us
+an answer alone or eight to a transaction), so what moving it off the loop buys is the loop's
+time: at high concurrency the loop thread is what bounds a run, and SQLite works without the
+GIL beside it. A committed WAL transaction survives the death of the process (only a power
+loss can take the last ones back), so ``kill -9`` loses only what is queued and not yet
+committed. On a machine whose CPUs are taken the thread may wait tens of milliseconds for one,
+so when an answer has waited over 5 ms the event loop, putting the next, commits the queue
+itself. Measured at concurrency 8 with 30 ms answers (the kill -9 test's run): an answer waited
+0.4 ms for its commit (median; 4 ms at the 99th percentile) at load 3.5 on 2 cores; beside two
+CPU hogs at load 13-17, 2-7 ms (40-75 ms), where the former commit at the loop's next turn
+waited 0.7 ms (65-90 ms, once 430 ms). Killed 1.2 s into a 1,000-row run beside two hogs, the
+re-runs bought again 0, 2, 0 and 0 of 79-292 answers received (the former commit: 6, 0, 15 and
+0 of 98-175). When the database is locked by another process, the entries stay queued and the
+writer retries every 0.25 s while the lock lasts.
+
+A miss that a bulk lookup (:meth:`CallCache.get_many`, a lookahead chunk's) found is trusted
+for ``TRUST_MISS`` (10 s; see :meth:`flownb.providers.calls.CallRunner.missing`): the call made
+within it does not query the cache again. Answers this process stores meanwhile are still
+found (the runner counts them: a repeated prompt is bought once). What another process stored
+meanwhile is not: that call is then bought twice, as a twin call in flight in another process
+always was (the in-flight de-duplication is per process), and the re-lookup it saves cost a
+query on the event loop for every call a run made (about 30 us, a tenth of the call's CPU) to
+catch only a twin that ended in the seconds between the lookup and the call. Past the window
+(a slow run, far into a chunk) a miss is queried again as before.
 
 Lookups see the queue too. One :class:`CallCache` per database file per process (see
 :func:`open_cache`); locks make it safe from several threads, and SQLite's WAL mode lets
@@ -32,13 +47,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import sqlite3
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -51,15 +67,9 @@ from ..providers.base import Generation, Kind
 from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
 
-if TYPE_CHECKING:
-    import asyncio
-
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
 CACHE_FILE = "cache.sqlite"
-# Seconds the writer waits after being woken before it commits, so that answers arriving
-# together share a transaction; what a kill -9 can lose is what arrived in this window.
-_GROUP_WINDOW = 0.002
 # Seconds a commit on the caller's thread (the event loop) may wait for another process's lock.
 _INLINE_TIMEOUT = 0.01
 # Keys per bulk lookup: a lookahead's chunk (1,024 rows of two nodes) in one query, whose
@@ -67,6 +77,13 @@ _INLINE_TIMEOUT = 0.01
 # allows only 999 parameters.
 _IN_CHUNK = 2048 if sqlite3.sqlite_version_info >= (3, 32, 0) else 500
 _RETRY_AFTER = 0.25  # seconds between commit attempts while the database is locked or failing
+# Seconds between the writer thread's commits while answers keep coming: what a kill -9 can
+# lose is what arrived within this window (and the thread's wait for a CPU and the GIL).
+_POLL = 0.002
+# Seconds an answer may wait for the writer thread before the event loop, putting another,
+# commits the queue itself: on a machine whose CPUs are taken, the thread may wait tens of
+# milliseconds for one, and what is queued is what a kill -9 loses.
+_LAG_BOUND = 0.005
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -151,10 +168,14 @@ class CallCache:
             ) from exc
         self.errors: list[BaseException] = []  # store failures met while running (not raised)
         self._pending: dict[str, str] = {}
-        self._wake = threading.Event()
+        # The writer thread's doorbell (a C queue: ringing it is a fraction of a microsecond on
+        # the event loop), rung once per batch of entries: _rung says it was rung and the
+        # writer has not yet taken what was queued.
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._rung = False
+        self._since: float | None = None  # when the oldest uncommitted put_soon entry came
         self._writer: threading.Thread | None = None
         self._inline_ok = True  # False after a commit on the caller's thread found a lock
-        self._soon: asyncio.AbstractEventLoop | None = None  # a loop with a commit scheduled
         self._closed = False
         _open_caches.add(self)
 
@@ -170,9 +191,10 @@ class CallCache:
         _inherited.extend((self._db, self._wdb, self._idb))
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._writer = None  # the parent's did not survive the fork; put() starts one
-        self._soon = None  # a commit the parent's loop had scheduled: never runs here
+        self._bell = queue.SimpleQueue()
+        self._rung = False  # the parent's writer did not survive the fork; a put starts one
+        self._since = None
+        self._writer = None
         try:
             self._db = _connect(self.path, self.busy_timeout)
             self._wdb = _connect(self.path, self.busy_timeout)
@@ -280,24 +302,35 @@ class CallCache:
             self._pending[key] = value
         self._store()
 
-    def put_soon(self, key: str, gen: Generation, loop: asyncio.AbstractEventLoop) -> None:
-        """Store a successful generation as :meth:`put` does, committed when ``loop`` (the
-        running loop, the caller's) next runs its callbacks, together with every other answer
-        put meanwhile: one transaction for the answers read in one turn of the loop. Lookups
-        see it at once (it is queued)."""
+    def put_soon(self, key: str, gen: Generation) -> None:
+        """Store a successful generation as :meth:`put` does, committed by the writer thread
+        as soon as it runs, together with every other answer queued meanwhile (see the module
+        docstring): the caller (the event loop) only encodes and queues it, unless the writer
+        has left an entry waiting longer than :data:`_LAG_BOUND` (it found no CPU), when the
+        caller commits the queue itself. Lookups see it at once (it is queued)."""
         value = _encode_quick(gen)
+        now = time.perf_counter()
         with self._lock:
             self._pending[key] = value
-            if self._soon is loop and not loop.is_closed():
-                return  # its commit is scheduled already and takes this entry too
-            self._soon = loop
-        loop.call_soon(self._store_soon)
+            since = self._since
+            if since is None:
+                self._since = since = now
+            rung, self._rung = self._rung, True
+        if now - since > _LAG_BOUND:
+            self._store_inline()
+        if not rung:
+            self._ring()  # even after an inline commit: the writer then resets _rung, idle
 
-    def _store_soon(self) -> None:
-        with self._lock:
-            self._soon = None
-        if not self._closed:
-            self._store()
+    def _ring(self) -> None:
+        """Wake the writer thread (started on first use)."""
+        if self._writer is None:
+            with self._lock:
+                if self._writer is None:
+                    self._writer = threading.Thread(
+                        target=self._write_loop, name=f"flownb-cache-{self.path.name}", daemon=True
+                    )
+                    self._writer.start()
+        self._bell.put(None)
 
     def _store(self) -> None:
         """Commit what is queued on the caller's thread when the database is free, else leave
@@ -305,21 +338,21 @@ class CallCache:
         # On the caller's thread: no hand-over to another thread that may wait for the GIL (a
         # thread's commit lagged 5-45 ms behind its answer on a busy machine). Never when the
         # writer is busy or the last such try found the database locked.
+        if not self._store_inline():
+            self._ring()
+
+    def _store_inline(self) -> bool:
+        """Commit what is queued on the caller's thread unless the writer is committing or
+        the last such try found the database locked; returns whether it did."""
         if self._inline_ok and self._write_lock.acquire(blocking=False):
             try:
                 done = self._commit_with(self._idb, quiet=True)
             finally:
                 self._write_lock.release()
             if done:
-                return
+                return True
             self._inline_ok = False  # locked by another process: leave it to the writer
-        with self._lock:
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._write_loop, name=f"flownb-cache-{self.path.name}", daemon=True
-                )
-                self._writer.start()
-        self._wake.set()
+        return False
 
     def put_many(self, items: Iterable[tuple[str, Generation]]) -> None:
         """Store many generations and commit them in one transaction (a batch's answers);
@@ -341,26 +374,31 @@ class CallCache:
         self._commit()
 
     def _write_loop(self) -> None:
-        """The writer thread: commit what is queued each time ``put`` wakes it."""
-        wake = self._wake
+        """The writer thread: commit what is queued, in one transaction, each time it is woken
+        and then every :data:`_POLL` seconds while answers keep coming (the puts meanwhile do
+        not wake it: a wake per answer cost more CPU than the commit), until a poll finds the
+        queue empty."""
+        bell = self._bell
         while True:
-            wake.wait()
+            bell.get()  # waits without the GIL
+            while not self._closed:
+                try:
+                    committed = self._commit()
+                except sqlite3.ProgrammingError:
+                    return  # closed meanwhile: close() committed what there was
+                if committed:
+                    self._inline_ok = True
+                    time.sleep(_POLL)
+                else:
+                    # Locked by another process or a disk error: the entries stay queued (and
+                    # visible to lookups); try again shortly rather than in a tight loop.
+                    time.sleep(_RETRY_AFTER)
+                with self._lock:
+                    if not self._pending:
+                        self._rung = False  # idle: the next put wakes us
+                        break
             if self._closed:
                 return
-            if _GROUP_WINDOW:
-                time.sleep(_GROUP_WINDOW)
-            wake.clear()  # a put from now on wakes us again, and may still join this commit
-            try:
-                committed = self._commit()
-            except sqlite3.ProgrammingError:
-                return  # closed meanwhile: close() committed what there was
-            if committed:
-                self._inline_ok = True
-            else:
-                # Locked by another process or a disk error: the entries stay queued (and
-                # visible to lookups); try again shortly rather than in a tight loop.
-                time.sleep(_RETRY_AFTER)
-                wake.set()
 
     def _commit(self) -> bool:
         """Commit every queued entry in one transaction, waiting up to ``busy_timeout`` for
@@ -408,6 +446,8 @@ class CallCache:
             for k, v in rows:
                 if pending.get(k) is v:  # not replaced by a newer put meanwhile
                     del pending[k]
+            # What is left was queued after the rows were taken: it waits from about now.
+            self._since = time.perf_counter() if pending else None
         return True
 
     def forget_media(self, names: Iterable[str]) -> int:
@@ -471,7 +511,7 @@ class CallCache:
         """Commit what is queued, stop the writer thread and close the database."""
         self.flush()
         self._closed = True
-        self._wake.set()
+        self._bell.put(None)
         if self._writer is not None and self._writer is not threading.current_thread():
             self._writer.join(self.busy_timeout + 1)
         with self._write_lock, self._lock:

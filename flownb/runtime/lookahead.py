@@ -10,11 +10,13 @@ prompts and hits in columns: a row whose every call is a hit is answered from th
 nodes that read other nodes are looked up as they run (their prompts are known once their
 upstream nodes answered).
 
-What is not taken from here goes the usual way (the runner's ``hit`` and call): a miss (looked
-up again then: another process may have stored it), a prompt the provider refuses (its call
-reports it), a cached answer without a price (the runner prices it), the second of two
-elements with one prompt (each element gets an answer object of its own), and every call of a
-traced run (whose hits are spans: the bulk lookup's answers are then handed to the runner).
+What is not taken from here goes the usual way (the runner's ``hit`` and call): a miss (noted
+with the runner, whose call then neither hashes nor queries it again unless the miss is no
+longer trusted: see :meth:`~flownb.providers.calls.CallRunner.missing`), a prompt the
+provider refuses (its call reports it), a cached answer without a price (the runner prices
+it), the second of two elements with one prompt (each element gets an answer object of its
+own), and every call of a traced run (whose hits are spans: the bulk lookup's answers are then
+handed to the runner).
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class Lookahead:
             self.runner.prefetch(self._calls(prompts))
         else:
             stored = self.cache.get_many(k for column in keys for k in column if k is not None)
+            self._note_misses(prompts, keys, stored)
             if stored:
                 for column, found in zip(keys, gens, strict=True):
                     for r, k in enumerate(column):
@@ -143,6 +146,26 @@ class Lookahead:
                             found[r] = gen
         chunk.seconds = time.perf_counter() - begun
         return chunk
+
+    def _note_misses(
+        self,
+        prompts: list[list[str | None]],
+        keys: list[list[str | None]],
+        stored: Mapping[str, Generation],
+    ) -> None:
+        """Tell the runner which of the first nodes' calls the bulk lookup did not find in the
+        cache (``stored``): their calls then neither hash nor query again (see
+        :meth:`~flownb.providers.calls.CallRunner.missing`)."""
+        missing = self.runner.missing
+        for (_, _, node), texts, column in zip(self.first, prompts, keys, strict=True):
+            missing(
+                node.params,
+                [
+                    (p, k)
+                    for p, k in zip(texts, column, strict=True)
+                    if p is not None and k is not None and k not in stored
+                ],
+            )
 
     def _columns(self, start: int, end: int) -> dict[str, Sequence[str]] | None:
         """Return the variables the prompts read for elements ``start`` to ``end``, one list

@@ -262,6 +262,8 @@ class _AiohttpTransport:
             self.auth: dict[str, str] | None = {"api-key": api_key}
         else:
             self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        # A request's headers without an Entra ID token: merged once, not once a call.
+        self._fixed = {**self.headers, **self.auth} if self.auth else self.headers
         # The proxy from HTTP(S)_PROXY / NO_PROXY, worked out once: aiohttp's trust_env would
         # look it up again in a worker thread for every request (a third of our CPU per call).
         parts = urllib.parse.urlsplit(self.base_url)
@@ -280,7 +282,7 @@ class _AiohttpTransport:
         # once an hour) shortly before it expires.
         if azure is not None and azure.token_provider is not None:
             return {**self.headers, "Authorization": f"Bearer {azure.token_provider()}"}
-        return {**self.headers, **self.auth} if self.auth else self.headers
+        return self._fixed
 
     def _ident(self) -> tuple[Any, str, str | None]:
         # One session per loop, endpoint (its pool: endpoints on one host stay apart) and key.
