@@ -62,7 +62,11 @@ def test_a_provider_warning_points_at_the_line_that_previews_or_runs(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         flow = flownb.load_flow(path, provider="openai", cache=False)
-        assert caught == []  # said about what is sent, not at load (with_model may follow)
+        # Said about what is sent, not at load (with_model may follow). Only what is said of
+        # this flow counts: the record is process-wide, so a collection or another thread
+        # during the load may add an earlier test's warnings (seen once in CI: 7 of them).
+        said = [f"{w.category.__name__}: {w.message}" for w in caught]
+        assert [s for s in said if "frobnicate" in s or "'out'" in s] == [], said
         line = _line()
         flow.preview({"topic": "owls"})
         flow.preview({"topic": "bats"})  # said once
