@@ -41,7 +41,7 @@ from .base import Call, Generation, Kind, Provider
 from .callplan import NodeCalls, node_calls
 from .calls import Settle
 
-__all__ = ["Ledger", "SpendCap", "SpendGate", "check_cappable"]
+__all__ = ["LastPart", "Ledger", "SpendCap", "SpendGate", "check_cappable"]
 
 # How often a call that does not fit looks again while other calls are in flight (their answers
 # settle below their bounds and free room).
@@ -180,6 +180,25 @@ class SpendCap:
                 "are marked in the error column, and a re-run with a higher max_spend buys them"
             )
         return used
+
+
+class LastPart:
+    """The parts of a capped run split in several (a Dask frame's partitions) that ended: its
+    cap line is said once, after the last part to end. Safe from several threads."""
+
+    def __init__(self) -> None:
+        self._ended: set[int] = set()
+        self._lock = threading.Lock()
+
+    def end(self, part: int, parts: int) -> bool:
+        """Count part ``part`` of ``parts`` as ended; return whether it was the last of them
+        to end (a later run of the same parts then counts afresh)."""
+        with self._lock:
+            self._ended.add(part)
+            if len(self._ended) < parts:
+                return False
+            self._ended.clear()
+            return True
 
 
 def _cost_nothing(exc: BaseException) -> bool:

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 from ...providers.base import Call, Generation
 from ...providers.calls import Gate, Settle, announce
-from ...providers.spend import Ledger, SpendCap
+from ...providers.spend import LastPart, Ledger, SpendCap
 from ...providers.tokens import POLL, Meter, estimate_tokens, used
 
 __all__ = [
@@ -136,20 +136,14 @@ class _LocalGate:
         # The run's spend cap: one in the process, shared by its partitions.
         self.cap = SpendCap(limits.max_spend) if limits.max_spend is not None else None
         self.spend: Ledger | None = self.cap
-        self._ended: set[int] = set()  # the partitions of this computation that ended
-        self._ended_lock = threading.Lock()
+        self._parts = LastPart()  # the partitions of this computation that ended
 
     def ended(self, part: int, parts: int) -> str | None:
         """Count partition ``part`` of ``parts`` as ended; return the run's cap line when it
         was the last of them to end (a later computation of the frame counts afresh), else
         ``None`` (also when the run has no cap)."""
-        if self.cap is None:
+        if self.cap is None or not self._parts.end(part, parts):
             return None
-        with self._ended_lock:
-            self._ended.add(part)
-            if len(self._ended) < parts:
-                return None
-            self._ended.clear()
         return self.cap.line()
 
     @asynccontextmanager

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ...errors import SpendCapReached
-from ...providers.spend import POLL, SpendCap
+from ...providers.spend import POLL, LastPart, SpendCap
 
 __all__ = ["SharedLedger", "SpendLedgers", "cap_line", "refusal"]
 
@@ -69,7 +69,7 @@ class _Run:
         self.spent = 0.0
         self.refused = 0
         self.held: dict[str, list[float]] = {}  # worker address -> [reserved, calls in flight]
-        self.ended: set[int] = set()  # the partitions of this computation that ended
+        self.parts = LastPart()  # the partitions of this computation that ended
 
     def reserve(self, most: float, worker: str, alive: Any) -> dict[str, Any]:
         for address in [a for a in self.held if a not in alive]:  # gone: may have been billed
@@ -102,10 +102,8 @@ class _Run:
     def end(self, part: int, parts: int) -> dict[str, Any]:
         """Count partition ``part`` of ``parts`` as ended; once all have, the run's cap line
         (and a later computation of the same frame counts afresh)."""
-        self.ended.add(part)
-        if len(self.ended) < parts:
+        if not self.parts.end(part, parts):
             return {"line": None}
-        self.ended.clear()
         return {"line": cap_line(self.cap, self.spent, self.refused)}
 
 
