@@ -41,6 +41,7 @@ __all__ = [
     "FrameView",
     "display_frame",
     "display_result",
+    "edge_rows",
     "frame_html",
     "frame_text",
     "image_bytes",
@@ -50,6 +51,7 @@ __all__ = [
     "image_text",
     "is_image_url",
     "is_media_file_url",
+    "names_media_files",
     "output_bundles",
     "read_media_with",
     "result_bundle",
@@ -399,19 +401,33 @@ def image_columns(df: pd.DataFrame, sample: int = 200) -> list[Any]:
         series = df.iloc[:, j]  # by position: duplicate column names stay distinct
         if series.dtype != object and str(series.dtype) not in ("string", "str"):
             continue
-        seen = 0
-        for value in series.head(sample * 4).tolist():
-            if _missing(value):
-                continue
-            if not is_media_file_url(value):
-                seen = -1
-                break
-            seen += 1
-            if seen >= sample:
-                break
-        if seen > 0 and col not in found:
+        if names_media_files(series.head(sample * 4).tolist(), sample) and col not in found:
             found.append(col)
     return found
+
+
+def names_media_files(values: Iterable[Any], sample: int = 200) -> bool:
+    """Return whether the first ``sample`` non-empty ``values`` all name files of flownb's media
+    store, and there is one: how a column without flownb's mark (a pandas frame read back from
+    CSV, any polars frame) is told to hold images."""
+    seen = 0
+    for value in values:
+        if _missing(value):
+            continue
+        if not is_media_file_url(value):
+            return False
+        seen += 1
+        if seen >= sample:
+            break
+    return seen > 0
+
+
+def edge_rows(height: int, limit: int | None) -> set[int]:
+    """Return the rows of a frame of ``height`` rows that a view showing at most its first and
+    last ``limit`` rows can show (every row when ``limit`` is None)."""
+    if limit is None or height <= limit:
+        return set(range(height))
+    return set(range(limit)) | set(range(height - limit, height))
 
 
 def _thumbnail_src(url: str, size: int) -> str:
@@ -607,9 +623,7 @@ def labelled_frame(df: pd.DataFrame, columns: Iterable[Any]) -> pd.DataFrame:
     wanted = set(columns)
     if not wanted:
         return df
-    rows = len(df)
-    limit = pd.get_option("display.max_rows") or rows
-    shown = set(range(min(limit, rows))) | set(range(max(0, rows - limit), rows))
+    shown = edge_rows(len(df), pd.get_option("display.max_rows") or None)
     out = df.copy(deep=False)
     for j, col in enumerate(df.columns):
         if col not in wanted:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .display import image_label, is_media_file_url
+from .display import edge_rows, image_label, is_media_file_url, names_media_files
 
 __all__ = ["polars_html", "polars_text", "with_image_labels"]
 
@@ -95,18 +95,15 @@ def _labelled(df: Any) -> tuple[Any, int]:
 
 def _images_only(column: Any) -> bool:
     """Whether the first :data:`SAMPLE` non-empty cells of ``column`` all name media-store
-    files (and there is one)."""
-    cells = column.drop_nulls().head(SAMPLE).to_list()
-    return bool(cells) and all(is_media_file_url(v) for v in cells)
+    files (and there is one), as for a pandas frame without flownb's mark."""
+    return names_media_files(column.drop_nulls().head(SAMPLE).to_list(), SAMPLE)
 
 
 def _shown_rows(height: int) -> set[int]:
     """Return the rows polars' views of a frame of ``height`` rows show: all, or the first and
     last ones (POLARS_FMT_MAX_ROWS, negative: all)."""
     limit = _setting("POLARS_FMT_MAX_ROWS", POLARS_ROWS)
-    if limit < 0 or height <= limit:
-        return set(range(height))
-    return set(range(min(limit, height))) | set(range(max(0, height - limit), height))
+    return edge_rows(height, None if limit < 0 else limit)
 
 
 def _setting(name: str, default: int) -> int:
