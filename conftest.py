@@ -1,11 +1,14 @@
 """How the suite is shared among pytest-xdist workers (``scripts/test`` runs four, with
 ``--dist loadscope``): a module goes to one worker, so its module-wide fixtures start once, and
-two families of modules that belong together go to one worker each, in file order:
+families of modules that belong together go to one worker each, in file order:
 
 - the demo notebooks, which share one FLOWNB_HOME as a reader running them in turn would
   (notebooks/conftest.py);
 - the reliability suites, whose secrets suite (it sorts last) scans what the others left in
-  the same process for keys (tests/reliability/exposure.py).
+  the same process for keys (tests/reliability/exposure.py);
+- the real-browser modules, in two halves of about equal length: each half shares one
+  JupyterLab server and one chromium (tests/conftest.py's ``jupyterlab`` and ``chromium``,
+  started once per worker), where a worker per module would start one of each per module.
 
 The units are handed out longest first (``_COST``, then the number of tests), so the last ones
 to start are short and the workers end at about the same time; xdist's own order (most tests
@@ -22,6 +25,7 @@ from __future__ import annotations
 import random
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -36,10 +40,29 @@ import pytest
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 pytest_plugins = ["nbval.plugin"]
 
-# A test file's path -> the work unit it joins, when not its own.
-_TOGETHER = (
-    (lambda path: path.endswith(".ipynb"), "notebooks"),
-    (lambda path: path.startswith("tests/test_reliability_"), "tests/test_reliability_*"),
+# The real-browser modules, by the half they join (see above).
+_BROWSER_HALVES = {
+    "browser: forms and display": (
+        "tests/test_browser.py",
+        "tests/test_display_browser.py",
+        "tests/test_eval_browser.py",
+        "tests/test_server_docs.py",
+    ),
+    "browser: live views and review": (
+        "tests/test_live_browser.py",
+        "tests/test_stream_browser.py",
+        "tests/test_review_browser.py",
+        "tests/test_pairwise_browser.py",
+    ),
+}
+
+_HALF_OF = {path: half for half, paths in _BROWSER_HALVES.items() for path in paths}
+
+# A test file's path -> the work unit it joins (None: none of these).
+_TOGETHER: tuple[Callable[[str], str | None], ...] = (
+    lambda path: "notebooks" if path.endswith(".ipynb") else None,
+    lambda path: "tests/test_reliability_*" if path.startswith("tests/test_reliability_") else None,
+    _HALF_OF.get,
 )
 
 
@@ -47,16 +70,12 @@ _TOGETHER = (
 # only the order matters. A unit not listed costs a tenth of a second per test.
 _COST = {
     "tests/test_reliability_*": 90,
+    "browser: forms and display": 85,
+    "browser: live views and review": 85,
     "notebooks": 60,
-    "tests/test_review_browser.py": 55,
-    "tests/test_display_browser.py": 55,
     "tests/test_inflight.py": 27,
-    "tests/test_browser.py": 25,
     "tests/test_batch_api.py": 23,
-    "tests/test_stream_browser.py": 22,
-    "tests/test_live_browser.py": 21,
     "tests/test_binder.py": 20,
-    "tests/test_pairwise_browser.py": 19,
     "tests/test_schemathesis.py": 19,
     "tests/test_dask.py": 19,
     "tests/test_server_stream.py": 17,
@@ -85,7 +104,7 @@ def unit_cost(unit: str, tests: int) -> float:
 def work_unit(nodeid: str, own: str) -> str:
     """Return the work unit of the test ``nodeid`` (``own``: xdist's, its module or class)."""
     path = nodeid.split("::", 1)[0]
-    return next((unit for joins, unit in _TOGETHER if joins(path)), own)
+    return next((unit for joins in _TOGETHER if (unit := joins(path)) is not None), own)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -11,11 +11,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.leaks import Snapshot, check, snapshot
+
+if TYPE_CHECKING:
+    from tests.browser.chromium import Chromium
+    from tests.browser.lab import Lab
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOWS = ROOT / "notebooks" / "flows"
@@ -145,13 +149,37 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return asked
 
 
-@pytest.fixture
-def chromium() -> Path:
-    """Debian's chromium for a real-browser test; the test fails when it is missing (the same
-    way in every browser test, never skipped: see tests/browser/chromium.py)."""
-    from tests.browser.chromium import require_chromium
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
+    """Debian's chromium, headless, started once per pytest process for every real-browser
+    test (each reaches it in a context of its own: tests/browser/chromium.py). A test asking
+    for it fails when it is missing (the same way in every browser test, never skipped)."""
+    from tests.browser.chromium import require_chromium, running_chromium
 
-    return require_chromium()
+    with running_chromium(require_chromium(), tmp_path_factory.mktemp("chromium")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """JupyterLab, started once per pytest process for every test that drives it in a browser,
+    serving this process's temporary folder (each test's ``tmp_path`` lies under it) in the
+    environment every test starts from; a test's kernels get its own environment through a
+    kernelspec of their own (``tests.browser.notebook.lab_page``, tests/browser/lab.py)."""
+    import os
+
+    from tests.browser.lab import running_lab
+
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not (name.startswith(_CLEARED_PREFIXES) or name in _CLEARED)
+        and name != "PYTEST_CURRENT_TEST"  # pytest's own, a new value for every test
+    }
+    env["NO_PROXY"] = "127.0.0.1,localhost"  # as flownb_env sets it
+    root = tmp_path_factory.getbasetemp()
+    with running_lab(root, tmp_path_factory.mktemp("jupyterlab"), env) as lab:
+        yield lab
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
+from browser.chromium import Chromium
 from browser.lab import Lab
 from browser.notebook import (
     lab_page,
@@ -175,7 +176,9 @@ def _stop_form(page: playwright_sync.Page, lab: Lab, work: Path) -> None:
     form.screenshot(path=str(ARTIFACTS / "browser-form-stopped.png"))
 
 
-def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path, chromium: Path) -> None:
+def test_forms_notebook_runs_in_chromium(
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, jupyterlab: Lab
+) -> None:
     work = _workdir(tmp_path)
     _write_stop_notebook(work)
     notebook = FORMS_NOTEBOOK
@@ -204,7 +207,7 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path, chrom
         outside.append(route.request.url)
         route.abort()
 
-    with lab_page(work, tmp_path / "jupyter", env, chromium, outside=refuse) as (lab, page):
+    with lab_page(jupyterlab, chromium, work, env, outside=refuse) as (lab, page):
         try:
             _drive_form(page, lab, notebook)
             _stop_form(page, lab, work)
@@ -215,5 +218,5 @@ def test_forms_notebook_runs_in_chromium(tmp_path: Path, flownb_env: Path, chrom
                 page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), timeout=10_000)
             shutil.copy(lab.log, ARTIFACTS / "browser-failure-jupyterlab.log")
             raise
-    # The kernel got FLOWNB_HOME from the server's environment: the image it drew is there.
+    # The kernel got FLOWNB_HOME from its kernelspec's environment: the image it drew is there.
     assert list((flownb_env / "media").glob("*.png")), "no image in the FLOWNB_HOME given to Lab"

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.chromium import CHROMIUM_ARGS
+from browser.chromium import Chromium, browser_context
+from browser.lab import Lab
 from browser.notebook import lab_page, open_notebook, page_errors, run_all_cells, write_notebook
 from PIL import Image
 
@@ -134,7 +135,7 @@ def _visible(text: str) -> str:
 
 
 def test_an_exported_notebook_shows_model_text_as_written(
-    tmp_path: Path, flownb_env: Path, chromium: Path, fake: FakeOpenAI
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, fake: FakeOpenAI
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -165,32 +166,26 @@ def test_an_exported_notebook_shows_model_text_as_written(
     assert base64.b64encode(secret.read_bytes()).decode()[:60] not in markup
     dialogs: list[str] = []
     files: list[str] = []
-    with playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with browser_context(chromium, viewport={"width": 1400, "height": 1000}) as context:
+        page = context.new_page()
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
 
-            def route(r: playwright_sync.Route) -> None:
-                url = r.request.url
-                if url.startswith("file:") and url != page_path.as_uri():
-                    files.append(url)  # a local file the page asked for
-                r.abort() if not url.startswith(("file:", "data:")) else r.continue_()
+        def route(r: playwright_sync.Route) -> None:
+            url = r.request.url
+            if url.startswith("file:") and url != page_path.as_uri():
+                files.append(url)  # a local file the page asked for
+            r.abort() if not url.startswith(("file:", "data:")) else r.continue_()
 
-            page.route("**/*", route)
-            page.goto(page_path.as_uri(), wait_until="load")
-            body = " ".join(page.inner_text("body").split())
-            # MathJax is not loaded offline, so what it would typeset is read from the page:
-            # every "$" of an HTML output (but the control's) must sit inside an element
-            # MathJax skips (MathJax 2, nbconvert's: tex2jax_ignore), and no text holds a pair
-            # of them. Preformatted text is never typeset.
-            typeset = page.evaluate(_TYPESET_JS)
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "nbconvert.png"), full_page=True)
-        finally:
-            browser.close()
+        page.route("**/*", route)
+        page.goto(page_path.as_uri(), wait_until="load")
+        body = " ".join(page.inner_text("body").split())
+        # MathJax is not loaded offline, so what it would typeset is read from the page:
+        # every "$" of an HTML output (but the control's) must sit inside an element
+        # MathJax skips (MathJax 2, nbconvert's: tex2jax_ignore), and no text holds a pair
+        # of them. Preformatted text is never typeset.
+        typeset = page.evaluate(_TYPESET_JS)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "nbconvert.png"), full_page=True)
     assert dialogs == []
     assert files == []
     assert typeset["dollars"] > 20, typeset  # the frames' and the views' "$" were all looked at
@@ -207,7 +202,7 @@ def _output(page: playwright_sync.Page, index: int) -> playwright_sync.Locator:
 
 
 def test_jupyterlab_shows_model_text_as_written_and_draws_the_flow(
-    tmp_path: Path, flownb_env: Path, chromium: Path, fake: FakeOpenAI
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, jupyterlab: Lab, fake: FakeOpenAI
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -215,7 +210,7 @@ def test_jupyterlab_shows_model_text_as_written_and_draws_the_flow(
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     dialogs: list[str] = []
     files: list[str] = []
-    with lab_page(work, tmp_path / "jupyter", _env(flownb_env, fake), chromium, height=1400) as (
+    with lab_page(jupyterlab, chromium, work, _env(flownb_env, fake), height=1400) as (
         lab,
         page,
     ):

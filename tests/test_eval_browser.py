@@ -9,12 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import playwright.sync_api as playwright_sync
 import pytest
 
 import flownb
 from flownb import scorers as S
-from tests.browser.chromium import CHROMIUM_ARGS
+from tests.browser.chromium import Chromium, browser_context
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_saved_report_is_self_contained_in_chromium(
-    tmp_path: Path, blog_flow_path: Path, chromium: Path
+    tmp_path: Path, blog_flow_path: Path, chromium: Chromium
 ) -> None:
     flow = flownb.load_flow(blog_flow_path)
     variants = {
@@ -45,43 +44,37 @@ def test_saved_report_is_self_contained_in_chromium(
     page_file = report.save(tmp_path / "report.html")
     ARTIFACTS.mkdir(exist_ok=True)
     requested: list[str] = []
-    with playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
+    with browser_context(chromium, viewport={"width": 1300, "height": 900}) as context:
+        page = context.new_page()
+        page.on("request", lambda r: requested.append(r.url))
+        page.route(
+            "**/*",
+            lambda route: (
+                route.continue_()
+                if route.request.url.startswith(("file:", "data:"))
+                else route.abort()
+            ),
         )
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.on("request", lambda r: requested.append(r.url))
-            page.route(
-                "**/*",
-                lambda route: (
-                    route.continue_()
-                    if route.request.url.startswith(("file:", "data:"))
-                    else route.abort()
-                ),
-            )
-            page.goto(page_file.as_uri(), wait_until="load")
-            images = page.locator("table.flownb-eval img")
-            assert images.count() == 6  # 3 rows x 2 variants, one thumbnail each
-            sizes = images.evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth])")
-            assert all(done and width > 0 for done, width in sizes), sizes
-            text = page.inner_text("body")
-            assert "punchy" in text and "contains_intro" in text
-            assert "Write a {tone}, punchy intro about {topic}." in text  # the header's prompts
-            assert "<script>window.pwned = 1</script>owls" in text  # shown as text...
-            assert page.evaluate("() => window.pwned") is None  # ...never run
-            # Two pictures: the scores with their intervals, and the frontier (quality against
-            # price per row); both drawn from the page itself.
-            plots = page.locator("img.flownb-plot")
-            assert plots.count() == 2
-            drawn = plots.evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
-            assert drawn == [True, True], drawn
-            width = page.evaluate("() => document.documentElement.clientWidth")
-            tables = page.locator("table.flownb-eval")
-            assert all(tables.nth(k).bounding_box()["width"] > 0.9 * width for k in range(3))
-            assert page.locator("ins").count() > 0  # the differing words are marked
-            page.screenshot(path=str(ARTIFACTS / "eval-report.png"), full_page=True)
-        finally:
-            browser.close()
+        page.goto(page_file.as_uri(), wait_until="load")
+        images = page.locator("table.flownb-eval img")
+        assert images.count() == 6  # 3 rows x 2 variants, one thumbnail each
+        sizes = images.evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth])")
+        assert all(done and width > 0 for done, width in sizes), sizes
+        text = page.inner_text("body")
+        assert "punchy" in text and "contains_intro" in text
+        assert "Write a {tone}, punchy intro about {topic}." in text  # the header's prompts
+        assert "<script>window.pwned = 1</script>owls" in text  # shown as text...
+        assert page.evaluate("() => window.pwned") is None  # ...never run
+        # Two pictures: the scores with their intervals, and the frontier (quality against
+        # price per row); both drawn from the page itself.
+        plots = page.locator("img.flownb-plot")
+        assert plots.count() == 2
+        drawn = plots.evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
+        assert drawn == [True, True], drawn
+        width = page.evaluate("() => document.documentElement.clientWidth")
+        tables = page.locator("table.flownb-eval")
+        assert all(tables.nth(k).bounding_box()["width"] > 0.9 * width for k in range(3))
+        assert page.locator("ins").count() > 0  # the differing words are marked
+        page.screenshot(path=str(ARTIFACTS / "eval-report.png"), full_page=True)
     outside = [u for u in requested if not u.startswith(("file:", "data:"))]
     assert requested and not outside, f"the page asked for outside resources: {outside[:5]}"

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
+from browser.chromium import Chromium
+from browser.lab import Lab
 from browser.notebook import lab_page, open_notebook, write_notebook
 
 from flownb.testing.fake_openai import FakeOpenAI
@@ -53,7 +55,7 @@ def _write_notebook(work: Path) -> None:
 
 
 def test_the_live_view_fills_in_in_jupyterlab(
-    tmp_path: Path, flownb_env: Path, chromium: Path, fake: FakeOpenAI
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, jupyterlab: Lab, fake: FakeOpenAI
 ) -> None:
     import os
 
@@ -63,7 +65,7 @@ def test_the_live_view_fills_in_in_jupyterlab(
     ARTIFACTS.mkdir(exist_ok=True)
     env = dict(os.environ)  # conftest: clean of flownb/OpenAI/proxy vars, FLOWNB_HOME temporary
     env.update(OPENAI_BASE_URL=fake.url, OPENAI_API_KEY="not-a-real-key")
-    with lab_page(work, tmp_path / "jupyter", env, chromium) as (lab, page):
+    with lab_page(jupyterlab, chromium, work, env) as (lab, page):
         try:
             open_notebook(page, lab, NOTEBOOK)
             page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()

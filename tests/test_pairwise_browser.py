@@ -16,6 +16,8 @@ import pytest
 
 import flownb
 from flownb.evaluation.labels.pairwise import shown_order
+from tests.browser.chromium import Chromium
+from tests.browser.lab import Lab
 from tests.test_review_browser import ARTIFACTS, review_notebook, shown_widget
 
 pytestmark = pytest.mark.timeout(240)
@@ -33,11 +35,13 @@ report.review(pairwise=("plain", "bold"))
 
 
 def test_blind_pairwise_review_in_the_browser_reaches_the_run_log(
-    tmp_path: Path, flownb_env: Path, chromium: Path
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, jupyterlab: Lab
 ) -> None:
     work = tmp_path / "work"
     notebook = review_notebook(work, CELL)
-    with shown_widget(tmp_path, flownb_env, chromium, notebook, ".flownb-pairwise") as widget:
+    with shown_widget(
+        tmp_path, flownb_env, (jupyterlab, chromium), notebook, ".flownb-pairwise"
+    ) as widget:
         progress = widget.locator(".flownb-progress")
         playwright_sync.expect(progress).to_contain_text("row 1 of 2")
         playwright_sync.expect(progress).to_contain_text("0 of 2 compared")

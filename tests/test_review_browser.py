@@ -16,6 +16,8 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
+from browser.chromium import Chromium
+from browser.lab import Lab
 from browser.notebook import lab_page, open_notebook, run_until_shown, write_notebook
 
 import flownb
@@ -59,24 +61,34 @@ def review_notebook(work: Path, cell: str = CELL, flow: dict | None = None) -> s
 
 @contextmanager
 def shown_widget(
-    tmp_path: Path, home: Path, chromium: Path, notebook: str, selector: str, height: int = 1000
+    tmp_path: Path,
+    home: Path,
+    browser: tuple[Lab, Chromium],
+    notebook: str,
+    selector: str,
+    height: int = 1000,
 ) -> Iterator[playwright_sync.Locator]:
-    """Serve ``tmp_path / "work"`` in JupyterLab with FLOWNB_HOME ``home``, open ``notebook``
-    in chromium and run it; yield the first ``selector`` element once shown."""
+    """Serve ``tmp_path / "work"`` from JupyterLab with FLOWNB_HOME ``home``, open ``notebook``
+    in chromium (``browser``: the server and the browser) and run it; yield the first
+    ``selector`` element once shown."""
     ARTIFACTS.mkdir(exist_ok=True)
     env = {**os.environ, "FLOWNB_HOME": str(home)}
-    work, scratch = tmp_path / "work", tmp_path / "jupyter"
-    with lab_page(work, scratch, env, chromium, timeout_ms=60_000, height=height) as (lab, page):
+    with lab_page(*browser, tmp_path / "work", env, timeout_ms=60_000, height=height) as (
+        lab,
+        page,
+    ):
         open_notebook(page, lab, notebook)
         yield run_until_shown(page, lab, selector)
 
 
 def test_labelling_in_the_browser_reaches_the_run_log(
-    tmp_path: Path, flownb_env: Path, chromium: Path
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, jupyterlab: Lab
 ) -> None:
     work = tmp_path / "work"
     notebook = review_notebook(work)
-    with shown_widget(tmp_path, flownb_env, chromium, notebook, ".flownb-review") as widget:
+    with shown_widget(
+        tmp_path, flownb_env, (jupyterlab, chromium), notebook, ".flownb-review"
+    ) as widget:
         progress = widget.locator(".flownb-progress")
         playwright_sync.expect(progress).to_contain_text("row 1 of 2")
         playwright_sync.expect(widget.locator(".flownb-review-inputs")).to_contain_text("owls")
@@ -101,13 +113,13 @@ def test_labelling_in_the_browser_reaches_the_run_log(
 
 
 def test_image_outputs_show_as_a_grid_in_the_browser(
-    tmp_path: Path, flownb_env: Path, chromium: Path
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, jupyterlab: Lab
 ) -> None:
     work = tmp_path / "work"
     pics = make_flow({"pic": "a picture of {topic}"}, ["topic"], images=("pic",))
     notebook = review_notebook(work, IMAGE_CELL, pics)
     with shown_widget(
-        tmp_path, flownb_env, chromium, notebook, ".flownb-review", height=1200
+        tmp_path, flownb_env, (jupyterlab, chromium), notebook, ".flownb-review", height=1200
     ) as widget:
         grid = widget.locator(".flownb-review-grid")
         cells = grid.locator("td[data-variant]")

@@ -10,19 +10,19 @@ from urllib.parse import urlsplit
 import pytest
 from serving import run_server
 
-from tests.browser.chromium import CHROMIUM_ARGS
+from tests.browser.chromium import Chromium, browser_context
 from tests.conftest import FLOWS
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_docs_render_offline_with_every_status(tmp_path: Path, chromium: Path) -> None:
-    from playwright.sync_api import Route, sync_playwright
+def test_docs_render_offline_with_every_status(tmp_path: Path, chromium: Chromium) -> None:
+    from playwright.sync_api import Route
 
     flows = tmp_path / "flows"
     flows.mkdir()
     (flows / "blog-intro.json").write_bytes((FLOWS / "blog-intro.json").read_bytes())
-    with run_server(flows, tmp_path / "home") as server, sync_playwright() as pw:
+    with run_server(flows, tmp_path / "home") as server, browser_context(chromium) as context:
         host = urlsplit(server.url).netloc
         outside: list[str] = []
 
@@ -33,17 +33,11 @@ def test_docs_render_offline_with_every_status(tmp_path: Path, chromium: Path) -
                 outside.append(route.request.url)
                 route.abort()
 
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = browser.new_page()
-            page.route("**/*", only_loopback)
-            page.goto(f"{server.url}/docs")
-            page.get_by_text("Run a flow once (object) or once per element (array)").click()
-            for status in ("200", "400", "401", "404", "413", "422", "429", "500", "502", "504"):
-                page.locator(f"tr.response[data-code='{status}']").first.wait_for(timeout=15000)
-            assert page.get_by_text("Authorize").count() >= 1  # the x-api-key scheme
-        finally:
-            browser.close()
+        page = context.new_page()
+        page.route("**/*", only_loopback)
+        page.goto(f"{server.url}/docs")
+        page.get_by_text("Run a flow once (object) or once per element (array)").click()
+        for status in ("200", "400", "401", "404", "413", "422", "429", "500", "502", "504"):
+            page.locator(f"tr.response[data-code='{status}']").first.wait_for(timeout=15000)
+        assert page.get_by_text("Authorize").count() >= 1  # the x-api-key scheme
     assert outside == []

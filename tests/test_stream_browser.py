@@ -15,6 +15,8 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
+from browser.chromium import Chromium
+from browser.lab import Lab
 from browser.notebook import lab_page, open_notebook, page_errors, run_all_cells, write_notebook
 
 from flownb.testing.fake_openai import FakeOpenAI
@@ -50,7 +52,11 @@ def _partial(text: str) -> bool:
 
 
 def test_a_streamed_run_grows_in_jupyterlab(
-    tmp_path: Path, flownb_env: Path, chromium: Path, streaming_fake: FakeOpenAI
+    tmp_path: Path,
+    flownb_env: Path,
+    chromium: Chromium,
+    jupyterlab: Lab,
+    streaming_fake: FakeOpenAI,
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -64,7 +70,7 @@ def test_a_streamed_run_grows_in_jupyterlab(
         "FLOWNB_PROVIDER": "openai",
         "FLOWNB_CACHE": "0",
     }
-    with lab_page(work, tmp_path / "jupyter", env, chromium) as (lab, page):
+    with lab_page(jupyterlab, chromium, work, env) as (lab, page):
         try:
             open_notebook(page, lab, NOTEBOOK)
             run_all_cells(page)

@@ -1,8 +1,12 @@
-"""A JupyterLab server for one test: loopback only, token auth, every Jupyter directory temporary.
+"""A JupyterLab server: loopback only, token auth, every Jupyter directory temporary, started
+once per pytest process and shared by its real-browser tests (``jupyterlab`` in
+tests/conftest.py); each test reaches it through a :class:`Lab` of its own (:func:`lab_for`).
 
-The server runs ``sys.executable -m jupyter lab`` so its kernels (the ``python3`` spec resolves
-``python`` to the server's interpreter) import the installed flownb; the environment passed in
-(FLOWNB_HOME and friends) reaches the kernels because they inherit the server's environment.
+The server runs ``sys.executable -m jupyter lab``, so its kernels run the server's interpreter
+and import the installed flownb. A test's own environment (FLOWNB_HOME, a fake vendor's URL and
+key) reaches its kernels through a kernelspec of its own, whose ``env`` jupyter_client adds to
+the server's environment when it starts a kernel of that spec; the test's notebooks name that
+spec. A server per test gave each its environment too, at about 3.5 CPU-s a start.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import http.client
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,12 +26,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .procs import descendants, reap
 
-__all__ = ["Lab", "running_lab"]
+__all__ = ["Lab", "lab_for", "running_lab"]
 
 # User settings that keep the page quiet and deterministic: no news/update toasts (they would
 # try the network and cover the notebook), and every cell attached to the DOM (JupyterLab's
@@ -47,18 +52,35 @@ _DISABLED = {
 
 @dataclass
 class Lab:
-    """A running JupyterLab server."""
+    """A running JupyterLab server, as one test sees it: its folder ``root`` (the server's own
+    root, or a folder under it, ``prefix`` from there), its kernelspec ``kernel`` (``None``: any
+    kernel is its) and its JupyterLab workspace (one per test, so no test reopens another's
+    notebooks)."""
 
     url: str
     token: str
     root: Path
     process: subprocess.Popen[bytes]
     log: Path
+    data_dir: Path
+    env: Mapping[str, str]
     seen: set[int] = field(default_factory=set)
+    prefix: str = ""
+    kernel: str | None = None
+    workspace: str = "default"
+
+    # ``data_dir``: the server's Jupyter data folder (its kernelspecs under kernels/); ``env``:
+    # the environment its kernels inherit, before their kernelspec's own.
+
+    def path(self, name: str) -> str:
+        """Return notebook ``name`` (relative to ``root``) as a path on the server."""
+        return f"{self.prefix}/{name}" if self.prefix else name
 
     def notebook_url(self, name: str) -> str:
         """Return the URL that opens notebook ``name`` (relative to the root) in the Lab UI."""
-        return f"{self.url}/lab/tree/{name}?token={self.token}"
+        return (
+            f"{self.url}/lab/workspaces/{self.workspace}/tree/{self.path(name)}?token={self.token}"
+        )
 
     def api(self, path: str, method: str = "GET") -> object:
         """Call the server's REST API and return the decoded JSON (``None`` for an empty body).
@@ -83,14 +105,24 @@ class Lab:
         """
         sessions = self.api("/api/sessions")
         assert isinstance(sessions, list)
-        return any(s.get("path") == name and s.get("kernel") for s in sessions)
+        return any(s.get("path") == self.path(name) and s.get("kernel") for s in sessions)
+
+    def kernels(self) -> list[dict[str, object]]:
+        """Return the server's kernels of this test's kernelspec (all of them without one).
+
+        Raises:
+            urllib.error.URLError: the server did not answer.
+        """
+        kernels = self.api("/api/kernels")
+        assert isinstance(kernels, list)
+        return [k for k in kernels if self.kernel is None or k.get("name") == self.kernel]
 
     def track(self) -> None:
         """Record the server's current descendants (kernels), so shutdown can check them."""
         self.seen |= descendants(self.process.pid)
 
     def wait_idle(self, timeout: float) -> None:
-        """Wait until the server has a kernel and every kernel is idle (all queued cells ran).
+        """Wait until the test has a kernel and every kernel of its is idle (all queued cells ran).
 
         Raises:
             TimeoutError: some kernel was still busy (or none had started) after ``timeout`` s.
@@ -99,13 +131,12 @@ class Lab:
         states: list[str] = []
         while time.monotonic() < deadline:
             try:
-                kernels = self.api("/api/kernels")
+                kernels = self.kernels()
             except urllib.error.URLError as exc:  # HTTPError too: a busy server may answer 500
                 states = [f"API error: {exc}"]
                 time.sleep(1)
                 continue
-            assert isinstance(kernels, list)
-            states = [k.get("execution_state", "") for k in kernels]
+            states = [str(k.get("execution_state", "")) for k in kernels]
             if states and all(s == "idle" for s in states):
                 self.track()
                 return
@@ -267,7 +298,7 @@ def running_lab(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so shutdown can signal it all
             )
-        return Lab(f"http://127.0.0.1:{port}", token, root, process, log)
+        return Lab(f"http://127.0.0.1:{port}", token, root, process, log, dirs["data"], env)
 
     lab = start()
     killed: set[int] = set()
@@ -289,3 +320,73 @@ def running_lab(
         killed |= _shutdown(lab)
     if killed:
         raise RuntimeError(f"processes outlived JupyterLab's shutdown and were killed: {killed}")
+
+
+def _point_notebooks(root: Path, kernel: str) -> None:
+    """Make every notebook under ``root`` (outside hidden folders) name kernelspec ``kernel``."""
+    for path in root.rglob("*.ipynb"):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        nb.setdefault("metadata", {})["kernelspec"] = {
+            "name": kernel,
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+        }
+        path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+
+def _end_kernels(lab: Lab) -> set[int]:
+    """Shut down the test's sessions and kernels through the API; return the pids of its kernel
+    processes that were still alive after that (and were killed)."""
+    lab.track()
+    with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
+        sessions = lab.api("/api/sessions")
+        assert isinstance(sessions, list)
+        for session in sessions:
+            if str(session.get("path", "")).startswith(f"{lab.prefix}/"):
+                with contextlib.suppress(urllib.error.URLError):  # 404: it ended meanwhile
+                    lab.api(f"/api/sessions/{session['id']}", method="DELETE")
+        for kernel in lab.kernels():  # one started without a session
+            with contextlib.suppress(urllib.error.URLError):
+                lab.api(f"/api/kernels/{kernel['id']}", method="DELETE")
+    return reap(lab.seen, timeout=20)
+
+
+@contextmanager
+def lab_for(server: Lab, root: Path, env: Mapping[str, str]) -> Iterator[Lab]:
+    """Yield ``server`` as the test serving ``root`` (a folder under the server's root) with the
+    environment ``env`` sees it: a kernelspec of its own, whose kernels get ``env``, named by
+    every notebook under ``root`` (written before this is entered), and a workspace of its own.
+    On exit its kernels are shut down through the API and its kernelspec removed; any of its
+    kernel processes still alive after that is killed and reported by raising
+    ``RuntimeError`` (only if the body itself succeeded), as a server of its own reported them.
+
+    Raises:
+        ValueError: ``root`` is not under the server's root, or ``env`` lacks a variable the
+            server's environment has (a kernelspec adds and changes variables, never removes).
+    """
+    missing = sorted(set(server.env) - set(env))
+    if missing:
+        raise ValueError(f"the kernels would inherit {missing} from the shared JupyterLab server")
+    prefix = root.resolve().relative_to(server.root.resolve()).as_posix()
+    name = f"flownb-test-{secrets.token_hex(6)}"
+    spec_dir = server.data_dir / "kernels" / name
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+        "env": {k: v for k, v in env.items() if server.env.get(k) != v},
+        "metadata": {"debugger": True},
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    _point_notebooks(root, name)
+    lab = replace(server, root=root, prefix=prefix, kernel=name, workspace=name, seen=set())
+    try:
+        yield lab
+    finally:
+        killed = _end_kernels(lab)
+        shutil.rmtree(spec_dir, ignore_errors=True)
+    if killed:
+        raise RuntimeError(f"kernel processes outlived their shutdown and were killed: {killed}")

@@ -12,8 +12,8 @@ from pathlib import Path
 import playwright.sync_api as playwright_sync
 import pytest
 
-from .chromium import CHROMIUM_ARGS
-from .lab import Lab, running_lab
+from .chromium import Chromium, browser_context
+from .lab import Lab, lab_for
 
 __all__ = [
     "OUTSIDE",
@@ -52,36 +52,27 @@ def _refuse(route: playwright_sync.Route) -> None:
 
 @contextmanager
 def lab_page(
+    server: Lab,
+    chromium: Chromium,
     root: Path,
-    scratch: Path,
     env: Mapping[str, str],
-    chromium: Path,
     *,
     height: int = 1000,
     timeout_ms: float = 45_000,
     outside: Callable[[playwright_sync.Route], None] = _refuse,
 ) -> Iterator[tuple[Lab, playwright_sync.Page]]:
-    """Start JupyterLab serving ``root`` (see :func:`running_lab`) and a headless ``chromium``;
-    yield the server and a page whose requests to other hosts go to ``outside`` (refused by
-    default). The browser is closed, then the server stopped, on exit."""
-    launched: list[playwright_sync.Browser] = []
-    with playwright_sync.sync_playwright() as pw:
-
-        def launch() -> None:
-            # While the server starts up: the two take about as long, and neither needs the other.
-            launched.append(
-                pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
-            )
-
-        with running_lab(root, scratch, env, starting=launch) as lab:
-            browser = launched[0]
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": height})
-                page.set_default_timeout(timeout_ms)
-                page.route(OUTSIDE, outside)
-                yield lab, page
-            finally:
-                browser.close()
+    """Serve ``root`` (a folder under the shared server's root) from JupyterLab ``server``, its
+    kernels in environment ``env`` (see :func:`lab_for`), to a page of its own in ``chromium``;
+    yield the test's view of the server and the page, whose requests to other hosts go to
+    ``outside`` (refused by default). The page's context is closed, then the test's kernels
+    shut down, on exit."""
+    with (
+        lab_for(server, root, env) as lab,
+        browser_context(chromium, viewport={"width": 1400, "height": height}) as context,
+    ):
+        context.set_default_timeout(timeout_ms)
+        context.route(OUTSIDE, outside)
+        yield lab, context.new_page()
 
 
 def open_notebook(page: playwright_sync.Page, lab: Lab, name: str) -> None:
