@@ -48,6 +48,9 @@ def openai_fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     with FakeOpenAI(batch_seconds=0.3) as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-trace-0123456789")
+        # The fake ends a batch within 0.3 s: status checks every 30 s (the default) made the
+        # Batch API test wait one whole interval for an answer that was long there.
+        monkeypatch.setenv("FLOWNB_BATCH_POLL", "0.05")
         yield fake
 
 
