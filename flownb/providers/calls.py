@@ -498,11 +498,8 @@ class CallRunner:
                             else:
                                 gen = await _streamed(self.provider, call, sink)
                         finally:
-                            expired = (
-                                limit is not None
-                                and deadlines is not None
-                                and (deadlines.leave(limit))
-                            )
+                            # Whether the time limit, alone, cancelled the attempt.
+                            expired = deadlines.leave(limit) if deadlines and limit else False
                     except asyncio.CancelledError as exc:
                         if not expired:
                             raise
