@@ -3,7 +3,7 @@ loopback fake OpenAI server (30 ms answers, 10% 429 with ``Retry-After: 0``, 5% 
 ``kill -9``-ed 1.2 s after its first request, then run again to the end.
 
 Prints the share of the answers the server had sent before the kill that the re-run bought again
-(aim: at most 1%; the call cache commits each answer within a few milliseconds), and the wall
+(aim: at most 1%; the call cache journals each answer as it arrives), and the wall
 time of an uninterrupted run with the cache against one with ``--no-cache`` (aim: about 1, the
 cache costs no throughput).
 

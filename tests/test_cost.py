@@ -49,13 +49,28 @@ def _table(provider_id: str, model: str, inp: int, out: int, **kw: int) -> float
     ],
 )
 @pytest.mark.parametrize(
-    ("inp", "out", "cached"), [(7, 13, 0), (1234, 567, 0), (250_000, 900, 0), (2000, 40, 1500)]
+    ("inp", "out", "cached", "written"),
+    [
+        (7, 13, 0, 0),
+        (1234, 567, 0, 0),
+        (250_000, 900, 0, 0),
+        (2000, 40, 1500, 0),
+        (2000, 40, 0, 1500),  # each prompt-cache term is priced only when there are such tokens
+        (3000, 40, 1000, 1500),
+    ],
 )
 def test_call_cost_is_the_table_to_the_last_digit(
-    kind: str, table: str, model: str, inp: int, out: int, cached: int
+    kind: str, table: str, model: str, inp: int, out: int, cached: int, written: int
 ) -> None:
-    usage = {"prompt_tokens": inp, "completion_tokens": out, "cached_tokens": cached}
-    expected = _table(table, model, inp, out, cache_read_tokens=cached)
+    usage = {
+        "prompt_tokens": inp,
+        "completion_tokens": out,
+        "cached_tokens": cached,
+        "cache_write_tokens": written,
+    }
+    expected = _table(
+        table, model, inp, out, cache_read_tokens=cached or None, cache_write_tokens=written or None
+    )
     assert call_cost(kind, model, usage) == expected
 
 

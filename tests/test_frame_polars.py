@@ -125,3 +125,18 @@ def test_the_core_imports_neither_polars_nor_narwhals() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_polars_frame_flownb_hands_back_shows_each_dollar_as_written() -> None:
+    from flownb.show.escape import NO_MATH
+    from flownb.show.polars_frame import polars_html
+
+    df = pl.DataFrame({"a": ["costs $5 and $10"], "b": ["<b>"]})
+    out = text_flow().run_dataframe(df, progress=False)
+    html = polars_html(out)
+    assert html is not None and NO_MATH in html
+    assert "costs <span>$</span>5 and <span>$</span>10|&lt;b&gt;" in html  # the output cell
+    assert html.count("$") == 4  # the input cell's two and the output's two, each in a span
+    # Frames flownb did not hand back, derived ones included, look as polars shows them.
+    assert polars_html(df) == df._repr_html_()
+    assert polars_html(out.head()) == out.head()._repr_html_()

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from flownb.providers.openai.transport import _decoded, _encoded
+from flownb.providers.openai.transport import _decoded, _encoded, _has_long_number
 
 BODIES = [
     {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "héllo ✓ 日本"}]},
@@ -37,6 +40,8 @@ def test_a_request_body_reads_back_as_jsons_would(body: dict) -> None:
         b'{"cost": NaN, "x": Infinity}',
         b'{"text": "\\ud800"}',
         b'{"big": 123456789012345678901234567890}',
+        b'{"id": 18446744073709551616, "n": 1234567890123456789}',
+        b'{"small": -9223372036854775808, "text": "1234567890123456789"}',
     ],
 )
 def test_an_answer_decodes_as_jsons_would(raw: bytes) -> None:
@@ -52,3 +57,19 @@ def test_an_answer_decodes_as_jsons_would(raw: bytes) -> None:
 def test_what_is_not_json_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         _decoded(b"<html>bad gateway</html>")
+
+
+_DIGITS_AND_MORE = st.text(alphabet="0123456789 a.-\u0663", max_size=80).map(str.encode)
+
+
+@given(st.binary(max_size=80) | _DIGITS_AND_MORE)
+def test_a_long_number_is_found_wherever_it_is(raw: bytes) -> None:
+    # The check that sends an answer to json (which keeps integers past 64 bits exact) finds
+    # exactly the answers with 19 ASCII digits in a row, as a regex says.
+    assert _has_long_number(raw) == (re.search(rb"[0-9]{19}", raw) is not None)
+
+
+def test_an_integer_past_64_bits_stays_exact() -> None:
+    got = _decoded(b'{"a": 18446744073709551617, "b": [-18446744073709551617]}')
+    assert got == {"a": 2**64 + 1, "b": [-(2**64) - 1]}
+    assert type(got["a"]) is int

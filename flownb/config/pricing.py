@@ -204,7 +204,14 @@ def _table_price(
         return NAN if exact is None else float(exact)
     per_in, per_out, per_read, per_write = rates
     fresh = max(0, inp - cached - written)
-    return float(fresh * per_in + out * per_out + cached * per_read + written * per_write)
+    total = fresh * per_in + out * per_out
+    # Most calls read and write no prompt cache: their zero terms (a Decimal product and sum
+    # each, on every call) would not change the total.
+    if cached:
+        total += cached * per_read
+    if written:
+        total += written * per_write
+    return float(total)
 
 
 @functools.lru_cache(maxsize=64)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..flowfile.inputs import to_text
+from ..show.polars_frame import mark_polars
 
 if TYPE_CHECKING:
     import narwhals as nw
@@ -97,4 +98,6 @@ def _back(native: nw.DataFrame[Any], result: pd.DataFrame) -> Any:
     for name in result.columns:
         if name not in native.columns:
             changed.append(nw.new_series(name, _values(result[name]), nw.String(), backend=backend))
-    return native.with_columns(changed).to_native() if changed else native.to_native()
+    if not changed:
+        return native.to_native()  # the caller's own frame: shown as its library shows it
+    return mark_polars(native.with_columns(changed).to_native())

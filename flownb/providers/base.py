@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from ..config import pricing
 from ..infra.unicode import replace_lone_surrogates
 from ..show.notices import warn
 
@@ -338,12 +339,10 @@ class Provider(ABC):
     def cost(self, gen: Generation) -> float:
         """Return what ``gen`` cost in US dollars, from its model and usage, or for an image
         priced per image from what its request asked for (NaN: unknown)."""
-        from ..config.pricing import call_cost, image_call_cost
-
         kind = self.price_kind or self.name
         if gen.priced_as is not None:
-            return image_call_cost(kind, gen.model, gen.usage, gen.priced_as, self.prices)
-        return call_cost(kind, gen.model, gen.usage, self.prices, self.price_as)
+            return pricing.image_call_cost(kind, gen.model, gen.usage, gen.priced_as, self.prices)
+        return pricing.call_cost(kind, gen.model, gen.usage, self.prices, self.price_as)
 
     def prompt_cache_saving(self, gen: Generation) -> float | None:
         """Return what the provider's prompt caching saved on ``gen`` at list price: its cost

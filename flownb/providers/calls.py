@@ -33,7 +33,7 @@ import asyncio
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,7 @@ from ..infra import tracing
 from ..infra.unicode import replace_lone_surrogates
 from .base import Call, Generation, Provider
 from .callplan import NodeCalls, node_calls
+from .deadlines import Deadlines
 from .inflight import count_sent
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 from .wire import WIRE, Wire
@@ -246,6 +247,8 @@ class CallRunner:
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
         self._traced = tracing.tracer() is not None
+        # Every attempt's time limit, on one timer for the run (see deadlines).
+        self._deadlines = Deadlines(timeout) if timeout is not None else None
         # The endpoint's address and port, for the spans (server.address, server.port).
         self._server = (
             tracing.server_of(provider.identity().get("base_url")) if self._traced else None
@@ -326,33 +329,35 @@ class CallRunner:
             return None
         return hit
 
-    async def __call__(self, call: Call) -> Generation:
-        """Return the generation for ``call`` (from the cache, a twin call, or the provider),
-        as an OpenTelemetry span when a tracer provider is configured (see flownb.infra.tracing).
+    def __call__(self, call: Call) -> Coroutine[Any, Any, Generation]:
+        """Return (to await) the generation for ``call`` (from the cache, a twin call, or the
+        provider), as an OpenTelemetry span when a tracer provider is configured (see
+        flownb.infra.tracing).
 
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
-        if span is None:
-            return await self._answer(call)
-        try:
-            gen = await self._answer(call)
-        except BaseException as exc:
-            tracing.end_call(span, None, exc)
-            raise
-        tracing.end_call(span, gen)
-        return gen
+        # Not a coroutine itself: an untraced call (the usual one) is _answer's coroutine, one
+        # frame less for every resumption of every call.
+        if self._traced:
+            return self._spanned(call, None)
+        return self._answer(call)
 
-    async def stream(self, call: Call, sink: TextSink | None) -> Generation:
-        """Return the generation for ``call`` as :meth:`__call__` does, handing its text to
-        ``sink`` as the provider streams it (``None``: not streamed). A text answer served by
-        the cache or by an identical call in flight reaches ``sink`` in one piece.
+    def stream(self, call: Call, sink: TextSink | None) -> Coroutine[Any, Any, Generation]:
+        """Return (to await) the generation for ``call`` as :meth:`__call__` does, handing its
+        text to ``sink`` as the provider streams it (``None``: not streamed). A text answer
+        served by the cache or by an identical call in flight reaches ``sink`` in one piece.
 
         Raises:
             ProviderError (or a subclass): the provider failed for good.
         """
-        span = tracing.call_span(self.provider.name, call, self._server) if self._traced else None
+        if self._traced:
+            return self._spanned(call, sink)
+        return self._answer(call, sink)
+
+    async def _spanned(self, call: Call, sink: TextSink | None) -> Generation:
+        """Return :meth:`_answer`'s generation for ``call``, inside its span (if one is made)."""
+        span = tracing.call_span(self.provider.name, call, self._server)
         if span is None:
             return await self._answer(call, sink)
         try:
@@ -390,7 +395,18 @@ class CallRunner:
         fut.add_done_callback(_consume)
         self._in_flight[key] = fut
         try:
-            gen = await self._attempts(call, sink)
+            # _attempts, written out: one frame less for every resumption of every call.
+            if sink is not None:
+                sink = _Restartable(sink)
+            failed: Exception | None = None
+            try:
+                gen = await self._attempt(call, sink)
+            except Exception as exc:
+                if not self.retries or not retryable(exc):
+                    raise
+                failed = exc
+            if failed is not None:
+                gen = await self._retried(call, sink, failed)
         except Exception as exc:
             fut.set_exception(exc)
             raise
@@ -471,8 +487,28 @@ class CallRunner:
                     wire = Wire()
                     mark = WIRE.set(wire)
                     began = time.perf_counter()
+                    # The provider's answer, in this frame (not a coroutine of its own: one
+                    # frame less for every resumption of every call), within the time limit.
+                    deadlines = self._deadlines
+                    limit = None if deadlines is None or task is None else deadlines.enter(task)
                     try:
-                        gen = await self._generate(call, level, seq, sink)
+                        try:
+                            if sink is None:
+                                gen = await self.provider.generate(call)
+                            else:
+                                gen = await _streamed(self.provider, call, sink)
+                        finally:
+                            # Whether the time limit, alone, cancelled the attempt.
+                            expired = deadlines.leave(limit) if deadlines and limit else False
+                    except asyncio.CancelledError as exc:
+                        if not expired:
+                            raise
+                        raise self._timed_out() from _timeout_of(exc)
+                    except TimeoutError as exc:  # the provider's own time limit
+                        raise self._timed_out() from exc
+                    except RateLimited as exc:
+                        limiter.rejected(level, seq, exc.rate_limits)
+                        raise
                     finally:
                         WIRE.reset(mark)
                         count_sent(-1)
@@ -523,27 +559,12 @@ class CallRunner:
             self._table = asyncio.get_running_loop().run_in_executor(None, pricing.load_table)
         return self._table
 
-    async def _generate(
-        self, call: Call, level: int, seq: int, sink: TextSink | None = None
-    ) -> Generation:
-        try:
-            if self.timeout is None:
-                if sink is None:
-                    return await self.provider.generate(call)
-                return await _streamed(self.provider, call, sink)
-            # One time limit for the whole attempt, streamed or not: the same bound either way.
-            async with asyncio.timeout(self.timeout):
-                if sink is None:
-                    return await self.provider.generate(call)
-                return await _streamed(self.provider, call, sink)
-        except TimeoutError as exc:
-            raise ProviderTimeout(
-                f"{self.provider.name} did not answer within {self.timeout:g} s",
-                provider=self.provider.name,
-            ) from exc
-        except RateLimited as exc:
-            self.limiter.rejected(level, seq, exc.rate_limits)
-            raise
+    def _timed_out(self) -> ProviderTimeout:
+        """Return the error of an attempt that did not answer within the time limit."""
+        return ProviderTimeout(
+            f"{self.provider.name} did not answer within {self.timeout:g} s",
+            provider=self.provider.name,
+        )
 
     def _before_sleep(self, state: RetryCallState) -> None:
         """Count the retry (see :func:`retries_to`) and announce one that waits over
@@ -576,6 +597,7 @@ class CallRunner:
             self._waiting.discard(task)
 
     async def _attempts(self, call: Call, sink: TextSink | None = None) -> Generation:
+        """Return the generation of the first attempt that succeeds (the first, usually)."""
         if sink is not None:
             sink = _Restartable(sink)
         try:
@@ -583,7 +605,16 @@ class CallRunner:
         except Exception as exc:
             if not self.retries or not retryable(exc):
                 raise
-            failed: BaseException | None = exc
+            failed = exc
+        return await self._retried(call, sink, failed)
+
+    async def _retried(self, call: Call, sink: TextSink | None, failed: Exception) -> Generation:
+        """Return the generation of the first retry that succeeds, the first attempt having
+        ``failed`` (retryable).
+
+        Raises:
+            ProviderError (or a subclass): the last attempt's failure.
+        """
         # Tenacity takes over from the failed first attempt: it is replayed as tenacity's
         # attempt 1 so its wait (Retry-After or backoff) and the attempt count stay exact.
         # Imported at the first retry, not with flownb (a provider's warm-up imports it early).
@@ -597,11 +628,12 @@ class CallRunner:
             before_sleep=self._before_sleep,
             reraise=True,
         )
+        replay: Exception | None = failed
         async for attempt in retrying:
             with attempt:
-                if failed is not None:
-                    replay, failed = failed, None
-                    raise replay
+                if replay is not None:
+                    first, replay = replay, None
+                    raise first
                 return await self._attempt(call, sink)
         raise AssertionError("unreachable")  # pragma: no cover - reraise=True raises above
 
@@ -648,6 +680,14 @@ async def _streamed(provider: Provider, call: Call, sink: TextSink) -> Generatio
             provider=provider.name,
         )
     return gen
+
+
+def _timeout_of(cancelled: asyncio.CancelledError) -> TimeoutError:
+    """Return the ``TimeoutError`` an attempt cancelled by its time limit ends in, as
+    ``asyncio.timeout`` raises it (from the cancellation)."""
+    timeout = TimeoutError()
+    timeout.__cause__ = cancelled
+    return timeout
 
 
 def _hand_over(sink: TextSink | None, gen: Generation) -> None:

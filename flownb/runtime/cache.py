@@ -6,26 +6,28 @@ kind, every model parameter and the rendered prompt, so a change to any of them 
 Only successes are stored (``put`` is called with generations, errors never reach it); a re-run
 of an interrupted or partly failed batch therefore calls the provider only for what is missing.
 
-Each answer is committed as it arrives. :meth:`CallCache.put` commits before it returns (one
-small transaction, WAL, ``synchronous=NORMAL``: no fsync per commit) on a connection whose lock
-wait is 10 ms at most. On an event loop, :meth:`CallCache.put_soon` only encodes the answer and
-queues it (lookups see it at once): the cache's writer thread commits what is queued, in one
-transaction, as soon as it runs, then every 2 ms while answers keep coming (a busy run does not
-wake it once per answer: a wake cost more CPU than the commit). The commit is CPU spent per row
-whatever the grouping (SQLite writes each answer's page of the table to the WAL: about 30-35 us
-an answer alone or eight to a transaction), so what moving it off the loop buys is the loop's
-time: at high concurrency the loop thread is what bounds a run, and SQLite works without the
-GIL beside it. A committed WAL transaction survives the death of the process (only a power
-loss can take the last ones back), so ``kill -9`` loses only what is queued and not yet
-committed. On a machine whose CPUs are taken the thread may wait tens of milliseconds for one,
-so when an answer has waited over 5 ms the event loop, putting the next, commits the queue
-itself. Measured at concurrency 8 with 30 ms answers (the kill -9 test's run): an answer waited
-0.4 ms for its commit (median; 4 ms at the 99th percentile) at load 3.5 on 2 cores; beside two
-CPU hogs at load 13-17, 2-7 ms (40-75 ms), where the former commit at the loop's next turn
-waited 0.7 ms (65-90 ms, once 430 ms). Killed 1.2 s into a 1,000-row run beside two hogs, the
-re-runs bought again 0, 2, 0 and 0 of 79-292 answers received (the former commit: 6, 0, 15 and
-0 of 98-175). When the database is locked by another process, the entries stay queued and the
-writer retries every 0.25 s while the lock lasts.
+Each answer is safe from a crash of the process as soon as it arrives. :meth:`CallCache.put`
+commits before it returns (one small transaction, WAL, ``synchronous=NORMAL``: no fsync per
+commit) on a connection whose lock wait is 10 ms at most. On an event loop,
+:meth:`CallCache.put_soon` encodes the answer, appends it to this process's journal (one
+``write`` of one line, about 1.5 us: see :mod:`flownb.runtime.cache_journal`) and queues it
+(lookups see it at once); the cache's writer thread folds the queue into SQLite in one
+transaction every 50 ms while answers keep coming, and a run's end folds what is left. A
+commit's CPU is per answer and falls with the answers per transaction (SQLite writes the pages
+an insert touched to the WAL): about 27 us alone, 14 at eight and 7 at 64 on a young cache,
+so folding tens at a time is what makes the cache cheap, and the journal is what makes it
+safe to wait: a process killed with answers not yet folded leaves its journal behind, and the
+next process to open the cache folds it first, so a re-run after a ``kill -9`` buys none of
+the answers the killed run received (at most the one being written as it died, whose cut-short
+line is skipped). A power loss can take back the last answers, as it can SQLite's last commits.
+Another process sees an answer once it is folded: a twin call there meanwhile is bought
+twice, as one in flight always was (the in-flight de-duplication is per process).
+
+Without a journal (its folder cannot be written) the writer thread commits the queue as soon
+as it runs, then every 2 ms while answers come; when an answer has waited over 5 ms (the
+thread found no CPU) the event loop, putting the next, commits the queue itself. When the
+database is locked by another process, the entries stay queued (and journaled) and the writer
+retries every 0.25 s while the lock lasts.
 
 A miss that a bulk lookup (:meth:`CallCache.get_many`, a lookahead chunk's) found is trusted
 for ``TRUST_MISS`` (10 s; see :meth:`flownb.providers.calls.CallRunner.missing`): the call made
@@ -44,6 +46,7 @@ several processes share it. A forked child opens connections, locks and a writer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -66,6 +69,7 @@ from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
 from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
+from .cache_journal import Journal, journal_dir, orphans, read_lines
 
 __all__ = ["CACHE_FILE", "CallCache", "open_cache"]
 
@@ -80,18 +84,69 @@ _RETRY_AFTER = 0.25  # seconds between commit attempts while the database is loc
 # Seconds between the writer thread's commits while answers keep coming: what a kill -9 can
 # lose is what arrived within this window (and the thread's wait for a CPU and the GIL).
 _POLL = 0.002
-# Seconds an answer may wait for the writer thread before the event loop, putting another,
-# commits the queue itself: on a machine whose CPUs are taken, the thread may wait tens of
-# milliseconds for one, and what is queued is what a kill -9 loses.
+# Without a journal: seconds an answer may wait for the writer thread before the event loop,
+# putting another, commits the queue itself: on a machine whose CPUs are taken, the thread may
+# wait tens of milliseconds for one, and what is queued is what a kill -9 loses.
 _LAG_BOUND = 0.005
+# With a journal (every answer already safe from a kill -9 in it): seconds between the writer
+# thread's folds of the journal into SQLite while answers keep coming. A fold commits all
+# that came meanwhile in one transaction, and a commit costs CPU per answer that falls with
+# the answers per transaction (about 27 us alone, 14 at eight, 7 at 64 on a young cache): at a
+# few hundred answers a second, 50 ms makes tens to a transaction. Another process sees an
+# answer once folded (a run's end folds everything: see Engine), so a twin call there within
+# this window is bought twice, as one in flight always was.
+_FOLD_EVERY = 0.05
+# Bytes a journal may grow to while answers keep coming (it is emptied whenever a fold leaves
+# nothing queued): what a crash leaves to be read again, at most a few seconds of answers.
+_JOURNAL_MAX = 8 << 20
 
+# A table with a rowid and a unique index on the key: a new answer is appended to the table's
+# last page and only its key (72 bytes, not the whole answer) goes where the key sorts, so a
+# commit writes a few pages where the former table keyed by the key (WITHOUT ROWID) wrote a
+# page per answer: 30-45% less CPU per answer. Its three columns are the former table's, in
+# its order, so ``INSERT ... VALUES (?, ?, ?)`` of an older flownb still works on it.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
-    key TEXT PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
     value TEXT NOT NULL,
     created REAL NOT NULL
-) WITHOUT ROWID
+)
 """
+_OLD_TABLE = "calls_keyed"  # the former table, while its rows are copied over (one transaction)
+
+
+def _ensure_schema(db: sqlite3.Connection) -> None:
+    """Create the table, or move a cache file written before it had a rowid to it (once, in
+    one transaction: another process opening it meanwhile waits, then finds it moved). A file
+    already in shape is only read (it may be read-only)."""
+
+    def shape() -> str | None:
+        row = db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'calls'"
+        ).fetchone()
+        if row is None:
+            return None
+        return "keyed" if "WITHOUT ROWID" in row[0].upper() else "rowid"
+
+    if shape() == "rowid":
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        found = shape()  # again, under the write lock: another process may have done it
+        if found is None:
+            db.execute(_SCHEMA)
+        elif found == "keyed":
+            db.execute(f"ALTER TABLE calls RENAME TO {_OLD_TABLE}")
+            db.execute(_SCHEMA)
+            db.execute(
+                "INSERT OR REPLACE INTO calls SELECT key, value, created FROM "
+                f"{_OLD_TABLE} ORDER BY created"
+            )
+            db.execute(f"DROP TABLE {_OLD_TABLE}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _connect(path: Path, timeout: float) -> sqlite3.Connection:
@@ -149,7 +204,7 @@ class CallCache:
             # Two connections: lookups on the event loop never wait behind a commit (WAL lets a
             # reader and a writer work at once).
             self._db = _connect(self.path, self.busy_timeout)
-            self._db.execute(_SCHEMA)
+            _ensure_schema(self._db)
             self._wdb = _connect(self.path, self.busy_timeout)
             # For commits on the caller's thread: never waits long for another process's lock
             # (the writer thread, with the full timeout, takes over when it would).
@@ -177,6 +232,14 @@ class CallCache:
         self._writer: threading.Thread | None = None
         self._inline_ok = True  # False after a commit on the caller's thread found a lock
         self._closed = False
+        # The journal that answers queued by put_soon are appended to (made at the first, None
+        # when it cannot be: the cache then commits as it did without one), whether it holds
+        # lines, and the journals swapped out by a fold whose commit has not yet succeeded.
+        self._journal: Journal | None = None
+        self._journal_ok = True
+        self._journaled = False
+        self._retired: list[Journal] = []
+        self._fold_orphans()
         _open_caches.add(self)
 
     def after_fork_in_child(self) -> None:
@@ -189,6 +252,10 @@ class CallCache:
         if self._closed:
             return
         _inherited.extend((self._db, self._wdb, self._idb))
+        for journal in (self._journal, *self._retired):
+            if journal is not None:
+                journal.forget_in_child()  # the parent's: it folds and deletes them
+        self._journal, self._journaled, self._retired = None, False, []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._bell = queue.SimpleQueue()
@@ -252,11 +319,14 @@ class CallCache:
                         values[key] = queued
                 rest = [k for k in rest if k not in values]
             try:
-                for start in range(0, len(rest), _IN_CHUNK):
-                    chunk = rest[start : start + _IN_CHUNK]
-                    marks = ",".join("?" * len(chunk))
-                    query = f"SELECT key, value FROM calls WHERE key IN ({marks})"
-                    values.update(self._db.execute(query, chunk).fetchall())
+                # One read transaction: the rowids found stay those rows' until the second
+                # query (another process replacing a row gives it a new rowid).
+                self._db.execute("BEGIN")
+                try:
+                    for start in range(0, len(rest), _IN_CHUNK):
+                        values.update(self._rows_of(rest[start : start + _IN_CHUNK]))
+                finally:
+                    self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._failed(exc)
         found = {}
@@ -266,6 +336,21 @@ class CallCache:
             if gen is not None:
                 found[key] = gen
         return found
+
+    def _rows_of(self, keys: list[str]) -> list[tuple[str, str]]:
+        """Return the stored (key, value) of ``keys`` (at most :data:`_IN_CHUNK`): the rows'
+        places from the key index alone, then the rows in the order they lie in the table.
+        Read in key order, a large cache's table pages were read again and again, once per
+        row on them (2.5x the time a row at 200,000 answers)."""
+        marks = ",".join("?" * len(keys))
+        places = self._db.execute(f"SELECT rowid FROM calls WHERE key IN ({marks})", keys)
+        ids = sorted(r for (r,) in places)
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        return self._db.execute(
+            f"SELECT key, value FROM calls WHERE rowid IN ({marks})", ids
+        ).fetchall()
 
     def _decode(self, value: str) -> Generation | None:
         try:
@@ -303,23 +388,87 @@ class CallCache:
         self._store()
 
     def put_soon(self, key: str, gen: Generation) -> None:
-        """Store a successful generation as :meth:`put` does, committed by the writer thread
-        as soon as it runs, together with every other answer queued meanwhile (see the module
-        docstring): the caller (the event loop) only encodes and queues it, unless the writer
-        has left an entry waiting longer than :data:`_LAG_BOUND` (it found no CPU), when the
-        caller commits the queue itself. Lookups see it at once (it is queued)."""
+        """Store a successful generation as :meth:`put` does, for a caller on an event loop:
+        the answer is encoded, appended to this process's journal (safe from a ``kill -9``
+        when this returns) and queued, and the writer thread folds what is queued into the
+        database every :data:`_FOLD_EVERY` seconds while answers come (see the module
+        docstring). Lookups see it at once (it is queued).
+
+        Without a journal (its folder cannot be written) the writer commits what is queued as
+        soon as it runs and then every :data:`_POLL` seconds, and when it has left an entry
+        waiting over :data:`_LAG_BOUND` (it found no CPU) the caller commits the queue itself.
+        """
         value = _encode_quick(gen)
-        now = time.perf_counter()
+        if self._journal is None and self._journal_ok:
+            self._open_journal()
         with self._lock:
             self._pending[key] = value
-            since = self._since
-            if since is None:
-                self._since = since = now
             rung, self._rung = self._rung, True
-        if now - since > _LAG_BOUND:
+            # Read under the lock: a fold swaps journals under it.
+            journal = self._journal
+            if journal is not None:
+                try:
+                    # Under the lock: a fold takes the queue and swaps the journal at once, so
+                    # a journal holds exactly the answers of the queue it was swapped out with.
+                    journal.append(key, value)
+                    self._journaled = True
+                except OSError as exc:
+                    journal = None
+                    self._journal_failed(exc)
+            lagging = False
+            if journal is None:
+                now = time.perf_counter()
+                since = self._since
+                if since is None:
+                    self._since = since = now
+                lagging = now - since > _LAG_BOUND
+        if lagging:
             self._store_inline()
         if not rung:
             self._ring()  # even after an inline commit: the writer then resets _rung, idle
+
+    def _open_journal(self) -> None:
+        """Make this process's journal (at its first answer, not when the cache opens: most
+        opened caches store nothing); without one when it cannot be made."""
+        with self._lock:
+            if self._journal is None and self._journal_ok:
+                try:
+                    self._journal = Journal(journal_dir(self.path))
+                except OSError as exc:
+                    self._journal_failed(exc)
+
+    def _journal_failed(self, exc: OSError) -> None:
+        """Go on without a journal (the lock held): answers are committed one by one again."""
+        self._journal_ok = False
+        if self._journal is not None:
+            self._retired.append(self._journal)  # its lines are queued: deleted once committed
+            self._journal = None
+        warn(
+            f"the call cache's journal in {journal_dir(self.path)} cannot be written ({exc}); "
+            "answers are committed one by one",
+            RuntimeWarning,
+        )
+
+    def _fold_orphans(self) -> None:
+        """Fold into the database the journals of processes that died before folding them
+        (a ``kill -9``): the answers they received are found from now on."""
+        try:
+            with orphans(journal_dir(self.path)) as found, self._write_lock:
+                rows = [row for _, data in found for row in read_lines(data)]
+                if rows:
+                    now = time.time()
+                    self._wdb.execute("BEGIN")
+                    try:
+                        self._wdb.executemany(
+                            "INSERT OR REPLACE INTO calls VALUES (?, ?, ?)",
+                            [(k, v, now) for k, v in rows],
+                        )
+                        self._wdb.execute("COMMIT")
+                    except BaseException:
+                        self._wdb.execute("ROLLBACK")
+                        raise
+        except (OSError, sqlite3.Error) as exc:
+            self._failed(exc)  # they stay, for the next process that opens the cache
 
     def _ring(self) -> None:
         """Wake the writer thread (started on first use)."""
@@ -374,21 +523,25 @@ class CallCache:
         self._commit()
 
     def _write_loop(self) -> None:
-        """The writer thread: commit what is queued, in one transaction, each time it is woken
-        and then every :data:`_POLL` seconds while answers keep coming (the puts meanwhile do
-        not wake it: a wake per answer cost more CPU than the commit), until a poll finds the
-        queue empty."""
+        """The writer thread: commit what is queued, in one transaction, every
+        :data:`_FOLD_EVERY` seconds after it is woken (without a journal: at once, then every
+        :data:`_POLL` seconds) while answers keep coming (the puts meanwhile do not wake it: a
+        wake per answer cost more CPU than the commit), until a fold finds the queue empty."""
         bell = self._bell
         while True:
             bell.get()  # waits without the GIL
             while not self._closed:
+                if self._journal is not None:
+                    # Let answers gather for one transaction: the journal keeps them safe.
+                    time.sleep(_FOLD_EVERY)
                 try:
                     committed = self._commit()
                 except sqlite3.ProgrammingError:
                     return  # closed meanwhile: close() committed what there was
                 if committed:
                     self._inline_ok = True
-                    time.sleep(_POLL)
+                    if self._journal is None:
+                        time.sleep(_POLL)
                 else:
                     # Locked by another process or a disk error: the entries stay queued (and
                     # visible to lookups); try again shortly rather than in a tight loop.
@@ -412,12 +565,26 @@ class CallCache:
             return self._commit_with(self._wdb)
 
     def _commit_with(self, db: sqlite3.Connection, quiet: bool = False) -> bool:
-        """Commit the queue through ``db`` (the write lock held); ``quiet``: a failure is not
-        recorded (another attempt follows)."""
+        """Commit the queue through ``db`` (the write lock held), then empty or delete the
+        journals that held it; ``quiet``: a failure is not recorded (another attempt follows)."""
+        fresh = self._fresh_journal()
         with self._lock:
-            if not self._pending:
-                return True
+            if fresh is not None and self._journal is not None:
+                # The answers put from now on go to a new journal; the old one holds `rows`.
+                self._retired.append(self._journal)
+                self._journal, self._journaled = fresh, False
+                fresh = None
             rows = list(self._pending.items())
+            done = list(self._retired)
+            if not rows:  # nothing to commit: what the journals held was dropped
+                self._retired = []
+                self._empty_journal()
+        if fresh is not None:
+            fresh.retire()  # not needed after all (another commit swapped meanwhile)
+        if not rows:
+            for journal in done:
+                journal.retire()
+            return True
         now = time.time()
         try:
             if len(rows) == 1:  # the usual case: one statement, its own transaction (autocommit)
@@ -437,7 +604,8 @@ class CallCache:
             raise  # closed: a bug of ours, not the disk's
         except sqlite3.Error as exc:
             # Locked past the timeout or a disk error: keep the entries (the generations
-            # themselves already reached the caller) and try again at the next commit.
+            # themselves already reached the caller, and the journals keep them safe) and try
+            # again at the next commit.
             if not quiet:
                 self._failed(exc)
             return False
@@ -448,7 +616,36 @@ class CallCache:
                     del pending[k]
             # What is left was queued after the rows were taken: it waits from about now.
             self._since = time.perf_counter() if pending else None
+            self._retired = [j for j in self._retired if j not in done]
+            if not pending:
+                self._empty_journal()
+        for journal in done:  # every answer they held is committed
+            journal.retire()
         return True
+
+    def _empty_journal(self) -> None:
+        """Empty the current journal when nothing is queued (the lock held): every line in it
+        is committed (or was dropped). While answers keep coming it grows instead, and a
+        commit swaps it for a new one past :data:`_JOURNAL_MAX` (making one costs more than a
+        commit saves, so not at every fold)."""
+        if self._journaled and self._journal is not None:
+            try:
+                self._journal.empty()
+            except OSError:
+                return  # its lines are committed: read again after a crash, they change nothing
+            self._journaled = False
+
+    def _fresh_journal(self) -> Journal | None:
+        """Return a new journal for the answers put after this commit takes the queue, when
+        the current one has grown past :data:`_JOURNAL_MAX` (made before the lock is taken:
+        it is a few system calls)."""
+        journal = self._journal
+        if journal is None or journal.size < _JOURNAL_MAX:
+            return None
+        try:
+            return Journal(journal_dir(self.path))
+        except OSError:
+            return None  # the current one goes on growing
 
     def forget_media(self, names: Iterable[str]) -> int:
         """Drop every entry (queued or stored) whose answer is one of the images ``names``
@@ -501,10 +698,13 @@ class CallCache:
             return self._db.execute("SELECT count(*) FROM calls").fetchone()[0]
 
     def clear(self) -> None:
-        """Forget every entry."""
+        """Forget every entry (those in dead processes' journals too)."""
         with self._write_lock:
             with self._lock:
                 self._pending.clear()
+            self._commit_with(self._wdb, quiet=True)  # nothing queued: retires the journals
+            with contextlib.suppress(OSError), orphans(journal_dir(self.path)):
+                pass  # deleted unread
             self._wdb.execute("DELETE FROM calls")
 
     def close(self) -> None:
@@ -518,6 +718,14 @@ class CallCache:
             self._wdb.close()
             self._idb.close()
             self._db.close()
+            for journal in (self._journal, *self._retired):
+                if journal is None:
+                    continue
+                if self._pending:
+                    journal.close()  # not committed: left for the next process to fold
+                else:
+                    journal.retire()
+            self._journal, self._retired = None, []
 
 
 def _encode_quick(gen: Generation) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InputError, Problem, ProviderError
-from ..infra import tracing
+from ..infra import collector, tracing
 from ..providers.base import Call, Generation, Provider
 from ..providers.calls import CallRunner, Gate
 from ..providers.inflight import finish
@@ -555,12 +555,15 @@ class Engine:
         # More workers than slots: elements waiting out a retry's backoff hold no slot, and
         # the others keep every slot busy meanwhile.
         n_workers = min(len(batch), 2 * concurrency)
-        workers = [asyncio.ensure_future(worker()) for _ in range(n_workers)]
-        try:
-            await finish(runner, workers)
-        finally:
-            if runner.cache is not None:
-                runner.cache.flush()
+        # A call's objects die with it: the youngest generation is collected less often while
+        # the calls are made (see flownb.infra.collector.young).
+        with collector.young():
+            workers = [asyncio.ensure_future(worker()) for _ in range(n_workers)]
+            try:
+                await finish(runner, workers)
+            finally:
+                if runner.cache is not None:
+                    runner.cache.flush()
 
 
 def _not_lost(level: Sequence[Step], lost: set[int]) -> tuple[Step, ...]:

@@ -15,17 +15,41 @@ the pandas ones.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from .display import edge_rows, image_label, is_media_file_url, names_media_files
+from .escape import no_math
 
-__all__ = ["polars_html", "polars_text", "with_image_labels"]
+__all__ = ["mark_polars", "polars_html", "polars_text", "with_image_labels"]
 
 # How many non-empty cells of a text column are read to tell an image column (as for pandas).
 SAMPLE = 200
 # The rows polars shows when POLARS_FMT_MAX_ROWS is not set (its documented default).
 POLARS_ROWS = 10
+
+
+# id -> weak reference of each polars frame flownb handed back (polars frames are unhashable,
+# so no WeakSet); an entry leaves as its frame is collected.
+_HANDED_BACK: dict[int, weakref.ref[Any]] = {}
+
+
+def mark_polars(df: Any) -> Any:
+    """Return ``df`` (the same object), marked as a frame flownb handed back: its HTML view
+    shows every ``$`` as written."""
+    key = id(df)
+
+    def forget(_gone: weakref.ref[Any]) -> None:
+        _HANDED_BACK.pop(key, None)
+
+    _HANDED_BACK[key] = weakref.ref(df, forget)
+    return df
+
+
+def _handed_back(df: Any) -> bool:
+    ref = _HANDED_BACK.get(id(df))
+    return ref is not None and ref() is df
 
 
 def with_image_labels(df: Any) -> Any:
@@ -45,12 +69,18 @@ def polars_text(df: Any, p: Any, cycle: bool) -> None:
 
 
 def polars_html(df: Any) -> str | None:
-    """Return polars' own HTML table of ``df`` with image cells described."""
+    """Return polars' own HTML table of ``df`` with image cells described; for a frame flownb
+    handed back (:func:`mark_polars`), with every ``$`` shown as written."""
     try:
         shown: str | None = _shown(df, lambda frame: frame._repr_html_())
     except Exception:  # a frame we do not handle: polars' own table, never a broken cell
-        shown = df._repr_html_()
-    return shown
+        return df._repr_html_()
+    if shown is None or not _handed_back(df):
+        return shown
+    # polars writes no "$" of its own (its tags and style have none, and it escapes the
+    # cells), so every one is a cell's or a column name's: each in a span of its own, in an
+    # element the front ends' math typesetters skip, as flownb's pandas view does.
+    return no_math(shown.replace("$", "<span>$</span>"), css="flownb-frame")
 
 
 def _shown(df: Any, view: Callable[[Any], Any]) -> Any:
