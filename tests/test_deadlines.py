@@ -95,3 +95,26 @@ def test_another_cancellation_is_not_a_timeout() -> None:
         assert (await _hold(deadlines, 10.0))[0] == "timed out"
 
     asyncio.run(main())
+
+
+def test_a_providers_own_time_limit_with_no_run_limit_is_a_provider_timeout() -> None:
+    # A runner made with no time limit of its own: the provider's TimeoutError still becomes
+    # ProviderTimeout, worded without a number (it once formatted None and raised TypeError).
+    from typing import ClassVar
+
+    from flownb.providers.base import Call, Generation, Provider
+    from flownb.providers.calls import CallRunner
+
+    class SlowVendor(Provider):
+        name: ClassVar[str] = "slow-vendor"
+        cacheable: ClassVar[bool] = False
+
+        async def generate(self, call: Call) -> Generation:
+            raise TimeoutError("the vendor's client gave up")
+
+    async def ask() -> Generation:
+        runner = CallRunner(SlowVendor(), concurrency=1, retries=0)
+        return await runner(Call("text", "hello"))
+
+    with pytest.raises(flownb.ProviderTimeout, match="slow-vendor did not answer in time"):
+        asyncio.run(ask())

@@ -560,10 +560,11 @@ class CallRunner:
         return self._table
 
     def _timed_out(self) -> ProviderTimeout:
-        """Return the error of an attempt that did not answer within the time limit."""
+        """Return the error of an attempt that did not answer within the time limit (the run's,
+        or, when the run set none, the provider's own)."""
+        within = f"within {self.timeout:g} s" if self.timeout is not None else "in time"
         return ProviderTimeout(
-            f"{self.provider.name} did not answer within {self.timeout:g} s",
-            provider=self.provider.name,
+            f"{self.provider.name} did not answer {within}", provider=self.provider.name
         )
 
     def _before_sleep(self, state: RetryCallState) -> None:
