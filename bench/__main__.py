@@ -2,7 +2,8 @@
 
 Each benchmark measures its own reference in the same run (a plain loop, the ideal bound, a bare
 FastAPI route, the DataFrame's size), so the ratios are comparable across noisy machines where
-absolute times are not. ``python -m bench NAME ...`` runs only the named ones;
+absolute times are not. ``python -m bench NAME ...`` runs only the named ones, and
+``python -m bench NAME --its-options`` one with its own options (``--quick``, ``--rows 100000``);
 ``python -m bench --write [NAME ...]`` also writes their figures into the pages' generated blocks
 (see :mod:`bench.pages`). Before anything is timed, flownb, the benchmarks and every installed
 package are compiled to bytecode (both sides of every ratio), or the run is refused.
@@ -55,10 +56,19 @@ def compiled() -> list[str]:
 def main(argv: list[str]) -> int:
     """Run the named benchmarks (all by default); print a summary. Returns an exit status."""
     write = "--write" in argv
-    names = [a for a in argv if a != "--write"]
+    args = [a for a in argv if a != "--write"]
+    # The names come first; from the first option on, everything is that benchmark's.
+    first = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    names, options = args[:first], args[first:]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+        return 2
+    if options and (len(names) != 1 or write):
+        print(
+            "options go to one named benchmark, and not with --write (the pages hold the "
+            "figures of its defaults): python -m bench NAME [its options]"
+        )
         return 2
     failed = compiled()
     if failed:
@@ -68,7 +78,7 @@ def main(argv: list[str]) -> int:
     for name in names or list(BENCHMARKS):
         print(f"\n=== {name}: {BENCHMARKS[name]}", flush=True)
         started, load = time.perf_counter(), os.getloadavg()[0]
-        ratios = importlib.import_module(f"bench.{name}").main([]) or {}
+        ratios = importlib.import_module(f"bench.{name}").main(options) or {}
         print(f"({time.perf_counter() - started:.0f} s)", flush=True)
         summary += [(name, label, value) for label, value in ratios.items()]
         if write:
