@@ -17,9 +17,9 @@ commit's CPU is per answer and falls with the answers per transaction (SQLite wr
 an insert touched to the WAL): about 27 us alone, 14 at eight and 7 at 64 on a young cache,
 so folding tens at a time is what makes the cache cheap, and the journal is what makes it
 safe to wait: a process killed with answers not yet folded leaves its journal behind, and the
-next process to open the cache folds it first, so a re-run after a ``kill -9`` buys none of
-the answers the killed run received (at most the one being written as it died, whose cut-short
-line is skipped). A power loss can take back the last answers, as it can SQLite's last commits.
+next process to open the cache folds it first, so a re-run after a ``kill -9`` buys again
+only what the killed run was still reading off the wire as it died (a line cut short by the
+kill is skipped). A power loss can take back the last answers, as it can SQLite's last commits.
 Another process sees an answer once it is folded: a twin call there meanwhile is bought
 twice, as one in flight always was (the in-flight de-duplication is per process).
 
@@ -149,6 +149,28 @@ def _ensure_schema(db: sqlite3.Connection) -> None:
         raise
 
 
+def _insert(db: sqlite3.Connection, rows: list[tuple[str, str]]) -> None:
+    """Store ``rows`` (key, encoded answer) through ``db`` in one transaction, each replacing
+    what its key held.
+
+    Raises:
+        sqlite3.Error: the store failed (nothing of it is stored).
+    """
+    now = time.time()
+    if len(rows) == 1:  # the usual case: one statement, its own transaction (autocommit)
+        db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", (*rows[0], now))
+        return
+    db.execute("BEGIN")
+    try:
+        db.executemany(
+            "INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", [(k, v, now) for k, v in rows]
+        )
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
 def _connect(path: Path, timeout: float) -> sqlite3.Connection:
     db = sqlite3.connect(path, check_same_thread=False, timeout=timeout, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
@@ -233,11 +255,10 @@ class CallCache:
         self._inline_ok = True  # False after a commit on the caller's thread found a lock
         self._closed = False
         # The journal that answers queued by put_soon are appended to (made at the first, None
-        # when it cannot be: the cache then commits as it did without one), whether it holds
-        # lines, and the journals swapped out by a fold whose commit has not yet succeeded.
+        # when it cannot be: the cache then commits as it did without one), and the journals
+        # swapped out by a fold whose commit has not yet succeeded.
         self._journal: Journal | None = None
         self._journal_ok = True
-        self._journaled = False
         self._retired: list[Journal] = []
         self._fold_orphans()
         _open_caches.add(self)
@@ -254,8 +275,10 @@ class CallCache:
         _inherited.extend((self._db, self._wdb, self._idb))
         for journal in (self._journal, *self._retired):
             if journal is not None:
-                journal.forget_in_child()  # the parent's: it folds and deletes them
-        self._journal, self._journaled, self._retired = None, False, []
+                # The parent's: it folds and deletes them. Closing the child's descriptor
+                # leaves the lock with the parent's (a flock belongs to the open file).
+                journal.close()
+        self._journal, self._retired = None, []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._bell = queue.SimpleQueue()
@@ -411,7 +434,6 @@ class CallCache:
                     # Under the lock: a fold takes the queue and swaps the journal at once, so
                     # a journal holds exactly the answers of the queue it was swapped out with.
                     journal.append(key, value)
-                    self._journaled = True
                 except OSError as exc:
                     journal = None
                     self._journal_failed(exc)
@@ -456,17 +478,7 @@ class CallCache:
             with orphans(journal_dir(self.path)) as found, self._write_lock:
                 rows = [row for _, data in found for row in read_lines(data)]
                 if rows:
-                    now = time.time()
-                    self._wdb.execute("BEGIN")
-                    try:
-                        self._wdb.executemany(
-                            "INSERT OR REPLACE INTO calls VALUES (?, ?, ?)",
-                            [(k, v, now) for k, v in rows],
-                        )
-                        self._wdb.execute("COMMIT")
-                    except BaseException:
-                        self._wdb.execute("ROLLBACK")
-                        raise
+                    _insert(self._wdb, rows)
         except (OSError, sqlite3.Error) as exc:
             self._failed(exc)  # they stay, for the next process that opens the cache
 
@@ -572,7 +584,7 @@ class CallCache:
             if fresh is not None and self._journal is not None:
                 # The answers put from now on go to a new journal; the old one holds `rows`.
                 self._retired.append(self._journal)
-                self._journal, self._journaled = fresh, False
+                self._journal = fresh
                 fresh = None
             rows = list(self._pending.items())
             done = list(self._retired)
@@ -585,21 +597,8 @@ class CallCache:
             for journal in done:
                 journal.retire()
             return True
-        now = time.time()
         try:
-            if len(rows) == 1:  # the usual case: one statement, its own transaction (autocommit)
-                db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", (*rows[0], now))
-            else:
-                db.execute("BEGIN")
-                try:
-                    db.executemany(
-                        "INSERT OR REPLACE INTO calls VALUES (?, ?, ?)",
-                        [(k, v, now) for k, v in rows],
-                    )
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
+            _insert(db, rows)
         except sqlite3.ProgrammingError:
             raise  # closed: a bug of ours, not the disk's
         except sqlite3.Error as exc:
@@ -628,12 +627,11 @@ class CallCache:
         is committed (or was dropped). While answers keep coming it grows instead, and a
         commit swaps it for a new one past :data:`_JOURNAL_MAX` (making one costs more than a
         commit saves, so not at every fold)."""
-        if self._journaled and self._journal is not None:
-            try:
+        if self._journal is not None and self._journal.size:
+            # On failure its lines stay: committed, so read again after a crash they change
+            # nothing.
+            with contextlib.suppress(OSError):
                 self._journal.empty()
-            except OSError:
-                return  # its lines are committed: read again after a crash, they change nothing
-            self._journaled = False
 
     def _fresh_journal(self) -> Journal | None:
         """Return a new journal for the answers put after this commit takes the queue, when

@@ -93,11 +93,6 @@ class Journal:
                 os.close(self.fd)
             self.fd = -1
 
-    def forget_in_child(self) -> None:
-        """After a fork, in the child: drop the child's copy of the descriptor. The lock belongs
-        to the open file, which the parent still holds, so the parent keeps it."""
-        self.close()
-
 
 def read_lines(data: bytes) -> Iterator[tuple[str, str]]:
     """Yield the ``(key, value)`` of every whole, well-formed line of a journal's bytes."""
