@@ -395,7 +395,18 @@ class CallRunner:
         fut.add_done_callback(_consume)
         self._in_flight[key] = fut
         try:
-            gen = await self._attempts(call, sink)
+            # _attempts, written out: one frame less for every resumption of every call.
+            if sink is not None:
+                sink = _Restartable(sink)
+            failed: Exception | None = None
+            try:
+                gen = await self._attempt(call, sink)
+            except Exception as exc:
+                if not self.retries or not retryable(exc):
+                    raise
+                failed = exc
+            if failed is not None:
+                gen = await self._retried(call, sink, failed)
         except Exception as exc:
             fut.set_exception(exc)
             raise
