@@ -1,8 +1,11 @@
+# ruff: noqa: F811  (pytest fixtures imported from openai_fake are parameters here)
 """The call cache at the size of a large re-run: a cache of 100,000+ answers, far larger than
 SQLite's page cache, gives back exactly what was put, key by key, read in bulk in any order,
 with no read system call a row once its pages are at hand (the file is read mapped); a file
 moved from the former table reads the same; and a file another process shrinks (``flownb gc``
-pruning and vacuuming it) while this one holds it open reads exactly what was kept."""
+pruning and vacuuming it) while this one holds it open reads exactly what was kept. A re-run
+asking in the order the cache was filled reads each chunk's rows after the last chunk's, in
+the table's order, not by key; one in any other order finds exactly the same."""
 
 from __future__ import annotations
 
@@ -14,9 +17,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
+import flownb
 from flownb.providers.base import Generation
-from flownb.runtime.cache import CallCache
+from flownb.runtime.cache import CallCache, Place, open_cache
+from flownb.testing.fake_openai import FakeOpenAI
+from tests.conftest import make_flow
 
 PREFIX = CallCache.prefix({"provider": "p"}, "text", {"model": "m"})
 CHUNK = 2048  # keys a lookahead's chunk asks for at once (1,024 rows of two nodes)
@@ -163,3 +170,115 @@ def test_a_file_another_process_shrinks_reads_exactly_what_it_kept(tmp_path: Pat
     assert all(cache.get(k) is None for k in sorted(old)[:50])
     assert not cache.errors
     cache.close()
+
+
+def lookups(cache: CallCache, keys: list[str], place: Place | None) -> tuple[dict, list[str]]:
+    """Return what ``cache`` holds of ``keys`` asked a chunk at a time with ``place``, and the
+    statements the lookups ran."""
+    statements: list[str] = []
+    cache._db.set_trace_callback(statements.append)
+    try:
+        found: dict[str, Generation] = {}
+        for start in range(0, len(keys), CHUNK):
+            found.update(cache.get_many(keys[start : start + CHUNK], place))
+    finally:
+        cache._db.set_trace_callback(None)
+    return found, statements
+
+
+def by_key(statements: list[str]) -> int:
+    return sum("WHERE key IN" in s for s in statements)
+
+
+def in_order(statements: list[str]) -> int:
+    return sum("WHERE rowid >" in s for s in statements)
+
+
+def test_a_rerun_in_the_order_of_the_fill_reads_the_rows_in_order_not_by_key(
+    tmp_path: Path,
+) -> None:
+    n = 20_000
+    cache = CallCache(home(tmp_path) / "cache.sqlite", tmp_path / "media")
+    for start in range(0, n, 500):  # stored as a run folds them: a few hundred at a time
+        cache.put_many((key(i), answer(i)) for i in range(start, min(n, start + 500)))
+    # Two answers asked for out of turn: found all the same.
+    wanted = [key(i) for i in range(n)]
+    wanted[100], wanted[9_000] = wanted[9_000], wanted[100]
+    found, statements = lookups(cache, wanted, Place())
+    assert len(found) == n and all(same_answer(found[key(i)], i) for i in range(n))
+    chunks = -(-n // CHUNK)
+    # The first chunk by key (no place yet), and the chunks after the two whose rows did not
+    # lie together (each held one far away); every other chunk read in the table's order,
+    # looking up by key only the one answer it did not find there.
+    assert in_order(statements) == chunks - 3, statements
+    assert by_key(statements) == 4, statements
+    # Without a place: every chunk by key, the same answers.
+    alone, statements = lookups(cache, wanted, None)
+    assert alone == found and by_key(statements) == chunks and in_order(statements) == 0
+    cache.close()
+
+
+@pytest.mark.parametrize("order", ["shuffled", "reversed", "every other"])
+def test_a_rerun_in_another_order_finds_the_same(tmp_path: Path, order: str) -> None:
+    n = 20_000
+    cache = CallCache(home(tmp_path) / "cache.sqlite", tmp_path / "media")
+    cache.put_many((key(i), answer(i)) for i in range(n))  # the table in the order of i
+    numbers = list(range(n))
+    if order == "shuffled":
+        random.Random(7).shuffle(numbers)
+    elif order == "reversed":
+        numbers.reverse()
+    else:
+        numbers = numbers[::2]
+    missing = [key(n + i) for i in range(50)]  # never stored
+    wanted = [key(i) for i in numbers] + missing
+    found, statements = lookups(cache, wanted, Place())
+    assert set(found) == {key(i) for i in numbers}
+    assert all(same_answer(found[key(i)], i) for i in numbers)
+    # Every chunk had keys the rows after the last chunk's did not hold: looked up by key.
+    assert by_key(statements) == -(-len(wanted) // CHUNK)
+    if order != "every other":
+        # No chunk's rows lay after the last one's: read in order at most once, to no avail
+        # (every other row: half of each chunk is found that way, so it goes on).
+        assert in_order(statements) == (1 if order == "reversed" else 0), statements
+    cache.close()
+
+
+def test_a_place_sees_answers_queued_and_stored_meanwhile(tmp_path: Path) -> None:
+    cache = CallCache(home(tmp_path) / "cache.sqlite", tmp_path / "media")
+    cache.put_answers((key(i), answer(i)) for i in range(4 * CHUNK))
+    place = Place()
+    first = cache.get_many([key(i) for i in range(CHUNK)], place)
+    assert len(first) == CHUNK
+    # Replaced since: the newer answer is read (a row replaced moves to the table's end).
+    cache.put_answers([(key(CHUNK + 1), answer(0))])
+    cache.put_soon(key(CHUNK + 2), answer(1))  # queued, maybe not yet committed
+    second = cache.get_many([key(i) for i in range(CHUNK, 2 * CHUNK)], place)
+    assert len(second) == CHUNK
+    assert same_answer(second[key(CHUNK + 1)], 0) and same_answer(second[key(CHUNK + 2)], 1)
+    assert all(same_answer(second[key(i)], i) for i in range(CHUNK + 3, 2 * CHUNK))
+    cache.close()
+
+
+def test_a_cached_rerun_reads_its_later_chunks_in_the_tables_order(
+    fake: FakeOpenAI, flownb_env: Path
+) -> None:
+    """A batch re-run as it was first run: its lookahead's chunks after the first are read
+    where the last one's rows ended, the results are the first run's, nothing is sent."""
+    flow = flownb.load_flow(
+        make_flow({"intro": "Intro {topic}.", "title": "Title {topic}."}, ["topic"])
+    )
+    batch = [{"topic": f"t{i}"} for i in range(3000)]  # three chunks of the lookahead
+    first = flow.run_batch(batch, concurrency=8)
+    fake.reset()
+    cache = open_cache(flownb_env)
+    statements: list[str] = []
+    cache._db.set_trace_callback(statements.append)
+    try:
+        again = flow.run_batch(batch)
+    finally:
+        cache._db.set_trace_callback(None)
+    assert fake.requests == []
+    assert [dict(r) for r in again] == [dict(r) for r in first]
+    assert all(r.cached == {"intro", "title"} for r in again)
+    assert in_order(statements) == 2, statements  # the second and third chunks
