@@ -258,12 +258,14 @@ def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) ->
         if not isinstance(message, _MAPPING):
             raise _bad_answer("a choice without a message", request_id)
         content = message.get("content")
-        # A string (the usual answer) holds no refusal part and is its own text.
-        plain = type(content) is str
-        refusal = message.get("refusal") or (None if plain else _refusal_in(content))
+        if type(content) is str:  # the usual answer: no refusal part, and its own text
+            refusal = message.get("refusal")
+            text = content
+        else:
+            refusal = message.get("refusal") or _refusal_in(content)
+            text = _joined(content)
         if refusal:
             raise _bad_answer(f"a refusal instead of text: {_first_line(str(refusal))}", request_id)
-        text = content if plain else _joined(content)
         calls = message.get("tool_calls") or message.get("function_call")
         if not text and calls:
             names = [
