@@ -10,7 +10,7 @@ Each answer is safe from a crash of the process as soon as it arrives. :meth:`Ca
 commits before it returns (one small transaction, WAL, ``synchronous=NORMAL``: no fsync per
 commit) on a connection whose lock wait is 10 ms at most. On an event loop,
 :meth:`CallCache.put_soon` encodes the answer, appends it to this process's journal (one
-``write`` of one line, about 1.5 us: see :mod:`flownb.runtime.cache_journal`) and queues it
+line copied into the file's mapped pages: see :mod:`flownb.runtime.cache_journal`) and queues it
 (lookups see it at once); the cache's writer thread folds the queue into SQLite in one
 transaction every quarter second while answers keep coming, and a run's end folds what is left. A
 commit's CPU is per answer and falls with the answers per transaction (SQLite writes the pages
