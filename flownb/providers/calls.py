@@ -235,6 +235,7 @@ class CallRunner:
         # queries, unless the miss is no longer trusted (see _trusted).
         self._missed: dict[tuple[int, str], Missed] = {}
         self._table: asyncio.Future[None] | None = None  # see _price_table
+        self._table_ready = False  # the table is imported, or not needed: see _price_table
         # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
         # pace, a gate or a retry's backoff) are kept, so stop() can end them.
         self.stopping = False
@@ -439,7 +440,7 @@ class CallRunner:
     async def _price(self, hit: Generation) -> None:
         """Price a cached answer stored before prices were kept, or when the model had none,
         from the usage it was bought with, so the row's price does not depend on the cache."""
-        table = self._price_table()
+        table = None if self._table_ready else self._price_table()
         if table is not None:
             await table
         hit.cost = self.provider.cost(hit)
@@ -467,7 +468,7 @@ class CallRunner:
         if self.stopping:  # a stopped run sends nothing more
             raise asyncio.CancelledError
         limiter = self.limiter
-        table = self._price_table()
+        table = None if self._table_ready else self._price_table()
         task = asyncio.current_task()
         waiting = self._waiting
         if task is not None:
@@ -547,11 +548,13 @@ class CallRunner:
         (None when it is done, or when this provider's calls are not priced from it): imported
         on the loop, it would stall every call in flight, and streamed text, for a second."""
         if pricing.table_loaded():
+            self._table_ready = True  # for good: the calls after this one ask no more
             return None
         provider = self.provider
         if provider.price_as is None and not pricing.uses_table(
             provider.price_kind or provider.name, provider.prices
         ):
+            self._table_ready = True
             return None
         if self._table is None:
             self._table = asyncio.get_running_loop().run_in_executor(None, pricing.load_table)
