@@ -372,7 +372,11 @@ class CallRunner:
         slot = (id(call.params), call.prompt)
         missed = self._missed.pop(slot, None) if self._missed else None
         key = missed[0] if missed is not None else self._node(call).key(call.prompt)
-        hit = self._cached(slot, key, missed, cache)
+        # The bulk lookup's hit, else one query unless the call was seen missing and that is
+        # still trusted.
+        hit = self._hits.pop(slot, None) if self._hits else None
+        if hit is None and (missed is None or not _trusted(missed)):
+            hit = cache.get(key)
         if hit is not None:
             if _unpriced(hit):
                 await self._price(hit)
@@ -425,17 +429,6 @@ class CallRunner:
         _stored_at[key] = _stored
         fut.set_result(gen)
         return gen
-
-    def _cached(
-        self, slot: tuple[int, str], key: str, missed: Missed | None, cache: Any
-    ) -> Generation | None:
-        """Return the answer of the call with ``slot`` and ``key`` from the cache, or ``None``:
-        the bulk lookup's hit, else one query, unless the call was seen ``missed`` and that
-        is still trusted. A plain function, not a coroutine: it runs for every call."""
-        hit = self._hits.pop(slot, None) if self._hits else None
-        if hit is None and (missed is None or not _trusted(missed)):
-            hit = cache.get(key)
-        return hit
 
     async def _price(self, hit: Generation) -> None:
         """Price a cached answer stored before prices were kept, or when the model had none,

@@ -469,12 +469,18 @@ class Engine:
                 gen.latency = clock() - begun
                 gens[step.index] = gen
                 continue
-            if prompt is None:
-                try:
-                    prompt = self._prompt(step, self._context(values, gens, step))
-                except Exception:  # the call made for it raises it again, as its failure
-                    left.append(step)
-                    continue
+            if prompt is not None:
+                # Not found by the bulk lookup just now: its call asks the cache again, when
+                # that may have changed (CallRunner._answer), so nothing is looked up here.
+                left.append(step)
+                if made is not None:
+                    made[step.index] = self.nodes[step.index].call(prompt)
+                continue
+            try:
+                prompt = self._prompt(step, self._context(values, gens, step))
+            except Exception:  # the call made for it raises it again, as its failure
+                left.append(step)
+                continue
             call = self.nodes[step.index].call(prompt)
             gen = runner.hit(call)
             if gen is None:
