@@ -35,7 +35,8 @@ import pytest
 # imports rfc3987_syntax when it is installed (jupyter-events asks for it): that builds Lark
 # parsers for the "iri" formats, 1.5 to 2 s of CPU in every pytest process, the controller and
 # each xdist worker. Nothing in a pytest process checks an IRI format (flownb uses no JSON
-# schema; schemathesis and JupyterLab run in processes of their own, untouched), and jsonschema
+# schema; schemathesis runs in a process of its own, untouched; the JupyterLab and nbconvert
+# processes the tests start leave it out too, tests/kernels.py's jupyter_app), and jsonschema
 # leaves those formats unchecked when the import fails.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 pytest_plugins = ["nbval.plugin"]
