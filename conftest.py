@@ -70,16 +70,16 @@ _TOGETHER: tuple[Callable[[str], str | None], ...] = (
 # Seconds a work unit takes, roughly (the ``--durations`` of a run on two busy cores, rounded):
 # only the order matters. A unit not listed costs a tenth of a second per test.
 _COST = {
-    "tests/test_reliability_*": 150,
+    "tests/test_reliability_*": 140,
     "browser: forms and display": 140,
     "browser: live views and review": 135,
-    "tests/test_binder.py": 100,
     "notebooks": 90,
     "tests/test_schemathesis.py": 90,
     "tests/test_batch_api_anthropic.py": 80,
     "tests/test_frontier.py": 55,
     "tests/test_dask.py": 50,
     "tests/test_batch_api.py": 40,
+    "tests/test_binder.py": 30,
     "tests/test_inflight.py": 27,
     "tests/test_mlflow.py": 25,
     "tests/test_openai_throughput.py": 25,
