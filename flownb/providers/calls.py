@@ -194,11 +194,6 @@ def _no_gate(call: Call) -> _Open:
     return _OPEN
 
 
-def _consume(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()  # mark retrieved: waiters may be none
-
-
 class CallRunner:
     """Calls ``provider`` for one run (create one per run, on the loop that runs it)."""
 
@@ -392,7 +387,6 @@ class CallRunner:
             if paid is not None:
                 return paid
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_consume)
         self._in_flight[key] = fut
         try:
             # _attempts, written out: one frame less for every resumption of every call.
@@ -409,6 +403,10 @@ class CallRunner:
                 gen = await self._retried(call, sink, failed)
         except Exception as exc:
             fut.set_exception(exc)
+            # Marked retrieved (twins awaiting it still get it): with no twin, asyncio would
+            # log it as never retrieved. Here, not in a done callback: that is a loop handle
+            # for every call.
+            fut.exception()
             raise
         except BaseException:
             fut.cancel()
