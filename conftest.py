@@ -35,7 +35,8 @@ import pytest
 # imports rfc3987_syntax when it is installed (jupyter-events asks for it): that builds Lark
 # parsers for the "iri" formats, 1.5 to 2 s of CPU in every pytest process, the controller and
 # each xdist worker. Nothing in a pytest process checks an IRI format (flownb uses no JSON
-# schema; schemathesis and JupyterLab run in processes of their own, untouched), and jsonschema
+# schema; schemathesis runs in a process of its own, untouched; the JupyterLab and nbconvert
+# processes the tests start leave it out too, tests/kernels.py's jupyter_app), and jsonschema
 # leaves those formats unchecked when the import fails.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 pytest_plugins = ["nbval.plugin"]
@@ -69,16 +70,16 @@ _TOGETHER: tuple[Callable[[str], str | None], ...] = (
 # Seconds a work unit takes, roughly (the ``--durations`` of a run on two busy cores, rounded):
 # only the order matters. A unit not listed costs a tenth of a second per test.
 _COST = {
-    "tests/test_reliability_*": 150,
+    "tests/test_reliability_*": 140,
     "browser: forms and display": 140,
     "browser: live views and review": 135,
-    "tests/test_binder.py": 100,
     "notebooks": 90,
     "tests/test_schemathesis.py": 90,
     "tests/test_batch_api_anthropic.py": 80,
     "tests/test_frontier.py": 55,
     "tests/test_dask.py": 50,
     "tests/test_batch_api.py": 40,
+    "tests/test_binder.py": 30,
     "tests/test_inflight.py": 27,
     "tests/test_mlflow.py": 25,
     "tests/test_openai_throughput.py": 25,

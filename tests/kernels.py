@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ __all__ = [
     "KERNEL_OPTIONS",
     "execute",
     "isolated",
+    "jupyter_app",
     "kernel_env",
     "outputs",
     "running_kernel",
@@ -38,6 +40,24 @@ __all__ = [
 # rather than TCP ports picked then released (see above), and a start-up timeout for a machine
 # under load (nbclient's default is 60 s).
 KERNEL_OPTIONS = ("--KernelManager.transport=ipc", "--ExecutePreprocessor.startup_timeout=300")
+
+# ``python -m MODULE`` with rfc3987_syntax kept out. A Jupyter server or nbconvert imports
+# jsonschema (jupyter_events, nbformat), whose format checker imports rfc3987_syntax when it is
+# installed, and that builds Lark parsers for the "iri" formats: about 1.3 CPU-s a process.
+# Nothing these apps validate for the tests uses an IRI format, and jsonschema leaves those
+# formats unchecked when the import fails (the root conftest.py does the same for pytest's own
+# processes).
+_WITHOUT_IRI_PARSERS = (
+    "import runpy, sys; sys.modules['rfc3987_syntax'] = None; "
+    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+)
+
+
+def jupyter_app(module: str) -> list[str]:
+    """Return the command line that runs ``python -m module`` (a Jupyter app: ``jupyterlab``,
+    ``nbconvert``) in this interpreter without rfc3987_syntax's parsers; append its arguments."""
+    return [sys.executable, "-c", _WITHOUT_IRI_PARSERS.format(module=module)]
+
 
 # An IPython profile whose history lives in memory: no file shared with other kernels.
 _PROFILE = "c.HistoryManager.hist_file = ':memory:'\n"

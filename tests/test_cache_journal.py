@@ -17,7 +17,7 @@ import pytest
 
 from flownb.providers.base import Generation
 from flownb.runtime.cache import CallCache
-from flownb.runtime.cache_journal import Journal, journal_dir
+from flownb.runtime.cache_journal import Journal, journal_dir, read_lines
 
 PREFIX = CallCache.prefix({"provider": "p"}, "text", {"model": "m"})
 
@@ -36,6 +36,11 @@ def key(i: int) -> str:
 def stored_count(db: Path) -> int:
     with sqlite3.connect(db) as reader:
         return int(reader.execute("SELECT count(*) FROM calls").fetchone()[0])
+
+
+def lines_of(journal: Path) -> list[tuple[str, str]]:
+    """Return the whole lines a journal file holds, as the next process would read them."""
+    return list(read_lines(journal.read_bytes()))
 
 
 def journals(db: Path) -> list[Path]:
@@ -109,10 +114,11 @@ def test_the_journal_is_emptied_once_folded_and_gone_after_close(tmp_path: Path)
     for i in range(5):
         cache.put_soon(key(i), Generation(f"out {i}"))
     [journal] = journals(db)
-    assert len(journal.read_bytes().splitlines()) == 5  # each answer is on disk at once
+    assert len(lines_of(journal)) == 5  # each answer is in the file at once
     cache.flush()  # what a run's end does
     assert stored_count(db) == 5
-    assert journal.read_bytes() == b""  # every line is in the database
+    assert lines_of(journal) == []  # every line is in the database
+    assert journal.read_bytes().strip(b"\0") == b""  # zeroed: a crash now finds none
     cache.put_soon(key(5), Generation("out 5"))
     deadline = time.monotonic() + 60
     while stored_count(db) < 6 and time.monotonic() < deadline:  # the writer thread folds it
@@ -194,3 +200,24 @@ def test_a_journal_outlives_its_process_only_while_unfolded(tmp_path: Path) -> N
     assert seven is not None and seven.output == "seven"
     assert not journal.path.exists()
     cache.close()
+
+
+def test_a_journal_grows_past_its_first_map_and_reads_back_whole(tmp_path: Path) -> None:
+    """Answers longer in all than the file a journal starts with: it grows, every line whole
+    and in order, and an empty journal holds no line (its bytes are zeros)."""
+    folder = tmp_path / "pending"
+    journal = Journal(folder)
+    start = journal.path.stat().st_size
+    big = "x" * 70_000
+    for i in range(40):  # 40 x 70 KB: past the first size
+        journal.append(key(i), f'{{"output": "{big}{i}"}}')
+    assert journal.path.stat().st_size > start
+    read = list(read_lines(journal.path.read_bytes()))
+    assert [k for k, _ in read] == [key(i) for i in range(40)]
+    assert read[-1][1].endswith('39"}')
+    journal.empty()
+    assert list(read_lines(journal.path.read_bytes())) == []
+    journal.append(key(99), '{"output": "after"}')
+    assert list(read_lines(journal.path.read_bytes())) == [(key(99), '{"output": "after"}')]
+    journal.retire()
+    assert not journal.path.exists()

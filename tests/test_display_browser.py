@@ -31,7 +31,7 @@ from PIL import Image
 from flownb.show.escape import term_text
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
-from tests.kernels import KERNEL_OPTIONS, isolated
+from tests.kernels import KERNEL_OPTIONS, isolated, jupyter_app
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "display"
@@ -143,10 +143,8 @@ def test_an_exported_notebook_shows_model_text_as_written(
     with isolated(_env(flownb_env, fake)) as env:
         done = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "jupyter",
-                "nbconvert",
+                # What `jupyter nbconvert` runs (that command execs a process of its own).
+                *jupyter_app("nbconvert"),
                 "--execute",
                 "--to",
                 "html",

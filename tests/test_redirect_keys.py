@@ -234,3 +234,40 @@ def test_a_moved_endpoint_keeps_what_may_go_along(
     assert [r["headers"].get("Authorization") for r in elsewhere.received] == [
         "Bearer sk-for-B-222333"
     ]
+
+
+_CHAT = (
+    b'{"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini", "choices": '
+    b'[{"index": 0, "message": {"role": "assistant", "content": "moved hello"}, '
+    b'"finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2, '
+    b'"total_tokens": 5}}'
+)
+
+
+def _moved_here(server: Recorder) -> Answer:
+    return Answer(307, {"Location": server.url + "/moved/v1/chat/completions"}, b"")
+
+
+def test_a_redirect_within_the_origin_is_followed_with_the_key(transport: str) -> None:
+    """The fast path sends without following; a redirect within the origin is followed (the
+    key goes along, as the origin is the one it was given for) and the answer is the run's."""
+    with Recorder(host="127.0.0.1") as server:
+        server.answers = [_moved_here(server), _moved_here(server), Answer(200, {}, _CHAT)]
+        endpoint = Endpoint("m", "openai", base_url=server.url + "/v1", api_key=KEY)
+        flow = flownb.load_flow(_text_flow(), endpoint=endpoint, cache=False, retries=0)
+        assert flow.run(topic="owls")["out"] == "moved hello"
+    assert server.received[-1]["path"] == "/moved/v1/chat/completions"
+    assert {r["headers"].get("Authorization") for r in server.received} == {f"Bearer {KEY}"}
+
+
+def test_a_redirect_to_another_origin_after_one_within_is_refused(
+    elsewhere: Recorder, transport: str
+) -> None:
+    with Recorder(host="127.0.0.1") as server:
+        away = Answer(307, {"Location": elsewhere.url + "/v1/chat/completions"}, b"")
+        server.answers = [_moved_here(server), _moved_here(server), away]
+        endpoint = Endpoint("m", "openai", base_url=server.url + "/v1", api_key=KEY)
+        flow = flownb.load_flow(_text_flow(), endpoint=endpoint, cache=False, retries=0)
+        with pytest.raises(RedirectRefused):
+            flow.run(topic="owls")
+    assert elsewhere.received == []

@@ -2,7 +2,9 @@
 valid and invalid request, each answer checked) from 64 concurrent clients against a real
 ``flownb serve``: no 5xx, no wrong answer, no connection refused or reset, flat memory.
 
-It sends the probe's 10,000 requests (about 18 s on two quiet cores).
+It sends the probe's 10,000 requests from 64 concurrent clients (the load suite's ``drive``:
+asyncio tasks on one aiohttp session, each with one request in flight at a time, over 64 kept-open
+connections).
 """
 
 from __future__ import annotations

@@ -194,11 +194,6 @@ def _no_gate(call: Call) -> _Open:
     return _OPEN
 
 
-def _consume(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()  # mark retrieved: waiters may be none
-
-
 class CallRunner:
     """Calls ``provider`` for one run (create one per run, on the loop that runs it)."""
 
@@ -240,6 +235,7 @@ class CallRunner:
         # queries, unless the miss is no longer trusted (see _trusted).
         self._missed: dict[tuple[int, str], Missed] = {}
         self._table: asyncio.Future[None] | None = None  # see _price_table
+        self._table_ready = False  # the table is imported, or not needed: see _price_table
         # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
         # pace, a gate or a retry's backoff) are kept, so stop() can end them.
         self.stopping = False
@@ -376,7 +372,11 @@ class CallRunner:
         slot = (id(call.params), call.prompt)
         missed = self._missed.pop(slot, None) if self._missed else None
         key = missed[0] if missed is not None else self._node(call).key(call.prompt)
-        hit = self._cached(slot, key, missed, cache)
+        # The bulk lookup's hit, else one query unless the call was seen missing and that is
+        # still trusted.
+        hit = self._hits.pop(slot, None) if self._hits else None
+        if hit is None and (missed is None or not _trusted(missed)):
+            hit = cache.get(key)
         if hit is not None:
             if _unpriced(hit):
                 await self._price(hit)
@@ -392,7 +392,6 @@ class CallRunner:
             if paid is not None:
                 return paid
         fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_consume)
         self._in_flight[key] = fut
         try:
             # _attempts, written out: one frame less for every resumption of every call.
@@ -409,6 +408,10 @@ class CallRunner:
                 gen = await self._retried(call, sink, failed)
         except Exception as exc:
             fut.set_exception(exc)
+            # Marked retrieved (twins awaiting it still get it): with no twin, asyncio would
+            # log it as never retrieved. Here, not in a done callback: that is a loop handle
+            # for every call.
+            fut.exception()
             raise
         except BaseException:
             fut.cancel()
@@ -427,21 +430,10 @@ class CallRunner:
         fut.set_result(gen)
         return gen
 
-    def _cached(
-        self, slot: tuple[int, str], key: str, missed: Missed | None, cache: Any
-    ) -> Generation | None:
-        """Return the answer of the call with ``slot`` and ``key`` from the cache, or ``None``:
-        the bulk lookup's hit, else one query, unless the call was seen ``missed`` and that
-        is still trusted. A plain function, not a coroutine: it runs for every call."""
-        hit = self._hits.pop(slot, None) if self._hits else None
-        if hit is None and (missed is None or not _trusted(missed)):
-            hit = cache.get(key)
-        return hit
-
     async def _price(self, hit: Generation) -> None:
         """Price a cached answer stored before prices were kept, or when the model had none,
         from the usage it was bought with, so the row's price does not depend on the cache."""
-        table = self._price_table()
+        table = None if self._table_ready else self._price_table()
         if table is not None:
             await table
         hit.cost = self.provider.cost(hit)
@@ -469,7 +461,7 @@ class CallRunner:
         if self.stopping:  # a stopped run sends nothing more
             raise asyncio.CancelledError
         limiter = self.limiter
-        table = self._price_table()
+        table = None if self._table_ready else self._price_table()
         task = asyncio.current_task()
         waiting = self._waiting
         if task is not None:
@@ -549,11 +541,13 @@ class CallRunner:
         (None when it is done, or when this provider's calls are not priced from it): imported
         on the loop, it would stall every call in flight, and streamed text, for a second."""
         if pricing.table_loaded():
+            self._table_ready = True  # for good: the calls after this one ask no more
             return None
         provider = self.provider
         if provider.price_as is None and not pricing.uses_table(
             provider.price_kind or provider.name, provider.prices
         ):
+            self._table_ready = True
             return None
         if self._table is None:
             self._table = asyncio.get_running_loop().run_in_executor(None, pricing.load_table)

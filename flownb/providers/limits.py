@@ -184,7 +184,8 @@ class AdaptiveLimiter:
         return max(1, int(self.allowed))
 
     async def __aenter__(self) -> None:
-        if self.in_flight < self.capacity and not self._waiters:
+        # The capacity written out (here and in _wake): these run twice for every call.
+        if self.in_flight < max(1, int(self.allowed)) and not self._waiters:
             self.in_flight += 1
         else:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -236,7 +237,9 @@ class AdaptiveLimiter:
             await asyncio.sleep(wait)
 
     async def __aexit__(self, *exc: object) -> None:
-        self._release()
+        self.in_flight -= 1  # _release, written out: it runs for every call
+        if self._waiters:
+            self._wake()
 
     def _release(self) -> None:
         self.in_flight -= 1
@@ -244,7 +247,7 @@ class AdaptiveLimiter:
 
     def _wake(self) -> None:
         waiters = self._waiters
-        while waiters and self.in_flight < self.capacity:
+        while waiters and self.in_flight < max(1, int(self.allowed)):
             fut = waiters.popleft()
             if not fut.done():
                 self.in_flight += 1

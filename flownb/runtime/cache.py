@@ -10,9 +10,9 @@ Each answer is safe from a crash of the process as soon as it arrives. :meth:`Ca
 commits before it returns (one small transaction, WAL, ``synchronous=NORMAL``: no fsync per
 commit) on a connection whose lock wait is 10 ms at most. On an event loop,
 :meth:`CallCache.put_soon` encodes the answer, appends it to this process's journal (one
-``write`` of one line, about 1.5 us: see :mod:`flownb.runtime.cache_journal`) and queues it
+line copied into the file's mapped pages: see :mod:`flownb.runtime.cache_journal`) and queues it
 (lookups see it at once); the cache's writer thread folds the queue into SQLite in one
-transaction every 50 ms while answers keep coming, and a run's end folds what is left. A
+transaction every quarter second while answers keep coming, and a run's end folds what is left. A
 commit's CPU is per answer and falls with the answers per transaction (SQLite writes the pages
 an insert touched to the WAL): about 27 us alone, 14 at eight and 7 at 64 on a young cache,
 so folding tens at a time is what makes the cache cheap, and the journal is what makes it
@@ -92,10 +92,11 @@ _LAG_BOUND = 0.005
 # thread's folds of the journal into SQLite while answers keep coming. A fold commits all
 # that came meanwhile in one transaction, and a commit costs CPU per answer that falls with
 # the answers per transaction (about 27 us alone, 14 at eight, 7 at 64 on a young cache): at a
-# few hundred answers a second, 50 ms makes tens to a transaction. Another process sees an
-# answer once folded (a run's end folds everything: see Engine), so a twin call there within
-# this window is bought twice, as one in flight always was.
-_FOLD_EVERY = 0.05
+# few hundred answers a second, a quarter second makes a hundred or more to a transaction (at
+# 50 ms the writer thread's CPU was a tenth of a call's on the client). Another process sees
+# an answer once folded (a run's end folds everything: see Engine), so a twin call there
+# within this window is bought twice, as one in flight always was.
+_FOLD_EVERY = 0.25
 # Bytes a journal may grow to while answers keep coming (it is emptied whenever a fold leaves
 # nothing queued): what a crash leaves to be read again, at most a few seconds of answers.
 _JOURNAL_MAX = 8 << 20

@@ -288,13 +288,20 @@ class Engine:
     # -- async path -----------------------------------------------------------------------------
 
     async def _call(
-        self, step: Step, ctx: Mapping[str, str], runner: CallRunner, emit: Emit | None = None
+        self,
+        step: Step,
+        ctx: Mapping[str, str],
+        runner: CallRunner,
+        emit: Emit | None = None,
+        call: Call | None = None,
     ) -> Generation:
         """Return the node's generation, its ``latency`` set to the node's time here (waits for
         a slot, retries and the cache included: what the node cost this run); with ``emit``,
-        its text handed to ``emit`` as the provider streams it, and its image when ready."""
+        its text handed to ``emit`` as the provider streams it, and its image when ready.
+        ``call``: the node's call, built already (its lookup's); else rendered from ``ctx``."""
         begun = time.perf_counter()
-        call = self.nodes[step.index].call(self._prompt(step, ctx))
+        if call is None:
+            call = self.nodes[step.index].call(self._prompt(step, ctx))
         if emit is None:
             gen = await runner(call)
         else:
@@ -394,13 +401,16 @@ class Engine:
         plan = self.plan
         # Cache hits are answered here, without a task or a wait each (a cached re-run).
         hits = emit is None and runner.cache is not None
+        # The calls the cache lookups built for their misses, by step index: made as they are.
+        made: dict[int, Call] = {}
         if len(plan.steps) == 1:  # nothing else to keep when the one node fails
             step = plan.steps[0]
             if hits:
                 gens1: list[Any] = [None]
-                if not self._answered((step,), values, gens1, runner, ahead):
+                if not self._answered((step,), values, gens1, runner, ahead, made):
                     return self.result_of(values, gens1, started)
-            return self.result_of(values, [await self._call(step, values, runner, emit)], started)
+            gen1 = await self._call(step, values, runner, emit, made.get(step.index))
+            return self.result_of(values, [gen1], started)
         gens: list[Any] = [None] * len(plan.steps)
         failed: list[tuple[Step, Exception]] = []
         lost: set[int] = set()  # steps that failed, or did not run because an upstream one did
@@ -408,21 +418,27 @@ class Engine:
             if lost:
                 level = _not_lost(level, lost)
             if hits and level:
-                level = self._answered(level, values, gens, runner, ahead)
+                level = self._answered(level, values, gens, runner, ahead, made)
             if not level:
                 continue
             done: list[Any]
             if len(level) == 1:
                 step = level[0]
                 try:
-                    ctx = self._context(values, gens, step)
-                    done = [await self._call(step, ctx, runner, emit)]
+                    call = made.get(step.index)
+                    ctx = self._context(values, gens, step) if call is None else values
+                    done = [await self._call(step, ctx, runner, emit, call)]
                 except Exception as exc:
                     done = [exc]
             else:
                 # Every node of a level runs to its end: a failure keeps its siblings' outputs.
                 done = await asyncio.gather(
-                    *(self._call(s, self._context(values, gens, s), runner, emit) for s in level),
+                    *(
+                        self._call(s, self._context(values, gens, s), runner, emit)
+                        if s.index not in made
+                        else self._call(s, values, runner, emit, made[s.index])
+                        for s in level
+                    ),
                     return_exceptions=True,
                 )
             _settle(level, done, gens, failed, lost)
@@ -437,10 +453,13 @@ class Engine:
         gens: list[Any],
         runner: CallRunner,
         ahead: Ahead | None = None,
+        made: dict[int, Call] | None = None,
     ) -> tuple[Step, ...]:
         """Put into ``gens`` the answers the cache holds for ``level``'s steps (each with its
         time here as ``latency``); return the steps left to call (a miss, or a prompt that
-        fails: its call reports the failure). ``ahead``: prompts and hits found already."""
+        fails: its call reports the failure). ``ahead``: prompts and hits found already;
+        ``made``: where a miss's call, built for its lookup, is put (by step index) to be made
+        as it is, not rendered and built again."""
         left: list[Step] = []
         clock = time.perf_counter
         for step in level:
@@ -450,15 +469,24 @@ class Engine:
                 gen.latency = clock() - begun
                 gens[step.index] = gen
                 continue
-            if prompt is None:
-                try:
-                    prompt = self._prompt(step, self._context(values, gens, step))
-                except Exception:  # the call made for it raises it again, as its failure
-                    left.append(step)
-                    continue
-            gen = runner.hit(self.nodes[step.index].call(prompt))
+            if prompt is not None:
+                # Not found by the bulk lookup just now: its call asks the cache again, when
+                # that may have changed (CallRunner._answer), so nothing is looked up here.
+                left.append(step)
+                if made is not None:
+                    made[step.index] = self.nodes[step.index].call(prompt)
+                continue
+            try:
+                prompt = self._prompt(step, self._context(values, gens, step))
+            except Exception:  # the call made for it raises it again, as its failure
+                left.append(step)
+                continue
+            call = self.nodes[step.index].call(prompt)
+            gen = runner.hit(call)
             if gen is None:
                 left.append(step)
+                if made is not None:
+                    made[step.index] = call
                 continue
             gen.latency = clock() - begun
             gens[step.index] = gen

@@ -2,11 +2,12 @@
 once per pytest process and shared by its real-browser tests (``jupyterlab`` in
 tests/conftest.py); each test reaches it through a :class:`Lab` of its own (:func:`lab_for`).
 
-The server runs ``sys.executable -m jupyter lab``, so its kernels run the server's interpreter
-and import the installed flownb. A test's own environment (FLOWNB_HOME, a fake vendor's URL and
-key) reaches its kernels through a kernelspec of its own, whose ``env`` jupyter_client adds to
-the server's environment when it starts a kernel of that spec; the test's notebooks name that
-spec. A server per test gave each its environment too, at about 3.5 CPU-s a start.
+The server runs ``python -m jupyterlab`` in ``sys.executable`` (``tests.kernels.jupyter_app``),
+so its kernels run the server's interpreter and import the installed flownb. A test's own
+environment (FLOWNB_HOME, a fake vendor's URL and key) reaches its kernels through a kernelspec
+of its own, whose ``env`` jupyter_client adds to the server's environment when it starts a
+kernel of that spec; the test's notebooks name that spec. A server per test gave each its
+environment too, at about 3.5 CPU-s a start.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from tests.kernels import jupyter_app
 
 from .procs import descendants, reap
 
@@ -273,9 +276,7 @@ def running_lab(
         port = free_port()
         log = scratch / "jupyterlab.log"
         cmd = [
-            sys.executable,
-            "-m",
-            "jupyterlab",
+            *jupyter_app("jupyterlab"),
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={port}",

@@ -153,10 +153,13 @@ def usage_of(usage: Any) -> dict[str, int] | None:
     # One pass over the top level (counts kept, detail sections set aside), then the sections:
     # a chat answer carries two of them on every call, so this runs once per answer read.
     for name, value in usage.items():
-        if type(value) is int or _is_count(value):
+        if type(value) is int:
             flat[name] = value
-        elif isinstance(value, _MAPPING) and name.endswith("_tokens_details"):
-            sections.append((name[: -len("_tokens_details")], value))
+        elif isinstance(value, _MAPPING):
+            if name.endswith("_tokens_details"):
+                sections.append((name[: -len("_tokens_details")], value))
+        elif _is_count(value):
+            flat[name] = value
     for section, details in sections:
         for detail, count in details.items():
             if type(count) is not int and not _is_count(count):
@@ -255,10 +258,14 @@ def _answer_text(data: Mapping[str, Any], chat: bool, request_id: str | None) ->
         if not isinstance(message, _MAPPING):
             raise _bad_answer("a choice without a message", request_id)
         content = message.get("content")
-        refusal = message.get("refusal") or _refusal_in(content)
+        if type(content) is str:  # the usual answer: no refusal part, and its own text
+            refusal = message.get("refusal")
+            text = content
+        else:
+            refusal = message.get("refusal") or _refusal_in(content)
+            text = _joined(content)
         if refusal:
             raise _bad_answer(f"a refusal instead of text: {_first_line(str(refusal))}", request_id)
-        text = _joined(content)
         calls = message.get("tool_calls") or message.get("function_call")
         if not text and calls:
             names = [

@@ -34,7 +34,7 @@ import orjson
 
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
-from ..redirects import aiohttp_middleware, httpx_hooks, refused_in
+from ..redirects import REDIRECTS, aiohttp_middleware, check_redirect, httpx_hooks, refused_in
 from ..vendor import raw_uninstrumented, redact
 from ..wire import mark_answered, mark_sent
 from .answers import (
@@ -292,31 +292,60 @@ class _AiohttpTransport:
             return {**self.headers, "Authorization": f"Bearer {azure.token_provider()}"}
         return self._fixed
 
-    def _ident(self) -> tuple[Any, str, str | None]:
-        # One session per loop, endpoint (its pool: endpoints on one host stay apart) and key.
-        return (asyncio.get_running_loop(), self.pool + self.base_url, self.key)
+    def _ident(self, follow: bool = False) -> tuple[Any, str, str | None]:
+        # One session per loop, endpoint (its pool: endpoints on one host stay apart) and key,
+        # and whether it follows redirects (see _new_session).
+        where = self.pool + self.base_url + (" following" if follow else "")
+        return (asyncio.get_running_loop(), where, self.key)
 
-    async def _session(self) -> Any:
-        session = _SESSIONS.get(self._ident())
+    async def _session(self, follow: bool = False) -> Any:
+        session = _SESSIONS.get(self._ident(follow))
         if session is None or session.closed:
-            session = await self._new_session()
+            session = await self._new_session(follow)
         return session
 
-    async def _new_session(self) -> Any:
+    async def _new_session(self, follow: bool = False) -> Any:
+        """Return a new session for this endpoint on the running loop (kept for its calls).
+
+        The connector marks when each request left (for its time). A ``follow`` session
+        follows redirects, its middleware refusing one to another origin before anything is
+        sent there (what a trace config did, without its cost per request); the other sends
+        requests that do not follow (``allow_redirects=False``: see :meth:`post`), without the
+        middleware's layers on every call."""
         import aiohttp
 
-        ident = self._ident()
-        # The connector marks when each request left (for its time), the middleware refuses a
-        # redirect to another origin: what a trace config did, without its cost per request.
+        ident = self._ident(follow)
         connector = _wire_connector()(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            middlewares=(aiohttp_middleware,),
+            middlewares=(aiohttp_middleware,) if follow else (),
         )
         _SESSIONS[ident] = session
         await _close_with_loop(_SESSIONS, ident, session.close)
         return session
+
+    async def _redirected(
+        self, url: str, data: bytes, headers: Mapping[str, str], status: int, moved: Any
+    ) -> tuple[bytes, int, Any]:
+        """Return the answer (body, status, headers) of the request to ``url`` that was
+        answered ``status``, a redirect with the headers ``moved``: sent again through the
+        session that follows redirects, each hop checked. A redirect without a target is the
+        answer as it is.
+
+        Raises:
+            RedirectRefused: the redirect (or a later hop) leads to another origin; nothing was
+                sent there.
+        """
+        target = moved.get("Location") or moved.get("URI")
+        if not target:
+            return b"", status, moved
+        # Refused here, before the request goes out again: the first hop's target is known.
+        check_redirect(url, urllib.parse.urljoin(url, target), status)
+        session = await self._session(follow=True)
+        async with session.post(url, data=data, headers=headers, proxy=self.proxy) as resp:
+            mark_answered()
+            return await resp.read(), resp.status, resp.headers
 
     async def post(
         self, endpoint: str, body: Mapping[str, Any]
@@ -333,16 +362,18 @@ class _AiohttpTransport:
             session = _SESSIONS.get(self._ident())
             if session is None or session.closed:
                 session = await self._new_session()
+            url = self._url(endpoint, body)
+            data = _encoded(body)
+            sent = self._headers()
             async with session.post(
-                self._url(endpoint, body),
-                data=_encoded(body),
-                headers=self._headers(),
-                proxy=self.proxy,
+                url, data=data, headers=sent, proxy=self.proxy, allow_redirects=False
             ) as resp:
                 mark_answered()  # the answer's head is in
                 raw = await resp.read()
                 status = resp.status
                 headers = resp.headers
+            if status in REDIRECTS:  # rare: an API that moved
+                raw, status, headers = await self._redirected(url, data, sent, status, headers)
         except aiohttp.ServerTimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except aiohttp.ClientError as exc:
@@ -372,7 +403,9 @@ class _AiohttpTransport:
         url = self._url(endpoint, body)
         headers = {**self._headers(), "Accept": "text/event-stream"}
         try:
-            session = await self._session()
+            # Through the session that follows redirects (each hop checked): a stream's cost
+            # is its chunks, not the middleware's layers.
+            session = await self._session(follow=True)
             async with session.post(
                 url, data=_encoded(body), headers=headers, proxy=self.proxy
             ) as resp:
@@ -414,11 +447,12 @@ class _AiohttpTransport:
             raise _connection_failed(exc, self.base_url, self.key) from exc
 
     async def aclose(self) -> None:
-        ident = self._ident()
-        session = _SESSIONS.pop(ident, None)
-        _WATCHES.pop((id(_SESSIONS), ident), None)
-        if session is not None:
-            await session.close()
+        for follow in (False, True):
+            ident = self._ident(follow)
+            session = _SESSIONS.pop(ident, None)
+            _WATCHES.pop((id(_SESSIONS), ident), None)
+            if session is not None:
+                await session.close()
 
 
 class _SdkTransport:
