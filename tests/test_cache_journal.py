@@ -221,3 +221,43 @@ def test_a_journal_grows_past_its_first_map_and_reads_back_whole(tmp_path: Path)
     assert list(read_lines(journal.path.read_bytes())) == [(key(99), '{"output": "after"}')]
     journal.retire()
     assert not journal.path.exists()
+
+
+def test_a_bulk_lookup_folds_the_journal_of_a_process_killed_while_the_cache_was_open(
+    tmp_path: Path,
+) -> None:
+    """A process with the cache open (a Dask worker that survives another's kill -9) finds the
+    dead one's answers at its next bulk lookup, without opening the cache again."""
+    db = home(tmp_path) / "cache.sqlite"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from flownb.runtime import cache as c
+        from flownb.providers.base import Generation
+        c._FOLD_EVERY = 3600
+        cache = c.CallCache({str(db)!r}, {str(tmp_path / "media")!r})
+        prefix = c.CallCache.prefix({{"provider": "p"}}, "text", {{"model": "m"}})
+        for i in range(20):
+            cache.put_soon(c.CallCache.key(prefix, f"prompt {{i}}"), Generation(f"out {{i}}"))
+        print("put", flush=True)
+        time.sleep(600)
+        """
+    )
+    alive = CallCache(db, tmp_path / "media")  # open before the other process dies
+    alive.put_soon(key(99), Generation("mine"))  # with a journal of its own
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line == "put\n", child.stderr.read() if child.stderr else ""
+        assert alive.get_many([key(0)]) == {}  # alive: its journal is its own to fold
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    found = alive.get_many(key(i) for i in range(20))
+    assert sorted(g.output for g in found.values()) == sorted(f"out {i}" for i in range(20))
+    assert len(journals(db)) == 1  # the dead one's folded and deleted; this one's own stays
+    alive.close()
+    assert journals(db) == []

@@ -69,7 +69,7 @@ from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
 from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
-from .cache_journal import Journal, journal_dir, orphans, read_lines
+from .cache_journal import Journal, journal_dir, orphans, others, read_lines
 
 __all__ = ["CACHE_FILE", "CallCache", "Place", "open_cache"]
 
@@ -389,7 +389,13 @@ class CallCache:
 
         ``place`` is a run's :class:`Place` (updated here): where its previous lookup found
         its rows, so that the rows right after them are read first, in the table's order, and
-        only the keys not among them are looked up in the key index."""
+        only the keys not among them are looked up in the key index.
+
+        The journals of processes that died since the cache was opened (a Dask worker killed
+        mid-batch) are folded first: a bulk lookup, made before every chunk of a run, finds
+        what they received, and a retried partition does not buy it again."""
+        if others(journal_dir(self.path), self._journal):
+            self._fold_orphans()
         # Sorted: SQLite builds an index of the IN list, which in key order is appended to
         # rather than inserted into (a 2,048-key query takes half the time).
         wanted = sorted(set(keys))

@@ -33,7 +33,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["Journal", "journal_dir", "orphans", "read_lines"]
+__all__ = ["Journal", "journal_dir", "orphans", "others", "read_lines"]
 
 _SUFFIX = ".log"
 
@@ -133,6 +133,17 @@ def read_lines(data: bytes) -> Iterator[tuple[str, str]]:
             yield key.decode("ascii"), value.decode()
         except UnicodeDecodeError:
             continue
+
+
+def others(folder: Path, own: Journal | None) -> bool:
+    """Return whether ``folder`` holds a journal other than ``own`` (another process's, alive
+    or dead): a listing, no file opened, for a caller that looks often."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    mine = own.path.name if own is not None else None
+    return any(n.endswith(_SUFFIX) and n[0] != "." and n != mine for n in names)
 
 
 @contextlib.contextmanager
