@@ -10,8 +10,7 @@ families of modules that belong together go to one worker each, in file order:
   JupyterLab server and one chromium (tests/conftest.py's ``jupyterlab`` and ``chromium``,
   started once per worker), where a worker per module would start one of each per module;
 - the modules that call the Anthropic and Gemini providers in the test process, so one worker
-  imports those vendors' SDKs instead of every worker (``_VENDOR_SDKS``), and likewise the
-  modules importing MLflow and Dask (``_MLFLOW_DASK``).
+  imports those vendors' SDKs instead of every worker (``_VENDOR_SDKS``).
 
 The units are handed out longest first (``_COST``, then the number of tests), so the last ones
 to start are short and the workers end at about the same time; xdist's own order (most tests
@@ -77,18 +76,12 @@ _VENDOR_SDKS = frozenset(
     )
 )  # fmt: skip
 
-# The modules that import MLflow (about 1.2 CPU-s) and Dask (about 1.5) in the test process:
-# the docs pages on evaluation and scale-out (tests/test_docs.py) use both, as the modules of
-# their own do; together, one worker imports them.
-_MLFLOW_DASK = frozenset({"tests/test_docs.py", "tests/test_mlflow.py", "tests/test_dask.py"})
-
 # A test file's path -> the work unit it joins (None: none of these).
 _TOGETHER: tuple[Callable[[str], str | None], ...] = (
     lambda path: "notebooks" if path.endswith(".ipynb") else None,
     lambda path: "tests/test_reliability_*" if path.startswith("tests/test_reliability_") else None,
     _HALF_OF.get,
     lambda path: "vendor SDKs" if path in _VENDOR_SDKS else None,
-    lambda path: "docs, MLflow and Dask" if path in _MLFLOW_DASK else None,
 )
 
 
@@ -99,12 +92,13 @@ _COST = {
     "vendor SDKs": 145,
     "browser: forms and display": 140,
     "browser: live views and review": 135,
-    "docs, MLflow and Dask": 95,
     "notebooks": 90,
     "tests/test_schemathesis.py": 90,
+    "tests/test_dask.py": 50,
     "tests/test_batch_api.py": 40,
     "tests/test_binder.py": 30,
     "tests/test_inflight.py": 27,
+    "tests/test_mlflow.py": 25,
     "tests/test_openai_throughput.py": 25,
     "tests/test_labels.py": 22,
     "tests/test_server_stream.py": 17,
