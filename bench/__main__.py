@@ -35,7 +35,7 @@ BENCHMARKS = {
     "stream_first_token": "first streamed text seen vs the provider's first token (aim <= 50 ms)",
     "cold_start": "import flownb, flownb --help, a one-row offline run vs import pandas",
     "first_batch": "a fresh process's first batch under 10% instant 429s vs ideal and bare aiohttp",
-    "cached_rerun": "10,000 rows, every call a cache hit, vs a bare SELECT + json.loads loop",
+    "cached_rerun": "10k and 100k rows, every call a cache hit, vs a bare SELECT + json.loads loop",
 }
 
 

@@ -31,7 +31,10 @@ BRIEF: dict[str, tuple[str, ...]] = {
         "1,000,000 rows: run log share of progress=False",
         "1,000,000 rows: run log bytes a row on disk",
     ),
-    "cached_rerun": ("run_batch, all hits (run log on) / bare loop",),
+    "cached_rerun": (
+        "100,000 rows: run_batch, all hits (run log on) / bare loop",
+        "flownb per row, 100,000 / 10,000 rows (run log on)",
+    ),
 }
 
 

@@ -372,11 +372,7 @@ class CallRunner:
         slot = (id(call.params), call.prompt)
         missed = self._missed.pop(slot, None) if self._missed else None
         key = missed[0] if missed is not None else self._node(call).key(call.prompt)
-        # The bulk lookup's hit, else one query unless the call was seen missing and that is
-        # still trusted.
-        hit = self._hits.pop(slot, None) if self._hits else None
-        if hit is None and (missed is None or not _trusted(missed)):
-            hit = cache.get(key)
+        hit = self._cached(slot, key, missed, cache)
         if hit is not None:
             if _unpriced(hit):
                 await self._price(hit)
@@ -429,6 +425,17 @@ class CallRunner:
         _stored_at[key] = _stored
         fut.set_result(gen)
         return gen
+
+    def _cached(
+        self, slot: tuple[int, str], key: str, missed: Missed | None, cache: Any
+    ) -> Generation | None:
+        """Return the answer of the call with ``slot`` and ``key`` from the cache, or ``None``:
+        the bulk lookup's hit, else one query, unless the call was seen ``missed`` and that
+        is still trusted. A plain function, not a coroutine: it runs for every call."""
+        hit = self._hits.pop(slot, None) if self._hits else None
+        if hit is None and (missed is None or not _trusted(missed)):
+            hit = cache.get(key)
+        return hit
 
     async def _price(self, hit: Generation) -> None:
         """Price a cached answer stored before prices were kept, or when the model had none,
@@ -517,12 +524,10 @@ class CallRunner:
                         fetch, gen.pending = gen.pending, None
                         gen = await fetch()
         except ImageNotFetched as exc:
-            # Paid for though not fetched: priced here, so the run records what it spent.
-            if exc.paid is None or exc.paid_usd is not None:
+            priced = await self._priced(exc, table)
+            if priced is exc:
                 raise
-            if table is not None:
-                await table
-            raise exc.priced(self.provider.cost(exc.paid)) from exc
+            raise priced from exc
         finally:
             waiting.discard(task)
         if gen.cost is None:
@@ -535,6 +540,18 @@ class CallRunner:
             level, seq, gen.limits, tokens=usage.get("total_tokens") if usage else None
         )
         return gen
+
+    async def _priced(
+        self, exc: ImageNotFetched, table: asyncio.Future[None] | None
+    ) -> ImageNotFetched:
+        """Return ``exc`` (an image paid for though not fetched) priced, so the run records
+        what it spent: a copy with the price of what was paid (the table imported first), or
+        ``exc`` itself when it has no payment to price or is priced already."""
+        if exc.paid is None or exc.paid_usd is not None:
+            return exc
+        if table is not None:
+            await table
+        return exc.priced(self.provider.cost(exc.paid))
 
     def _price_table(self) -> asyncio.Future[None] | None:
         """Return the price table's import, started in a thread beside this run's first calls

@@ -71,7 +71,7 @@ from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
 from .cache_journal import Journal, journal_dir, orphans, read_lines
 
-__all__ = ["CACHE_FILE", "CallCache", "open_cache"]
+__all__ = ["CACHE_FILE", "CallCache", "Place", "open_cache"]
 
 CACHE_FILE = "cache.sqlite"
 # Seconds a commit on the caller's thread (the event loop) may wait for another process's lock.
@@ -179,6 +179,25 @@ def _connect(path: Path, timeout: float) -> sqlite3.Connection:
     return db
 
 
+# Bytes of the cache file the lookups' connection reads through a memory map (SQLite's
+# ``mmap_size``; the rest, and the WAL, by ``pread``). With SQLite's default 2 MB page cache a
+# bulk lookup read most of the key index's pages again with a system call each, once per
+# chunk of keys, as soon as the index outgrew the page cache: 0.65 reads a row at 10,000 rows
+# of two nodes, 1.9 at 100,000, so a cached re-run's cost a row grew with the cache. Mapped,
+# a page is read from the kernel's page cache in place, with no system call and no copy, and
+# memory is the kernel's (shared, given back under pressure), not this process's. Not on
+# Windows, where a file mapped by one process cannot be truncated by another (a VACUUM by
+# ``flownb gc``).
+_MMAP_SIZE = 0 if os.name == "nt" else 1 << 30
+
+
+def _reader(path: Path, timeout: float) -> sqlite3.Connection:
+    """Return a connection for lookups: :func:`_connect`'s, reading the file mapped."""
+    db = _connect(path, timeout)
+    db.execute(f"PRAGMA mmap_size={_MMAP_SIZE}")
+    return db
+
+
 def _encode(gen: Generation) -> str:
     """Return what the cache stores of a generation (JSON)."""
     return json.dumps(_stored(gen))
@@ -201,6 +220,43 @@ def _stored(gen: Generation) -> dict[str, Any]:
     if gen.prompt_cache_saved is not None:  # what the provider's prompt cache saved, when bought
         stored["prompt_cache_saved"] = gen.prompt_cache_saved
     return stored
+
+
+class Place:
+    """Where one run's bulk lookups (:meth:`CallCache.get_many`) found their rows in the
+    table, for the next lookup to read the rows that follow first.
+
+    The table appends each answer, so a cache filled by a run holds its answers in about the
+    order the run asked for them, and a re-run asks in that order again: the next chunk's
+    rows are those right after the last chunk's, read in one pass in the table's order with
+    no seek in the key index. A seek costs more the larger the cache (the index outgrows the
+    CPU's caches: 1.2 us a key at 20,000 answers, 1.9 at 200,000), a row read in order does
+    not. The guess is made only after a lookup whose rows lay together (rowids spread over
+    at most twice their number), and no more in the run once one found under half its keys:
+    a re-run in another order reads one chunk's rows too many, once."""
+
+    __slots__ = ("_after", "_trusted")
+
+    def __init__(self) -> None:
+        self._after: int | None = None  # the last rowid of the last lookup's rows, if together
+        self._trusted = True
+
+    def next_after(self) -> int | None:
+        """Return the rowid after which the next lookup's rows are guessed to lie (``None``:
+        no guess, every key is looked up in the index)."""
+        return self._after if self._trusted else None
+
+    def guessed(self, asked: int, found: int) -> None:
+        """Note that reading after :meth:`next_after` found ``found`` of ``asked`` keys."""
+        if 2 * found < asked:
+            self._trusted = False
+
+    def found(self, ids: list[int]) -> None:
+        """Note the rowids a lookup found: where the next one's rows are guessed to follow."""
+        if not ids:
+            return
+        low, high = min(ids), max(ids)
+        self._after = high if high - low < 2 * len(ids) + 16 else None
 
 
 class CallCache:
@@ -226,7 +282,7 @@ class CallCache:
             private_file(self.path)  # 0600 before SQLite opens it: its WAL files take its mode
             # Two connections: lookups on the event loop never wait behind a commit (WAL lets a
             # reader and a writer work at once).
-            self._db = _connect(self.path, self.busy_timeout)
+            self._db = _reader(self.path, self.busy_timeout)
             _ensure_schema(self._db)
             self._wdb = _connect(self.path, self.busy_timeout)
             # For commits on the caller's thread: never waits long for another process's lock
@@ -287,7 +343,7 @@ class CallCache:
         self._since = None
         self._writer = None
         try:
-            self._db = _connect(self.path, self.busy_timeout)
+            self._db = _reader(self.path, self.busy_timeout)
             self._wdb = _connect(self.path, self.busy_timeout)
             self._idb = _connect(self.path, _INLINE_TIMEOUT)
         except sqlite3.Error as exc:
@@ -327,9 +383,13 @@ class CallCache:
             return None
         return self._decode(value)
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+    def get_many(self, keys: Iterable[str], place: Place | None = None) -> dict[str, Generation]:
         """Return the stored generations of ``keys`` that the cache holds (a bulk :meth:`get`:
-        one query per few hundred keys); failures count as misses, as in :meth:`get`."""
+        one query per few thousand keys); failures count as misses, as in :meth:`get`.
+
+        ``place`` is a run's :class:`Place` (updated here): where its previous lookup found
+        its rows, so that the rows right after them are read first, in the table's order, and
+        only the keys not among them are looked up in the key index."""
         # Sorted: SQLite builds an index of the IN list, which in key order is appended to
         # rather than inserted into (a 2,048-key query takes half the time).
         wanted = sorted(set(keys))
@@ -347,10 +407,18 @@ class CallCache:
                 # query (another process replacing a row gives it a new rowid).
                 self._db.execute("BEGIN")
                 try:
+                    ids: list[int] = []
+                    after = place.next_after() if place is not None else None
+                    if after is not None and rest:
+                        asked = len(rest)
+                        rest = self._rows_after(after, rest, values, ids)
+                        place.guessed(asked, asked - len(rest))  # type: ignore[union-attr]
                     for start in range(0, len(rest), _IN_CHUNK):
-                        values.update(self._rows_of(rest[start : start + _IN_CHUNK]))
+                        values.update(self._rows_of(rest[start : start + _IN_CHUNK], ids))
                 finally:
                     self._db.execute("COMMIT")
+                if place is not None:
+                    place.found(ids)
             except sqlite3.Error as exc:
                 self._failed(exc)
         found = {}
@@ -361,19 +429,38 @@ class CallCache:
                 found[key] = gen
         return found
 
-    def _rows_of(self, keys: list[str]) -> list[tuple[str, str]]:
-        """Return the stored (key, value) of ``keys`` (at most :data:`_IN_CHUNK`): the rows'
-        places from the key index alone, then the rows in the order they lie in the table.
-        Read in key order, a large cache's table pages were read again and again, once per
-        row on them (2.5x the time a row at 200,000 answers)."""
+    def _rows_after(
+        self, after: int, keys: list[str], values: dict[str, str], ids: list[int]
+    ) -> list[str]:
+        """Read the rows right after rowid ``after`` in the table's order, as many as ``keys``
+        and a few more (an answer or two stored out of turn); put those of ``keys`` into
+        ``values`` and their rowids into ``ids``; return the keys not among them, in order."""
+        left = set(keys)
+        rows = self._db.execute(
+            "SELECT rowid, key, value FROM calls WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            (after, len(keys) + len(keys) // 16 + 16),
+        )
+        for rowid, key, value in rows:
+            if key in left:
+                left.remove(key)
+                values[key] = value
+                ids.append(rowid)
+        return [k for k in keys if k in left]
+
+    def _rows_of(self, keys: list[str], ids: list[int]) -> list[tuple[str, str]]:
+        """Return the stored (key, value) of ``keys`` (at most :data:`_IN_CHUNK`), appending
+        their rowids to ``ids``: the rows' places from the key index alone, then the rows in
+        the order they lie in the table. Read in key order, a large cache's table pages were
+        read again and again, once per row on them (2.5x the time a row at 200,000 answers)."""
         marks = ",".join("?" * len(keys))
         places = self._db.execute(f"SELECT rowid FROM calls WHERE key IN ({marks})", keys)
-        ids = sorted(r for (r,) in places)
-        if not ids:
+        found = sorted(r for (r,) in places)
+        if not found:
             return []
-        marks = ",".join("?" * len(ids))
+        ids += found
+        marks = ",".join("?" * len(found))
         return self._db.execute(
-            f"SELECT key, value FROM calls WHERE rowid IN ({marks})", ids
+            f"SELECT key, value FROM calls WHERE rowid IN ({marks})", found
         ).fetchall()
 
     def _decode(self, value: str) -> Generation | None:

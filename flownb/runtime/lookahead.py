@@ -98,6 +98,11 @@ class Lookahead:
         self.batch = batch
         self.cache = cache
         self.runner = runner
+        # Where the last chunk's answers lay in the cache's table: a re-run's next chunk is
+        # read from right after them (see CallCache.get_many).
+        from .cache import Place  # the cache module is loaded once a cache is open
+
+        self.place = Place()
         # The nodes that read only variables, with their limits and calls (prompts and keys
         # made by the one author the runner's calls use too: flownb.providers.callplan).
         self.first = [
@@ -128,7 +133,9 @@ class Lookahead:
         if not self.hits:  # the runner keeps them, for its traced calls to find
             self.runner.prefetch(self._calls(prompts))
         else:
-            stored = self.cache.get_many(k for column in keys for k in column if k is not None)
+            stored = self.cache.get_many(
+                (k for column in keys for k in column if k is not None), self.place
+            )
             self._note_misses(prompts, keys, stored)
             if stored:
                 for column, found in zip(keys, gens, strict=True):

@@ -21,7 +21,7 @@ from ...providers.base import BatchAPI, Generation
 from .store import BatchRecord, load_records, save_record
 
 if TYPE_CHECKING:
-    from ...runtime.cache import CallCache
+    from ...runtime.cache import CallCache, Place
 
 __all__ = ["claim_paid", "paid_once"]
 
@@ -52,11 +52,11 @@ class _PaidOnce:
             self.used.add(key)
         return dataclasses.replace(gen, cached=False)
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+    def get_many(self, keys: Iterable[str], place: Place | None = None) -> dict[str, Generation]:
         """Return :meth:`CallCache.get_many`'s generations, each answer a batch brought in
         served as :meth:`get` serves it the first time (the engine looks a batch's calls up in
         bulk: the accounting must not depend on which lookup finds an answer)."""
-        found = self.cache.get_many(keys)
+        found = self.cache.get_many(keys, place)
         fresh = [key for key in found if key in self.paid]
         if fresh:
             with self.lock:
