@@ -8,7 +8,9 @@ families of modules that belong together go to one worker each, in file order:
   the same process for keys (tests/reliability/exposure.py);
 - the real-browser modules, in two halves of about equal length: each half shares one
   JupyterLab server and one chromium (tests/conftest.py's ``jupyterlab`` and ``chromium``,
-  started once per worker), where a worker per module would start one of each per module.
+  started once per worker), where a worker per module would start one of each per module;
+- the modules that call the Anthropic and Gemini providers in the test process, so one worker
+  imports those vendors' SDKs instead of every worker (``_VENDOR_SDKS``).
 
 The units are handed out longest first (``_COST``, then the number of tests), so the last ones
 to start are short and the workers end at about the same time; xdist's own order (most tests
@@ -59,11 +61,27 @@ _BROWSER_HALVES = {
 
 _HALF_OF = {path: half for half, paths in _BROWSER_HALVES.items() for path in paths}
 
+# The modules whose tests run flows through the Anthropic and Gemini providers in this process:
+# their first call imports the vendor's SDK (anthropic about 1.2 CPU-s, google-genai 0.3, on
+# top of what the rest of the suite imports), paid once per worker that runs one. Spread over
+# the four workers, each paid it; as one unit (about as long as a browser half), one worker
+# does.
+_VENDOR_SDKS = frozenset(
+    f"tests/test_{name}.py"
+    for name in (
+        "batch_api_anthropic", "cost", "endpoint_keys", "fakes_received", "frontier",
+        "gateway_prices", "image_judge", "judges", "model_notes", "money", "params_range",
+        "redirect_keys", "streaming", "system_vendors", "tracing_instrumented",
+        "tracing_vendors", "vendor_rules", "vendors",
+    )
+)  # fmt: skip
+
 # A test file's path -> the work unit it joins (None: none of these).
 _TOGETHER: tuple[Callable[[str], str | None], ...] = (
     lambda path: "notebooks" if path.endswith(".ipynb") else None,
     lambda path: "tests/test_reliability_*" if path.startswith("tests/test_reliability_") else None,
     _HALF_OF.get,
+    lambda path: "vendor SDKs" if path in _VENDOR_SDKS else None,
 )
 
 
@@ -71,12 +89,11 @@ _TOGETHER: tuple[Callable[[str], str | None], ...] = (
 # only the order matters. A unit not listed costs a tenth of a second per test.
 _COST = {
     "tests/test_reliability_*": 140,
+    "vendor SDKs": 145,
     "browser: forms and display": 140,
     "browser: live views and review": 135,
     "notebooks": 90,
     "tests/test_schemathesis.py": 90,
-    "tests/test_batch_api_anthropic.py": 80,
-    "tests/test_frontier.py": 55,
     "tests/test_dask.py": 50,
     "tests/test_batch_api.py": 40,
     "tests/test_binder.py": 30,

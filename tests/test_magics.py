@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
 import flownb
@@ -29,6 +28,11 @@ from tests.conftest import make_flow, write_flow
 @pytest.fixture
 def ip(tmp_path: Path, blog_flow_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A real IPython shell with ``%load_ext flownb``, working in a folder holding the flows."""
+    # Imported here, not at collection: every xdist worker collects this module (and the ones
+    # importing this fixture), and IPython's test application costs about 0.4 CPU-s to import,
+    # paid then only by a worker that runs a test asking for the shell.
+    from IPython.testing.globalipapp import start_ipython
+
     start_ipython()  # once per process; later calls return None
     shell = InteractiveShell.instance()
     monkeypatch.chdir(tmp_path)

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -247,9 +248,14 @@ def running_lab(
         RuntimeError, TimeoutError: the server did not start.
     """
     token = secrets.token_hex(24)
-    dirs = {
-        name: scratch / name for name in ("runtime", "config", "data", "settings", "workspaces")
-    }
+    dirs = {name: scratch / name for name in ("config", "data", "settings", "workspaces")}
+    # The kernels talk to the server over Unix sockets in the runtime folder (jupyter_client's
+    # ``ipc`` transport), not TCP ports: jupyter_client picks free ports and releases them for
+    # the kernel to bind, and on a machine running other suites another process took one in
+    # between often enough that a kernel failed to start several times in a row (see
+    # tests/kernels.py). A socket's path is at most 107 bytes, so the folder is a short one
+    # under the system's temporary folder rather than under ``scratch``.
+    dirs["runtime"] = Path(tempfile.mkdtemp(prefix="lab-rt-"))
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     _write_settings(dirs["settings"], dirs["config"])
@@ -288,6 +294,7 @@ def running_lab(
             "--ServerApp.terminals_enabled=False",
             "--ServerApp.allow_root=True",  # CI containers run as root; the server is loopback-only
             "--LabApp.extension_manager=readonly",  # no PyPI queries from the extension manager
+            "--KernelManager.transport=ipc",  # the kernels' sockets: see the runtime folder
         ]
         with log.open("wb") as out:
             process = subprocess.Popen(
@@ -319,6 +326,7 @@ def running_lab(
         yield lab
     finally:
         killed |= _shutdown(lab)
+        shutil.rmtree(dirs["runtime"], ignore_errors=True)
     if killed:
         raise RuntimeError(f"processes outlived JupyterLab's shutdown and were killed: {killed}")
 
