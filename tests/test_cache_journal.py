@@ -48,21 +48,18 @@ def journals(db: Path) -> list[Path]:
     return sorted(folder.glob("*.log")) if folder.is_dir() else []
 
 
-def test_answers_of_a_process_killed_before_its_fold_are_found_by_the_next(
-    tmp_path: Path,
-) -> None:
-    db = home(tmp_path) / "cache.sqlite"
-    # A process that puts 50 answers as a run on an event loop does, never folds them (its
-    # writer waits an hour between folds), says so, and waits to be killed.
+def putter(db: Path, tmp_path: Path, n: int) -> subprocess.Popen[str]:
+    """Return a process that has put ``n`` answers (``out 0`` ...) as a run on an event loop
+    does and never folds them (its writer waits an hour between folds), waiting to be killed."""
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import time
         from flownb.runtime import cache as c
         from flownb.providers.base import Generation
         c._FOLD_EVERY = 3600
         cache = c.CallCache({str(db)!r}, {str(tmp_path / "media")!r})
         prefix = c.CallCache.prefix({{"provider": "p"}}, "text", {{"model": "m"}})
-        for i in range(50):
+        for i in range({n}):
             cache.put_soon(c.CallCache.key(prefix, f"prompt {{i}}"), Generation(f"out {{i}}"))
         print("put", flush=True)
         time.sleep(600)
@@ -71,10 +68,20 @@ def test_answers_of_a_process_killed_before_its_fold_are_found_by_the_next(
     child = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if line != "put\n":
+        child.kill()
+        raise AssertionError(child.stderr.read() if child.stderr else "no answers put")
+    return child
+
+
+def test_answers_of_a_process_killed_before_its_fold_are_found_by_the_next(
+    tmp_path: Path,
+) -> None:
+    db = home(tmp_path) / "cache.sqlite"
+    child = putter(db, tmp_path, 50)
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "put\n", child.stderr.read() if child.stderr else ""
         assert stored_count(db) == 0  # nothing folded: all 50 are in its journal alone
         [journal] = journals(db)
         # A live process's journal is not another's to fold.
@@ -229,29 +236,10 @@ def test_a_bulk_lookup_folds_the_journal_of_a_process_killed_while_the_cache_was
     """A process with the cache open (a Dask worker that survives another's kill -9) finds the
     dead one's answers at its next bulk lookup, without opening the cache again."""
     db = home(tmp_path) / "cache.sqlite"
-    script = textwrap.dedent(
-        f"""
-        import time
-        from flownb.runtime import cache as c
-        from flownb.providers.base import Generation
-        c._FOLD_EVERY = 3600
-        cache = c.CallCache({str(db)!r}, {str(tmp_path / "media")!r})
-        prefix = c.CallCache.prefix({{"provider": "p"}}, "text", {{"model": "m"}})
-        for i in range(20):
-            cache.put_soon(c.CallCache.key(prefix, f"prompt {{i}}"), Generation(f"out {{i}}"))
-        print("put", flush=True)
-        time.sleep(600)
-        """
-    )
     alive = CallCache(db, tmp_path / "media")  # open before the other process dies
     alive.put_soon(key(99), Generation("mine"))  # with a journal of its own
-    child = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    child = putter(db, tmp_path, 20)
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "put\n", child.stderr.read() if child.stderr else ""
         assert alive.get_many([key(0)]) == {}  # alive: its journal is its own to fold
     finally:
         child.send_signal(signal.SIGKILL)
