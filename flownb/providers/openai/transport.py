@@ -326,20 +326,20 @@ class _AiohttpTransport:
         return session
 
     async def _redirected(
-        self, url: str, data: bytes, headers: Mapping[str, str], status: int, moved: Any
+        self, url: str, data: bytes, headers: Mapping[str, str], answer: tuple[bytes, int, Any]
     ) -> tuple[bytes, int, Any]:
-        """Return the answer (body, status, headers) of the request to ``url`` that was
-        answered ``status``, a redirect with the headers ``moved``: sent again through the
-        session that follows redirects, each hop checked. A redirect without a target is the
-        answer as it is.
+        """Return the answer (body, status, headers) of the request to ``url`` whose
+        ``answer`` was a redirect: sent again through the session that follows redirects,
+        each hop checked. A redirect without a target is the answer as it is.
 
         Raises:
             RedirectRefused: the redirect (or a later hop) leads to another origin; nothing was
                 sent there.
         """
+        _, status, moved = answer
         target = moved.get("Location") or moved.get("URI")
         if not target:
-            return b"", status, moved
+            return answer
         # Refused here, before the request goes out again: the first hop's target is known.
         check_redirect(url, urllib.parse.urljoin(url, target), status)
         session = await self._session(follow=True)
@@ -373,7 +373,8 @@ class _AiohttpTransport:
                 status = resp.status
                 headers = resp.headers
             if status in REDIRECTS:  # rare: an API that moved
-                raw, status, headers = await self._redirected(url, data, sent, status, headers)
+                answer = (raw, status, headers)
+                raw, status, headers = await self._redirected(url, data, sent, answer)
         except aiohttp.ServerTimeoutError as exc:
             raise ProviderTimeout(f"OpenAI API timed out: {exc}", provider="openai") from exc
         except aiohttp.ClientError as exc:
