@@ -9,19 +9,20 @@ of an interrupted or partly failed batch therefore calls the provider only for w
 Each answer is safe from a crash of the process as soon as it arrives. :meth:`CallCache.put`
 commits before it returns (one small transaction, WAL, ``synchronous=NORMAL``: no fsync per
 commit) on a connection whose lock wait is 10 ms at most. On an event loop,
-:meth:`CallCache.put_soon` encodes the answer, appends it to this process's journal (one
-line copied into the file's mapped pages: see :mod:`flownb.runtime.cache_journal`) and queues it
-(lookups see it at once); the cache's writer thread folds the queue into SQLite in one
-transaction every quarter second while answers keep coming, and a run's end folds what is left. A
-commit's CPU is per answer and falls with the answers per transaction (SQLite writes the pages
-an insert touched to the WAL): about 27 us alone, 14 at eight and 7 at 64 on a young cache,
-so folding tens at a time is what makes the cache cheap, and the journal is what makes it
-safe to wait: a process killed with answers not yet folded leaves its journal behind, and the
-next process to open the cache folds it first, so a re-run after a ``kill -9`` buys again
-only what the killed run was still reading off the wire as it died (a line cut short by the
-kill is skipped). A power loss can take back the last answers, as it can SQLite's last commits.
-Another process sees an answer once it is folded: a twin call there meanwhile is bought
-twice, as one in flight always was (the in-flight de-duplication is per process).
+:meth:`CallCache.put_soon` encodes the answer, appends it to this process's journal (one line
+copied into the file's mapped pages: see :mod:`flownb.runtime.cache_journal`) and queues it
+(lookups see it at once); the cache's writer thread folds the queue into SQLite in one transaction
+every quarter second while answers keep coming, and a run's end folds what is left. A commit's CPU
+is per answer and falls with the answers per transaction (SQLite writes the pages an insert touched
+to the WAL): about 27 us alone, 14 at eight and 7 at 64 on a young cache, so folding tens at a time
+is what makes the cache cheap, and the journal is what makes it safe to wait: a process killed with
+answers not yet folded leaves its journal behind, and the next process to open the cache folds it
+first (as does a bulk lookup in a process that had it open already: a Dask worker retrying a killed
+one's partition), so a re-run after a ``kill -9`` buys again only what the killed run was still
+reading off the wire as it died (a line cut short by the kill is skipped). A power loss can take
+back the last answers, as it can SQLite's last commits. Another process sees an answer once it is
+folded: a twin call there meanwhile is bought twice, as one in flight always was (the in-flight
+de-duplication is per process).
 
 Without a journal (its folder cannot be written) the writer thread commits the queue as soon
 as it runs, then every 2 ms while answers come; when an answer has waited over 5 ms (the
@@ -722,10 +723,7 @@ class CallCache:
         commit swaps it for a new one past :data:`_JOURNAL_MAX` (making one costs more than a
         commit saves, so not at every fold)."""
         if self._journal is not None and self._journal.size:
-            # On failure its lines stay: committed, so read again after a crash they change
-            # nothing.
-            with contextlib.suppress(OSError):
-                self._journal.empty()
+            self._journal.empty()
 
     def _fresh_journal(self) -> Journal | None:
         """Return a new journal for the answers put after this commit takes the queue, when
