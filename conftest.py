@@ -6,9 +6,9 @@ families of modules that belong together go to one worker each, in file order:
   (notebooks/conftest.py);
 - the reliability suites, whose secrets suite (it sorts last) scans what the others left in
   the same process for keys (tests/reliability/exposure.py);
-- the real-browser modules, in two halves of about equal length: each half shares one
-  JupyterLab server and one chromium (tests/conftest.py's ``jupyterlab`` and ``chromium``,
-  started once per worker), where a worker per module would start one of each per module;
+- the real-browser modules, which share one JupyterLab server and one chromium
+  (tests/conftest.py's ``jupyterlab`` and ``chromium``, started once per worker), where a
+  worker per module would start one of each per module;
 - the modules that call the Anthropic and Gemini providers in the test process, so one worker
   imports those vendors' SDKs instead of every worker (``_VENDOR_SDKS``).
 
@@ -43,29 +43,23 @@ import pytest
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 pytest_plugins = ["nbval.plugin"]
 
-# The real-browser modules, by the half they join (see above).
-_BROWSER_HALVES = {
-    "browser: forms and display": (
-        "tests/test_browser.py",
-        "tests/test_display_browser.py",
-        "tests/test_eval_browser.py",
-        "tests/test_server_docs.py",
-    ),
-    "browser: live views and review": (
-        "tests/test_live_browser.py",
-        "tests/test_stream_browser.py",
-        "tests/test_review_browser.py",
-        "tests/test_pairwise_browser.py",
-    ),
-}
-
-_HALF_OF = {path: half for half, paths in _BROWSER_HALVES.items() for path in paths}
+# The real-browser modules (see above): one unit, where they were two halves on two workers.
+# With a browser context cheaper by the renderers chromium no longer starts for it
+# (tests/browser/chromium.py), the ten tests take about two thirds of a run's length on one
+# worker, and one JupyterLab server and one chromium are started instead of two of each (about
+# 2 CPU-s each pair, and playwright imported by one worker).
+_BROWSER = frozenset(
+    f"tests/test_{name}.py"
+    for name in (
+        "browser", "display_browser", "eval_browser", "server_docs",
+        "live_browser", "stream_browser", "review_browser", "pairwise_browser",
+    )
+)  # fmt: skip
 
 # The modules whose tests run flows through the Anthropic and Gemini providers in this process:
 # their first call imports the vendor's SDK (anthropic about 1.2 CPU-s, google-genai 0.3, on
 # top of what the rest of the suite imports), paid once per worker that runs one. Spread over
-# the four workers, each paid it; as one unit (about as long as a browser half), one worker
-# does.
+# the four workers, each paid it; as one unit, one worker does.
 _VENDOR_SDKS = frozenset(
     f"tests/test_{name}.py"
     for name in (
@@ -80,7 +74,7 @@ _VENDOR_SDKS = frozenset(
 _TOGETHER: tuple[Callable[[str], str | None], ...] = (
     lambda path: "notebooks" if path.endswith(".ipynb") else None,
     lambda path: "tests/test_reliability_*" if path.startswith("tests/test_reliability_") else None,
-    _HALF_OF.get,
+    lambda path: "browser" if path in _BROWSER else None,
     lambda path: "vendor SDKs" if path in _VENDOR_SDKS else None,
 )
 
@@ -90,8 +84,7 @@ _TOGETHER: tuple[Callable[[str], str | None], ...] = (
 _COST = {
     "tests/test_reliability_*": 140,
     "vendor SDKs": 145,
-    "browser: forms and display": 140,
-    "browser: live views and review": 135,
+    "browser": 230,
     "notebooks": 90,
     "tests/test_schemathesis.py": 90,
     "tests/test_dask.py": 50,
