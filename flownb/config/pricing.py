@@ -375,6 +375,20 @@ def money_of(provider: str, generations: Iterable[Any]) -> Money:
     run, are skipped). The offline provider's runs cost 0."""
     if provider == "offline":
         return Money()
+    # The usual row: every call paid for now and priced. Its three sums are one sum, found in
+    # one pass (this runs for every row the run logs).
+    if not isinstance(generations, list | tuple):
+        generations = list(generations)  # read twice below when the usual pass stops
+    spent = 0.0
+    for g in generations:
+        if g is None:
+            continue
+        cost = g.cost
+        if g.cached or cost is None or cost != cost:
+            break
+        spent += cost
+    else:
+        return Money(spent=spent, price=spent)
     paid: list[float] = []
     cached: list[float] = []
     for g in generations:
