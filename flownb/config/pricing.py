@@ -202,9 +202,11 @@ def _whole_rates(provider_id: str, model: str) -> tuple[int, ...] | None:
     is the float of the table's Decimal total, to the last bit, at a fraction of its cost
     (this prices every call)."""
     rates = _rates(provider_id, model)
-    if not rates:
-        return rates
+    if rates is None:
+        return None
     ratios = [r.as_integer_ratio() for r in rates]
+    if not ratios:
+        return ()  # unknown: remembered, as _rates remembers it
     denominator = math.lcm(*(d for _, d in ratios))
     return (*(n * (denominator // d) for n, d in ratios), denominator)
 
