@@ -199,3 +199,67 @@ def test_a_node_downstream_of_a_failed_one_does_not_run(fake: FakeOpenAI) -> Non
     assert err.failed_nodes == ("first",)
     assert err.partial == {"side": echo("side X")}
     assert not any(p.startswith("again") for p in fake.answered_prompts)
+
+
+@pytest.mark.parametrize(
+    ("usage", "flat"),
+    [
+        (  # a chat answer as OpenAI sends it: both detail sections, zeros kept
+            {
+                "prompt_tokens": 3,
+                "completion_tokens": 4,
+                "total_tokens": 7,
+                "prompt_tokens_details": {"cached_tokens": 2, "audio_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 1, "audio_tokens": 0},
+            },
+            {
+                "prompt_tokens": 3,
+                "completion_tokens": 4,
+                "total_tokens": 7,
+                "cached_tokens": 2,
+                "prompt_audio_tokens": 0,
+                "reasoning_tokens": 1,
+                "completion_audio_tokens": 0,
+            },
+        ),
+        (  # the images API's names, also under the chat ones
+            {"input_tokens": 5, "output_tokens": 2, "input_tokens_details": {"image_tokens": 3}},
+            {
+                "input_tokens": 5,
+                "output_tokens": 2,
+                "image_tokens": 3,
+                "prompt_tokens": 5,
+                "completion_tokens": 2,
+            },
+        ),
+        (  # a promoted name taken already: the later count keeps its section's prefix
+            {
+                "prompt_tokens_details": {"image_tokens": 2},
+                "output_tokens_details": {"image_tokens": 5},
+            },
+            {"image_tokens": 2, "output_image_tokens": 5},
+        ),
+        (  # ... also when the top level has it
+            {"cached_tokens": 9, "prompt_tokens_details": {"cached_tokens": 2}},
+            {"cached_tokens": 9, "prompt_cached_tokens": 2},
+        ),
+        (  # what is not a count is left out: booleans, floats, nulls, other sections
+            {
+                "prompt_tokens": True,
+                "note": None,
+                "extra": {"a": 1},
+                "prompt_tokens_details": {"cached_tokens": False, "audio_tokens": 1.5, "x": 2},
+            },
+            {"prompt_x": 2},
+        ),
+        ({}, None),
+        ({"prompt_tokens_details": {}}, None),
+        (None, None),
+        ([1, 2], None),
+    ],
+)
+def test_usage_is_flattened_to_token_counts(usage: object, flat: dict | None) -> None:
+    from flownb.providers.openai.answers import usage_of
+
+    for _ in range(2):  # a shape seen before is read as the first time
+        assert usage_of(usage) == flat

@@ -384,6 +384,36 @@ def test_an_image_over_the_download_cap_is_refused_not_stored(
     assert flow.run(topic="owls")["out"].startswith("file://")
 
 
+def test_providers_of_one_endpoint_and_key_send_their_own_headers(
+    fake: FakeOpenAI, transport: str
+) -> None:
+    """Calls of one loop, endpoint and key whose providers name other headers each send their
+    own provider's: a session shared between them would send the first one's with every call."""
+    teams = ("red", "blue")
+    providers = [
+        OpenAIProvider(
+            media=MediaStore(Path("unused")),
+            base_url=fake.url,
+            api_key=KEY,
+            headers={"X-Team": team},
+            transport=transport,
+        )
+        for team in teams
+    ]
+
+    async def go() -> None:
+        for _ in range(2):
+            for provider, team in zip(providers, teams, strict=True):
+                await provider.generate(Call("text", team, {"model": "m"}))
+
+    asyncio.run(go())
+    sent = [(r["body"]["messages"][-1]["content"], r["headers"]) for r in fake.received]
+    assert [prompt for prompt, _ in sent] == ["red", "blue", "red", "blue"]
+    for prompt, headers in sent:
+        assert {k.lower(): v for k, v in headers.items()}["x-team"] == prompt
+        assert {k.lower(): v for k, v in headers.items()}["authorization"] == f"Bearer {KEY}"
+
+
 def test_http_sessions_close_with_their_loop_and_are_not_kept(
     fake: FakeOpenAI, transport: str
 ) -> None:
@@ -402,7 +432,10 @@ def test_http_sessions_close_with_their_loop_and_are_not_kept(
     async def go() -> None:
         await provider.generate(Call("text", "x", {"model": "m"}))
         loop = asyncio.get_running_loop()
-        key = (loop, provider.base_url, None) if transport == "aiohttp" else loop
+        if transport == "aiohttp":  # the session of this loop, endpoint and key
+            (key,) = [k for k in held() if k[0] is loop and k[2] is None]
+        else:
+            key = loop
         used.append(held()[key])
 
     for _ in range(3):

@@ -193,25 +193,36 @@ def _rates(provider_id: str, model: str) -> tuple[Decimal, ...] | None:
     return (per_in / _PROBE, per_out / _PROBE, read / _PROBE, write / _PROBE)
 
 
+@functools.lru_cache(maxsize=256)
+def _whole_rates(provider_id: str, model: str) -> tuple[int, ...] | None:
+    """Return :func:`_rates` as whole numbers over a common denominator, ``(input, output,
+    cache read, cache write, denominator)``; ``()`` or None as :func:`_rates` says.
+
+    Exact: a sum of whole numbers divided once (Python's int division is correctly rounded)
+    is the float of the table's Decimal total, to the last bit, at a fraction of its cost
+    (this prices every call)."""
+    rates = _rates(provider_id, model)
+    if rates is None:
+        return None
+    ratios = [r.as_integer_ratio() for r in rates]
+    if not ratios:
+        return ()  # unknown: remembered, as _rates remembers it
+    denominator = math.lcm(*(d for _, d in ratios))
+    return (*(n * (denominator // d) for n, d in ratios), denominator)
+
+
 def _table_price(
     provider_id: str, model: str, inp: int, out: int, cached: int, written: int
 ) -> float:
-    rates = _rates(provider_id, model)
+    rates = _whole_rates(provider_id, model)
     if not rates:
         if rates == ():
             return NAN
         exact = _exact(provider_id, model, inp, out, cached, written)
         return NAN if exact is None else float(exact)
-    per_in, per_out, per_read, per_write = rates
+    per_in, per_out, per_read, per_write, denominator = rates
     fresh = max(0, inp - cached - written)
-    total = fresh * per_in + out * per_out
-    # Most calls read and write no prompt cache: their zero terms (a Decimal product and sum
-    # each, on every call) would not change the total.
-    if cached:
-        total += cached * per_read
-    if written:
-        total += written * per_write
-    return float(total)
+    return (fresh * per_in + out * per_out + cached * per_read + written * per_write) / denominator
 
 
 @functools.lru_cache(maxsize=64)
@@ -375,6 +386,20 @@ def money_of(provider: str, generations: Iterable[Any]) -> Money:
     run, are skipped). The offline provider's runs cost 0."""
     if provider == "offline":
         return Money()
+    # The usual row: every call paid for now and priced. Its three sums are one sum, found in
+    # one pass (this runs for every row the run logs).
+    if not isinstance(generations, list | tuple):
+        generations = list(generations)  # read twice below when the usual pass stops
+    spent = 0.0
+    for g in generations:
+        if g is None:
+            continue
+        cost = g.cost
+        if g.cached or cost is None or cost != cost:
+            break
+        spent += cost
+    else:
+        return Money(spent=spent, price=spent)
     paid: list[float] = []
     cached: list[float] = []
     for g in generations:

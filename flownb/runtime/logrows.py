@@ -232,6 +232,9 @@ def _row(
             p += usage.get("prompt_tokens", 0)
             c += usage.get("completion_tokens", 0)
             t += usage.get("total_tokens", 0)
+            if not details:  # the first generation's counts: taken as they are, in one go
+                details = {k: n for k, n in usage.items() if k not in _TOKEN_COLUMNS}
+                continue
             for name, count in usage.items():
                 if name not in _TOKEN_COLUMNS:
                     details[name] = details.get(name, 0) + count

@@ -137,6 +137,14 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# The names a detail section's counts are flattened to, by section and detail names in their
+# order (the same few shapes come with every answer): see usage_of.
+_FLAT_NAMES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+
+# The only type of a section's values that usage_of's quick path takes as they are.
+_INTS = frozenset({int})
+
+
 def usage_of(usage: Any) -> dict[str, int] | None:
     """Return the answer's usage as flat token counts, for the run log and pricing.
 
@@ -146,12 +154,47 @@ def usage_of(usage: Any) -> dict[str, int] | None:
     ``input_tokens`` / ``output_tokens`` also count as ``prompt_tokens`` /
     ``completion_tokens``. ``None`` when the answer reported no usage.
     """
+    if type(usage) is not dict:
+        return _usage_of(usage)
+    # The usual answer (this runs for every one): top-level ints and detail sections of ints
+    # whose flat names are all new, each section copied in one go under names worked out once
+    # for its shape. Anything else is read item by item (_usage_of), with the same result.
+    flat: dict[str, int] = {}
+    sections = []
+    for name, value in usage.items():
+        if type(value) is int:
+            flat[name] = value
+        elif type(value) is dict and name.endswith("_tokens_details"):
+            sections.append((name, value))
+        else:
+            return _usage_of(usage)
+    for name, details in sections:
+        shape = (name, tuple(details))
+        names = _FLAT_NAMES.get(shape)
+        if names is None:
+            names = _flat_names(*shape)
+        if not flat.keys().isdisjoint(names) or not {*map(type, details.values())} <= _INTS:
+            return _usage_of(usage)
+        flat.update(zip(names, details.values(), strict=True))
+    return _aliased(flat)
+
+
+def _flat_names(section: str, details: tuple[str, ...]) -> tuple[str, ...]:
+    """Return the flat names of a section's details (as if none were taken yet), remembered
+    for a bounded number of shapes (a server inventing new ones cannot grow the memo)."""
+    prefix = section[: -len("_tokens_details")]
+    names = tuple(d if d in _DETAILS else f"{prefix}_{d}" for d in details)
+    if len(_FLAT_NAMES) < 256:
+        _FLAT_NAMES[section, details] = names
+    return names
+
+
+def _usage_of(usage: Any) -> dict[str, int] | None:
+    """Return :func:`usage_of` of any usage, read item by item."""
     if not isinstance(usage, _MAPPING):
         return None
     flat: dict[str, int] = {}
     sections: list[tuple[str, Mapping[str, Any]]] = []
-    # One pass over the top level (counts kept, detail sections set aside), then the sections:
-    # a chat answer carries two of them on every call, so this runs once per answer read.
     for name, value in usage.items():
         if type(value) is int:
             flat[name] = value
@@ -166,6 +209,11 @@ def usage_of(usage: Any) -> dict[str, int] | None:
                 continue
             key = detail if detail in _DETAILS and detail not in flat else f"{section}_{detail}"
             flat[key] = flat.get(key, 0) + count
+    return _aliased(flat)
+
+
+def _aliased(flat: dict[str, int]) -> dict[str, int] | None:
+    """Return ``flat`` with the images API's names also under the chat ones (None if empty)."""
     if "input_tokens" in flat and "prompt_tokens" not in flat:
         flat["prompt_tokens"] = flat["input_tokens"]
     if "output_tokens" in flat and "completion_tokens" not in flat:

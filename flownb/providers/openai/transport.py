@@ -192,7 +192,7 @@ def _wire_connector() -> Any:
 # aiohttp sessions, shared by every provider with the same endpoint and key on the same event
 # loop (a session is bound to its loop): flows loaded one after another reuse connections. A
 # session is closed with its loop (see _close_with_loop), or at exit for a loop still running.
-_SESSIONS: dict[tuple[asyncio.AbstractEventLoop, str, str | None], Any] = {}
+_SESSIONS: dict[tuple[asyncio.AbstractEventLoop, Any, str | None], Any] = {}
 
 
 # (registry, key) -> the suspended async generator that closes a registry's entry when the
@@ -272,6 +272,9 @@ class _AiohttpTransport:
             self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else None
         # A request's headers without an Entra ID token: merged once, not once a call.
         self._fixed = {**self.headers, **self.auth} if self.auth else self.headers
+        # The endpoint's sessions, told apart by the headers their calls send (see _new_session).
+        place = (self.pool + self.base_url, frozenset(self._fixed.items()))
+        self._places = (place, (place[0] + " following", place[1]))
         # The proxy from HTTP(S)_PROXY / NO_PROXY, worked out once: aiohttp's trust_env would
         # look it up again in a worker thread for every request (a third of our CPU per call).
         parts = urllib.parse.urlsplit(self.base_url)
@@ -292,11 +295,10 @@ class _AiohttpTransport:
             return {**self.headers, "Authorization": f"Bearer {azure.token_provider()}"}
         return self._fixed
 
-    def _ident(self, follow: bool = False) -> tuple[Any, str, str | None]:
-        # One session per loop, endpoint (its pool: endpoints on one host stay apart) and key,
-        # and whether it follows redirects (see _new_session).
-        where = self.pool + self.base_url + (" following" if follow else "")
-        return (asyncio.get_running_loop(), where, self.key)
+    def _ident(self, follow: bool = False) -> tuple[Any, Any, str | None]:
+        # One session per loop, endpoint (its pool: endpoints on one host stay apart), headers
+        # and key, and whether it follows redirects (see _new_session).
+        return (asyncio.get_running_loop(), self._places[follow], self.key)
 
     async def _session(self, follow: bool = False) -> Any:
         session = _SESSIONS.get(self._ident(follow))
@@ -320,6 +322,10 @@ class _AiohttpTransport:
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
             middlewares=(aiohttp_middleware,) if follow else (),
+            # A call's headers, sent by default: a request that names none of its own is not
+            # merged into a copy of them (see post). A session that follows redirects is given
+            # them with each request (whatever hop it is asked to send again).
+            headers=None if follow else self._fixed,
         )
         _SESSIONS[ident] = session
         await _close_with_loop(_SESSIONS, ident, session.close)
@@ -365,8 +371,9 @@ class _AiohttpTransport:
             url = self._url(endpoint, body)
             data = _encoded(body)
             sent = self._headers()
+            own = None if sent is self._fixed else sent  # an Entra ID token's: not the session's
             async with session.post(
-                url, data=data, headers=sent, proxy=self.proxy, allow_redirects=False
+                url, data=data, headers=own, proxy=self.proxy, allow_redirects=False
             ) as resp:
                 mark_answered()  # the answer's head is in
                 raw = await resp.read()
