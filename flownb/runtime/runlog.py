@@ -88,7 +88,7 @@ CREATE INDEX IF NOT EXISTS chunks_flow ON chunks (flow);
 # The columns a run log made before compression lacks (added, NULL in its chunks).
 _ADDED = {"n": "INTEGER", "finished": "REAL"}
 # Zstandard's level 1: a chunk's JSON repeats its keys, glue and prompt text on every row, which
-# level 1 shrinks 10- to 50-fold at some 1.7 GB/s (zlib's level 1, used before: 300-450 MB/s,
+# level 1 shrinks 10- to 60-fold at some 1.7 GB/s (zlib's level 1, used before: 300-450 MB/s,
 # for up to three times the bytes). Higher levels are slower and, on such text, no smaller.
 _LEVEL = 1
 # How a Zstandard frame begins; a zlib stream (what chunks written before hold) begins with 0x78.
