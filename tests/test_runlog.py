@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 import zlib
 from contextlib import closing
 from pathlib import Path
@@ -18,6 +19,11 @@ from flownb.errors import BatchError
 from flownb.runtime.runlog import COLUMNS, RUNLOG_FILE
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 
@@ -114,8 +120,22 @@ def test_chunks_are_stored_compressed_with_their_count_and_last_finish(
     with sqlite3.connect(flownb_env / RUNLOG_FILE) as db:
         ((stored, n, finished),) = db.execute("SELECT rows, n, finished FROM chunks").fetchall()
     assert isinstance(stored, bytes) and n == 5 == len(logged)
-    kept = orjson.loads(zlib.decompress(stored))
+    kept = orjson.loads(zstd.decompress(stored))  # one Zstandard frame
     assert [row[3] for row in kept] == rows(5) and finished == max(row[1] for row in kept)
+
+
+def test_chunks_compressed_with_zlib_as_before_are_read_as_they_were(flownb_env: Path) -> None:
+    flownb.load_flow(make_flow(PROMPTS, ["topic"])).run_batch(rows(3))
+    before = flownb.runs()
+    with closing(sqlite3.connect(flownb_env / RUNLOG_FILE)) as db, db:
+        ((chunk_id, stored),) = db.execute("SELECT id, rows FROM chunks").fetchall()
+        # The same rows as flownb stored them before Zstandard: zlib, level 1.
+        old = zlib.compress(zstd.decompress(stored), 1)
+        db.execute("UPDATE chunks SET rows = ? WHERE id = ?", (old, chunk_id))
+    flownb.load_flow(make_flow(PROMPTS, ["topic"])).run_batch(rows(2))
+    after = flownb.runs()
+    assert len(after) == 5 and after["inputs"].tolist() == [*rows(3), *rows(2)]
+    pd.testing.assert_frame_equal(after.iloc[:3], before)
 
 
 def test_a_run_log_written_before_compression_is_read_and_extended(flownb_env: Path) -> None:

@@ -570,10 +570,11 @@ class CallCache:
         """Fold into the database the journals of processes that died before folding them
         (a ``kill -9``): the answers they received are found from now on."""
         try:
-            with orphans(journal_dir(self.path)) as found, self._write_lock:
+            with orphans(journal_dir(self.path)) as found:
                 rows = [row for _, data in found for row in read_lines(data)]
-                if rows:
-                    _insert(self._wdb, rows)
+                if rows:  # the writer's lock only then: another live process's is no orphan
+                    with self._write_lock:
+                        _insert(self._wdb, rows)
         except (OSError, sqlite3.Error) as exc:
             self._failed(exc)  # they stay, for the next process that opens the cache
 
