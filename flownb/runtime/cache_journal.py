@@ -139,11 +139,21 @@ def others(folder: Path, own: Journal | None) -> bool:
     """Return whether ``folder`` holds a journal other than ``own`` (another process's, alive
     or dead): a listing, no file opened, for a caller that looks often."""
     try:
-        names = os.listdir(folder)
+        names = _journals_in(folder)
     except OSError:
         return False
     mine = own.path.name if own is not None else None
-    return any(n.endswith(_SUFFIX) and n[0] != "." and n != mine for n in names)
+    return any(n != mine for n in names)
+
+
+def _journals_in(folder: Path) -> list[str]:
+    """Return the names of the journals in ``folder`` in view (not one still being made under
+    its dot-name: see :class:`Journal`).
+
+    Raises:
+        OSError: the folder cannot be listed (``FileNotFoundError``: no journal was ever made).
+    """
+    return [n for n in os.listdir(folder) if n.endswith(_SUFFIX) and n[0] != "."]
 
 
 @contextlib.contextmanager
@@ -156,7 +166,7 @@ def orphans(folder: Path) -> Iterator[list[tuple[Path, bytes]]]:
     found: list[tuple[Path, bytes]] = []
     try:
         try:
-            names = [n for n in os.listdir(folder) if n.endswith(_SUFFIX) and n[0] != "."]
+            names = _journals_in(folder)
         except (FileNotFoundError, NotADirectoryError):
             names = []  # no journal was ever made here (or none can be: see Journal)
         for name in sorted(names):
