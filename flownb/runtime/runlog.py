@@ -41,6 +41,7 @@ from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -274,16 +275,22 @@ class RunLog:
             self._db.execute("DELETE FROM chunks")
 
 
-def _compress(text: bytes) -> bytes:
-    """Return ``text`` as one Zstandard frame (:data:`_LEVEL`). The module is imported here, on
-    the writer thread's first chunk, so no run's start waits for it; it compresses a chunk in
-    one call, with its output allocated at once, so the thread leaves the GIL once a chunk
-    (zlib's output grew in blocks, each taking the GIL back from the run's thread)."""
+def _zstd() -> ModuleType:
+    """Return the Zstandard module: the standard library's from Python 3.14, its backport
+    before. Imported when a chunk is first compressed or read (on the writer thread, for a
+    run), so no run's start waits for it."""
     if sys.version_info >= (3, 14):
         from compression import zstd
     else:
         from backports import zstd
-    return zstd.compress(text, _LEVEL)
+    return zstd
+
+
+def _compress(text: bytes) -> bytes:
+    """Return ``text`` as one Zstandard frame (:data:`_LEVEL`): a chunk in one call, with its
+    output allocated at once, so the thread leaves the GIL once a chunk (zlib's output grew in
+    blocks, each taking the GIL back from the run's thread)."""
+    return _zstd().compress(text, _LEVEL)
 
 
 def _unpacked(rows: bytes | str) -> bytes | str:
@@ -293,11 +300,7 @@ def _unpacked(rows: bytes | str) -> bytes | str:
         return rows
     if rows[:4] != _ZSTD_MAGIC:
         return zlib.decompress(rows)
-    if sys.version_info >= (3, 14):
-        from compression import zstd
-    else:
-        from backports import zstd
-    return zstd.decompress(rows)
+    return _zstd().decompress(rows)
 
 
 def _rows_of(chunk: list[list[Any]] | dict[str, Any]) -> list[list[Any]]:
