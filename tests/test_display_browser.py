@@ -23,13 +23,19 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.chromium import Chromium, browser_context
-from browser.lab import Lab
-from browser.notebook import lab_page, open_notebook, page_errors, run_all_cells, write_notebook
 from PIL import Image
 
 from flownb.show.escape import term_text
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.browser.chromium import Chromium, browser_context
+from tests.browser.lab import Lab
+from tests.browser.notebook import (
+    lab_page,
+    open_notebook,
+    page_errors,
+    run_all_cells,
+    write_notebook,
+)
 from tests.conftest import make_flow
 from tests.kernels import KERNEL_OPTIONS, isolated, jupyter_app
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.chromium import Chromium
-from browser.lab import Lab
-from browser.notebook import lab_page, open_notebook, write_notebook
 
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.browser.chromium import Chromium
+from tests.browser.lab import Lab
+from tests.browser.notebook import lab_page, open_notebook, write_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"

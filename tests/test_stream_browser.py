@@ -15,11 +15,17 @@ from pathlib import Path
 
 import playwright.sync_api as playwright_sync
 import pytest
-from browser.chromium import Chromium
-from browser.lab import Lab
-from browser.notebook import lab_page, open_notebook, page_errors, run_all_cells, write_notebook
 
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.browser.chromium import Chromium
+from tests.browser.lab import Lab
+from tests.browser.notebook import (
+    lab_page,
+    open_notebook,
+    page_errors,
+    run_all_cells,
+    write_notebook,
+)
 from tests.conftest import make_flow
 
 ROOT = Path(__file__).resolve().parent.parent
