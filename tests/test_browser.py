@@ -25,6 +25,7 @@ from tests.browser.chromium import Chromium
 from tests.browser.lab import Lab
 from tests.browser.notebook import (
     lab_page,
+    open_another_notebook,
     open_notebook,
     page_errors,
     run_all_cells,
@@ -134,7 +135,7 @@ def _stop_form(page: playwright_sync.Page, lab: Lab, work: Path) -> None:
     """Open the Stop notebook (in ``work``), run it, click Run, then Stop: the form says it
     stopped, and the next Run completes with the finished node from the cache and the stopped
     one's answer."""
-    page.goto(lab.notebook_url(STOP_NOTEBOOK), wait_until="domcontentloaded")
+    open_another_notebook(page, lab, STOP_NOTEBOOK)
     cell = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt:visible").first
     cell.wait_for(state="visible", timeout=60_000)
     # A second notebook may be asked which kernel to start (the default one): until its kernel

@@ -18,6 +18,7 @@ from .lab import Lab, lab_for
 __all__ = [
     "OUTSIDE",
     "lab_page",
+    "open_another_notebook",
     "open_notebook",
     "page_errors",
     "run_all_cells",
@@ -80,6 +81,19 @@ def open_notebook(page: playwright_sync.Page, lab: Lab, name: str) -> None:
     page.goto(lab.notebook_url(name), wait_until="domcontentloaded")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=60_000)
     lab.wait_idle(timeout=60)
+
+
+def open_another_notebook(page: playwright_sync.Page, lab: Lab, name: str) -> None:
+    """Open notebook ``name`` in a new tab of the JupyterLab already shown in ``page``, as a
+    user would (File, Open from Path), and wait until it is the current tab. Navigating the
+    page to it instead loads JupyterLab again (about 4 CPU-s more of chromium and the server).
+    Its kernel may still be starting when this returns."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").first.click()
+    page.get_by_role("menuitem", name="Open from Path…", exact=True).click()
+    page.locator(".jp-Dialog input").first.fill(lab.path(name))
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    current = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-current")
+    playwright_sync.expect(current).to_contain_text(Path(name).name, timeout=60_000)
 
 
 def run_all_cells(page: playwright_sync.Page) -> None:
