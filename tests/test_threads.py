@@ -162,6 +162,30 @@ def test_the_background_loop_winds_down_at_exit_and_a_forked_child_exits_cleanly
     assert done.stderr == ""
 
 
+@pytest.mark.parametrize(
+    ("raw", "kind"),
+    [(None, "uvloop"), ("", "uvloop"), (" AsyncIO ", "asyncio"), ("uvloop", "uvloop")],
+)
+def test_flownb_event_loop_setting(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None, kind: str
+) -> None:
+    from flownb.config.settings import event_loop_kind
+
+    if raw is None:
+        monkeypatch.delenv("FLOWNB_EVENT_LOOP", raising=False)
+    else:
+        monkeypatch.setenv("FLOWNB_EVENT_LOOP", raw)
+    assert event_loop_kind() == kind
+
+
+def test_an_unknown_flownb_event_loop_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flownb.config.settings import event_loop_kind
+
+    monkeypatch.setenv("FLOWNB_EVENT_LOOP", "tokio")
+    with pytest.raises(flownb.ConfigError, match="FLOWNB_EVENT_LOOP must be uvloop or asyncio"):
+        event_loop_kind()
+
+
 # -- interrupt ------------------------------------------------------------------------------------
 
 

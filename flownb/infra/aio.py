@@ -40,6 +40,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..config.settings import event_loop_kind
+
 __all__ = [
     "INTERRUPT_WAIT",
     "Patience",
@@ -196,8 +198,12 @@ def _after_interrupt(
 
 def _new_loop() -> asyncio.AbstractEventLoop:
     """Return a new event loop: uvloop's if it is installed and ``FLOWNB_EVENT_LOOP`` does
-    not say ``asyncio``, asyncio's otherwise."""
-    if os.environ.get("FLOWNB_EVENT_LOOP", "").strip().lower() != "asyncio":
+    not say ``asyncio``, asyncio's otherwise.
+
+    Raises:
+        ConfigError: ``FLOWNB_EVENT_LOOP`` says neither.
+    """
+    if event_loop_kind() == "uvloop":
         try:
             import uvloop
         except ImportError:
