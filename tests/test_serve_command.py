@@ -51,27 +51,56 @@ def test_serve_on_a_busy_port_is_one_error_line_and_exit_2(tmp_path: Path) -> No
     assert "listening on" not in done.stderr + done.stdout
 
 
-def test_serve_announces_the_bound_port_and_answers_there(tmp_path: Path) -> None:
-    flows = sample_flows(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flownb", "serve", "--flows", str(flows), "--port", "0"],
+def _serving(flows: Path, *python_args: str) -> subprocess.Popen[str]:
+    """Start ``python PYTHON_ARGS serve --flows FLOWS --port 0`` (``-m flownb`` by default)
+    with its log lines on a pipe."""
+    command = [*(python_args or ("-m", "flownb")), "serve", "--flows", str(flows)]
+    return subprocess.Popen(
+        [sys.executable, *command, "--port", "0"],
         env=dict(os.environ),
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
     )
+
+
+def _line_with(proc: subprocess.Popen[str], needle: str) -> str:
+    """Return the first line of ``proc``'s stderr that holds ``needle``."""
+    assert proc.stderr is not None
+    line = ""
+    deadline = time.monotonic() + 120  # a process start on a busy machine
+    while needle not in line and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, "serve exited"
+    return line
+
+
+def test_serve_announces_the_bound_port_and_answers_there(tmp_path: Path) -> None:
+    pytest.importorskip("uvloop")  # a dependency, but not on Windows
+    proc = _serving(sample_flows(tmp_path))
     try:
-        assert proc.stderr is not None
-        line = ""
-        deadline = time.monotonic() + 120  # a process start on a busy machine
-        while "listening on" not in line and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "serve exited"
-        url = line.split("listening on ", 1)[1].split()[0]
+        url = _line_with(proc, "listening on ").split("listening on ", 1)[1].split()[0]
         assert not url.endswith(":0")
+        # The loop that really runs, as the app found it when it started: uvloop, never a
+        # silent fall-back to asyncio's own loop while uvloop is installed.
+        assert _line_with(proc, "event loop: ").split("event loop: ", 1)[1].strip() == "uvloop"
         # Announced after binding: the port accepts at once (uvicorn serves it when ready).
         r = httpx.get(f"{url}/healthz", timeout=20)
         assert r.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_serve_runs_on_asyncio_where_uvloop_cannot_be_imported(tmp_path: Path) -> None:
+    # As on Windows, where uvloop is not installed: the import fails, and serve still starts.
+    blocked = "import sys; sys.modules['uvloop'] = None; import runpy; "
+    blocked += "runpy.run_module('flownb', run_name='__main__', alter_sys=True)"
+    proc = _serving(sample_flows(tmp_path), "-c", blocked)
+    try:
+        url = _line_with(proc, "listening on ").split("listening on ", 1)[1].split()[0]
+        assert _line_with(proc, "event loop: ").split("event loop: ", 1)[1].strip() == "asyncio"
+        assert httpx.get(f"{url}/healthz", timeout=20).status_code == 200
     finally:
         proc.terminate()
         proc.wait(20)

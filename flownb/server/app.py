@@ -124,9 +124,10 @@ def _telemetry_option() -> dict[str, Any]:
 def _lifespan(
     config: ServerConfig, decoders: DecodePool, *, freeze_heap: bool
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Return the app's lifespan: the provider's warm-up finished (and with ``freeze_heap``, the
-    heap frozen) before it starts; key use flushed every FLUSH_EVERY seconds while it runs; at
-    the end the keys flushed, the decoders stopped and the provider closed."""
+    """Return the app's lifespan: the event loop logged and the provider's warm-up finished
+    (and with ``freeze_heap``, the heap frozen) before it starts; key use flushed every
+    FLUSH_EVERY seconds while it runs; at the end the keys flushed, the decoders stopped and the
+    provider closed."""
     keys = config.keys
     provider = config.provider
 
@@ -138,6 +139,10 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Which loop really runs is on record (flownb.server.protocol.event_loop says which
+        # one uvicorn is asked for; a silent fall-back would cost every request).
+        loop = asyncio.get_running_loop()
+        log.info("event loop: %s", type(loop).__module__.partition(".")[0])
         # The provider's HTTP client and the price table, imported in the background since the
         # provider was made, are in before the server says it is up: the first request then
         # pays nothing for them (see flownb.providers.warmup).
