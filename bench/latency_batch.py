@@ -10,7 +10,9 @@ must lose nothing. Aim: flownb within 1.15x of ideal at C=32.
 Client CPU: flownb and the floor run in interleaved rounds (a fresh FLOWNB_HOME each flownb round,
 so every round pays for every call), at C=32 and at C=128; each prints its process CPU time per
 call (the fake server is another process, so this is the client's alone: every thread of it) and
-wall time, min / median / max over the rounds. Aims: flownb at most 0.35 ms of CPU a call at C=32,
+wall time, min / median / max over the rounds. flownb runs its calls on its background loop
+(uvloop's where installed, as on a default install); the floor on ``asyncio.run``'s loop, as a
+script written by hand does. Aims: flownb at most 0.35 ms of CPU a call at C=32,
 and at C=128 (where the client's CPU, not the latency, bounds a 2-core machine) at most 1.15x the
 floor's wall time.
 

@@ -101,6 +101,91 @@ def test_a_forked_child_runs_flows_after_a_run_in_the_parent(fake: FakeOpenAI) -
     assert sum("say w0" in str(body) for body in fake.requests) == 1
 
 
+# A process that runs work on flownb's background loop, forks a child that does too, and exits
+# with a task still waiting on the loop: what it and its child print is all the test looks at.
+_EXITING = """
+import asyncio, os, sys
+from pathlib import Path
+import flownb
+from flownb.infra import aio
+
+marker = Path(sys.argv[1])
+held = []
+
+async def forever() -> None:
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        marker.write_text("cancelled at exit")
+
+async def start() -> None:
+    held.append(asyncio.get_running_loop().create_task(forever()))
+
+flow = flownb.load_flow(sys.argv[2], provider="openai", name="say")
+print(flow.run(word="parent")["say"])  # an HTTP session open on the loop
+aio.run_sync(start())
+print(type(aio._loop).__module__.split(".")[0], flush=True)
+pid = os.fork()
+if pid == 0:  # the child finalizes as any script does (sys.exit, not os._exit)
+    aio.run_sync(asyncio.sleep(0))
+    print(flow.run(word="child")["say"])
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork on Windows")
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_the_background_loop_winds_down_at_exit_and_a_forked_child_exits_cleanly(
+    fake: FakeOpenAI, tmp_path: Path, loop: str
+) -> None:
+    import json
+    import subprocess
+
+    flow_file = tmp_path / "say.json"
+    flow_file.write_text(json.dumps(SAY))
+    marker = tmp_path / "marker"
+    env = {**os.environ, "FLOWNB_EVENT_LOOP": loop, "FLOWNB_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITING, str(marker), str(flow_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [echo("say parent"), loop, echo("say child"), "child 0"]
+    # The task still waiting at exit was cancelled (its finally ran) before Python finalized,
+    # and nothing was said about a loop, a task or a session left open, in parent or child.
+    assert marker.read_text() == "cancelled at exit"
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind"),
+    [(None, "uvloop"), ("", "uvloop"), (" AsyncIO ", "asyncio"), ("uvloop", "uvloop")],
+)
+def test_flownb_event_loop_setting(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None, kind: str
+) -> None:
+    from flownb.config.settings import event_loop_kind
+
+    if raw is None:
+        monkeypatch.delenv("FLOWNB_EVENT_LOOP", raising=False)
+    else:
+        monkeypatch.setenv("FLOWNB_EVENT_LOOP", raw)
+    assert event_loop_kind() == kind
+
+
+def test_an_unknown_flownb_event_loop_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flownb.config.settings import event_loop_kind
+
+    monkeypatch.setenv("FLOWNB_EVENT_LOOP", "tokio")
+    with pytest.raises(flownb.ConfigError, match="FLOWNB_EVENT_LOOP must be uvloop or asyncio"):
+        event_loop_kind()
+
+
 # -- interrupt ------------------------------------------------------------------------------------
 
 

@@ -366,6 +366,19 @@ def input_max() -> int:
     return get_settings().input_max
 
 
+def event_loop_kind() -> str:
+    """Return ``FLOWNB_EVENT_LOOP``, read now: ``"uvloop"`` (the default; asyncio's loop where
+    uvloop is not installed) or ``"asyncio"``, the loop the sync API's calls run on.
+
+    Raises:
+        ConfigError: ``FLOWNB_EVENT_LOOP`` is set to something else.
+    """
+    kind = _word("FLOWNB_EVENT_LOOP", "uvloop")
+    if kind not in ("uvloop", "asyncio"):
+        raise ConfigError(f"FLOWNB_EVENT_LOOP must be uvloop or asyncio, not {kind!r}")
+    return kind
+
+
 def resolve_run_config(
     *,
     provider: str | None = None,

@@ -17,21 +17,30 @@ end, a bounded time, and a second Ctrl-C abandons it.
 A process forked while the loop runs (multiprocessing's ``fork``, a pre-forking server, a
 Dask/joblib worker) inherits the loop object but not its thread: the child forgets it and
 starts its own on first use (``os.register_at_fork``), so ``run_sync`` works there too.
+
+The loop is uvloop's where it is installed (libuv's loop spends less CPU a call than asyncio's;
+``FLOWNB_EVENT_LOOP=asyncio`` chooses asyncio's). At interpreter exit it winds down before
+Python finalizes: its tasks are cancelled, its async generators (the HTTP sessions' closers)
+finalized and its thread joined, so no loop runs in a daemon thread while the interpreter
+tears down the objects it uses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import os
 import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from ..config.settings import event_loop_kind
 
 __all__ = [
     "INTERRUPT_WAIT",
@@ -52,8 +61,13 @@ _WAKE = 0.1
 # Seconds Ctrl-C waits for the cancelled coroutine to unwind before raising anyway.
 INTERRUPT_WAIT = 10.0
 
+# Seconds the exit wind-down waits for the loop's tasks to end, and then for its thread.
+_EXIT_WAIT = 2.0
+
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+_shut = False  # the interpreter is exiting and the loop has wound down: no new one
 # What a forked child inherited from its parent and must neither use nor close: the parent's
 # loop (its selector and self-pipe are shared with the parent) stays referenced, never closed.
 _inherited: list[object] = []
@@ -62,10 +76,11 @@ _inherited: list[object] = []
 def _forget_loop_in_child() -> None:
     """In a forked child: drop the parent's loop (its thread did not survive the fork) and the
     lock, which another thread of the parent may have held at the moment of the fork."""
-    global _loop, _lock
+    global _loop, _lock, _thread
     if _loop is not None:
         _inherited.append(_loop)
     _loop = None
+    _thread = None
     _lock = threading.Lock()
 
 
@@ -181,17 +196,72 @@ def _after_interrupt(
         finished.wait(timeout=INTERRUPT_WAIT)
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """Return a new event loop: uvloop's if it is installed and ``FLOWNB_EVENT_LOOP`` does
+    not say ``asyncio``, asyncio's otherwise.
+
+    Raises:
+        ConfigError: ``FLOWNB_EVENT_LOOP`` says neither.
+    """
+    if event_loop_kind() == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    """Return the background loop, started in its thread if there is none yet.
+
+    Raises:
+        RuntimeError: the interpreter is exiting and the loop has already wound down.
+    """
+    global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
+            if _shut:
+                raise RuntimeError("flownb's event loop has shut down: the interpreter is exiting")
+            loop = _new_loop()
             thread = threading.Thread(
                 target=loop.run_forever, name="flownb-event-loop", daemon=True
             )
             thread.start()
-            _loop = loop
+            _loop, _thread = loop, thread
         return _loop
+
+
+async def _wind_down() -> None:
+    """Cancel the loop's other tasks, wait (a bounded time) for them to end, then finalize its
+    async generators (which close the HTTP sessions opened on it)."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=_EXIT_WAIT)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+@atexit.register
+def _shut_down() -> None:
+    """At interpreter exit: wind the background loop down, stop it and join its thread (then
+    close it), before Python finalizes the objects a still-running loop would touch."""
+    global _shut
+    with _lock:
+        _shut = True
+        loop, thread = _loop, _thread
+    if loop is None or thread is None or loop.is_closed() or not thread.is_alive():
+        return
+    # A loop stuck in a callback times out here; it is asked to stop all the same.
+    with suppress(Exception):
+        asyncio.run_coroutine_threadsafe(_wind_down(), loop).result(_EXIT_WAIT * 2)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(_EXIT_WAIT)
+    if not thread.is_alive():
+        loop.close()
 
 
 def _loop_for_sync() -> asyncio.AbstractEventLoop:
