@@ -51,13 +51,15 @@ def test_serve_on_a_busy_port_is_one_error_line_and_exit_2(tmp_path: Path) -> No
     assert "listening on" not in done.stderr + done.stdout
 
 
-def _serving(flows: Path, *python_args: str) -> subprocess.Popen[str]:
+def _serving(
+    flows: Path, *python_args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """Start ``python PYTHON_ARGS serve --flows FLOWS --port 0`` (``-m flownb`` by default)
     with its log lines on a pipe."""
     command = [*(python_args or ("-m", "flownb")), "serve", "--flows", str(flows)]
     return subprocess.Popen(
         [sys.executable, *command, "--port", "0"],
-        env=dict(os.environ),
+        env={**os.environ, **(env or {})},
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -77,7 +79,7 @@ def _line_with(proc: subprocess.Popen[str], needle: str) -> str:
 
 def test_serve_announces_the_bound_port_and_answers_there(tmp_path: Path) -> None:
     pytest.importorskip("uvloop")  # a dependency, but not on Windows
-    proc = _serving(sample_flows(tmp_path))
+    proc = _serving(sample_flows(tmp_path), env={"FLOWNB_EVENT_LOOP": "uvloop"})  # the default
     try:
         url = _line_with(proc, "listening on ").split("listening on ", 1)[1].split()[0]
         assert not url.endswith(":0")
@@ -92,11 +94,20 @@ def test_serve_announces_the_bound_port_and_answers_there(tmp_path: Path) -> Non
         proc.wait(20)
 
 
-def test_serve_runs_on_asyncio_where_uvloop_cannot_be_imported(tmp_path: Path) -> None:
-    # As on Windows, where uvloop is not installed: the import fails, and serve still starts.
-    blocked = "import sys; sys.modules['uvloop'] = None; import runpy; "
-    blocked += "runpy.run_module('flownb', run_name='__main__', alter_sys=True)"
-    proc = _serving(sample_flows(tmp_path), "-c", blocked)
+# As on Windows, where uvloop is not installed: its import fails, and serve still starts.
+BLOCKED = "import sys; sys.modules['uvloop'] = None; import runpy; "
+BLOCKED += "runpy.run_module('flownb', run_name='__main__', alter_sys=True)"
+
+
+@pytest.mark.parametrize(
+    ("python_args", "env"),
+    [(("-c", BLOCKED), {}), ((), {"FLOWNB_EVENT_LOOP": "asyncio"})],
+    ids=["uvloop-not-installed", "FLOWNB_EVENT_LOOP=asyncio"],
+)
+def test_serve_runs_on_asyncio_without_uvloop_or_when_told(
+    tmp_path: Path, python_args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    proc = _serving(sample_flows(tmp_path), *python_args, env=env)
     try:
         url = _line_with(proc, "listening on ").split("listening on ", 1)[1].split()[0]
         assert _line_with(proc, "event loop: ").split("event loop: ", 1)[1].strip() == "asyncio"

@@ -46,7 +46,7 @@ def children(pid: int) -> list[int]:
 def server(
     tmp_path: Path, flownb_env: Path
 ) -> Iterator[tuple[str, dict[str, str], Path, int, Path]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWNB_EVENT_LOOP": "uvloop"}  # the default
     flows = sample_flows(tmp_path)
     port = free_port()
     # Its log lines (info: each worker's start-up, not the access log, which goes to stdout)

@@ -40,7 +40,7 @@ import h11
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..config.settings import DEFAULT_HEADER_TIMEOUT
+from ..config.settings import DEFAULT_HEADER_TIMEOUT, event_loop_kind
 from ..errors import ConfigError
 from .auth import CALLER_STATE
 from .body import BODY_RECEIVED
@@ -303,8 +303,15 @@ def http_protocol(header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> type[H11Pro
 
 def event_loop() -> str:
     """Return the event loop ``flownb serve`` runs on, as ``uvicorn.Config(loop=...)`` names it:
-    ``"uvloop"`` when uvloop can be imported (a dependency of flownb, but not on Windows), else
-    ``"asyncio"``."""
+    ``"uvloop"`` when uvloop can be imported (a dependency of flownb, but not on Windows) and
+    ``FLOWNB_EVENT_LOOP`` does not say ``asyncio`` (the switch flownb's own background loop
+    takes), else ``"asyncio"``.
+
+    Raises:
+        ConfigError: ``FLOWNB_EVENT_LOOP`` is neither ``uvloop`` nor ``asyncio``.
+    """
+    if event_loop_kind() == "asyncio":
+        return "asyncio"
     try:
         import uvloop  # noqa: F401  # imported only to learn that it can be
     except ImportError:
