@@ -46,14 +46,19 @@ server). Each round sends every target, under each generator, a warm-up of ``--w
 requests (not counted), then ``--requests`` timed ones on the same connections, once every
 connection has finished its share of the warm-up: no connection is opened while the clock runs,
 for either side. The order of the targets alternates from round to round so drift on a shared
-machine hits both sides alike. The generator collects no garbage while it measures (collected
-just before), so a stall in the latencies is not its own collection. Every answer is checked
-(status 200 and the expected JSON): a fast wrong answer cannot count.
+machine hits both sides alike. The generator collects no garbage while it measures: it
+collects just before, while no request is in flight (a full collection of this process takes
+tens of milliseconds, which would otherwise land inside some request's latency). Every answer
+is checked (status 200 and the expected JSON): a fast wrong answer cannot count.
 
 Aim: requests a second at least 0.95x the bare route's, p99 at most 1.2x, and no request over 25
 ms (the slowest request of every round is printed, for both sides: a stall such as a full
-garbage collection, a first-request import or a file flush shows there). The machine is shared:
-compare ratios, not requests a second, and read the load printed beside them.
+garbage collection, a first-request import or a file flush shows there). With every connection
+kept busy, a request that arrives just after the server took up the others waits for them and
+then for its own turn: even without a stall, the slowest request is about twice the time the
+server takes for ``--connections`` requests, plus the generator's turn, so it follows the
+server's CPU a request and the machine's load. The machine is shared: compare ratios, not
+requests a second, and read the load printed beside them.
 """
 
 from __future__ import annotations
