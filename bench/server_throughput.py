@@ -8,12 +8,18 @@ the same run; prints each figure's min / median / max over the rounds and the ra
 What both sides do, exactly:
 
 - **The servers.** Two processes started the same way, each uvicorn with one worker on
-  127.0.0.1, the asyncio event loop and h11 (the only HTTP parser installed), access log off
-  (log level warning), no ``server`` header and no proxy headers (``flownb serve``'s
-  defaults, which the bare server is given too), bytecode compiled for both (``python -m
-  bench`` compiles flownb, the benchmarks and every installed package first). ``flownb serve``
-  is the command users run; its uvicorn protocol adds the connection guards of
-  :mod:`flownb.server.protocol` (head size and time limits).
+  127.0.0.1, h11 (the only HTTP parser installed), access log off (log level warning), no
+  ``server`` header and no proxy headers (``flownb serve``'s defaults, which the bare server is
+  given too), bytecode compiled for both (``python -m bench`` compiles flownb, the benchmarks
+  and every installed package first). ``flownb serve`` is the command users run; its uvicorn
+  protocol adds the connection guards of :mod:`flownb.server.protocol` (head size and time
+  limits).
+- **The event loop.** The bare server takes uvicorn's default, ``loop="auto"``: uvloop when it
+  is installed, as a stock ``uvicorn.run(app)`` gets it (and as it is on a clean install of
+  flownb, which depends on uvloop but on Windows). ``flownb serve`` names the same choice itself
+  (:func:`flownb.server.protocol.event_loop`): both sides run on the same loop in any one
+  environment (the bare server says which loop it runs on, and the run is refused when it is
+  not the one ``flownb serve`` names, whose start-up log line says the same).
 - **The requests.** The same bytes to both: the same headers (``content-type``, the
   ``x-api-key`` header, which the bare route ignores), the same 40-byte JSON body.
 - **The bare route** reads and parses the JSON body (``await request.json()``), builds the
@@ -36,17 +42,23 @@ Two load generators, each this process on its own event loop, keep ``--connectio
 keep-alive connections busy: **aiohttp** (a client session, as a Python client would call) and
 **sockets** (asyncio streams writing pre-encoded request bytes and reading the answer by its
 ``content-length``: a tenth of aiohttp's CPU a request, so more of the machine is left to the
-server). Each round sends every target, under each generator, ``--requests`` requests after a
-warm-up of ``--warmup`` (not counted); the order of the targets alternates from round to round
-so drift on a shared machine hits both sides alike. The generator collects no garbage while it
-measures (collected between rounds), so a stall in the latencies is the server's, not the
-client's. Every answer is checked (status 200 and the expected JSON): a fast wrong answer
-cannot count.
+server). Each round sends every target, under each generator, a warm-up of ``--warmup``
+requests (not counted), then ``--requests`` timed ones on the same connections, once every
+connection has finished its share of the warm-up: no connection is opened while the clock runs,
+for either side. The order of the targets alternates from round to round so drift on a shared
+machine hits both sides alike. The generator collects no garbage while it measures: it
+collects just before, while no request is in flight (a full collection of this process takes
+tens of milliseconds, which would otherwise land inside some request's latency). Every answer
+is checked (status 200 and the expected JSON): a fast wrong answer cannot count.
 
 Aim: requests a second at least 0.95x the bare route's, p99 at most 1.2x, and no request over 25
 ms (the slowest request of every round is printed, for both sides: a stall such as a full
-garbage collection, a first-request import or a file flush shows there). The machine is shared:
-compare ratios, not requests a second, and read the load printed beside them.
+garbage collection, a first-request import or a file flush shows there). With every connection
+kept busy, a request that arrives just after the server took up the others waits for them and
+then for its own turn: even without a stall, the slowest request is about twice the time the
+server takes for ``--connections`` requests, plus the generator's turn, so it follows the
+server's CPU a request and the machine's load. The machine is shared: compare ratios, not
+requests a second, and read the load printed beside them.
 """
 
 from __future__ import annotations
@@ -63,13 +75,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from fastapi import FastAPI, Request, Response
+
+from flownb.server.protocol import event_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOW = {
@@ -119,6 +134,11 @@ def bare_app() -> object:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    # Which event loop this server runs on (the benchmark checks it is flownb serve's).
+    @app.get("/loop")
+    async def loop() -> dict[str, str]:
+        return {"loop": type(asyncio.get_running_loop()).__module__.partition(".")[0]}
+
     return app
 
 
@@ -131,13 +151,22 @@ def serve_bare(port: int) -> None:
         bare_app(),  # type: ignore[arg-type]
         host="127.0.0.1",
         port=port,
-        loop="asyncio",
+        loop="auto",  # uvicorn's default, written out: uvloop when installed
         http="h11",
         log_level="warning",
         access_log=False,
         server_header=False,
         proxy_headers=False,
     )
+
+
+async def bare_loop_of(port: int) -> str:
+    """Return the name of the event loop the bare server on ``port`` runs on."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/loop") as resp,
+    ):
+        return str((await resp.json())["loop"])
 
 
 def free_port() -> int:
@@ -202,9 +231,13 @@ class Target:
     headers: dict[str, str]
 
 
-# A load generator: sends the target ``n`` requests over ``connections`` connections and returns
-# each one's latency (seconds); raises SystemExit on a wrong answer.
-Generator = Callable[[Target, int, int], Awaitable[list[float]]]
+# One connection's way of sending the request: returns the answer's status and body.
+Send = Callable[[], Awaitable[tuple[int, bytes]]]
+
+# A load generator: sends the target ``warmup`` untimed requests then ``n`` timed ones over
+# ``connections`` connections; returns each timed request's latency and the time they took
+# (seconds); raises SystemExit on a wrong answer.
+Generator = Callable[[Target, int, int, int], Awaitable[tuple[list[float], float]]]
 
 
 def _checked(status: int, body: bytes, target: Target) -> None:
@@ -212,33 +245,84 @@ def _checked(status: int, body: bytes, target: Target) -> None:
         raise SystemExit(f"wrong answer from {target.name}: {status} {body[:200]!r}")
 
 
-async def with_aiohttp(target: Target, n: int, connections: int) -> list[float]:
-    """Send ``n`` requests with an aiohttp session over ``connections`` connections."""
-    url = f"http://127.0.0.1:{target.port}{target.path}"
-    payload = json.dumps(BODY).encode()
-    headers = {**target.headers, "Content-Type": "application/json"}
+async def _drive(
+    target: Target,
+    connect: Callable[[], AbstractAsyncContextManager[Send]],
+    warmup: int,
+    n: int,
+    connections: int,
+) -> tuple[list[float], float]:
+    """Keep ``connections`` connections (each opened by ``connect``) busy: ``warmup`` requests,
+    then, once every connection has finished its share of them, ``n`` timed ones on the same
+    connections, with this process's garbage collection off while they run (so neither a
+    connection being opened nor the generator's own collection is counted as the server's).
+    Returns each timed request's latency and the time they all took."""
+    warm = asyncio.Barrier(connections + 1)
+    go = asyncio.Event()
     latencies: list[float] = []
-    left = n
-    connector = aiohttp.TCPConnector(limit=connections)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    left = warmup
 
-        async def worker() -> None:
-            nonlocal left
+    async def worker() -> None:
+        nonlocal left
+        async with connect() as send:
+            while left > 0:
+                left -= 1
+                _checked(*await send(), target)
+            await warm.wait()
+            await go.wait()
             while left > 0:
                 left -= 1
                 sent = time.perf_counter()
-                async with session.post(url, data=payload, headers=headers) as resp:
-                    body = await resp.read()
+                status, body = await send()
                 latencies.append(time.perf_counter() - sent)
-                _checked(resp.status, body, target)
+                _checked(status, body, target)
 
-        await asyncio.gather(*(worker() for _ in range(connections)))
-    return latencies
+    workers = [asyncio.ensure_future(worker()) for _ in range(connections)]
+    ready = asyncio.ensure_future(warm.wait())
+    await asyncio.wait({ready, *workers}, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():  # a worker failed during the warm-up
+        ready.cancel()
+        for task in workers:
+            task.cancel()
+        next(t for t in workers if t.done() and not t.cancelled()).result()
+    gc.collect()
+    gc.disable()
+    try:
+        left = n
+        started = time.perf_counter()
+        go.set()
+        await asyncio.gather(*workers)
+        return latencies, time.perf_counter() - started
+    finally:
+        gc.enable()
 
 
-async def with_sockets(target: Target, n: int, connections: int) -> list[float]:
-    """Send ``n`` pre-encoded requests over ``connections`` keep-alive connections (asyncio
-    streams), reading each answer's head and then its ``content-length`` bytes."""
+async def with_aiohttp(
+    target: Target, warmup: int, n: int, connections: int
+) -> tuple[list[float], float]:
+    """Send the requests with an aiohttp session over ``connections`` connections."""
+    url = f"http://127.0.0.1:{target.port}{target.path}"
+    payload = json.dumps(BODY).encode()
+    headers = {**target.headers, "Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def send() -> tuple[int, bytes]:
+            async with session.post(url, data=payload, headers=headers) as resp:
+                return resp.status, await resp.read()
+
+        @asynccontextmanager
+        async def connect() -> AsyncIterator[Send]:
+            yield send  # the session's pool holds the connections
+
+        return await _drive(target, connect, warmup, n, connections)
+
+
+async def with_sockets(
+    target: Target, warmup: int, n: int, connections: int
+) -> tuple[list[float], float]:
+    """Send pre-encoded requests over ``connections`` keep-alive connections (asyncio streams),
+    reading each answer's head and then its ``content-length`` bytes."""
     payload = json.dumps(BODY).encode()
     head = [
         f"POST {target.path} HTTP/1.1",
@@ -248,31 +332,27 @@ async def with_sockets(target: Target, n: int, connections: int) -> list[float]:
         f"content-length: {len(payload)}",
     ]
     request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
-    latencies: list[float] = []
-    left = n
 
-    async def worker() -> None:
-        nonlocal left
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[Send]:
         reader, writer = await asyncio.open_connection("127.0.0.1", target.port)
+
+        async def send() -> tuple[int, bytes]:
+            writer.write(request)
+            answer_head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in answer_head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            return int(answer_head[9:12]), await reader.readexactly(length)
+
         try:
-            while left > 0:
-                left -= 1
-                sent = time.perf_counter()
-                writer.write(request)
-                answer_head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in answer_head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                body = await reader.readexactly(length)
-                latencies.append(time.perf_counter() - sent)
-                _checked(int(answer_head[9:12]), body, target)
+            yield send
         finally:
             writer.close()
             await writer.wait_closed()
 
-    await asyncio.gather(*(worker() for _ in range(connections)))
-    return latencies
+    return await _drive(target, connect, warmup, n, connections)
 
 
 GENERATORS: dict[str, Generator] = {"aiohttp": with_aiohttp, "sockets": with_sockets}
@@ -281,17 +361,9 @@ GENERATORS: dict[str, Generator] = {"aiohttp": with_aiohttp, "sockets": with_soc
 def one_round(
     generator: Generator, target: Target, requests: int, warmup: int, connections: int
 ) -> Round:
-    """Warm ``target`` up with ``warmup`` requests, then time ``requests`` of them with the
-    generator's garbage collection off (so its own pauses are not counted as the server's)."""
-    asyncio.run(generator(target, warmup, connections))
-    gc.collect()
-    gc.disable()
-    try:
-        started = time.perf_counter()
-        latencies = asyncio.run(generator(target, requests, connections))
-        elapsed = time.perf_counter() - started
-    finally:
-        gc.enable()
+    """Send ``target`` ``warmup`` requests, then time ``requests`` of them on the same
+    connections."""
+    latencies, elapsed = asyncio.run(generator(target, warmup, requests, connections))
     return Round(len(latencies) / elapsed, latencies)
 
 
@@ -334,6 +406,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ]  # fmt: skip
         bare_cmd = [sys.executable, __file__, "--bare-server", str(bare_port)]
         procs = [start(flownb_cmd, env, flownb_port), start(bare_cmd, env, bare_port)]
+        loop = event_loop()
+        bare_loop = asyncio.run(bare_loop_of(bare_port))
+        if bare_loop != loop:
+            for proc in procs:
+                stop(proc)
+            raise SystemExit(f"unfair: flownb serve runs on {loop}, the bare route on {bare_loop}")
+        print(f"event loop: {loop}, both servers", flush=True)
         headers = {"x-api-key": key}  # sent to every target alike
         targets = [
             Target(ours, flownb_port, "/api/flows/run/echo", headers),

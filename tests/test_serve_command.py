@@ -51,27 +51,67 @@ def test_serve_on_a_busy_port_is_one_error_line_and_exit_2(tmp_path: Path) -> No
     assert "listening on" not in done.stderr + done.stdout
 
 
-def test_serve_announces_the_bound_port_and_answers_there(tmp_path: Path) -> None:
-    flows = sample_flows(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flownb", "serve", "--flows", str(flows), "--port", "0"],
-        env=dict(os.environ),
+def _serving(
+    flows: Path, *python_args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``python PYTHON_ARGS serve --flows FLOWS --port 0`` (``-m flownb`` by default)
+    with its log lines on a pipe."""
+    command = [*(python_args or ("-m", "flownb")), "serve", "--flows", str(flows)]
+    return subprocess.Popen(
+        [sys.executable, *command, "--port", "0"],
+        env={**os.environ, **(env or {})},
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
     )
+
+
+def _line_with(proc: subprocess.Popen[str], needle: str) -> str:
+    """Return the first line of ``proc``'s stderr that holds ``needle``."""
+    assert proc.stderr is not None
+    line = ""
+    deadline = time.monotonic() + 120  # a process start on a busy machine
+    while needle not in line and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, "serve exited"
+    return line
+
+
+def test_serve_announces_the_bound_port_and_answers_there(tmp_path: Path) -> None:
+    pytest.importorskip("uvloop")  # a dependency, but not on Windows
+    proc = _serving(sample_flows(tmp_path), env={"FLOWNB_EVENT_LOOP": "uvloop"})  # the default
     try:
-        assert proc.stderr is not None
-        line = ""
-        deadline = time.monotonic() + 120  # a process start on a busy machine
-        while "listening on" not in line and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "serve exited"
-        url = line.split("listening on ", 1)[1].split()[0]
+        url = _line_with(proc, "listening on ").split("listening on ", 1)[1].split()[0]
         assert not url.endswith(":0")
+        # The loop that really runs, as the app found it when it started: uvloop, never a
+        # silent fall-back to asyncio's own loop while uvloop is installed.
+        assert _line_with(proc, "event loop: ").split("event loop: ", 1)[1].strip() == "uvloop"
         # Announced after binding: the port accepts at once (uvicorn serves it when ready).
         r = httpx.get(f"{url}/healthz", timeout=20)
         assert r.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+# As on Windows, where uvloop is not installed: its import fails, and serve still starts.
+BLOCKED = "import sys; sys.modules['uvloop'] = None; import runpy; "
+BLOCKED += "runpy.run_module('flownb', run_name='__main__', alter_sys=True)"
+
+
+@pytest.mark.parametrize(
+    ("python_args", "env"),
+    [(("-c", BLOCKED), {}), ((), {"FLOWNB_EVENT_LOOP": "asyncio"})],
+    ids=["uvloop-not-installed", "FLOWNB_EVENT_LOOP=asyncio"],
+)
+def test_serve_runs_on_asyncio_without_uvloop_or_when_told(
+    tmp_path: Path, python_args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    proc = _serving(sample_flows(tmp_path), *python_args, env=env)
+    try:
+        url = _line_with(proc, "listening on ").split("listening on ", 1)[1].split()[0]
+        assert _line_with(proc, "event loop: ").split("event loop: ", 1)[1].strip() == "asyncio"
+        assert httpx.get(f"{url}/healthz", timeout=20).status_code == 200
     finally:
         proc.terminate()
         proc.wait(20)

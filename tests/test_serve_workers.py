@@ -3,7 +3,9 @@ share keys (created and revoked while serving), media and hot reload through FLO
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,27 +43,33 @@ def children(pid: int) -> list[int]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, flownb_env: Path) -> Iterator[tuple[str, dict[str, str], Path, int]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def server(
+    tmp_path: Path, flownb_env: Path
+) -> Iterator[tuple[str, dict[str, str], Path, int, Path]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWNB_EVENT_LOOP": "uvloop"}  # the default
     flows = sample_flows(tmp_path)
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flownb", "serve", "--flows", str(flows), "--port", str(port),
-         "--workers", "2", "--log-level", "warning"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+    # Its log lines (info: each worker's start-up, not the access log, which goes to stdout)
+    # in a file, read when needed: nothing waits on a pipe no one reads.
+    logged = tmp_path / "serve.log"
+    with logged.open("w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flownb", "serve", "--flows", str(flows), "--port", str(port),
+             "--workers", "2", "--log-level", "info"],
+            env=env, stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True,
+        )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+            assert proc.poll() is None, logged.read_text()[-2000:]
             assert time.monotonic() < deadline, "serve --workers 2 did not start"
             try:
                 if requests.get(f"{url}/healthz", timeout=1).ok:
                     break
             except requests.ConnectionError:
                 time.sleep(0.2)
-        yield url, env, flows, proc.pid
+        yield url, env, flows, proc.pid, logged
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -79,11 +87,19 @@ def each(url: str, key: str, flow_id: str = "echo", body: object = None) -> list
 
 
 def test_two_workers_share_keys_media_and_new_flows(
-    server: tuple[str, dict[str, str], Path, int],
+    server: tuple[str, dict[str, str], Path, int, Path],
 ) -> None:
-    url, env, flows, pid = server
+    url, env, flows, pid, logged = server
     spawned = [p for p in children(pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(spawned) == 2  # two uvicorn worker processes
+    if importlib.util.find_spec("uvloop") is not None:  # a dependency, but not on Windows
+        # Each worker runs the loop the single process runs, as each found it at start-up
+        # (the other may still be starting: /healthz needs only one).
+        deadline = time.monotonic() + 60
+        while logged.read_text().count("event loop: ") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        loops = re.findall(r"event loop: (\w+)", logged.read_text())
+        assert loops == ["uvloop", "uvloop"], logged.read_text()[-2000:]
 
     # A key made while serving is accepted by every worker, and refused by all once revoked.
     key = cli("keys", "create", "--name", "live", env=env)

@@ -124,9 +124,10 @@ def _telemetry_option() -> dict[str, Any]:
 def _lifespan(
     config: ServerConfig, decoders: DecodePool, *, freeze_heap: bool
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Return the app's lifespan: the provider's warm-up finished (and with ``freeze_heap``, the
-    heap frozen) before it starts; key use flushed every FLUSH_EVERY seconds while it runs; at
-    the end the keys flushed, the decoders stopped and the provider closed."""
+    """Return the app's lifespan: the event loop logged, the provider's warm-up finished and
+    the folder's flows loaded (and with ``freeze_heap``, the heap frozen) before it starts; key
+    use flushed every FLUSH_EVERY seconds while it runs; at the end the keys flushed, the
+    decoders stopped and the provider closed."""
     keys = config.keys
     provider = config.provider
 
@@ -138,10 +139,17 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Which loop really runs is on record (flownb.server.protocol.event_loop says which
+        # one uvicorn is asked for; a silent fall-back would cost every request).
+        loop = asyncio.get_running_loop()
+        log.info("event loop: %s", type(loop).__module__.partition(".")[0])
         # The provider's HTTP client and the price table, imported in the background since the
         # provider was made, are in before the server says it is up: the first request then
-        # pays nothing for them (see flownb.providers.warmup).
+        # pays nothing for them (see flownb.providers.warmup). The folder's flows are loaded
+        # now too (a broken one logged now), so no request waits for a file to be read and
+        # planned; later changes are still picked up as they come.
         await run_in_threadpool(wait_warm_up)
+        await run_in_threadpool(config.store.loadable)
         if freeze_heap:
             # A full collection walked every object of FastAPI, pydantic and the provider's
             # SDK: a 30-60 ms stall at some request of every run. Frozen, it walks only

@@ -32,14 +32,19 @@ class RedactQuery(logging.Filter):
         return True
 
 
-def log_config() -> dict[str, Any]:
+def log_config(log_level: str = "info") -> dict[str, Any]:
     """Return uvicorn's default logging configuration with :class:`RedactQuery` on the access
-    log."""
+    log, and flownb's own lines logged from ``log_level`` up (as uvicorn's are)."""
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
     config.setdefault("filters", {})["redact_query"] = {"()": RedactQuery}
     config["handlers"]["access"]["filters"] = ["redact_query"]
-    # flownb's own lines (internal errors, broken flow files) go where uvicorn's errors go.
-    config["loggers"]["flownb"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    # flownb's own lines (internal errors, broken flow files, the event loop) go where
+    # uvicorn's errors go, at the level asked for: --log-level warning leaves out info lines.
+    config["loggers"]["flownb"] = {
+        "handlers": ["default"],
+        "level": log_level.upper(),
+        "propagate": False,
+    }
     return config
