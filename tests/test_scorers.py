@@ -142,7 +142,9 @@ def test_judge_scores_with_reason_through_cache_and_log(fake: FakeOpenAI) -> Non
     res = scores(judge, data=data)  # the flow runs offline; the judge on the openai fake
     prompts = [b["messages"][-1]["content"] for b in fake.requests]
     assert len(prompts) == 2
-    assert "Is it about owls? Output: owls" in prompts[0]
+    # The two rows' judge calls run at once: they reach the server in either order.
+    assert sum("Is it about owls? Output: owls" in p for p in prompts) == 1
+    assert sum("Is it about x? Output: bees" in p for p in prompts) == 1
     expected = [float(scripted_reply(p, {S.JUDGE_MARKER: "{score}"}) or "nan") for p in prompts]
     assert sorted(res["judge_say"].tolist()) == sorted(expected)
     assert res["judge_say_reason"].tolist() == ["fake grade", "fake grade"]
@@ -188,8 +190,9 @@ def test_pick_best_sees_every_variant_once_per_row(fake: FakeOpenAI) -> None:
     )
     prompts = [b["messages"][-1]["content"] for b in fake.requests]
     assert len(prompts) == len(DATA)  # one call per input row
-    assert "Candidate 1:\n<<<\nhello world\n>>>" in prompts[1]
-    assert "Candidate 2:\n<<<\nhello world!\n>>>" in prompts[1]
+    # The rows' calls run at once and reach the server in any order: the "hello world" row's.
+    (hello,) = [p for p in prompts if "Candidate 1:\n<<<\nhello world\n>>>" in p]
+    assert "Candidate 2:\n<<<\nhello world!\n>>>" in hello
     res = report.results
     assert res.loc[res["variant"] == "plain", "pick_best_say"].tolist() == [0.0] * 4
     assert res.loc[res["variant"] == "loud", "pick_best_say"].tolist() == [1.0] * 4
