@@ -337,7 +337,8 @@ def test_a_cached_rerun_reads_the_cache_in_bulk(fake: FakeOpenAI, flownb_env: Pa
         again = flownb.load_flow(two_nodes()).run_batch(rows(601), concurrency=8)
     finally:
         cache._db.set_trace_callback(None)
-    assert [r["messages"][0]["content"] for r in fake.requests] == [
+    # The new row's two calls run at once: they reach the server in either order.
+    assert sorted(r["messages"][0]["content"] for r in fake.requests) == [
         "Intro about t600.",
         "Title about t600.",
     ]
