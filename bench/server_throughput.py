@@ -14,12 +14,12 @@ What both sides do, exactly:
   and every installed package first). ``flownb serve`` is the command users run; its uvicorn
   protocol adds the connection guards of :mod:`flownb.server.protocol` (head size and time
   limits).
-- **The event loop.** The bare server takes uvicorn's default, ``loop="auto"``: uvloop when it
-  is installed, as a stock ``uvicorn.run(app)`` gets it (and as it is on a clean install of
-  flownb, which depends on uvloop but on Windows). ``flownb serve`` names the same choice itself
-  (:func:`flownb.server.protocol.event_loop`): both sides run on the same loop in any one
-  environment (the bare server says which loop it runs on, and the run is refused when it is
-  not the one ``flownb serve`` names, whose start-up log line says the same).
+- **The event loop.** Both run asyncio's loop: ``flownb serve`` names it
+  (:func:`flownb.server.protocol.event_loop`, rather than uvicorn's ``"auto"``, which picks
+  uvloop, installed with flownb but on Windows) and the bare server is given the same (it says
+  which loop it runs on, and the run is refused when it is not the one ``flownb serve`` names,
+  whose start-up log line says the same). On uvloop, both sides answered as many requests a
+  second, with a p99 about 1.4x and a slowest request about 1.8x asyncio's.
 - **The requests.** The same bytes to both: the same headers (``content-type``, the
   ``x-api-key`` header, which the bare route ignores), the same 40-byte JSON body.
 - **The bare route** reads and parses the JSON body (``await request.json()``), builds the
@@ -151,7 +151,7 @@ def serve_bare(port: int) -> None:
         bare_app(),  # type: ignore[arg-type]
         host="127.0.0.1",
         port=port,
-        loop="auto",  # uvicorn's default, written out: uvloop when installed
+        loop=event_loop(),  # flownb serve's: asyncio's, not uvicorn's "auto" (uvloop)
         http="h11",
         log_level="warning",
         access_log=False,

@@ -40,7 +40,7 @@ import h11
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..config.settings import DEFAULT_HEADER_TIMEOUT, event_loop_kind
+from ..config.settings import DEFAULT_HEADER_TIMEOUT
 from ..errors import ConfigError
 from .auth import CALLER_STATE
 from .body import BODY_RECEIVED
@@ -303,20 +303,15 @@ def http_protocol(header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> type[H11Pro
 
 def event_loop() -> str:
     """Return the event loop ``flownb serve`` runs on, as ``uvicorn.Config(loop=...)`` names it:
-    ``"uvloop"`` when uvloop can be imported (a dependency of flownb, but not on Windows) and
-    ``FLOWNB_EVENT_LOOP`` does not say ``asyncio`` (the switch flownb's own background loop
-    takes), else ``"asyncio"``.
+    ``"asyncio"``, in the single process and every ``--workers`` process alike.
 
-    Raises:
-        ConfigError: ``FLOWNB_EVENT_LOOP`` is neither ``uvloop`` nor ``asyncio``.
+    Not uvloop, though flownb depends on it (for the sync API's background loop) and uvicorn's
+    ``"auto"`` would pick it: with every one of 32 keep-alive connections busy, uvloop answered
+    as many requests a second as asyncio's loop but its p99 was about 1.4x and its slowest
+    request about 1.8x (``python -m bench server_throughput``, both sides on each loop), and a
+    server's slowest answers are what its callers wait on.
     """
-    if event_loop_kind() == "asyncio":
-        return "asyncio"
-    try:
-        import uvloop  # noqa: F401  # imported only to learn that it can be
-    except ImportError:
-        return "asyncio"
-    return "uvloop"
+    return "asyncio"
 
 
 def listen_options(
@@ -340,9 +335,8 @@ def listen_options(
         # The access log prints method, path and status only (never headers): no key leaks.
         "access_log": log_level in ("info", "debug"),
         "server_header": False,
-        # Named, not left to uvicorn's "auto" (which picks the same today): uvloop spends
-        # less CPU a request than asyncio's loop, and stated here it is what the single
-        # process and every --workers process run, whatever uvicorn's default becomes.
+        # Named, not left to uvicorn's "auto" (which picks uvloop, installed with flownb):
+        # asyncio's loop keeps the slowest answers shorter (see event_loop).
         "loop": event_loop(),
         "timeout_keep_alive": timeout_keep_alive,
         "limit_concurrency": limit_concurrency,
