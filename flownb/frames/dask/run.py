@@ -112,6 +112,11 @@ class PartitionRunner:
             )
         if self.error_column not in result.columns:
             result[self.error_column] = pd.Series([None] * len(part), index=part.index, dtype=TEXT)
+        if flow.runlog is not None:
+            # The partition's rows are committed before its frame leaves this worker: the
+            # client sees every row in runs() once the frame is back, and a worker killed
+            # after answering has lost none of them.
+            flow.runlog.sync()
         return result
 
 
