@@ -15,7 +15,7 @@ What both sides do, exactly:
   protocol adds the connection guards of :mod:`flownb.server.protocol` (head size and time
   limits).
 - **The event loop.** Both run asyncio's loop: ``flownb serve`` names it
-  (:func:`flownb.server.protocol.event_loop`, rather than uvicorn's ``"auto"``, which picks
+  (:data:`flownb.server.protocol.EVENT_LOOP`, rather than uvicorn's ``"auto"``, which picks
   uvloop, installed with flownb but on Windows) and the bare server is given the same (it says
   which loop it runs on, and the run is refused when it is not the one ``flownb serve`` names,
   whose start-up log line says the same). On uvloop, both sides answered as many requests a
@@ -84,7 +84,7 @@ from typing import Any
 import aiohttp
 from fastapi import FastAPI, Request, Response
 
-from flownb.server.protocol import event_loop
+from flownb.server.protocol import EVENT_LOOP
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOW = {
@@ -151,7 +151,7 @@ def serve_bare(port: int) -> None:
         bare_app(),  # type: ignore[arg-type]
         host="127.0.0.1",
         port=port,
-        loop=event_loop(),  # flownb serve's: asyncio's, not uvicorn's "auto" (uvloop)
+        loop=EVENT_LOOP,  # flownb serve's: asyncio's, not uvicorn's "auto" (uvloop)
         http="h11",
         log_level="warning",
         access_log=False,
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ]  # fmt: skip
         bare_cmd = [sys.executable, __file__, "--bare-server", str(bare_port)]
         procs = [start(flownb_cmd, env, flownb_port), start(bare_cmd, env, bare_port)]
-        loop = event_loop()
+        loop = EVENT_LOOP
         bare_loop = asyncio.run(bare_loop_of(bare_port))
         if bare_loop != loop:
             for proc in procs:

@@ -139,7 +139,7 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # Which loop really runs is on record (flownb.server.protocol.event_loop says which
+        # Which loop really runs is on record (flownb.server.protocol.EVENT_LOOP says which
         # one uvicorn is asked for; a silent switch would change every request's latency).
         loop = asyncio.get_running_loop()
         log.info("event loop: %s", type(loop).__module__.partition(".")[0])

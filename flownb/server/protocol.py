@@ -48,12 +48,12 @@ from .logs import log_config
 from .request_id import new_request_id
 
 __all__ = [
+    "EVENT_LOOP",
     "HTTP_PROTOCOL",
     "MAX_HEADER_BYTES",
     "UNPROVEN_SHARE",
     "HeaderTimeoutH11Protocol",
     "bind",
-    "event_loop",
     "http_protocol",
     "listen_options",
 ]
@@ -301,17 +301,13 @@ def http_protocol(header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> type[H11Pro
     )
 
 
-def event_loop() -> str:
-    """Return the event loop ``flownb serve`` runs on, as ``uvicorn.Config(loop=...)`` names it:
-    ``"asyncio"``, in the single process and every ``--workers`` process alike.
-
-    Not uvloop, though flownb depends on it (for the sync API's background loop) and uvicorn's
-    ``"auto"`` would pick it: with every one of 32 keep-alive connections busy, uvloop answered
-    as many requests a second as asyncio's loop but its p99 was about 1.4x and its slowest
-    request about 1.8x (``python -m bench server_throughput``, both sides on each loop), and a
-    server's slowest answers are what its callers wait on.
-    """
-    return "asyncio"
+# The event loop `flownb serve` runs on, as ``uvicorn.Config(loop=...)`` names it, in the single
+# process and every --workers process alike. Not uvloop, though flownb depends on it (for the
+# sync API's background loop) and uvicorn's "auto" would pick it: with every one of 32
+# keep-alive connections busy, uvloop answered as many requests a second as asyncio's loop but
+# its p99 was about 1.4x and its slowest request about 1.8x (`python -m bench server_throughput`,
+# both sides on each loop), and a server's slowest answers are what its callers wait on.
+EVENT_LOOP = "asyncio"
 
 
 def listen_options(
@@ -336,8 +332,8 @@ def listen_options(
         "access_log": log_level in ("info", "debug"),
         "server_header": False,
         # Named, not left to uvicorn's "auto" (which picks uvloop, installed with flownb):
-        # asyncio's loop keeps the slowest answers shorter (see event_loop).
-        "loop": event_loop(),
+        # asyncio's loop keeps the slowest answers shorter (see EVENT_LOOP).
+        "loop": EVENT_LOOP,
         "timeout_keep_alive": timeout_keep_alive,
         "limit_concurrency": limit_concurrency,
         # Runs still going then are cancelled (their threads stop at the next element): a
