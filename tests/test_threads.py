@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import multiprocessing
 import os
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -24,6 +26,7 @@ import pytest
 from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
+from flownb.config.settings import event_loop_kind
 from flownb.frames.run import INTERRUPTED
 from flownb.infra import aio
 from flownb.providers.base import Call, Generation, Provider
@@ -140,9 +143,6 @@ print("child", os.waitstatus_to_exitcode(status))
 def test_the_background_loop_winds_down_at_exit_and_a_forked_child_exits_cleanly(
     fake: FakeOpenAI, tmp_path: Path, loop: str
 ) -> None:
-    import json
-    import subprocess
-
     flow_file = tmp_path / "say.json"
     flow_file.write_text(json.dumps(SAY))
     marker = tmp_path / "marker"
@@ -169,8 +169,6 @@ def test_the_background_loop_winds_down_at_exit_and_a_forked_child_exits_cleanly
 def test_flownb_event_loop_setting(
     monkeypatch: pytest.MonkeyPatch, raw: str | None, kind: str
 ) -> None:
-    from flownb.config.settings import event_loop_kind
-
     if raw is None:
         monkeypatch.delenv("FLOWNB_EVENT_LOOP", raising=False)
     else:
@@ -179,8 +177,6 @@ def test_flownb_event_loop_setting(
 
 
 def test_an_unknown_flownb_event_loop_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flownb.config.settings import event_loop_kind
-
     monkeypatch.setenv("FLOWNB_EVENT_LOOP", "tokio")
     with pytest.raises(flownb.ConfigError, match="FLOWNB_EVENT_LOOP must be uvloop or asyncio"):
         event_loop_kind()
