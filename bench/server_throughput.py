@@ -406,13 +406,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ]  # fmt: skip
         bare_cmd = [sys.executable, __file__, "--bare-server", str(bare_port)]
         procs = [start(flownb_cmd, env, flownb_port), start(bare_cmd, env, bare_port)]
-        loop = EVENT_LOOP
         bare_loop = asyncio.run(bare_loop_of(bare_port))
-        if bare_loop != loop:
+        if bare_loop != EVENT_LOOP:
             for proc in procs:
                 stop(proc)
-            raise SystemExit(f"unfair: flownb serve runs on {loop}, the bare route on {bare_loop}")
-        print(f"event loop: {loop}, both servers", flush=True)
+            raise SystemExit(
+                f"unfair: flownb serve runs on {EVENT_LOOP}, the bare route on {bare_loop}"
+            )
+        print(f"event loop: {EVENT_LOOP}, both servers", flush=True)
         headers = {"x-api-key": key}  # sent to every target alike
         targets = [
             Target(ours, flownb_port, "/api/flows/run/echo", headers),
