@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -109,8 +110,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     try:
         result = yield
     except BaseException:
+        _end_browser_session(nextitem)
         _check_torn(item, nextitem)  # put back what it left; the teardown's own error stands
         raise
+    _end_browser_session(nextitem)
     problems, whose = _check_torn(item, nextitem)
     if problems:
         pytest.fail(
@@ -118,6 +121,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             pytrace=False,
         )
     return result
+
+
+def _end_browser_session(nextitem: pytest.Item | None) -> None:
+    """End the Playwright session the browser tests share (tests/browser/chromium.py's
+    ``Driver``) once the next test does not drive the browser: the tests after it run without
+    its driver process and the JupyterLab tab it keeps."""
+    if nextitem is not None and "chromium" in nextitem.fixturenames:
+        return
+    chromium = sys.modules.get("tests.browser.chromium")  # never imported: no session
+    if chromium is not None:
+        chromium.stop_drivers()
 
 
 def _check_torn(item: pytest.Item, nextitem: pytest.Item | None) -> tuple[list[str], str]:

@@ -218,71 +218,90 @@ def test_jupyterlab_shows_model_text_as_written_and_draws_the_flow(
         lab,
         page,
     ):
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.on("request", lambda r: files.append(r.url) if r.url.startswith("file:") else None)
-        open_notebook(page, lab, NOTEBOOK)
-        run_all_cells(page)
-        # The stream: part of the answer on screen while it arrives.
-        live = _output(page, 3).locator(".flownb-live").first
-        live.wait_for(state="visible", timeout=60_000)
-        playwright_sync.expect(live).to_contain_text("word1", timeout=30_000)
-        _output(page, 3).screenshot(path=str(ARTIFACTS / "lab-stream.png"))
-        last = _output(page, 11)
+
+        def on_dialog(dialog: playwright_sync.Dialog) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        def on_request(request: playwright_sync.Request) -> None:
+            if request.url.startswith("file:"):
+                files.append(request.url)
+
+        # The page is shared with the other browser tests: its listeners go with the test.
+        page.on("dialog", on_dialog)
+        page.on("request", on_request)
         try:
-            playwright_sync.expect(last).to_contain_text("ALERT", timeout=180_000)
-        except AssertionError:
-            pytest.fail(f"the notebook did not finish; errors:\n{page_errors(page)}")
-        lab.wait_idle(timeout=120)
-        page.wait_for_timeout(500)  # let MathJax's asynchronous typesetting have its chance
-        names = {
-            1: "flow",
-            2: "run",
-            3: "stream-done",
-            4: "batch",
-            5: "flow-batch",
-            6: "evaluate",
-            7: "compare",
-            8: "review",
-            9: "form",
-            10: "trace-picture",
-        }
-        for index, name in names.items():
-            _output(page, index).screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
-        outputs = page.locator(".jp-Notebook .jp-OutputArea")
-        # Nothing of flownb's typeset as math (MathJax 3 draws into mjx-container elements),
-        # while the control cell's is: the typesetter was there and running.
-        control = _output(page, 12).locator("mjx-container")
-        control.first.wait_for(state="attached", timeout=60_000)
-        # report.results and runs(): pandas' own tables, their "$" shown as written.
-        for index, name in ((13, "results"), (14, "results-text"), (15, "runs")):
-            table = _output(page, index).locator("table.dataframe")
-            table.first.wait_for(state="attached", timeout=60_000)
-            _output(page, index).screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
-            assert "$5 and $7, math $x$" in _output(page, index).inner_text(), name
-        assert page.locator(".jp-OutputArea mjx-container").count() == control.count()
-        texts = [t for t in outputs.all_inner_texts() if "control:" not in t]
-        shown = " ".join(" ".join(texts).split())
-        for text in TEXTS:
-            assert _visible(text) in shown, text
-        # The flow as a cell's value: an SVG drawing, from the HTML that outranks everything.
-        flow_out = _output(page, 1)
-        assert flow_out.locator('[data-mime-type="text/html"] svg g.node').count() >= 3
-        assert flow_out.locator('[data-mime-type="text/markdown"]').count() == 0
-        # The run's result: each $ as written, the money of the bar too.
-        assert "$5 and $7" in _output(page, 2).inner_text()
-        assert "$" in _output(page, 6).inner_text()
-        # Only the image node's outputs are images, none of them the local file.
-        assert _output(page, 4).locator("img").count() == len(TEXTS) + 1
-        assert _output(page, 2).locator("img").count() == 0
-        # The form's inputs stay inside the output area.
-        area = _output(page, 9).bounding_box()
-        for box in _output(page, 9).locator(".flownb-input").all():
-            mine = box.bounding_box()
-            assert area is not None and mine is not None
-            assert mine["x"] + mine["width"] <= area["x"] + area["width"] + 1
-        # Compare tables read from the left.
-        cell = _output(page, 7).locator("table.flownb-eval td").first
-        assert cell.evaluate("e => getComputedStyle(e).textAlign") in ("left", "start")
-        page.screenshot(path=str(ARTIFACTS / "lab-page.png"), full_page=True)
+            _look_at_lab(page, lab)
+        finally:
+            page.remove_listener("dialog", on_dialog)
+            page.remove_listener("request", on_request)
     assert dialogs == []
     assert [f for f in files if secret.name in f] == []
+
+
+def _look_at_lab(page: playwright_sync.Page, lab: Lab) -> None:
+    """Open the notebook, run it, and check what each output shows (screenshots of each)."""
+    open_notebook(page, lab, NOTEBOOK)
+    run_all_cells(page)
+    # The stream: part of the answer on screen while it arrives.
+    live = _output(page, 3).locator(".flownb-live").first
+    live.wait_for(state="visible", timeout=60_000)
+    playwright_sync.expect(live).to_contain_text("word1", timeout=30_000)
+    _output(page, 3).screenshot(path=str(ARTIFACTS / "lab-stream.png"))
+    last = _output(page, 11)
+    try:
+        playwright_sync.expect(last).to_contain_text("ALERT", timeout=180_000)
+    except AssertionError:
+        pytest.fail(f"the notebook did not finish; errors:\n{page_errors(page)}")
+    lab.wait_idle(timeout=120)
+    page.wait_for_timeout(500)  # let MathJax's asynchronous typesetting have its chance
+    names = {
+        1: "flow",
+        2: "run",
+        3: "stream-done",
+        4: "batch",
+        5: "flow-batch",
+        6: "evaluate",
+        7: "compare",
+        8: "review",
+        9: "form",
+        10: "trace-picture",
+    }
+    for index, name in names.items():
+        _output(page, index).screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
+    outputs = page.locator(".jp-Notebook .jp-OutputArea")
+    # Nothing of flownb's typeset as math (MathJax 3 draws into mjx-container elements),
+    # while the control cell's is: the typesetter was there and running.
+    control = _output(page, 12).locator("mjx-container")
+    control.first.wait_for(state="attached", timeout=60_000)
+    # report.results and runs(): pandas' own tables, their "$" shown as written.
+    for index, name in ((13, "results"), (14, "results-text"), (15, "runs")):
+        table = _output(page, index).locator("table.dataframe")
+        table.first.wait_for(state="attached", timeout=60_000)
+        _output(page, index).screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
+        assert "$5 and $7, math $x$" in _output(page, index).inner_text(), name
+    assert page.locator(".jp-OutputArea mjx-container").count() == control.count()
+    texts = [t for t in outputs.all_inner_texts() if "control:" not in t]
+    shown = " ".join(" ".join(texts).split())
+    for text in TEXTS:
+        assert _visible(text) in shown, text
+    # The flow as a cell's value: an SVG drawing, from the HTML that outranks everything.
+    flow_out = _output(page, 1)
+    assert flow_out.locator('[data-mime-type="text/html"] svg g.node').count() >= 3
+    assert flow_out.locator('[data-mime-type="text/markdown"]').count() == 0
+    # The run's result: each $ as written, the money of the bar too.
+    assert "$5 and $7" in _output(page, 2).inner_text()
+    assert "$" in _output(page, 6).inner_text()
+    # Only the image node's outputs are images, none of them the local file.
+    assert _output(page, 4).locator("img").count() == len(TEXTS) + 1
+    assert _output(page, 2).locator("img").count() == 0
+    # The form's inputs stay inside the output area.
+    area = _output(page, 9).bounding_box()
+    for box in _output(page, 9).locator(".flownb-input").all():
+        mine = box.bounding_box()
+        assert area is not None and mine is not None
+        assert mine["x"] + mine["width"] <= area["x"] + area["width"] + 1
+    # Compare tables read from the left.
+    cell = _output(page, 7).locator("table.flownb-eval td").first
+    assert cell.evaluate("e => getComputedStyle(e).textAlign") in ("left", "start")
+    page.screenshot(path=str(ARTIFACTS / "lab-page.png"), full_page=True)

@@ -61,9 +61,8 @@ _PAGE_CONFIG = {"disabledExtensions": _DISABLED, "buildCheck": False, "buildAvai
 @dataclass
 class Lab:
     """A running JupyterLab server, as one test sees it: its folder ``root`` (the server's own
-    root, or a folder under it, ``prefix`` from there), its kernelspec ``kernel`` (``None``: any
-    kernel is its) and its JupyterLab workspace (one per test, so no test reopens another's
-    notebooks)."""
+    root, or a folder under it, ``prefix`` from there) and its kernelspec ``kernel`` (``None``:
+    any kernel is its)."""
 
     url: str
     token: str
@@ -75,7 +74,6 @@ class Lab:
     seen: set[int] = field(default_factory=set)
     prefix: str = ""
     kernel: str | None = None
-    workspace: str = "default"
 
     # ``data_dir``: the server's Jupyter data folder (its kernelspecs under kernels/); ``env``:
     # the environment its kernels inherit, before their kernelspec's own.
@@ -83,12 +81,6 @@ class Lab:
     def path(self, name: str) -> str:
         """Return notebook ``name`` (relative to ``root``) as a path on the server."""
         return f"{self.prefix}/{name}" if self.prefix else name
-
-    def notebook_url(self, name: str) -> str:
-        """Return the URL that opens notebook ``name`` (relative to the root) in the Lab UI."""
-        return (
-            f"{self.url}/lab/workspaces/{self.workspace}/tree/{self.path(name)}?token={self.token}"
-        )
 
     def api(self, path: str, method: str = "GET") -> object:
         """Call the server's REST API and return the decoded JSON (``None`` for an empty body).
@@ -296,6 +288,9 @@ def running_lab(
             "--ServerApp.terminals_enabled=False",
             "--ServerApp.allow_root=True",  # CI containers run as root; the server is loopback-only
             "--LabApp.extension_manager=readonly",  # no PyPI queries from the extension manager
+            # window.jupyterapp: the shared tab (tests/browser/notebook.py) is reset through it
+            # between tests, and refreshes its list of kernelspecs before opening a notebook.
+            "--LabApp.expose_app_in_browser=True",
             "--KernelManager.transport=ipc",  # the kernels' sockets: see the runtime folder
         ]
         with log.open("wb") as out:
@@ -368,7 +363,7 @@ def _end_kernels(lab: Lab) -> set[int]:
 def lab_for(server: Lab, root: Path, env: Mapping[str, str]) -> Iterator[Lab]:
     """Yield ``server`` as the test serving ``root`` (a folder under the server's root) with the
     environment ``env`` sees it: a kernelspec of its own, whose kernels get ``env``, named by
-    every notebook under ``root`` (written before this is entered), and a workspace of its own.
+    every notebook under ``root`` (written before this is entered).
     On exit its kernels are shut down through the API and its kernelspec removed; any of its
     kernel processes still alive after that is killed and reported by raising
     ``RuntimeError`` (only if the body itself succeeded), as a server of its own reported them.
@@ -393,7 +388,7 @@ def lab_for(server: Lab, root: Path, env: Mapping[str, str]) -> Iterator[Lab]:
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
     _point_notebooks(root, name)
-    lab = replace(server, root=root, prefix=prefix, kernel=name, workspace=name, seen=set())
+    lab = replace(server, root=root, prefix=prefix, kernel=name, seen=set())
     try:
         yield lab
     finally:
