@@ -526,9 +526,8 @@ def test_a_process_given_a_dead_submitters_number_later_does_not_hold_its_batch(
 
 
 def test_max_spend_submits_only_the_calls_that_fit_at_the_batch_price(fake: FakeOpenAI) -> None:
-    from vendor_fakes import flow_with
-
     from flownb.runtime.plan import step_calls
+    from tests.vendor_fakes import flow_with
 
     params = {"model": "gpt-4o-mini", "max_tokens": 256}
     flow = flownb.load_flow(flow_with({"A": params, "B": params}))

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from openai_fake import Retries, fake, fake_server, retried  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.cli.main import cli
@@ -22,6 +21,7 @@ from flownb.providers.base import Generation
 from flownb.runtime.cache import CACHE_FILE, CallCache, open_cache
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import Retries, fake, fake_server, retried  # noqa: F401 (fixtures)
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 
@@ -257,7 +257,7 @@ def test_answers_put_soon_are_seen_at_once_and_committed_by_the_writer_thread(
 
 
 def test_cache_file_holds_no_key(fake: FakeOpenAI, flownb_env: Path) -> None:
-    from openai_fake import KEY
+    from tests.openai_fake import KEY
 
     flownb.load_flow(two_nodes()).run_batch(rows(3))
     open_cache(flownb_env).flush()

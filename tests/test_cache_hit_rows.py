@@ -6,12 +6,12 @@ own (the row-by-row path), the others still run, and every observer sees each ro
 from __future__ import annotations
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.runtime.result import RunResult
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title, {tone}, about {topic}."}
 # Columns of the run log that differ from run to run, whatever the path.

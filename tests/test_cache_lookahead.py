@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 

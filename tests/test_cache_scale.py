@@ -17,13 +17,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.providers.base import Generation
 from flownb.runtime.cache import CallCache, Place, open_cache
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 PREFIX = CallCache.prefix({"provider": "p"}, "text", {"model": "m"})
 CHUNK = 2048  # keys a lookahead's chunk asks for at once (1,024 rows of two nodes)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.frames.batch_api.assemble import FromBatches
@@ -20,6 +19,7 @@ from flownb.runtime.cache import CallCache
 from flownb.runtime.lookahead import Lookahead
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 _plain = st.text(
     st.characters(blacklist_characters="{}", blacklist_categories=("Cs",)), max_size=40

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from serving import InlineScriptedProvider, Running, ScriptedProvider, run_server, sample_flows
 
 import flownb
 from flownb import (
@@ -23,6 +22,13 @@ from flownb import (
     RunResult,
 )
 from tests.cli_inprocess import run_cli
+from tests.serving import (
+    InlineScriptedProvider,
+    Running,
+    ScriptedProvider,
+    run_server,
+    sample_flows,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

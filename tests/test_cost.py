@@ -16,12 +16,6 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from genai_prices import Usage, calc_price
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
-from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
-    anthropic_fake,
-    anthropic_server,
-    flow_with,
-)
 
 import flownb
 from flownb.cli.main import cli as main
@@ -31,6 +25,12 @@ from flownb.show.meter import CostMeter, usd
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import write_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from tests.vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
+    anthropic_fake,
+    anthropic_server,
+    flow_with,
+)
 
 
 def _table(provider_id: str, model: str, inp: int, out: int, **kw: int) -> float:

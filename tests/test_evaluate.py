@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
-from serving import InlineScriptedProvider, Running, run_server, sample_flows
 
 import flownb
 import flownb.frames.preview
@@ -32,6 +30,8 @@ from flownb.providers.base import Call, Generation
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from tests.serving import InlineScriptedProvider, Running, run_server, sample_flows
 
 pytestmark = pytest.mark.timeout(120)
 

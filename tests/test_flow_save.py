@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb import scorers as S
@@ -22,6 +21,7 @@ from flownb.errors import ConfigError, FlowFileError
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.cli_inprocess import run_cli
 from tests.conftest import FLOWS, ROOT
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 EXPORTS = [*sorted(FLOWS.glob("*.json")), ROOT.parent / "shared" / "examples" / "blog-intro.json"]
 BLOG = FLOWS / "blog-intro.json"

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 from genai_prices import Usage, calc_price
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
-from vendor_fakes import flow_with
 
 import flownb
 from flownb.errors import ConfigError
@@ -22,7 +20,9 @@ from flownb.runtime.result import RunResult
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from tests.providers_for_tests import EchoProvider
+from tests.vendor_fakes import flow_with
 
 SVG = "{http://www.w3.org/2000/svg}"
 

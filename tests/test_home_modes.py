@@ -11,13 +11,13 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.infra import private
 from flownb.server.keys import KeyStore
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 FLOW = make_flow(
     {"intro": "Intro about {topic}.", "pic": "A picture of {topic}."},

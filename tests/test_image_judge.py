@@ -15,16 +15,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from PIL import Image, ImageChops, ImageStat
-from serving import ScriptedProvider
-from vendor_fakes import (  # noqa: F401 (fixtures)
-    anthropic_fake,
-    anthropic_server,
-    flow_with,
-    gemini_fake,
-    gemini_server,
-)
 
 import flownb
 from flownb import scorers as S
@@ -39,6 +30,15 @@ from flownb.testing.fake_openai import (
     seen_image,
 )
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from tests.serving import ScriptedProvider
+from tests.vendor_fakes import (  # noqa: F401 (fixtures)
+    anthropic_fake,
+    anthropic_server,
+    flow_with,
+    gemini_fake,
+    gemini_server,
+)
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,9 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 from PIL import Image
-from recorder import Answer, Recorder
 
 import flownb
 from flownb.errors import ImageNotFetched
@@ -25,6 +23,8 @@ from flownb.providers.download import Places
 from flownb.testing.fake_openai import FakeOpenAI, image_bytes
 from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
+from tests.recorder import Answer, Recorder
 
 MARKER = "PICTURE"
 PNG = image_bytes("a picture")

@@ -32,13 +32,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import requests
-from serving import Running, post_run, run_server
 
 import flownb
 from flownb.frames.run import INTERRUPTED
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
+from tests.serving import Running, post_run, run_server
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import requests
-from serving import run_server
 
 from flownb.errors import ConfigError
 from flownb.server import KeyStore
 from flownb.server.keys import KEY_PREFIX
 from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import make_flow, write_flow
+from tests.serving import run_server
 
 pytestmark = pytest.mark.timeout(60)
 

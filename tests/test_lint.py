@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import requests
-from serving import run_server
 
 import flownb
 from flownb.flowfile.lint import lint
 from flownb.flowfile.model import parse_flow
 from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import FLOWS, make_flow, write_flow
+from tests.serving import run_server
 
 
 def codes(flow: dict) -> list[tuple[str, str]]:

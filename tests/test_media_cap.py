@@ -11,7 +11,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.config.settings import DEFAULT_MEDIA_MAX, resolve_run_config
@@ -20,6 +19,7 @@ from flownb.infra.media import MEDIA_NAME, MediaStore
 from flownb.runtime.cache import CACHE_FILE
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 PICTURE = make_flow({"pic": "A picture of {topic}."}, ["topic"], images=("pic",))
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb import scorers as S
@@ -19,6 +18,7 @@ from flownb.errors import ConfigError
 from flownb.evaluation.html.page import page_html
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,14 +16,6 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from genai_prices import Usage, calc_price
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
-from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
-    anthropic_fake,
-    anthropic_server,
-    flow_with,
-    gemini_fake,
-    gemini_server,
-)
 
 import flownb
 from flownb import scorers as S
@@ -36,6 +28,14 @@ from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
+from tests.vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
+    anthropic_fake,
+    anthropic_server,
+    flow_with,
+    gemini_fake,
+    gemini_server,
+)
 
 TOPICS = ["owls", "cats", "moss", "tides"]
 MODELS = {"gpt": "gpt-4o-mini", "claude": "claude-haiku-4-5", "gemini": "gemini-2.5-flash"}

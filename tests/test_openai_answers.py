@@ -11,12 +11,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import BatchError, ProviderError, RateLimited, one_line
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
+from tests.openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(params=["aiohttp", "sdk"])

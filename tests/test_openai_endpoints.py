@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import ProviderError, one_line
@@ -24,6 +23,7 @@ from flownb.providers.limits import retryable
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(params=["aiohttp", "sdk"])

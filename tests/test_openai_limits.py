@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.infra.media import MediaStore
@@ -25,6 +24,7 @@ from flownb.providers.tokens import Meter
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from flownb.testing.fake_state import duration
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 

@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 import pytest
-from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import ConfigError, InputError, ProviderError, RateLimited
@@ -21,6 +20,7 @@ from flownb.providers.base import Call, Generation
 from flownb.providers.openai.provider import OpenAIProvider
 from flownb.testing.fake_openai import FakeOpenAI, image_bytes
 from tests.conftest import make_flow
+from tests.openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 BLOG_PARAMS = {
     "model": "gpt-4o-mini",

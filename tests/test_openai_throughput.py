@@ -9,7 +9,6 @@ import asyncio
 import time
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import BatchError, ProviderTimeout
@@ -17,6 +16,7 @@ from flownb.providers import limits
 from flownb.providers.limits import AdaptiveLimiter, Pacer
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import ConfigError, FlowFileError, FlownbError
 from flownb.flowfile.params import param_problem
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 
 def _flownb(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from providers_for_tests import EchoProvider
 
 import flownb
 from flownb.core.local import LocalCore
@@ -18,6 +17,7 @@ from flownb.errors import BatchError
 from flownb.runtime.pipeline import INLINE_ON_LOOP
 from flownb.server import ServerConfig
 from tests.conftest import make_flow
+from tests.providers_for_tests import EchoProvider
 from tests.serving import post_run, run_server, sample_flows
 
 ECHO = make_flow({"say": "hi {who}"}, ["who"])

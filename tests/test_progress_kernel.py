@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kernels import execute, kernel_env, running_kernel
 
 from tests.conftest import make_flow
+from tests.kernels import execute, kernel_env, running_kernel
 
 
 @pytest.fixture(scope="module")

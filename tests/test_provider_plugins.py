@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from reliability.procs import create_key, flownb_cli, serve
 
 from tests.conftest import make_flow, write_flow
+from tests.reliability.procs import create_key, flownb_cli, serve
 
 PLUGIN = '''
 from typing import ClassVar

@@ -11,17 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
-from recorder import Answer, Recorder
-from vendor_fakes import (  # noqa: F401 (fixtures)
-    ANTHROPIC_KEY,
-    GEMINI_KEY,
-    anthropic_fake,
-    anthropic_server,
-    flow_with,
-    gemini_fake,
-    gemini_server,
-)
 
 import flownb
 from flownb.config.endpoints import Endpoint
@@ -30,6 +19,17 @@ from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
+from tests.recorder import Answer, Recorder
+from tests.vendor_fakes import (  # noqa: F401 (fixtures)
+    ANTHROPIC_KEY,
+    GEMINI_KEY,
+    anthropic_fake,
+    anthropic_server,
+    flow_with,
+    gemini_fake,
+    gemini_server,
+)
 
 HEADER = "X-Team-Token"
 HEADER_VALUE = "team-token-SECRET-42"

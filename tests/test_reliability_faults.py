@@ -17,12 +17,12 @@ from urllib.request import url2pathname
 import httpx
 import pandas as pd
 import pytest
-from reliability.exposure import Exposure, record
-from reliability.procs import create_key, serve
 
 import flownb
 from flownb.testing.fake_openai import FakeOpenAI, echo, image_bytes
 from tests.conftest import FLOWS
+from tests.reliability.exposure import Exposure, record
+from tests.reliability.procs import create_key, serve
 
 pytestmark = pytest.mark.timeout(120)
 

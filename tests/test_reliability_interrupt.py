@@ -26,11 +26,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from reliability.exposure import Exposure, record
 
 import flownb
 from flownb.testing.fake_openai import FakeOpenAI, echo, image_bytes
 from tests.conftest import FLOWS
+from tests.reliability.exposure import Exposure, record
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from reliability.exposure import Exposure, record
-from reliability.procs import Served, create_key, rss_bytes, serve
 from yarl import URL
 
 from tests.conftest import FLOWS, make_flow, write_flow
+from tests.reliability.exposure import Exposure, record
+from tests.reliability.procs import Served, create_key, rss_bytes, serve
 
 pytestmark = pytest.mark.timeout(150)
 

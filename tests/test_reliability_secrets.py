@@ -25,13 +25,13 @@ import httpx
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from reliability.exposure import Exposure, find_leaks, recorded
-from reliability.procs import create_key, flownb_cli, serve
 
 import flownb
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import FLOWS, ROOT
 from tests.kernels import isolated
+from tests.reliability.exposure import Exposure, find_leaks, recorded
+from tests.reliability.procs import create_key, flownb_cli, serve
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -13,7 +13,6 @@ from typing import ClassVar
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb import scorers as S
@@ -27,6 +26,7 @@ from flownb.runtime.cache import CallCache
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(120)
 

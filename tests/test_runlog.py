@@ -12,13 +12,13 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import BatchError
 from flownb.runtime.runlog import COLUMNS, RUNLOG_FILE
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 if sys.version_info >= (3, 14):
     from compression import zstd

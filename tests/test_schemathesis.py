@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serving import Running, run_server, sample_flows
+
+from tests.serving import Running, run_server, sample_flows
 
 pytestmark = pytest.mark.timeout(240)
 

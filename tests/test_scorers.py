@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb import scorers as S
@@ -19,6 +18,7 @@ from flownb.errors import ConfigError
 from flownb.testing.fake_openai import FakeOpenAI, judge_reply, judge_score, scripted_reply
 from tests.cli_inprocess import run_cli
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from tests.serving import ScriptedProvider
 
 ECHO = make_flow({"say": "{text}"}, ["text"])  # offline: the output is the text itself

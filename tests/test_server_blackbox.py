@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from serving import free_port
 
 from tests.conftest import FLOWS, make_flow, write_flow
+from tests.serving import free_port
 
 pytestmark = pytest.mark.timeout(90)
 

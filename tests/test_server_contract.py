@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import requests
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from serving import Running, post_run, run_server
 
 from tests.conftest import FLOWS, make_flow, write_flow
+from tests.serving import Running, post_run, run_server
 from tests.test_tracing import spans  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(60)

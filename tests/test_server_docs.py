@@ -8,10 +8,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from serving import run_server
 
 from tests.browser.chromium import Chromium, browser_context
 from tests.conftest import FLOWS
+from tests.serving import run_server
 
 pytestmark = pytest.mark.timeout(120)
 

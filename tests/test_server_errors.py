@@ -15,10 +15,16 @@ from typing import Any
 
 import pytest
 import requests
-from serving import InlineScriptedProvider, Running, ScriptedProvider, run_server, sample_flows
 
 from flownb.server import KeyStore
 from tests.conftest import make_flow, write_flow
+from tests.serving import (
+    InlineScriptedProvider,
+    Running,
+    ScriptedProvider,
+    run_server,
+    sample_flows,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

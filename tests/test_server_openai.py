@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serving import Running, post_run, run_server
 
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import FLOWS, make_flow, write_flow
+from tests.serving import Running, post_run, run_server
 
 pytestmark = pytest.mark.timeout(60)
 

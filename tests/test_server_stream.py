@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import requests
-from serving import Running, post_run, run_server
 
 import flownb
 from flownb.runtime.events import StreamEvent
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow, write_flow
+from tests.serving import Running, post_run, run_server
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,14 +13,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
-from vendor_fakes import flow_with
 
 import flownb
 from flownb.config.pricing import call_cost
 from flownb.errors import ConfigError, SpendCapReached
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from tests.test_magics import ip, magic  # noqa: F401 (a real IPython shell with %flow)
+from tests.vendor_fakes import flow_with
 
 MODEL = "gpt-4o-mini"
 # Every answer reports 250 output tokens, close to max_tokens: a call's real cost is near the
@@ -239,10 +239,10 @@ def test_a_served_key_s_cap_answers_402_with_what_is_left_across_a_restart(
     from pathlib import Path
 
     from click.testing import CliRunner
-    from serving import post_run, run_server
 
     from flownb.cli.main import cli
     from tests.conftest import write_flow
+    from tests.serving import post_run, run_server
 
     fake.configure(**LONG)
     flows = tmp_path / "flows"
@@ -345,10 +345,10 @@ def test_a_capped_key_s_event_stream_runs_within_its_cap(fake: FakeOpenAI, tmp_p
 
     import requests
     from click.testing import CliRunner
-    from serving import run_server
 
     from flownb.cli.main import cli
     from tests.conftest import write_flow
+    from tests.serving import run_server
 
     fake.configure(**LONG)
     flows = tmp_path / "flows"

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import requests
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.cli_inprocess import run_cli
 from tests.conftest import FLOWS, make_flow, write_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from tests.serving import run_server
 
 LONE = "owls \ud800 at night \udc80"

@@ -23,7 +23,6 @@ from typing import Any, ClassVar
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.config.settings import event_loop_kind
@@ -34,6 +33,7 @@ from flownb.runtime.runlog import RunLog
 from flownb.show.progress import Progress
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 SAY = make_flow({"say": "say {word}"}, ["word"])
 

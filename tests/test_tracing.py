@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -27,6 +26,7 @@ from flownb.config.pricing import call_cost
 from flownb.infra import tracing
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,12 +9,12 @@ import json
 
 import pandas as pd
 import pytest
-from openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 import flownb
 from flownb.errors import ConfigError
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow
+from tests.openai_fake import fake, fake_server  # noqa: F401 (fixtures)
 
 PROMPTS = {"intro": "Intro about {topic}.", "title": "Title about {topic}."}
 

@@ -9,7 +9,14 @@ import warnings
 
 import pytest
 from genai_prices import Usage, calc_price
-from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
+
+import flownb
+from flownb.errors import ConfigError, ProviderError, RateLimited
+from flownb.providers.anthropic.provider import DEFAULT_MAX_TOKENS
+from flownb.testing.fake_anthropic import FakeAnthropic
+from flownb.testing.fake_gemini import FakeGemini
+from flownb.testing.fake_openai import image_bytes
+from tests.vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
     ANTHROPIC_KEY,
     GEMINI_KEY,
     anthropic_fake,
@@ -18,13 +25,6 @@ from vendor_fakes import (  # noqa: F401 (fixtures, used as parameters)
     gemini_fake,
     gemini_server,
 )
-
-import flownb
-from flownb.errors import ConfigError, ProviderError, RateLimited
-from flownb.providers.anthropic.provider import DEFAULT_MAX_TOKENS
-from flownb.testing.fake_anthropic import FakeAnthropic
-from flownb.testing.fake_gemini import FakeGemini
-from flownb.testing.fake_openai import image_bytes
 
 
 def _price(provider_id: str, model: str, inp: int, out: int) -> float:

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 from flownb.testing.fake_openai import FakeOpenAI
 from tests.conftest import make_flow, write_flow
+from tests.openai_fake import KEY, fake, fake_server  # noqa: F401 (fixtures)
 
 WATCHED = ("aiohttp", "tenacity", "genai_prices", "genai_prices.data")
 
