@@ -6,9 +6,10 @@ families of modules that belong together go to one worker each, in file order:
   (notebooks/conftest.py);
 - the reliability suites, whose secrets suite (it sorts last) scans what the others left in
   the same process for keys (tests/reliability/exposure.py);
-- the real-browser modules, which share one JupyterLab server and one chromium
-  (tests/conftest.py's ``jupyterlab`` and ``chromium``, started once per worker), where a
-  worker per module would start one of each per module;
+- the real-browser modules, which share one JupyterLab server, one chromium and one
+  JupyterLab page in it (tests/conftest.py's ``jupyterlab`` and ``chromium``, started once per
+  worker; tests/browser/notebook.py's shared tab), where a worker per module would start one
+  of each per module;
 - the modules that call the Anthropic and Gemini providers in the test process, so one worker
   imports those vendors' SDKs instead of every worker (``_VENDOR_SDKS``).
 

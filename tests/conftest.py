@@ -166,8 +166,10 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 @pytest.fixture(scope="session")
 def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
     """Debian's chromium, headless, started once per pytest process for every real-browser
-    test (each reaches it in a context of its own: tests/browser/chromium.py). A test asking
-    for it fails when it is missing (the same way in every browser test, never skipped)."""
+    test (each reaches it through one Playwright session, in a context of its own or in the
+    JupyterLab tab the tests share: tests/browser/chromium.py, tests/browser/notebook.py). A
+    test asking for it fails when it is missing (the same way in every browser test, never
+    skipped)."""
     from tests.browser.chromium import require_chromium, running_chromium
 
     with running_chromium(require_chromium(), tmp_path_factory.mktemp("chromium")) as running:
