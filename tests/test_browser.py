@@ -213,3 +213,25 @@ def test_forms_notebook_runs_in_chromium(
             raise
     # The kernel got FLOWNB_HOME from its kernelspec's environment: the image it drew is there.
     assert list((flownb_env / "media").glob("*.png")), "no image in the FLOWNB_HOME given to Lab"
+
+
+def test_the_shared_page_is_handed_on_clean(
+    tmp_path: Path, flownb_env: Path, chromium: Chromium, jupyterlab: Lab
+) -> None:
+    """The browser tests share one JupyterLab page: a dialog one test leaves open on it is gone
+    when the next one gets the page, which still answers its menus."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "FLOWNB_HOME": str(flownb_env)}
+    file_menu = ".lm-MenuBar-itemLabel"
+    with lab_page(jupyterlab, chromium, work, env) as (_, page):
+        page.locator(file_menu, has_text="File").first.click()
+        page.get_by_role("menuitem", name="Open from Path…", exact=True).click()
+        playwright_sync.expect(page.locator(".jp-Dialog")).to_have_count(1)
+    with lab_page(jupyterlab, chromium, work, env) as (_, page):
+        playwright_sync.expect(page.locator(".jp-Dialog")).to_have_count(0)
+        playwright_sync.expect(page.locator(".jp-Notebook")).to_have_count(0)
+        page.locator(file_menu, has_text="File").first.click()
+        item = page.get_by_role("menuitem", name="Open from Path…", exact=True)
+        playwright_sync.expect(item).to_be_visible()
+        page.keyboard.press("Escape")
