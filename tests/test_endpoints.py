@@ -337,6 +337,32 @@ def test_image_usage_is_kept(fakes: tuple[FakeOpenAI, FakeOpenAI]) -> None:
     assert flownb.runs()["completion_tokens"].iloc[-1] == 272
 
 
+def test_a_row_sums_the_usage_of_calls_of_different_shapes(
+    fakes: tuple[FakeOpenAI, FakeOpenAI],
+) -> None:
+    """A text call and an image call report usage under different names: the row of a run
+    with both holds, name by name, the sum of what each reports alone."""
+    a, _ = fakes
+    a.configure(usage_details={"prompt_tokens_details": {"cached_tokens": 3}})
+    endpoint = Endpoint("a", "openai", base_url=a.url)
+    prompts = {"Text": "About {topic}.", "Picture": "A {topic}."}
+    rows = []
+    for names in (["Text"], ["Picture"], ["Text", "Picture"]):
+        nodes = {name: prompts[name] for name in names}
+        flow = flownb.load_flow(
+            make_flow(nodes, ["topic"], images=("Picture",)), endpoint=endpoint, cache=False
+        )
+        flow.run(topic="owl")
+        rows.append(flownb.runs().iloc[-1])
+    text, picture, both = rows
+    for column in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert both[column] == text[column] + picture[column] > 0
+    alone = [text["usage_details"], picture["usage_details"]]
+    names = {*alone[0], *alone[1]}
+    assert "cached_tokens" in names and "image_tokens" in names
+    assert both["usage_details"] == {n: sum(d.get(n, 0) for d in alone) for n in names}
+
+
 # -- system messages and models ------------------------------------------------------------------
 
 

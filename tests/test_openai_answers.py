@@ -263,3 +263,37 @@ def test_usage_is_flattened_to_token_counts(usage: object, flat: dict | None) ->
 
     for _ in range(2):  # a shape seen before is read as the first time
         assert usage_of(usage) == flat
+
+
+def test_usage_of_one_shape_with_other_values_each_time() -> None:
+    """Answers of the same top-level names, one after another: what the first held (a null
+    section, sections of other names, values that are not counts) never decides how a later
+    one is read."""
+    from flownb.providers.openai.answers import usage_of
+
+    answers = [
+        ({"w_tokens": 1, "w_tokens_details": None}, {"w_tokens": 1}),
+        (
+            {"w_tokens": 1, "w_tokens_details": {"cached_tokens": 2}},
+            {"w_tokens": 1, "cached_tokens": 2},
+        ),
+        (
+            {"w_tokens": 1, "w_tokens_details": {"cached_tokens": 2, "audio_tokens": 3}},
+            {"w_tokens": 1, "cached_tokens": 2, "w_audio_tokens": 3},
+        ),
+        (
+            {"w_tokens": 1, "w_tokens_details": {"audio_tokens": 3}},
+            {"w_tokens": 1, "w_audio_tokens": 3},
+        ),
+        ({"w_tokens": 1, "w_tokens_details": {"cached_tokens": True}}, {"w_tokens": 1}),
+        ({"w_tokens": "1", "w_tokens_details": {"cached_tokens": 2}}, {"cached_tokens": 2}),
+        ({"w_tokens": 1, "w_tokens_details": [2]}, {"w_tokens": 1}),
+        (
+            {"w_tokens": 4, "w_tokens_details": {"cached_tokens": 5}},
+            {"w_tokens": 4, "cached_tokens": 5},
+        ),
+    ]
+    for usage, flat in answers:
+        got = usage_of(usage)
+        assert got == flat
+        assert list(got or ()) == list(flat)  # the names in the order the answer gave them

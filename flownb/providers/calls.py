@@ -45,7 +45,7 @@ from ..infra.unicode import replace_lone_surrogates
 from .base import Call, Generation, Provider
 from .callplan import NodeCalls, node_calls
 from .deadlines import Deadlines
-from .inflight import count_sent
+from .inflight import SENT
 from .limits import AdaptiveLimiter, Pacer, retryable, wait_for_retry
 from .wire import WIRE, Wire
 
@@ -482,7 +482,7 @@ class CallRunner:
                     # Admitted: from here the request is sent and paid for, so stop() lets it
                     # end (no await between this and the send: it cannot be cancelled before).
                     waiting.discard(task)
-                    count_sent(1)
+                    SENT.append(None)
                     wire = Wire()
                     mark = WIRE.set(wire)
                     began = time.perf_counter()
@@ -510,7 +510,7 @@ class CallRunner:
                         raise
                     finally:
                         WIRE.reset(mark)
-                        count_sent(-1)
+                        SENT.pop()
                     # The provider's own time, apart from waits for a slot, retries and (where
                     # the HTTP client says when the request left and the answer came) the other
                     # calls on this loop: the speed an evaluation reports, kept with the cache.

@@ -207,7 +207,11 @@ class AdaptiveLimiter:
             self._release()
             raise
         self.started += 1
-        self._record(self.started, self.in_flight, _PENDING)
+        # _record of a new start, written out (it runs for every call): its number is new.
+        log = self._log
+        log[self.started] = [self.in_flight, _PENDING]
+        if len(log) > self._window:
+            log.popitem(last=False)
 
     def _record(self, seq: int, level: int, state: int) -> None:
         log = self._log
@@ -247,7 +251,8 @@ class AdaptiveLimiter:
 
     def _wake(self) -> None:
         waiters = self._waiters
-        while waiters and self.in_flight < max(1, int(self.allowed)):
+        capacity = max(1, int(self.allowed))
+        while waiters and self.in_flight < capacity:
             fut = waiters.popleft()
             if not fut.done():
                 self.in_flight += 1
@@ -353,7 +358,11 @@ class AdaptiveLimiter:
         if limits is not None:
             self._observe(limits, seq)
         if level:
-            self._record(seq, level, _ANSWERED)
+            entry = self._log.get(seq)
+            if entry is not None and entry[1] == _PENDING:
+                entry[1] = _ANSWERED  # _record's usual case, written out: it runs for every call
+            else:
+                self._record(seq, level, _ANSWERED)
             # Only a call started since the last cut is a probe: one from before it (a burst
             # whose calls reached the provider out of order) says nothing about the new level.
             if level > self.ceiling and seq > self._cut_at:

@@ -826,11 +826,16 @@ def _encode_quick(gen: Generation) -> str:
     lone surrogate, a huge integer) json encodes."""
     stored = _stored(gen)
     odd = ""
-    for name in ("cost", "provider_s", "prompt_cache_saved"):
-        value = stored.get(name)
-        if value is not None and not math.isfinite(value):
-            del stored[name]
-            odd += f',"{name}":{_NOT_FINITE[math.copysign(1.0, value) if value == value else 0.0]}'
+    # The usual answer's figures are all finite, and so is their sum: one check, not three
+    # (a NaN or an infinity makes the sum so; a sum past the largest float only costs the look).
+    total = (gen.cost or 0.0) + (gen.provider_s or 0.0) + (gen.prompt_cache_saved or 0.0)
+    if not math.isfinite(total):
+        for name in ("cost", "provider_s", "prompt_cache_saved"):
+            value = stored.get(name)
+            if value is not None and not math.isfinite(value):
+                del stored[name]
+                spelling = _NOT_FINITE[math.copysign(1.0, value) if value == value else 0.0]
+                odd += f',"{name}":{spelling}'
     try:
         text = orjson.dumps(stored).decode()
     except (orjson.JSONEncodeError, UnicodeDecodeError):

@@ -220,24 +220,21 @@ def _row(
     """Return the row of a successful run with fresh calls (usage counted, money worked out)."""
     money = money_of(provider, result.generations)
     models: dict[str, None] = {}
-    p = c = t = 0
-    reported = False
-    details: dict[str, int] = {}
+    usages: list[Mapping[str, int]] = []
     for g in result.generations:
         if g.model:
             models[g.model] = None
         usage = g.usage
         if usage and not g.cached:
-            reported = True
-            p += usage.get("prompt_tokens", 0)
-            c += usage.get("completion_tokens", 0)
-            t += usage.get("total_tokens", 0)
-            if not details:  # the first generation's counts: taken as they are, in one go
-                details = {k: n for k, n in usage.items() if k not in _TOKEN_COLUMNS}
-                continue
-            for name, count in usage.items():
-                if name not in _TOKEN_COLUMNS:
-                    details[name] = details.get(name, 0) + count
+            usages.append(usage)
+    if usages:
+        details = _summed(usages)
+        p = details.pop("prompt_tokens", 0)
+        c = details.pop("completion_tokens", 0)
+        t = details.pop("total_tokens", 0)
+        reported = True
+    else:
+        details, p, c, t, reported = {}, 0, 0, 0, False
     return [
         i,
         finished,
@@ -256,6 +253,27 @@ def _row(
         _json_usd(money.price),
         money.unpriced,
     ]
+
+
+def _summed(usages: list[Mapping[str, int]]) -> dict[str, int]:
+    """Return the counts of ``usages`` summed name by name (a new dict)."""
+    first = usages[0]
+    if len(usages) == 1:
+        return dict(first)
+    # The usual row: every call's usage names the same counts in the same order (one provider,
+    # one answer shape), summed column by column in C (this runs for every row the run logs).
+    names = tuple(first)
+    for usage in usages:
+        if tuple(usage) != names:
+            break
+    else:
+        columns = zip(*[u.values() for u in usages], strict=True)
+        return dict(zip(names, map(sum, columns), strict=True))
+    summed: dict[str, int] = {}
+    for usage in usages:
+        for name, count in usage.items():
+            summed[name] = summed.get(name, 0) + count
+    return summed
 
 
 def _json_usd(value: float) -> float | None:

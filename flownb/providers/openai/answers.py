@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import html
 import json
+import operator
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from itertools import chain
+from typing import Any, NamedTuple
 
 from ...errors import ProviderError
 from ..base import RateLimits
@@ -137,12 +139,23 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# The names a detail section's counts are flattened to, by section and detail names in their
-# order (the same few shapes come with every answer): see usage_of.
-_FLAT_NAMES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+# How usage_of reads each shape of usage it has seen, by its top-level names in their order
+# (the same shape or two come with every answer): the names of the top-level counts, the
+# detail sections with their own names in order, and the flat names of them all.
+_PLANS: dict[tuple[str, ...], _Plan | None] = {}
 
-# The only type of a section's values that usage_of's quick path takes as they are.
+
+class _Plan(NamedTuple):
+    values: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # the counts', then the sections'
+    split: int  # how many of those values are top-level counts (the rest are sections)
+    details: list[tuple[str, ...]]  # each section's names, in order
+    names: tuple[str, ...]  # the flat names of the counts, then of each section's
+    aliased: bool  # whether the images API's names are also wanted under the chat ones
+
+
+# The only type of the counts that usage_of's quick path takes as they are, and of sections.
 _INTS = frozenset({int})
+_DICTS = frozenset({dict})
 
 
 def usage_of(usage: Any) -> dict[str, int] | None:
@@ -156,37 +169,73 @@ def usage_of(usage: Any) -> dict[str, int] | None:
     """
     if type(usage) is not dict:
         return _usage_of(usage)
-    # The usual answer (this runs for every one): top-level ints and detail sections of ints
-    # whose flat names are all new, each section copied in one go under names worked out once
-    # for its shape. Anything else is read item by item (_usage_of), with the same result.
-    flat: dict[str, int] = {}
-    sections = []
+    # The usual answer (this runs for every one): a shape seen before, whose values are all
+    # ints where they were, read in one go under the flat names worked out for it. Anything
+    # else is read item by item (_usage_of), with the same result.
+    shape = tuple(usage)
+    plan = _PLANS.get(shape, _UNPLANNED)
+    if plan is _UNPLANNED:
+        plan = _plan(usage, shape)
+    if plan is None:
+        return _usage_of(usage)
+    values = plan.values(usage)
+    sections = values[plan.split :]
+    if sections:
+        if not {*map(type, sections)} <= _DICTS or [*map(tuple, sections)] != plan.details:
+            return _usage_of(usage)
+        counts = [*values[: plan.split], *chain.from_iterable(map(dict.values, sections))]
+    else:
+        counts = values
+    if not {*map(type, counts)} <= _INTS:
+        return _usage_of(usage)
+    flat = dict(zip(plan.names, counts, strict=True))
+    return _aliased(flat) if plan.aliased else flat or None
+
+
+_UNPLANNED: Any = object()
+
+
+def _plan(usage: dict[str, Any], shape: tuple[str, ...]) -> _Plan | None:
+    """Return how :func:`usage_of` reads usages of ``usage``'s shape (``shape``: its names),
+    remembered for a bounded number of shapes (a server inventing new ones cannot grow the
+    memo); None when it is read item by item: values other than ints and detail sections, or
+    flat names that meet."""
+    counts: list[str] = []
+    sections: list[tuple[str, tuple[str, ...]]] = []
     for name, value in usage.items():
         if type(value) is int:
-            flat[name] = value
+            counts.append(name)
         elif type(value) is dict and name.endswith("_tokens_details"):
-            sections.append((name, value))
+            sections.append((name, tuple(value)))
         else:
-            return _usage_of(usage)
-    for name, details in sections:
-        shape = (name, tuple(details))
-        names = _FLAT_NAMES.get(shape)
-        if names is None:
-            names = _flat_names(*shape)
-        if not flat.keys().isdisjoint(names) or not {*map(type, details.values())} <= _INTS:
-            return _usage_of(usage)
-        flat.update(zip(names, details.values(), strict=True))
-    return _aliased(flat)
+            return None  # not remembered: the next usage of this shape may hold ints there
+    names = list(counts)
+    for section, details in sections:
+        prefix = section[: -len("_tokens_details")]
+        names += (d if d in _DETAILS else f"{prefix}_{d}" for d in details)
+    plan = None
+    if len(set(names)) == len(names):  # names that meet are summed: item by item
+        aliased = bool({"input_tokens", "output_tokens"} & set(names))
+        plan = _Plan(
+            _getter(counts + [name for name, _ in sections]),
+            len(counts),
+            [details for _, details in sections],
+            tuple(names),
+            aliased,
+        )
+    if len(_PLANS) < 256:
+        _PLANS[shape] = plan
+    return plan
 
 
-def _flat_names(section: str, details: tuple[str, ...]) -> tuple[str, ...]:
-    """Return the flat names of a section's details (as if none were taken yet), remembered
-    for a bounded number of shapes (a server inventing new ones cannot grow the memo)."""
-    prefix = section[: -len("_tokens_details")]
-    names = tuple(d if d in _DETAILS else f"{prefix}_{d}" for d in details)
-    if len(_FLAT_NAMES) < 256:
-        _FLAT_NAMES[section, details] = names
-    return names
+def _getter(names: list[str]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """Return a function of a mapping that returns its values of ``names``, as a tuple."""
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    if names:
+        only = names[0]
+        return lambda usage: (usage[only],)
+    return lambda usage: ()
 
 
 def _usage_of(usage: Any) -> dict[str, int] | None:
