@@ -8,18 +8,26 @@ the same run; prints each figure's min / median / max over the rounds and the ra
 What both sides do, exactly:
 
 - **The servers.** Two processes started the same way, each uvicorn with one worker on
-  127.0.0.1, h11 (the only HTTP parser installed), access log off (log level warning), no
-  ``server`` header and no proxy headers (``flownb serve``'s defaults, which the bare server is
-  given too), bytecode compiled for both (``python -m bench`` compiles flownb, the benchmarks
-  and every installed package first). ``flownb serve`` is the command users run; its uvicorn
-  protocol adds the connection guards of :mod:`flownb.server.protocol` (head size and time
-  limits).
+  127.0.0.1, access log off (log level warning), no ``server`` header and no proxy headers
+  (``flownb serve``'s defaults, which the bare server is given too), uvicorn's default
+  keep-alive timeout and no connection limit for the bare server (``flownb serve``'s are 5 s, as
+  uvicorn's, and 1,000 connections plus requests, never reached here), bytecode compiled for
+  both (``python -m bench`` compiles flownb, the benchmarks and every installed package first).
+  ``flownb serve`` is the command users run; its uvicorn protocol adds the connection guards of
+  :mod:`flownb.server.protocol` (head size and time limits, a share of the connection limit).
+- **The HTTP parser.** Both parse with httptools (uvicorn's httptools protocol): the bare
+  server is left to uvicorn's ``http="auto"``, what a stock ``uvicorn.run(app)`` gets on a
+  clean install of flownb (httptools is one of flownb's dependencies, and ``"auto"`` picks it
+  where it is installed); ``flownb serve``'s protocol is uvicorn's httptools one, subclassed.
+  The bare server says which protocol it runs, and the run is refused when it is not the one
+  ``flownb serve``'s is built on.
 - **The event loop.** Both run asyncio's loop: ``flownb serve`` names it
   (:data:`flownb.server.protocol.EVENT_LOOP`, rather than uvicorn's ``"auto"``, which picks
   uvloop, installed with flownb but on Windows) and the bare server is given the same (it says
   which loop it runs on, and the run is refused when it is not the one ``flownb serve`` names,
-  whose start-up log line says the same). On uvloop, both sides answered as many requests a
-  second, with a p99 about 1.4x and a slowest request about 1.8x asyncio's.
+  whose start-up log line says the same). On uvloop (measured when both sides parsed with h11),
+  both answered as many requests a second, with a p99 about 1.4x and a slowest request about
+  1.8x asyncio's.
 - **The requests.** The same bytes to both: the same headers (``content-type``, the
   ``x-api-key`` header, which the bare route ignores), the same 40-byte JSON body.
 - **The bare route** reads and parses the JSON body (``await request.json()``), builds the
@@ -84,7 +92,7 @@ from typing import Any
 import aiohttp
 from fastapi import FastAPI, Request, Response
 
-from flownb.server.protocol import EVENT_LOOP
+from flownb.server.protocol import EVENT_LOOP, http_protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOW = {
@@ -134,39 +142,52 @@ def bare_app() -> object:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    # Which event loop this server runs on (the benchmark checks it is flownb serve's).
-    @app.get("/loop")
-    async def loop() -> dict[str, str]:
-        return {"loop": type(asyncio.get_running_loop()).__module__.partition(".")[0]}
+    # Which event loop and HTTP protocol this server runs on (the benchmark checks they are
+    # flownb serve's).
+    @app.get("/stack")
+    async def stack() -> dict[str, str]:
+        loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]
+        return {"loop": loop, "http": app.state.http}
 
     return app
 
 
 def serve_bare(port: int) -> None:
     """Run the reference server in this process with ``flownb serve``'s uvicorn settings (see
-    the module's docstring), less flownb's own connection guards."""
+    the module's docstring), less flownb's own connection guards, and uvicorn's own HTTP
+    protocol (``"auto"``: httptools)."""
     import uvicorn
 
-    uvicorn.run(
-        bare_app(),  # type: ignore[arg-type]
+    app: Any = bare_app()
+    config = uvicorn.Config(
+        app,
         host="127.0.0.1",
         port=port,
         loop=EVENT_LOOP,  # flownb serve's: asyncio's, not uvicorn's "auto" (uvloop)
-        http="h11",
+        http="auto",  # a stock uvicorn.run(app)'s: httptools, installed with flownb
         log_level="warning",
         access_log=False,
         server_header=False,
         proxy_headers=False,
     )
+    config.load()
+    app.state.http = config.http_protocol_class.__name__
+    uvicorn.Server(config).run()
 
 
-async def bare_loop_of(port: int) -> str:
-    """Return the name of the event loop the bare server on ``port`` runs on."""
+def parser_of_flownb_serve() -> str:
+    """Return the name of the uvicorn HTTP protocol ``flownb serve``'s protocol is built on."""
+    return next(c.__name__ for c in http_protocol().__mro__ if c.__module__.startswith("uvicorn."))
+
+
+async def bare_stack_of(port: int) -> tuple[str, str]:
+    """Return the event loop and the HTTP protocol the bare server on ``port`` runs on."""
     async with (
         aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}/loop") as resp,
+        session.get(f"http://127.0.0.1:{port}/stack") as resp,
     ):
-        return str((await resp.json())["loop"])
+        got = await resp.json()
+        return str(got["loop"]), str(got["http"])
 
 
 def free_port() -> int:
@@ -204,11 +225,13 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass
 class Round:
-    """One round against one target under one load generator: checked responses a second, and
-    each request's latency."""
+    """One round against one target under one load generator: checked responses a second,
+    each request's latency, and the serving process's CPU seconds a timed request (``nan``
+    where the process's CPU time cannot be read)."""
 
     rate: float
     latencies: list[float]
+    cpu: float
 
     @property
     def p99(self) -> float:
@@ -223,21 +246,36 @@ class Round:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a load generator sends its requests: a loopback port and a path."""
+    """Where a load generator sends its requests: a loopback port and a path, and the id of
+    the process serving them (whose CPU time is read around the timed requests)."""
 
     name: str
     port: int
     path: str
     headers: dict[str, str]
+    pid: int
+
+
+def cpu_seconds(pid: int) -> float:
+    """Return the CPU time (user and system) process ``pid`` has used so far, in seconds; ``nan``
+    where ``/proc`` does not say (not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return float("nan")
+    # The fields after the command name (which may hold spaces) in parentheses: utime and stime
+    # are the 12th and 13th of them, in clock ticks.
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # One connection's way of sending the request: returns the answer's status and body.
 Send = Callable[[], Awaitable[tuple[int, bytes]]]
 
 # A load generator: sends the target ``warmup`` untimed requests then ``n`` timed ones over
-# ``connections`` connections; returns each timed request's latency and the time they took
-# (seconds); raises SystemExit on a wrong answer.
-Generator = Callable[[Target, int, int, int], Awaitable[tuple[list[float], float]]]
+# ``connections`` connections; returns each timed request's latency, the time they took and the
+# serving process's CPU time over them (seconds); raises SystemExit on a wrong answer.
+Generator = Callable[[Target, int, int, int], Awaitable[tuple[list[float], float, float]]]
 
 
 def _checked(status: int, body: bytes, target: Target) -> None:
@@ -251,12 +289,13 @@ async def _drive(
     warmup: int,
     n: int,
     connections: int,
-) -> tuple[list[float], float]:
+) -> tuple[list[float], float, float]:
     """Keep ``connections`` connections (each opened by ``connect``) busy: ``warmup`` requests,
     then, once every connection has finished its share of them, ``n`` timed ones on the same
     connections, with this process's garbage collection off while they run (so neither a
     connection being opened nor the generator's own collection is counted as the server's).
-    Returns each timed request's latency and the time they all took."""
+    Returns each timed request's latency, the time they all took and the CPU time the serving
+    process used meanwhile."""
     warm = asyncio.Barrier(connections + 1)
     go = asyncio.Event()
     latencies: list[float] = []
@@ -289,17 +328,19 @@ async def _drive(
     gc.disable()
     try:
         left = n
+        cpu = cpu_seconds(target.pid)
         started = time.perf_counter()
         go.set()
         await asyncio.gather(*workers)
-        return latencies, time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        return latencies, elapsed, cpu_seconds(target.pid) - cpu
     finally:
         gc.enable()
 
 
 async def with_aiohttp(
     target: Target, warmup: int, n: int, connections: int
-) -> tuple[list[float], float]:
+) -> tuple[list[float], float, float]:
     """Send the requests with an aiohttp session over ``connections`` connections."""
     url = f"http://127.0.0.1:{target.port}{target.path}"
     payload = json.dumps(BODY).encode()
@@ -320,7 +361,7 @@ async def with_aiohttp(
 
 async def with_sockets(
     target: Target, warmup: int, n: int, connections: int
-) -> tuple[list[float], float]:
+) -> tuple[list[float], float, float]:
     """Send pre-encoded requests over ``connections`` keep-alive connections (asyncio streams),
     reading each answer's head and then its ``content-length`` bytes."""
     payload = json.dumps(BODY).encode()
@@ -363,8 +404,8 @@ def one_round(
 ) -> Round:
     """Send ``target`` ``warmup`` requests, then time ``requests`` of them on the same
     connections."""
-    latencies, elapsed = asyncio.run(generator(target, warmup, requests, connections))
-    return Round(len(latencies) / elapsed, latencies)
+    latencies, elapsed, cpu = asyncio.run(generator(target, warmup, requests, connections))
+    return Round(len(latencies) / elapsed, latencies, cpu / len(latencies))
 
 
 def spread(values: Sequence[float], scale: float = 1.0, fmt: str = "{:.2f}") -> str:
@@ -406,19 +447,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ]  # fmt: skip
         bare_cmd = [sys.executable, __file__, "--bare-server", str(bare_port)]
         procs = [start(flownb_cmd, env, flownb_port), start(bare_cmd, env, bare_port)]
-        bare_loop = asyncio.run(bare_loop_of(bare_port))
-        if bare_loop != EVENT_LOOP:
+        bare_loop, bare_http = asyncio.run(bare_stack_of(bare_port))
+        flownb_http = parser_of_flownb_serve()
+        if (bare_loop, bare_http) != (EVENT_LOOP, flownb_http):
             for proc in procs:
                 stop(proc)
             raise SystemExit(
-                f"unfair: flownb serve runs on {EVENT_LOOP}, the bare route on {bare_loop}"
+                f"unfair: flownb serve runs on {EVENT_LOOP} with {flownb_http}, "
+                f"the bare route on {bare_loop} with {bare_http}"
             )
-        print(f"event loop: {EVENT_LOOP}, both servers", flush=True)
+        print(f"event loop: {EVENT_LOOP}, HTTP protocol: {flownb_http}, both servers", flush=True)
         headers = {"x-api-key": key}  # sent to every target alike
+        flownb_pid, bare_pid = procs[0].pid, procs[1].pid
         targets = [
-            Target(ours, flownb_port, "/api/flows/run/echo", headers),
-            Target(bare, bare_port, "/api/flows/run/echo", headers),
-            Target(floor, bare_port, "/floor/echo", headers),
+            Target(ours, flownb_port, "/api/flows/run/echo", headers, flownb_pid),
+            Target(bare, bare_port, "/api/flows/run/echo", headers, bare_pid),
+            Target(floor, bare_port, "/floor/echo", headers, bare_pid),
         ]
         rounds: dict[tuple[str, str], list[Round]] = {
             (g, t.name): [] for g in GENERATORS for t in targets
@@ -434,6 +478,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         print(
                             f"round {r + 1} {gen_name:8s} {target.name:13s} {got.rate:7.0f} req/s"
                             f"  p99 {got.p99 * 1000:5.1f} ms  worst {got.worst * 1000:5.1f} ms"
+                            f"  server CPU {got.cpu * 1000:.3f} ms/req"
                             f"  (load {os.getloadavg()[0]:.2f})",
                             flush=True,
                         )
@@ -456,7 +501,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             print(
                 f"    {name:13s} req/s {spread([x.rate for x in runs], fmt='{:.0f}'):20s}"
                 f"  p99 ms {spread([x.p99 for x in runs], 1000, '{:.1f}'):17s}"
-                f"  worst ms {spread([x.worst for x in runs], 1000, '{:.1f}')}"
+                f"  worst ms {spread([x.worst for x in runs], 1000, '{:.1f}'):17s}"
+                f"  server CPU ms/req {spread([x.cpu for x in runs], 1000, '{:.3f}')}"
             )
         print(f"    req/s vs bare FastAPI  {spread(ratio)}  (aim >= 0.95)")
         print(f"    p99 vs bare FastAPI    {spread(p99_ratio)}  (aim <= 1.2)")
@@ -483,6 +529,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         for a, b in zip(rounds[g, ours], rounds[g, floor], strict=True)
     ]
     figures["flownb serve / floor, req/s"] = statistics.median(floor_ratio)
+    cpu = {
+        name: statistics.median(x.cpu for g in GENERATORS for x in rounds[g, name])
+        for name in (ours, bare)
+    }
+    if cpu[ours] == cpu[ours]:  # not nan: the servers' CPU time could be read
+        print(
+            f"  server CPU a request (median of the rounds): flownb serve {cpu[ours] * 1000:.3f}"
+            f" ms, bare FastAPI {cpu[bare] * 1000:.3f} ms"
+        )
+        figures["flownb serve / bare FastAPI route, server CPU a request"] = cpu[ours] / cpu[bare]
     return figures
 
 

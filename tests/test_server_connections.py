@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import socket
 import struct
 import sys
@@ -134,6 +135,29 @@ def test_a_request_head_over_16_kib_is_431(server: Running, trickled: bool) -> N
     problem = json.loads(body)
     assert problem["code"] == "request_header_too_large" and "16 KiB" in problem["message"]
     assert problem["request_id"] and f"x-request-id: {problem['request_id']}".encode() in head
+
+
+def test_a_head_over_16_kib_pipelined_after_a_request_in_the_same_read_is_431_after_its_answer(
+    server: Running,
+) -> None:
+    # The big head starts in the middle of a read, after a whole request: it is counted all the
+    # same, and its 431 comes after the answer owed to the request before it (answers in order).
+    extra = "".join(f"X-Pad-{i}: {'p' * 1000}\r\n" for i in range(70))
+    with socket.create_connection(("127.0.0.1", _port(server))) as sock:
+        sock.sendall(_run_request(server) + _run_request(server, extra))
+        sock.settimeout(60)  # a guard against a server that never closes, not a measure
+        got = b""
+        while chunk := sock.recv(65536):  # everything, until the server closes
+            got += chunk
+    answers = []
+    while got:
+        head, _, rest = got.partition(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)[1])  # type: ignore[index]
+        answers.append((head, rest[:length]))
+        got = rest[length:]
+    assert [head.split(b" ")[1] for head, _ in answers] == [b"200", b"431"], answers
+    assert json.loads(answers[0][1])[0]["output"] == "A=1 B=2"
+    assert json.loads(answers[1][1])["code"] == "request_header_too_large"
 
 
 def test_a_head_just_under_16_kib_is_served_and_so_is_the_next_on_the_connection(

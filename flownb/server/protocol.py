@@ -2,17 +2,24 @@
 in one place, and a guard on each connection that keeps one careless or hostile client from
 holding the server.
 
+Requests are parsed by httptools (llhttp, the C parser Node.js uses) through uvicorn's httptools
+protocol, which is what a stock ``uvicorn.run(app)`` picks where httptools is installed. On h11,
+uvicorn's pure-Python parser, building and checking each head took about a third of the server's
+CPU a small request; with httptools the whole request takes about 0.65x the CPU it took on h11
+(``python -m bench server_throughput`` prints the server's CPU a request).
+
 uvicorn closes idle keep-alive connections (``timeout_keep_alive``) and answers 503 over a
 connection/task limit (``limit_concurrency``), but three things it leaves open are closed here,
-in :class:`HeaderTimeoutH11Protocol` (uvicorn's h11 protocol, subclassed):
+in :class:`GuardedHttpToolsProtocol` (uvicorn's httptools protocol, subclassed):
 
 - **time to send a head.** A "slowloris" client trickling header bytes would keep its connection
   (and a file descriptor) forever: a connection that has not sent a complete request head within
   ``header_timeout`` seconds (10 by default) is closed.
-- **size of a head.** h11's ``max_incomplete_event_size`` bounds only a head still incomplete in
-  its buffer: a whole 70 KB head arriving in one read passes. The guard counts the bytes of each
-  head (request line and headers, up to the blank line) and answers ``431
-  request_header_too_large`` past :data:`MAX_HEADER_BYTES`.
+- **size of a head.** llhttp sets no limit on a head: it gathers a header's bytes for as long as
+  they come. The guard counts the bytes of each head (request line and headers, up to the blank
+  line) as they arrive, whether in one read or trickled in many, and counts a head again from its
+  parsed fields once it is complete (a pipelined head that began in the middle of a read), and
+  answers ``431 request_header_too_large`` past :data:`MAX_HEADER_BYTES`.
 - **a share of the limit for strangers.** uvicorn counts every open connection against
   ``limit_concurrency``, so 1,100 idle connections without a key sent everyone else to 503. A
   connection is *proven* once one of its requests was authenticated (the key dependency leaves
@@ -21,8 +28,8 @@ in :class:`HeaderTimeoutH11Protocol` (uvicorn's h11 protocol, subclassed):
   unproven connection that is idle (waiting for a request head) is closed to make room, so a
   flood of idle connections can only push out its own.
 
-It also sends each answer in one piece: uvicorn writes a response's head and its body (and a
-chunked body's end) separately, each write a ``send`` of its own (and, with Nagle's algorithm
+It also sends each answer in one piece: uvicorn writes a response's head and its body
+separately, each write a ``send`` of its own (and, with Nagle's algorithm
 off, a packet of its own that wakes the client). What a request's cycle writes in one turn of
 the event loop is held and sent at once (:class:`_Coalesced`): a small JSON answer leaves in one
 ``send``, one packet.
@@ -36,9 +43,9 @@ import re
 import socket
 from typing import Any
 
-import h11
+import httptools
 import orjson
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config.settings import DEFAULT_HEADER_TIMEOUT
 from ..errors import ConfigError
@@ -52,7 +59,7 @@ __all__ = [
     "HTTP_PROTOCOL",
     "MAX_HEADER_BYTES",
     "UNPROVEN_SHARE",
-    "HeaderTimeoutH11Protocol",
+    "GuardedHttpToolsProtocol",
     "bind",
     "http_protocol",
     "listen_options",
@@ -67,8 +74,17 @@ UNPROVEN_SHARE = 0.5
 # from the transport's flow control).
 COALESCE_MAX = 64 * 1024
 
-# The end of a head: a blank line (h11 takes a bare LF as a line end too).
+# The end of a head: a blank line (a bare LF is taken as a line end too, to be safe).
 _HEAD_END = re.compile(rb"\n\r?\n")
+# A head's bytes besides its method, target and header fields: " ", " HTTP/1.1\r\n" and the
+# blank line; and each header's ": " and "\r\n".
+_REQUEST_LINE_EXTRA = 1 + 11 + 2
+_HEADER_EXTRA = 4
+
+
+class _HeadTooLarge(Exception):
+    """Raised from the parser's callback when a complete head is over :data:`MAX_HEADER_BYTES`
+    (it stops the parser; the protocol answers 431)."""
 
 
 def _too_large_answer() -> bytes:
@@ -110,7 +126,7 @@ class _Coalesced:
         self._size = 0
 
     def write(self, data: bytes) -> None:
-        if not data:  # h11's end of a body framed by content-length: nothing to send
+        if not data:  # an empty body (or uvicorn's write of one): nothing to send
             return
         if not self._held:
             # A stream's head or chunk still leaves in this turn of the loop.
@@ -137,8 +153,8 @@ class _Coalesced:
         return self._transport.is_closing()
 
 
-class HeaderTimeoutH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the guards above: a time limit and a size limit on each
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the guards above: a time limit and a size limit on each
     request head, and a share of the connection limit for connections not yet authenticated.
     It also turns Nagle's algorithm off on every connection (small JSON answers otherwise wait
     for the client's delayed ACK; asyncio does it only for sockets it made itself, not for ones
@@ -152,6 +168,10 @@ class HeaderTimeoutH11Protocol(H11Protocol):
     _waiting_since: float = 0.0
     _waiting_after: Any = None
     _proven = False  # one of its requests was authenticated
+    _refused = False  # a request head was over the limit: 431, then the connection closes
+    # Whether the bytes that come next belong to a request head (none begun, or one begun and
+    # not complete): the parser says when a head ends and when a body does.
+    _in_head = True
     # Bytes of the request head being received, and the last bytes seen, so a blank line split
     # across two reads is found.
     _head_bytes: int = 0
@@ -169,34 +189,85 @@ class HeaderTimeoutH11Protocol(H11Protocol):
         self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
-        # Only while the client is between requests (h11: IDLE) do its bytes belong to a head;
-        # the rest of a body refused early (413) is not one.
-        if self.conn.their_state is h11.IDLE and not self._head_fits(data):
+        if self._refused:  # a head was refused: the rest is not read (the 431 waits its turn)
+            return
+        # Only while the client sends a head do its bytes count toward one; a body's do not (nor
+        # the rest of a body refused early, 413).
+        if self._in_head and not self._head_fits(data):
+            self._refuse_head()
+            return
+        # What uvicorn's data_received does, but for a head refused from the parser's callback,
+        # which uvicorn would take for a malformed request (a 400).
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeadTooLarge):
+                self._refuse_head()
+            else:
+                self._bad_request()
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError:
+            self._bad_request()
+
+    def _bad_request(self) -> None:
+        """Answer a request the parser refused as uvicorn does (400, plain text, closed)."""
+        message = "Invalid HTTP request received."
+        self.logger.warning(message)
+        self.send_400_response(message)
+
+    def _refuse_head(self) -> None:
+        """Answer 431 (a JSON error) and close the connection; when answers to requests before
+        this head (pipelined) are still owed, once they have left (answers go in order)."""
+        self._refused = True
+        if self.idle() and not self.pipeline:
             self.transport.write(_too_large_answer())
             self.transport.close()
-            return
-        super().data_received(data)
+        else:
+            self.flow.pause_reading()  # nothing more is read: the parser stopped at this head
+
+    # -- the parser's callbacks ----------------------------------------------------------------
+
+    def on_headers_complete(self) -> None:
+        # A head that began in the middle of a read (pipelined after another request) was not
+        # counted as it came: it is counted here from its fields, before anything runs.
+        if self._parsed_head_size() > MAX_HEADER_BYTES:
+            raise _HeadTooLarge
+        self._in_head = False
+        super().on_headers_complete()
         cycle = self.cycle
-        if cycle is not None:
+        if cycle is not None:  # it writes through the coalescing writer (see _Coalesced)
             cycle.transport = self._writer  # type: ignore[assignment]  # what it uses of one
-            if not cycle.more_body:
-                # The whole body is here (h11 saw its end) before the app reads it: reading
-                # cannot wait, so the app arms no body timer (see flownb.server.body.read_body).
-                cycle.scope[BODY_RECEIVED] = True  # type: ignore[literal-required]  # our key
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # whatever comes next starts the next request's head
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # The whole body is here before the app reads it (it starts on the next turn of the
+            # loop): reading cannot wait, so the app arms no body timer (see
+            # flownb.server.body.read_body). A body that ends later finds the timer armed.
+            cycle.scope[BODY_RECEIVED] = True  # type: ignore[literal-required]  # our key
 
     def on_response_complete(self) -> None:
         # The answer leaves before anything that follows it: the keep-alive timer, a close, the
         # answer to a pipelined request.
         if self._writer is not None:
             self._writer.flush()
+        if self._refused and not self.pipeline and not self.transport.is_closing():
+            # The answers owed before the refused head have left: now its 431.
+            self.transport.write(_too_large_answer())
+            self.transport.close()
         if not self._proven:
             state = self.scope.get("state") if self.scope is not None else None
             if state and state.get(CALLER_STATE) is not None:
                 self._proven = True
                 self._unproven().pop(self, None)  # proven: no longer counted among strangers
         super().on_response_complete()
-        if self.cycle is not None and self._writer is not None:
-            self.cycle.transport = self._writer  # type: ignore[assignment]  # a pipelined request's
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -220,12 +291,20 @@ class HeaderTimeoutH11Protocol(H11Protocol):
         self._head_bytes, self._head_tail = 0, b""  # the next head starts from nothing
         return size <= MAX_HEADER_BYTES
 
+    def _parsed_head_size(self) -> int:
+        """Return the size of the head just parsed, as its request line and header fields
+        written plainly make it (``name: value``, CRLF line ends)."""
+        size = len(self.parser.get_method()) + len(self.url) + _REQUEST_LINE_EXTRA
+        for name, value in self.headers:
+            size += len(name) + len(value) + _HEADER_EXTRA
+        return size
+
     # -- the share of strangers --------------------------------------------------------------
 
-    def _unproven(self) -> dict[HeaderTimeoutH11Protocol, None]:
+    def _unproven(self) -> dict[GuardedHttpToolsProtocol, None]:
         """Return this server's connections not yet proven, oldest first (shared by all its
         connections through uvicorn's server state)."""
-        unproven: dict[HeaderTimeoutH11Protocol, None] | None = getattr(
+        unproven: dict[GuardedHttpToolsProtocol, None] | None = getattr(
             self.server_state, "flownb_unproven", None
         )
         if unproven is None:
@@ -286,17 +365,17 @@ class HeaderTimeoutH11Protocol(H11Protocol):
 
 
 # What `flownb serve --workers N` hands uvicorn (an import string: worker processes import it).
-HTTP_PROTOCOL = "flownb.server.protocol:HeaderTimeoutH11Protocol"
+HTTP_PROTOCOL = "flownb.server.protocol:GuardedHttpToolsProtocol"
 
 
-def http_protocol(header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> type[H11Protocol]:
-    """Return :class:`HeaderTimeoutH11Protocol` with a request-head timeout of
+def http_protocol(header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> type[HttpToolsProtocol]:
+    """Return :class:`GuardedHttpToolsProtocol` with a request-head timeout of
     ``header_timeout`` seconds (pass it as ``uvicorn.Config(http=...)``)."""
-    if header_timeout == HeaderTimeoutH11Protocol.header_timeout:
-        return HeaderTimeoutH11Protocol
+    if header_timeout == GuardedHttpToolsProtocol.header_timeout:
+        return GuardedHttpToolsProtocol
     return type(
-        "HeaderTimeoutH11Protocol",
-        (HeaderTimeoutH11Protocol,),
+        "GuardedHttpToolsProtocol",
+        (GuardedHttpToolsProtocol,),
         {"header_timeout": header_timeout},
     )
 
@@ -339,8 +418,6 @@ def listen_options(
         # Runs still going then are cancelled (their threads stop at the next element): a
         # stopping server never waits on work whose clients are gone.
         "timeout_graceful_shutdown": shutdown_timeout,
-        # A head still incomplete past this is refused by h11 too (the guard counts first).
-        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
         "proxy_headers": forwarded_allow_ips is not None,
         "forwarded_allow_ips": forwarded_allow_ips or "",
     }
