@@ -30,8 +30,9 @@ __all__ = ["Outcome", "inline_tail", "log_rows"]
 # One recorded outcome: (index, finished at, result or None, exception or None).
 Outcome = tuple[int, float, "RunResult | None", "BaseException | None"]
 _NO_NAMES: list[str] = []  # not worked out yet (sorted_names' default)
-# Usage counts kept in their own columns; any other the provider reported goes to usage_details.
-_TOKEN_COLUMNS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+# Usage counts kept in their own columns, in the row's order; any other the provider reported
+# goes to usage_details.
+_TOKEN_COLUMNS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def log_rows(
@@ -227,14 +228,11 @@ def _row(
         usage = g.usage
         if usage and not g.cached:
             usages.append(usage)
+    details: dict[str, int] = {}
+    tokens: list[int | None] = [None, None, None]  # no usage reported: null, not 0
     if usages:
         details = _summed(usages)
-        p = details.pop("prompt_tokens", 0)
-        c = details.pop("completion_tokens", 0)
-        t = details.pop("total_tokens", 0)
-        reported = True
-    else:
-        details, p, c, t, reported = {}, 0, 0, 0, False
+        tokens = [details.pop(name, 0) for name in _TOKEN_COLUMNS]
     return [
         i,
         finished,
@@ -242,9 +240,7 @@ def _row(
         inputs,
         result,
         result.latency,
-        p if reported else None,
-        c if reported else None,
-        t if reported else None,
+        *tokens,
         cached_names or None,
         None,
         details or None,

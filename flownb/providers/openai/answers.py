@@ -143,6 +143,7 @@ def _is_count(value: Any) -> bool:
 # (the same shape or two come with every answer): the names of the top-level counts, the
 # detail sections with their own names in order, and the flat names of them all.
 _PLANS: dict[tuple[str, ...], _Plan | None] = {}
+_UNPLANNED: Any = object()  # what _PLANS.get gives for a shape not seen yet
 
 
 class _Plan(NamedTuple):
@@ -192,9 +193,6 @@ def usage_of(usage: Any) -> dict[str, int] | None:
     return _aliased(flat) if plan.aliased else flat or None
 
 
-_UNPLANNED: Any = object()
-
-
 def _plan(usage: dict[str, Any], shape: tuple[str, ...]) -> _Plan | None:
     """Return how :func:`usage_of` reads usages of ``usage``'s shape (``shape``: its names),
     remembered for a bounded number of shapes (a server inventing new ones cannot grow the
@@ -214,8 +212,9 @@ def _plan(usage: dict[str, Any], shape: tuple[str, ...]) -> _Plan | None:
         prefix = section[: -len("_tokens_details")]
         names += (d if d in _DETAILS else f"{prefix}_{d}" for d in details)
     plan = None
-    if len(set(names)) == len(names):  # names that meet are summed: item by item
-        aliased = bool({"input_tokens", "output_tokens"} & set(names))
+    distinct = set(names)
+    if len(distinct) == len(names):  # names that meet are summed: item by item
+        aliased = bool({"input_tokens", "output_tokens"} & distinct)
         plan = _Plan(
             _getter(counts + [name for name, _ in sections]),
             len(counts),
