@@ -117,9 +117,9 @@ class AdaptiveLimiter:
       at once cannot outvote the slower successes of the same burst before they arrive. The cut
       lands at the level that best splits refused from answered calls in the whole log (the
       fewest calls on the wrong side), so it does not depend on which refusal came in first.
-      Until then a refused call's slot is held back (not handed to the next call, nor to its
-      own retry) until the next answer: a burst over the limit costs its own 429s, not also
-      those of the calls that would refill the refused slots before the cut.
+      A refused call's slot is held back (not handed to the next call, nor to its own retry)
+      until the next answer or cut: a burst over the limit costs its own 429s, not also those
+      of the calls that would refill the refused slots before the cut.
     - **A steady share of 429s** (over a quarter of the last calls that ended, scattered over
       the levels): a busy client counts more calls in flight than the provider sees (answers
       wait to be read), which smears a real limit over every level; a quarter off, once per
@@ -127,8 +127,9 @@ class AdaptiveLimiter:
       counts as a probe, and a probe refused above the highest level that worked, while a limit
       is known, comes back under at once: the client's lag is not read as room.
     - **Any other 429** is random (a busy replica, a burst on the provider's side): nothing
-      changes, above the highest level known to work too; the retry goes out at once
-      (Retry-After) and usually succeeds.
+      changes, above the highest level known to work too; the retry goes out as Retry-After
+      says once a slot is free (the refused call's own is free again at the next answer), and
+      usually succeeds.
 
     The allowance regrows by one slot per round of calls up to the highest level known to work
     (:attr:`ceiling`), and probes beyond it slowly (one slot per ``probe_every x allowed``
@@ -359,7 +360,7 @@ class AdaptiveLimiter:
         (itself included): the allowance regrows (one slot per round of calls up to the highest
         level that works, slower beyond), and ``limits`` (the answer's rate-limit headers)
         update the pace."""
-        if self._lent:  # an answer: the slots refused calls held are given back
+        if self._lent:  # an answer: the slots held back for refused calls are free again
             self._lent = 0
             self._wake()
         if tokens:
@@ -415,7 +416,7 @@ class AdaptiveLimiter:
         # Its slot is not handed to the next call (often this one's retry, sent at once on
         # Retry-After: 0) until an answer comes or the log says where the limit is: a burst
         # over a concurrency limit otherwise refills each refused slot with another call the
-        # provider refuses too, before the refusals add up to a cut (about half the 429s a
+        # provider refuses too, before the refusals add up to a cut (a quarter of the 429s a
         # limit of 8 cost a 1,000-call run at C=32). A random 429 holds its slot only until
         # the next answer, a few milliseconds at C=32.
         self._lent += 1
