@@ -4,14 +4,28 @@ of the table (a long unit left out is handed out among the last and ends a run a
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
 
 from tests.conftest import ROOT
 
-# The root conftest.py, as pytest loaded it (a test run always has it; importing it again by
-# path would make a second copy of its module-level tables).
-schedule = sys.modules["conftest"]
+
+@pytest.fixture(scope="module")
+def schedule(pytestconfig: pytest.Config) -> ModuleType:
+    """Return the root conftest.py as pytest loaded it (importing it again by path would make a
+    second copy; by the name ``conftest`` it may be the notebooks' one)."""
+    root = (ROOT / "conftest.py").resolve()
+    found: list[Any] = [
+        plugin
+        for plugin in pytestconfig.pluginmanager.get_plugins()
+        if isinstance(plugin, ModuleType)
+        and Path(getattr(plugin, "__file__", None) or "/").resolve() == root
+    ]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def _test_files() -> set[str]:
@@ -19,22 +33,20 @@ def _test_files() -> set[str]:
     return files | {p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb")}
 
 
-def test_the_root_conftest_is_the_schedule() -> None:
-    assert Path(schedule.__file__).resolve() == (ROOT / "conftest.py").resolve()
-
-
-def test_every_family_member_is_a_test_module() -> None:
+def test_every_family_member_is_a_test_module(schedule: ModuleType) -> None:
     files = _test_files()
     for family in (schedule._BROWSER, schedule._VENDOR_SDKS):
         assert family and family <= files, sorted(family - files)
 
 
-def test_every_unit_in_the_cost_table_exists() -> None:
+def test_every_unit_in_the_cost_table_exists(schedule: ModuleType) -> None:
     units = {schedule.work_unit(path, path) for path in _test_files()}
     assert set(schedule._COST) <= units, sorted(set(schedule._COST) - units)
 
 
-def test_a_family_member_joins_its_family_and_other_modules_stay_alone() -> None:
+def test_a_family_member_joins_its_family_and_other_modules_stay_alone(
+    schedule: ModuleType,
+) -> None:
     assert schedule.work_unit("tests/test_browser.py::test_x", "own") == "browser"
     assert schedule.work_unit("tests/test_cost.py::test_x", "own") == "vendor SDKs"
     assert schedule.work_unit("notebooks/01-quickstart.ipynb::Cell 0", "own") == "notebooks"
