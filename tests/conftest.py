@@ -127,7 +127,8 @@ def _end_browser_session(nextitem: pytest.Item | None) -> None:
     """End the Playwright session the browser tests share (tests/browser/chromium.py's
     ``Driver``) once the next test does not drive the browser: the tests after it run without
     its driver process and the JupyterLab tab it keeps."""
-    if nextitem is not None and "chromium" in nextitem.fixturenames:
+    # A notebook cell (nbval's item) has no fixtures: it never drives the browser.
+    if nextitem is not None and "chromium" in getattr(nextitem, "fixturenames", ()):
         return
     chromium = sys.modules.get("tests.browser.chromium")  # never imported: no session
     if chromium is not None:
