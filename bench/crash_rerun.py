@@ -7,12 +7,18 @@ Prints the share of the answers the server had sent before the kill that the re-
 time of an uninterrupted run with the cache against one with ``--no-cache`` (aim: about 1, the
 cache costs no throughput).
 
+No client can keep an answer it has not read: the run is stopped (``SIGSTOP``) just before the
+kill, and the answers still unread in its sockets' receive buffers then (``/proc/net/tcp``'s
+``rx_queue`` of its sockets, matched to the last answer the server sent on each connection) are
+counted apart, with the share bought again of those the client process had read.
+
     python -m bench.crash_rerun [--rows 1000] [--kill-after 1.2] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import signal
@@ -29,6 +35,30 @@ from bench.latency_batch import KEY, MODEL_PARAMS
 
 def _prompts(fake: object) -> list[str]:
     return [body["messages"][-1]["content"] for body in fake.requests]  # type: ignore[attr-defined]
+
+
+def unread_answers(pid: int, fake: object) -> set[str] | None:
+    """Return the prompts of the 200 answers still unread in the receive buffers of process
+    ``pid``'s sockets (stopped: nothing moves), or ``None`` where ``/proc`` cannot say."""
+    try:
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        ports = set()
+        for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
+            with open(table, encoding="ascii") as fh:
+                for line in fh.read().splitlines()[1:]:
+                    fields = line.split()
+                    unread = int(fields[4].split(":")[1], 16)  # tx_queue:rx_queue
+                    if fields[9] in inodes and unread:
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))  # local port
+    except OSError:
+        return None
+    last = fake.last_answer_on  # type: ignore[attr-defined]
+    return {p for p in (last.get(port) for port in ports) if p is not None}
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -75,7 +105,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             f"kill -9 {args.kill_after:g} s after the first request; load average "
             f"{os.getloadavg()[0]:.2f} (2 cores)"
         )
-        shares = []
+        shares: list[float] = []
+        read_shares: list[float] = []
         for r in range(args.repeat):
             run_env = {**env, "FLOWNB_HOME": str(tmp / f"home-{r}")}
             fake.reset()
@@ -86,8 +117,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             while not fake.requests and first.poll() is None:
                 time.sleep(0.001)
             time.sleep(args.kill_after)
+            # Stopped, then killed: what it had read and journaled is what it had at the stop;
+            # answers sent after the stop never reached it.
+            first.send_signal(signal.SIGSTOP)
+            paid = set(fake.answered_prompts)
+            unread = unread_answers(first.pid, fake)
             first.send_signal(signal.SIGKILL)
-            paid = set(fake.answered_prompts)  # answers sent after the kill never arrived
             first.wait()
             fake.reset()
             subprocess.run(cmd(tmp / f"out-{r}.csv"), env=run_env, check=True,
@@ -95,12 +130,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             again = paid & set(_prompts(fake))
             share = len(again) / max(1, len(paid))
             shares.append(share)
+            split = ""
+            if unread is not None:
+                unread &= paid
+                read = len(paid) - len(unread)
+                read_again = len(again - unread)
+                read_shares.append(read_again / max(1, read))
+                split = (
+                    f"; {len(unread)} still unread in its sockets at the kill, of the {read} it "
+                    f"had read {read_again} bought again = {read_shares[-1]:6.2%}"
+                )
             print(
-                f"  round {r + 1}: {len(paid):4d} answers received before the kill, "
-                f"{len(again):3d} bought again = {share:6.2%}  (aim <= 1%)",
+                f"  round {r + 1}: {len(paid):4d} answers sent before the kill, "
+                f"{len(again):3d} bought again = {share:6.2%}  (aim <= 1%){split}",
                 flush=True,
             )
         ratios["% of answers bought again after kill -9 (aim <= 1)"] = 100 * max(shares)
+        if read_shares:
+            ratios["% of the answers the client had read bought again"] = 100 * max(read_shares)
 
         # Throughput: the same batch to the end, with the cache and without, interleaved.
         walls: dict[str, list[float]] = {"cache": [], "no cache": []}

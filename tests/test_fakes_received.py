@@ -3,10 +3,17 @@ shows up in its ``received`` request by request (path, query, headers, body)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 import flownb
+from bench.crash_rerun import unread_answers
 from flownb.testing.fake_anthropic import FakeAnthropic
 from flownb.testing.fake_gemini import FakeGemini
 from flownb.testing.fake_openai import FakeOpenAI
@@ -53,3 +60,41 @@ def test_each_fake_reports_every_request_of_a_dataframe_run(
     for word in ("first", "second"):
         for topic in topics:
             assert sum(f"{word} about {topic}" in b for b in bodies) == 1, (word, topic)
+
+
+_CLIENT = """
+import http.client, json, sys, time
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
+def ask(prompt):
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}]}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json", "Authorization": "Bearer sk-test"})
+ask("read")
+conn.getresponse().read()
+ask("unread")  # its answer is left in the socket
+print("asked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_answer_a_killed_client_never_read_is_told_apart() -> None:
+    """What the crash benchmark counts as still in the kernel at a kill: a client (another
+    process, stopped) has read its first answer and not its second; the fake's last answer per
+    connection and the client's sockets' unread bytes in /proc name exactly the second."""
+    if not Path("/proc/self/net/tcp").exists():
+        pytest.skip("needs Linux's /proc")
+    with FakeOpenAI() as fake:
+        client = subprocess.Popen(
+            [sys.executable, "-c", _CLIENT, str(fake.port)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert client.stdout is not None and client.stdout.readline() == "asked\n"
+            deadline = time.monotonic() + 60
+            while fake.answered_prompts != ["read", "unread"]:  # written to its socket
+                assert time.monotonic() < deadline, fake.answered_prompts
+                time.sleep(0.01)
+            client.send_signal(signal.SIGSTOP)
+            assert unread_answers(client.pid, fake) == {"unread"}
+        finally:
+            client.kill()
+            client.wait()

@@ -171,16 +171,23 @@ def test_instant_random_429s_do_not_outvote_slower_successes(seed: int) -> None:
 
 
 def test_a_burst_with_a_few_refusals_among_calls_still_out_is_no_limit() -> None:
-    async def go() -> AdaptiveLimiter:
+    """Six of 32 refused at once: no cut; their slots wait for the next answer, which gives
+    them all back."""
+
+    async def go() -> tuple[AdaptiveLimiter, int]:
         limiter = AdaptiveLimiter(32)
         for _ in range(32):
             await limiter.__aenter__()
         for level in (5, 12, 20, 27, 30, 31):  # refused at once; the other 26 still out
             limiter.rejected(level, level)
-        return limiter
+            await limiter.__aexit__()
+        held = limiter.capacity
+        await limiter.__aexit__()
+        limiter.succeeded(1, 1)
+        return limiter, held
 
-    limiter = asyncio.run(go())
-    assert limiter.cuts == 0 and limiter.capacity == 32
+    limiter, held = asyncio.run(go())
+    assert limiter.cuts == 0 and held == 26 and limiter.capacity == 32
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -343,3 +350,62 @@ def test_a_limit_smeared_over_levels_by_a_busy_client_still_cuts(seed: int) -> N
             limiter.succeeded(level, seq)
     assert limiter.capacity <= 9
     assert refused < 0.15 * 500  # uncut, half of them would be
+
+
+def test_a_burst_over_a_limit_pays_only_its_own_429s() -> None:
+    """32 calls start at once against a limit of 8: the 24 above it are refused at once, one by
+    one, long before any of the 8 is answered. A refused slot waits for the next answer, so
+    nothing refills it meanwhile (each refill, often the refused call's own retry, would be
+    refused too): 24 429s in all, then the 8 answers set the pace at 8."""
+
+    async def go() -> tuple[AdaptiveLimiter, int]:
+        limiter = AdaptiveLimiter(32)
+        out: collections.deque[tuple[int, int]] = collections.deque()
+        answered: list[tuple[int, int]] = []
+        refused = 0
+        waiting = 1000  # calls not started yet (retries included)
+        while waiting and limiter.in_flight < limiter.capacity:
+            await limiter.__aenter__()
+            waiting -= 1
+            start = (limiter.in_flight, limiter.started)
+            (answered if len(answered) < 8 else out).append(start)
+        while out:  # the provider's 429s, at once; the client refills what it may meanwhile
+            level, seq = out.popleft()
+            limiter.rejected(level, seq)
+            await limiter.__aexit__()
+            refused += 1
+            waiting += 1  # its retry
+            while waiting and limiter.in_flight < limiter.capacity:
+                await limiter.__aenter__()
+                waiting -= 1
+                out.append((limiter.in_flight, limiter.started))  # the provider has 8: refused
+        for level, seq in answered:
+            await limiter.__aexit__()
+            limiter.succeeded(level, seq)
+        return limiter, refused
+
+    limiter, refused = asyncio.run(go())
+    assert refused == 24
+    assert limiter.capacity == 8
+
+
+def test_probes_at_a_steady_limit_come_less_often() -> None:
+    """5,000 calls against a limit of 8 and no other 429: a probe refused at the limit found
+    before makes the next wait twice as long (one per 128 successes, not 64)."""
+    limiter = AdaptiveLimiter(32)
+    refused = asyncio.run(_world(limiter, random.Random(1), 5000, share=0.0, limit=8))
+    assert limiter.capacity == 8
+    assert refused <= 8 + 5000 // 100, refused  # the first burst's, then about one per 128
+
+
+def test_a_concurrency_limit_costs_few_429s_on_the_wire(fake: FakeOpenAI) -> None:
+    """The bench's case: C=32 against a server serving 8 at once, 1,000 calls. The first
+    burst's 24 calls over the limit are refused, and after that about a probe per 128 answers:
+    under 4% of the requests (the refills of refused slots and a probe per 64 answers made
+    about 5%). Counted against the requests, never a clock."""
+    fake.configure(max_in_flight=8, latency=0.02)
+    flow = flownb.load_flow(make_flow(PROMPTS, ["topic"]), cache=False, concurrency=32)
+    assert_all_correct(flow.run_batch(rows(500)), 500)
+    stats = fake.settled_stats()
+    assert stats["answered"] == 1000
+    assert stats["limited"] < 0.04 * stats["requests"], stats

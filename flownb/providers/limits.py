@@ -117,6 +117,9 @@ class AdaptiveLimiter:
       at once cannot outvote the slower successes of the same burst before they arrive. The cut
       lands at the level that best splits refused from answered calls in the whole log (the
       fewest calls on the wrong side), so it does not depend on which refusal came in first.
+      A refused call's slot is held back (not handed to the next call, nor to its own retry)
+      until the next answer or cut: a burst over the limit costs its own 429s, not also those
+      of the calls that would refill the refused slots before the cut.
     - **A steady share of 429s** (over a quarter of the last calls that ended, scattered over
       the levels): a busy client counts more calls in flight than the provider sees (answers
       wait to be read), which smears a real limit over every level; a quarter off, once per
@@ -124,14 +127,16 @@ class AdaptiveLimiter:
       counts as a probe, and a probe refused above the highest level that worked, while a limit
       is known, comes back under at once: the client's lag is not read as room.
     - **Any other 429** is random (a busy replica, a burst on the provider's side): nothing
-      changes, above the highest level known to work too; the retry goes out at once
-      (Retry-After) and usually succeeds.
+      changes, above the highest level known to work too; the retry goes out as Retry-After
+      says once a slot is free (the refused call's own is free again at the next answer), and
+      usually succeeds.
 
     The allowance regrows by one slot per round of calls up to the highest level known to work
     (:attr:`ceiling`), and probes beyond it slowly (one slot per ``probe_every x allowed``
     successes). A probe refused at the limit found before goes back under it at once (while the
     log still shows that level refused more often than those below it), so a real limit costs
-    about one 429 per probe, and each such probe doubles the wait for the next (up to 8x). Each
+    about one 429 per probe, and such a probe, among calls otherwise answered, doubles the wait
+    for the next (a probe at a limit of 8 every 128 successes, not 64). Each
     probe that works speeds the next one up (doubling, up to a slot per round), so a cut that
     turns out wrong is undone in several hundred calls, not thousands.
 
@@ -177,15 +182,18 @@ class AdaptiveLimiter:
         self._tokens_per_call = 0.0  # running mean of usage.total_tokens, to spend tokens ahead
         self._next_share_cut = 0  # start number before which no steady-share cut is made
         self._cut_at = 0  # the start number at the last cut: later starts above it are probes
+        # Slots of calls refused (429, no rate-limit headers) since the last answer, held back
+        # until the next answer or cut: see rejected.
+        self._lent = 0
 
     @property
     def capacity(self) -> int:
         """How many calls may be in flight right now."""
-        return max(1, int(self.allowed))
+        return max(1, int(self.allowed) - self._lent)
 
     async def __aenter__(self) -> None:
         # The capacity written out (here and in _wake): these run twice for every call.
-        if self.in_flight < max(1, int(self.allowed)) and not self._waiters:
+        if self.in_flight < max(1, int(self.allowed) - self._lent) and not self._waiters:
             self.in_flight += 1
         else:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -251,7 +259,7 @@ class AdaptiveLimiter:
 
     def _wake(self) -> None:
         waiters = self._waiters
-        capacity = max(1, int(self.allowed))
+        capacity = max(1, int(self.allowed) - self._lent)
         while waiters and self.in_flight < capacity:
             fut = waiters.popleft()
             if not fut.done():
@@ -352,6 +360,9 @@ class AdaptiveLimiter:
         (itself included): the allowance regrows (one slot per round of calls up to the highest
         level that works, slower beyond), and ``limits`` (the answer's rate-limit headers)
         update the pace."""
+        if self._lent:  # an answer: the slots held back for refused calls are free again
+            self._lent = 0
+            self._wake()
         if tokens:
             mean = self._tokens_per_call
             self._tokens_per_call = mean + (tokens - mean) * 0.1 if mean else float(tokens)
@@ -402,6 +413,13 @@ class AdaptiveLimiter:
             self.rate_limited()
             return
         self._record(seq, level, _REFUSED)
+        # Its slot is not handed to the next call (often this one's retry, sent at once on
+        # Retry-After: 0) until an answer comes or the log says where the limit is: a burst
+        # over a concurrency limit otherwise refills each refused slot with another call the
+        # provider refuses too, before the refusals add up to a cut (a quarter of the 429s a
+        # limit of 8 cost a 1,000-call run at C=32). A random 429 holds its slot only until
+        # the next answer, a few milliseconds at C=32.
+        self._lent += 1
         known = self._limit_at
         # A probe above the highest level that worked, refused while a limit is known and the
         # log shows the level above it refused more than those below: back under at once (on
@@ -412,6 +430,11 @@ class AdaptiveLimiter:
             and self.allowed > self.ceiling
             and self._refused_more_at(int(self.ceiling) + 1)[0]
         ):
+            if level >= known and self._quiet():
+                # A probe refused at the limit found before, by a provider that refuses
+                # nothing else: the next waits twice as long (twice at most: a limit that goes
+                # away is found again within several hundred calls, random 429s or not).
+                self._probe_scale = max(self._probe_scale, 2.0)
             self._cut(int(self.ceiling) + 1)
             return
         # A probe at the limit found before goes back under it at the first 429, while the log
@@ -453,6 +476,7 @@ class AdaptiveLimiter:
     def _cut(self, level: int) -> None:
         """Lower the allowance (and the ceiling) to just under ``level``."""
         ceiling = max(1.0, float(level - 1))
+        self._lent = 0  # the allowance now says where the limit is
         if ceiling < self.allowed:
             self.allowed = ceiling
             self.cuts += 1

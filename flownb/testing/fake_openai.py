@@ -11,8 +11,9 @@ each for a share of requests (seeded, so a run is reproducible) or for every pro
 given marker, after the latency or at once (``faults_first``); and it answers whatever a test
 scripts for a marker (``answers``: refusals, content parts, HTML error pages, ...). It records
 every request (:attr:`FakeOpenAI.received`: path, query, headers, body), the prompt of every
-request it answered with a 200 (once the answer is written), and the peak number of requests in
-flight. ``usage_details`` adds usage sections to every text answer (e.g.
+request it answered with a 200 (once the answer is written), per connection the 200 answer the
+client may not have read yet (:attr:`FakeOpenAI.last_answer_on`), and the peak number of requests
+in flight. ``usage_details`` adds usage sections to every text answer (e.g.
 ``{"prompt_tokens_details": {"cached_tokens": 3}}``) and images answers report usage too;
 ``cached_tokens=N`` reports N of every text answer's prompt tokens as cache reads, as each
 vendor's fake does in its own usage fields (``cache_write_tokens`` too, for Anthropic's).
@@ -321,6 +322,11 @@ def make_app(state: _State) -> web.Application:
 
     async def generate(request: web.Request) -> web.StreamResponse:
         token = state.enter()
+        # The client sends a request on a connection once it has read the answer before it
+        # (HTTP/1.1, no pipelining): that answer is no longer unread (see last_answer_on).
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        port = peer[1] if peer else 0
+        state.last_answer[port] = None
         try:
             try:
                 body = await request.json()
@@ -394,6 +400,7 @@ def make_app(state: _State) -> web.Application:
             if response.status < 400:  # a scripted error answer is not an answer
                 state.answered += 1
                 state.answered_prompts.append(prompt)
+                state.last_answer[port] = prompt
             return response
         finally:
             state.leave(token)
@@ -499,6 +506,14 @@ class FakeOpenAI:
     def answered_prompts(self) -> list[str]:
         """The prompt of every request answered with a 200, in order."""
         return self.state.answered_prompts
+
+    @property
+    def last_answer_on(self) -> dict[int, str | None]:
+        """Per client port (a connection), the prompt of the 200 answer last sent on it, while
+        the client has sent no request on it since (so it may still be unread, in the
+        client's socket buffer); ``None`` when that connection's last answer was not a 200 (or
+        is still being made)."""
+        return self.state.last_answer
 
     @property
     def streams(self) -> list[list[tuple[float, str]]]:

@@ -38,6 +38,9 @@ class _State:
         self._epoch_in_flight = 0
         self.answered = 0  # 200s sent
         self.answered_prompts: list[str] = []  # the prompt of every 200 sent, in order
+        # Client port -> the prompt of the 200 last sent on that connection, until the client
+        # sends its next request on it (None: its last answer was no 200, or is not sent yet).
+        self.last_answer: dict[int, str | None] = {}
         self.faults_sent: dict[str, int] = dict.fromkeys(FAULTS, 0)
         self.limited = 0  # 429s sent by the rate limit (max_in_flight / rate_limit)
         self.window_start = 0.0
@@ -68,6 +71,7 @@ class _State:
         self.peak_in_flight = 0
         self.answered = 0
         self.answered_prompts.clear()
+        self.last_answer.clear()
         self.streams.clear()
         self.cut_prompts.clear()
         self.faults_sent = dict.fromkeys(FAULTS, 0)
