@@ -421,12 +421,24 @@ class AdaptiveLimiter:
         # the next answer, a few milliseconds at C=32.
         self._lent += 1
         known = self._limit_at
-        # A probe above the highest level that worked, refused while a limit is known and the
-        # log shows the level above it refused more than those below: back under at once (on
-        # a busy machine the levels are smeared, and the known limit may sit above the real one).
+        if known is not None and self._probe_refused(level, known):
+            return
+        found = self.limit_level()
+        if found is not None:
+            # A limit found lower before stands until a probe above it works (succeeded): the
+            # log's older refusals must not move it up.
+            self._limit_at = found if known is None else min(known, found)
+            self._cut(self._limit_at)
+        self._cut_on_steady_share(level)
+
+    def _probe_refused(self, level: int, known: int) -> bool:
+        """Take a 429 at ``level`` while the limit ``known`` is known: when it refused a probe
+        the log says is over the limit, cut back under at once; return whether it cut."""
+        # A probe above the highest level that worked, refused while the log shows the level
+        # above it refused more than those below: back under at once (on a busy machine the
+        # levels are smeared, and the known limit may sit above the real one).
         if (
-            known is not None
-            and level > self.ceiling
+            level > self.ceiling
             and self.allowed > self.ceiling
             and self._refused_more_at(int(self.ceiling) + 1)[0]
         ):
@@ -436,28 +448,22 @@ class AdaptiveLimiter:
                 # away is found again within several hundred calls, random 429s or not).
                 self._probe_scale = max(self._probe_scale, 2.0)
             self._cut(int(self.ceiling) + 1)
-            return
+            return True
         # A probe at the limit found before goes back under it at the first 429, while the log
         # still shows that level refused more than the ones below (else the 429 is chance).
-        if (
-            known is not None
-            and level >= known
-            and self.allowed >= known
-            and self._refused_more_at(known)[0]
-        ):
+        if level >= known and self.allowed >= known and self._refused_more_at(known)[0]:
             self._probe_scale = min(2 * self._probe_scale, 8.0)  # probe less often
             self._cut(known)
-            return
-        found = self.limit_level()
-        if found is not None:
-            # A limit found lower before stands until a probe above it works (succeeded): the
-            # log's older refusals must not move it up.
-            self._limit_at = found if known is None else min(known, found)
-            self._cut(self._limit_at)
+            return True
+        return False
+
+    def _cut_on_steady_share(self, level: int) -> None:
+        """After a 429 at ``level``: a quarter off, once per round, when a steady share of the
+        calls that ended last were refused."""
         # Scattered refusals are random, unless there are too many of them. On a busy machine
         # the client's count of calls in flight runs ahead of the provider's (answers wait to
         # be read), which smears a real limit over every level, under the one found too: a
-        # steady share of refusals is then the evidence. A quarter off, once per round.
+        # steady share of refusals is then the evidence.
         ended, refused = self._recent()
         steady = ended >= self.recent // 2 and refused > self.steady_share * ended
         if steady and self.started >= self._next_share_cut:

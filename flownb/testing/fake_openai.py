@@ -317,6 +317,33 @@ async def _misbehave(fault: str, request: web.Request, config: FakeConfig) -> we
     raise asyncio.CancelledError
 
 
+def _client_port(request: web.Request) -> int:
+    """Return the client's port of ``request``'s connection (0 when it cannot be told)."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return peer[1] if peer else 0
+
+
+async def _send_counted(
+    request: web.Request, response: web.StreamResponse, state: _State, prompt: str, port: int
+) -> None:
+    """Send ``response`` whole, then count it as answered (a 200: a scripted error answer is
+    not an answer) and as the answer ``port``'s connection may not have read yet.
+
+    Raises:
+        asyncio.CancelledError: the client is gone (killed): this answer was never sent.
+    """
+    # Counted once handed to the connection, not before: "answered" means sent.
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionError:
+        raise asyncio.CancelledError from None
+    if response.status < 400:
+        state.answered += 1
+        state.answered_prompts.append(prompt)
+        state.last_answer[port] = prompt
+
+
 def make_app(state: _State) -> web.Application:
     """Return the aiohttp application serving the fake API over ``state``."""
 
@@ -324,8 +351,7 @@ def make_app(state: _State) -> web.Application:
         token = state.enter()
         # The client sends a request on a connection once it has read the answer before it
         # (HTTP/1.1, no pipelining): that answer is no longer unread (see last_answer_on).
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        port = peer[1] if peer else 0
+        port = _client_port(request)
         state.last_answer[port] = None
         try:
             try:
@@ -391,16 +417,7 @@ def make_app(state: _State) -> web.Application:
                 response = _scripted_response(scripted, usual, headers)
             else:
                 response = web.json_response(usual, headers=headers)
-            # Counted once handed to the connection, not before: "answered" means sent.
-            try:
-                await response.prepare(request)
-                await response.write_eof()
-            except ConnectionError:  # the client is gone (killed): this answer was never sent
-                raise asyncio.CancelledError from None
-            if response.status < 400:  # a scripted error answer is not an answer
-                state.answered += 1
-                state.answered_prompts.append(prompt)
-                state.last_answer[port] = prompt
+            await _send_counted(request, response, state, prompt, port)
             return response
         finally:
             state.leave(token)
