@@ -98,3 +98,23 @@ def test_an_answer_a_killed_client_never_read_is_told_apart() -> None:
         finally:
             client.kill()
             client.wait()
+
+
+def test_a_stopped_loopback_server_leaves_no_event_loop_open() -> None:
+    # Every fake serves on one. An open loop is reported (ResourceWarning) whenever it is
+    # collected, in whatever test runs then: one recording warnings found it among its own.
+    import gc
+    import warnings
+
+    from aiohttp import web
+
+    from flownb.testing.loopback import LoopbackServer
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with LoopbackServer(web.Application) as server:
+            loop = server.loop
+        assert loop is not None and loop.is_closed()
+        del server, loop
+        gc.collect()
+    assert [str(w.message) for w in caught if "event loop" in str(w.message)] == []

@@ -86,7 +86,12 @@ class LoopbackServer:
                 loop.close()
                 return
             ready.set()
-            loop.run_forever()
+            try:
+                loop.run_forever()
+            finally:
+                # Closed here, once stopped: a loop left open is reported unclosed
+                # (ResourceWarning) whenever it is collected, in whatever code runs then.
+                loop.close()
 
         self._thread = threading.Thread(target=run, name=self.name, daemon=True)
         self._thread.start()
