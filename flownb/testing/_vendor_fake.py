@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from .fake_config import FakeConfig
-from .fake_openai import add_control_routes, hang, send_stream
+from .fake_openai import add_control_routes, hang, send_counted, send_stream
 from .fake_replies import scripted_answer
 from .fake_state import _State
 
@@ -111,17 +111,10 @@ def handler(
             events = vendor.stream(request, body, answer)
             if events is not None:
                 streamed = await send_stream(request, state, events, headers, prompt)
-                state.answered += 1
-                state.answered_prompts.append(prompt)
+                state.sent(prompt)
                 return streamed
             response = web.json_response(answer, headers=headers)
-            try:
-                await response.prepare(request)
-                await response.write_eof()
-            except ConnectionError:
-                raise asyncio.CancelledError from None
-            state.answered += 1
-            state.answered_prompts.append(prompt)
+            await send_counted(request, response, state, prompt)
             return response
         finally:
             state.leave(token)

@@ -110,6 +110,7 @@ __all__ = [
     "scripted_answer",
     "scripted_reply",
     "seen_image",
+    "send_counted",
     "send_stream",
     "split_words",
     "sse_event",
@@ -323,11 +324,15 @@ def _client_port(request: web.Request) -> int:
     return peer[1] if peer else 0
 
 
-async def _send_counted(
-    request: web.Request, response: web.StreamResponse, state: _State, prompt: str, port: int
+async def send_counted(
+    request: web.Request,
+    response: web.StreamResponse,
+    state: _State,
+    prompt: str,
+    port: int | None = None,
 ) -> None:
     """Send ``response`` whole, then count it as answered (a 200: a scripted error answer is
-    not an answer) and as the answer ``port``'s connection may not have read yet.
+    not an answer; see ``_State.sent``, which ``port`` is handed to).
 
     Raises:
         asyncio.CancelledError: the client is gone (killed): this answer was never sent.
@@ -339,9 +344,7 @@ async def _send_counted(
     except ConnectionError:
         raise asyncio.CancelledError from None
     if response.status < 400:
-        state.answered += 1
-        state.answered_prompts.append(prompt)
-        state.last_answer[port] = prompt
+        state.sent(prompt, port)
 
 
 def make_app(state: _State) -> web.Application:
@@ -410,14 +413,13 @@ def make_app(state: _State) -> web.Application:
                 options = body.get("stream_options") or {}
                 events = _chat_stream(usual, bool(options.get("include_usage")))
                 response = await send_stream(request, state, events, headers, prompt)
-                state.answered += 1
-                state.answered_prompts.append(prompt)
+                state.sent(prompt, port)
                 return response
             if scripted is not None:
                 response = _scripted_response(scripted, usual, headers)
             else:
                 response = web.json_response(usual, headers=headers)
-            await _send_counted(request, response, state, prompt, port)
+            await send_counted(request, response, state, prompt, port)
             return response
         finally:
             state.leave(token)

@@ -52,6 +52,14 @@ class _State:
         self.streams: list[list[tuple[float, str]]] = []
         self.cut_prompts: set[str] = set()  # prompts whose stream was cut once (stream_cut)
 
+    def sent(self, prompt: str, port: int | None = None) -> None:
+        """Count a 200 answer to ``prompt`` as sent and, given the client's ``port``, as the
+        answer that connection may not have read yet (see ``last_answer``)."""
+        self.answered += 1
+        self.answered_prompts.append(prompt)
+        if port is not None:
+            self.last_answer[port] = prompt
+
     def answer_live(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Return the body the fake answers ``body`` with on ``path`` (for batch lines)."""
         return _answer(path, body, _prompt_of(path, body), self.config, images=self.images)
