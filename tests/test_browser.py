@@ -21,6 +21,7 @@ import playwright.sync_api as playwright_sync
 import pytest
 
 import flownb
+from tests.browser.artifacts import ARTIFACTS, screenshot
 from tests.browser.chromium import Chromium
 from tests.browser.lab import Lab
 from tests.browser.notebook import (
@@ -37,7 +38,6 @@ from tests.conftest import make_flow
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 FORMS_NOTEBOOK = "03-forms-and-magics.ipynb"
-ARTIFACTS = ROOT / "test-artifacts"
 TYPED = "glass octopus 4821"  # unlikely to appear anywhere else in the page
 
 pytestmark = pytest.mark.timeout(180)
@@ -70,7 +70,8 @@ def _workdir(tmp_path: Path) -> Path:
 
 def _drive_form(page: playwright_sync.Page, lab: Lab, notebook: str) -> None:
     """Open ``notebook``, run all cells, fill the first form's first field, click Run, and
-    check the output text and image; screenshots go to ``test-artifacts/``."""
+    check the output text and image; screenshots go to ``test-artifacts/`` when asked for
+    (tests/browser/artifacts.py)."""
     open_notebook(page, lab, notebook)
     # The notebook's other cells have run too once this returns.
     form = run_until_shown(page, lab, ".flownb-form")
@@ -96,8 +97,8 @@ def _drive_form(page: playwright_sync.Page, lab: Lab, notebook: str) -> None:
     assert "Loading widget" not in form.inner_text()
 
     form.scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "browser-form.png"))
-    form.screenshot(path=str(ARTIFACTS / "browser-form-widget.png"))
+    screenshot(page, "browser-form.png")
+    screenshot(form, "browser-form-widget.png")
 
 
 # A form whose second node's first call is held in flight until the test lets it go (by writing
@@ -174,7 +175,7 @@ def _stop_form(page: playwright_sync.Page, lab: Lab, work: Path) -> None:
     output = form.locator(".flownb-output").first
     playwright_sync.expect(output).to_contain_text("said second", timeout=45_000)
     playwright_sync.expect(output).to_contain_text("first (cached)", timeout=45_000)
-    form.screenshot(path=str(ARTIFACTS / "browser-form-stopped.png"))
+    screenshot(form, "browser-form-stopped.png")
 
 
 def test_forms_notebook_runs_in_chromium(

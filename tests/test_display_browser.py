@@ -27,6 +27,7 @@ from PIL import Image
 
 from flownb.show.escape import term_text
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.browser.artifacts import screenshot
 from tests.browser.chromium import Chromium, browser_context
 from tests.browser.lab import Lab
 from tests.browser.notebook import (
@@ -39,8 +40,6 @@ from tests.browser.notebook import (
 from tests.conftest import make_flow
 from tests.kernels import KERNEL_OPTIONS, isolated, jupyter_app
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts" / "display"
 NOTEBOOK = "hostile.ipynb"
 
 pytestmark = pytest.mark.timeout(420)
@@ -188,8 +187,7 @@ def test_an_exported_notebook_shows_model_text_as_written(
         # MathJax skips (MathJax 2, nbconvert's: tex2jax_ignore), and no text holds a pair
         # of them. Preformatted text is never typeset.
         typeset = page.evaluate(_TYPESET_JS)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "nbconvert.png"), full_page=True)
+        screenshot(page, "display/nbconvert.png", full_page=True)
     assert dialogs == []
     assert files == []
     assert typeset["dollars"] > 20, typeset  # the frames' and the views' "$" were all looked at
@@ -211,7 +209,6 @@ def test_jupyterlab_shows_model_text_as_written_and_draws_the_flow(
     work = tmp_path / "work"
     work.mkdir()
     secret = _write(work)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     dialogs: list[str] = []
     files: list[str] = []
     with lab_page(jupyterlab, chromium, work, _env(flownb_env, fake), height=1400) as (
@@ -247,7 +244,7 @@ def _look_at_lab(page: playwright_sync.Page, lab: Lab) -> None:
     live = _output(page, 3).locator(".flownb-live").first
     live.wait_for(state="visible", timeout=60_000)
     playwright_sync.expect(live).to_contain_text("word1", timeout=30_000)
-    _output(page, 3).screenshot(path=str(ARTIFACTS / "lab-stream.png"))
+    screenshot(_output(page, 3), "display/lab-stream.png")
     last = _output(page, 11)
     try:
         playwright_sync.expect(last).to_contain_text("ALERT", timeout=180_000)
@@ -268,7 +265,7 @@ def _look_at_lab(page: playwright_sync.Page, lab: Lab) -> None:
         10: "trace-picture",
     }
     for index, name in names.items():
-        _output(page, index).screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
+        screenshot(_output(page, index), f"display/lab-{name}.png")
     outputs = page.locator(".jp-Notebook .jp-OutputArea")
     # Nothing of flownb's typeset as math (MathJax 3 draws into mjx-container elements),
     # while the control cell's is: the typesetter was there and running.
@@ -278,7 +275,7 @@ def _look_at_lab(page: playwright_sync.Page, lab: Lab) -> None:
     for index, name in ((13, "results"), (14, "results-text"), (15, "runs")):
         table = _output(page, index).locator("table.dataframe")
         table.first.wait_for(state="attached", timeout=60_000)
-        _output(page, index).screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
+        screenshot(_output(page, index), f"display/lab-{name}.png")
         assert "$5 and $7, math $x$" in _output(page, index).inner_text(), name
     assert page.locator(".jp-OutputArea mjx-container").count() == control.count()
     texts = [t for t in outputs.all_inner_texts() if "control:" not in t]
@@ -304,4 +301,4 @@ def _look_at_lab(page: playwright_sync.Page, lab: Lab) -> None:
     # Compare tables read from the left.
     cell = _output(page, 7).locator("table.flownb-eval td").first
     assert cell.evaluate("e => getComputedStyle(e).textAlign") in ("left", "start")
-    page.screenshot(path=str(ARTIFACTS / "lab-page.png"), full_page=True)
+    screenshot(page, "display/lab-page.png", full_page=True)

@@ -2,7 +2,7 @@
 the page is self-contained (what was evaluated, summary, the SVG plot, side-by-side table,
 embedded image thumbnails that load), uses the page's full width, runs no script that came from
 data, and asks the network for nothing. The screenshot goes to
-``test-artifacts/eval-report.png``."""
+``test-artifacts/eval-report.png`` when asked for (tests/browser/artifacts.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ import pytest
 
 import flownb
 from flownb import scorers as S
+from tests.browser.artifacts import screenshot
 from tests.browser.chromium import Chromium, browser_context
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,7 +40,6 @@ def test_saved_report_is_self_contained_in_chromium(
         progress=False,
     )
     page_file = report.save(tmp_path / "report.html")
-    ARTIFACTS.mkdir(exist_ok=True)
     requested: list[str] = []
     with browser_context(chromium, viewport={"width": 1300, "height": 900}) as context:
         page = context.new_page()
@@ -75,6 +72,6 @@ def test_saved_report_is_self_contained_in_chromium(
         tables = page.locator("table.flownb-eval")
         assert all(tables.nth(k).bounding_box()["width"] > 0.9 * width for k in range(3))
         assert page.locator("ins").count() > 0  # the differing words are marked
-        page.screenshot(path=str(ARTIFACTS / "eval-report.png"), full_page=True)
+        screenshot(page, "eval-report.png", full_page=True)
     outside = [u for u in requested if not u.startswith(("file:", "data:"))]
     assert requested and not outside, f"the page asked for outside resources: {outside[:5]}"

@@ -21,12 +21,12 @@ import playwright.sync_api as playwright_sync
 import pytest
 
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.browser.artifacts import ARTIFACTS, screenshot
 from tests.browser.chromium import Chromium
 from tests.browser.lab import Lab
 from tests.browser.notebook import lab_page, open_notebook, write_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
 NOTEBOOK = "live.ipynb"
 ROWS = 16
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -79,7 +79,7 @@ def test_the_live_view_fills_in_in_jupyterlab(
                 time.sleep(0.1)
             partial = rows.count()
             text = bar.inner_text()
-            page.screenshot(path=str(ARTIFACTS / "browser-live-running.png"))
+            screenshot(page, "browser-live-running.png")
             assert 2 <= partial < ROWS, partial
             assert f"/{ROWS} rows" in text and f"{ROWS}/{ROWS}" not in text, text
             # The failed row is first in the table while the batch runs on.
@@ -91,7 +91,7 @@ def test_the_live_view_fills_in_in_jupyterlab(
             playwright_sync.expect(page.locator(".widget-html .flownb-live")).to_have_count(0)
             assert final.locator("tbody tr").count() == ROWS
             assert final.locator("img").count() == ROWS - 1  # thumbnails of the images
-            page.screenshot(path=str(ARTIFACTS / "browser-live-done.png"))
+            screenshot(page, "browser-live-done.png")
             lab.wait_idle(timeout=90)
             page.keyboard.press("Control+s")
             saved = _saved_outputs(work / NOTEBOOK)

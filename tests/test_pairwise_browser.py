@@ -4,7 +4,8 @@ Playwright.
 A notebook evaluates two variants and shows the blind pairwise widget; the test clicks "A
 better", types shortcuts into the keys box, checks the progress count and that which variant
 was A shows only once answered, then reads the preferences back from the run log in this
-process with ``flownb.load_report``. The screenshot goes to ``test-artifacts/pairwise-review.png``.
+process with ``flownb.load_report``. The screenshot goes to
+``test-artifacts/pairwise-review.png`` when asked for (tests/browser/artifacts.py).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import pytest
 
 import flownb
 from flownb.evaluation.labels.pairwise import shown_order
+from tests.browser.artifacts import screenshot
 from tests.browser.chromium import Chromium
 from tests.browser.lab import Lab
-from tests.test_review_browser import ARTIFACTS, review_notebook, shown_widget
+from tests.test_review_browser import review_notebook, shown_widget
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -59,7 +61,7 @@ def test_blind_pairwise_review_in_the_browser_reaches_the_run_log(
         playwright_sync.expect(progress).to_contain_text("row 2 of 2")
         keys.press_sequentially("t")
         playwright_sync.expect(progress).to_contain_text("2 of 2 compared")
-        widget.screenshot(path=str(ARTIFACTS / "pairwise-review.png"))
+        screenshot(widget, "pairwise-review.png")
     eval_id = (work / "report_id.txt").read_text().strip()
     given = flownb.load_report(eval_id, flownb_env).preferences.set_index("row")
     shown_a = shown_order(eval_id, "r0", ("plain", "bold"))[0]

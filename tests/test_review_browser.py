@@ -3,7 +3,8 @@
 A notebook evaluates two variants and shows the labelling widget; the test clicks a variant's
 pass button and types shortcuts into the keys box, checks the progress count and that the
 scores appear only once answered, then reads the labels back from the run log in this process
-with ``flownb.load_report``. The screenshot goes to ``test-artifacts/review-widget.png``.
+with ``flownb.load_report``. The screenshot goes to ``test-artifacts/review-widget.png`` when
+asked for (tests/browser/artifacts.py).
 """
 
 from __future__ import annotations
@@ -18,13 +19,11 @@ import playwright.sync_api as playwright_sync
 import pytest
 
 import flownb
+from tests.browser.artifacts import screenshot
 from tests.browser.chromium import Chromium
 from tests.browser.lab import Lab
 from tests.browser.notebook import lab_page, open_notebook, run_until_shown, write_notebook
 from tests.conftest import make_flow
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -71,7 +70,6 @@ def shown_widget(
     """Serve ``tmp_path / "work"`` from JupyterLab with FLOWNB_HOME ``home``, open ``notebook``
     in chromium (``browser``: the server and the browser) and run it; yield the first
     ``selector`` element once shown."""
-    ARTIFACTS.mkdir(exist_ok=True)
     env = {**os.environ, "FLOWNB_HOME": str(home)}
     with lab_page(*browser, tmp_path / "work", env, timeout_ms=60_000, height=height) as (
         lab,
@@ -105,7 +103,7 @@ def test_labelling_in_the_browser_reaches_the_run_log(
         playwright_sync.expect(progress).to_contain_text("row 2 of 2")
         keys.press_sequentially("f")
         playwright_sync.expect(progress).to_contain_text("2 of 4 labelled")
-        widget.screenshot(path=str(ARTIFACTS / "review-widget.png"))
+        screenshot(widget, "review-widget.png")
     eval_id = (work / "report_id.txt").read_text().strip()
     labels = flownb.load_report(eval_id, flownb_env).labels
     got = {(r.row, r.variant): bool(r.passed) for r in labels.itertuples()}
@@ -135,4 +133,4 @@ def test_image_outputs_show_as_a_grid_in_the_browser(
         assert panel.evaluate("i => i.complete && i.naturalWidth > 160")
         widget.locator(".flownb-review-variant").first.locator(".flownb-pass").click()
         playwright_sync.expect(cells.first).to_contain_text("pass")
-        widget.screenshot(path=str(ARTIFACTS / "review-image-grid.png"))
+        screenshot(widget, "review-image-grid.png")

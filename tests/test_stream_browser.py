@@ -17,6 +17,7 @@ import playwright.sync_api as playwright_sync
 import pytest
 
 from flownb.testing.fake_openai import FakeOpenAI
+from tests.browser.artifacts import ARTIFACTS, screenshot
 from tests.browser.chromium import Chromium
 from tests.browser.lab import Lab
 from tests.browser.notebook import (
@@ -28,8 +29,6 @@ from tests.browser.notebook import (
 )
 from tests.conftest import make_flow
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
 WORDS = " ".join(f"word{i}" for i in range(1, 21))  # 20 words: 4 s of streaming
 NOTEBOOK = "stream.ipynb"
 
@@ -87,7 +86,7 @@ def test_a_streamed_run_grows_in_jupyterlab(
             live.wait_for(state="visible", timeout=60_000)
             playwright_sync.expect(live).to_contain_text("echo: word1", timeout=30_000)
             seen = live.inner_text()
-            page.screenshot(path=str(ARTIFACTS / "browser-stream-live.png"))
+            screenshot(page, "browser-stream-live.png")
             assert _partial(seen), seen
             result = run_cell.locator(".jp-OutputArea-output", has_text="word20").first
             result.wait_for(state="visible", timeout=60_000)
@@ -108,7 +107,7 @@ def test_a_streamed_run_grows_in_jupyterlab(
             area = form.locator(".flownb-live").first
             playwright_sync.expect(area).to_contain_text("echo: word1", timeout=30_000)
             text = area.inner_text()
-            form.screenshot(path=str(ARTIFACTS / "browser-stream-form.png"))
+            screenshot(form, "browser-stream-form.png")
             assert _partial(text), text
             output = form.locator(".flownb-output").first
             playwright_sync.expect(output).to_contain_text("word20", timeout=45_000)
