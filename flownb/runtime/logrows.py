@@ -6,7 +6,9 @@ unpriced_calls]``; a failed run's row stops after ``error`` (see :mod:`flownb.ru
 which reads them back), unless it paid for something that failed (an image generated but not
 fetched: :class:`~flownb.errors.ImageNotFetched`), whose cost it then records. A row all of
 whose calls came from the cache (a re-run) is made without the general money and usage
-bookkeeping: its figures follow from the cached costs.
+bookkeeping: its figures follow from the cached costs. A chunk of the usual rows with real
+calls (each paid for now, priced, with usages of one shape and one model per node) is made
+column by column, its sums in C; any other chunk row by row. Either way the rows are the same.
 """
 
 from __future__ import annotations
