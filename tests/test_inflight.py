@@ -15,6 +15,7 @@ prompt may have been asked twice:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import csv
 import os
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -281,3 +282,86 @@ def _finished_then_served_from_the_cache(running: Running, fake: FakeOpenAI, hom
     assert again.status_code == 200, again.text
     assert again.json() == [{"name": "story", "type": "output", "output": echo(WORDS)}]
     assert fake.stats()["requests"] == 1, "the call was bought twice"
+
+
+# -- a row's nodes side by side: some waiting to be sent, others in flight -----------------------
+
+PAIR = make_flow({"first": "first {word}", "second": "second {word}"}, ["word"])
+TRIO = make_flow(
+    {"first": "first {word}", "second": "second {word}", "third": "third {word}"}, ["word"]
+)
+
+
+class _Hold:
+    """A gate that holds the calls of the node whose prompts start with ``node`` (it never
+    opens for them: only a cancellation ends their wait) and lets the others through."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node + " "
+        self.ended = 0  # holds ended (by a cancellation)
+
+    def __call__(self, call: object) -> contextlib.AbstractAsyncContextManager[object]:
+        return self._gate(str(getattr(call, "prompt", "")).startswith(self.node))
+
+    @contextlib.asynccontextmanager
+    async def _gate(self, hold: bool) -> AsyncIterator[object]:
+        if hold:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                self.ended += 1
+        yield lambda _gen: None
+
+
+def _cancel_with_calls_in_flight(
+    fake: FakeOpenAI, flow_d: dict, hold: str, in_flight: int, times: int
+) -> None:
+    """Run one row of ``flow_d`` with node ``hold`` held by the gate, and cancel the run
+    ``times`` times once ``in_flight`` of its calls are in flight: once is Ctrl-C, twice
+    abandons the calls in flight."""
+    flow = flownb.load_flow(flow_d, provider="openai")
+    gate = _Hold(hold)
+
+    async def go() -> None:
+        task = asyncio.ensure_future(
+            flow.engine.run_async([{"word": "owl"}], lambda *_: None, 4, gate=gate)
+        )
+        while fake.stats()["in_flight"] < in_flight:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        while not gate.ended:  # the stop has ended the held call's wait
+            await asyncio.sleep(0.01)
+        if times == 2:
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await flow.provider.aclose()
+
+    asyncio.run(go())
+
+
+def test_a_stopped_row_waits_for_its_other_node_in_flight(
+    fake: FakeOpenAI, flownb_env: Path
+) -> None:
+    # The row's first node waits to be sent (the stop ends that wait) while its second is in
+    # flight: the run waits for that answer and keeps it.
+    _cancel_with_calls_in_flight(fake, PAIR, "first", in_flight=1, times=1)
+    assert fake.stats()["requests"] == fake.stats()["answered"] == 1
+    assert _prompts(fake) == {"second owl": 1}
+    assert _cached_calls(flownb_env) == 1
+    fake.configure(latency=0.0)
+    result = flownb.load_flow(PAIR, provider="openai").run(word="owl")
+    assert result.cached == {"second"}
+    assert _prompts(fake) == {"second owl": 1, "first owl": 1}, "a call was bought twice"
+
+
+def test_an_abandoned_row_does_not_wait_for_its_nodes_in_flight(
+    fake: FakeOpenAI, flownb_env: Path
+) -> None:
+    # Two of the row's nodes in flight, the third waiting: Ctrl-C twice gives up both answers
+    # (they would take a minute) rather than waiting for either.
+    fake.configure(latency=60.0)
+    _cancel_with_calls_in_flight(fake, TRIO, "third", in_flight=2, times=2)
+    assert fake.stats()["requests"] == 2
+    assert fake.stats()["answered"] == 0
+    assert _cached_calls(flownb_env) == 0

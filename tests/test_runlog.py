@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import sys
 import zlib
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pandas as pd
@@ -15,6 +17,9 @@ import pytest
 
 import flownb
 from flownb.errors import BatchError
+from flownb.providers.base import Generation
+from flownb.runtime.logrows import Outcome, _fresh_rows, _rows_one_by_one, log_rows
+from flownb.runtime.result import RunResult
 from flownb.runtime.runlog import COLUMNS, RUNLOG_FILE
 from flownb.testing.fake_openai import FakeOpenAI, echo
 from tests.conftest import make_flow
@@ -174,3 +179,69 @@ def test_a_runlog_that_is_not_a_database_is_a_clear_config_error(flownb_env: Pat
     with pytest.raises(flownb.ConfigError, match=r"run log .* cannot be used"):
         flownb.load_flow(make_flow(PROMPTS, ["topic"]))
     flownb.load_flow(make_flow(PROMPTS, ["topic"]), log=False).run(topic="x")
+
+
+# -- rows made column by column are the rows made one by one -------------------------------------
+
+
+def _outcomes(
+    gens_per_row: list[list[Generation | None]], cached: frozenset[str] = frozenset()
+) -> list[Outcome]:
+    return [
+        (i, 1700000000.0 + i, RunResult({"a": f"x{i}"}, provider="openai", cached=cached,
+                                        latency=0.25 * i, generations=gens), None)
+        for i, gens in enumerate(gens_per_row)
+    ]  # fmt: skip
+
+
+def _gen(model: str | None, cost: float | None, usage: dict[str, int] | None, **kw: Any) -> Any:
+    return Generation("out", model=model, cost=cost, usage=usage, **kw)
+
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10, "cached_tokens": 2}
+
+
+@pytest.mark.parametrize(
+    "gens_per_row",
+    [
+        # two nodes, usage with a detail count, two models
+        [[_gen("m1", 0.001 * i, dict(USAGE)), _gen("m2", 0.1 + i, {**USAGE, "total_tokens": i})]
+         for i in range(5)],
+        # one node; a usage without the token columns' names
+        [[_gen("m1", 0.5, {"input_tokens": i, "output_tokens": 2})] for i in range(4)],
+        # three nodes, no model named, costs that add up inexactly in floating point
+        [[_gen(None, 0.1, {"total_tokens": 1}), _gen(None, 0.2, {"total_tokens": 2}),
+          _gen(None, 0.3, {"total_tokens": 3})] for _ in range(3)],
+    ],
+)  # fmt: skip
+def test_rows_with_real_calls_made_in_bulk_are_the_rows_made_one_by_one(
+    gens_per_row: list[list[Generation | None]],
+) -> None:
+    taken = _outcomes(gens_per_row)
+    batch = [{"topic": f"t{i}"} for i in range(len(taken))]
+    assert _fresh_rows(taken, batch, "openai") is not None  # the bulk path is the one taken
+    one_by_one = orjson.dumps(_rows_one_by_one(taken, batch, "openai"))
+    assert log_rows(taken, batch, "openai", detailed=True) == one_by_one
+
+
+@pytest.mark.parametrize(
+    ("gens_per_row", "why"),
+    [
+        ([[_gen("m", 0.1, dict(USAGE)), _gen("m", 0.1, dict(USAGE), cached=True)]], "a cache hit"),
+        ([[_gen("m", math.nan, dict(USAGE))]], "an unknown price"),
+        ([[_gen("m", None, dict(USAGE))]], "not priced"),
+        ([[_gen("m", 0.1, None)]], "no usage"),
+        ([[_gen("m", 0.1, {"total_tokens": 1})], [_gen("m", 0.1, {"prompt_tokens": 1})]],
+         "usages of other shapes"),
+        ([[_gen("m", 0.1, dict(USAGE))], [_gen("n", 0.1, dict(USAGE))]], "another model"),
+        ([[_gen("m", 0.1, dict(USAGE))], [_gen("m", 0.1, dict(USAGE))] * 2], "more calls"),
+    ],
+)  # fmt: skip
+def test_rows_the_bulk_path_does_not_take_are_made_one_by_one(
+    gens_per_row: list[list[Generation | None]], why: str
+) -> None:
+    taken = _outcomes(gens_per_row)
+    batch = [{"topic": f"t{i}"} for i in range(len(taken))]
+    assert _fresh_rows(taken, batch, "openai") is None, why
+    one_by_one = orjson.dumps(_rows_one_by_one(taken, batch, "openai"))
+    assert log_rows(taken, batch, "openai", detailed=True) == one_by_one

@@ -239,6 +239,9 @@ class CallRunner:
         # Set by stop(): no attempt starts any more. The tasks waiting to send (for a slot, the
         # pace, a gate or a retry's backoff) are kept, so stop() can end them.
         self.stopping = False
+        # Set by abandon(): the calls in flight are given up too (see Engine's _side_by_side:
+        # a stopped row still waits for its calls in flight, an abandoned one does not).
+        self.abandoned = False
         self._waiting: set[asyncio.Task[Any]] = set()
         # Looked up once a run, not once a call: finding the tracer provider reads the
         # environment, a few microseconds that a run of cache hits pays 50,000 times.
@@ -258,6 +261,11 @@ class CallRunner:
         for task in tuple(self._waiting):
             task.cancel()
         _finishing.update(self._in_flight)
+
+    def abandon(self) -> None:
+        """Give up this run's calls in flight too (after :meth:`stop`; their tasks are being
+        cancelled): a row no longer waits for its other calls once one of its own ends."""
+        self.abandoned = True
 
     def _node(self, call: Call) -> NodeCalls:
         """Return what ``call``'s node's calls are (their key; see

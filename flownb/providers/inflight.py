@@ -18,6 +18,10 @@ class Stoppable(Protocol):
     def stop(self) -> None:
         """Send nothing more; end what waits to be sent."""
 
+    def abandon(self) -> None:
+        """Note that the calls in flight are being abandoned too (a second cancellation):
+        what the run waits for ends now, not when its answers come."""
+
 
 # One entry for each provider request this process has sent and not yet had answered, over
 # every run: a call appends one as it sends and pops one when its attempt ends. A list rather
@@ -54,6 +58,7 @@ async def finish(runner: Stoppable, tasks: Sequence[asyncio.Task[Any]]) -> None:
         try:
             await asyncio.wait(tasks)
         except asyncio.CancelledError:  # cancelled again: abandon what is in flight
+            runner.abandon()
             for task in tasks:
                 task.cancel()
             await asyncio.wait(tasks)

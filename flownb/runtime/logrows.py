@@ -6,15 +6,17 @@ unpriced_calls]``; a failed run's row stops after ``error`` (see :mod:`flownb.ru
 which reads them back), unless it paid for something that failed (an image generated but not
 fetched: :class:`~flownb.errors.ImageNotFetched`), whose cost it then records. A row all of
 whose calls came from the cache (a re-run) is made without the general money and usage
-bookkeeping: its figures follow from the cached costs.
+bookkeeping: its figures follow from the cached costs. A chunk of the usual rows with real
+calls (each paid for now, priced, with usages of one shape and one model per node) is made
+column by column, its sums in C; any other chunk row by row. Either way the rows are the same.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
@@ -45,8 +47,14 @@ def log_rows(
     """Return the UTF-8 JSON text of the rows of ``taken`` (outcomes of elements of ``batch``
     run by ``provider``). ``detailed=False`` (inline providers: no tokens, nothing cached, one
     model) makes a batch without failures in one list comprehension."""
-    # The bulk makers answer None when the batch is not theirs (a failure, a fresh call, ...).
-    bulk = _inline_rows(taken, batch, provider) if not detailed else _cached_rows(taken, batch)
+    # The bulk makers answer None when the batch is not theirs (a failure, a cache hit, ...).
+    bulk: Sequence[Sequence[Any]] | None
+    if not detailed:
+        bulk = _inline_rows(taken, batch, provider)
+    else:
+        bulk = _fresh_rows(taken, batch, provider)
+        if bulk is None:
+            bulk = _cached_rows(taken, batch)
     return orjson.dumps(bulk if bulk is not None else _rows_one_by_one(taken, batch, provider))
 
 
@@ -131,6 +139,103 @@ def _cached_rows(
     return _rerun_table(taken, batch, cast("list[RunResult]", results), model, saved)
 
 
+def _fresh_rows(
+    taken: list[Outcome], batch: Sequence[Mapping[str, str]], provider: str
+) -> list[list[Any]] | None:
+    """Return the rows of ``taken`` made column by column when they are a run's usual
+    outcomes with real calls (see :func:`_fresh_columns`); else ``None`` (the same rows are
+    then made one by one, by :func:`_row`)."""
+    results = [r for _, _, r, _ in taken]
+    if provider == "offline" or not results or None in results:
+        return None
+    columns = _fresh_columns(cast("list[RunResult]", results))
+    if columns is None:
+        return None
+    model, spent, counts, names = columns
+    token_counts, pad, extra_names, extra_counts = _count_readers(names)
+    names_of = {c: sorted(c) or None for c in {r.cached for r in results}}  # type: ignore[union-attr]
+    rows: list[list[Any]] = []
+    append = rows.append
+    for (i, finished, result, _), paid, summed in zip(taken, spent, counts, strict=True):
+        assert result is not None  # every row succeeded (above)
+        if pad:
+            summed.append(0)
+        paid = float(paid)
+        append(
+            [
+                i, finished, model, batch[i], result, result.latency, *token_counts(summed),
+                names_of[result.cached], None,
+                dict(zip(extra_names, extra_counts(summed), strict=True)) if extra_counts else None,
+                paid, 0.0, paid, 0,
+            ]
+        )  # fmt: skip
+    return rows
+
+
+def _count_readers(
+    names: tuple[str, ...],
+) -> tuple[Picker, bool, list[str], Picker | None]:
+    """Return how a row's summed counts (named ``names``, in order) are read: the token
+    columns' picker, whether a 0 must be appended first (a token column ``names`` lacks is
+    read at -1: 0, as :func:`_row` has it), the other counts' names (usage_details) and their
+    picker (``None`` when there are none)."""
+    at = {name: j for j, name in enumerate(names)}
+    tokens = [at.get(name, -1) for name in _TOKEN_COLUMNS]
+    extra = [(name, j) for name, j in at.items() if name not in _TOKEN_COLUMNS]
+    return (
+        _picker(tokens),
+        -1 in tokens,
+        [name for name, _ in extra],
+        _picker([j for _, j in extra]) if extra else None,
+    )
+
+
+def _fresh_columns(
+    results: list[RunResult],
+) -> tuple[str | None, list[float], list[list[int]], tuple[str, ...]] | None:
+    """Return what the rows of ``results`` share and hold, column by column, when every row
+    has as many calls, each paid for now with a known price and a usage of the same counts in
+    the same order, and each node's model is the same on every row: the rows' model, each
+    row's spending (its calls' costs summed in node order, as ``money_of`` sums them), each
+    row's counts (summed in node order, as :func:`_summed` sums them) and the counts' names.
+    Else ``None``."""
+    width = len(results[0].generations)
+    gens = [g for r in results for g in r.generations]
+    if not width or len(gens) != width * len(results) or any(map(_cached, gens)):
+        return None
+    costs = list(map(_cost, gens))
+    usages = list(map(_usage, gens))
+    if None in costs or math.isnan(sum(costs)) or not all(usages):
+        return None
+    names = tuple(usages[0])
+    if any(map(names.__ne__, map(tuple, usages))):
+        return None
+    models = list(map(_model, gens))
+    per_node = [models[k::width] for k in range(width)]
+    if any(len(set(column)) != 1 for column in per_node):
+        return None
+    model = ",".join(dict.fromkeys(column[0] for column in per_node if column[0])) or None
+    spent: list[float] = list(map(sum, zip(*(costs[k::width] for k in range(width)), strict=True)))
+    values = list(map(list, map(dict.values, usages)))
+    counts = [
+        list(map(sum, zip(*row, strict=True)))
+        for row in zip(*(values[k::width] for k in range(width)), strict=True)
+    ]
+    return model, spent, counts, names
+
+
+Picker = Callable[[Sequence[Any]], tuple[Any, ...]]
+
+
+def _picker(indexes: list[int]) -> Picker:
+    """Return a function giving the items of a sequence at ``indexes`` (at least one), as a
+    tuple: ``itemgetter``'s, one C call a row."""
+    get = itemgetter(*indexes)
+    if len(indexes) > 1:
+        return get
+    return lambda items: (get(items),)
+
+
 def _rerun_table(
     taken: list[Outcome],
     batch: Sequence[Mapping[str, str]],
@@ -182,6 +287,7 @@ def _all_from_cache(results: list[RunResult | None]) -> list[Any] | None:
 _cached = attrgetter("cached")
 _model = attrgetter("model")
 _cost = attrgetter("cost")
+_usage = attrgetter("usage")
 
 
 def _inline_rows(
