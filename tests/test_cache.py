@@ -9,6 +9,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -254,6 +255,48 @@ def test_answers_put_soon_are_seen_at_once_and_committed_by_the_writer_thread(
     cache.close()
     assert not writer.is_alive()
     other.close()
+
+
+@pytest.mark.parametrize("fold", ["stores", "gives up"])
+def test_answers_being_folded_are_found_and_an_answer_put_again_meanwhile_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold: str
+) -> None:
+    """While the writer's fold waits for another process's write lock, the answers it took
+    are still found, one by one and in bulk; an answer put again for one of their keys
+    meanwhile is what is found and what is stored in the end, whether that fold stores its
+    answers once the lock is let go or gives up and leaves them queued."""
+    import sqlite3
+
+    monkeypatch.setattr(CallCache, "busy_timeout", 30.0 if fold == "stores" else 1.0)
+    db = tmp_path / "c.sqlite"
+    cache = CallCache(db, tmp_path / "media")
+    other = sqlite3.connect(db, isolation_level=None)  # another process, holding the lock
+    other.execute("BEGIN IMMEDIATE")
+
+    def wait_for(condition: Callable[[], object]) -> None:
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert condition()
+
+    cache.put_soon("a", Generation("a, first"))
+    cache.put_soon("b", Generation("b"))
+    wait_for(lambda: cache._folding)  # taken by the writer, which waits for the lock
+    assert [g.output for g in cache.get_many(["a", "b"]).values()] == ["a, first", "b"]
+    cache.put_soon("a", Generation("a, again"))
+    found = cache.get("a")
+    assert found is not None and found.output == "a, again"
+    assert cache.get_many(["a"])["a"].output == "a, again"
+    if fold == "gives up":
+        with pytest.warns(RuntimeWarning, match="call cache"):
+            wait_for(lambda: cache.errors)  # its answers queued again, under the newer one
+        assert [g.output for g in cache.get_many(["a", "b"]).values()] == ["a, again", "b"]
+    other.execute("ROLLBACK")
+    cache.flush()
+    stored = dict(other.execute("SELECT key, value FROM calls").fetchall())
+    assert {k: json.loads(v)["output"] for k, v in stored.items()} == {"a": "a, again", "b": "b"}
+    other.close()
+    cache.close()
 
 
 def test_cache_file_holds_no_key(fake: FakeOpenAI, flownb_env: Path) -> None:

@@ -401,11 +401,13 @@ def test_probes_at_a_steady_limit_come_less_often() -> None:
 def test_a_concurrency_limit_costs_few_429s_on_the_wire(fake: FakeOpenAI) -> None:
     """The bench's case: C=32 against a server serving 8 at once, 1,000 calls. The first
     burst's 24 calls over the limit are refused, and after that about a probe per 128 answers:
-    under 4% of the requests (the refills of refused slots and a probe per 64 answers made
-    about 5%). Counted against the requests, never a clock."""
+    about 3% of the requests (the refills of refused slots and a probe per 64 answers made
+    about 5%). Counted against the requests, never a clock; held to the bench's aim (under
+    5%), as a machine far busier than two cores (a load of 10) was seen to reach 4.7%. The two
+    tests above hold each of the two causes on its own, exactly."""
     fake.configure(max_in_flight=8, latency=0.02)
     flow = flownb.load_flow(make_flow(PROMPTS, ["topic"]), cache=False, concurrency=32)
     assert_all_correct(flow.run_batch(rows(500)), 500)
     stats = fake.settled_stats()
     assert stats["answered"] == 1000
-    assert stats["limited"] < 0.04 * stats["requests"], stats
+    assert stats["limited"] < 0.05 * stats["requests"], stats

@@ -89,11 +89,24 @@ def key_of(prefix: bytes, prompt: str) -> str:
 def keys_of(prefix: bytes, prompts: Iterable[str | None]) -> list[str | None]:
     """Return :func:`key_of` of each of ``prompts`` (``None`` for a ``None`` prompt): the same
     rule for a column of prompts."""
-    sha = hashlib.sha256
-    return [
-        None if p is None else sha(prefix + p.encode("utf-8", "surrogatepass")).hexdigest()
-        for p in prompts
-    ]
+    return _keys_after(hashlib.sha256(prefix), prompts)
+
+
+def _keys_after(hashed: Any, prompts: Iterable[str | None]) -> list[str | None]:
+    """Return :func:`keys_of` for a prefix already hashed (``hashed``, not changed): each
+    prompt hashed on from a copy of it, the same digest as the prefix and the prompt hashed
+    together, without hashing the prefix (model, params and all) again for every call."""
+    copy = hashed.copy
+    keys: list[str | None] = []
+    add = keys.append
+    for prompt in prompts:
+        if prompt is None:
+            add(None)
+            continue
+        sha = copy()
+        sha.update(prompt.encode("utf-8", "surrogatepass"))
+        add(sha.hexdigest())
+    return keys
 
 
 class NodeCalls:
@@ -102,6 +115,7 @@ class NodeCalls:
     module docstring). Make one with :func:`node_calls`."""
 
     __slots__ = (
+        "_hashed",
         "_out_expected",
         "_out_most",
         "_price_as",
@@ -134,6 +148,7 @@ class NodeCalls:
         self.node_id = node_id
         self.template = template
         self.prefix = key_prefix(provider.identity(), kind, params, system)
+        self._hashed = hashlib.sha256(self.prefix)  # copied for each call's key
         self.model: str | None = None
         self._price_kind = provider.price_kind or provider.name
         # An endpoint's "price as" (table id, model): what its calls are priced as.
@@ -172,12 +187,14 @@ class NodeCalls:
         return Call(self.kind, prompt, self.params, self.node_id, self.system)
 
     def key(self, prompt: str) -> str:
-        """Return the cache key of this node's call with ``prompt``."""
-        return key_of(self.prefix, prompt)
+        """Return the cache key of this node's call with ``prompt`` (:func:`key_of`)."""
+        sha = self._hashed.copy()
+        sha.update(prompt.encode("utf-8", "surrogatepass"))
+        return sha.hexdigest()
 
     def keys(self, prompts: Iterable[str | None]) -> list[str | None]:
         """Return :meth:`key` of each of ``prompts`` (``None`` for a ``None`` prompt)."""
-        return keys_of(self.prefix, prompts)
+        return _keys_after(self._hashed, prompts)
 
     # -- its price -----------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ several processes share it. A forked child opens connections, locks and a writer
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -151,21 +152,25 @@ def _ensure_schema(db: sqlite3.Connection) -> None:
         raise
 
 
-def _insert(db: sqlite3.Connection, rows: list[tuple[str, str]]) -> None:
-    """Store ``rows`` (key, encoded answer) through ``db`` in one transaction, each replacing
-    what its key held.
+def _insert(db: sqlite3.Connection, rows: Mapping[str, str]) -> None:
+    """Store ``rows`` (key -> encoded answer) through ``db`` in one transaction, each
+    replacing what its key held.
 
     Raises:
         sqlite3.Error: the store failed (nothing of it is stored).
     """
     now = time.time()
-    if len(rows) == 1:  # the usual case: one statement, its own transaction (autocommit)
-        db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", (*rows[0], now))
+    if len(rows) == 1:  # one statement, its own transaction (autocommit)
+        ((key, value),) = rows.items()
+        db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", (key, value, now))
         return
     db.execute("BEGIN")
     try:
+        # Each row's parameters made by C iterators, not a Python loop: a fold is hundreds
+        # of rows, on a thread that takes the GIL from the event loop to make them.
         db.executemany(
-            "INSERT OR REPLACE INTO calls VALUES (?, ?, ?)", [(k, v, now) for k, v in rows]
+            "INSERT OR REPLACE INTO calls VALUES (?, ?, ?)",
+            zip(rows.keys(), rows.values(), itertools.repeat(now)),
         )
         db.execute("COMMIT")
     except BaseException:
@@ -303,6 +308,8 @@ class CallCache:
             ) from exc
         self.errors: list[BaseException] = []  # store failures met while running (not raised)
         self._pending: dict[str, str] = {}
+        # The queue a commit is storing (taken from _pending whole): still seen by lookups.
+        self._folding: dict[str, str] = {}
         # The writer thread's doorbell (a C queue: ringing it is a fraction of a microsecond on
         # the event loop), rung once per batch of entries: _rung says it was rung and the
         # writer has not yet taken what was queued.
@@ -341,6 +348,9 @@ class CallCache:
         self._write_lock = threading.Lock()
         self._bell = queue.SimpleQueue()
         self._rung = False  # the parent's writer did not survive the fork; a put starts one
+        # A fold the parent was making: stored by the parent, still queued here (as all was).
+        self._folding.update(self._pending)
+        self._pending, self._folding = self._folding, {}
         self._since = None
         self._writer = None
         try:
@@ -370,6 +380,8 @@ class CallCache:
         read right now (locked past the timeout, disk error) counts as a miss, never an error."""
         with self._lock:
             value = self._pending.get(key)
+            if value is None and self._folding:
+                value = self._folding.get(key)
             if value is None:
                 # Not queued: either never put, or committed before it left the queue.
                 try:
@@ -403,11 +415,13 @@ class CallCache:
         values: dict[str, str] = {}
         with self._lock:
             rest = wanted
-            if self._pending:  # a re-run's usual case: nothing queued, nothing to check
-                for key in wanted:
-                    queued = self._pending.get(key)
-                    if queued is not None:
-                        values[key] = queued
+            for queue in (self._folding, self._pending):  # the newer last: it wins
+                if queue:  # a re-run's usual case: nothing queued, nothing to check
+                    for key in wanted:
+                        queued = queue.get(key)
+                        if queued is not None:
+                            values[key] = queued
+            if values:
                 rest = [k for k in rest if k not in values]
             try:
                 # One read transaction: the rowids found stay those rows' until the second
@@ -516,22 +530,45 @@ class CallCache:
         soon as it runs and then every :data:`_POLL` seconds, and when it has left an entry
         waiting over :data:`_LAG_BOUND` (it found no CPU) the caller commits the queue itself.
         """
+        # Runs on the event loop for every answer bought: the usual case (a journal, the
+        # writer already woken) is this much and no more; the rest is _queued's.
         value = _encode_quick(gen)
-        if self._journal is None and self._journal_ok:
-            self._open_journal()
+        line = f"{key}\t{value}\n".encode()
         with self._lock:
             self._pending[key] = value
-            rung, self._rung = self._rung, True
-            # Read under the lock: a fold swaps journals under it.
+            # Read under the lock: a fold takes the queue and swaps the journal under it, so
+            # a journal holds exactly the answers of the queue it was swapped out with.
             journal = self._journal
+            journaled = False
             if journal is not None:
                 try:
-                    # Under the lock: a fold takes the queue and swaps the journal at once, so
-                    # a journal holds exactly the answers of the queue it was swapped out with.
-                    journal.append(key, value)
+                    journal.write(line)
+                    journaled = True
+                except OSError as exc:
+                    self._journal_failed(exc)
+                # Woken already: the writer finds it (it empties the queue under this lock
+                # before it goes idle).
+                if journaled and self._rung:
+                    return
+        self._queued(line, journaled)
+
+    def _queued(self, line: bytes, journaled: bool) -> None:
+        """The rest of :meth:`put_soon` for an answer queued while the writer thread was
+        idle, or not yet ``journaled`` (``line``): the journal made at the first answer, the
+        writer woken, and without a journal the queue committed here when the writer lags."""
+        if not journaled and self._journal is None and self._journal_ok:
+            self._open_journal()
+        with self._lock:
+            journal = self._journal
+            if journal is not None and not journaled:
+                # Just made. A fold may have taken (and committed) this answer meanwhile: a
+                # second copy of a committed line is harmless.
+                try:
+                    journal.write(line)
                 except OSError as exc:
                     journal = None
                     self._journal_failed(exc)
+            rung, self._rung = self._rung, True
             lagging = False
             if journal is None:
                 now = time.perf_counter()
@@ -571,7 +608,7 @@ class CallCache:
         (a ``kill -9``): the answers they received are found from now on."""
         try:
             with orphans(journal_dir(self.path)) as found:
-                rows = [row for _, data in found for row in read_lines(data)]
+                rows = dict(row for _, data in found for row in read_lines(data))
                 if rows:  # the writer's lock only then: another live process's is no orphan
                     with self._write_lock:
                         _insert(self._wdb, rows)
@@ -682,9 +719,13 @@ class CallCache:
                 self._retired.append(self._journal)
                 self._journal = fresh
                 fresh = None
-            rows = list(self._pending.items())
+            # The queue taken whole (a new one for the puts from now on), not copied: lookups
+            # see it as _folding until it is committed.
+            rows = self._folding = self._pending
+            self._pending = {}
             done = list(self._retired)
             if not rows:  # nothing to commit: what the journals held was dropped
+                self._folding = {}
                 self._retired = []
                 self._empty_journal()
         if fresh is not None:
@@ -695,20 +736,22 @@ class CallCache:
             return True
         try:
             _insert(db, rows)
-        except sqlite3.ProgrammingError:
-            raise  # closed: a bug of ours, not the disk's
         except sqlite3.Error as exc:
             # Locked past the timeout or a disk error: keep the entries (the generations
             # themselves already reached the caller, and the journals keep them safe) and try
-            # again at the next commit.
+            # again at the next commit; closed (ProgrammingError): a bug of ours, raised.
+            with self._lock:
+                rows.update(self._pending)  # a newer put of a key wins
+                self._pending = rows
+                self._folding = {}
+            if isinstance(exc, sqlite3.ProgrammingError):
+                raise
             if not quiet:
                 self._failed(exc)
             return False
         with self._lock:
+            self._folding = {}
             pending = self._pending
-            for k, v in rows:
-                if pending.get(k) is v:  # not replaced by a newer put meanwhile
-                    del pending[k]
             # What is left was queued after the rows were taken: it waits from about now.
             self._since = time.perf_counter() if pending else None
             self._retired = [j for j in self._retired if j not in done]
@@ -821,28 +864,40 @@ class CallCache:
 
 def _encode_quick(gen: Generation) -> str:
     """Return what :func:`_encode` returns, in orjson's compact form (a few times json's
-    speed). orjson writes NaN and infinities as null, so those are appended in json's
+    speed). orjson writes NaN and infinities as null, so those are written in json's
     spelling (``NaN``, which :meth:`CallCache._decode` reads back); what orjson refuses (a
     lone surrogate, a huge integer) json encodes."""
+    # On the event loop for every answer bought: one check of the usual answer's figures
+    # (finite, and so is their sum: a NaN or an infinity makes the sum so; a sum past the
+    # largest float only costs the slower path).
+    if not _isfinite((gen.cost or 0.0) + (gen.provider_s or 0.0) + (gen.prompt_cache_saved or 0.0)):
+        return _encode_odd(gen)
+    try:
+        return _dumps(_stored(gen)).decode()
+    except (orjson.JSONEncodeError, UnicodeDecodeError):
+        return _encode(gen)
+
+
+def _encode_odd(gen: Generation) -> str:
+    """Return :func:`_encode_quick` of a generation with a NaN or an infinite figure: those
+    appended in json's spelling."""
     stored = _stored(gen)
     odd = ""
-    # The usual answer's figures are all finite, and so is their sum: one check, not three
-    # (a NaN or an infinity makes the sum so; a sum past the largest float only costs the look).
-    total = (gen.cost or 0.0) + (gen.provider_s or 0.0) + (gen.prompt_cache_saved or 0.0)
-    if not math.isfinite(total):
-        for name in ("cost", "provider_s", "prompt_cache_saved"):
-            value = stored.get(name)
-            if value is not None and not math.isfinite(value):
-                del stored[name]
-                spelling = _NOT_FINITE[math.copysign(1.0, value) if value == value else 0.0]
-                odd += f',"{name}":{spelling}'
+    for name in ("cost", "provider_s", "prompt_cache_saved"):
+        value = stored.get(name)
+        if value is not None and not math.isfinite(value):
+            del stored[name]
+            spelling = _NOT_FINITE[math.copysign(1.0, value) if value == value else 0.0]
+            odd += f',"{name}":{spelling}'
     try:
         text = orjson.dumps(stored).decode()
     except (orjson.JSONEncodeError, UnicodeDecodeError):
         return _encode(gen)
-    return text[:-1] + odd + "}" if odd else text
+    return text[:-1] + odd + "}"
 
 
+_dumps = orjson.dumps
+_isfinite = math.isfinite
 # json's spelling of the floats JSON has no literal for, by sign (0.0: NaN).
 _NOT_FINITE = {0.0: "NaN", 1.0: "Infinity", -1.0: "-Infinity"}
 

@@ -71,23 +71,36 @@ class Journal:
             raise
         self.path = folder / name
         self.fd = fd
+        # The map's position is where the next line goes: the bytes appended since it was
+        # made or last emptied (see size).
         self.pages = pages
-        self.size = 0  # bytes appended since it was made or last emptied
+
+    @property
+    def size(self) -> int:
+        """Return the bytes appended since the journal was made or last emptied."""
+        return self.pages.tell()
 
     def append(self, key: str, value: str) -> None:
-        """Append one answer (copied into the mapped file: a kill midway leaves a line without
-        its newline, skipped on reading).
+        """Append one answer (see :meth:`write`).
 
         Raises:
             OSError: the file had to grow and the disk is full.
         """
-        line = f"{key}\t{value}\n".encode()
-        start = self.size
-        end = start + len(line)
-        if end > len(self.pages):
-            self._grow(end)
-        self.pages[start:end] = line
-        self.size = end
+        self.write(f"{key}\t{value}\n".encode())
+
+    def write(self, line: bytes) -> None:
+        """Append ``line`` (an answer's ``<key>\\t<value>\\n``), copied into the mapped file
+        in one call at the map's position (a kill midway leaves a line without its newline,
+        skipped on reading).
+
+        Raises:
+            OSError: the file had to grow and the disk is full.
+        """
+        try:
+            self.pages.write(line)  # the usual case: it fits (a ValueError when it does not)
+        except ValueError:
+            self._grow(self.pages.tell() + len(line))
+            self.pages.write(line)
 
     def _grow(self, least: int) -> None:
         """Make the file (and its map) at least ``least`` bytes, doubling, its blocks reserved.
@@ -102,8 +115,9 @@ class Journal:
     def empty(self) -> None:
         """Drop every line (all are in the database): the next answer is the first again. The
         lines are zeroed, so that a crash after this finds none of them."""
-        self.pages[: self.size] = bytes(self.size)
-        self.size = 0
+        size = self.pages.tell()
+        self.pages[:size] = bytes(size)
+        self.pages.seek(0)
 
     def retire(self) -> None:
         """Delete the file and release its lock: every answer in it is in the database."""
