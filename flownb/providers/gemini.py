@@ -51,6 +51,7 @@ from .vendor import (
     redact,
     split_version,
     status_error,
+    tls_context,
 )
 
 __all__ = ["DEFAULT_IMAGE_MODEL", "DEFAULT_MODEL", "GEMINI_BASE_URL", "GeminiProvider"]
@@ -218,6 +219,10 @@ class GeminiProvider(HostedProvider):
             headers=self._headers or None,
             retry_options=types.HttpRetryOptions(attempts=1),
             aiohttp_client=session,
+            # The process's one TLS context (the SDK would load the certificates into three
+            # new ones for every client): httpx's clients take it as verify, aiohttp's as ssl.
+            client_args={"verify": tls_context()},
+            async_client_args={"verify": tls_context(), "ssl": tls_context()},
         )
         # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
         return genai.Client(api_key=self._key or "unused", vertexai=False, http_options=options)

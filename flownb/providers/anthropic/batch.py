@@ -27,7 +27,7 @@ import orjson
 from ...errors import ConfigError, ProviderError
 from ..base import BatchState, Call, Generation
 from ..redirects import sync_httpx_hooks
-from ..vendor import no_sdk_spans
+from ..vendor import no_sdk_spans, tls_context
 
 __all__ = ["BATCH_LIMITS", "ENDPOINT", "AnthropicBatches"]
 
@@ -93,7 +93,9 @@ class AnthropicBatches:
             default_headers=extra or None,
             **no_sdk_spans(Anthropic),
             # A redirect to another origin is refused: the key stays with its own.
-            http_client=DefaultHttpxClient(event_hooks=sync_httpx_hooks(), timeout=timeout),
+            http_client=DefaultHttpxClient(
+                event_hooks=sync_httpx_hooks(), timeout=timeout, verify=tls_context()
+            ),
         )
         if not hasattr(self._client.messages, "batches"):
             raise ConfigError(

@@ -60,6 +60,7 @@ from ..vendor import (
     redact,
     split_version,
     status_error,
+    tls_context,
 )
 from .batch import AnthropicBatches
 
@@ -216,7 +217,9 @@ class AnthropicProvider(HostedProvider):
             **no_sdk_spans(AsyncAnthropic),
             # When each request left and its answer came, for its time at the provider; a
             # redirect to another origin refused (the key and headers stay with theirs).
-            http_client=DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None),
+            http_client=DefaultAsyncHttpxClient(
+                event_hooks=httpx_hooks(), timeout=None, verify=tls_context()
+            ),
         )
 
     def prepare(self, params: Mapping[str, Any], node: str = "") -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ...errors import ProviderError
 from ..base import BatchState, Call, Generation
 from ..images import has_images
 from ..redirects import refused_in, sync_httpx_hooks
+from ..vendor import tls_context
 
 __all__ = ["BATCH_LIMITS", "OpenAIBatches"]
 
@@ -108,7 +109,9 @@ class OpenAIBatches:
                     max_retries=3,
                     timeout=timeout,
                     # A redirect to another origin is refused: the key stays with its own.
-                    http_client=DefaultHttpxClient(event_hooks=sync_httpx_hooks()),
+                    http_client=DefaultHttpxClient(
+                        event_hooks=sync_httpx_hooks(), verify=tls_context()
+                    ),
                 )
         self._client = client
 

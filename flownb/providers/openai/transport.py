@@ -35,7 +35,7 @@ import orjson
 from ...errors import ProviderError, ProviderTimeout
 from ..base import RateLimits
 from ..redirects import REDIRECTS, aiohttp_middleware, check_redirect, httpx_hooks, refused_in
-from ..vendor import raw_uninstrumented, redact
+from ..vendor import raw_uninstrumented, redact, tls_context
 from ..wire import mark_answered, mark_sent
 from .answers import (
     _as_chunk,
@@ -490,7 +490,9 @@ class _SdkTransport:
 
             # The SDK's usual client, refusing a redirect to another origin (the key and the
             # endpoint's headers stay with theirs).
-            http = DefaultAsyncHttpxClient(event_hooks=httpx_hooks(), timeout=None)
+            http = DefaultAsyncHttpxClient(
+                event_hooks=httpx_hooks(), timeout=None, verify=tls_context()
+            )
             if azure is not None:
                 from openai import AsyncAzureOpenAI
 
