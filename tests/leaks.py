@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import _signal
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -484,6 +485,11 @@ def check(before: Snapshot) -> list[str]:
     left = _non_daemon_threads() - before.threads
     if left:
         left -= _library_pools()
+    if left:
+        # A pool nobody shut down ends its threads once it is collected (a thread pool exits
+        # its workers when it is freed), and one held in a reference cycle (MLflow's artifact
+        # repositories' download pools) only at the collector's next full run: run it now.
+        gc.collect()
     for thread in left:
         thread.join(THREAD_GRACE / len(left))
     left = {t for t in left if t.is_alive()}
