@@ -18,7 +18,13 @@ import pytest
 import flownb
 from flownb.errors import BatchError
 from flownb.providers.base import Generation
-from flownb.runtime.logrows import Outcome, _fresh_rows, _rows_one_by_one, log_rows
+from flownb.runtime.logrows import (
+    Outcome,
+    _cached_rows,
+    _fresh_rows,
+    _rows_one_by_one,
+    log_rows,
+)
 from flownb.runtime.result import RunResult
 from flownb.runtime.runlog import COLUMNS, RUNLOG_FILE
 from flownb.testing.fake_openai import FakeOpenAI, echo
@@ -243,5 +249,17 @@ def test_rows_the_bulk_path_does_not_take_are_made_one_by_one(
     taken = _outcomes(gens_per_row)
     batch = [{"topic": f"t{i}"} for i in range(len(taken))]
     assert _fresh_rows(taken, batch, "openai") is None, why
+    one_by_one = orjson.dumps(_rows_one_by_one(taken, batch, "openai"))
+    assert log_rows(taken, batch, "openai", detailed=True) == one_by_one
+
+
+def test_a_reruns_rows_made_in_bulk_are_the_rows_made_one_by_one() -> None:
+    gens = [
+        [_gen("m1", 0.001 * i, None, cached=True), _gen("m2", 0.1 + i, None, cached=True)]
+        for i in range(4)
+    ]
+    taken = _outcomes(gens, cached=frozenset({"a"}))
+    batch = [{"topic": f"t{i}"} for i in range(len(taken))]
+    assert _cached_rows(taken, batch) is not None  # the bulk path is the one taken
     one_by_one = orjson.dumps(_rows_one_by_one(taken, batch, "openai"))
     assert log_rows(taken, batch, "openai", detailed=True) == one_by_one

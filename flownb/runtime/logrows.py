@@ -122,20 +122,14 @@ def _cached_rows(
     every row, as many calls on every row; else ``None`` (:func:`log_rows` makes them one by
     one, the same rows)."""
     results = [r for _, _, r, _ in taken]
-    gens = _all_from_cache(results)
+    gens = _calls_of(results, cached=True)
     if gens is None:
         return None
-    width = len(gens) // len(results)
-    models = list(map(_model, gens))
-    per_node = [models[k::width] for k in range(width)]
-    if any(len(set(column)) != 1 for column in per_node):
+    priced = _priced_columns(gens, len(gens) // len(results))
+    if priced is None:  # an unknown price, or a node's model not the same on every row
         return None
-    costs = list(map(_cost, gens))
-    if None in costs or math.isnan(sum(costs)):  # an unknown price: summed one by one
-        return None
-    model = ",".join(dict.fromkeys(column[0] for column in per_node if column[0])) or None
     # A row's saving and price: its calls' costs summed in node order, as money_of sums.
-    saved = list(map(float, map(sum, zip(*(costs[k::width] for k in range(width)), strict=True))))
+    model, saved = priced
     return _rerun_table(taken, batch, cast("list[RunResult]", results), model, saved)
 
 
@@ -145,10 +139,10 @@ def _fresh_rows(
     """Return the rows of ``taken`` made column by column when they are a run's usual
     outcomes with real calls (see :func:`_fresh_columns`); else ``None`` (the same rows are
     then made one by one, by :func:`_row`)."""
-    results = [r for _, _, r, _ in taken]
-    if provider == "offline" or not results or None in results:
+    if provider == "offline":
         return None
-    columns = _fresh_columns(cast("list[RunResult]", results))
+    results = [r for _, _, r, _ in taken]
+    columns = _fresh_columns(results)
     if columns is None:
         return None
     model, spent, counts, names = columns
@@ -160,7 +154,6 @@ def _fresh_rows(
         assert result is not None  # every row succeeded (above)
         if pad:
             summed.append(0)
-        paid = float(paid)
         append(
             [
                 i, finished, model, batch[i], result, result.latency, *token_counts(summed),
@@ -191,7 +184,7 @@ def _count_readers(
 
 
 def _fresh_columns(
-    results: list[RunResult],
+    results: list[RunResult | None],
 ) -> tuple[str | None, list[float], list[list[int]], tuple[str, ...]] | None:
     """Return what the rows of ``results`` share and hold, column by column, when every row
     has as many calls, each paid for now with a known price and a usage of the same counts in
@@ -199,29 +192,42 @@ def _fresh_columns(
     row's spending (its calls' costs summed in node order, as ``money_of`` sums them), each
     row's counts (summed in node order, as :func:`_summed` sums them) and the counts' names.
     Else ``None``."""
-    width = len(results[0].generations)
-    gens = [g for r in results for g in r.generations]
-    if not width or len(gens) != width * len(results) or any(map(_cached, gens)):
+    gens = _calls_of(results, cached=False)
+    if gens is None:
         return None
-    costs = list(map(_cost, gens))
+    width = len(gens) // len(results)
     usages = list(map(_usage, gens))
-    if None in costs or math.isnan(sum(costs)) or not all(usages):
+    if not all(usages):
         return None
     names = tuple(usages[0])
     if any(map(names.__ne__, map(tuple, usages))):
         return None
-    models = list(map(_model, gens))
-    per_node = [models[k::width] for k in range(width)]
-    if any(len(set(column)) != 1 for column in per_node):
+    priced = _priced_columns(gens, width)
+    if priced is None:
         return None
-    model = ",".join(dict.fromkeys(column[0] for column in per_node if column[0])) or None
-    spent: list[float] = list(map(sum, zip(*(costs[k::width] for k in range(width)), strict=True)))
+    model, spent = priced
     values = list(map(list, map(dict.values, usages)))
     counts = [
         list(map(sum, zip(*row, strict=True)))
         for row in zip(*(values[k::width] for k in range(width)), strict=True)
     ]
     return model, spent, counts, names
+
+
+def _priced_columns(gens: list[Any], width: int) -> tuple[str | None, list[float]] | None:
+    """Return the model of rows of ``width`` calls each (``gens``, row after row) and each
+    row's cost, its calls' summed in node order (as ``money_of`` sums them), when every call
+    has a known price and each node's model is the same on every row; else ``None``."""
+    models = list(map(_model, gens))
+    per_node = [models[k::width] for k in range(width)]
+    if any(len(set(column)) != 1 for column in per_node):
+        return None
+    costs = list(map(_cost, gens))
+    if None in costs or math.isnan(sum(costs)):
+        return None
+    model = ",".join(dict.fromkeys(column[0] for column in per_node if column[0])) or None
+    rows = zip(*(costs[k::width] for k in range(width)), strict=True)
+    return model, list(map(float, map(sum, rows)))
 
 
 Picker = Callable[[Sequence[Any]], tuple[Any, ...]]
@@ -272,14 +278,18 @@ def _rerun_table(
     )
 
 
-def _all_from_cache(results: list[RunResult | None]) -> list[Any] | None:
+def _calls_of(results: Sequence[RunResult | None], *, cached: bool) -> list[Any] | None:
     """Return the calls of ``results``, row after row, when every row succeeded with as many
-    calls (at least one), each from the cache; else ``None``."""
+    calls (at least one), each from the cache (``cached``) or each paid for now (not
+    ``cached``); else ``None``."""
     if not results or any(r is None for r in results):
         return None
     width = len(results[0].generations)  # type: ignore[union-attr]
     gens = [g for r in results for g in r.generations]  # type: ignore[union-attr]
-    if not width or len(gens) != width * len(results) or not all(map(_cached, gens)):
+    if not width or len(gens) != width * len(results):
+        return None
+    from_cache = map(_cached, gens)
+    if not (all(from_cache) if cached else not any(from_cache)):
         return None
     return gens
 
