@@ -71,7 +71,7 @@ from ..infra.writable import folder_problem, unwritable
 from ..providers.base import Generation, Kind
 from ..providers.callplan import key_of, key_prefix, keys_of
 from ..show.notices import warn
-from .cache_journal import Journal, journal_dir, orphans, others, read_lines
+from .cache_journal import Journal, journal_dir, line_of, orphans, others, read_lines
 
 __all__ = ["CACHE_FILE", "CallCache", "Place", "open_cache"]
 
@@ -533,7 +533,7 @@ class CallCache:
         # Runs on the event loop for every answer bought: the usual case (a journal, the
         # writer already woken) is this much and no more; the rest is _queued's.
         value = _encode_quick(gen)
-        line = f"{key}\t{value}\n".encode()
+        line = line_of(key, value)
         with self._lock:
             self._pending[key] = value
             # Read under the lock: a fold takes the queue and swaps the journal under it, so

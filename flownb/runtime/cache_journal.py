@@ -33,7 +33,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["Journal", "journal_dir", "orphans", "others", "read_lines"]
+__all__ = ["Journal", "journal_dir", "line_of", "orphans", "others", "read_lines"]
 
 _SUFFIX = ".log"
 
@@ -86,7 +86,7 @@ class Journal:
         Raises:
             OSError: the file had to grow and the disk is full.
         """
-        self.write(f"{key}\t{value}\n".encode())
+        self.write(line_of(key, value))
 
     def write(self, line: bytes) -> None:
         """Append ``line`` (an answer's ``<key>\\t<value>\\n``), copied into the mapped file
@@ -133,6 +133,11 @@ class Journal:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = -1
+
+
+def line_of(key: str, value: str) -> bytes:
+    """Return the journal line of one answer (what :func:`read_lines` reads back)."""
+    return f"{key}\t{value}\n".encode()
 
 
 def read_lines(data: bytes) -> Iterator[tuple[str, str]]:
