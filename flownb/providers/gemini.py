@@ -213,6 +213,7 @@ class GeminiProvider(HostedProvider):
         # Everything explicit, so the SDK reads nothing from the environment; one attempt per
         # call (retry_options with one attempt also stops the SDK's own hidden retries of
         # dropped connections); a placeholder key for local servers that need none.
+        tls = tls_context()
         options = types.HttpOptions(
             base_url=self.base_url + "/",
             api_version=self.api_version,
@@ -221,8 +222,8 @@ class GeminiProvider(HostedProvider):
             aiohttp_client=session,
             # The process's one TLS context (the SDK would load the certificates into three
             # new ones for every client): httpx's clients take it as verify, aiohttp's as ssl.
-            client_args={"verify": tls_context()},
-            async_client_args={"verify": tls_context(), "ssl": tls_context()},
+            client_args={"verify": tls},
+            async_client_args={"verify": tls, "ssl": tls},
         )
         # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
         return genai.Client(api_key=self._key or "unused", vertexai=False, http_options=options)
