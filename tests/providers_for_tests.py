@@ -4,6 +4,7 @@ service (like the offline provider does), recording what the engine asked of the
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -38,7 +39,12 @@ class EchoProvider(Provider):
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
+            end = time.perf_counter() + self.delay
             await asyncio.sleep(self.delay)
+            # A loop's timers may fire up to its clock's resolution early (a millisecond on
+            # uvloop, flownb's loop): the answer comes after ``delay``, as promised.
+            while (left := end - time.perf_counter()) > 0:
+                await asyncio.sleep(left)
         finally:
             self.in_flight -= 1
         if self.fail_on is not None and self.fail_on in call.prompt:
